@@ -1,0 +1,31 @@
+# Quick start: `make demo` runs the main job; `make test` runs the suite.
+# Both create .venv if missing and reinstall only when pyproject.toml changed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+
+.PHONY: install demo test bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test,s3]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m flows.demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_extraction.py
+	$(BIN)/python benchmarks/bench_protocols.py
+
+clean:
+	rm -rf $(VENV) repeval-store demo-out .pytest_cache

@@ -1,0 +1,1 @@
+"""Readout protocols: sklearn-compatible estimators and pure functions (PROTOCOLS.md)."""
