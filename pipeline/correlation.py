@@ -131,7 +131,7 @@ def _rowwise_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _check_not_constant(values: np.ndarray, name: str) -> None:
     if np.ptp(values) == 0.0:
         raise DataValidationError(
-            f"{name} is the same for all {values.size} models ({values[0]:g}); "
+            f"{name} is the same for all {values.size} models (value {values[0]:g} after any logit transform); "
             "a correlation with a constant is undefined"
         )
 

@@ -214,6 +214,11 @@ class FeatureStore:
                 overwrite=True,
             )
 
+    def open_writable(self, key: str) -> zarr.Array:
+        """The existing array at ``key`` for the lease holder to resume writing."""
+        self._check_writable()
+        return zarr.open_array(self._zstore, path=key, mode="r+")
+
     def write_chunk(self, lease: Lease, array: zarr.Array, fingerprint: str, chunk: int,
                     rows: np.ndarray) -> None:
         """Write one whole chunk, then record it as done."""

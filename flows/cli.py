@@ -1,0 +1,156 @@
+"""The ``repeval`` command line. Store-only commands never import Prefect (fast start)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before anything imports timm
+
+from pipeline.errors import RepevalError  # noqa: E402
+from storage_schema.store import DEFAULT_STORE  # noqa: E402
+
+
+def _kv(pairs: Sequence[str]) -> dict:
+    """``key=value`` pairs; values parsed as JSON when they parse (numbers, true, lists)."""
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise RepevalError(f"expected key=value, got {pair!r}")
+        k, v = pair.split("=", 1)
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k] = v
+    return out
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    from jobs.extract import ExtractConfig, extract
+    from pipeline.datasets import make_dataset
+    from pipeline.encoders import EncoderSpec, load_encoder
+    from storage_schema import FeatureStore
+
+    spec = EncoderSpec(name=args.name or args.arch, arch=args.arch, weights=args.weights, seed=args.seed,
+                       layers=tuple(args.layers), input_size=args.input_size)
+    dataset = make_dataset(args.dataset, name=args.dataset_name, **_kv(args.param))
+    splits = args.split or list(dataset.splits)
+    config = ExtractConfig(batch_size=args.batch_size, chunk_batches=args.chunk_batches,
+                           num_workers=args.workers, dtype=args.dtype, device=args.device,
+                           wait=not args.no_wait, progress=not args.quiet)
+    config.validate()
+    bad = [s for s in splits if s not in dataset.splits]
+    if bad:
+        raise RepevalError(f"dataset {dataset.name!r} has no split {bad[0]!r}; splits: {', '.join(dataset.splits)}")
+    store = FeatureStore(args.store)
+    encoder = load_encoder(spec, device=args.device)
+    for split in splits:
+        report = extract(store, encoder, dataset, split, config)
+        print(json.dumps(report.to_dict()) if args.json else
+              f"{report.status:9s} {report.model}/{report.dataset}/{split}: {report.images} images, "
+              f"{report.forward_batches} batches, {report.images_per_s:.0f} img/s")
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from storage_schema import FeatureStore
+
+    store = FeatureStore(args.store, read_only=True)
+    rows = []
+    for st in store.list_arrays():
+        enc = st.attrs.get("encoder", {})
+        rows.append({
+            "key": st.key, "shape": list(st.shape), "dtype": st.dtype,
+            "status": "complete" if st.complete else f"partial {100 * st.fraction_done:.0f}%",
+            "fingerprint": st.fingerprint[:12], "arch": enc.get("arch", ""),
+            "weights": str(enc.get("weights_fingerprint", ""))[:12], "pooling": st.attrs.get("pooling", ""),
+            "created": st.attrs.get("created", ""),
+        })
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    if not rows:
+        print(f"store {store.url} is empty")
+        return 0
+    cols = ["key", "shape", "dtype", "status", "arch", "weights", "pooling", "fingerprint"]
+    table = [[str(r[c]) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+    for t in table:
+        print("  ".join(v.ljust(w) for v, w in zip(t, widths)))
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from jobs.import_features import import_features
+    from pipeline.datasets import make_dataset
+    from storage_schema import FeatureStore
+
+    dataset = make_dataset("features", name=args.dataset_name, path=args.path)
+    store = FeatureStore(args.store)
+    for split in args.split or dataset.splits:
+        rep = import_features(store, args.model, dataset, split, layer=args.layer)
+        print(f"{rep.status:8s} {rep.key}: {rep.rows} x {rep.dim}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="repeval", description="Judge frozen image encoders from a feature store.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    e = sub.add_parser("extract", help="extract an encoder's features on a dataset into the store")
+    e.add_argument("--store", default=DEFAULT_STORE, help="store path or fsspec URL (default %(default)s)")
+    e.add_argument("--arch", required=True, help="timm architecture, e.g. resnet18")
+    e.add_argument("--name", help="encoder name in the store (default: the architecture)")
+    e.add_argument("--weights", default="random", help="'random', a checkpoint path, or 'pretrained'")
+    e.add_argument("--seed", type=int, default=0, help="seed of random-init weights")
+    e.add_argument("--layers", nargs="+", default=["pre_logits"], help="pre_logits and/or block<i>")
+    e.add_argument("--input-size", type=int, help="override the model's input size")
+    e.add_argument("--dataset", required=True, help="dataset adapter: digits, textures, image_folder, ...")
+    e.add_argument("--dataset-name", help="dataset name in the store (default: the adapter's)")
+    e.add_argument("--param", nargs="*", default=[], help="adapter parameters as key=value")
+    e.add_argument("--split", nargs="*", help="splits to extract (default: all)")
+    e.add_argument("--batch-size", type=int, default=64)
+    e.add_argument("--chunk-batches", type=int, default=4, help="batches per stored chunk")
+    e.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
+    e.add_argument("--dtype", default="float32", help="float32 or float16")
+    e.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
+    e.add_argument("--no-wait", action="store_true", help="skip arrays another process is extracting")
+    e.add_argument("--json", action="store_true", help="print one JSON report per split")
+    e.add_argument("--quiet", action="store_true", help="no progress bar")
+    e.set_defaults(func=cmd_extract)
+
+    ls = sub.add_parser("ls", help="list what the store holds")
+    ls.add_argument("--store", default=DEFAULT_STORE)
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_ls)
+
+    imp = sub.add_parser("import-features", help="import precomputed features from .npz/.npy")
+    imp.add_argument("--store", default=DEFAULT_STORE)
+    imp.add_argument("--model", required=True, help="encoder name to file the features under")
+    imp.add_argument("--path", required=True, help=".npz file or folder of .npy files")
+    imp.add_argument("--dataset-name", required=True)
+    imp.add_argument("--layer", default="pre_logits")
+    imp.add_argument("--split", nargs="*")
+    imp.set_defaults(func=cmd_import)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except RepevalError as exc:
+        print(f"repeval: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

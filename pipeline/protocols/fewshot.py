@@ -1,0 +1,218 @@
+"""Episodic N-way K-shot evaluation with a nearest-centroid classifier (PROTOCOLS.md section 6).
+
+Ericsson et al. 2021 / CD-FSL: each episode draws ``n_way`` classes without replacement
+from the classes with at least ``n_shot + n_query`` images, then ``n_shot`` support and
+``n_query`` query images per drawn class, disjoint, all without replacement. A class
+prototype is the mean support feature; a query goes to the nearest prototype by squared
+Euclidean distance (ties: the first drawn class). The score is the mean episode accuracy
+with the 95 % interval half-width 1.96 * std / sqrt(n_episodes), std being the population
+standard deviation (ddof = 0, ``np.std``) of the episode accuracies, as Ericsson and CD-FSL
+compute it.
+
+Ericsson pool train, val and test before sampling: pass the pooled features.
+
+Everything is vectorised over episodes: the sampler draws index arrays for a block of
+episodes at once, and the scorer gathers them into (episodes, way, shot, d) tensors and
+computes all distances with one batched matrix product per block. Blocks only bound memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from pipeline.errors import DataValidationError
+from pipeline.protocols._validation import check_features, check_labels
+
+CI_Z = 1.96
+# Memory bounds per block of episodes: random sampling keys and gathered float64 features.
+_MAX_KEY_ELEMENTS = 1 << 22
+_MAX_FEATURE_ELEMENTS = 1 << 23
+
+__all__ = ["FewShotResult", "fewshot_episodes"]
+
+
+@dataclass(frozen=True)
+class FewShotResult:
+    """Mean episode accuracy (a fraction) and its 95 % interval half-width.
+
+    ``ci95`` = 1.96 * ``std`` / sqrt(``n_episodes``) with ``std`` = np.std(accuracies)
+    (ddof = 0). ``eligible_classes`` are the labels with at least n_shot + n_query images.
+    """
+
+    mean: float
+    ci95: float
+    std: float
+    accuracies: np.ndarray
+    n_way: int
+    n_shot: int
+    n_query: int
+    n_episodes: int
+    eligible_classes: tuple[int, ...]
+    seed: int
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain dictionary (for the results ledger); episode accuracies as a list."""
+        return {
+            "mean": self.mean,
+            "ci95": self.ci95,
+            "std": self.std,
+            "accuracies": self.accuracies.tolist(),
+            "n_way": self.n_way,
+            "n_shot": self.n_shot,
+            "n_query": self.n_query,
+            "n_episodes": self.n_episodes,
+            "eligible_classes": list(self.eligible_classes),
+            "seed": self.seed,
+        }
+
+
+class _Episodes(NamedTuple):
+    """Sampled episodes: sample indices into X / y and the drawn class labels."""
+
+    classes: np.ndarray  # (n_episodes, n_way) class labels
+    support: np.ndarray  # (n_episodes, n_way, n_shot) row indices
+    query: np.ndarray  # (n_episodes, n_way, n_query) row indices
+    eligible: np.ndarray  # labels with at least n_shot + n_query images
+
+
+def _check_int(value: object, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise DataValidationError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _eligible_classes(labels: np.ndarray, n_way: int, n_shot: int, n_query: int) -> np.ndarray:
+    classes, counts = np.unique(labels, return_counts=True)
+    need = n_shot + n_query
+    if classes.size < n_way:
+        raise DataValidationError(
+            f"n_way={n_way} needs at least {n_way} classes, but y has only {classes.size}: "
+            f"{classes.tolist()}"
+        )
+    ok = counts >= need
+    if ok.sum() < n_way:
+        order = np.argsort(-counts, kind="stable")
+        top = ", ".join(f"{classes[i]}: {counts[i]}" for i in order[:10])
+        max_shot = int(counts[order[n_way - 1]]) - n_query
+        hint = (
+            f" With n_query={n_query}, n_shot can be at most {max_shot}."
+            if max_shot >= 1
+            else f" Even n_shot=1 is impossible with n_query={n_query}."
+        )
+        raise DataValidationError(
+            f"{n_way}-way {n_shot}-shot episodes with {n_query} queries need {n_way} classes with at "
+            f"least n_shot + n_query = {need} images each, but only {int(ok.sum())} of "
+            f"{classes.size} classes qualify: {classes[ok].tolist()[:50]}. Largest class sizes "
+            f"(label: count): {top}.{hint}"
+        )
+    return classes[ok]
+
+
+def _sample_episodes(
+    labels: np.ndarray,
+    n_way: int,
+    n_shot: int,
+    n_query: int,
+    n_episodes: int,
+    seed: int,
+) -> _Episodes:
+    """Draw every episode's classes and support/query indices, vectorised over episodes."""
+    eligible = _eligible_classes(labels, n_way, n_shot, n_query)
+    need = n_shot + n_query
+    rng = np.random.default_rng(seed)
+
+    # Members of each eligible class as rows of a padded (n_eligible, max_count) matrix.
+    order = np.argsort(labels, kind="stable")
+    sorted_labels = labels[order]
+    starts = np.searchsorted(sorted_labels, eligible, side="left")
+    counts = np.searchsorted(sorted_labels, eligible, side="right") - starts
+    max_count = int(counts.max())
+    slot = np.arange(max_count)
+    valid = slot[None, :] < counts[:, None]
+    members = np.where(valid, order[np.minimum(starts[:, None] + slot[None, :], labels.size - 1)], -1)
+
+    # Classes: the n_way smallest of uniform keys per episode = a uniform draw without replacement.
+    way = np.argsort(rng.random((n_episodes, eligible.size)), axis=1)[:, :n_way]
+
+    idx = np.empty((n_episodes, n_way, need), dtype=np.int64)
+    block = max(1, _MAX_KEY_ELEMENTS // (n_way * max_count))
+    for start in range(0, n_episodes, block):
+        w = way[start : start + block]  # (b, n_way) positions in `eligible`
+        keys = rng.random((w.shape[0], n_way, max_count))
+        keys[~valid[w]] = np.inf  # padding never drawn
+        # The `need` smallest keys are a uniform subset; sorting them by key makes the
+        # support/query split (first n_shot / the rest) uniform as well.
+        pick = np.argpartition(keys, need - 1, axis=2)[:, :, :need]
+        pick = np.take_along_axis(pick, np.argsort(np.take_along_axis(keys, pick, axis=2), axis=2), axis=2)
+        idx[start : start + block] = members[w[:, :, None], pick]
+    return _Episodes(
+        classes=eligible[way],
+        support=idx[:, :, :n_shot],
+        query=idx[:, :, n_shot:],
+        eligible=eligible,
+    )
+
+
+def _episode_accuracies(X: np.ndarray, support: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Nearest-centroid accuracy of every episode, computed in blocks of episodes."""
+    n_episodes, n_way, n_shot = support.shape
+    n_query = query.shape[2]
+    d = X.shape[1]
+    truth = np.repeat(np.arange(n_way), n_query)  # way index of each flattened query
+    acc = np.empty(n_episodes, dtype=np.float64)
+    block = max(1, _MAX_FEATURE_ELEMENTS // (n_way * (n_shot + n_query) * d))
+    for start in range(0, n_episodes, block):
+        stop = min(start + block, n_episodes)
+        proto = X[support[start:stop]].astype(np.float64).mean(axis=2)  # (b, way, d)
+        q = X[query[start:stop]].astype(np.float64).reshape(stop - start, n_way * n_query, d)
+        # ||q - p||^2 = ||q||^2 - 2 q.p + ||p||^2, all ways and queries by one batched product
+        d2 = (
+            np.einsum("bqd,bqd->bq", q, q)[:, :, None]
+            - 2.0 * np.matmul(q, proto.transpose(0, 2, 1))
+            + np.einsum("bwd,bwd->bw", proto, proto)[:, None, :]
+        )
+        acc[start:stop] = (d2.argmin(axis=2) == truth).mean(axis=1)
+    return acc
+
+
+def fewshot_episodes(
+    X: object,
+    y: object,
+    n_way: int = 5,
+    n_shot: int = 20,
+    n_query: int = 15,
+    n_episodes: int = 600,
+    seed: int = 0,
+) -> FewShotResult:
+    """Mean accuracy and 95 % interval of nearest-centroid N-way K-shot episodes.
+
+    ``X`` (n, d) are features (pool train, val and test as Ericsson do) and ``y`` their
+    labels. Raises DataValidationError naming the qualifying classes when fewer than
+    ``n_way`` classes have ``n_shot + n_query`` images.
+    """
+    n_way = _check_int(n_way, "n_way", 2)
+    n_shot = _check_int(n_shot, "n_shot", 1)
+    n_query = _check_int(n_query, "n_query", 1)
+    n_episodes = _check_int(n_episodes, "n_episodes", 1)
+    seed = _check_int(seed, "seed", 0)
+    feats = check_features(X, "X")
+    labels = check_labels(y, n_samples=feats.shape[0], name="y")
+    episodes = _sample_episodes(labels, n_way, n_shot, n_query, n_episodes, seed)
+    acc = _episode_accuracies(feats, episodes.support, episodes.query)
+    acc.setflags(write=False)
+    std = float(np.std(acc))
+    return FewShotResult(
+        mean=float(acc.mean()),
+        ci95=CI_Z * std / float(np.sqrt(n_episodes)),
+        std=std,
+        accuracies=acc,
+        n_way=n_way,
+        n_shot=n_shot,
+        n_query=n_query,
+        n_episodes=n_episodes,
+        eligible_classes=tuple(int(c) for c in episodes.eligible),
+        seed=seed,
+    )

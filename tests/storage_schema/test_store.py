@@ -1,0 +1,170 @@
+"""The store's invariants on a real Zarr hierarchy on disk."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import zarr
+
+from pipeline.errors import (
+    ArrayNotFoundError, IncompleteArrayError, InvalidNameError, ReadOnlyStoreError,
+    SchemaVersionError, StaleArrayError, StoreError,
+)
+from storage_schema import FeatureStore, feature_key, labels_key
+from storage_schema.store import SCHEMA_ATTR, SCHEMA_VERSION
+
+KEY = "features/m/d/train/pre_logits"
+
+
+def _fill(store, fp="fp1", n=10, chunk_rows=4, d=3, chunks=None):
+    data = np.arange(n * d, dtype=np.float32).reshape(n, d)
+    with store.lease("features/m/d/train") as lease:
+        st = store.status(KEY)
+        arr = store.open_writable(KEY) if st and st.fingerprint == fp else store.create_array(
+            lease, KEY, shape=(n, d), chunk_rows=chunk_rows, dtype="float32", attrs={"fingerprint": fp})
+        n_chunks = -(-n // chunk_rows)
+        for c in (range(n_chunks) if chunks is None else chunks):
+            store.write_chunk(lease, arr, fp, c, data[c * chunk_rows:(c + 1) * chunk_rows])
+        if chunks is None:
+            store.mark_complete(lease, KEY, fp)
+    return data
+
+
+def test_new_store_records_schema_version(store_url):
+    FeatureStore(store_url)
+    root = zarr.open_group(store_url, mode="r")
+    assert root.attrs[SCHEMA_ATTR] == SCHEMA_VERSION
+
+
+def test_other_schema_version_is_refused(store_url):
+    zarr.create_group(store_url, attributes={SCHEMA_ATTR: SCHEMA_VERSION + 6})
+    with pytest.raises(SchemaVersionError, match=f"schema version {SCHEMA_VERSION + 6}"):
+        FeatureStore(store_url)
+
+
+def test_plain_zarr_hierarchy_is_not_a_store(store_url):
+    zarr.create_group(store_url, attributes={"other": 1})
+    with pytest.raises(SchemaVersionError, match="not a repeval store"):
+        FeatureStore(store_url)
+
+
+def test_round_trip_numpy_and_dask(store_url):
+    store = FeatureStore(store_url)
+    data = _fill(store)
+    arr = store.features("m", "d", "train", "pre_logits")
+    np.testing.assert_array_equal(arr.read(), data)
+    np.testing.assert_array_equal(arr.to_dask().compute(), data)
+    assert arr.to_dask().chunks[0] == (4, 4, 2)
+    assert arr.attrs["fingerprint"] == "fp1" and "created" in arr.attrs
+
+
+def test_partial_array_is_not_readable_and_reports_progress(store_url):
+    store = FeatureStore(store_url)
+    _fill(store, chunks=[0, 1])
+    st = store.status(KEY)
+    assert st.done_chunks == {0, 1} and not st.complete and st.first_missing_chunk() == 2
+    assert st.fraction_done == pytest.approx(2 / 3)
+    with pytest.raises(IncompleteArrayError, match="2 of 3 chunks"):
+        store.features("m", "d", "train", "pre_logits")
+    _fill(store, chunks=[2])  # resume the rest
+    with store.lease("features/m/d/train") as lease:
+        store.mark_complete(lease, KEY, "fp1")
+    assert store.features("m", "d", "train", "pre_logits").shape == (10, 3)
+
+
+def test_complete_refused_while_chunks_missing(store_url):
+    store = FeatureStore(store_url)
+    _fill(store, chunks=[0])
+    with store.lease("features/m/d/train") as lease, pytest.raises(IncompleteArrayError, match=r"\[1, 2\]"):
+        store.mark_complete(lease, KEY, "fp1")
+
+
+def test_chunk_write_must_be_whole(store_url):
+    store = FeatureStore(store_url)
+    with store.lease("features/m/d/train") as lease:
+        arr = store.create_array(lease, KEY, shape=(10, 3), chunk_rows=4, dtype="float32", attrs={"fingerprint": "f"})
+        with pytest.raises(StoreError, match="needs 4 rows, got 3"):
+            store.write_chunk(lease, arr, "f", 0, np.zeros((3, 3), np.float32))
+
+
+def test_stale_fingerprint_replaces_array_and_progress(store_url):
+    store = FeatureStore(store_url)
+    _fill(store, fp="old")
+    with pytest.raises(StaleArrayError, match="other weights"):
+        store.features("m", "d", "train", "pre_logits", fingerprint="new")
+    _fill(store, fp="new", chunks=[0])  # replacement starts from zero progress
+    st = store.status(KEY)
+    assert st.fingerprint == "new" and st.done_chunks == {0} and not st.complete
+
+
+def test_missing_array_error_is_keyerror_and_filenotfound(store_url):
+    store = FeatureStore(store_url)
+    _fill(store)
+    with pytest.raises(ArrayNotFoundError) as info:
+        store.features("m", "d", "train", "block3")
+    assert isinstance(info.value, KeyError) and isinstance(info.value, FileNotFoundError)
+    assert "pre_logits" in str(info.value)  # names what is there
+
+
+@pytest.mark.parametrize("bad", ["", "..", "a/b", "a\\b", ".hidden", "x\x00y", "tab\tname", "-flag"])
+def test_bad_names_rejected_before_any_write(store_url, bad):
+    store = FeatureStore(store_url)
+    before = sorted(p.relative_to(store_url) for p in __import__("pathlib").Path(store_url).rglob("*"))
+    with pytest.raises(InvalidNameError):
+        feature_key(bad, "d", "train", "pre_logits")
+    with pytest.raises(InvalidNameError):
+        labels_key("d", bad)
+    after = sorted(p.relative_to(store_url) for p in __import__("pathlib").Path(store_url).rglob("*"))
+    assert before == after
+
+
+def test_read_only_store_cannot_be_written(store_url):
+    _fill(FeatureStore(store_url))
+    ro = FeatureStore(store_url, read_only=True)
+    assert ro.features("m", "d", "train", "pre_logits").shape == (10, 3)
+    with pytest.raises(ReadOnlyStoreError):
+        ro.lease("features/m/d/train")
+    with pytest.raises(ReadOnlyStoreError):
+        ro.write_labels("d", "train", np.zeros(3), {"fingerprint": "x"})
+    with pytest.raises(ReadOnlyStoreError):
+        ro.open_writable(KEY)
+
+
+def test_read_only_open_of_missing_store_fails(tmp_path):
+    with pytest.raises(ArrayNotFoundError, match="no repeval store"):
+        FeatureStore(str(tmp_path / "nowhere"), read_only=True)
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_labels_written_once(store_url):
+    store = FeatureStore(store_url)
+    a = store.write_labels("d", "train", np.array([0, 1, 1]), {"fingerprint": "L", "class_names": ["a", "b"]})
+    created = a.attrs["created"]
+    b = store.write_labels("d", "train", np.array([0, 1, 1]), {"fingerprint": "L", "class_names": ["a", "b"]})
+    assert b.attrs["created"] == created
+    np.testing.assert_array_equal(store.labels("d", "train").read(), [0, 1, 1])
+
+
+def test_chunk_checksum_detects_flipped_byte(store_url, tmp_path):
+    store = FeatureStore(store_url)
+    _fill(store)
+    chunk_file = next((tmp_path / "store" / KEY / "c").rglob("*"))
+    while chunk_file.is_dir():
+        chunk_file = next(chunk_file.iterdir())
+    raw = bytearray(chunk_file.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    chunk_file.write_bytes(bytes(raw))
+    with pytest.raises(Exception, match="(?i)checksum|crc"):
+        store.features("m", "d", "train", "pre_logits").read()
+
+
+def test_list_arrays_shows_status(store_url):
+    store = FeatureStore(store_url)
+    store.write_labels("d", "train", np.array([0, 1]), {"fingerprint": "L"})
+    _fill(store, chunks=[0])
+    listed = {st.key: st for st in store.list_arrays()}
+    assert set(listed) == {"datasets/d/train/labels", KEY}
+    assert listed["datasets/d/train/labels"].complete and not listed[KEY].complete
+    assert json.dumps([st.key for st in listed.values()])  # keys are plain strings
