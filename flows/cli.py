@@ -41,7 +41,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     splits = args.split or list(dataset.splits)
     config = ExtractConfig(batch_size=args.batch_size, chunk_batches=args.chunk_batches,
                            num_workers=args.workers, dtype=args.dtype, device=args.device,
-                           wait=not args.no_wait, progress=not args.quiet)
+                           wait=not args.no_wait, progress=not args.quiet, lease_ttl=args.lease_ttl)
     config.validate()
     bad = [s for s in splits if s not in dataset.splits]
     if bad:
@@ -121,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--dtype", default="float32", help="float32 or float16")
     e.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     e.add_argument("--no-wait", action="store_true", help="skip arrays another process is extracting")
+    e.add_argument("--lease-ttl", type=float, default=60.0,
+                   help="seconds without heartbeat after which a writer counts as dead (default %(default)s)")
     e.add_argument("--json", action="store_true", help="print one JSON report per split")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
     e.set_defaults(func=cmd_extract)

@@ -81,6 +81,7 @@ def _layer_fingerprints(encoder: Encoder, dataset_fp: str, split: str, dtype: st
             weights_fingerprint=encoder.weights_fingerprint, data_config=encoder.data_config,
             layer=layer, pooling=pooling[layer], dataset_fingerprint=dataset_fp, split=split,
             dtype=dtype, arch=encoder.spec.arch,
+            compute_precision="float16-autocast" if encoder.autocast else "float32",
         )
         for layer in encoder.layers
     }

@@ -60,7 +60,8 @@ def logit(p: object, eps: float = DEFAULT_EPS) -> np.ndarray:
     bad = np.flatnonzero(~np.isfinite(flat))
     if bad.size:
         raise DataValidationError(
-            f"logit input has {bad.size} non-finite value(s) (NaN/Inf) at flat position(s) {bad[:10].tolist()}"
+            f"logit input has {bad.size} non-finite value(s) (NaN/Inf) at flat position(s) "
+            f"{bad[:10].tolist()}"
         )
     out = np.flatnonzero((flat < 0.0) | (flat > 1.0))
     if out.size:
@@ -131,7 +132,8 @@ def _rowwise_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _check_not_constant(values: np.ndarray, name: str) -> None:
     if np.ptp(values) == 0.0:
         raise DataValidationError(
-            f"{name} is the same for all {values.size} models (value {values[0]:g} after any logit transform); "
+            f"{name} is the same for all {values.size} models (value {values[0]:g} after any "
+            "logit transform); "
             "a correlation with a constant is undefined"
         )
 
@@ -218,7 +220,8 @@ def _align(reference: object, target: object) -> tuple[np.ndarray, np.ndarray]:
     tgt = _as_finite_1d(target, "target")
     if ref.size != tgt.size:
         raise DataValidationError(
-            f"reference has {ref.size} models but target has {tgt.size}; they must be aligned one score per model"
+            f"reference has {ref.size} models but target has {tgt.size}; they must be aligned "
+            "one score per model"
         )
     return ref, tgt
 

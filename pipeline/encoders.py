@@ -17,6 +17,7 @@ import os
 # No network: pretrained weights come from the local cache or not at all.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import contextlib
 import dataclasses
 import inspect
 import re
@@ -77,16 +78,26 @@ class EncoderSpec:
 
     def __post_init__(self) -> None:
         validate_name(self.name, "encoder name")
+        for field in ("layers", "strip_prefixes"):
+            if isinstance(getattr(self, field), str):
+                raise ConfigError(f"{field} must be a sequence of strings, got the string {getattr(self, field)!r}")
         # Lists from JSON/YAML become tuples so the spec stays hashable.
         object.__setattr__(self, "layers", tuple(self.layers))
         object.__setattr__(self, "strip_prefixes", tuple(self.strip_prefixes))
         base_arch, arch_tag = timm.models.split_model_name_tag(self.arch) if isinstance(self.arch, str) else ("", "")
-        if not isinstance(self.arch, str) or not timm.is_model(base_arch):
+        if not timm.is_model(base_arch):
             raise unknown_name("timm architecture", self.arch, timm.list_models())
         if not isinstance(self.weights, str) or not self.weights:
-            raise ConfigError(f"weights must be 'random', 'pretrained', 'timm:<tag>' or a checkpoint path, got {self.weights!r}")
-        if self.weights.startswith(_PRETRAINED_PREFIX) and arch_tag and self.weights != f"{_PRETRAINED_PREFIX}{arch_tag}":
-            raise ConfigError(f"arch {self.arch!r} already names tag {arch_tag!r}; weights {self.weights!r} asks for another")
+            raise ConfigError(
+                f"weights must be 'random', 'pretrained', 'timm:<tag>' or a checkpoint path, got {self.weights!r}"
+            )
+        if self.weights == _PRETRAINED_PREFIX:
+            raise ConfigError(f"weights {self.weights!r} names no tag; use 'pretrained' or 'timm:<tag>'")
+        other_tag = self.weights != f"{_PRETRAINED_PREFIX}{arch_tag}"
+        if self.weights.startswith(_PRETRAINED_PREFIX) and arch_tag and other_tag:
+            raise ConfigError(
+                f"arch {self.arch!r} already names tag {arch_tag!r}; weights {self.weights!r} asks for another"
+            )
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ConfigError(f"seed must be an int, got {self.seed!r}")
         if self.input_size is not None and (
@@ -98,7 +109,7 @@ class EncoderSpec:
         for layer in self.layers:
             if not isinstance(layer, str) or (layer != PRE_LOGITS and not _BLOCK_RE.match(layer)):
                 raise ConfigError(
-                    f"encoder {self.name!r}: layer {layer!r} is not {PRE_LOGITS!r} or 'block<i>' (e.g. block3)"
+                    f"encoder {self.name!r}: layer {layer!r} is not {PRE_LOGITS!r} or 'block<i>' (e.g. 'block3')"
                 )
         if len(set(self.layers)) != len(self.layers):
             raise ConfigError(f"encoder {self.name!r}: duplicate layers in {list(self.layers)}")
@@ -148,7 +159,6 @@ class Encoder:
         self.layers: tuple[str, ...] = spec.layers
         self.autocast = autocast
         self._weights_info = weights_info
-        self._num_blocks = _num_intermediates(model)
         self._class_token = _uses_class_token(model)
         self._feature_dims: dict[str, int] | None = None
         self.data_config: dict[str, Any] = dict(resolve_model_data_config(model))
@@ -159,7 +169,7 @@ class Encoder:
     @property
     def available_layers(self) -> tuple[str, ...]:
         """``pre_logits`` then ``block0`` .. ``block{n-1}`` as forward_intermediates counts."""
-        return (PRE_LOGITS,) + tuple(f"block{i}" for i in range(self._num_blocks))
+        return _available_layers(self.model)
 
     def pooling(self, layer: str) -> str:
         """How a layer's output becomes one vector per image."""
@@ -172,6 +182,10 @@ class Encoder:
             return "mean_patch_tokens"
         return "global_avg_pool"
 
+    def layer_pooling(self) -> dict[str, str]:
+        """Pooling of every requested layer."""
+        return {layer: self.pooling(layer) for layer in self.layers}
+
     def transform(self) -> Callable[[Image.Image], Tensor]:
         """timm's eval transform for this model's data config (no augmentation)."""
         return create_transform(**self.data_config, is_training=False)
@@ -182,7 +196,8 @@ class Encoder:
         want_pre = PRE_LOGITS in self.layers
         x = x.to(self.device, non_blocking=True)
         out: dict[str, Tensor] = {}
-        with torch.inference_mode(), torch.autocast(self.device.type, dtype=torch.float16, enabled=self.autocast):
+        amp = torch.autocast("cuda", dtype=torch.float16) if self.autocast else contextlib.nullcontext()
+        with torch.inference_mode(), amp:
             if not blocks:
                 out[PRE_LOGITS] = self.model.forward_head(self.model.forward_features(x), pre_logits=True)
             else:
@@ -195,7 +210,9 @@ class Encoder:
 
     __call__ = forward
 
-    def _intermediates(self, x: Tensor, blocks: list[int], intermediates_only: bool) -> tuple[Tensor | None, list]:
+    def _intermediates(
+        self, x: Tensor, blocks: list[int], intermediates_only: bool
+    ) -> tuple[Tensor | None, list[Tensor]]:
         params = inspect.signature(self.model.forward_intermediates).parameters
         kwargs: dict[str, Any] = {"indices": blocks, "intermediates_only": intermediates_only}
         if intermediates_only and "stop_early" in params:
@@ -224,7 +241,7 @@ class Encoder:
             "weights": dict(self._weights_info),
             "weights_fingerprint": self.weights_fingerprint,
             "data_config": _jsonable(self.data_config),
-            "layers": {layer: {"pooling": self.pooling(layer)} for layer in self.layers},
+            "layers": {layer: {"pooling": pool} for layer, pool in self.layer_pooling().items()},
             "versions": {"torch": torch.__version__, "timm": timm.__version__, "repeval": _repeval_version()},
             "device": self.device.type,
             "autocast": self.autocast,
@@ -245,7 +262,9 @@ def load_encoder(
     ``device`` defaults to CUDA when available, else CPU. ``autocast`` (float16) defaults to
     on for CUDA and is never used on CPU.
     """
-    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
     use_autocast = device.type == "cuda" if autocast is None else bool(autocast and device.type == "cuda")
     kind = spec.weights_kind
     ckpt_path: Path | None = None
@@ -257,7 +276,9 @@ def load_encoder(
                 f"with extension {', '.join(CHECKPOINT_EXTENSIONS)}"
             )
         if not ckpt_path.is_file():
-            raise CheckpointError(f"Checkpoint file {spec.weights!r} for encoder {spec.name!r} does not exist")
+            raise CheckpointError(
+                f"Checkpoint file {spec.weights!r} for encoder {spec.name!r} does not exist"
+            )
 
     model_name = _model_name(spec)
     kwargs: dict[str, Any] = {"num_classes": 0}
@@ -272,7 +293,8 @@ def load_encoder(
             info["hf_hub_id"] = hub_id
     else:
         torch.manual_seed(spec.seed)
-        model = timm.create_model(model_name, pretrained=False, **kwargs)
+        model = _create(model_name, spec, pretrained=False, **kwargs)
+        _check_layers(spec, _available_layers(model))  # before reading a possibly large checkpoint
         info = {"source": "random", "seed": spec.seed}
         if ckpt_path is not None:
             _load_checkpoint_into(model, ckpt_path, spec)
@@ -292,6 +314,18 @@ def _model_name(spec: EncoderSpec) -> str:
     return spec.arch
 
 
+def _create(model_name: str, spec: EncoderSpec, **kwargs: Any) -> nn.Module:
+    try:
+        return timm.create_model(model_name, **kwargs)
+    except TypeError as exc:
+        if "img_size" not in str(exc):
+            raise
+        raise ConfigError(
+            f"encoder {spec.name!r}: {spec.arch} has a fixed input size and cannot be built for "
+            f"input_size={spec.input_size}; leave input_size unset"
+        ) from exc
+
+
 def _fixed_input_size(model_name: str) -> bool:
     try:
         cfg = timm.models.get_pretrained_cfg(model_name)
@@ -309,16 +343,21 @@ def _create_pretrained(spec: EncoderSpec, model_name: str, kwargs: dict[str, Any
     try:
         cfg = timm.models.get_pretrained_cfg(model_name, allow_unregistered=False)
     except RuntimeError:
-        raise unknown_name(f"pretrained tag for {base}", model_name, timm.list_pretrained(f"{base}.*")) from None
+        tags = timm.list_pretrained(f"{base}.*")
+        raise unknown_name(f"pretrained tag for {base}", model_name, tags) from None
     if not _pretrained_cached(cfg.to_dict()):
         raise HubUnavailableError(
             f"Pretrained weights for {model_name!r} are not in the local hub cache and repeval "
             f"never downloads (HF_HUB_OFFLINE). {hint}"
         )
     try:
-        return timm.create_model(model_name, pretrained=True, **kwargs)
+        return _create(model_name, spec, pretrained=True, **kwargs)
+    except ConfigError:
+        raise
     except Exception as exc:  # timm/hub raise many types when offline; all mean "not available"
-        raise HubUnavailableError(f"Could not load pretrained weights for {model_name!r}: {exc}. {hint}") from exc
+        raise HubUnavailableError(
+            f"Could not load pretrained weights for {model_name!r}: {exc}. {hint}"
+        ) from exc
 
 
 def _pretrained_cached(cfg: dict[str, Any]) -> bool:
@@ -336,14 +375,17 @@ def _pretrained_cached(cfg: dict[str, Any]) -> bool:
     if load_from == "hf-hub":
         from huggingface_hub import constants, try_to_load_from_cache
 
-        repo_id, filenames = (loc[0], [loc[1]]) if isinstance(loc, tuple) else (loc, ["model.safetensors", "pytorch_model.bin"])
+        if isinstance(loc, tuple):
+            repo_id, filenames = loc[0], [loc[1]]
+        else:
+            repo_id, filenames = loc, ["model.safetensors", "pytorch_model.bin"]
         repo_id, _, revision = repo_id.partition("@")
-        return any(
-            isinstance(
-                try_to_load_from_cache(repo_id, f, cache_dir=constants.HF_HUB_CACHE, revision=revision or None), str
-            )
+        # Read the cache directory at call time, so a changed HF_HUB_CACHE is honoured.
+        cached = (
+            try_to_load_from_cache(repo_id, f, cache_dir=constants.HF_HUB_CACHE, revision=revision or None)
             for f in filenames
         )
+        return any(isinstance(path, str) for path in cached)
     return False  # timm would silently fall back to random init: treat as unavailable
 
 
@@ -364,7 +406,9 @@ def _load_checkpoint_into(model: nn.Module, path: Path, spec: EncoderSpec) -> No
     if missing or unexpected or mismatched:
         parts = [
             _key_summary(f"{len(keys)} {what}", keys)
-            for what, keys in (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatches", mismatched))
+            for what, keys in (
+                ("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatches", mismatched)
+            )
             if keys
         ]
         hint = _prefix_hint(unexpected, expected)
@@ -396,11 +440,16 @@ def _classifier_prefixes(model: nn.Module) -> tuple[str, ...]:
     return tuple(f"{n}." for n in names)
 
 
-def _num_intermediates(model: nn.Module) -> int:
-    """How many outputs forward_intermediates can give (0 if the model lacks it)."""
+def _available_layers(model: nn.Module) -> tuple[str, ...]:
+    """``pre_logits`` plus one ``block{i}`` per output forward_intermediates can give.
+
+    timm sizes forward_intermediates' index range by ``feature_info`` (CNN stages incl. the
+    stem where reported, ViT blocks), so its length is the block count.
+    """
     if not hasattr(model, "forward_intermediates"):
-        return 0
-    return len(getattr(model, "feature_info", None) or ())
+        return (PRE_LOGITS,)
+    count = len(getattr(model, "feature_info", None) or ())
+    return (PRE_LOGITS,) + tuple(f"block{i}" for i in range(count))
 
 
 def _uses_class_token(model: nn.Module) -> bool:

@@ -36,7 +36,7 @@ def stable_hash(obj: Any, length: int = 32) -> str:
 
 def array_fingerprint(
     *, weights_fingerprint: str, data_config: dict, layer: str, pooling: str,
-    dataset_fingerprint: str, split: str, dtype: str, arch: str,
+    dataset_fingerprint: str, split: str, dtype: str, arch: str, compute_precision: str = "float32",
 ) -> str:
     """What the features depend on. Anything else (time, host, file names) is left out so
     that identical weights under another file name reuse the features."""
@@ -45,6 +45,7 @@ def array_fingerprint(
             "code": FEATURE_CODE_VERSION, "weights": weights_fingerprint, "arch": arch,
             "data_config": data_config, "layer": layer, "pooling": pooling,
             "dataset": dataset_fingerprint, "split": split, "dtype": dtype,
+            "precision": compute_precision,  # float16 autocast features differ from float32 ones
         }
     )
 

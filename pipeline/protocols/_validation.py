@@ -80,6 +80,8 @@ def check_labels(y: Any, n_samples: int | None = None, name: str = "y") -> np.nd
     DataConversionWarning (sklearn's convention). Strings, fractional floats, NaN/inf and
     a length other than ``n_samples`` raise DataValidationError.
     """
+    if y is None:
+        raise DataValidationError(f"This estimator requires y to be passed, but the target {name} is None")
     y_arr = np.asarray(y)
     if y_arr.ndim == 2 and y_arr.shape[1] == 1:
         warnings.warn(

@@ -87,7 +87,6 @@ def expected_calibration_error(
         probs = np.asarray(check_features(arr, "probs"), dtype=np.float64)
         labels = check_labels(y_true, n_samples=probs.shape[0], name="y_true")
         _check_label_range(labels, probs.shape[1], "probs")
-        _check_unit_interval(probs, "probs")
         sums = probs.sum(axis=1)
         off = np.flatnonzero(np.abs(sums - 1.0) > _PROB_SUM_TOL)
         if off.size:
@@ -96,6 +95,7 @@ def expected_calibration_error(
                 f"e.g. row {off[0]} sums to {sums[off[0]]:.6g}. Pass softmax probabilities, not logits "
                 "(apply_temperature(logits, 1.0) gives them)"
             )
+        _check_unit_interval(probs, "probs")
         confidences = probs.max(axis=1)
         correct = probs.argmax(axis=1) == labels
     elif arr.ndim == 1:
@@ -204,7 +204,9 @@ def _fit_temperature(logits_val: object, y_val: object, bounds: tuple[float, flo
         raise DataValidationError(f"bounds must be two finite numbers 0 < low < high, got {bounds!r}")
     z, labels = _check_logits_labels(logits_val, y_val, "logits_val")
     if z.shape[1] < 2:
-        raise DataValidationError(f"temperature scaling needs at least 2 classes, logits_val has {z.shape[1]}")
+        raise DataValidationError(
+            f"temperature scaling needs at least 2 classes, logits_val has {z.shape[1]}"
+        )
     if np.all(np.ptp(z, axis=1) == 0.0):
         raise DataValidationError(
             "logits_val are constant within every row: the likelihood does not depend on T"

@@ -13,7 +13,9 @@ Ericsson pool train, val and test before sampling: pass the pooled features.
 
 Everything is vectorised over episodes: the sampler draws index arrays for a block of
 episodes at once, and the scorer gathers them into (episodes, way, shot, d) tensors and
-computes all distances with one batched matrix product per block. Blocks only bound memory.
+computes all distances with one batched matrix product per block. Blocks only bound memory:
+the random streams are consumed in the same order whatever the block size, so the episodes
+do not depend on it.
 """
 
 from __future__ import annotations
@@ -122,7 +124,9 @@ def _sample_episodes(
     """Draw every episode's classes and support/query indices, vectorised over episodes."""
     eligible = _eligible_classes(labels, n_way, n_shot, n_query)
     need = n_shot + n_query
-    rng = np.random.default_rng(seed)
+    # Two independent streams (classes, members), each consumed in episode order, so the
+    # episodes do not depend on the block size.
+    class_rng, member_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
 
     # Members of each eligible class as rows of a padded (n_eligible, max_count) matrix.
     order = np.argsort(labels, kind="stable")
@@ -134,20 +138,21 @@ def _sample_episodes(
     valid = slot[None, :] < counts[:, None]
     members = np.where(valid, order[np.minimum(starts[:, None] + slot[None, :], labels.size - 1)], -1)
 
-    # Classes: the n_way smallest of uniform keys per episode = a uniform draw without replacement.
-    way = np.argsort(rng.random((n_episodes, eligible.size)), axis=1)[:, :n_way]
-
+    way = np.empty((n_episodes, n_way), dtype=np.int64)  # positions in `eligible`
     idx = np.empty((n_episodes, n_way, need), dtype=np.int64)
-    block = max(1, _MAX_KEY_ELEMENTS // (n_way * max_count))
+    block = max(1, _MAX_KEY_ELEMENTS // max(eligible.size, n_way * max_count))
     for start in range(0, n_episodes, block):
-        w = way[start : start + block]  # (b, n_way) positions in `eligible`
-        keys = rng.random((w.shape[0], n_way, max_count))
-        keys[~valid[w]] = np.inf  # padding never drawn
+        b = min(block, n_episodes - start)
+        # Classes: the n_way smallest of uniform keys = a uniform draw without replacement.
+        w = np.argsort(class_rng.random((b, eligible.size)), axis=1)[:, :n_way]
+        way[start : start + b] = w
+        keys = member_rng.random((b, n_way, max_count))
+        keys[~valid[w]] = np.inf  # padding is never drawn
         # The `need` smallest keys are a uniform subset; sorting them by key makes the
         # support/query split (first n_shot / the rest) uniform as well.
         pick = np.argpartition(keys, need - 1, axis=2)[:, :, :need]
         pick = np.take_along_axis(pick, np.argsort(np.take_along_axis(keys, pick, axis=2), axis=2), axis=2)
-        idx[start : start + block] = members[w[:, :, None], pick]
+        idx[start : start + b] = members[w[:, :, None], pick]
     return _Episodes(
         classes=eligible[way],
         support=idx[:, :, :n_shot],

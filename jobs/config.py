@@ -1,0 +1,236 @@
+"""The benchmark configuration: one YAML file names everything a run does.
+
+Loaded into typed dataclasses (jobs.typed) so a bad file fails on load with the field's
+path, before any work: ``protocols[2].settings.n_neighbours: unknown setting of knn;
+valid settings: ...``.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jobs.typed import from_plain, to_plain
+from pipeline.encoders import EncoderSpec
+from pipeline.errors import ConfigError, InvalidNameError
+from pipeline.names import validate_name
+from pipeline.protocols.registry import resolve_settings
+from storage_schema.provenance import stable_hash
+
+
+def _name(value: str, path: str) -> None:
+    try:
+        validate_name(value, path)
+    except InvalidNameError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+@dataclass
+class ExtractSettings:
+    batch_size: int = 64
+    chunk_batches: int = 4
+    num_workers: int = 0
+    dtype: str = "float32"
+    device: str | None = None
+    lease_ttl: float = 60.0
+
+    def check(self, path: str) -> None:
+        try:
+            self.as_extract_config().validate()
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+
+    def as_extract_config(self, progress: bool = False):
+        from jobs.extract import ExtractConfig
+
+        return ExtractConfig(batch_size=self.batch_size, chunk_batches=self.chunk_batches,
+                             num_workers=self.num_workers, dtype=self.dtype, device=self.device,
+                             lease_ttl=self.lease_ttl, progress=progress)
+
+
+@dataclass
+class EncoderConfig:
+    name: str
+    arch: str
+    weights: str = "random"
+    seed: int = 0
+    layers: list[str] = field(default_factory=lambda: ["pre_logits"])
+    input_size: int | None = None
+    strip_prefixes: list[str] = field(default_factory=lambda: ["module."])
+
+    def check(self, path: str) -> None:
+        _name(self.name, f"{path}.name")
+        for i, layer in enumerate(self.layers):
+            _name(layer, f"{path}.layers[{i}]")
+
+    def spec(self) -> EncoderSpec:
+        return EncoderSpec(name=self.name, arch=self.arch, weights=self.weights, seed=self.seed,
+                           layers=tuple(self.layers), input_size=self.input_size,
+                           strip_prefixes=tuple(self.strip_prefixes))
+
+
+@dataclass
+class CheckpointScan:
+    """A folder of checkpoints of one architecture; each new file becomes an encoder."""
+
+    path: str
+    arch: str
+    pattern: str = "*.safetensors"
+    layers: list[str] = field(default_factory=lambda: ["pre_logits"])
+    input_size: int | None = None
+    name_prefix: str = ""
+
+
+@dataclass
+class DatasetConfig:
+    name: str
+    adapter: str
+    params: dict[str, Any] = field(default_factory=dict)
+    train_split: str = "train"
+    test_split: str = "test"
+    val_split: str | None = None
+
+    def check(self, path: str) -> None:
+        _name(self.name, f"{path}.name")
+
+    def splits(self) -> list[str]:
+        return [s for s in (self.train_split, self.val_split, self.test_split) if s]
+
+
+@dataclass
+class ProtocolConfig:
+    """One named setting of a protocol, e.g. ``knn20`` = knn with n_neighbors 20."""
+
+    name: str
+    protocol: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    layers: list[str] = field(default_factory=lambda: ["pre_logits"])
+    datasets: list[str] | None = None  # None: every dataset
+
+    def check(self, path: str) -> None:
+        _name(self.name, f"{path}.name")
+        try:
+            self.settings = resolve_settings(self.protocol, self.settings)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+
+
+@dataclass
+class ReferenceConfig:
+    """Reference score per encoder (fractions in [0, 1]), given or measured."""
+
+    scores: dict[str, float] = field(default_factory=dict)
+    csv: str | None = None  # columns: model, score
+    dataset: str | None = None  # measured: this dataset ...
+    protocol: str | None = None  # ... under this protocol setting
+    metric: str = "top1"
+    name: str = "reference"
+
+
+@dataclass
+class CorrelationSetting:
+    name: str
+    protocol: str  # a ProtocolConfig name
+    datasets: list[str]
+    metric: str = "top1"
+    layer: str = "pre_logits"
+
+
+@dataclass
+class CorrelationConfig:
+    settings: list[CorrelationSetting] = field(default_factory=list)
+    bootstrap: int = 1000
+    seed: int = 0
+
+
+@dataclass
+class ReportConfig:
+    path: str = "repeval-report/report.html"
+    baseline: str | None = None  # encoder that low-shot curves are drawn relative to
+
+
+@dataclass
+class BenchmarkConfig:
+    encoders: list[EncoderConfig]
+    datasets: list[DatasetConfig]
+    protocols: list[ProtocolConfig]
+    store: str = "./repeval-store"
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    dask_address: str | None = None
+    extract: ExtractSettings = field(default_factory=ExtractSettings)
+    checkpoints: list[CheckpointScan] = field(default_factory=list)
+    reference: ReferenceConfig = field(default_factory=ReferenceConfig)
+    correlation: CorrelationConfig = field(default_factory=CorrelationConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+
+    def check(self, path: str) -> None:
+        for what, items in (("encoders", self.encoders), ("datasets", self.datasets),
+                            ("protocols", self.protocols)):
+            seen: dict[str, int] = {}
+            for i, item in enumerate(items):
+                if item.name in seen:
+                    raise ConfigError(f"{path}.{what}[{i}].name: {item.name!r} repeats {what}[{seen[item.name]}]")
+                seen[item.name] = i
+        datasets = {d.name for d in self.datasets}
+        protocols = {p.name for p in self.protocols}
+        for i, p in enumerate(self.protocols):
+            for j, d in enumerate(p.datasets or []):
+                if d not in datasets:
+                    raise ConfigError(f"{path}.protocols[{i}].datasets[{j}]: unknown dataset {d!r}; "
+                                      f"datasets: {', '.join(sorted(datasets))}")
+        for i, s in enumerate(self.correlation.settings):
+            if s.protocol not in protocols:
+                raise ConfigError(f"{path}.correlation.settings[{i}].protocol: unknown protocol setting "
+                                  f"{s.protocol!r}; protocols: {', '.join(sorted(protocols))}")
+            for j, d in enumerate(s.datasets):
+                if d not in datasets:
+                    raise ConfigError(f"{path}.correlation.settings[{i}].datasets[{j}]: unknown dataset "
+                                      f"{d!r}; datasets: {', '.join(sorted(datasets))}")
+        ref = self.reference
+        if ref.protocol is not None and ref.protocol not in protocols:
+            raise ConfigError(f"{path}.reference.protocol: unknown protocol setting {ref.protocol!r}; "
+                              f"protocols: {', '.join(sorted(protocols))}")
+        if ref.dataset is not None and ref.dataset not in datasets:
+            raise ConfigError(f"{path}.reference.dataset: unknown dataset {ref.dataset!r}; "
+                              f"datasets: {', '.join(sorted(datasets))}")
+        for model, score in ref.scores.items():
+            if not 0.0 <= score <= 1.0:
+                raise ConfigError(f"{path}.reference.scores.{model}: {score} is not a fraction in [0, 1] "
+                                  "(give 0.765, not 76.5)")
+
+    # -- helpers ------------------------------------------------------------------------
+    def protocol_hash(self) -> str:
+        """Changes exactly when some protocol's settings change (drives reruns)."""
+        return stable_hash([to_plain(p) for p in self.protocols], length=16)
+
+    def reference_scores(self, base_dir: str | os.PathLike = ".") -> dict[str, float]:
+        scores = dict(self.reference.scores)
+        if self.reference.csv:
+            path = Path(base_dir) / self.reference.csv
+            with open(path, newline="") as f:
+                for row in csv.DictReader(f):
+                    scores[row["model"]] = float(row["score"])
+        return scores
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_plain(self)
+
+
+def load_config(source: str | os.PathLike | dict) -> BenchmarkConfig:
+    """Load and validate a benchmark config from a YAML file or a dict."""
+    if isinstance(source, dict):
+        data = source
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return from_plain(BenchmarkConfig, data, "config")

@@ -1,0 +1,47 @@
+"""Registry of dataset adapters, after timm's ``register_model`` / ``create_model``."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pipeline.errors import ConfigError, unknown_name
+
+_ADAPTERS: dict[str, type] = {}
+T = TypeVar("T", bound=type)
+
+
+def register_dataset(name: str) -> Callable[[T], T]:
+    """Class decorator adding an adapter under ``name``; a duplicate name warns and replaces."""
+
+    def decorate(cls: T) -> T:
+        if name in _ADAPTERS:
+            warnings.warn(
+                f"Overwriting dataset adapter {name!r} already in registry", UserWarning, stacklevel=2
+            )
+        cls.adapter = name
+        _ADAPTERS[name] = cls
+        return cls
+
+    return decorate
+
+
+def list_datasets() -> list[str]:
+    """Names of the registered dataset adapters, sorted."""
+    return sorted(_ADAPTERS)
+
+
+def make_dataset(adapter: str, name: str | None = None, **params: Any) -> Any:
+    """Build the adapter registered as ``adapter``; ``name`` is the store key (default per adapter)."""
+    if adapter not in _ADAPTERS:
+        raise unknown_name("dataset adapter", adapter, _ADAPTERS)
+    cls = _ADAPTERS[adapter]
+    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "name")]
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise ConfigError(
+            f"Dataset adapter {adapter!r} got unknown parameter(s) {unknown}; valid: {', '.join(accepted)}"
+        )
+    return cls(name=name, **params)

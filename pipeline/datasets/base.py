@@ -1,0 +1,147 @@
+"""The dataset adapter interface and helpers shared by the adapters."""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from PIL import Image
+
+from pipeline.errors import CorruptImageError, DatasetError, unknown_name
+from pipeline.names import validate_name
+
+IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".ppm", ".tif", ".tiff", ".webp")
+_HASH_BLOCK = 1 << 20
+
+
+class DatasetAdapter(ABC):
+    """A labelled dataset with named splits, in a fixed, sorted sample order.
+
+    Subclasses set ``class_names`` and ``splits`` in ``__init__`` and implement ``labels``,
+    ``sample_ids``, ``fingerprint`` and ``describe``; image datasets implement
+    ``load_image``, precomputed ones set ``has_images = False`` and implement ``features``.
+    Instances must stay picklable (DataLoader workers receive them).
+    """
+
+    adapter: ClassVar[str] = ""  # set by @register_dataset
+    version: ClassVar[str] = "1"  # bump when the content of a generated dataset changes
+    has_images: ClassVar[bool] = True
+
+    def __init__(self, name: str, mean_per_class: bool = False) -> None:
+        self.name = validate_name(name, "dataset name")
+        self.mean_per_class = bool(mean_per_class)
+        self.class_names: list[str] = []
+        self.splits: tuple[str, ...] = ()
+
+    def check_split(self, split: str) -> str:
+        """Return ``split`` if this dataset has it, else raise an error listing the splits."""
+        if split not in self.splits:
+            raise unknown_name(f"split of dataset {self.name!r}", split, self.splits)
+        return split
+
+    def num_samples(self, split: str) -> int:
+        """Number of (usable) samples in ``split``."""
+        return len(self.labels(split))
+
+    @abstractmethod
+    def labels(self, split: str) -> np.ndarray:
+        """Class indices (int64) in sample order."""
+
+    @abstractmethod
+    def sample_ids(self, split: str) -> list[str]:
+        """Stable string ids in sample order (relative path or index)."""
+
+    @abstractmethod
+    def fingerprint(self, split: str) -> str:
+        """Content hash of the split: data, labels, class names and order."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """JSON-able parameters for provenance."""
+
+    def load_image(self, split: str, i: int) -> Image.Image:
+        """Sample ``i`` of ``split`` as an RGB image."""
+        raise DatasetError(f"Dataset {self.name!r} ({self.adapter}) holds precomputed features, not images")
+
+    def features(self, split: str) -> np.ndarray:
+        """Precomputed features (n, d) of ``split``."""
+        raise DatasetError(f"Dataset {self.name!r} ({self.adapter}) holds images, not precomputed features")
+
+    def skipped(self, split: str) -> list[str]:
+        """Ids of samples dropped because they could not be read."""
+        self.check_split(split)
+        return []
+
+    def _base_description(self) -> dict[str, Any]:
+        return {
+            "adapter": self.adapter,
+            "version": self.version,
+            "name": self.name,
+            "class_names": list(self.class_names),
+            "splits": list(self.splits),
+            "mean_per_class": self.mean_per_class,
+        }
+
+    def __repr__(self) -> str:
+        kind = type(self).__name__
+        return f"{kind}(name={self.name!r}, splits={self.splits}, classes={len(self.class_names)})"
+
+
+class Hasher:
+    """SHA-256 with typed, length-delimited updates, so fields cannot run into each other."""
+
+    def __init__(self, kind: str) -> None:
+        self._h = hashlib.sha256()
+        self.text(kind)
+
+    def text(self, value: str) -> Hasher:
+        data = value.encode()
+        self._h.update(len(data).to_bytes(8, "little") + data)
+        return self
+
+    def texts(self, values: list[str]) -> Hasher:
+        self.text(str(len(values)))
+        for v in values:
+            self.text(v)
+        return self
+
+    def array(self, arr: np.ndarray) -> Hasher:
+        arr = np.ascontiguousarray(arr)
+        self.text(f"{arr.dtype.str}{arr.shape}")
+        self._h.update(memoryview(arr.reshape(-1).view(np.uint8)))
+        return self
+
+    def file(self, path: Path) -> Hasher:
+        """Stream the file's bytes (bounded memory)."""
+        self.text(str(path.stat().st_size))
+        with open(path, "rb") as fh:
+            while block := fh.read(_HASH_BLOCK):
+                self._h.update(block)
+        return self
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+def validate_splits(splits: list[str] | tuple[str, ...], dataset: str) -> tuple[str, ...]:
+    """Split names become store keys: validate each, refuse duplicates and an empty list."""
+    if not splits:
+        raise DatasetError(f"Dataset {dataset!r} has no splits")
+    for split in splits:
+        validate_name(split, f"split name of dataset {dataset!r}")
+    if len(set(splits)) != len(splits):
+        raise DatasetError(f"Dataset {dataset!r} has duplicate split names: {list(splits)}")
+    return tuple(splits)
+
+
+def open_rgb(path: Path) -> Image.Image:
+    """Decode an image file fully as RGB, or raise CorruptImageError naming the file."""
+    try:
+        with Image.open(path) as img:
+            img.load()  # decode now: a truncated file fails here, not later in a worker
+            return img.convert("RGB")
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        raise CorruptImageError(f"Cannot decode image {str(path)!r}: {exc}") from exc

@@ -1,0 +1,309 @@
+"""Low-shot sweep: accuracy against train images per class (PROTOCOLS.md section 7).
+
+ImageNet-CoG / Goyal et al. 2019: for each N (images per class), draw N train images of
+every class without replacement, fit the preprocessing and the probe on that sample only,
+and score top-1 accuracy (a fraction) on the whole test split; repeat with ``n_seeds``
+samples and report the mean and the population standard deviation (ddof = 0, ``np.std``)
+over them, with every per-seed value kept.
+
+Seeds: the sample for (N, repetition s) comes from ``numpy.random.default_rng([seed, N, s])``,
+so it does not depend on which other N are swept. ``"all"`` uses the whole train split:
+there is nothing to resample, so it is fitted once (its std is 0 and it has one per-seed
+value).
+
+A class with fewer than N train images cannot give N shots. Using fewer would silently
+change the protocol, so by default it raises, naming the classes and the largest feasible
+N; ``on_insufficient="skip"`` drops that N instead and records the reason in
+``LowShotResult.skipped``.
+
+Default probe: the ridge probe with an unpenalised bias and lambda chosen by exact
+leave-one-out over ``DEFAULT_ALPHAS`` (no labels spent on validation, which 1 or 2 shots
+cannot afford). ``probe="logistic"`` uses LogisticProbe; its validation split needs
+several images per class, so for very few shots give it a fixed ``C`` without ``Cs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import ConfigError, DataValidationError, unknown_name
+from pipeline.protocols._validation import check_labels, check_train_test
+from pipeline.protocols.logistic import LogisticProbe
+from pipeline.protocols.ridge import DEFAULT_ALPHAS, RidgeProbe
+from pipeline.protocols.transforms import make_transform
+
+ALL = "all"
+DEFAULT_SHOTS: tuple[int | str, ...] = (1, 2, 4, 8, 16, 32, 64, 128, ALL)
+ON_INSUFFICIENT = ("raise", "skip")
+
+#: Low-shot probes and their defaults (overridden by ``probe_params``).
+PROBES: dict[str, tuple[type, dict[str, Any]]] = {
+    "ridge": (RidgeProbe, {"alphas": DEFAULT_ALPHAS, "fit_intercept": True}),
+    "logistic": (LogisticProbe, {}),
+}
+# Fitted attributes copied into each run's record when the probe has them.
+_DIAGNOSTICS = ("alpha_", "C_", "converged_")
+
+__all__ = [
+    "DEFAULT_SHOTS",
+    "LowShotResult",
+    "LowShotRun",
+    "PROBES",
+    "lowshot_curve",
+    "relative_to_baseline",
+]
+
+
+@dataclass(frozen=True)
+class LowShotRun:
+    """One fitted sample: N shots (or "all"), repetition index, test accuracy."""
+
+    shots: int | str
+    repetition: int
+    accuracy: float
+    n_train: int
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LowShotResult:
+    """Mean, std (ddof = 0) and per-seed test accuracies (fractions) for each N evaluated.
+
+    ``shots`` lists the N actually evaluated, in the order asked; ``skipped`` maps each N
+    that was not (``on_insufficient="skip"``) to the reason.
+    """
+
+    shots: tuple[int | str, ...]
+    mean: dict[int | str, float]
+    std: dict[int | str, float]
+    per_seed: dict[int | str, tuple[float, ...]]
+    runs: tuple[LowShotRun, ...]
+    skipped: dict[int | str, str]
+    probe: str
+    transform: str
+    transform_params: dict[str, Any]
+    probe_params: dict[str, Any]
+    n_seeds: int
+    seed: int
+    n_classes: int
+    n_test: int
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """One flat record per evaluated N (for the results ledger)."""
+        return [
+            {
+                "shots": s,
+                "mean": self.mean[s],
+                "std": self.std[s],
+                "per_seed": list(self.per_seed[s]),
+                "probe": self.probe,
+                "transform": self.transform,
+                "probe_params": self.probe_params,
+                "transform_params": self.transform_params,
+                "n_seeds": self.n_seeds,
+                "seed": self.seed,
+            }
+            for s in self.shots
+        ]
+
+
+def _check_shots(shots: Sequence[int | str]) -> tuple[int | str, ...]:
+    if isinstance(shots, (str, int)):
+        shots = (shots,)
+    out: list[int | str] = []
+    for s in shots:
+        ok_int = isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 1
+        if not (ok_int or s == ALL):
+            raise DataValidationError(
+                f"shots must be integers >= 1 or {ALL!r}, got {s!r} in {list(shots)!r}"
+            )
+        out.append(int(s) if ok_int else ALL)
+    if not out:
+        raise DataValidationError("shots is empty: give at least one N (e.g. (1, 2, 4, 'all'))")
+    dup = sorted({str(s) for s in out if out.count(s) > 1})
+    if dup:
+        raise DataValidationError(f"shots must be distinct; repeated: {dup}")
+    return tuple(out)
+
+
+def _make_probe(probe: str, probe_params: Mapping[str, Any] | None, random_state: int) -> Any:
+    if probe not in PROBES:
+        raise unknown_name("low-shot probe", probe, PROBES)
+    cls, defaults = PROBES[probe]
+    params = {**defaults, **dict(probe_params or {})}
+    valid = cls().get_params()
+    bad = sorted(set(params) - set(valid))
+    if bad:
+        raise ConfigError(
+            f"probe_params {bad} are not parameters of the {probe!r} probe ({cls.__name__}); "
+            f"valid: {sorted(valid)}"
+        )
+    if "random_state" in valid and "random_state" not in dict(probe_params or {}):
+        params["random_state"] = random_state
+    return cls(**params)
+
+
+def _sample_per_class(
+    labels: np.ndarray, classes: np.ndarray, n: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Sorted indices of ``n`` rows of every class, drawn without replacement."""
+    perm = rng.permutation(labels.size)
+    by_class = perm[np.argsort(labels[perm], kind="stable")]  # random order within each class
+    starts = np.searchsorted(labels[by_class], classes, side="left")
+    take = (starts[:, None] + np.arange(n)[None, :]).ravel()
+    return np.sort(by_class[take])
+
+
+def _fit_score(
+    X_tr: np.ndarray,
+    y_tr: np.ndarray,
+    X_te: np.ndarray,
+    y_te: np.ndarray,
+    transform: str,
+    transform_params: Mapping[str, Any] | None,
+    probe: str,
+    probe_params: Mapping[str, Any] | None,
+    random_state: int,
+) -> tuple[float, dict[str, Any]]:
+    tf = make_transform(transform, **dict(transform_params or {}))
+    Z_tr = tf.fit_transform(X_tr)
+    model = _make_probe(probe, probe_params, random_state).fit(Z_tr, y_tr)
+    pred = model.predict(tf.transform(X_te))
+    diag = {a.rstrip("_"): _plain(getattr(model, a)) for a in _DIAGNOSTICS if hasattr(model, a)}
+    return float(np.mean(pred == y_te)), diag
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def lowshot_curve(
+    X_train: Any,
+    y_train: Any,
+    X_test: Any,
+    y_test: Any,
+    shots: Sequence[int | str] = DEFAULT_SHOTS,
+    n_seeds: int = 5,
+    probe: str = "ridge",
+    transform: str = "l2",
+    seed: int = 0,
+    probe_params: Mapping[str, Any] | None = None,
+    on_insufficient: str = "raise",
+    transform_params: Mapping[str, Any] | None = None,
+) -> LowShotResult:
+    """Test accuracy of ``probe`` fitted on N train images per class, for each N in ``shots``.
+
+    ``transform`` (a name of ``make_transform``, with ``transform_params``, e.g.
+    ``{"eps": 1e-6}`` for whiten on fewer samples than features) is fitted on each sample,
+    like the probe.
+    ``probe_params`` override the probe's defaults (ridge: ``alphas=DEFAULT_ALPHAS``,
+    ``fit_intercept=True``). An N larger than some class's train count raises
+    DataValidationError, or with ``on_insufficient="skip"`` is skipped and recorded.
+    """
+    if on_insufficient not in ON_INSUFFICIENT:
+        raise DataValidationError(
+            f"on_insufficient must be one of {list(ON_INSUFFICIENT)}, got {on_insufficient!r}"
+        )
+    if isinstance(n_seeds, bool) or not isinstance(n_seeds, (int, np.integer)) or n_seeds < 1:
+        raise DataValidationError(f"n_seeds must be an integer >= 1, got {n_seeds!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise DataValidationError(f"seed must be an integer >= 0, got {seed!r}")
+    shots = _check_shots(shots)
+    X_tr, y_tr, X_te = check_train_test(X_train, y_train, X_test)
+    y_te = check_labels(y_test, n_samples=X_te.shape[0], name="y_test")
+    _make_probe(probe, probe_params, 0)  # unknown probe or parameter: fail before any fit
+    try:
+        make_transform(transform, **dict(transform_params or {}))
+    except TypeError as exc:
+        raise ConfigError(
+            f"transform_params {dict(transform_params or {})!r} do not fit transform {transform!r}: {exc}"
+        ) from None
+
+    classes, counts = np.unique(y_tr, return_counts=True)
+    skipped: dict[int | str, str] = {}
+    for s in shots:
+        if s == ALL or s <= counts.min():
+            continue
+        short = classes[counts < s]
+        reason = (
+            f"{s} shots per class need {s} train images in every class, but {short.size} of "
+            f"{classes.size} classes have fewer: {short[:20].tolist()} (smallest: class "
+            f"{classes[counts.argmin()]} with {counts.min()} images). At most {counts.min()} shots "
+            "are possible here"
+        )
+        if on_insufficient == "raise":
+            raise DataValidationError(
+                f"{reason}; drop {s} from shots or pass on_insufficient='skip' to skip it and record why."
+            )
+        skipped[s] = reason
+    evaluated = tuple(s for s in shots if s not in skipped)
+    if not evaluated:
+        raise DataValidationError(f"no N in shots {list(shots)} is feasible: {'; '.join(skipped.values())}")
+
+    runs: list[LowShotRun] = []
+    per_seed: dict[int | str, tuple[float, ...]] = {}
+    for s in evaluated:
+        accs = []
+        for rep in range(1 if s == ALL else n_seeds):
+            if s == ALL:
+                idx = np.arange(y_tr.size)
+            else:
+                idx = _sample_per_class(y_tr, classes, s, np.random.default_rng([seed, s, rep]))
+            acc, diag = _fit_score(
+                X_tr[idx], y_tr[idx], X_te, y_te, transform, transform_params, probe, probe_params, seed + rep
+            )
+            accs.append(acc)
+            runs.append(LowShotRun(shots=s, repetition=rep, accuracy=acc, n_train=idx.size, diagnostics=diag))
+        per_seed[s] = tuple(accs)
+    return LowShotResult(
+        shots=evaluated,
+        mean={s: float(np.mean(v)) for s, v in per_seed.items()},
+        std={s: float(np.std(v)) for s, v in per_seed.items()},
+        per_seed=per_seed,
+        runs=tuple(runs),
+        skipped=skipped,
+        probe=probe,
+        transform=transform,
+        transform_params=dict(transform_params or {}),
+        probe_params=dict(probe_params or {}),
+        n_seeds=int(n_seeds),
+        seed=int(seed),
+        n_classes=int(classes.size),
+        n_test=int(y_te.size),
+    )
+
+
+def relative_to_baseline(result: LowShotResult, baseline: LowShotResult) -> dict[int | str, float]:
+    """Mean accuracy minus the baseline's, per N (ImageNet-CoG's relative curves).
+
+    Both must come from the same protocol (probe, transform and their parameters) on the
+    same test split size, and the baseline must have every N of ``result``.
+    """
+    mine = (result.probe, result.transform, result.probe_params, result.transform_params)
+    theirs = (baseline.probe, baseline.transform, baseline.probe_params, baseline.transform_params)
+    if not (mine[:2] == theirs[:2] and all(_same_params(a, b) for a, b in zip(mine[2:], theirs[2:]))):
+        raise DataValidationError(
+            "result and baseline used different protocols: (probe, transform, probe_params, "
+            f"transform_params) {mine!r} vs {theirs!r}; a relative curve needs the same protocol"
+        )
+    if result.n_test != baseline.n_test or result.n_classes != baseline.n_classes:
+        raise DataValidationError(
+            f"result has {result.n_test} test images and {result.n_classes} classes, the "
+            f"baseline {baseline.n_test} and {baseline.n_classes}: not the same dataset"
+        )
+    missing = [s for s in result.shots if s not in baseline.mean]
+    if missing:
+        raise DataValidationError(
+            f"the baseline has no result for shots {missing}; it has {list(baseline.shots)}"
+        )
+    return {s: result.mean[s] - baseline.mean[s] for s in result.shots}
+
+
+def _same_params(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    if set(a) != set(b):
+        return False
+    return all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in a)

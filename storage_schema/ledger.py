@@ -1,0 +1,106 @@
+"""Results ledger: one immutable JSON record per evaluated cell.
+
+A cell is (the feature arrays it read, protocol name, hash of the protocol's full
+settings, protocol code version). Its id is a hash of exactly that, so a changed setting
+is a new cell and an unchanged one is found again without recomputation. Records are
+created with an exclusive create: never overwritten, never torn, and two processes that
+evaluate the same cell at once keep one record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pipeline.errors import ArrayNotFoundError, ConfigError
+from storage_schema.backend import SIDE
+from storage_schema.provenance import canonical_json, now_iso, stable_hash
+
+LEDGER = f"{SIDE}/ledger"
+EXPORT_FORMATS = ("table", "csv", "parquet", "json")
+
+
+def config_hash(settings: Mapping[str, Any]) -> str:
+    return stable_hash(dict(settings), length=16)
+
+
+def cell_id(feature_fingerprints: Mapping[str, str], protocol: str, settings: Mapping[str, Any],
+            protocol_version: int | str) -> str:
+    """Content key of a cell: what it read and exactly how it was evaluated."""
+    return stable_hash(
+        {"features": dict(feature_fingerprints), "protocol": protocol,
+         "settings": config_hash(settings), "version": str(protocol_version)}
+    )
+
+
+class Ledger:
+    """The results of a store, read and appended by any number of processes."""
+
+    def __init__(self, store):
+        self.store = store
+        self.backend = store.backend
+
+    def _key(self, cid: str) -> str:
+        return f"{LEDGER}/{cid[:2]}/{cid}.json"
+
+    def has(self, cid: str) -> bool:
+        return self.backend.exists(self._key(cid))
+
+    def get(self, cid: str) -> dict[str, Any]:
+        raw = self.backend.read(self._key(cid))
+        if raw is None:
+            raise ArrayNotFoundError(f"no ledger record {cid!r} in store {self.store.url!r}")
+        return json.loads(raw)
+
+    def put(self, record: Mapping[str, Any]) -> bool:
+        """Add a record (must carry ``cell_id``); False if that cell was already recorded."""
+        self.store._check_writable()
+        if "cell_id" not in record:
+            raise ConfigError("a ledger record needs a 'cell_id'")
+        body = {**record, "recorded": record.get("recorded", now_iso())}
+        return self.backend.create_exclusive(self._key(body["cell_id"]), canonical_json(body).encode())
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for shard in self.backend.list(LEDGER, dirs_only=True):
+            for name in self.backend.list(f"{LEDGER}/{shard}"):
+                if name.endswith(".json"):
+                    raw = self.backend.read(f"{LEDGER}/{shard}/{name}")
+                    if raw is not None:
+                        yield json.loads(raw)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def to_frame(self):
+        """One row per cell; scalar metrics as ``metric.<name>`` columns."""
+        import pandas as pd
+
+        rows = []
+        for rec in self:
+            row = {k: v for k, v in rec.items() if not isinstance(v, (dict, list))}
+            for name, value in (rec.get("metrics") or {}).items():
+                if isinstance(value, (int, float, str, bool)) or value is None:
+                    row[f"metric.{name}"] = value
+            for name, value in (rec.get("diagnostics") or {}).items():
+                if isinstance(value, (int, float, str, bool)) or value is None:
+                    row[f"diag.{name}"] = value
+            row["settings"] = canonical_json(rec.get("settings", {}))
+            rows.append(row)
+        frame = pd.DataFrame(rows)
+        if not frame.empty:
+            order = [c for c in ("model", "dataset", "layer", "protocol", "setting") if c in frame]
+            frame = frame.sort_values(order + ["cell_id"]).reset_index(drop=True)
+        return frame
+
+    def export(self, path: str, fmt: str) -> None:
+        if fmt not in ("csv", "parquet", "json"):
+            raise ConfigError(f"export format {fmt!r} is not supported; choose csv, parquet or json")
+        frame = self.to_frame()
+        if fmt == "csv":
+            frame.to_csv(path, index=False)
+        elif fmt == "parquet":
+            frame.to_parquet(path, index=False)
+        else:
+            with open(path, "w") as f:
+                json.dump(list(self), f, indent=1, default=str)

@@ -1,0 +1,244 @@
+"""Checkpoint reading, fingerprints and strict encoder loading from local files."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import timm
+import torch
+from safetensors.torch import save_file
+
+from pipeline.checkpoints import CHECKPOINT_EXTENSIONS, load_state_dict, weights_fingerprint
+from pipeline.encoders import EncoderSpec, load_encoder
+from pipeline.errors import CheckpointError, UnsafeCheckpointError
+
+ARCH = "mobilenetv3_small_050"  # ~0.6 M backbone parameters: fast to save and load
+SIZE = 32
+
+
+def _model(num_classes: int = 0, seed: int = 1) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return timm.create_model(ARCH, pretrained=False, num_classes=num_classes).eval()
+
+
+@pytest.fixture(scope="module")
+def source() -> torch.nn.Module:
+    """A backbone whose weights differ from the encoder's own seeded init."""
+    model = _model(seed=123)
+    with torch.no_grad():  # make BN statistics non-trivial so a missed buffer would show
+        for name, buf in model.named_buffers():
+            if name.endswith("running_mean"):
+                buf.uniform_(-0.1, 0.1)
+    return model
+
+
+@pytest.fixture(scope="module")
+def batch() -> torch.Tensor:
+    return torch.randn(3, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture(scope="module")
+def files(source: torch.nn.Module, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One checkpoint of the same weights in each supported layout."""
+    root = tmp_path_factory.mktemp("ckpts")
+    sd = {k: v.clone() for k, v in source.state_dict().items()}
+    out = {
+        "safetensors": root / "plain.safetensors",
+        "pth": root / "plain.pth",
+        "pt_state_dict": root / "nested_sd.pt",
+        "bin_model": root / "nested_model.bin",
+        "module_prefix": root / "ddp.pth",
+    }
+    save_file(sd, out["safetensors"])
+    torch.save(sd, out["pth"])
+    torch.save({"state_dict": sd, "epoch": 7}, out["pt_state_dict"])
+    torch.save({"model": sd, "optimizer": {"lr": 0.1}, "epoch": 7}, out["bin_model"])
+    torch.save({"state_dict": {f"module.{k}": v for k, v in sd.items()}}, out["module_prefix"])
+    return out
+
+
+def test_every_layout_reads_the_same_tensors(source: torch.nn.Module, files: dict[str, Path]) -> None:
+    expected = source.state_dict()
+    for path in files.values():
+        sd = load_state_dict(path)
+        assert sorted(sd) == sorted(expected), path.name
+        for k, v in expected.items():
+            assert torch.equal(sd[k], v), (path.name, k)
+
+
+def test_every_layout_gives_identical_features(
+    source: torch.nn.Module, files: dict[str, Path], batch: torch.Tensor
+) -> None:
+    with torch.no_grad():
+        reference = source.forward_head(source.forward_features(batch), pre_logits=True).numpy()
+    fingerprints = set()
+    for path in files.values():
+        enc = load_encoder(EncoderSpec("ckpt", ARCH, weights=str(path), input_size=SIZE), device="cpu")
+        out = enc.forward(batch)["pre_logits"]
+        np.testing.assert_allclose(out, reference, rtol=1e-5, atol=1e-6, err_msg=path.name)
+        fingerprints.add(enc.weights_fingerprint)
+    assert len(fingerprints) == 1
+    assert fingerprints == {weights_fingerprint(source)}
+
+
+def test_fingerprint_ignores_file_name_and_mtime(files: dict[str, Path], tmp_path: Path) -> None:
+    original = files["safetensors"]
+    copy = tmp_path / "renamed_copy.safetensors"
+    shutil.copyfile(original, copy)
+    os.utime(copy, (1_000_000, 1_000_000))
+    assert weights_fingerprint(load_state_dict(copy)) == weights_fingerprint(load_state_dict(original))
+
+
+def test_fingerprint_changes_with_one_element(source: torch.nn.Module) -> None:
+    sd = {k: v.clone() for k, v in source.state_dict().items()}
+    before = weights_fingerprint(sd)
+    name = sorted(k for k in sd if sd[k].is_floating_point())[5]
+    sd[name].view(-1)[0] += 1e-3
+    assert weights_fingerprint(sd) != before
+    # Same bytes under another dtype, shape or name are different weights too.
+    t = torch.arange(6, dtype=torch.float32)
+    base = weights_fingerprint({"a": t})
+    assert weights_fingerprint({"a": t.reshape(2, 3)}) != base
+    assert weights_fingerprint({"b": t}) != base
+    assert weights_fingerprint({"a": t.view(torch.int32)}) != base
+    assert weights_fingerprint({"a": t.clone()}) == base
+    assert weights_fingerprint({"a": t.to(torch.bfloat16)}) != base  # bfloat16 is hashable
+
+
+def test_fingerprint_of_model_equals_its_state_dict(source: torch.nn.Module) -> None:
+    assert weights_fingerprint(source) == weights_fingerprint(source.state_dict())
+
+
+def test_missing_and_unexpected_keys_are_listed(source: torch.nn.Module, tmp_path: Path) -> None:
+    sd = dict(source.state_dict())
+    dropped = "conv_stem.weight"
+    del sd[dropped]
+    sd["extra_adapter.weight"] = torch.zeros(3)
+    path = tmp_path / "bad_keys.safetensors"
+    save_file(sd, path)
+    with pytest.raises(CheckpointError) as info:
+        load_encoder(EncoderSpec("bad", ARCH, weights=str(path)), device="cpu")
+    msg = str(info.value)
+    assert dropped in msg and "extra_adapter.weight" in msg
+    assert "1 missing keys" in msg and "1 unexpected keys" in msg
+
+
+def test_shape_mismatch_is_listed(source: torch.nn.Module, tmp_path: Path) -> None:
+    sd = dict(source.state_dict())
+    sd["conv_stem.weight"] = torch.zeros(1, 3, 3, 3)
+    path = tmp_path / "bad_shape.safetensors"
+    save_file(sd, path)
+    with pytest.raises(CheckpointError, match=r"conv_stem\.weight \(checkpoint \(1, 3, 3, 3\)"):
+        load_encoder(EncoderSpec("bad", ARCH, weights=str(path)), device="cpu")
+
+
+def test_long_key_lists_are_truncated_with_counts(tmp_path: Path) -> None:
+    path = tmp_path / "empty_ish.safetensors"
+    save_file({"unrelated.weight": torch.zeros(1)}, path)
+    with pytest.raises(CheckpointError, match=r"\d+ missing keys: .*\(\d+ more\)"):
+        load_encoder(EncoderSpec("bad", ARCH, weights=str(path)), device="cpu")
+
+
+def test_other_prefix_needs_strip_prefixes(source: torch.nn.Module, tmp_path: Path, batch: torch.Tensor) -> None:
+    path = tmp_path / "detector.pth"
+    torch.save({f"backbone.{k}": v for k, v in source.state_dict().items()}, path)
+    with pytest.raises(CheckpointError, match="strip_prefixes"):
+        load_encoder(EncoderSpec("bb", ARCH, weights=str(path)), device="cpu")
+    spec = EncoderSpec("bb", ARCH, weights=str(path), strip_prefixes=("module.", "backbone."))
+    assert load_encoder(spec, device="cpu").weights_fingerprint == weights_fingerprint(source)
+
+
+def test_prefix_is_stripped_only_when_every_key_has_it(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.safetensors"
+    save_file({"module.a": torch.zeros(1), "b": torch.ones(1)}, path)
+    assert sorted(load_state_dict(path)) == ["b", "module.a"]
+
+
+@pytest.mark.parametrize("num_classes", [0, 5, 1000])
+def test_checkpoint_with_any_head_loads(num_classes: int, tmp_path: Path, batch: torch.Tensor) -> None:
+    model = _model(num_classes=num_classes, seed=9)
+    path = tmp_path / f"head{num_classes}.safetensors"
+    save_file(model.state_dict(), path)
+    enc = load_encoder(EncoderSpec("h", ARCH, weights=str(path), input_size=SIZE), device="cpu")
+    with torch.no_grad():
+        expected = model.forward_head(model.forward_features(batch), pre_logits=True).numpy()
+    np.testing.assert_allclose(enc.forward(batch)["pre_logits"], expected, rtol=1e-5, atol=1e-6)
+    # The head never reaches the encoder, so its size does not change the fingerprint.
+    backbone = {k: v for k, v in model.state_dict().items() if not k.startswith("classifier.")}
+    assert enc.weights_fingerprint == weights_fingerprint(backbone)
+
+
+class _Payload:
+    """Pickles to a call of os.system: what a malicious checkpoint does."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+@pytest.mark.parametrize("writer", ["torch_save", "raw_pickle"])
+def test_pickle_with_code_is_refused(writer: str, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    path = tmp_path / ("evil.pth" if writer == "torch_save" else "evil.pt")
+    obj = {"state_dict": {"w": torch.zeros(1)}, "hook": _Payload(marker)}
+    if writer == "torch_save":
+        torch.save(obj, path)
+    else:
+        with open(path, "wb") as fh:
+            pickle.dump(obj, fh)
+    with pytest.raises(UnsafeCheckpointError) as info:
+        load_state_dict(path)
+    assert not marker.exists()
+    msg = str(info.value)
+    assert path.name in msg and "safetensors" in msg and "state dict" in msg
+    with pytest.raises(UnsafeCheckpointError):
+        load_encoder(EncoderSpec("evil", ARCH, weights=str(path)), device="cpu")
+    assert not marker.exists()
+
+
+def test_payload_is_live_so_the_refusal_test_means_something(tmp_path: Path) -> None:
+    marker = tmp_path / "control"
+    pickle.loads(pickle.dumps(_Payload(marker)))  # an ordinary unpickler runs it
+    assert marker.exists()
+
+
+def test_unknown_extension_lists_valid_ones(tmp_path: Path) -> None:
+    path = tmp_path / "weights.ckpt"
+    path.write_bytes(b"x")
+    with pytest.raises(CheckpointError) as info:
+        load_state_dict(path)
+    for ext in CHECKPOINT_EXTENSIONS:
+        assert ext in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_state_dict(tmp_path / "nope.safetensors")
+    with pytest.raises(CheckpointError, match="nope.pth"):
+        load_encoder(EncoderSpec("m", ARCH, weights=str(tmp_path / "nope.pth")), device="cpu")
+
+
+def test_corrupt_files_and_non_tensor_entries(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(b"\x00" * 5)
+    with pytest.raises(CheckpointError, match="broken.safetensors"):
+        load_state_dict(broken)
+    truncated = tmp_path / "truncated.pth"
+    truncated.write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(CheckpointError, match="truncated.pth"):
+        load_state_dict(truncated)
+    odd = tmp_path / "odd.pth"
+    torch.save({"w": torch.zeros(1), "note": "hello"}, odd)
+    with pytest.raises(CheckpointError, match="not named tensors"):
+        load_state_dict(odd)

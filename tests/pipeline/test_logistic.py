@@ -1,0 +1,180 @@
+"""LogisticProbe: sklearn's objective and optimum, convergence reporting, C selection."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedShuffleSplit
+
+from pipeline.errors import ConfigError, DataValidationError
+from pipeline.protocols.logistic import DEFAULT_CS, LogisticProbe
+
+
+def _data(n=400, d=12, k=4, seed=0, spread=0.8):
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((k, d)) * spread
+    y = np.arange(n) % k
+    rng.shuffle(y)
+    return centres[y] + rng.standard_normal((n, d)), y
+
+
+def _gradient(X, y, coef, intercept, C):
+    """Gradient of mean CE + ||W||^2 / (2 C n), written out in numpy (float64)."""
+    n = X.shape[0]
+    Z = X @ coef.T + intercept
+    P = np.exp(Z - Z.max(axis=1, keepdims=True))
+    P /= P.sum(axis=1, keepdims=True)
+    P[np.arange(n), y] -= 1.0
+    return np.hstack([P.T @ X / n + coef / (C * n), P.sum(axis=0)[:, None] / n])
+
+
+def test_default_cs_grid():
+    assert DEFAULT_CS.shape == (45,)
+    lam = np.sort(1.0 / DEFAULT_CS)
+    np.testing.assert_allclose(lam[[0, -1]], [1e-6, 1e5])
+    np.testing.assert_allclose(np.diff(np.log10(lam)), 11 / 44)
+
+
+@pytest.mark.parametrize("C", [0.01, 1.0, 100.0])
+def test_matches_sklearn_multinomial(C):
+    X, y = _data()
+    ours = LogisticProbe(C=C, tol=1e-10).fit(X, y)
+    ref = LogisticRegression(C=C, tol=1e-10, max_iter=10_000).fit(X, y)
+    assert ours.converged_
+    # our optimum is at least as tight as asked, checked independently in float64
+    assert np.abs(_gradient(X, y, ours.coef_, ours.intercept_, C)).max() <= 1e-10
+    # sklearn stops on its ftol (relative decrease 64 eps) near 1e-7: compare at that level
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=5e-6 * max(1.0, np.abs(ref.coef_).max()))
+    np.testing.assert_allclose(
+        ours.intercept_ - ours.intercept_.mean(), ref.intercept_ - ref.intercept_.mean(), atol=5e-5
+    )
+    np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
+    np.testing.assert_allclose(ours.predict_proba(X), ref.predict_proba(X), atol=1e-6)
+
+
+def test_default_tolerance_is_sklearns_criterion():
+    X, y = _data(seed=3)
+    ours = LogisticProbe(C=0.5).fit(X, y)  # tol = 1e-4, as sklearn
+    assert ours.converged_
+    assert np.abs(_gradient(X, y, ours.coef_, ours.intercept_, 0.5)).max() <= 1e-4
+    ref = LogisticRegression(C=0.5).fit(X, y)
+    assert (ours.predict(X) == ref.predict(X)).mean() >= 0.99
+
+
+def test_binary_is_sklearn_binomial_at_twice_c():
+    X, y = _data(k=2)
+    ours = LogisticProbe(C=0.3, tol=1e-10).fit(X, y)
+    ref = LogisticRegression(C=0.6, tol=1e-10, max_iter=10_000).fit(X, y)
+    dec = ours.decision_function(X)
+    assert dec.shape == (X.shape[0],)
+    np.testing.assert_allclose(dec, ref.decision_function(X), atol=1e-5)
+    np.testing.assert_allclose(ours.predict_proba(X)[:, 1], 1 / (1 + np.exp(-dec)), rtol=1e-12)
+    np.testing.assert_array_equal(ours.predict(X), (dec > 0).astype(int))
+
+
+def test_float32_input_reaches_float64_tolerance():
+    X, y = _data(seed=4)
+    ours = LogisticProbe(C=1.0, tol=1e-8).fit(X.astype(np.float32), y)
+    assert ours.converged_ and ours.coef_.dtype == np.float64
+    assert np.abs(_gradient(X.astype(np.float32).astype(np.float64), y, ours.coef_, ours.intercept_, 1.0)).max() <= 1e-8
+
+
+def test_iteration_limit_is_reported_not_hidden():
+    X, y = _data(seed=1)
+    X = X * 10.0 ** np.linspace(-2, 3, X.shape[1])  # badly scaled features
+    with pytest.warns(ConvergenceWarning, match=r"stopped before max\|grad\| <= tol.*max_iter"):
+        probe = LogisticProbe(C=1.0, max_iter=3).fit(X, y)
+    assert probe.converged_ is False
+    assert probe.n_iter_[0] == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        assert LogisticProbe(C=1.0).fit(*_data(seed=1)).converged_ is True
+
+
+def test_grid_selects_on_validation_split_then_refits_on_all_train():
+    X, y = _data(n=300, d=10, k=3, seed=2, spread=0.5)
+    Cs = np.logspace(-4, 2, 7)
+    probe = LogisticProbe(Cs=Cs, val_fraction=0.25, random_state=7, tol=1e-8).fit(X, y)
+    np.testing.assert_allclose(probe.Cs_, Cs)
+    assert probe.val_scores_.shape == (7,) and probe.grid_n_iter_.shape == (7,)
+    # the first maximum along ascending C: ties go to the stronger penalty
+    assert probe.C_ == Cs[int(np.argmax(probe.val_scores_))]
+    # each validation score is that of a cold fit on the train part, scored on the val part
+    tr, va = next(StratifiedShuffleSplit(1, test_size=0.25, random_state=7).split(X, y))
+    for C, score in zip(Cs, probe.val_scores_):
+        cold = LogisticProbe(C=C, tol=1e-10).fit(X[tr], y[tr])
+        assert score == pytest.approx((cold.predict(X[va]) == y[va]).mean(), abs=1.5 / len(va))
+    # the final model is the C_ fit on all of the train data
+    refit = LogisticProbe(C=probe.C_, tol=1e-10).fit(X, y)
+    np.testing.assert_allclose(probe.coef_, refit.coef_, atol=1e-5)
+    assert probe.converged_
+
+
+def test_grid_validation_depends_on_seed_only():
+    X, y = _data(n=200, d=6, k=3, seed=5, spread=0.4)
+    a = LogisticProbe(Cs=[0.01, 1.0], random_state=1).fit(X, y)
+    b = LogisticProbe(Cs=[0.01, 1.0], random_state=1).fit(X, y)
+    np.testing.assert_array_equal(a.val_scores_, b.val_scores_)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+
+
+def test_default_grid_runs_and_ties_prefer_strong_penalty():
+    X, y = _data(n=200, d=5, k=3, seed=6, spread=2.0)  # easy: accuracy plateaus
+    probe = LogisticProbe(Cs="default").fit(X, y)
+    assert probe.val_scores_.shape == (45,)
+    best = probe.val_scores_.max()
+    assert probe.C_ == probe.Cs_[np.flatnonzero(probe.val_scores_ == best)[0]]
+    assert probe.converged_
+
+
+def test_labels_are_mapped():
+    X, y = _data(k=3)
+    probe = LogisticProbe().fit(X, y * 7 - 2)
+    np.testing.assert_array_equal(probe.classes_, [-2, 5, 12])
+    assert set(np.unique(probe.predict(X))) <= {-2, 5, 12}
+
+
+def test_bad_input_errors():
+    X, y = _data(n=60)
+    X_bad = X.copy()
+    X_bad[10, 3] = np.inf
+    with pytest.raises(DataValidationError, match=r"0 NaN and 1 inf .*\(10, 3\)"):
+        LogisticProbe().fit(X_bad, y)
+    with pytest.raises(ValueError, match="59 labels, but X has 60 samples"):
+        LogisticProbe().fit(X, y[1:])
+    with pytest.raises(ValueError, match="1 class"):
+        LogisticProbe().fit(X, np.ones(60))
+    with pytest.raises(ValueError, match="Unknown label type"):
+        LogisticProbe().fit(X, np.linspace(0, 1, 60))
+    probe = LogisticProbe().fit(X, y)
+    with pytest.raises(ValueError, match="X has 11 features, but LogisticProbe is expecting 12 features"):
+        probe.predict_proba(X[:, :11])
+    y_rare = y.copy()
+    y_rare[0] = 9  # a class with one sample cannot be stratified
+    with pytest.raises(DataValidationError, match=r"stratified 0.2 validation split .*\(smallest class: 1 samples\)"):
+        LogisticProbe(Cs=[1.0, 10.0]).fit(X, y_rare)
+    with pytest.raises(ConfigError, match="Cs must be"):
+        LogisticProbe(Cs=[1.0, -1.0]).fit(X, y)
+    with pytest.raises(ConfigError, match="not a torch device"):
+        LogisticProbe(device="tpu:9").fit(X, y)
+
+
+def test_explicit_cpu_device():
+    X, y = _data(n=80)
+    a = LogisticProbe(device="cpu", tol=1e-8).fit(X, y)
+    b = LogisticProbe(device=torch.device("cpu"), tol=1e-8).fit(X, y)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_matches_cpu():
+    X, y = _data()
+    cpu = LogisticProbe(Cs=[0.1, 1.0], tol=1e-8).fit(X, y)
+    gpu = LogisticProbe(Cs=[0.1, 1.0], tol=1e-8, device="cuda").fit(X, y)
+    assert gpu.C_ == cpu.C_
+    np.testing.assert_allclose(gpu.coef_, cpu.coef_, atol=1e-6)
