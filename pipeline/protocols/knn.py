@@ -20,7 +20,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from pipeline.errors import DataValidationError
+from pipeline.errors import ConfigError, DataValidationError, unknown_name
 from pipeline.protocols._validation import (
     check_features,
     check_labels,
@@ -41,9 +41,9 @@ _SCORE_BUDGET = 2**24
 
 def _check_metric_weights(metric: str, weights: str) -> None:
     if metric not in METRICS:
-        raise DataValidationError(f"Unknown metric {metric!r}; valid choices: {', '.join(METRICS)}")
+        raise unknown_name("metric", metric, METRICS)
     if weights not in METRICS[metric]:
-        raise DataValidationError(
+        raise ConfigError(
             f"weights={weights!r} is not defined for metric={metric!r}; valid weights for "
             f"{metric!r}: {', '.join(METRICS[metric])} ('exp' weights exp(s / tau) need "
             "cosine similarities s)"
@@ -97,9 +97,9 @@ def topk_blocks(
     (the store keeps raw features). Arithmetic is in the inputs' common float dtype.
     """
     if metric not in METRICS:
-        raise DataValidationError(f"Unknown metric {metric!r}; valid choices: {', '.join(METRICS)}")
+        raise unknown_name("metric", metric, METRICS)
     if not isinstance(k, Integral) or k < 1:
-        raise DataValidationError(f"k must be a positive integer, got {k!r}")
+        raise ConfigError(f"k must be a positive integer, got {k!r}")
     query = check_features(query, "query")
     if metric == "cosine":
         query = l2_normalize(query, "query")
@@ -156,15 +156,15 @@ def knn_class_weights(
     cosine similarities); ``uniform``: neighbour counts.
     """
     if weights not in ("exp", "uniform"):
-        raise DataValidationError(f"Unknown weights {weights!r}; valid choices: exp, uniform")
+        raise unknown_name("weights", weights, ("exp", "uniform"))
     labels = np.asarray(y_train)[indices]  # (m, k)
     if weights == "exp":
         if not temperature > 0:
-            raise DataValidationError(f"temperature must be > 0, got {temperature!r}")
+            raise ConfigError(f"temperature must be > 0, got {temperature!r}")
         with np.errstate(over="ignore"):
             w = np.exp(np.asarray(scores, dtype=np.float64) / temperature)
         if not np.isfinite(w).all():
-            raise DataValidationError(
+            raise ConfigError(
                 f"exp(s / temperature) overflows float64 for temperature={temperature} "
                 f"(max score {float(np.max(scores)):.4g}); use temperature >= 0.0015"
             )

@@ -9,13 +9,15 @@ gradient = gradient).
 
 Speed. The work is two (n x d) @ (d x K) products per L-BFGS iteration: the logits of the
 search direction, and the gradient at the accepted point. The line search moves along
-Z + t Zd without further products, so extra trial steps cost only O(n K). Along the C
-grid the L-BFGS memory is kept: the loss part of each curvature pair does not depend on C
-and the penalty part is corrected exactly (y_i += delta_reg * s_i), so each fit starts
-with a good inverse-Hessian model, and its first step is a path-following predictor.
-Products run in float32 on the grid (the elementwise softmax, the iterate and the memory
-stay float64, so the line search sees a smooth objective); the reported model's fit is
-finished and its tolerance checked in float64.
+Z + t Zd without further products, so extra trial steps cost only O(n K). The initial
+inverse Hessian is (c_k G + reg I)^-1 per class, G = [X, 1]^T [X, 1] / n (one (d+1)^2
+eigendecomposition), which removes the offsets, scales and correlations of raw features
+that otherwise cost L-BFGS most of its iterations. Along the C grid the iterate, its
+gradient and the L-BFGS memory are carried over: the loss part of each curvature pair
+does not depend on C and the penalty part is corrected exactly (y_i += delta_reg * s_i),
+so each fit's first step is a path-following predictor and costs no extra product.
+Grid fits run in float32 (products and softmax; sums, iterate and memory in float64);
+the reported model's fit is finished, and its tolerance checked, in float64.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
@@ -43,7 +44,7 @@ __all__ = ["DEFAULT_CS", "LogisticProbe"]
 #: The grid of PROTOCOLS.md: lambda = 1 / C, 45 values log-spaced 1e-6 .. 1e5 (C ascending).
 DEFAULT_CS: np.ndarray = 1.0 / np.logspace(5, -6, 45)
 
-_HISTORY = 20  # L-BFGS pairs; applying them is O(m K d), negligible next to a product
+_HISTORY = 20  # L-BFGS pairs; applying them is O(m K d), small next to a product
 _RESYNC = 50  # recompute the logits from the iterate every so many steps (bounds drift)
 _C1, _C2, _MAX_LS = 1e-4, 0.9, 30  # strong Wolfe constants and trial budget
 
@@ -62,12 +63,14 @@ class _Preconditioner:
         evals, self.V = torch.linalg.eigh(G)
         self.evals = evals.clamp_min(0.0)
         self.inv = torch.ones(1, dtype=torch.float64, device=H.device)
+        self.version = 0
 
     def update(self, P: torch.Tensor, reg: float) -> None:
         """Curvature weights c_k from the softmax P at the current iterate."""
         c = (P * (1.0 - P)).mean(dim=0, dtype=torch.float64).clamp_min(1e-8)
         floor = 1e-10 * float(c.max()) * float(self.evals[-1])  # null directions of G
         self.inv = 1.0 / (c[:, None] * self.evals[None, :] + reg + floor)
+        self.version += 1
 
     def __call__(self, q: torch.Tensor) -> torch.Tensor:
         return ((q @ self.V) * self.inv) @ self.V.T
@@ -82,6 +85,7 @@ class _Memory:
         self.buf: torch.Tensor | None = None  # rows [0, m): s_i, rows [m, 2m): y_i
         self.rho = np.zeros(size)  # 1 / s_i^T y_i
         self.order: list[int] = []  # slots, oldest first
+        self._yMy: tuple = (None, 0.0)  # cached y^T M^-1 y of the newest pair
 
     def __len__(self) -> int:
         return len(self.order)
@@ -134,8 +138,12 @@ class _Memory:
             alphas.append(a)
         r = precond(q.view(shape)).ravel()
         if self.order:  # gamma: the newest pair's curvature in the M metric
-            y = self.buf[m + self.order[-1]]
-            r *= 1.0 / (self.rho[self.order[-1]] * float(torch.dot(y, precond(y.view(shape)).ravel())))
+            newest = self.order[-1]
+            key = (newest, float(self.rho[newest]), precond.version)
+            if self._yMy[0] != key:  # one application per new pair or preconditioner
+                y = self.buf[m + newest]
+                self._yMy = (key, float(torch.dot(y, precond(y.view(shape)).ravel())))
+            r *= 1.0 / (self.rho[newest] * self._yMy[1])
         for j, a in zip(self.order, reversed(alphas)):
             r += (a - self.rho[j] * float(torch.dot(self.buf[m + j], r))) * self.buf[j]
         return -r.view(shape)
@@ -153,7 +161,8 @@ class _Problem:
     H: torch.Tensor  # (n, d + 1) augmented features [X, 1], float32 or float64
     y: torch.Tensor  # (n,) class indices
     reg: float  # 1 / (C n)
-    _copies: dict = field(default_factory=dict)  # other precision, preconditioner: lazily
+    precond: _Preconditioner | None = None  # built from H when first needed
+    _copies: dict = field(default_factory=dict)  # H in the other precision, when needed
 
     def matrix(self, fast: bool) -> torch.Tensor:
         dtype = torch.float32 if fast else torch.float64
@@ -164,9 +173,9 @@ class _Problem:
         return self._copies[dtype]
 
     def preconditioner(self) -> _Preconditioner:
-        if "precond" not in self._copies:
-            self._copies["precond"] = _Preconditioner(self.H)
-        return self._copies["precond"]
+        if self.precond is None:
+            self.precond = _Preconditioner(self.H)
+        return self.precond
 
     def logits(self, theta: torch.Tensor, fast: bool) -> torch.Tensor:
         H = self.matrix(fast)
@@ -458,7 +467,8 @@ class LogisticProbe(ClassifierMixin, BaseEstimator):
         # Final model on all of the train data, from the selected grid solution. The kept
         # curvature pairs came from 80 % of the data: a preconditioner only, the
         # convergence test is on the float64 gradient of the full objective.
-        final = _Problem(H, yi, reg=1.0 / (C * H.shape[0]))
+        # 80 % of the data estimate G well enough to precondition the final fit
+        final = _Problem(H, yi, reg=1.0 / (C * H.shape[0]), precond=None if grid is None else problem.precond)
         memory.shift_penalty(final.reg - reg_from, mask)
         state, it, status = self._minimize(final, _State.at(final, theta, fast=True), memory, final=True)
         theta = state.theta

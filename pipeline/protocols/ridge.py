@@ -34,7 +34,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
-from pipeline.errors import DataValidationError
+from pipeline.errors import ConfigError
 from pipeline.protocols._validation import check_labels, check_min_classes, validate_features
 
 __all__ = ["DEFAULT_ALPHAS", "RidgeProbe", "one_vs_rest_targets", "ridge_spectrum",
@@ -178,7 +178,7 @@ class RidgeProbe(ClassifierMixin, BaseEstimator):
         grid = np.asarray(self.alphas, dtype=np.float64).ravel()
         bad = ~np.isfinite(grid) | (grid < 0)
         if grid.size == 0 or bad.any():
-            raise DataValidationError(
+            raise ConfigError(
                 f"alphas must be a non-empty array of finite values >= 0; got {grid.size} "
                 f"value(s), {int(bad.sum())} invalid (e.g. {grid[bad][:3].tolist()})"
             )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from sklearn.neighbors import KNeighborsClassifier
 
-from pipeline.errors import DataValidationError
+from pipeline.errors import ConfigError, DataValidationError
 from pipeline.protocols.knn import (
     KNNClassifier,
     knn_class_weights,
@@ -14,6 +15,15 @@ from pipeline.protocols.knn import (
     topk_blocks,
 )
 from pipeline.protocols.transforms import Whiten
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    # Tiny problems: on a shared 2-core runner torch's thread pool only adds wake-up latency.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def _data(n=300, m=80, d=8, k=4, seed=0):
@@ -163,8 +173,12 @@ def test_bad_input_errors():
     X, y, Xt = _data(n=30)
     with pytest.raises(ValueError, match="n_neighbors=31 is larger than the 30 train samples"):
         KNNClassifier(31).fit(X, y)
-    with pytest.raises(ValueError, match="weights='exp' is not defined for metric='euclidean'"):
+    with pytest.raises(ConfigError, match="weights='exp' is not defined for metric='euclidean'"):
         KNNClassifier(metric="euclidean").fit(X, y)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        knn_class_weights(np.ones((1, 2)), np.zeros((1, 2), int), y, 4, "exp", 0.0)
+    with pytest.raises(ValueError, match="overflows float64 for temperature=0.001"):
+        knn_class_weights(np.ones((1, 2)), np.zeros((1, 2), int), y, 4, "exp", 0.001)
     X_bad = X.copy()
     X_bad[[2, 5, 9], 0] = np.nan
     with pytest.raises(DataValidationError, match=r"3 NaN and 0 inf .*\(2, 0\), \(5, 0\), \(9, 0\)"):
@@ -190,5 +204,5 @@ def test_bad_input_errors():
         topk_blocks(Xt, [(X[:8], 0), (X[8:, :5], 8)], 3, "cosine")
     with pytest.raises(DataValidationError, match=r"NaN or infinity in 1 row\(s\), first at row\(s\) 12"):
         topk_blocks(Xt, [(X[:10], 0), (np.vstack([X[10:12], X_bad[9:10]]), 10)], 3, "euclidean")
-    with pytest.raises(DataValidationError, match="Unknown metric 'manhattan'; valid choices: cosine, euclidean"):
+    with pytest.raises(ValueError, match="Unknown metric 'manhattan'. Valid choices: cosine, euclidean"):
         topk_blocks(Xt, [(X, 0)], 3, "manhattan")

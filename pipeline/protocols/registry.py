@@ -1,0 +1,136 @@
+"""Protocols by name: each entry turns (train, test[, val]) features into metrics.
+
+Like timm's model registry and big_vision's evaluators: ``@register_protocol`` adds an
+entry, ``get_protocol`` fails with the valid names, and tests run over every entry. An
+entry declares its default settings (PROTOCOLS.md's numbers) and a version; the results
+ledger keys a cell by (features, protocol, hash of the full settings, version), so bump
+``version`` whenever an entry's numbers would change for the same settings.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import ConfigError, unknown_name
+
+Blocks = Callable[[], Iterable[tuple[np.ndarray, int]]]
+
+
+@dataclass(frozen=True)
+class EvalData:
+    """The arrays of one cell. ``train_blocks`` streams the train features in row blocks
+    (k-NN uses it so memory does not grow with the train set); ``X_train`` may then be
+    None and is loaded only by protocols that need it whole."""
+
+    y_train: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+    n_classes: int
+    X_train: np.ndarray | None = None
+    train_blocks: Blocks | None = None
+    X_val: np.ndarray | None = None
+    y_val: np.ndarray | None = None
+    mean_per_class: bool = False
+
+    def train(self) -> np.ndarray:
+        if self.X_train is not None:
+            return self.X_train
+        if self.train_blocks is None:
+            raise ConfigError("EvalData needs X_train or train_blocks")
+        return np.concatenate([b for b, _ in sorted(self.train_blocks(), key=lambda t: t[1])])
+
+
+@dataclass
+class ProtocolResult:
+    metrics: dict[str, Any]
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str
+    version: int
+    defaults: Mapping[str, Any]
+    run: Callable[[EvalData, Mapping[str, Any]], ProtocolResult]
+    description: str
+    choices: Mapping[str, tuple] = field(default_factory=dict)  # settings with a closed set of values
+
+    def __call__(self, data: EvalData, settings: Mapping[str, Any] | None = None) -> ProtocolResult:
+        full = resolve_settings(self.name, settings or {})
+        started = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = self.run(data, full)
+        result.warnings.extend(sorted({f"{w.category.__name__}: {w.message}" for w in caught}))
+        result.seconds = time.perf_counter() - started
+        return result
+
+
+_REGISTRY: dict[str, Protocol] = {}
+
+
+def register_protocol(name: str, version: int, defaults: Mapping[str, Any], description: str,
+                      choices: Mapping[str, tuple] | None = None):
+    def wrap(fn: Callable[[EvalData, Mapping[str, Any]], ProtocolResult]):
+        if name in _REGISTRY:
+            warnings.warn(f"protocol {name!r} registered twice; the later one wins", stacklevel=2)
+        _REGISTRY[name] = Protocol(name, version, dict(defaults), fn, description, dict(choices or {}))
+        return fn
+
+    return wrap
+
+
+def list_protocols() -> list[str]:
+    _load_builtins()
+    return sorted(_REGISTRY)
+
+
+def get_protocol(name: str) -> Protocol:
+    _load_builtins()
+    if name not in _REGISTRY:
+        raise unknown_name("protocol", name, _REGISTRY)
+    return _REGISTRY[name]
+
+
+def _type_ok(default: Any, value: Any) -> bool:
+    if default is None or value is None:
+        return True  # None defaults accept any type the protocol then validates
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, (int, float)):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple)) or (isinstance(value, str) and value == "default")
+    return isinstance(value, type(default)) or (isinstance(default, str) and isinstance(value, (list, tuple)))
+
+
+def resolve_settings(name: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The protocol's defaults overlaid with ``settings``; unknown names and wrong types fail."""
+    proto = get_protocol(name)
+    if not isinstance(settings, Mapping):
+        raise ConfigError(f"settings of protocol {name!r} must be a mapping, got {settings!r}")
+    unknown = sorted(set(settings) - set(proto.defaults))
+    if unknown:
+        raise ConfigError(f"settings.{unknown[0]}: unknown setting of protocol {name!r}; "
+                          f"valid settings: {', '.join(proto.defaults)}")
+    full = {**proto.defaults, **settings}
+    for key, value in settings.items():
+        if not _type_ok(proto.defaults[key], value):
+            raise ConfigError(f"settings.{key}: {value!r} has the wrong type for protocol {name!r} "
+                              f"(default {proto.defaults[key]!r})")
+        if key in proto.choices and value not in proto.choices[key]:
+            raise ConfigError(f"settings.{key}: {value!r} is not one of {', '.join(map(repr, proto.choices[key]))} "
+                              f"(protocol {name!r})")
+    return full
+
+
+def _load_builtins() -> None:
+    from pipeline.protocols import builtin  # noqa: F401  (registers on import)
