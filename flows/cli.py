@@ -98,6 +98,83 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from flows.runtime import prepare_environment
+
+    prepare_environment()
+    from flows.benchmark import run_benchmark
+    from jobs.config import load_config
+    from jobs.plan import check_plan
+
+    cfg = load_config(args.config)
+    check_plan(cfg)  # bad config: fail before starting Prefect or Dask
+    summary = run_benchmark(cfg, dask_address=args.dask_address)
+    if args.json:
+        print(json.dumps({k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}, default=str))
+    else:
+        print(f"extracted {summary['extracted']} of {summary['units']} encoder/dataset splits "
+              f"({summary['images']} images), evaluated {summary['computed']} of {summary['cells']} cells "
+              f"({summary['cached']} from the ledger) in {summary['seconds']:.1f} s")
+        print(f"report: {summary['report']}")
+    return 0
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    from storage_schema import FeatureStore
+    from storage_schema.ledger import EXPORT_FORMATS, Ledger
+
+    if args.format not in EXPORT_FORMATS:
+        raise RepevalError(f"--format {args.format!r} is not one of {', '.join(EXPORT_FORMATS)}")
+    ledger = Ledger(FeatureStore(_store_of(args), read_only=True))
+    if args.format == "table":
+        frame = ledger.to_frame()
+        cols = [c for c in ("model", "dataset", "layer", "setting", "metric.score", "metric.top1",
+                            "converged", "cell_id") if c in frame]
+        print(frame[cols].to_string(index=False) if not frame.empty else "the ledger is empty")
+        return 0
+    if not args.output:
+        raise RepevalError(f"--format {args.format} needs --output PATH")
+    ledger.export(args.output, args.format)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from jobs.checkpoint_scan import with_scanned_checkpoints
+    from jobs.config import load_config
+    from jobs.evaluate import cell_identity
+    from jobs.plan import evaluation_cells
+    from jobs.report_inputs import correlate_and_report
+    from storage_schema import FeatureStore
+    from storage_schema.ledger import Ledger
+
+    cfg = with_scanned_checkpoints(load_config(args.config))
+    store = FeatureStore(cfg.store, read_only=True, storage_options=cfg.storage_options or None)
+    ledger = Ledger(store)
+    cells, missing = [], 0
+    for cell in evaluation_cells(cfg):
+        try:
+            cid = cell_identity(store, cell)[0]
+        except RepevalError:  # features not extracted yet
+            missing += 1
+            continue
+        if ledger.has(cid):
+            cells.append((cid, cell.setting))
+        else:
+            missing += 1
+    out = correlate_and_report(store, cfg, cells, path=args.output)
+    print(f"report: {out['report']} ({out['records']} cells; {missing} not evaluated yet)")
+    return 0
+
+
+def _store_of(args: argparse.Namespace) -> str:
+    if getattr(args, "config", None):
+        from jobs.config import load_config
+
+        return load_config(args.config).store
+    return args.store
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="repeval", description="Judge frozen image encoders from a feature store.")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -140,6 +217,23 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--layer", default="pre_logits")
     imp.add_argument("--split", nargs="*")
     imp.set_defaults(func=cmd_import)
+    run = sub.add_parser("run", help="extract, evaluate, correlate and report what a config asks for")
+    run.add_argument("config", help="benchmark config (YAML)")
+    run.add_argument("--dask-address", help="an existing Dask scheduler, e.g. tcp://host:8786")
+    run.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    run.set_defaults(func=cmd_run)
+
+    res = sub.add_parser("results", help="the results ledger as a table, CSV or Parquet")
+    res.add_argument("--store", default=DEFAULT_STORE)
+    res.add_argument("--config", help="take the store from this config")
+    res.add_argument("--format", default="table", help="table, csv, parquet or json")
+    res.add_argument("--output", help="file to write (csv, parquet, json)")
+    res.set_defaults(func=cmd_results)
+
+    rep = sub.add_parser("report", help="write the HTML report of a config from the ledger")
+    rep.add_argument("config")
+    rep.add_argument("--output", help="HTML path (default: the config's report.path)")
+    rep.set_defaults(func=cmd_report)
     return p
 
 

@@ -139,6 +139,8 @@ class CorrelationSetting:
     datasets: list[str]
     metric: str = "top1"
     layer: str = "pre_logits"
+    bounded: bool = True  # a metric in [0, 1] (accuracy, ECE): logit-transformed
+    lower_is_better: bool = False  # e.g. ECE: negated before correlating
 
 
 @dataclass
@@ -155,13 +157,29 @@ class ReportConfig:
 
 
 @dataclass
+class DaskSettings:
+    """Where tasks run: a LocalCluster by default, or an existing scheduler."""
+
+    address: str | None = None  # e.g. tcp://scheduler:8786
+    n_workers: int = 2
+    threads_per_worker: int = 1
+    gpu: str = "auto"  # extraction tasks ask for a GPU worker resource: auto | always | never
+
+    def check(self, path: str) -> None:
+        if self.gpu not in ("auto", "always", "never"):
+            raise ConfigError(f"{path}.gpu: {self.gpu!r} is not one of 'auto', 'always', 'never'")
+        if self.n_workers < 1 or self.threads_per_worker < 1:
+            raise ConfigError(f"{path}: n_workers and threads_per_worker must be >= 1")
+
+
+@dataclass
 class BenchmarkConfig:
     encoders: list[EncoderConfig]
     datasets: list[DatasetConfig]
     protocols: list[ProtocolConfig]
     store: str = "./repeval-store"
     storage_options: dict[str, Any] = field(default_factory=dict)
-    dask_address: str | None = None
+    dask: DaskSettings = field(default_factory=DaskSettings)
     extract: ExtractSettings = field(default_factory=ExtractSettings)
     checkpoints: list[CheckpointScan] = field(default_factory=list)
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
@@ -204,15 +222,29 @@ class BenchmarkConfig:
                                   "(give 0.765, not 76.5)")
 
     # -- helpers ------------------------------------------------------------------------
+    def resolve_paths(self, base: Path) -> None:
+        def local(p: str) -> str:
+            return p if "://" in p or os.path.isabs(p) else str((base / p).resolve())
+
+        self.store = local(self.store)
+        self.report.path = local(self.report.path)
+        if self.reference.csv:
+            self.reference.csv = local(self.reference.csv)
+        for scan in self.checkpoints:
+            scan.path = local(scan.path)
+        for enc in self.encoders:
+            if enc.weights not in ("random", "pretrained") and not enc.weights.startswith("timm:"):
+                enc.weights = local(enc.weights)
+
     def protocol_hash(self) -> str:
         """Changes exactly when some protocol's settings change (drives reruns)."""
         return stable_hash([to_plain(p) for p in self.protocols], length=16)
 
-    def reference_scores(self, base_dir: str | os.PathLike = ".") -> dict[str, float]:
+    def reference_scores(self) -> dict[str, float]:
+        """Given reference scores (config and CSV); measured ones come from the ledger."""
         scores = dict(self.reference.scores)
         if self.reference.csv:
-            path = Path(base_dir) / self.reference.csv
-            with open(path, newline="") as f:
+            with open(self.reference.csv, newline="") as f:
                 for row in csv.DictReader(f):
                     scores[row["model"]] = float(row["score"])
         return scores
@@ -222,9 +254,14 @@ class BenchmarkConfig:
 
 
 def load_config(source: str | os.PathLike | dict) -> BenchmarkConfig:
-    """Load and validate a benchmark config from a YAML file or a dict."""
+    """Load and validate a benchmark config from a YAML file or a dict.
+
+    Relative paths in a file (store, checkpoints, reference csv, report) are taken
+    relative to the file's folder, so a config means the same from any working folder.
+    """
     if isinstance(source, dict):
         data = source
+        base = Path.cwd()
     else:
         path = Path(source)
         if not path.is_file():
@@ -233,4 +270,7 @@ def load_config(source: str | os.PathLike | dict) -> BenchmarkConfig:
             data = yaml.safe_load(path.read_text())
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return from_plain(BenchmarkConfig, data, "config")
+        base = path.resolve().parent
+    cfg = from_plain(BenchmarkConfig, data, "config")
+    cfg.resolve_paths(base)
+    return cfg

@@ -64,12 +64,14 @@ def _block_topk(S: np.ndarray, k: int) -> np.ndarray:
     """Column indices of the k largest scores in each row of S, ties to the lower index.
 
     torch.topk is ~20x faster than np.argpartition but picks arbitrarily among equal
-    scores at the boundary; rows where such a tie exists are redone with a stable sort.
+    scores. Asking for k + 1 shows whether the k-th and (k+1)-th scores are equal, i.e.
+    whether a tie straddles the cut; only such rows are redone with a stable sort.
     """
-    values, idx = torch.topk(torch.from_numpy(S), k, dim=1, largest=True, sorted=False)
-    idx = idx.numpy()
-    threshold = values.min(dim=1).values.numpy()
-    tied = np.flatnonzero((S >= threshold[:, None]).sum(axis=1) > k)
+    if k >= S.shape[1]:
+        return np.broadcast_to(np.arange(S.shape[1]), S.shape).copy()
+    values, idx = torch.topk(torch.from_numpy(S), k + 1, dim=1, largest=True, sorted=True)
+    values, idx = values.numpy(), idx.numpy()[:, :k]
+    tied = np.flatnonzero(values[:, k] == values[:, k - 1])
     if tied.size:
         idx[tied] = np.argsort(-S[tied], axis=1, kind="stable")[:, :k]
     return idx
@@ -86,6 +88,8 @@ def topk_blocks(
     blocks: Iterable[tuple[np.ndarray, int]],
     k: int,
     metric: str = "cosine",
+    *,
+    blocks_normalized: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k nearest train rows of every query row, merged over streamed train blocks.
 
@@ -93,8 +97,11 @@ def topk_blocks(
     ``row_offset`` + the row within the block. Blocks may come in any order and be of any
     size. Returns (scores, indices), each (n_queries, k), best first: cosine similarity
     (descending) for ``cosine``, Euclidean distance (ascending) for ``euclidean``. Equal
-    scores are ordered by train index. Features are L2-normalised here for ``cosine``
-    (the store keeps raw features). Arithmetic is in the inputs' common float dtype.
+    computed scores are ordered by train index (the BLAS may round the same dot product
+    one ulp apart in blocks of different shapes, which then decides instead). Features
+    are L2-normalised here for ``cosine`` (the store keeps raw features) unless
+    ``blocks_normalized`` says the train blocks already are. Arithmetic is in the
+    inputs' common float dtype.
     """
     if metric not in METRICS:
         raise unknown_name("metric", metric, METRICS)
@@ -124,7 +131,7 @@ def topk_blocks(
             )
         dtype = np.result_type(query.dtype, block.dtype, np.float32)
         block = block.astype(dtype, copy=False)
-        if metric == "cosine":
+        if metric == "cosine" and not blocks_normalized:
             block = l2_normalize(block, "train features", row_offset=offset)
         S = _block_scores(query.astype(dtype, copy=False), block, metric)
         kk = min(k, block.shape[0])
@@ -134,7 +141,9 @@ def topk_blocks(
         best_keys, best_idx = (a[:, :k] for a in _sort_best_first(keys, idx))
         n_seen += block.shape[0]
     if n_seen < k:
-        raise DataValidationError(f"k={k} neighbours requested, but the blocks held only {n_seen} train rows")
+        raise DataValidationError(
+            f"k={k} neighbours requested, but the blocks held only {n_seen} train rows"
+        )
     if metric == "euclidean":
         sq_q = np.einsum("ij,ij->i", query, query).astype(best_keys.dtype)
         best_keys = np.sqrt(np.maximum(sq_q[:, None] - best_keys, 0.0))
@@ -237,9 +246,8 @@ class KNNClassifier(ClassifierMixin, BaseEstimator):
                 f"n_neighbors={self.n_neighbors} is larger than the {X.shape[0]} train "
                 f"samples; use n_neighbors <= {X.shape[0]}"
             )
-        if self.metric == "cosine":
-            l2_normalize(X, "X")  # a zero row is an error now, not at predict time
-        self._fit_X = X
+        # cosine: normalised once here (a zero row is an error now, not at predict time)
+        self._fit_X = l2_normalize(X, "X") if self.metric == "cosine" else X
         self._y = np.searchsorted(self.classes_, y)
         return self
 
@@ -253,7 +261,10 @@ class KNNClassifier(ClassifierMixin, BaseEstimator):
         X = validate_features(self, X, reset=False)
         chunk = max(1, _SCORE_BUDGET // min(self.block_size, self._fit_X.shape[0]))
         parts = [
-            topk_blocks(X[i : i + chunk], self._train_blocks(), self.n_neighbors, self.metric)
+            topk_blocks(
+                X[i : i + chunk], self._train_blocks(), self.n_neighbors, self.metric,
+                blocks_normalized=self.metric == "cosine",
+            )
             for i in range(0, X.shape[0], chunk)
         ]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])

@@ -47,6 +47,7 @@ DEFAULT_CS: np.ndarray = 1.0 / np.logspace(5, -6, 45)
 _HISTORY = 20  # L-BFGS pairs; applying them is O(m K d), small next to a product
 _RESYNC = 50  # recompute the logits from the iterate every so many steps (bounds drift)
 _C1, _C2, _MAX_LS = 1e-4, 0.9, 30  # strong Wolfe constants and trial budget
+_STAGNATION = 30  # float32 iterations without a new smallest gradient before float64
 
 
 class _Preconditioner:
@@ -283,9 +284,17 @@ def _lbfgs(
     fast, theta, Z = state.fast, state.theta, state.Z
     precond = problem.preconditioner()
     precond.update(state.P, problem.reg)
+    best, best_it = math.inf, 0
     for it in range(max_iter):
-        if float(state.g.abs().max()) <= tol:
+        g_max = float(state.g.abs().max())
+        if g_max <= tol:
             return it, "converged"
+        if g_max < best:
+            best, best_it = g_max, it
+        elif fast and it - best_it >= _STAGNATION:
+            # float32 round-off of the gradient is near tol (large feature values):
+            # hand over to float64 rather than spin until max_iter
+            return it, "stalled"
         D = memory.direction(state.g, precond)
         df0 = float(torch.sum(state.g * D))
         if not df0 < 0:  # the memory no longer gives a descent direction: restart it
@@ -378,7 +387,9 @@ class LogisticProbe(ClassifierMixin, BaseEstimator):
         except RuntimeError as exc:
             raise ConfigError(f"device={self.device!r} is not a torch device: {exc}") from None
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise ConfigError(f"device={self.device!r} asked for CUDA, but torch.cuda.is_available() is False")
+            raise ConfigError(
+                f"device={self.device!r} asked for CUDA, but torch.cuda.is_available() is False"
+            )
         return device
 
     def _grid(self) -> np.ndarray | None:
@@ -402,7 +413,9 @@ class LogisticProbe(ClassifierMixin, BaseEstimator):
                 "for low-shot data."
             ) from None
 
-    def _minimize(self, problem: _Problem, state: _State, memory: _Memory, final: bool) -> tuple[_State, int, str]:
+    def _minimize(
+        self, problem: _Problem, state: _State, memory: _Memory, final: bool
+    ) -> tuple[_State, int, str]:
         """float32 products to tol, then (final fit, or a float32 stall) float64 ones until
         max|grad| <= tol holds in float64; both stages share the max_iter budget."""
         if state.reg != problem.reg:
@@ -468,7 +481,9 @@ class LogisticProbe(ClassifierMixin, BaseEstimator):
         # curvature pairs came from 80 % of the data: a preconditioner only, the
         # convergence test is on the float64 gradient of the full objective.
         # 80 % of the data estimate G well enough to precondition the final fit
-        final = _Problem(H, yi, reg=1.0 / (C * H.shape[0]), precond=None if grid is None else problem.precond)
+        final = _Problem(
+            H, yi, reg=1.0 / (C * H.shape[0]), precond=None if grid is None else problem.precond
+        )
         memory.shift_penalty(final.reg - reg_from, mask)
         state, it, status = self._minimize(final, _State.at(final, theta, fast=True), memory, final=True)
         theta = state.theta

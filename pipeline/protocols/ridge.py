@@ -155,7 +155,9 @@ class RidgeProbe(ClassifierMixin, BaseEstimator):
     ----------
     classes_, coef_ (K, d), intercept_ (K,), alpha_, press_ (one per alpha tried, in the
     given order), loo_decision_ (n, K): leave-one-out predictions of the targets at
-    ``alpha_`` (T minus the LOO residuals), n_features_in_.
+    ``alpha_`` (T minus the LOO residuals), n_features_in_. At alpha = 0 with n <= d the
+    fit interpolates and a left-out point has leverage one: its LOO residual, and PRESS,
+    are inf (undefined), never a silent number.
 
     For two classes the two target columns are negatives of each other and
     ``decision_function`` returns the classes_[1] column only, as sklearn does.

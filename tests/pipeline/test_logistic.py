@@ -90,7 +90,8 @@ def test_float32_input_reaches_float64_tolerance():
     X, y = _data(seed=4)
     ours = LogisticProbe(C=1.0, tol=1e-8).fit(X.astype(np.float32), y)
     assert ours.converged_ and ours.coef_.dtype == np.float64
-    assert np.abs(_gradient(X.astype(np.float32).astype(np.float64), y, ours.coef_, ours.intercept_, 1.0)).max() <= 1e-8
+    X32 = X.astype(np.float32).astype(np.float64)
+    assert np.abs(_gradient(X32, y, ours.coef_, ours.intercept_, 1.0)).max() <= 1e-8
 
 
 def test_iteration_limit_is_reported_not_hidden():
@@ -165,7 +166,8 @@ def test_bad_input_errors():
         probe.predict_proba(X[:, :11])
     y_rare = y.copy()
     y_rare[0] = 9  # a class with one sample cannot be stratified
-    with pytest.raises(DataValidationError, match=r"stratified 0.2 validation split .*\(smallest class: 1 samples\)"):
+    rare = r"stratified 0.2 validation split .*\(smallest class: 1 samples\)"
+    with pytest.raises(DataValidationError, match=rare):
         LogisticProbe(Cs=[1.0, 10.0]).fit(X, y_rare)
     with pytest.raises(ConfigError, match="Cs must be"):
         LogisticProbe(Cs=[1.0, -1.0]).fit(X, y)

@@ -162,7 +162,8 @@ def test_bad_input_errors():
         RidgeProbe().fit(X, y[:-1])
     with pytest.raises(ValueError, match="1 class"):
         RidgeProbe().fit(X, np.zeros(30))
-    with pytest.raises(ValueError, match=r"Unknown label type.*30 of 30 values are not integers \(first \d\.5 at index 0"):
+    fractional = r"Unknown label type.*30 of 30 values are not integers \(first \d\.5 at index 0"
+    with pytest.raises(ValueError, match=fractional):
         RidgeProbe().fit(X, y + 0.5)
     with pytest.raises(ValueError, match="Unknown label type"):
         RidgeProbe().fit(X, np.array(["a", "b"] * 15))

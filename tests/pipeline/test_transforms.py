@@ -110,5 +110,6 @@ def test_make_transform_registry():
     assert isinstance(make_transform("l2"), L2Normalize)
     assert make_transform("whiten", eps=0.5).eps == 0.5
     assert make_transform("whiten") is not make_transform("whiten")
-    with pytest.raises(UnknownNameError, match=r"Unknown transform 'whitten'.*Did you mean: whiten.*Valid choices: l2, none, standardize, whiten"):
+    listed = r"Unknown transform 'whitten'.*Did you mean: whiten.*Valid choices: l2, none, standardize, whiten"
+    with pytest.raises(UnknownNameError, match=listed):
         make_transform("whitten")

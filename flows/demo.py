@@ -1,0 +1,111 @@
+"""`make demo`: the main job on embedded defaults, from nothing to an HTML report.
+
+1. trains checkpoints of two architectures for a few steps on a source task (textures
+   drawn with another seed), so encoders differ in quality; their source-task accuracy
+   is the reference score;
+2. writes a benchmark config: those checkpoints (found by a checkpoint-folder scan) plus
+   random-init timm encoders, datasets `digits` and `textures`, every protocol;
+3. runs the benchmark flow (Prefect + a local Dask cluster + the Zarr store) and prints
+   where the report is. Running it again reuses the store: nothing is recomputed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from flows.runtime import prepare_environment
+
+prepare_environment()
+
+import yaml  # noqa: E402
+
+OUT = Path(os.environ.get("REPEVAL_DEMO_DIR", "demo-out")).resolve()
+SOURCE = {"adapter": "textures", "params": {"seed": 12345, "n_per_class": {"train": 300, "test": 100}}}
+TRAINING = {"resnet18": [20, 60, 150], "mobilenetv3_small_050": [40, 150]}
+INPUT_SIZE = 32
+
+
+def demo_config() -> dict:
+    return {
+        "store": str(OUT / "store"),
+        "dask": {"n_workers": 2, "threads_per_worker": 1},
+        "extract": {"batch_size": 64, "chunk_batches": 4},
+        "encoders": [
+            {"name": "resnet18-random", "arch": "resnet18", "input_size": INPUT_SIZE, "seed": 0,
+             "layers": ["pre_logits", "block3"]},
+            {"name": "vit-tiny-random", "arch": "vit_tiny_patch16_224", "input_size": INPUT_SIZE, "seed": 0},
+        ],
+        "checkpoints": [
+            {"path": str(OUT / "checkpoints"), "arch": arch, "pattern": f"{arch}-step*.safetensors",
+             "input_size": INPUT_SIZE, "layers": ["pre_logits", "block3"] if arch == "resnet18" else ["pre_logits"]}
+            for arch in TRAINING
+        ],
+        "datasets": [
+            {"name": "digits", "adapter": "digits"},
+            {"name": "textures", "adapter": "textures", "params": {"n_per_class": {"train": 200, "test": 100}}},
+        ],
+        "protocols": [
+            {"name": "linear", "protocol": "logistic"},
+            {"name": "ridge-loo", "protocol": "ridge"},
+            {"name": "knn20", "protocol": "knn", "settings": {"n_neighbors": 20}},
+            {"name": "knn200", "protocol": "knn", "settings": {"n_neighbors": 200}},
+            {"name": "knn5-euclid", "protocol": "knn",
+             "settings": {"n_neighbors": 5, "metric": "euclidean", "weights": "uniform"}},
+            {"name": "fewshot-5way-5shot", "protocol": "fewshot", "settings": {"n_shot": 5}, "datasets": ["digits"]},
+            {"name": "fewshot-5way-20shot", "protocol": "fewshot", "settings": {"n_shot": 20}, "datasets": ["digits"]},
+            {"name": "fewshot-4way-20shot", "protocol": "fewshot", "settings": {"n_way": 4, "n_shot": 20},
+             "datasets": ["textures"]},
+            {"name": "lowshot", "protocol": "lowshot"},
+            {"name": "block3-linear", "protocol": "ridge", "layers": ["block3"]},
+            {"name": "invariance", "protocol": "invariance", "settings": {"max_train": 600},
+             "datasets": ["digits"]},
+        ],
+        "correlation": {"settings": [
+            {"name": "many-shot linear", "protocol": "linear", "datasets": ["digits", "textures"]},
+            {"name": "k-NN", "protocol": "knn20", "datasets": ["digits", "textures"]},
+            {"name": "few-shot", "protocol": "fewshot-5way-20shot", "datasets": ["digits"], "metric": "mean"},
+        ], "bootstrap": 1000},
+        "report": {"path": str(OUT / "report" / "report.html"), "baseline": "resnet18-random"},
+    }
+
+
+def train_sources() -> None:
+    from jobs.source_training import train_checkpoints
+    from pipeline.datasets import make_dataset
+
+    source = make_dataset(SOURCE["adapter"], name="source", **SOURCE["params"])
+    for arch, steps in TRAINING.items():
+        missing = [s for s in steps if not (OUT / "checkpoints" / f"{arch}-step{s:04d}.safetensors").exists()]
+        if not missing:
+            continue
+        print(f"training {arch} on the source task for {max(steps)} steps ...", file=sys.stderr)
+        for ck in train_checkpoints(arch, source, steps, str(OUT / "checkpoints"), input_size=INPUT_SIZE):
+            print(f"  {Path(ck.path).name}: source accuracy {ck.source_accuracy:.3f}", file=sys.stderr)
+
+
+def main() -> int:
+    from flows.benchmark import run_benchmark
+    from jobs.checkpoint_scan import with_scanned_checkpoints
+    from jobs.config import load_config
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    train_sources()
+    config_path = OUT / "demo.yaml"
+    config_path.write_text(yaml.safe_dump(demo_config(), sort_keys=False))
+    cfg = with_scanned_checkpoints(load_config(config_path))
+    summary = run_benchmark(cfg)
+    print(f"encoders: {len(cfg.encoders)}, cells: {summary['cells']} "
+          f"({summary['computed']} computed, {summary['cached']} from the ledger), "
+          f"{summary['images']} images extracted, {summary['seconds']:.0f} s")
+    for name, setting in ((summary.get("correlation") or {}).get("settings") or {}).items():
+        print(f"  {name}: {json.dumps(setting.get('summary', setting), default=str)[:200]}")
+    print(f"config: {config_path}")
+    print(f"report: {summary['report']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
