@@ -26,9 +26,11 @@ log = logging.getLogger("repeval")
 
 def _progress(kind: str, done: int, total: int, started: float, extra: str = "") -> None:
     rate = done / max(time.perf_counter() - started, 1e-9)
-    print(f"\r{kind}: {done}/{total} done ({rate:.1f}/s){extra}   ", end="", file=sys.stderr, flush=True)
-    if done == total:
-        print(file=sys.stderr)
+    line = f"{kind}: {done}/{total} done ({rate:.1f}/s){extra}"
+    if sys.stderr.isatty():  # one updating line on a terminal, one line per step in logs
+        print(f"\r{line}   ", end="\n" if done == total else "", file=sys.stderr, flush=True)
+    else:
+        print(line, file=sys.stderr, flush=True)
 
 
 @flow(name="repeval-benchmark", log_prints=False, validate_parameters=False)
@@ -94,5 +96,5 @@ def run_benchmark(cfg: BenchmarkConfig, dask_address: str | None = None) -> dict
     address = dask_address or cfg.dask.address
     gpu = cfg.dask.gpu == "always" or (cfg.dask.gpu == "auto" and (gpu_count() > 0))
     with prefect_api():
-        runner = task_runner(address, cfg.dask.n_workers, cfg.dask.threads_per_worker)
+        runner = task_runner(address, cfg.dask.n_workers, cfg.dask.threads_per_worker, cfg.dask.processes)
         return benchmark_flow.with_options(task_runner=runner)(config, gpu_resources=gpu)

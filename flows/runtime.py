@@ -28,6 +28,7 @@ def prepare_environment() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_HOME", str(repeval_home() / "prefect"))
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")  # cluster start/stop chatter
 
 
 @contextlib.contextmanager
@@ -72,7 +73,7 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def task_runner(address: str | None, n_workers: int = 2, threads_per_worker: int = 1):
+def task_runner(address: str | None, n_workers: int = 2, threads_per_worker: int = 1, processes: bool = True):
     """prefect-dask's DaskTaskRunner on an existing scheduler or a new LocalCluster.
 
     Local workers declare a ``GPU`` resource when this machine has GPUs, so that
@@ -84,7 +85,7 @@ def task_runner(address: str | None, n_workers: int = 2, threads_per_worker: int
         return DaskTaskRunner(address=address)
     gpus = gpu_count()
     kwargs = {"n_workers": max(n_workers, gpus), "threads_per_worker": threads_per_worker,
-              "processes": True, "dashboard_address": None}
+              "processes": processes, "dashboard_address": None}
     if gpus:
         kwargs["resources"] = {"GPU": 1}
     return DaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=kwargs)

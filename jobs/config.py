@@ -163,6 +163,7 @@ class DaskSettings:
     address: str | None = None  # e.g. tcp://scheduler:8786
     n_workers: int = 2
     threads_per_worker: int = 1
+    processes: bool = True  # worker processes (isolation); False: threads in one process
     gpu: str = "auto"  # extraction tasks ask for a GPU worker resource: auto | always | never
 
     def check(self, path: str) -> None:
