@@ -167,6 +167,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from flows.runtime import prepare_environment
+
+    prepare_environment()
+    from flows.runtime import prefect_api
+    from flows.schedules import serve_schedules
+    from jobs.config import load_config
+    from jobs.plan import check_plan
+
+    path = os.path.abspath(args.config)
+    check_plan(load_config(path))  # refuse a broken config before serving it forever
+    with prefect_api(scheduler=True) as api:
+        print(f"serving schedules for {path} on {api} (Ctrl-C stops)", file=sys.stderr, flush=True)
+        serve_schedules(path, cron=args.cron, interval=args.interval, watch_interval=args.watch_interval)
+    return 0
+
+
 def _store_of(args: argparse.Namespace) -> str:
     if getattr(args, "config", None):
         from jobs.config import load_config
@@ -234,6 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("config")
     rep.add_argument("--output", help="HTML path (default: the config's report.path)")
     rep.set_defaults(func=cmd_report)
+
+    srv = sub.add_parser("serve", help="run the schedules: checkpoint scan (cron) and protocol watch")
+    srv.add_argument("config")
+    srv.add_argument("--cron", default="0 2 * * *", help="checkpoint scan schedule (default: %(default)s)")
+    srv.add_argument("--interval", type=float, help="scan every so many seconds instead of --cron")
+    srv.add_argument("--watch-interval", type=float, default=60.0,
+                     help="seconds between checks for changed protocol settings (default %(default)s)")
+    srv.set_defaults(func=cmd_serve)
     return p
 
 

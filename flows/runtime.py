@@ -32,8 +32,12 @@ def prepare_environment() -> None:
 
 
 @contextlib.contextmanager
-def prefect_api() -> Iterator[str]:
-    """Yield the API URL this run reports to, starting one local API if none is set."""
+def prefect_api(scheduler: bool = False) -> Iterator[str]:
+    """Yield the API URL this run reports to, starting one local API if none is set.
+
+    ``scheduler``: the local API must create scheduled runs (``repeval serve``). Prefect's
+    temporary server runs no background services, so a full local server is started.
+    """
     prepare_environment()
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -46,18 +50,69 @@ def prefect_api() -> Iterator[str]:
         finally:
             _restore("PREFECT_API_URL", previous)
         return
+    Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
+    with (_full_server() if scheduler else _temporary_server()) as url:
+        os.environ["PREFECT_API_URL"] = url
+        try:
+            with temporary_settings(updates={PREFECT_API_URL: url}):
+                yield url
+        finally:
+            os.environ.pop("PREFECT_API_URL", None)
+
+
+@contextlib.contextmanager
+def _temporary_server() -> Iterator[str]:
     from prefect.server.api.server import SubprocessASGIServer
 
-    Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
     server = SubprocessASGIServer()
     server.start()
-    os.environ["PREFECT_API_URL"] = server.api_url
     try:
-        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-            yield server.api_url
+        yield server.api_url
     finally:
-        os.environ.pop("PREFECT_API_URL", None)
         server.stop()
+
+
+@contextlib.contextmanager
+def _full_server(timeout: float = 120.0) -> Iterator[str]:
+    """``prefect server start`` on a free loopback port, with its services (scheduler)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/api"
+    log_path = Path(os.environ["PREFECT_HOME"]) / "server.log"
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port),
+             "--no-ui", "--analytics-off"],
+            stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, "PREFECT_API_URL": ""},
+        )
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"prefect server exited with {proc.returncode}; see {log_path}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"prefect server did not answer within {timeout} s; see {log_path}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def _restore(name: str, value: str | None) -> None:
@@ -85,7 +140,7 @@ def task_runner(address: str | None, n_workers: int = 2, threads_per_worker: int
         return DaskTaskRunner(address=address)
     gpus = gpu_count()
     kwargs = {"n_workers": max(n_workers, gpus), "threads_per_worker": threads_per_worker,
-              "processes": processes, "dashboard_address": None}
+              "processes": processes, "dashboard_address": ":0"}
     if gpus:
         kwargs["resources"] = {"GPU": 1}
     return DaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=kwargs)

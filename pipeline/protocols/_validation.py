@@ -167,11 +167,3 @@ def check_train_test(
         )
     return X_train, y_train, X_test
 
-
-def check_n_features(X: np.ndarray, n_expected: int, owner: str) -> None:
-    """Raise in sklearn's words when ``X`` has another number of columns than fitted."""
-    if X.shape[1] != n_expected:
-        raise DataValidationError(
-            f"X has {X.shape[1]} features, but {owner} is expecting {n_expected} "
-            "features as input"
-        )

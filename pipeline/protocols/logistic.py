@@ -499,8 +499,8 @@ class LogisticProbe(ClassifierMixin, BaseEstimator):
             warnings.warn(
                 f"LogisticProbe: {len(bad)} of {len(statuses)} fit(s) stopped before "
                 f"max|grad| <= tol={self.tol:g} ({', '.join(f'C={c:.3g}: {s}' for c, s in bad[:5])}); "
-                f"converged_ is False. Scale the features (e.g. standardize) or raise "
-                f"max_iter={self.max_iter}.",
+                f"converged_ is False. Scale the features (e.g. standardize), raise "
+                f"max_iter={self.max_iter} or loosen tol.",
                 ConvergenceWarning,
                 stacklevel=2,
             )
