@@ -1,0 +1,1 @@
+"""repeval core: encoders, dataset adapters, protocols and statistics (no store, no orchestration)."""

@@ -7,10 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.errors import DataValidationError
 from pipeline.protocols.calibration import calibration_report
 from pipeline.protocols.fewshot import fewshot_episodes
 from pipeline.protocols.invariance import invariance_audit
-from pipeline.protocols.knn import knn_class_weights, topk_blocks
+from pipeline.protocols.knn import check_metric_weights, knn_class_weights, topk_blocks
 from pipeline.protocols.logistic import LogisticProbe
 from pipeline.protocols.lowshot import lowshot_curve
 from pipeline.protocols.metrics import accuracy_metrics
@@ -93,9 +94,13 @@ def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     "knn", version=1,
     defaults={"n_neighbors": 20, "metric": "cosine", "weights": "exp", "temperature": 0.07},
     choices={"metric": ("cosine", "euclidean"), "weights": ("exp", "uniform")},
+    check=lambda s: check_metric_weights(s["metric"], s["weights"]),
     description="weighted k-NN on cosine similarity (Wu 2018, DINO); streams train blocks",
 )
 def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    if s["n_neighbors"] > len(data.y_train):  # known before a single block is read
+        raise DataValidationError(f"n_neighbors={s['n_neighbors']} is larger than the train set "
+                                  f"({len(data.y_train)} rows)")
     blocks = data.train_blocks() if data.train_blocks is not None else [(data.X_train, 0)]
     scores, idx = topk_blocks(data.X_test, blocks, s["n_neighbors"], s["metric"])
     weights = knn_class_weights(scores, idx, data.y_train, data.n_classes, s["weights"], s["temperature"])
@@ -144,7 +149,7 @@ def _lowshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
 
 @register_protocol(
     "invariance", version=1,
-    defaults={"seed": 0, "max_train": 2000},
+    defaults={"seed": 0, "max_train": 1000, "logistic_tol": 1e-6},
     description="changed predictions under rotation, scale, translation, per-feature and dense maps",
 )
 def _invariance(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
@@ -153,7 +158,8 @@ def _invariance(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         keep = np.sort(np.random.default_rng(s["seed"]).choice(len(y), s["max_train"], replace=False))
         X, y = X[keep], y[keep]
     basis = _train_span(X)
-    audit = invariance_audit(X @ basis, y, data.X_test @ basis, data.y_test, seed=s["seed"])
+    audit = invariance_audit(X @ basis, y, data.X_test @ basis, data.y_test, seed=s["seed"],
+                             logistic_tol=s["logistic_tol"])
     records = audit.to_records()
     violations = audit.violations()
     return ProtocolResult({"records": records, "violations": len(violations)},

@@ -97,13 +97,14 @@ class AuditContext:
     n_train: int
     n_features: int
     gram_scale: float  # ||X_train||_F^2 / d: the mean eigenvalue of H^T H
+    logistic_tol: float = LOGISTIC_TOL  # gradient tolerance of the logistic rows
 
 
 def _logistic_no_bias(context: AuditContext) -> LogisticRegression:
     # LogisticProbe always fits a bias; sklearn's lbfgs minimises the same objective,
     # C * sum CE + 0.5 ||W||^2, without one.
     return LogisticRegression(
-        C=1.0 / context.gram_scale, fit_intercept=False, tol=LOGISTIC_TOL, max_iter=LOGISTIC_MAX_ITER
+        C=1.0 / context.gram_scale, fit_intercept=False, tol=context.logistic_tol, max_iter=LOGISTIC_MAX_ITER
     )
 
 
@@ -128,7 +129,7 @@ AUDIT_PROTOCOLS: Mapping[str, tuple[str, Callable[[AuditContext], Any]]] = Mappi
         ),
         "logistic_bias": (
             "L2 multinomial logistic with unpenalised bias, C = d / ||X||_F^2 (LogisticProbe)",
-            lambda c: LogisticProbe(C=1.0 / c.gram_scale, tol=LOGISTIC_TOL, max_iter=LOGISTIC_MAX_ITER),
+            lambda c: LogisticProbe(C=1.0 / c.gram_scale, tol=c.logistic_tol, max_iter=LOGISTIC_MAX_ITER),
         ),
         "knn_euclidean": (
             "Euclidean 5-NN, uniform vote",
@@ -291,8 +292,12 @@ def invariance_audit(
     protocols: Sequence[str] | Mapping[str, Callable[[AuditContext], Any]] | None = None,
     seed: int = 0,
     maps: Sequence[str] | None = None,
+    logistic_tol: float = LOGISTIC_TOL,
 ) -> InvarianceAudit:
     """Refit each protocol on every mapped copy of the features; count changed test predictions.
+
+    ``logistic_tol``: gradient tolerance of the iterative (logistic) rows; their "yes"
+    cells hold up to it (a test point within that margin of a tie may flip).
 
     ``protocols``: names of ``AUDIT_PROTOCOLS`` (default: all, the rows of section 9), or a
     mapping name -> factory(AuditContext) -> unfitted estimator for custom ones (their
@@ -318,7 +323,7 @@ def invariance_audit(
     gram_scale = float(np.einsum("ij,ij->", X_tr, X_tr) / d)
     if gram_scale == 0.0:
         raise DataValidationError("X_train is all zeros: nothing to audit")
-    context = AuditContext(n_train=n, n_features=d, gram_scale=gram_scale)
+    context = AuditContext(n_train=n, n_features=d, gram_scale=gram_scale, logistic_tol=logistic_tol)
     feature_maps = invariance_maps(d, seed=int(seed), data_scale=float(X_tr.std()))
 
     records = []

@@ -39,7 +39,8 @@ METRICS: dict[str, tuple[str, ...]] = {"cosine": ("exp", "uniform"), "euclidean"
 _SCORE_BUDGET = 2**24
 
 
-def _check_metric_weights(metric: str, weights: str) -> None:
+def check_metric_weights(metric: str, weights: str) -> None:
+    """Refuse a metric/weights pair that has no meaning (exp weights need cosine)."""
     if metric not in METRICS:
         raise unknown_name("metric", metric, METRICS)
     if weights not in METRICS[metric]:
@@ -237,7 +238,7 @@ class KNNClassifier(ClassifierMixin, BaseEstimator):
     def fit(self, X: Any, y: Any) -> KNNClassifier:
         """Store the train features and labels (checked; nothing else is computed)."""
         self._validate_params()
-        _check_metric_weights(self.metric, self.weights)
+        check_metric_weights(self.metric, self.weights)
         X = validate_features(self, X, reset=True)
         y = check_labels(y, n_samples=X.shape[0])
         self.classes_ = check_min_classes(y)

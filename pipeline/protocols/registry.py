@@ -62,6 +62,7 @@ class Protocol:
     run: Callable[[EvalData, Mapping[str, Any]], ProtocolResult]
     description: str
     choices: Mapping[str, tuple] = field(default_factory=dict)  # settings with a closed set of values
+    check: Callable[[Mapping[str, Any]], None] | None = None  # rules across settings
 
     def __call__(self, data: EvalData, settings: Mapping[str, Any] | None = None) -> ProtocolResult:
         full = resolve_settings(self.name, settings or {})
@@ -78,11 +79,12 @@ _REGISTRY: dict[str, Protocol] = {}
 
 
 def register_protocol(name: str, version: int, defaults: Mapping[str, Any], description: str,
-                      choices: Mapping[str, tuple] | None = None):
+                      choices: Mapping[str, tuple] | None = None,
+                      check: Callable[[Mapping[str, Any]], None] | None = None):
     def wrap(fn: Callable[[EvalData, Mapping[str, Any]], ProtocolResult]):
         if name in _REGISTRY:
             warnings.warn(f"protocol {name!r} registered twice; the later one wins", stacklevel=2)
-        _REGISTRY[name] = Protocol(name, version, dict(defaults), fn, description, dict(choices or {}))
+        _REGISTRY[name] = Protocol(name, version, dict(defaults), fn, description, dict(choices or {}), check)
         return fn
 
     return wrap
@@ -129,6 +131,11 @@ def resolve_settings(name: str, settings: Mapping[str, Any]) -> dict[str, Any]:
         if key in proto.choices and value not in proto.choices[key]:
             raise ConfigError(f"settings.{key}: {value!r} is not one of {', '.join(map(repr, proto.choices[key]))} "
                               f"(protocol {name!r})")
+    if proto.check is not None:
+        try:
+            proto.check(full)
+        except ConfigError as exc:
+            raise ConfigError(f"settings: {exc} (protocol {name!r})") from None
     return full
 
 
