@@ -73,6 +73,7 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False) -> dict[
         "images": sum(r["images"] for r in extractions),
         "computed": sum(o["status"] == "computed" for o in outcomes),
         "cached": sum(o["status"] == "cached" for o in outcomes),
+        "failed": [o for o in outcomes if o["status"] == "failed"],
         "extractions": extractions, "outcomes": outcomes,
         "report": final["report"], "correlation": final["correlation"],
         "seconds": time.perf_counter() - started,

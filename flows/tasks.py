@@ -12,7 +12,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from pipeline.errors import RepevalError
+from pipeline.errors import ConfigError, DataValidationError, RepevalError
 
 
 def io_errors_only(task, task_run, state) -> bool:
@@ -51,7 +51,14 @@ def evaluate_task(config: dict, cell_index: int) -> dict[str, Any]:
 
     cfg, store = _store(config)
     cell = evaluation_cells(cfg)[cell_index]
-    outcome = evaluate_cell(store, cell)
+    try:
+        outcome = evaluate_cell(store, cell)
+    except (DataValidationError, ConfigError) as exc:
+        # This cell's data cannot be evaluated this way (e.g. too few images per class
+        # for its few-shot setting): report it; the other cells of the run go on.
+        # Nothing is written to the ledger, so a fixed setting is evaluated next time.
+        return {"cell_id": None, "status": "failed", "setting": cell.setting, "cell": cell.label(),
+                "error": f"{type(exc).__name__}: {exc}"}
     return {"cell_id": outcome.cell_id, "status": outcome.status, "setting": cell.setting}
 
 
@@ -61,4 +68,6 @@ def correlate_and_report_task(config: dict, cells: list[dict[str, str]]) -> dict
     from jobs.report_inputs import correlate_and_report
 
     cfg, store = _store(config)
-    return correlate_and_report(store, cfg, [(c["cell_id"], c["setting"]) for c in cells])
+    failed = [c for c in cells if c["status"] == "failed"]
+    return correlate_and_report(store, cfg, [(c["cell_id"], c["setting"]) for c in cells if c["cell_id"]],
+                                failed=failed)

@@ -501,10 +501,21 @@ def _needs_warning(rec: Mapping[str, Any]) -> bool:
     return rec.get("converged") is False or bool(rec.get("warnings"))
 
 
-def _warnings_section(run: _Run) -> Markup:
+def _problems(failed: Sequence[Mapping[str, Any]], problems: Sequence[str]) -> list[Any]:
+    """Cells that could not be evaluated this run, and run-level problems: never hidden."""
+    body: list[Any] = []
+    if failed:
+        body.append(_el("p", f"{len(failed)} cell(s) could not be evaluated:", class_="notice"))
+        body.append(_table(["cell", "error"], [[f.get("cell", "?"), f.get("error", "")] for f in failed],
+                           class_="warnings"))
+    body.extend(_el("p", p, class_="notice") for p in problems)
+    return body
+
+
+def _warnings_section(run: _Run, failed: Sequence[Mapping[str, Any]] = (), problems: Sequence[str] = ()) -> Markup:
     shown = [(r, False) for r in run.records if _needs_warning(r)]
     shown += [(r, True) for r in run.aside if _needs_warning(r)]
-    body: list[Any] = []
+    body: list[Any] = _problems(failed, problems)
     if not shown:
         body.append(_note("Every fit converged and no record carries a warning."))
         return _section("warnings", "Solver warnings", body)
@@ -584,8 +595,12 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def write_report(records: list[dict], correlation: CorrelationReport | None, config: BenchmarkConfig, path: str,
-                 reference: dict[str, float] | None = None) -> str:
-    """Write the benchmark's HTML report for ``records`` (ledger records) to ``path``; return the path."""
+                 reference: dict[str, float] | None = None, failed: Sequence[Mapping[str, Any]] = (),
+                 problems: Sequence[str] = ()) -> str:
+    """Write the benchmark's HTML report for ``records`` (ledger records) to ``path``; return the path.
+
+    ``failed`` (cells that raised a data error) and ``problems`` (run-level messages) are
+    listed with the solver warnings."""
     run = _run(list(records), config)
     sections = [
         _overview(run, config),
@@ -594,7 +609,7 @@ def write_report(records: list[dict], correlation: CorrelationReport | None, con
         _correlation_section(run, correlation, reference),
         _invariance_section(run),
         _calibration_section(run),
-        _warnings_section(run),
+        _warnings_section(run, failed, problems),
         _provenance_section(run),
     ]
     out = Path(path)

@@ -39,12 +39,14 @@ def reference_scores(records: list[dict[str, Any]], cfg: BenchmarkConfig) -> tup
 
 
 def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: list[tuple[str, str]],
-                         path: str | None = None) -> dict[str, Any]:
+                         path: str | None = None, failed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``failed``: cells that raised a data error this run ({"cell", "error"}); listed in the report."""
     records = run_records(store, cells)
     reference, problem = reference_scores(records, cfg)
     if problem:
         log.warning(problem)
     correlation = correlate_results(records, cfg, reference) if reference else None
-    out = write_report(records, correlation, cfg, path or cfg.report.path, reference=reference)
+    out = write_report(records, correlation, cfg, path or cfg.report.path, reference=reference,
+                       failed=failed or [], problems=[problem] if problem else [])
     return {"report": out, "correlation": correlation.to_dict() if correlation else None,
-            "reference_problem": problem, "records": len(records)}
+            "reference_problem": problem, "records": len(records), "failed": failed or []}

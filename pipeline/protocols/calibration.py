@@ -128,7 +128,6 @@ def expected_calibration_error(
     if n == 0:
         raise DataValidationError("expected_calibration_error needs at least one prediction, got 0")
     bins = _bin_index(confidences, n_bins)
-    count = np.bincount(bins, minlength=n_bins).astype(np.float64)
     conf_sum = np.bincount(bins, weights=confidences, minlength=n_bins)
     acc_sum = np.bincount(bins, weights=correct.astype(np.float64), minlength=n_bins)
     # sum_b (n_b / n) |acc_b - conf_b| = sum_b |acc_sum_b - conf_sum_b| / n

@@ -33,6 +33,8 @@ def tiny_config(tmp: Path) -> dict:
             {"name": "knn20", "protocol": "knn"},
             {"name": "ridge", "protocol": "ridge"},
             {"name": "few", "protocol": "fewshot", "settings": {"n_way": 4, "n_shot": 5, "n_episodes": 50}},
+            # tex has 4 classes: 5-way episodes are impossible, and each such cell fails alone
+            {"name": "few5", "protocol": "fewshot", "settings": {"n_way": 5, "n_shot": 5, "n_episodes": 10}},
         ],
         "reference": {"scores": {"r18a": 0.3, "r18b": 0.5, "mnv3": 0.7, "r18c": 0.6}},
         "correlation": {"settings": [{"name": "knn", "protocol": "knn20", "datasets": ["tex"]}], "bootstrap": 200},
@@ -57,9 +59,11 @@ def test_first_run_extracts_evaluates_and_reports(first_run):
     tmp, raw, summary = first_run
     assert summary["units"] == 6 and summary["extracted"] == 6
     assert summary["forward_batches"] == 3 * (5 + 3)  # 160 train + 80 test images, batches of 32
-    assert summary["cells"] == 9 and summary["computed"] == 9 and summary["cached"] == 0
+    assert summary["cells"] == 12 and summary["computed"] == 9 and summary["cached"] == 0
+    assert len(summary["failed"]) == 3 and all("n_way=5 needs at least 5 classes" in f["error"]
+                                               for f in summary["failed"])
     ledger = Ledger(FeatureStore(raw["store"], read_only=True))
-    assert len(ledger) == 9
+    assert len(ledger) == 9  # failures are reported, never recorded
     frame = ledger.to_frame()
     assert set(frame["setting"]) == {"knn20", "ridge", "few"} and set(frame["model"]) == {"r18a", "r18b", "mnv3"}
     corr = summary["correlation"]["settings"][0]
@@ -69,13 +73,14 @@ def test_first_run_extracts_evaluates_and_reports(first_run):
     parser = html.parser.HTMLParser()
     parser.feed(text)
     assert "data:image/png;base64" in text and "r18b" in text and "knn20" in text
+    assert "could not be evaluated" in text and "few5" in text
 
 
 def test_rerun_of_unchanged_config_does_no_forward_pass_and_no_fit(first_run):
     tmp, raw, _ = first_run
     again = _run(raw, tmp)
     assert again["forward_batches"] == 0 and again["extracted"] == 0
-    assert again["computed"] == 0 and again["cached"] == 9
+    assert again["computed"] == 0 and again["cached"] == 9 and len(again["failed"]) == 3
 
 
 def test_changed_protocol_settings_recompute_only_that_protocol(first_run):

@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 import yaml
 from safetensors.torch import save_file
 

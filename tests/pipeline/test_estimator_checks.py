@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from pipeline.protocols.knn import KNNClassifier
@@ -43,14 +42,7 @@ def _expected_failures(estimator):
     return expected
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    # The suite makes hundreds of tiny fits; on a shared 2-core runner torch's thread pool
-    # only adds wake-up latency to them.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failures)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
-import torch
 
 from pipeline.errors import DataValidationError, UnknownNameError
 from pipeline.protocols.invariance import (
@@ -35,14 +33,7 @@ def _data(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return X_tr, y_tr, X_te, y_te
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """LogisticProbe's tiny torch products: a thread pool only adds overhead (30x on 2
-    busy cores); restored afterwards so other test modules are unaffected."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module", params=[0, 1])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from sklearn.neighbors import KNeighborsClassifier
 
 from pipeline.errors import ConfigError, DataValidationError
@@ -17,13 +16,7 @@ from pipeline.protocols.knn import (
 from pipeline.protocols.transforms import Whiten
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    # Tiny problems: on a shared 2-core runner torch's thread pool only adds wake-up latency.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _data(n=300, m=80, d=8, k=4, seed=0):

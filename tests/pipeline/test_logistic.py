@@ -15,13 +15,7 @@ from pipeline.errors import ConfigError, DataValidationError
 from pipeline.protocols.logistic import DEFAULT_CS, LogisticProbe
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    # Tiny problems: on a shared 2-core runner torch's thread pool only adds wake-up latency.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _data(n=400, d=12, k=4, seed=0, spread=0.8):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,13 +111,13 @@ def test_missing_array_error_is_keyerror_and_filenotfound(store_url):
 
 @pytest.mark.parametrize("bad", ["", "..", "a/b", "a\\b", ".hidden", "x\x00y", "tab\tname", "-flag"])
 def test_bad_names_rejected_before_any_write(store_url, bad):
-    store = FeatureStore(store_url)
-    before = sorted(p.relative_to(store_url) for p in __import__("pathlib").Path(store_url).rglob("*"))
+    FeatureStore(store_url)
+    before = sorted(p.relative_to(store_url) for p in Path(store_url).rglob("*"))
     with pytest.raises(InvalidNameError):
         feature_key(bad, "d", "train", "pre_logits")
     with pytest.raises(InvalidNameError):
         labels_key("d", bad)
-    after = sorted(p.relative_to(store_url) for p in __import__("pathlib").Path(store_url).rglob("*"))
+    after = sorted(p.relative_to(store_url) for p in Path(store_url).rglob("*"))
     assert before == after
 
 

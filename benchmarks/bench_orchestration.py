@@ -1,0 +1,227 @@
+"""Orchestration overhead of the benchmark flow on a run that only evaluates.
+
+A config of 9 cheap cells (3 encoders x 1 tiny textures dataset x 3 protocol settings:
+k-NN, ridge, few-shot) whose features are already in the store, run three ways:
+
+(a) embedded: ``flows.benchmark.run_benchmark``, the default of ``repeval run``: one
+    temporary local Prefect API, exported to the Dask workers via PREFECT_API_URL, and a
+    Dask LocalCluster (2 worker processes, 1 thread each: the config's defaults);
+(b) naive: the same flow with prefect-dask's ``DaskTaskRunner`` on the same LocalCluster
+    settings, but without ``flows.runtime.prefect_api()`` and with PREFECT_API_URL unset,
+    so the flow's process and every Dask worker process each start a temporary Prefect
+    server of their own;
+(c) direct: the same jobs called in a loop in one process, no Prefect, no Dask: every
+    extraction unit (finds its arrays complete, as in the flow), every evaluation cell,
+    then the correlation and report, i.e. exactly the work of the flow's tasks.
+
+Why it is fair: the work is identical (same config, same store contents, same jobs; the
+extraction units load each encoder and find the features complete in all three), and
+every evaluation really recomputes: each run gets its own copy of a store that holds the
+features but no ``_repeval/ledger``; the run is checked to report 9 computed cells. Each
+run is a fresh subprocess with its own fresh PREFECT_HOME,
+PREFECT_SERVER_ANALYTICS_ENABLED=false, PREFECT_LOGGING_LEVEL=WARNING and no
+PREFECT_API_URL, so no state or server carries over between runs. The variants are
+interleaved (a, b, c, b, c, a, ...) and the medians reported.
+
+Two times per run: end to end (the subprocess, from exec to exit: interpreter start,
+imports, server start and shutdown, cluster start and shutdown, the work), and in-call
+(just the call that runs the flow, or the direct loop, measured inside the subprocess).
+Overhead per cell = (time of the variant - time of (c)) / cells.
+
+Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_orchestration.py [--quick] [--markdown]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import machine_line, median, print_tables  # noqa: E402
+
+VARIANTS = {
+    "embedded": "(a) embedded: run_benchmark, one local API exported to the workers",
+    "naive": "(b) naive: DaskTaskRunner, no PREFECT_API_URL, a temporary server per process",
+    "direct": "(c) direct: jobs in a loop, no Prefect, no Dask",
+}
+ENCODERS = [
+    {"name": "r18a", "arch": "resnet18", "input_size": 32, "seed": 0},
+    {"name": "r18b", "arch": "resnet18", "input_size": 32, "seed": 1},
+    {"name": "mnv3", "arch": "mobilenetv3_small_050", "input_size": 32, "seed": 0},
+]
+
+
+def make_config(root: Path, store: Path, n_encoders: int) -> dict:
+    return {
+        "store": str(store),
+        "dask": {"n_workers": 2, "threads_per_worker": 1, "processes": True},
+        "extract": {"batch_size": 32, "chunk_batches": 2},
+        "encoders": ENCODERS[:n_encoders],
+        "datasets": [{"name": "tex", "adapter": "textures", "params": {"n_per_class": {"train": 40, "test": 20}}}],
+        "protocols": [
+            {"name": "knn20", "protocol": "knn"},
+            {"name": "ridge", "protocol": "ridge"},
+            {"name": "few", "protocol": "fewshot", "settings": {"n_way": 4, "n_shot": 5, "n_episodes": 50}},
+        ],
+        "reference": {"scores": {"r18a": 0.3, "r18b": 0.5, "mnv3": 0.7}},
+        "correlation": {"settings": [{"name": "knn", "protocol": "knn20", "datasets": ["tex"]}],
+                        "bootstrap": 200},
+        "report": {"path": str(root / "report" / "report.html"), "baseline": "r18a"},
+    }
+
+
+# -- child: one run in a fresh process -----------------------------------------------------
+def child(variant: str, config_path: str) -> None:
+    import yaml
+
+    started = time.perf_counter()
+    if variant == "embedded":
+        from flows.benchmark import run_benchmark
+        from jobs.config import load_config
+
+        cfg = load_config(config_path)
+        t0 = time.perf_counter()
+        summary = run_benchmark(cfg)
+        computed, cells = summary["computed"], summary["cells"]
+    elif variant == "naive":
+        from prefect_dask import DaskTaskRunner
+
+        from flows.benchmark import benchmark_flow
+        from jobs.config import load_config
+
+        cfg = load_config(config_path)
+        t0 = time.perf_counter()
+        runner = DaskTaskRunner(cluster_class="distributed.LocalCluster",
+                                cluster_kwargs={"n_workers": cfg.dask.n_workers,
+                                                "threads_per_worker": cfg.dask.threads_per_worker,
+                                                "processes": cfg.dask.processes, "dashboard_address": ":0"})
+        summary = benchmark_flow.with_options(task_runner=runner)(cfg.to_dict(), gpu_resources=False)
+        computed, cells = summary["computed"], summary["cells"]
+    else:
+        from jobs.config import load_config
+        from jobs.evaluate import evaluate_cell
+        from jobs.plan import evaluation_cells, extraction_units, run_extract_unit
+        from jobs.report_inputs import correlate_and_report
+        from storage_schema import FeatureStore
+
+        cfg = load_config(config_path)
+        t0 = time.perf_counter()
+        store = FeatureStore(cfg.store)
+        for unit in extraction_units(cfg):
+            report = run_extract_unit(store, unit, cfg)
+            assert report.status == "cached", report.status
+        outcomes = [(evaluate_cell(store, cell), cell.setting) for cell in evaluation_cells(cfg)]
+        correlate_and_report(store, cfg, [(o.cell_id, setting) for o, setting in outcomes])
+        computed, cells = sum(o.status == "computed" for o, _ in outcomes), len(outcomes)
+    t1 = time.perf_counter()
+    del yaml
+    print(json.dumps({"variant": variant, "in_call": t1 - t0, "before_call": t0 - started,
+                      "computed": computed, "cells": cells}))
+
+
+# -- parent ------------------------------------------------------------------------------------
+def build_base_store(root: Path, n_encoders: int) -> Path:
+    """Extract every unit of the config once, directly (not timed)."""
+    from jobs.config import load_config
+    from jobs.plan import extraction_units, run_extract_unit
+    from storage_schema import FeatureStore
+
+    base = root / "base-store"
+    cfg = load_config(make_config(root, base, n_encoders))
+    store = FeatureStore(cfg.store)
+    for unit in extraction_units(cfg):
+        run_extract_unit(store, unit, cfg)
+    return base
+
+
+def run_variant(variant: str, root: Path, base: Path, n_encoders: int, index: int) -> dict:
+    import yaml
+
+    run_dir = root / f"run-{index:02d}-{variant}"
+    run_dir.mkdir()
+    store = run_dir / "store"
+    # features and labels, but no results ledger: every cell recomputes
+    shutil.copytree(base, store, ignore=lambda d, names: ["ledger"] if Path(d).name == "_repeval" else [])
+    assert not (store / "_repeval" / "ledger").exists()
+    config_path = run_dir / "config.yaml"
+    config_path.write_text(yaml.safe_dump(make_config(run_dir, store, n_encoders)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(run_dir / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               PREFECT_LOGGING_LEVEL="WARNING", HF_HUB_OFFLINE="1",
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]))
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, "--child", variant, "--config", str(config_path)],
+                          capture_output=True, text=True, env=env, cwd=run_dir, check=False)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"{variant} run failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if out["computed"] != out["cells"]:
+        raise RuntimeError(f"{variant}: only {out['computed']} of {out['cells']} cells recomputed")
+    out["wall"] = wall
+    out["stderr_lines"] = len(proc.stderr.splitlines())
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="one encoder (3 cells), one run of each variant")
+    p.add_argument("--markdown", action="store_true", help="also print a Markdown table")
+    p.add_argument("--repeats", type=int, default=None, help="runs per variant (default 3; quick 1)")
+    p.add_argument("--child", choices=tuple(VARIANTS), help=argparse.SUPPRESS)
+    p.add_argument("--config", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        child(args.child, args.config)
+        return
+    repeats = args.repeats or (1 if args.quick else 3)
+    n_encoders = 1 if args.quick else 3
+    started = time.perf_counter()
+    root = Path(tempfile.mkdtemp(prefix="repeval-bench-orch-"))
+    try:
+        base = build_base_store(root, n_encoders)
+        n_cells = 3 * n_encoders
+        print(f"bench_orchestration ({'quick' if args.quick else 'full'}): {n_encoders} encoder(s) x 1 textures "
+              f"dataset (160 train / 80 test images) x 3 protocol settings = {n_cells} cells, features "
+              f"pre-extracted, fresh ledger, fresh PREFECT_HOME, fresh subprocess per run; {repeats} "
+              f"interleaved run(s) per variant; medians")
+        print(f"machine: {machine_line()}")
+        order = ["embedded", "naive", "direct"]
+        times: dict[str, list[dict]] = {v: [] for v in order}
+        index = 0
+        for r in range(repeats):
+            for variant in order[r % 3:] + order[:r % 3]:  # rotate the order each round
+                index += 1
+                out = run_variant(variant, root, base, n_encoders, index)
+                times[variant].append(out)
+                print(f"  run {index}: {variant}: end to end {out['wall']:.1f} s, in-call {out['in_call']:.1f} s, "
+                      f"{out['computed']}/{out['cells']} cells computed", flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    wall = {v: median([o["wall"] for o in times[v]]) for v in order}
+    call = {v: median([o["in_call"] for o in times[v]]) for v in order}
+    rows = []
+    for v in order:
+        rows.append([VARIANTS[v], wall[v], call[v], f"{wall[v] / wall['direct']:.2f}x",
+                     (wall[v] - wall["direct"]) / n_cells, (call[v] - call["direct"]) / n_cells])
+    print_tables(f"Orchestration, {n_cells} evaluate cells (median of {repeats} run(s) each; seconds)",
+                 ["variant", "end to end s", "in-call s", "end to end vs (c)",
+                  "overhead per cell vs (c), end to end s", "overhead per cell vs (c), in-call s"],
+                 rows, args.markdown)
+    print(f"\nnaive / embedded, end to end: {wall['naive'] / wall['embedded']:.2f}x; "
+          f"in-call: {call['naive'] / call['embedded']:.2f}x")
+    print(f"total wall time: {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
