@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -102,8 +101,15 @@ def main() -> int:
     print(f"encoders: {len(cfg.encoders)}, cells: {summary['cells']} "
           f"({summary['computed']} computed, {summary['cached']} from the ledger), "
           f"{summary['images']} images extracted, {summary['seconds']:.0f} s")
-    for name, setting in ((summary.get("correlation") or {}).get("settings") or {}).items():
-        print(f"  {name}: {json.dumps(setting.get('summary', setting), default=str)[:200]}")
+    for setting in (summary.get("correlation") or {}).get("settings", []):
+        if setting["status"] == "ok":
+            r = setting["setting"]
+            print(f"  {setting['name']}: Pearson r = {r['pearson']:.2f}, Spearman rho = {r['spearman']:.2f}, "
+                  f"n = {setting['n']} encoders")
+        else:
+            print(f"  {setting['name']}: {setting['message']}")
+    for failed in summary["failed"]:
+        print(f"  not evaluated: {failed['cell']}: {failed['error'][:160]}")
     print(f"config: {config_path}")
     print(f"report: {summary['report']}")
     return 0

@@ -42,21 +42,29 @@ def _grid(value: Any, default: np.ndarray) -> np.ndarray | None:
     description="multinomial L2 logistic probe, L-BFGS, C selected on validation (Kornblith 2019)",
 )
 def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-    X_tr, X_te = _fit_transform(s["transform"], data.train(), data.X_test)
+    X_tr, X_va, X_te = _fit_transform(s["transform"], data.train(), data.X_val, data.X_test)
+    y_tr = data.y_train
+    if X_va is not None:  # a dataset-defined validation split selects C; the refit uses both
+        val_mask = np.r_[np.zeros(len(y_tr), bool), np.ones(len(data.y_val), bool)]
+        X_tr, y_tr = np.concatenate([X_tr, X_va]), np.concatenate([y_tr, data.y_val])
+        tr, va = np.flatnonzero(~val_mask), np.flatnonzero(val_mask)
+    else:  # the probe's own stratified draw, reproduced for calibration below
+        val_mask = None
+        from sklearn.model_selection import StratifiedShuffleSplit
+
+        tr, va = next(StratifiedShuffleSplit(1, test_size=s["val_fraction"], random_state=s["seed"])
+                      .split(X_tr, y_tr))
     probe = LogisticProbe(C=s["C"], Cs=s["Cs"], val_fraction=s["val_fraction"], tol=s["tol"],
-                          max_iter=s["max_iter"], random_state=s["seed"]).fit(X_tr, data.y_train)
+                          max_iter=s["max_iter"], random_state=s["seed"]).fit(X_tr, y_tr, val_mask=val_mask)
     metrics = accuracy_metrics(data.y_test, probe.predict(X_te), data.mean_per_class)
-    diagnostics = {"C": float(probe.C_), "n_iter": int(np.max(probe.n_iter_)), "converged": bool(probe.converged_)}
+    diagnostics = {"C": float(probe.C_), "n_iter": int(np.max(probe.n_iter_)), "converged": bool(probe.converged_),
+                   "validation": "dataset split" if val_mask is not None else f"stratified {s['val_fraction']:g} of train"}
     if s["Cs"] is not None:
         # Calibration (Ericsson 4.7): T is fitted by NLL on the validation split of a
         # model that did not see it (the selected C on the train part), then applied to
         # the final model's test logits.
-        from sklearn.model_selection import StratifiedShuffleSplit
-
-        tr, va = next(StratifiedShuffleSplit(1, test_size=s["val_fraction"], random_state=s["seed"])
-                      .split(X_tr, data.y_train))
-        held = LogisticProbe(C=probe.C_, tol=s["tol"], max_iter=s["max_iter"]).fit(X_tr[tr], data.y_train[tr])
-        cal = calibration_report(_logits(held, X_tr[va]), data.y_train[va], _logits(probe, X_te), data.y_test,
+        held = LogisticProbe(C=probe.C_, tol=s["tol"], max_iter=s["max_iter"]).fit(X_tr[tr], y_tr[tr])
+        cal = calibration_report(_logits(held, X_tr[va]), y_tr[va], _logits(probe, X_te), data.y_test,
                                  n_bins=s["calibration_bins"])
         metrics.update(ece=cal.ece_before, ece_temperature_scaled=cal.ece_after, nll=cal.nll_before,
                        nll_temperature_scaled=cal.nll_after)

@@ -427,11 +427,25 @@ class LogisticProbe(ClassifierMixin, BaseEstimator):
             it += it2
         return state, it, status
 
-    def fit(self, X: Any, y: Any) -> LogisticProbe:
-        """Fit on features ``X`` (n, d) and integer labels ``y`` (n,)."""
+    def fit(self, X: Any, y: Any, val_mask: Any = None) -> LogisticProbe:
+        """Fit on features ``X`` (n, d) and integer labels ``y`` (n,).
+
+        ``val_mask`` (bool, n): rows of a dataset-defined validation split, used instead of
+        a stratified ``val_fraction`` draw to select C; the final fit uses every row.
+        """
         self._validate_params()
         X = validate_features(self, X, reset=True)
         y = check_labels(y, n_samples=X.shape[0])
+        if val_mask is not None:
+            val_mask = np.asarray(val_mask)
+            if val_mask.dtype != bool or val_mask.shape != y.shape:
+                raise DataValidationError(
+                    f"val_mask must be a boolean array of shape {y.shape}, got {val_mask.dtype} {val_mask.shape}"
+                )
+            if val_mask.all() or not val_mask.any():
+                raise DataValidationError(
+                    f"val_mask marks {int(val_mask.sum())} of {y.size} rows; both splits need rows"
+                )
         self.classes_ = check_min_classes(y)
         grid = self._grid()
         device = self._torch_device()
@@ -452,7 +466,10 @@ class LogisticProbe(ClassifierMixin, BaseEstimator):
             self.Cs_, self.val_scores_ = np.array([C]), np.array([])
             self.grid_n_iter_ = np.array([], dtype=int)
         else:
-            tr, va = self._split(y)
+            if val_mask is None:
+                tr, va = self._split(y)
+            else:
+                tr, va = np.flatnonzero(~val_mask), np.flatnonzero(val_mask)
             problem = _Problem(H[tr], yi[tr], reg=0.0)
             state = _State.at(problem, theta, fast=True)
             H_val, y_val = H[va].to(torch.float32), yi[va]

@@ -104,3 +104,25 @@ def test_ledger_table_and_exports(store, tmp_path):
 
     assert len(pd.read_csv(tmp_path / "r.csv")) == len(frame)
     assert len(pd.read_parquet(tmp_path / "r.parquet")) == len(frame)
+
+
+def test_logistic_uses_a_dataset_defined_validation_split(tmp_path):
+    rng = np.random.default_rng(1)
+    centres = rng.normal(size=(3, 6)) * 2
+
+    def split(n):
+        y = np.arange(n) % 3
+        return (centres[y] + rng.normal(size=(n, 6))).astype(np.float32), y
+
+    arrays = {}
+    for name, n in (("train", 90), ("val", 30), ("test", 60)):
+        arrays[f"{name}_features"], arrays[f"{name}_labels"] = split(n)
+    np.savez(tmp_path / "f.npz", **arrays)
+    store = FeatureStore(str(tmp_path / "store"))
+    ds = make_dataset("features", name="blobs", path=str(tmp_path / "f.npz"))
+    for s in ("train", "val", "test"):
+        import_features(store, "m", ds, s)
+    cell = Cell("m", "blobs", "pre_logits", "linear", "logistic", {"Cs": [0.01, 1.0]}, val_split="val")
+    rec = evaluate_cell(store, cell).record
+    assert rec["diagnostics"]["validation"] == "dataset split"
+    assert "val.features" in rec["fingerprints"] and rec["metrics"]["top1"] > 0.8

@@ -183,3 +183,27 @@ def test_cuda_matches_cpu():
     gpu = LogisticProbe(Cs=[0.1, 1.0], tol=1e-8, device="cuda").fit(X, y)
     assert gpu.C_ == cpu.C_
     np.testing.assert_allclose(gpu.coef_, cpu.coef_, atol=1e-6)
+
+
+def test_dataset_validation_split_selects_c_then_refits_on_both():
+    X, y = _data(n=400, seed=3)
+    mask = np.zeros(len(y), bool)
+    mask[::4] = True  # a fixed, dataset-defined validation split
+    Cs = [1e-3, 1e-2, 1e-1, 1.0, 10.0]
+    probe = LogisticProbe(Cs=Cs, tol=1e-8).fit(X, y, val_mask=mask)
+    # the same selection by hand: fit each C on the train rows, score on the val rows
+    scores = [np.mean(LogisticProbe(C=C, tol=1e-8).fit(X[~mask], y[~mask]).predict(X[mask]) == y[mask])
+              for C in Cs]
+    np.testing.assert_allclose(probe.val_scores_, scores)
+    best = max(range(len(Cs)), key=lambda i: (scores[i], -i))
+    assert probe.C_ == Cs[best]
+    refit = LogisticProbe(C=Cs[best], tol=1e-8).fit(X, y)
+    np.testing.assert_allclose(probe.coef_, refit.coef_, atol=1e-5)
+
+
+def test_bad_validation_mask_is_refused():
+    X, y = _data(n=40)
+    with pytest.raises(ValueError, match="boolean array of shape"):
+        LogisticProbe(Cs=[1.0]).fit(X, y, val_mask=np.zeros(39, bool))
+    with pytest.raises(ValueError, match="both splits need rows"):
+        LogisticProbe(Cs=[1.0]).fit(X, y, val_mask=np.zeros(40, bool))
