@@ -23,7 +23,9 @@ import yaml  # noqa: E402
 
 OUT = Path(os.environ.get("REPEVAL_DEMO_DIR", "demo-out")).resolve()
 SOURCE = {"adapter": "textures", "params": {"seed": 12345, "n_per_class": {"train": 300, "test": 100}}}
-TRAINING = {"resnet18": [5, 15, 40, 100]}  # steps of batch 32: about a minute on 2 cores
+# (architecture, seed) -> step counts at which a checkpoint is saved (batches of 32):
+# two training runs, seven encoders of graded quality, about two minutes on 2 cores.
+TRAINING = {("resnet18", 0): [5, 15, 40, 100], ("resnet18", 1): [10, 25, 60]}
 INPUT_SIZE = 32
 
 
@@ -39,9 +41,8 @@ def demo_config() -> dict:
             {"name": "mobilenet-random", "arch": "mobilenetv3_small_050", "input_size": INPUT_SIZE, "seed": 0},
         ],
         "checkpoints": [
-            {"path": str(OUT / "checkpoints"), "arch": arch, "pattern": f"{arch}-step*.safetensors",
-             "input_size": INPUT_SIZE, "layers": ["pre_logits", "block3"] if arch == "resnet18" else ["pre_logits"]}
-            for arch in TRAINING
+            {"path": str(OUT / "checkpoints"), "arch": "resnet18", "pattern": "seed*-resnet18-*.safetensors",
+             "input_size": INPUT_SIZE, "layers": ["pre_logits", "block3"]},
         ],
         "datasets": [
             {"name": "digits", "adapter": "digits"},
@@ -77,13 +78,13 @@ def train_sources() -> None:
     from pipeline.datasets import make_dataset
 
     source = make_dataset(SOURCE["adapter"], name="source", **SOURCE["params"])
-    for arch, steps in TRAINING.items():
-        missing = [s for s in steps if not (OUT / "checkpoints" / f"{arch}-step{s:04d}.safetensors").exists()]
-        if not missing:
+    for (arch, seed), steps in TRAINING.items():
+        prefix = f"seed{seed}-"
+        if all((OUT / "checkpoints" / f"{prefix}{arch}-step{s:04d}.safetensors").exists() for s in steps):
             continue
-        print(f"training {arch} on the source task for {max(steps)} steps ...", file=sys.stderr)
+        print(f"training {arch} (seed {seed}) on the source task for {max(steps)} steps ...", file=sys.stderr)
         for ck in train_checkpoints(arch, source, steps, str(OUT / "checkpoints"), input_size=INPUT_SIZE,
-                                    batch_size=32):
+                                    batch_size=32, seed=seed, prefix=prefix):
             print(f"  {Path(ck.path).name}: source accuracy {ck.source_accuracy:.3f}", file=sys.stderr)
 
 

@@ -30,6 +30,9 @@ def prepare_environment() -> None:
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)  # Prefect makes only the leaf
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")  # cluster start/stop chatter
+    # Dask worker processes are daemonic by default, and daemonic processes may not start
+    # the DataLoader worker processes that decode images (extract.num_workers > 0).
+    os.environ.setdefault("DASK_DISTRIBUTED__WORKER__DAEMON", "False")
 
 
 @contextlib.contextmanager

@@ -144,7 +144,7 @@ def extract(
     or data) is replaced. One process writes a (model, dataset, split) group at a time.
     """
     config.validate()
-    store._check_writable()
+    store.check_writable()
     if not dataset.has_images:
         raise DatasetError(
             f"dataset {dataset.name!r} holds precomputed features, not images; use import_features"

@@ -31,7 +31,7 @@ def import_features(store: FeatureStore, model: str, dataset: DatasetAdapter, sp
     """Store ``dataset``'s precomputed features of ``split`` as ``features/model/.../layer``."""
     validate_name(model, "model name")
     validate_name(layer, "layer name")
-    store._check_writable()
+    store.check_writable()
     if dataset.has_images:
         raise DatasetError(f"dataset {dataset.name!r} holds images; extract it with an encoder instead")
     if split not in dataset.splits:

@@ -55,6 +55,6 @@ def detect_changes(store: FeatureStore, cfg: BenchmarkConfig, key: str) -> Chang
 def save_state(store: FeatureStore, cfg: BenchmarkConfig, key: str) -> WatchState:
     """Record what a successful run covered (the owner of this watch key writes it)."""
     state = WatchState(cfg.protocol_hash(), [e.name for e in with_scanned_checkpoints(cfg).encoders], now_iso())
-    store._check_writable()
+    store.check_writable()
     store.backend.write_atomic(key, json.dumps(asdict(state)).encode())
     return state

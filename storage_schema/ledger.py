@@ -55,7 +55,7 @@ class Ledger:
 
     def put(self, record: Mapping[str, Any]) -> bool:
         """Add a record (must carry ``cell_id``); False if that cell was already recorded."""
-        self.store._check_writable()
+        self.store.check_writable()
         if "cell_id" not in record:
             raise ConfigError("a ledger record needs a 'cell_id'")
         body = {**record, "recorded": record.get("recorded", now_iso())}

@@ -133,7 +133,7 @@ class FeatureStore:
         except ContainsGroupError:  # another process created it first
             return zarr.open_group(self._zstore, mode="r+")
 
-    def _check_writable(self) -> None:
+    def check_writable(self) -> None:
         if self.read_only:
             raise ReadOnlyStoreError(f"store {self.url!r} was opened read-only")
 
@@ -143,7 +143,7 @@ class FeatureStore:
         return f"{SIDE}/state/{key}/{fingerprint}"
 
     def lease(self, key: str, ttl: float = DEFAULT_TTL, heartbeat: float | None = None) -> Lease:
-        self._check_writable()
+        self.check_writable()
         return Lease(self.backend, key, ttl=ttl, heartbeat=heartbeat)
 
     # -- status -------------------------------------------------------------------------
@@ -191,7 +191,7 @@ class FeatureStore:
     def create_array(self, lease: Lease, key: str, *, shape: tuple[int, ...], chunk_rows: int,
                      dtype: str, attrs: dict[str, Any]) -> zarr.Array:
         """Create (or replace a stale) array with its provenance; attributes are final."""
-        self._check_writable()
+        self.check_writable()
         lease.check()
         if "fingerprint" not in attrs:
             raise StoreError(f"attributes of {key!r} need a 'fingerprint'")
@@ -216,13 +216,13 @@ class FeatureStore:
 
     def open_writable(self, key: str) -> zarr.Array:
         """The existing array at ``key`` for the lease holder to resume writing."""
-        self._check_writable()
+        self.check_writable()
         return zarr.open_array(self._zstore, path=key, mode="r+")
 
     def write_chunk(self, lease: Lease, array: zarr.Array, fingerprint: str, chunk: int,
                     rows: np.ndarray) -> None:
         """Write one whole chunk, then record it as done."""
-        self._check_writable()
+        self.check_writable()
         lease.check()
         chunk_rows = array.chunks[0]
         start = chunk * chunk_rows
@@ -235,7 +235,7 @@ class FeatureStore:
         self.backend.write_atomic(f"{self._state(array.path, fingerprint)}/chunks/{chunk}", b"")
 
     def mark_complete(self, lease: Lease, key: str, fingerprint: str) -> None:
-        self._check_writable()
+        self.check_writable()
         lease.check()
         st = self.status(key)
         if st is None or st.fingerprint != fingerprint:
@@ -255,7 +255,7 @@ class FeatureStore:
         st = self.status(key)
         if st is not None and st.complete and st.fingerprint == fp:
             return self.open_array(key)
-        self._check_writable()
+        self.check_writable()
         with self.lease(key.rsplit("/", 1)[0], ttl=lease_ttl) as lease:
             st = self.status(key)  # another process may have finished while we waited
             if not (st is not None and st.complete and st.fingerprint == fp):

@@ -232,3 +232,10 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, textures, case,
     else:
         assert _tree(url) == before
     assert not (tmp_path / "PWNED_BY_PICKLE").exists()
+
+
+def test_dataloader_worker_processes_give_the_same_features(tmp_path, textures, encoder):
+    a, b = FeatureStore(str(tmp_path / "a")), FeatureStore(str(tmp_path / "b"))
+    extract(a, encoder, textures, "test", CFG)
+    extract(b, encoder, textures, "test", ExtractConfig(batch_size=8, chunk_batches=2, num_workers=2, progress=False))
+    np.testing.assert_array_equal(_arrays(a, split="test")["pre_logits"], _arrays(b, split="test")["pre_logits"])
