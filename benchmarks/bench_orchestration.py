@@ -34,8 +34,10 @@ Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_orchestration.py [--quick]
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -80,8 +82,6 @@ def make_config(root: Path, store: Path, n_encoders: int) -> dict:
 
 # -- child: one run in a fresh process -----------------------------------------------------
 def child(variant: str, config_path: str) -> None:
-    import yaml
-
     started = time.perf_counter()
     if variant == "embedded":
         from flows.benchmark import run_benchmark
@@ -115,14 +115,18 @@ def child(variant: str, config_path: str) -> None:
         cfg = load_config(config_path)
         t0 = time.perf_counter()
         store = FeatureStore(cfg.store)
-        for unit in extraction_units(cfg):
+        units, cells_ = extraction_units(cfg), evaluation_cells(cfg)
+        for i, unit in enumerate(units, 1):
             report = run_extract_unit(store, unit, cfg)
             assert report.status == "cached", report.status
-        outcomes = [(evaluate_cell(store, cell), cell.setting) for cell in evaluation_cells(cfg)]
+            print(f"extract: {i}/{len(units)} done", file=sys.stderr, flush=True)  # the flow's progress lines
+        outcomes = []
+        for i, cell in enumerate(cells_, 1):
+            outcomes.append((evaluate_cell(store, cell), cell.setting))
+            print(f"evaluate: {i}/{len(cells_)} done", file=sys.stderr, flush=True)
         correlate_and_report(store, cfg, [(o.cell_id, setting) for o, setting in outcomes])
         computed, cells = sum(o.status == "computed" for o, _ in outcomes), len(outcomes)
     t1 = time.perf_counter()
-    del yaml
     print(json.dumps({"variant": variant, "in_call": t1 - t0, "before_call": t0 - started,
                       "computed": computed, "cells": cells}))
 
@@ -157,17 +161,36 @@ def run_variant(variant: str, root: Path, base: Path, n_encoders: int, index: in
     env.update(PREFECT_HOME=str(run_dir / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
                PREFECT_LOGGING_LEVEL="WARNING", HF_HUB_OFFLINE="1",
                PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]))
+    # stderr is read line by line as it arrives, to time the phases from the progress
+    # lines ("extract: 1/6 done" ... "evaluate: 9/9 done") that the flow (and the direct
+    # loop) print
+    marks: dict[str, float] = {}
+    tail: collections.deque[str] = collections.deque(maxlen=80)
+    kills = 0
+    stdout_path = run_dir / "stdout.txt"
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--child", variant, "--config", str(config_path)],
-                          capture_output=True, text=True, env=env, cwd=run_dir, check=False)
+    with open(stdout_path, "w") as stdout:
+        proc = subprocess.Popen([sys.executable, __file__, "--child", variant, "--config", str(config_path)],
+                                stdout=stdout, stderr=subprocess.PIPE, text=True, env=env, cwd=run_dir)
+        for line in proc.stderr:
+            now = time.perf_counter() - started
+            if line.startswith("extract: 1/"):
+                marks.setdefault("first_task", now)
+            done = re.match(r"evaluate: (\d+)/(\d+) done", line)
+            if done and done.group(1) == done.group(2):
+                marks["all_evaluated"] = now
+            kills += "still alive after" in line
+            tail.append(line)
+        returncode = proc.wait()
     wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise RuntimeError(f"{variant} run failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if returncode != 0:
+        raise RuntimeError(f"{variant} run failed (exit {returncode}):\n{''.join(tail)[-4000:]}")
+    out = json.loads(stdout_path.read_text().strip().splitlines()[-1])
     if out["computed"] != out["cells"]:
         raise RuntimeError(f"{variant}: only {out['computed']} of {out['cells']} cells recomputed")
-    out["wall"] = wall
-    out["stderr_lines"] = len(proc.stderr.splitlines())
+    out.update(wall=wall, killed_workers=kills, to_first_task=marks.get("first_task", float("nan")),
+               tasks=marks.get("all_evaluated", float("nan")) - marks.get("first_task", float("nan")),
+               after_last_cell=wall - marks.get("all_evaluated", float("nan")))
     shutil.rmtree(run_dir, ignore_errors=True)
     return out
 
@@ -177,6 +200,8 @@ def main(argv=None) -> None:
     p.add_argument("--quick", action="store_true", help="one encoder (3 cells), one run of each variant")
     p.add_argument("--markdown", action="store_true", help="also print a Markdown table")
     p.add_argument("--repeats", type=int, default=None, help="runs per variant (default 3; quick 1)")
+    p.add_argument("--variants", nargs="+", choices=("embedded", "naive", "direct"), default=None,
+                   help="default all three; quick: embedded and direct (naive alone takes about a minute)")
     p.add_argument("--child", choices=tuple(VARIANTS), help=argparse.SUPPRESS)
     p.add_argument("--config", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -195,11 +220,14 @@ def main(argv=None) -> None:
               f"pre-extracted, fresh ledger, fresh PREFECT_HOME, fresh subprocess per run; {repeats} "
               f"interleaved run(s) per variant; medians")
         print(f"machine: {machine_line()}")
-        order = ["embedded", "naive", "direct"]
+        order = [v for v in ("embedded", "naive", "direct")
+                 if v in (args.variants or (("embedded", "direct") if args.quick else VARIANTS))]
+        if "direct" not in order:
+            order.append("direct")  # the baseline of the overhead columns
         times: dict[str, list[dict]] = {v: [] for v in order}
         index = 0
         for r in range(repeats):
-            for variant in order[r % 3:] + order[:r % 3]:  # rotate the order each round
+            for variant in order[r % len(order):] + order[:r % len(order)]:  # rotate the order each round
                 index += 1
                 out = run_variant(variant, root, base, n_encoders, index)
                 times[variant].append(out)
@@ -218,8 +246,17 @@ def main(argv=None) -> None:
                  ["variant", "end to end s", "in-call s", "end to end vs (c)",
                   "overhead per cell vs (c), end to end s", "overhead per cell vs (c), in-call s"],
                  rows, args.markdown)
-    print(f"\nnaive / embedded, end to end: {wall['naive'] / wall['embedded']:.2f}x; "
-          f"in-call: {call['naive'] / call['embedded']:.2f}x")
+    phase_rows = [[VARIANTS[v].split(":")[0], median([o["before_call"] for o in times[v]]),
+                   median([o["to_first_task"] for o in times[v]]), median([o["tasks"] for o in times[v]]),
+                   median([o["after_last_cell"] for o in times[v]]),
+                   sum(o["killed_workers"] for o in times[v])] for v in order]
+    print_tables("Where the end-to-end time goes (medians, seconds from process start)",
+                 ["variant", "imports + config", "until 1st extract task done", "1st extract -> last cell done",
+                  "last cell -> exit (report, teardown)", "Dask workers killed at close (all runs)"],
+                 phase_rows, args.markdown)
+    if "naive" in wall and "embedded" in wall:
+        print(f"\nnaive / embedded, end to end: {wall['naive'] / wall['embedded']:.2f}x; "
+              f"in-call: {call['naive'] / call['embedded']:.2f}x")
     print(f"total wall time: {time.perf_counter() - started:.0f} s")
 
 

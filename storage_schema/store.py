@@ -197,9 +197,11 @@ class FeatureStore:
             raise StoreError(f"attributes of {key!r} need a 'fingerprint'")
         old = self.status(key)
         if old is not None:
-            if old.fingerprint == attrs["fingerprint"]:
+            same_layout = old.shape == tuple(shape) and old.chunk_rows == chunk_rows
+            if old.fingerprint == attrs["fingerprint"] and same_layout:
                 raise StoreError(f"{key!r} already exists with this fingerprint; resume it instead")
-            log.warning("replacing stale %s (fingerprint %s -> %s)", key, old.fingerprint[:12], attrs["fingerprint"][:12])
+            log.warning("replacing %s (fingerprint %s -> %s, chunk rows %d -> %d)", key, old.fingerprint[:12],
+                        attrs["fingerprint"][:12], old.chunk_rows, chunk_rows)
             self.backend.delete(f"{SIDE}/state/{key}", recursive=True)
         floating = np.dtype(dtype).kind == "f"
         with warnings.catch_warnings():

@@ -239,3 +239,17 @@ def test_dataloader_worker_processes_give_the_same_features(tmp_path, textures, 
     extract(a, encoder, textures, "test", CFG)
     extract(b, encoder, textures, "test", ExtractConfig(batch_size=8, chunk_batches=2, num_workers=2, progress=False))
     np.testing.assert_array_equal(_arrays(a, split="test")["pre_logits"], _arrays(b, split="test")["pre_logits"])
+
+
+def test_partial_array_with_other_chunking_is_restarted(tmp_path, textures, encoder):
+    store = FeatureStore(str(tmp_path / "s"))
+    report = extract(store, encoder, textures, "test", CFG)
+    key = report.keys["pre_logits"]
+    # make it partial: drop the completion record and the last chunk's marker
+    state = tmp_path / "s" / "_repeval" / "state" / key / report.fingerprints["pre_logits"]
+    (state / "complete.json").unlink()
+    (state / "chunks" / "3").unlink()
+    other = ExtractConfig(batch_size=16, chunk_batches=2, progress=False)  # 32-row chunks now
+    again = extract(store, encoder, textures, "test", other)
+    assert again.status == "extracted" and again.forward_batches == 4
+    assert store.status(key).chunk_rows == 32 and store.status(key).complete
