@@ -97,5 +97,5 @@ def run_benchmark(cfg: BenchmarkConfig, dask_address: str | None = None) -> dict
     address = dask_address or cfg.dask.address
     gpu = cfg.dask.gpu == "always" or (cfg.dask.gpu == "auto" and (gpu_count() > 0))
     with prefect_api():
-        runner = task_runner(address, cfg.dask.n_workers, cfg.dask.threads_per_worker, cfg.dask.processes)
+        runner = task_runner(address, cfg.dask.n_workers, cfg.dask.threads_per_worker, cfg.dask.processes, gpu)
         return benchmark_flow.with_options(task_runner=runner)(config, gpu_resources=gpu)

@@ -132,19 +132,19 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def task_runner(address: str | None, n_workers: int = 2, threads_per_worker: int = 1, processes: bool = True):
+def task_runner(address: str | None, n_workers: int = 2, threads_per_worker: int = 1, processes: bool = True,
+                gpu: bool = False):
     """prefect-dask's DaskTaskRunner on an existing scheduler or a new LocalCluster.
 
-    Local workers declare a ``GPU`` resource when this machine has GPUs, so that
-    extraction tasks (which ask for one) get a GPU each.
+    ``gpu``: extraction tasks ask for a ``GPU`` resource, so local workers declare one
+    each (one per GPU of this machine, at least one worker).
     """
     from prefect_dask import DaskTaskRunner
 
     if address:
         return DaskTaskRunner(address=address)
-    gpus = gpu_count()
-    kwargs = {"n_workers": max(n_workers, gpus), "threads_per_worker": threads_per_worker,
+    kwargs = {"n_workers": max(n_workers, gpu_count()), "threads_per_worker": threads_per_worker,
               "processes": processes, "dashboard_address": ":0"}
-    if gpus:
+    if gpu:
         kwargs["resources"] = {"GPU": 1}
     return DaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=kwargs)

@@ -27,7 +27,8 @@ def _run(config_path: str, reason: str) -> dict[str, Any]:
     cfg = with_scanned_checkpoints(load_config(config_path))
     check_plan(cfg)
     gpu = cfg.dask.gpu == "always" or (cfg.dask.gpu == "auto" and gpu_count() > 0)
-    runner = task_runner(cfg.dask.address, cfg.dask.n_workers, cfg.dask.threads_per_worker, cfg.dask.processes)
+    runner = task_runner(cfg.dask.address, cfg.dask.n_workers, cfg.dask.threads_per_worker, cfg.dask.processes,
+                         gpu)
     summary = benchmark_flow.with_options(task_runner=runner)(cfg.to_dict(), gpu_resources=gpu)
     save_state(FeatureStore(cfg.store, storage_options=cfg.storage_options or None), cfg, watch_key(config_path))
     get_run_logger().info("%s: computed %d cells, %d from the ledger; report %s", reason,

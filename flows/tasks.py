@@ -41,7 +41,19 @@ def extract_task(config: dict, unit_index: int) -> dict[str, Any]:
     from jobs.plan import extraction_units, run_extract_unit
 
     cfg, store = _store(config)
-    return run_extract_unit(store, extraction_units(cfg)[unit_index], cfg).to_dict()
+    report = run_extract_unit(store, extraction_units(cfg)[unit_index], cfg).to_dict()
+    report["worker"] = _worker_address()
+    return report
+
+
+def _worker_address() -> str | None:
+    """The Dask worker this task ran on (which one held the GPU resource), if any."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return None
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)
