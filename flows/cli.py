@@ -145,11 +145,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from jobs.evaluate import cell_identity
     from jobs.plan import evaluation_cells
     from jobs.report_inputs import correlate_and_report
-    from storage_schema import FeatureStore
     from storage_schema.ledger import Ledger
 
     cfg = with_scanned_checkpoints(load_config(args.config))
-    store = FeatureStore(cfg.store, read_only=True, storage_options=cfg.storage_options or None)
+    store = cfg.open_store(read_only=True)
     ledger = Ledger(store)
     cells, missing = [], 0
     for cell in evaluation_cells(cfg):

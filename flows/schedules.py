@@ -18,7 +18,6 @@ from jobs.checkpoint_scan import with_scanned_checkpoints
 from jobs.config import load_config
 from jobs.plan import check_plan
 from jobs.watch import detect_changes, save_state, watch_key
-from storage_schema import FeatureStore
 
 CHANGED_EVENT = "repeval.config.protocols-changed"
 
@@ -30,18 +29,21 @@ def _run(config_path: str, reason: str) -> dict[str, Any]:
     runner = task_runner(cfg.dask.address, cfg.dask.n_workers, cfg.dask.threads_per_worker, cfg.dask.processes,
                          gpu)
     summary = benchmark_flow.with_options(task_runner=runner)(cfg.to_dict(), gpu_resources=gpu)
-    save_state(FeatureStore(cfg.store, storage_options=cfg.storage_options or None), cfg, watch_key(config_path))
+    save_state(cfg.open_store(), cfg, watch_key(config_path))
     get_run_logger().info("%s: computed %d cells, %d from the ledger; report %s", reason,
                           summary["computed"], summary["cached"], summary["report"])
     return {k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}
 
 
+def _changes(config_path: str):
+    cfg = load_config(config_path)
+    return cfg, detect_changes(cfg.open_store(), cfg, watch_key(config_path))
+
+
 @flow(name="repeval-scan-checkpoints")
 def scan_checkpoints_flow(config_path: str) -> dict[str, Any]:
     """Scheduled (cron): evaluate every checkpoint that appeared since the last run."""
-    cfg = load_config(config_path)
-    store = FeatureStore(cfg.store, storage_options=cfg.storage_options or None)
-    changes = detect_changes(store, cfg, watch_key(config_path))
+    _, changes = _changes(config_path)
     if not changes.any:
         get_run_logger().info("no new checkpoints and no protocol change")
         return {"ran": False, "new_encoders": []}
@@ -51,9 +53,7 @@ def scan_checkpoints_flow(config_path: str) -> dict[str, Any]:
 @flow(name="repeval-watch-protocols")
 def watch_protocols_flow(config_path: str) -> dict[str, Any]:
     """Polled: when the protocol settings' hash changed, emit an event and rerun."""
-    cfg = load_config(config_path)
-    store = FeatureStore(cfg.store, storage_options=cfg.storage_options or None)
-    changes = detect_changes(store, cfg, watch_key(config_path))
+    cfg, changes = _changes(config_path)
     if not changes.protocols_changed:
         return {"ran": False}
     emit_event(event=CHANGED_EVENT, resource={"prefect.resource.id": f"repeval.config.{watch_key(config_path)}"},

@@ -30,10 +30,9 @@ def io_errors_only(task, task_run, state) -> bool:
 
 def _store(config: dict):
     from jobs.config import load_config
-    from storage_schema import FeatureStore
 
     cfg = load_config(config)
-    return cfg, FeatureStore(cfg.store, storage_options=cfg.storage_options or None)
+    return cfg, cfg.open_store()
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)

@@ -253,6 +253,11 @@ class BenchmarkConfig:
     def to_dict(self) -> dict[str, Any]:
         return to_plain(self)
 
+    def open_store(self, read_only: bool = False):
+        from storage_schema import FeatureStore
+
+        return FeatureStore(self.store, read_only=read_only, storage_options=self.storage_options or None)
+
 
 def load_config(source: str | os.PathLike | dict) -> BenchmarkConfig:
     """Load and validate a benchmark config from a YAML file or a dict.
