@@ -59,7 +59,8 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False) -> dict[
     for n, fut in enumerate(_as_completed(all_extract), 1):
         extractions.append(fut.result())
         images = sum(r["images"] for r in extractions)
-        _progress("extract", n, len(all_extract), started, f", {images} images")
+        rate = images / max(time.perf_counter() - started, 1e-9)
+        _progress("extract", n, len(all_extract), started, f", {images} images, {rate:.0f} images/s")
     outcomes = []
     for n, fut in enumerate(_as_completed(eval_futures), 1):
         outcomes.append(fut.result())
