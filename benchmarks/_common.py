@@ -41,6 +41,16 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
+def pair_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> list[float]:
+    """Ratio within each interleaved pair (run i of one side over run i of the other).
+
+    On a shared machine the load drifts between pairs far more than within one; the
+    median of the per-pair ratios is the robust summary, the ratio of the medians is
+    printed beside it.
+    """
+    return [a / b for a, b in zip(numerators, denominators)]
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     started = time.perf_counter()
     out = fn()

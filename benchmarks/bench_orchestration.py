@@ -26,7 +26,11 @@ interleaved (a, b, c, b, c, a, ...) and the medians reported.
 Two times per run: end to end (the subprocess, from exec to exit: interpreter start,
 imports, server start and shutdown, cluster start and shutdown, the work), and in-call
 (just the call that runs the flow, or the direct loop, measured inside the subprocess).
-Overhead per cell = (time of the variant - time of (c)) / cells.
+Overhead per cell = (time of the variant - time of (c)) / cells; most of it is a fixed
+cost (API and cluster start, teardown), so a phase table splits the end-to-end time at
+the flow's progress lines (first extraction task done, last cell done) and gives the
+marginal per-cell overhead of the task phase separately. For (a) the start of the
+temporary API is timed by wrapping ``flows.runtime._temporary_server`` (same server).
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_orchestration.py [--quick] [--markdown]``.
 """
@@ -83,10 +87,27 @@ def make_config(root: Path, store: Path, n_encoders: int) -> dict:
 # -- child: one run in a fresh process -----------------------------------------------------
 def child(variant: str, config_path: str) -> None:
     started = time.perf_counter()
+    server: dict[str, float] = {}
     if variant == "embedded":
+        import contextlib
+
+        import flows.runtime
         from flows.benchmark import run_benchmark
         from jobs.config import load_config
 
+        # time the start and stop of the one temporary API (a wrapper, same server)
+        original = flows.runtime._temporary_server
+
+        @contextlib.contextmanager
+        def timed_server():
+            t = time.perf_counter()
+            with original() as url:
+                server["start"] = time.perf_counter() - t
+                yield url
+                t = time.perf_counter()
+            server["stop"] = time.perf_counter() - t
+
+        flows.runtime._temporary_server = timed_server
         cfg = load_config(config_path)
         t0 = time.perf_counter()
         summary = run_benchmark(cfg)
@@ -128,7 +149,8 @@ def child(variant: str, config_path: str) -> None:
         computed, cells = sum(o.status == "computed" for o, _ in outcomes), len(outcomes)
     t1 = time.perf_counter()
     print(json.dumps({"variant": variant, "in_call": t1 - t0, "before_call": t0 - started,
-                      "computed": computed, "cells": cells}))
+                      "computed": computed, "cells": cells, "server_start": server.get("start"),
+                      "server_stop": server.get("stop")}))
 
 
 # -- parent ------------------------------------------------------------------------------------
@@ -246,13 +268,20 @@ def main(argv=None) -> None:
                  ["variant", "end to end s", "in-call s", "end to end vs (c)",
                   "overhead per cell vs (c), end to end s", "overhead per cell vs (c), in-call s"],
                  rows, args.markdown)
-    phase_rows = [[VARIANTS[v].split(":")[0], median([o["before_call"] for o in times[v]]),
-                   median([o["to_first_task"] for o in times[v]]), median([o["tasks"] for o in times[v]]),
-                   median([o["after_last_cell"] for o in times[v]]),
-                   sum(o["killed_workers"] for o in times[v])] for v in order]
-    print_tables("Where the end-to-end time goes (medians, seconds from process start)",
-                 ["variant", "imports + config", "until 1st extract task done", "1st extract -> last cell done",
-                  "last cell -> exit (report, teardown)", "Dask workers killed at close (all runs)"],
+    tasks = {v: median([o["tasks"] for o in times[v]]) for v in order}
+    phase_rows = []
+    for v in order:
+        starts = [o["server_start"] for o in times[v] if o.get("server_start") is not None]
+        phase_rows.append([
+            VARIANTS[v].split(":")[0], median([o["before_call"] for o in times[v]]),
+            median([o["to_first_task"] for o in times[v]]),
+            median(starts) if starts else "-", tasks[v], (tasks[v] - tasks["direct"]) / n_cells,
+            median([o["after_last_cell"] for o in times[v]]), sum(o["killed_workers"] for o in times[v])])
+    print_tables("Where the end-to-end time goes (medians; seconds)",
+                 ["variant", "process start -> call (imports, config)", "process start -> 1st extract task done",
+                  "of which: temporary API start", "1st extract task -> last cell done",
+                  "marginal overhead per cell vs (c)", "last cell -> exit (report, teardown)",
+                  "Dask workers killed at close (all runs)"],
                  phase_rows, args.markdown)
     if "naive" in wall and "embedded" in wall:
         print(f"\nnaive / embedded, end to end: {wall['naive'] / wall['embedded']:.2f}x; "

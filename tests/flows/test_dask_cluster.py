@@ -71,7 +71,7 @@ def test_existing_cluster_gives_the_embedded_ledger_and_extracts_on_the_gpu_work
     for mode in ("embedded", "cluster"):
         raw = tiny_config(tmp_path / mode)
         raw["encoders"] = raw["encoders"][:2]
-        raw["protocols"] = raw["protocols"][:2]
+        raw["protocols"] = raw["protocols"][:1]
         raw["dask"] = {"gpu": "always", "n_workers": 1, "processes": False}
         path = tmp_path / f"{mode}.yaml"
         path.write_text(yaml.safe_dump(raw))
