@@ -24,8 +24,9 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_extraction.py
-	$(BIN)/python benchmarks/bench_protocols.py
+	$(BIN)/python benchmarks/bench_protocols.py --markdown
+	$(BIN)/python benchmarks/bench_extraction.py --markdown
+	$(BIN)/python benchmarks/bench_orchestration.py --markdown
 
 clean:
 	rm -rf $(VENV) repeval-store demo-out .pytest_cache

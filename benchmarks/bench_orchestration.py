@@ -65,10 +65,10 @@ ENCODERS = [
 ]
 
 
-def make_config(root: Path, store: Path, n_encoders: int) -> dict:
+def make_config(root: Path, store: Path, n_encoders: int, n_workers: int = 2) -> dict:
     return {
         "store": str(store),
-        "dask": {"n_workers": 2, "threads_per_worker": 1, "processes": True},
+        "dask": {"n_workers": n_workers, "threads_per_worker": 1, "processes": True},
         "extract": {"batch_size": 32, "chunk_batches": 2},
         "encoders": ENCODERS[:n_encoders],
         "datasets": [{"name": "tex", "adapter": "textures", "params": {"n_per_class": {"train": 40, "test": 20}}}],
@@ -168,7 +168,7 @@ def build_base_store(root: Path, n_encoders: int) -> Path:
     return base
 
 
-def run_variant(variant: str, root: Path, base: Path, n_encoders: int, index: int) -> dict:
+def run_variant(variant: str, root: Path, base: Path, n_encoders: int, index: int, n_workers: int) -> dict:
     import yaml
 
     run_dir = root / f"run-{index:02d}-{variant}"
@@ -178,7 +178,7 @@ def run_variant(variant: str, root: Path, base: Path, n_encoders: int, index: in
     shutil.copytree(base, store, ignore=lambda d, names: ["ledger"] if Path(d).name == "_repeval" else [])
     assert not (store / "_repeval" / "ledger").exists()
     config_path = run_dir / "config.yaml"
-    config_path.write_text(yaml.safe_dump(make_config(run_dir, store, n_encoders)))
+    config_path.write_text(yaml.safe_dump(make_config(run_dir, store, n_encoders, n_workers)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_HOME=str(run_dir / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
                PREFECT_LOGGING_LEVEL="WARNING", HF_HUB_OFFLINE="1",
@@ -219,7 +219,8 @@ def run_variant(variant: str, root: Path, base: Path, n_encoders: int, index: in
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="one encoder (3 cells), one run of each variant")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke test: one encoder (3 cells), one Dask worker, one run of (a) and (c)")
     p.add_argument("--markdown", action="store_true", help="also print a Markdown table")
     p.add_argument("--repeats", type=int, default=None, help="runs per variant (default 3; quick 1)")
     p.add_argument("--variants", nargs="+", choices=("embedded", "naive", "direct"), default=None,
@@ -232,13 +233,15 @@ def main(argv=None) -> None:
         return
     repeats = args.repeats or (1 if args.quick else 3)
     n_encoders = 1 if args.quick else 3
+    n_workers = 1 if args.quick else 2
     started = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="repeval-bench-orch-"))
     try:
         base = build_base_store(root, n_encoders)
         n_cells = 3 * n_encoders
         print(f"bench_orchestration ({'quick' if args.quick else 'full'}): {n_encoders} encoder(s) x 1 textures "
-              f"dataset (160 train / 80 test images) x 3 protocol settings = {n_cells} cells, features "
+              f"dataset (160 train / 80 test images) x 3 protocol settings = {n_cells} cells, {n_workers} Dask "
+              f"worker process(es) x 1 thread, features "
               f"pre-extracted, fresh ledger, fresh PREFECT_HOME, fresh subprocess per run; {repeats} "
               f"interleaved run(s) per variant; medians")
         print(f"machine: {machine_line()}")
@@ -251,7 +254,7 @@ def main(argv=None) -> None:
         for r in range(repeats):
             for variant in order[r % len(order):] + order[:r % len(order)]:  # rotate the order each round
                 index += 1
-                out = run_variant(variant, root, base, n_encoders, index)
+                out = run_variant(variant, root, base, n_encoders, index, n_workers)
                 times[variant].append(out)
                 print(f"  run {index}: {variant}: end to end {out['wall']:.1f} s, in-call {out['in_call']:.1f} s, "
                       f"{out['computed']}/{out['cells']} cells computed", flush=True)
