@@ -74,6 +74,10 @@ class IncompleteArrayError(StoreError):
     """The array exists but not every chunk has been written yet."""
 
 
+class CorruptChunkError(StoreError):
+    """A stored chunk fails its checksum; the message names the array and the chunk."""
+
+
 class StaleArrayError(StoreError):
     """The stored array was made from other weights, preprocessing or data."""
 

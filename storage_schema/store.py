@@ -26,7 +26,7 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 from zarr.errors import ContainsGroupError
 
 from pipeline.errors import (
-    ArrayNotFoundError, IncompleteArrayError, ReadOnlyStoreError, SchemaVersionError,
+    ArrayNotFoundError, CorruptChunkError, IncompleteArrayError, ReadOnlyStoreError, SchemaVersionError,
     StaleArrayError, StoreError,
 )
 from storage_schema import keys
@@ -79,7 +79,29 @@ class StoredArray:
     attrs = property(lambda self: self.status.attrs)
 
     def read(self, rows: slice | None = None) -> np.ndarray:
-        return self.array[rows if rows is not None else slice(None)]
+        rows = rows if rows is not None else slice(None)
+        try:
+            return self.array[rows]
+        except ValueError as exc:
+            if "checksum" not in str(exc):
+                raise
+            raise self._corruption(rows) from exc
+
+    def _corruption(self, rows: slice) -> CorruptChunkError:
+        """Find which chunks of ``rows`` fail their crc32c, to name them."""
+        chunk_rows = self.status.chunk_rows
+        start, stop, _ = rows.indices(self.shape[0])
+        bad = []
+        for c in range(start // chunk_rows, -(-stop // chunk_rows)):
+            try:
+                self.array[c * chunk_rows:(c + 1) * chunk_rows]
+            except ValueError:
+                bad.append(c)
+        return CorruptChunkError(
+            f"{self.key!r}: chunk(s) {bad} fail their crc32c checksum (rows "
+            f"{', '.join(f'{c * chunk_rows}-{min((c + 1) * chunk_rows, self.shape[0]) - 1}' for c in bad)}); "
+            "the stored bytes were damaged after writing: re-extract the array"
+        )
 
     def to_dask(self, rows_per_block: int | None = None):
         import dask.array as da  # readers only; keeps the write path free of dask
