@@ -4,8 +4,8 @@ tasks land on the GPU-resource worker."""
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -32,14 +32,18 @@ def _start(args: list[str], log: Path) -> subprocess.Popen:
 @pytest.fixture
 def cluster(tmp_path):
     sched_log = tmp_path / "scheduler.log"
+    sched_file = tmp_path / "scheduler.json"  # the scheduler writes its address here
     procs = [_start([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-                     "--dashboard-address", ":0", "--no-show"], sched_log)]
+                     "--dashboard-address", ":0", "--scheduler-file", str(sched_file)], sched_log)]
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 90
         address = None
         while address is None and time.monotonic() < deadline:
-            found = re.search(r"Scheduler at:\s+(tcp://127\.0\.0\.1:\d+)", sched_log.read_text())
-            address = found.group(1) if found else None
+            if sched_file.exists():
+                try:
+                    address = json.loads(sched_file.read_text())["address"]
+                except (json.JSONDecodeError, KeyError):
+                    pass  # still being written
             time.sleep(0.2)
         assert address, sched_log.read_text()
         common = ["--nthreads", "1", "--host", "127.0.0.1", "--dashboard-address", ":0", "--no-nanny"]
