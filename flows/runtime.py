@@ -2,9 +2,10 @@
 
 Embedded default: one temporary local Prefect API for the whole run, exported through
 PREFECT_API_URL so that every Dask worker process reports to it. Without that, each
-worker process would start a temporary server of its own (seen: a 9-task flow took
-22.5 s that way against 5.7 s with one server). Prefect's state for the embedded mode
-lives in a repeval folder, never in the user's ~/.prefect.
+worker process starts a temporary server of its own (benchmarks/bench_orchestration.py:
+1.3x slower end to end on 9 cells; most of either run is fixed start-up, the temporary
+API alone taking ~10 s). Prefect's state for the embedded mode lives in a repeval
+folder, never in the user's ~/.prefect.
 """
 
 from __future__ import annotations
