@@ -85,6 +85,27 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Read every chunk of every array; exit 1 if any is damaged or incomplete."""
+    from storage_schema import FeatureStore
+
+    store = FeatureStore(args.store, read_only=True)
+    problems = 0
+    for st in store.list_arrays():
+        if not st.complete:
+            problems += 1
+            print(f"incomplete {st.key}: {len(st.done_chunks)} of {st.n_chunks} chunks written")
+            continue
+        bad = store.damaged_chunks(st.key)
+        if bad:
+            problems += 1
+            print(f"damaged    {st.key}: chunk(s) {bad} fail their checksum")
+        elif args.verbose_ok:
+            print(f"ok         {st.key}")
+    print(f"{problems} problem(s) in {store.url}")
+    return 1 if problems else 0
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from jobs.import_features import import_features
     from pipeline.datasets import make_dataset
@@ -224,6 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--store", default=DEFAULT_STORE)
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_ls)
+
+    ver = sub.add_parser("verify", help="read every chunk: report damaged (checksum) or incomplete arrays")
+    ver.add_argument("--store", default=DEFAULT_STORE)
+    ver.add_argument("--all", dest="verbose_ok", action="store_true", help="also list the arrays that are fine")
+    ver.set_defaults(func=cmd_verify)
 
     imp = sub.add_parser("import-features", help="import precomputed features from .npz/.npy")
     imp.add_argument("--store", default=DEFAULT_STORE)

@@ -88,15 +88,10 @@ class StoredArray:
             raise self._corruption(rows) from exc
 
     def _corruption(self, rows: slice) -> CorruptChunkError:
-        """Find which chunks of ``rows`` fail their crc32c, to name them."""
+        """Name the chunks of ``rows`` that fail their crc32c."""
         chunk_rows = self.status.chunk_rows
         start, stop, _ = rows.indices(self.shape[0])
-        bad = []
-        for c in range(start // chunk_rows, -(-stop // chunk_rows)):
-            try:
-                self.array[c * chunk_rows:(c + 1) * chunk_rows]
-            except ValueError:
-                bad.append(c)
+        bad = failing_chunks(self.array, chunk_rows, range(start // chunk_rows, -(-stop // chunk_rows)))
         return CorruptChunkError(
             f"{self.key!r}: chunk(s) {bad} fail their crc32c checksum (rows "
             f"{', '.join(f'{c * chunk_rows}-{min((c + 1) * chunk_rows, self.shape[0]) - 1}' for c in bad)}); "
@@ -111,6 +106,19 @@ class StoredArray:
 
     def __repr__(self) -> str:
         return f"StoredArray({self.key!r}, shape={self.shape}, fingerprint={self.fingerprint[:12]})"
+
+
+def failing_chunks(array: zarr.Array, chunk_rows: int, chunks: range) -> list[int]:
+    """The chunks among ``chunks`` whose stored bytes fail their crc32c checksum."""
+    bad = []
+    for c in chunks:
+        try:
+            array[c * chunk_rows:(c + 1) * chunk_rows]
+        except ValueError as exc:
+            if "checksum" not in str(exc):
+                raise
+            bad.append(c)
+    return bad
 
 
 class FeatureStore:
@@ -313,6 +321,13 @@ class FeatureStore:
             for split in b.list(f"{keys.DATASETS}/{dataset}", dirs_only=True):
                 if b.exists(f"{keys.DATASETS}/{dataset}/{split}/labels/zarr.json"):
                     yield f"{keys.DATASETS}/{dataset}/{split}/labels"
+
+    def damaged_chunks(self, key: str) -> list[int]:
+        """Chunks of ``key`` whose stored bytes fail their crc32c checksum (reads every chunk)."""
+        st = self.status(key)
+        if st is None:
+            raise ArrayNotFoundError(f"no array {key!r} in store {self.url!r}; {self._nearby(key)}")
+        return failing_chunks(zarr.open_array(self._zstore, path=key, mode="r"), st.chunk_rows, range(st.n_chunks))
 
     def list_arrays(self) -> list[ArrayStatus]:
         out = []

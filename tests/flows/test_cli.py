@@ -61,3 +61,18 @@ def test_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert "no repeval store" in capsys.readouterr().err
     assert main(["results", "--store", str(tmp_path / "missing"), "--format", "xml"]) == 2
     assert "--format 'xml'" in capsys.readouterr().err
+
+
+def test_verify_reports_damaged_and_incomplete_arrays(tmp_path, capsys):
+    store = str(tmp_path / "store")
+    assert main(["import-features", "--store", store, "--model", "ext", "--path", _npz(tmp_path),
+                 "--dataset-name", "blobs"]) == 0
+    assert main(["verify", "--store", store]) == 0
+    assert "0 problem(s)" in capsys.readouterr().out
+    chunk = tmp_path / "store" / "features" / "ext" / "blobs" / "train" / "pre_logits" / "c" / "0" / "0"
+    raw = bytearray(chunk.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(raw))
+    assert main(["verify", "--store", store]) == 1
+    out = capsys.readouterr().out
+    assert "damaged    features/ext/blobs/train/pre_logits: chunk(s) [0]" in out and "1 problem(s)" in out
