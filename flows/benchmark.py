@@ -1,8 +1,9 @@
 """The benchmark flow: extract what is missing, evaluate what is missing, correlate, report.
 
-Extraction is one task per (encoder, dataset split); evaluation one task per (feature
-array, protocol setting), each waiting only for the extractions it reads; the
-correlation and report come last. Everything runs on Dask through prefect-dask.
+Extraction is one task per (encoder, dataset split); evaluation one task per group of
+at most ``dask.cells_per_task`` cells of one (encoder, dataset), each waiting only for
+the extractions it reads (grouping amortises the per-task cost of Prefect and Dask);
+the correlation and report come last. Everything runs on Dask through prefect-dask.
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False) -> dict[
                 (unit.encoder.name, unit.dataset.name), []) + [
                 extract_task.with_options(task_run_name=f"extract {unit.label()}").submit(config, i)]
     eval_futures = [
-        evaluate_task.with_options(task_run_name=f"evaluate {cell.label()}").submit(
-            config, i, wait_for=extract_futures[(cell.model, cell.dataset)])
-        for i, cell in enumerate(cells)
+        evaluate_task.with_options(task_run_name=f"evaluate {label}").submit(
+            config, indices, wait_for=extract_futures[group])
+        for group, indices, label in _cell_batches(cells, cfg.dask.cells_per_task)
     ]
 
     extractions = []
@@ -62,9 +63,9 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False) -> dict[
         rate = images / max(time.perf_counter() - started, 1e-9)
         _progress("extract", n, len(all_extract), started, f", {images} images, {rate:.0f} images/s")
     outcomes = []
-    for n, fut in enumerate(_as_completed(eval_futures), 1):
-        outcomes.append(fut.result())
-        _progress("evaluate", n, len(eval_futures), started)
+    for fut in _as_completed(eval_futures):
+        outcomes.extend(fut.result())
+        _progress("evaluate", len(outcomes), len(cells), started)
     wait(eval_futures)
     final = correlate_and_report_task(config, outcomes)
     return {
@@ -79,6 +80,21 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False) -> dict[
         "report": final["report"], "correlation": final["correlation"],
         "seconds": time.perf_counter() - started,
     }
+
+
+def _cell_batches(cells, per_task: int):
+    """(encoder, dataset) groups of cell indices, split into near-equal tasks of at most
+    ``per_task`` cells: one task reads the group's features, and never waits on others'."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, cell in enumerate(cells):
+        groups.setdefault((cell.model, cell.dataset), []).append(i)
+    for group, indices in groups.items():
+        n_tasks = -(-len(indices) // per_task)
+        for k in range(n_tasks):
+            part = indices[k::n_tasks]
+            settings = sorted({cells[i].setting for i in part})
+            label = f"{group[0]}/{group[1]}:{','.join(settings)[:80]}"
+            yield group, part, label
 
 
 def _as_completed(futures):

@@ -106,6 +106,29 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def cmd_repair(args: argparse.Namespace) -> int:
+    """Recompute the chunks that fail their checksum; exit 1 if incomplete arrays remain."""
+    from jobs.repair import repair
+    from storage_schema import FeatureStore
+
+    store = FeatureStore(args.store)
+    summary = repair(store, args.key or None, weights=args.weights, device=args.device, lease_ttl=args.lease_ttl)
+    if args.json:
+        print(json.dumps(summary.to_dict()))
+    else:
+        for r in summary.repaired:
+            print(f"repaired   {r.key}: chunk(s) {r.chunks}")
+        for key in summary.incomplete:
+            print(f"incomplete {key}: not repaired; rerun its extraction to resume it")
+        for failure in summary.failed:
+            print(f"failed     {failure}")
+        print(f"{summary.chunks} chunk(s) of {len(summary.repaired)} array(s) recomputed and verified "
+              f"({summary.forward_batches} forward batches); {summary.checked} array(s) checked in {store.url}")
+    if summary.failed:
+        return 2
+    return 1 if summary.incomplete else 0
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from jobs.import_features import import_features
     from pipeline.datasets import make_dataset
@@ -141,12 +164,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    from storage_schema import FeatureStore
     from storage_schema.ledger import EXPORT_FORMATS, Ledger
 
     if args.format not in EXPORT_FORMATS:
         raise RepevalError(f"--format {args.format!r} is not one of {', '.join(EXPORT_FORMATS)}")
-    ledger = Ledger(FeatureStore(_store_of(args), read_only=True))
+    ledger = Ledger(_open_store_of(args))
     if args.format == "table":
         frame = ledger.to_frame()
         cols = [c for c in ("model", "dataset", "layer", "setting", "metric.score", "metric.top1",
@@ -204,12 +226,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store_of(args: argparse.Namespace) -> str:
+def cmd_deploy(args: argparse.Namespace) -> int:
+    # No prepare_environment(): the deployment goes to the user's Prefect server, taken
+    # from their own Prefect profile or PREFECT_API_URL, never to an embedded one.
+    from flows.deploy import deploy_config
+
+    d = deploy_config(args.config, args.pool, name=args.name, cron=args.cron, timezone=args.timezone)
+    print(f"deployed {d.name} ({d.id}) on {d.api_url}: cron {args.cron!r} "
+          f"({args.timezone or 'UTC'}), reruns on protocol changes of {d.config_path}")
+    print(f"runs go to work pool {args.pool!r}; start a worker: prefect worker start --pool {args.pool}")
+    print(f"run now: prefect deployment run '{d.name}'")
+    print(f"after editing protocol settings: {d.emit_command()}")
+    return 0
+
+
+def _open_store_of(args: argparse.Namespace):
+    """``--config``'s store (with its storage options), else ``--store``; read-only."""
     if getattr(args, "config", None):
         from jobs.config import load_config
 
-        return load_config(args.config).store
-    return args.store
+        return load_config(args.config).open_store(read_only=True)
+    from storage_schema import FeatureStore
+
+    return FeatureStore(args.store, read_only=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -251,6 +290,15 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--all", dest="verbose_ok", action="store_true", help="also list the arrays that are fine")
     ver.set_defaults(func=cmd_verify)
 
+    rp = sub.add_parser("repair", help="recompute exactly the chunks that fail their checksum, then verify")
+    rp.add_argument("--store", default=DEFAULT_STORE)
+    rp.add_argument("--key", nargs="*", help="arrays to repair (default: every array of the store)")
+    rp.add_argument("--weights", help="checkpoint to use where an array's recorded one moved (same weights)")
+    rp.add_argument("--device", help="torch device (default: the device type of the extraction)")
+    rp.add_argument("--lease-ttl", type=float, default=60.0, help="lease TTL in seconds (default %(default)s)")
+    rp.add_argument("--json", action="store_true", help="print the summary as JSON")
+    rp.set_defaults(func=cmd_repair)
+
     imp = sub.add_parser("import-features", help="import precomputed features from .npz/.npy")
     imp.add_argument("--store", default=DEFAULT_STORE)
     imp.add_argument("--model", required=True, help="encoder name to file the features under")
@@ -284,6 +332,14 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--watch-interval", type=float, default=60.0,
                      help="seconds between checks for changed protocol settings (default %(default)s)")
     srv.set_defaults(func=cmd_serve)
+
+    dep = sub.add_parser("deploy", help="deploy a config's benchmark to a Prefect server's work pool")
+    dep.add_argument("config")
+    dep.add_argument("--pool", required=True, help="work pool whose workers run it (e.g. a process pool)")
+    dep.add_argument("--cron", default="0 2 * * *", help="schedule (default: %(default)s)")
+    dep.add_argument("--timezone", help="IANA time zone of --cron (default: UTC)")
+    dep.add_argument("--name", help="deployment name (default: the config file's name without suffix)")
+    dep.set_defaults(func=cmd_deploy)
     return p
 
 

@@ -18,6 +18,7 @@ from jobs.checkpoint_scan import with_scanned_checkpoints
 from jobs.config import load_config
 from jobs.plan import check_plan
 from jobs.watch import detect_changes, save_state, watch_key
+from storage_schema.provenance import stable_hash
 
 CHANGED_EVENT = "repeval.config.protocols-changed"
 
@@ -33,6 +34,11 @@ def _run(config_path: str, reason: str) -> dict[str, Any]:
     get_run_logger().info("%s: computed %d cells, %d from the ledger; report %s", reason,
                           summary["computed"], summary["cached"], summary["report"])
     return {k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}
+
+
+def config_resource_id(config_path: str) -> str:
+    """The event resource of one config file: deployment triggers match on it."""
+    return f"repeval.config.{stable_hash(str(config_path), 16)}"
 
 
 def _changes(config_path: str):
@@ -56,7 +62,7 @@ def watch_protocols_flow(config_path: str) -> dict[str, Any]:
     cfg, changes = _changes(config_path)
     if not changes.protocols_changed:
         return {"ran": False}
-    emit_event(event=CHANGED_EVENT, resource={"prefect.resource.id": f"repeval.config.{watch_key(config_path)}"},
+    emit_event(event=CHANGED_EVENT, resource={"prefect.resource.id": config_resource_id(config_path)},
                payload={"config": config_path, "protocol_hash": cfg.protocol_hash()})
     return {"ran": True, **_run(config_path, "protocol settings changed")}
 

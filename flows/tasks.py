@@ -56,21 +56,27 @@ def _worker_address() -> str | None:
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)
-def evaluate_task(config: dict, cell_index: int) -> dict[str, Any]:
+def evaluate_task(config: dict, cell_indices: list[int]) -> list[dict[str, Any]]:
+    """Evaluate some cells of one (encoder, dataset); a retry skips those already recorded."""
     from jobs.evaluate import evaluate_cell
     from jobs.plan import evaluation_cells
 
     cfg, store = _store(config)
-    cell = evaluation_cells(cfg)[cell_index]
-    try:
-        outcome = evaluate_cell(store, cell)
-    except (DataValidationError, ConfigError) as exc:
-        # This cell's data cannot be evaluated this way (e.g. too few images per class
-        # for its few-shot setting): report it; the other cells of the run go on.
-        # Nothing is written to the ledger, so a fixed setting is evaluated next time.
-        return {"cell_id": None, "status": "failed", "setting": cell.setting, "cell": cell.label(),
-                "error": f"{type(exc).__name__}: {exc}"}
-    return {"cell_id": outcome.cell_id, "status": outcome.status, "setting": cell.setting}
+    cells = evaluation_cells(cfg)
+    outcomes = []
+    for i in cell_indices:
+        cell = cells[i]
+        try:
+            outcome = evaluate_cell(store, cell)
+        except (DataValidationError, ConfigError) as exc:
+            # This cell's data cannot be evaluated this way (e.g. too few images per class
+            # for its few-shot setting): report it; the other cells of the run go on.
+            # Nothing is written to the ledger, so a fixed setting is evaluated next time.
+            outcomes.append({"cell_id": None, "status": "failed", "setting": cell.setting, "cell": cell.label(),
+                             "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        outcomes.append({"cell_id": outcome.cell_id, "status": outcome.status, "setting": cell.setting})
+    return outcomes
 
 
 @task(cache_policy=NO_CACHE)

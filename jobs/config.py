@@ -17,7 +17,7 @@ import yaml
 
 from jobs.typed import from_plain, to_plain
 from pipeline.encoders import EncoderSpec
-from pipeline.errors import ConfigError, InvalidNameError
+from pipeline.errors import ConfigError, InvalidNameError, RepevalError
 from pipeline.names import validate_name
 from pipeline.protocols.registry import resolve_settings
 from storage_schema.provenance import stable_hash
@@ -97,6 +97,9 @@ class DatasetConfig:
 
     def check(self, path: str) -> None:
         _name(self.name, f"{path}.name")
+        for what in ("train_split", "test_split", "val_split"):  # '' would silently drop the split
+            if what != "val_split" or self.val_split is not None:
+                _name(getattr(self, what), f"{path}.{what}")
 
     def splits(self) -> list[str]:
         return [s for s in (self.train_split, self.val_split, self.test_split) if s]
@@ -116,7 +119,7 @@ class ProtocolConfig:
         _name(self.name, f"{path}.name")
         try:
             self.settings = resolve_settings(self.protocol, self.settings)
-        except ConfigError as exc:
+        except RepevalError as exc:  # also an unknown protocol: name the entry, not only the value
             raise ConfigError(f"{path}: {exc}") from None
 
 
@@ -149,6 +152,10 @@ class CorrelationConfig:
     bootstrap: int = 1000
     seed: int = 0
 
+    def check(self, path: str) -> None:  # else the run fails only at its very end, in the correlation
+        if self.bootstrap < 0 or self.seed < 0:
+            raise ConfigError(f"{path}: bootstrap and seed must be >= 0, got {self.bootstrap} and {self.seed}")
+
 
 @dataclass
 class ReportConfig:
@@ -165,12 +172,43 @@ class DaskSettings:
     threads_per_worker: int = 1
     processes: bool = True  # worker processes (isolation); False: threads in one process
     gpu: str = "auto"  # extraction tasks ask for a GPU worker resource: auto | always | never
+    # Cells of one (encoder, dataset) evaluated per task: submitting a task costs a few
+    # hundred ms of Prefect/Dask bookkeeping, so tiny cells are grouped.
+    cells_per_task: int = 16
 
     def check(self, path: str) -> None:
         if self.gpu not in ("auto", "always", "never"):
             raise ConfigError(f"{path}.gpu: {self.gpu!r} is not one of 'auto', 'always', 'never'")
         if self.n_workers < 1 or self.threads_per_worker < 1:
             raise ConfigError(f"{path}: n_workers and threads_per_worker must be >= 1")
+        if self.cells_per_task < 1:
+            raise ConfigError(f"{path}.cells_per_task: {self.cells_per_task} must be >= 1")
+
+
+# Keys of fsspec storage options that hold credentials (s3fs, gcsfs, adlfs, botocore).
+_SECRET_OPTIONS = ("key", "access_key", "access_key_id", "account_key", "passwd", "connection_string")
+
+
+def _no_credentials(store: str, storage_options: dict[str, Any], path: str) -> None:
+    """The config travels to Prefect (flow parameters, kept in its database) and into the
+    report: credentials must come from the environment, never from the config."""
+    from storage_schema.backend import redact_url, url_has_password
+
+    if url_has_password(store):
+        raise ConfigError(f"{path}.store: {redact_url(store)!r} carries a password in its URL; remove it "
+                          "and give credentials through the environment (for S3: AWS_ACCESS_KEY_ID, "
+                          "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)")
+
+    def walk(options: Any, where: str) -> None:
+        for k, v in (options.items() if isinstance(options, dict) else ()):
+            name = str(k).lower().removeprefix("aws_")
+            if name in _SECRET_OPTIONS or "secret" in name or "password" in name or name.endswith("token"):
+                raise ConfigError(f"{where}.{k}: credentials are not accepted in the config (it is "
+                                  "stored with each run); set them in the environment instead (for S3: "
+                                  "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN)")
+            walk(v, f"{where}.{k}")
+
+    walk(storage_options, f"{path}.storage_options")
 
 
 @dataclass
@@ -188,6 +226,10 @@ class BenchmarkConfig:
     report: ReportConfig = field(default_factory=ReportConfig)
 
     def check(self, path: str) -> None:
+        _no_credentials(self.store, self.storage_options, path)
+        for where, value in (("store", self.store), ("report.path", self.report.path)):
+            if not value.strip():  # '' would resolve to the config's own folder
+                raise ConfigError(f"{path}.{where}: must not be empty")
         for what, items in (("encoders", self.encoders), ("datasets", self.datasets),
                             ("protocols", self.protocols)):
             seen: dict[str, int] = {}
@@ -273,8 +315,8 @@ def load_config(source: str | os.PathLike | dict) -> BenchmarkConfig:
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
         try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
         base = path.resolve().parent
     cfg = from_plain(BenchmarkConfig, data, "config")

@@ -85,6 +85,8 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
     ledger = Ledger(store)
     if ledger.has(cid):
         return CellOutcome(cid, "cached", ledger.get(cid))
+    if record:
+        store.check_writable()  # a read-only store answers recorded cells; it must not compute others
     arrays = _arrays(store, cell)
     train_feats, train_labels = arrays[cell.train_split]
     test_feats, test_labels = arrays[cell.test_split]

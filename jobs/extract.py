@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -53,6 +54,8 @@ class ExtractConfig:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         if not isinstance(self.num_workers, int) or self.num_workers < 0:
             raise ConfigError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
+        if not (isinstance(self.lease_ttl, (int, float)) and self.lease_ttl > 0):  # 0: every lease stale at once
+            raise ConfigError(f"lease_ttl must be a number of seconds > 0, got {self.lease_ttl!r}")
 
 
 @dataclass
@@ -85,6 +88,15 @@ def _layer_fingerprints(encoder: Encoder, dataset_fp: str, split: str, dtype: st
         )
         for layer in encoder.layers
     }
+
+
+def _recorded_spec(spec: EncoderSpec) -> dict:
+    """The spec as stored for ``repeval repair``: a checkpoint by its absolute path (the
+    weights fingerprint in ``encoder`` tells whether the file still holds the same weights)."""
+    out = spec.to_dict()
+    if spec.weights_kind == "checkpoint":
+        out["weights"] = str(Path(spec.weights).expanduser().resolve())
+    return out
 
 
 def _chunk_batches(chunks: list[int], n: int, chunk_rows: int, batch_size: int) -> list[list[int]]:
@@ -206,7 +218,8 @@ def _run(store, lease, encoder, dataset, split, config, report, todo_status, lab
                 "fingerprint": fp, "kind": "features", "model": report.model, "dataset": report.dataset,
                 "split": split, "layer": layer, "pooling": pooling[layer], "dtype": config.dtype,
                 "chunk_rows": chunk_rows, "batch_size": config.batch_size, "labels": labels_key,
-                "encoder": encoder.provenance(), "dataset_fingerprint": dataset.fingerprint(split),
+                "encoder": encoder.provenance(), "encoder_spec": _recorded_spec(encoder.spec),
+                "dataset_fingerprint": dataset.fingerprint(split),
                 "dataset_params": dataset.describe(), "skipped_ids": report.skipped_ids,
                 "libraries": library_versions(),
             }
@@ -219,6 +232,9 @@ def _run(store, lease, encoder, dataset, split, config, report, todo_status, lab
         TorchImageDataset(dataset, split, encoder.transform()), batch_sampler=batches,
         num_workers=config.num_workers, pin_memory=encoder.device.type == "cuda",
         persistent_workers=False,
+        # its own generator: each iterator draws a seed, which from torch's global RNG could
+        # land inside another thread's seeded model init (pipeline.encoders._INIT_LOCK)
+        generator=torch.Generator(),
     )
     writer = _ChunkWriter(store, lease, arrays, report.fingerprints, todo)
     out_dtype = np.dtype(config.dtype)

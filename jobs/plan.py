@@ -7,11 +7,13 @@ store (completeness, fingerprints) and the ledger (cell ids) when it runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig
 from jobs.evaluate import Cell
 from jobs.extract import ExtractionReport, extract
 from pipeline.datasets import DatasetAdapter, make_dataset
+from pipeline.encoders import check_layers_available
 from pipeline.errors import ConfigError, RepevalError
 from storage_schema import FeatureStore
 
@@ -72,9 +74,13 @@ def check_plan(cfg: BenchmarkConfig) -> None:
                               "import them with `repeval import-features` instead")
     for i, e in enumerate(cfg.encoders):
         try:
-            e.spec()
+            spec = e.spec()
+            check_layers_available(spec)
         except RepevalError as exc:
             raise ConfigError(f"config.encoders[{i}]: {exc}") from None
+        if spec.weights_kind == "checkpoint" and not Path(spec.weights).expanduser().is_file():
+            # else every extraction task of this encoder fails, after the run has started
+            raise ConfigError(f"config.encoders[{i}].weights: checkpoint file {spec.weights!r} does not exist")
 
 
 def run_extract_unit(store: FeatureStore, unit: ExtractUnit, cfg: BenchmarkConfig) -> ExtractionReport:

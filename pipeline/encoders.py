@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import inspect
 import re
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -44,6 +45,10 @@ PRE_LOGITS = "pre_logits"
 _BLOCK_RE = re.compile(r"^block(0|[1-9][0-9]*)$")
 _PRETRAINED_PREFIX = "timm:"
 _MAX_LISTED_KEYS = 10
+# torch's RNG is one per process: two threads seeding and building models at once (Dask
+# workers with threads) would interleave draws and get other random-init weights each run.
+# repeval's other torch draws use their own generators (the extraction's DataLoader).
+_INIT_LOCK = threading.Lock()
 
 
 def _repeval_version() -> str:
@@ -292,8 +297,9 @@ def load_encoder(
         if hub_id:
             info["hf_hub_id"] = hub_id
     else:
-        torch.manual_seed(spec.seed)
-        model = _create(model_name, spec, pretrained=False, **kwargs)
+        with _INIT_LOCK:
+            torch.manual_seed(spec.seed)
+            model = _create(model_name, spec, pretrained=False, **kwargs)
         _check_layers(spec, _available_layers(model))  # before reading a possibly large checkpoint
         info = {"source": "random", "seed": spec.seed}
         if ckpt_path is not None:
@@ -476,6 +482,21 @@ def _pool(t: Tensor) -> Tensor:
     if t.ndim == 3:
         return t.mean(dim=1)
     return t
+
+
+def check_layers_available(spec: EncoderSpec) -> None:
+    """Refuse layers that ``spec.arch`` lacks, before any work: the model is built on the meta
+    device (no weights, no memory; milliseconds), so a config fails at load, not in a task."""
+    model_name = _model_name(spec)
+    kwargs: dict[str, Any] = {"num_classes": 0}
+    if spec.input_size is not None and _fixed_input_size(model_name):
+        kwargs["img_size"] = spec.input_size
+    try:
+        with torch.device("meta"):
+            model = _create(model_name, spec, pretrained=False, **kwargs)
+    except (RuntimeError, ValueError, TypeError, NotImplementedError):
+        return  # e.g. a tag only the hub knows: the extraction itself will say what is wrong
+    _check_layers(spec, _available_layers(model))
 
 
 def _check_layers(spec: EncoderSpec, available: tuple[str, ...]) -> None:

@@ -63,7 +63,11 @@ class SchemaVersionError(StoreError):
 
 
 class ReadOnlyStoreError(RepevalError, PermissionError):
-    """A write was attempted on a store opened read-only."""
+    """A write was attempted on a store opened read-only (or on a read-only file system)."""
+
+
+class StoreFullError(StoreError, OSError):
+    """The store's disk or quota is full, or a file size limit was hit, while writing."""
 
 
 class ArrayNotFoundError(RepevalError, KeyError, FileNotFoundError):

@@ -11,8 +11,11 @@ key-value layer, whose two primitives carry the concurrency design:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,51 @@ import fsspec
 import zarr
 from zarr.abc.store import Store
 
+from pipeline.errors import ReadOnlyStoreError, StoreFullError
+
 SIDE = "_repeval"  # bookkeeping prefix inside the store root; never a zarr node
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # disk, quota, file size limit (RLIMIT_FSIZE)
+
+
+@contextlib.contextmanager
+def write_errors(url: str, what: str) -> Iterator[None]:
+    """Turn a full or read-only file system into an error naming the store and the write."""
+    try:
+        yield
+    except (ReadOnlyStoreError, StoreFullError):
+        raise
+    except OSError as exc:
+        if exc.errno == errno.EROFS:
+            raise ReadOnlyStoreError(
+                f"store {url!r} is on a read-only file system (writing {what}); open it with "
+                "read_only=True to read it, or choose a writable store"
+            ) from exc
+        if exc.errno in _FULL:
+            raise StoreFullError(
+                f"store {url!r}: {exc.strerror} while writing {what}. A chunk counts as done only "
+                "after its write, so nothing partial is used: free space (or raise the limit) and "
+                "rerun to resume"
+            ) from exc
+        raise
+
+
+def redact_url(url: str) -> str:
+    """``url`` without the user info (``user:password@``) of its authority."""
+    if "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    authority, sep, path = rest.partition("/")
+    if "@" not in authority:
+        return url
+    return f"{scheme}://{authority.rsplit('@', 1)[1]}{sep}{path}"
+
+
+def url_has_password(url: str) -> bool:
+    """True for ``scheme://user:password@...``: a secret that would be persisted with the URL."""
+    if "://" not in url:
+        return False
+    authority = url.split("://", 1)[1].partition("/")[0]
+    return "@" in authority and ":" in authority.rsplit("@", 1)[0]
 
 
 def _is_local(url: str) -> bool:
@@ -39,6 +86,9 @@ class Backend:
             self.root = str(Path(self.url.removeprefix("file://")).expanduser().resolve())
             self.fs = fsspec.filesystem("file")
         else:
+            # Other processes write leases, markers and ledger records all the time: a cached
+            # directory listing would hide them (s3fs then even answers exists() from it).
+            self.storage_options.setdefault("use_listings_cache", False)
             self.fs, self.root = fsspec.core.url_to_fs(self.url, **self.storage_options)
             self.root = self.root.rstrip("/")
 
@@ -52,10 +102,7 @@ class Backend:
 
     def redacted_url(self) -> str:
         """The URL without credentials, safe for provenance, logs and reports."""
-        if "://" in self.url and "@" in self.url.split("://", 1)[1].split("/", 1)[0]:
-            scheme, rest = self.url.split("://", 1)
-            return f"{scheme}://{rest.split('@', 1)[1]}"
-        return self.url if not self.local else self.root
+        return redact_url(self.url) if not self.local else self.root
 
     # -- key/value ----------------------------------------------------------------------
     def path(self, key: str) -> str:
@@ -66,12 +113,26 @@ class Backend:
 
     def read(self, key: str) -> bytes | None:
         try:
+            if not self.local:
+                # One GET: a snapshot even while another process rewrites the object (a lease
+                # heartbeat). A file object would HEAD first and then fail its ETag-pinned read.
+                return self.fs.cat_file(self.path(key))
             with self.fs.open(self.path(key), "rb") as f:
                 return f.read()
         except (FileNotFoundError, IsADirectoryError):
             return None
 
+    def check_writable(self, key: str) -> None:
+        """Every write primitive refuses on a read-only handle, whoever calls it."""
+        if self.read_only:
+            raise ReadOnlyStoreError(f"store {self.redacted_url()!r} was opened read-only (writing {key!r})")
+
     def write_atomic(self, key: str, data: bytes) -> None:
+        self.check_writable(key)
+        with write_errors(self.redacted_url(), key):
+            self._write_atomic(key, data)
+
+    def _write_atomic(self, key: str, data: bytes) -> None:
         path = self.path(key)
         if self.local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -88,19 +149,25 @@ class Backend:
 
     def create_exclusive(self, key: str, data: bytes) -> bool:
         """Create ``key`` with ``data`` unless it exists; True when this call created it."""
+        self.check_writable(key)
+        with write_errors(self.redacted_url(), key):
+            return self._create_exclusive(key, data)
+
+    def _create_exclusive(self, key: str, data: bytes) -> bool:
         path = self.path(key)
         if self.local:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             tmp = f"{path}.{uuid.uuid4().hex}.partial"
-            with open(tmp, "wb") as f:
-                f.write(data)
             try:
+                with open(tmp, "wb") as f:  # a failed write (full disk) leaves no stray file
+                    f.write(data)
                 os.link(tmp, path)  # atomic and fails if the target exists, also on NFS
                 return True
             except FileExistsError:
                 return False
             finally:
-                os.unlink(tmp)
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
         try:  # s3fs and others implement mode "xb" as a conditional create
             with self.fs.open(path, "xb") as f:
                 f.write(data)
@@ -121,6 +188,7 @@ class Backend:
         )
 
     def delete(self, key: str, recursive: bool = False) -> None:
+        self.check_writable(key)
         try:
             self.fs.rm(self.path(key), recursive=recursive)
         except FileNotFoundError:

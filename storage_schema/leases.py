@@ -7,6 +7,12 @@ also when they race to take over an expired lease. The holder refreshes a heartb
 its own file from a background thread; a lease whose heartbeat is older than its ``ttl``
 belongs to a dead (or hung) process and may be taken over. A holder that finds a newer
 generation has lost the lease and must stop writing (``LeaseLostError``).
+
+A lease also records where its holder runs (host, boot id, pid namespace, pid and the
+process's start time). A process on the same machine that finds the holder's process gone
+(killed, crashed) takes the lease over at once instead of waiting out the ``ttl``. Holders
+on other machines, in other pid namespaces or on systems without ``/proc`` are judged by
+their heartbeat alone, so a live remote holder is never mistaken for a dead one.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from functools import cache
+from typing import Any
 
 from pipeline.errors import LeaseHeldError, LeaseLostError
 from storage_schema.backend import SIDE, Backend
@@ -35,13 +43,53 @@ class LeaseInfo:
     heartbeat: float
     ttl: float
     released: bool
+    process: dict[str, Any] | None = None  # where the holder runs; None in older records
 
     def expired(self, now: float | None = None) -> bool:
         return self.released or (now or time.time()) - self.heartbeat > self.ttl
 
+    def holder_gone(self) -> bool:
+        """True only when the holder ran on this machine, in this pid namespace, and its
+        process no longer exists (or its pid now belongs to a younger process)."""
+        here = _machine()
+        p = self.process
+        if here is None or not p or p.get("started") is None or any(p.get(k) != v for k, v in here.items()):
+            return False
+        return _start_time(int(p["pid"])) != p.get("started")
+
 
 def _owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@cache
+def _machine() -> dict[str, str] | None:
+    """Host name, boot id and pid namespace: equal for two processes exactly when their
+    pids can be compared (Linux; None elsewhere)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot_id = f.read().strip()
+        pid_ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+    return {"host": socket.gethostname(), "boot_id": boot_id, "pid_ns": pid_ns}
+
+
+def _start_time(pid: int) -> int | None:
+    """Start time (clock ticks since boot) of a live process ``pid``; None if none or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # the command name may hold spaces
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def _process_record() -> dict[str, Any] | None:
+    machine = _machine()
+    if machine is None:
+        return None
+    return {**machine, "pid": os.getpid(), "started": _start_time(os.getpid())}
 
 
 class Lease:
@@ -72,25 +120,28 @@ class Lease:
             if raw is None:  # removed between list and read
                 continue
             d = json.loads(raw)
-            return LeaseInfo(gen, d["owner"], d["heartbeat"], d["ttl"], d.get("released", False))
+            return LeaseInfo(gen, d["owner"], d["heartbeat"], d["ttl"], d.get("released", False), d.get("process"))
         return None
 
     # -- acquiring ----------------------------------------------------------------------
     def _record(self, released: bool = False) -> bytes:
         return json.dumps(
-            {"owner": self.owner, "heartbeat": time.time(), "ttl": self.ttl, "released": released}
+            {"owner": self.owner, "heartbeat": time.time(), "ttl": self.ttl, "released": released,
+             "process": _process_record()}
         ).encode()
 
     def try_acquire(self) -> bool:
         """One attempt: True if we now hold the lease, False if a live holder has it."""
         cur = self.current()
-        if cur is not None and not cur.expired():
+        gone = cur is not None and not cur.expired() and cur.holder_gone()
+        if cur is not None and not cur.expired() and not gone:
             return False
         gen = 0 if cur is None else cur.generation + 1
         if not self.backend.create_exclusive(f"{self._dir()}/{gen}.json", self._record()):
             return False  # someone else won this generation
         if cur is not None and not cur.released:
-            log.warning("took over expired lease on %s from %s", self.key, cur.owner)
+            log.warning("took over %s lease on %s from %s", "dead holder's" if gone else "expired",
+                        self.key, cur.owner)
         self.generation = gen
         for old in self._generations():  # older generations are history now
             if old < gen:
@@ -124,7 +175,10 @@ class Lease:
             if not self._still_ours():
                 self._lost.set()
                 return
-            self.backend.write_atomic(f"{self._dir()}/{self.generation}.json", self._record())
+            try:
+                self.backend.write_atomic(f"{self._dir()}/{self.generation}.json", self._record())
+            except OSError as exc:  # e.g. a full disk: keep trying; the ttl covers a long outage
+                log.warning("lease %s: heartbeat not written: %s", self.key, exc)
 
     def _still_ours(self) -> bool:
         cur = self.current()
@@ -147,7 +201,14 @@ class Lease:
         if self._thread is not None:
             self._thread.join()
         if self._still_ours():
-            self.backend.write_atomic(f"{self._dir()}/{self.generation}.json", self._record(released=True))
+            path = f"{self._dir()}/{self.generation}.json"
+            try:
+                self.backend.write_atomic(path, self._record(released=True))
+            except OSError:  # no room for the new record (full disk): no record frees the lease too
+                try:
+                    self.backend.delete(path)
+                except OSError as exc:
+                    log.warning("lease %s not released (%s); it expires after %.0f s", self.key, exc, self.ttl)
         self.generation = None
 
     def __enter__(self) -> Lease:

@@ -30,7 +30,7 @@ from pipeline.errors import (
     StaleArrayError, StoreError,
 )
 from storage_schema import keys
-from storage_schema.backend import SIDE, Backend
+from storage_schema.backend import SIDE, Backend, write_errors
 from storage_schema.leases import DEFAULT_TTL, Lease
 from storage_schema.provenance import now_iso
 
@@ -138,7 +138,8 @@ class FeatureStore:
     # -- opening ------------------------------------------------------------------------
     def _open_root(self) -> zarr.Group:
         try:
-            root = zarr.open_group(self._zstore, mode="r" if self.read_only else "r+")
+            with write_errors(self.url, "the store's folder"):  # a writable open creates the folder
+                root = zarr.open_group(self._zstore, mode="r" if self.read_only else "r+")
         except FileNotFoundError:
             if self.read_only:
                 raise ArrayNotFoundError(f"no repeval store at {self.url!r}") from None
@@ -159,7 +160,8 @@ class FeatureStore:
     def _create_root(self) -> zarr.Group:
         attrs = {SCHEMA_ATTR: SCHEMA_VERSION, "created": now_iso()}
         try:  # attributes go in with the group so no reader sees a root without a version
-            return zarr.create_group(self._zstore, attributes=attrs, overwrite=False)
+            with write_errors(self.url, "the store's root group"):
+                return zarr.create_group(self._zstore, attributes=attrs, overwrite=False)
         except ContainsGroupError:  # another process created it first
             return zarr.open_group(self._zstore, mode="r+")
 
@@ -178,8 +180,10 @@ class FeatureStore:
 
     # -- status -------------------------------------------------------------------------
     def _open_array(self, key: str) -> zarr.Array | None:
+        # zarr_format=3: the store writes only v3 arrays, and probing for v2 metadata costs
+        # two more requests per open on an object store
         try:
-            node = zarr.open_array(self._zstore, path=key, mode="r")
+            node = zarr.open_array(self._zstore, path=key, mode="r", zarr_format=3)
         except (FileNotFoundError, KeyError, zarr.errors.NodeTypeValidationError):
             return None
         return node
@@ -210,7 +214,7 @@ class FeatureStore:
                 f"{key!r} is incomplete: {len(st.done_chunks)} of {st.n_chunks} chunks written "
                 "(an extraction is running or was interrupted; rerun it to resume)"
             )
-        return StoredArray(zarr.open_array(self._zstore, path=key, mode="r"), st)
+        return StoredArray(zarr.open_array(self._zstore, path=key, mode="r", zarr_format=3), st)
 
     def _nearby(self, key: str) -> str:
         parent = key.rsplit("/", 1)[0]
@@ -234,7 +238,7 @@ class FeatureStore:
                         attrs["fingerprint"][:12], old.chunk_rows, chunk_rows)
             self.backend.delete(f"{SIDE}/state/{key}", recursive=True)
         floating = np.dtype(dtype).kind == "f"
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), write_errors(self.url, f"the metadata of {key!r}"):
             warnings.simplefilter("ignore", UserWarning)  # zarr warns about _repeval/ not being a node
             return zarr.create_array(
                 self._zstore, name=key, shape=shape, dtype=dtype,
@@ -249,7 +253,7 @@ class FeatureStore:
     def open_writable(self, key: str) -> zarr.Array:
         """The existing array at ``key`` for the lease holder to resume writing."""
         self.check_writable()
-        return zarr.open_array(self._zstore, path=key, mode="r+")
+        return zarr.open_array(self._zstore, path=key, mode="r+", zarr_format=3)
 
     def write_chunk(self, lease: Lease, array: zarr.Array, fingerprint: str, chunk: int,
                     rows: np.ndarray) -> None:
@@ -263,7 +267,8 @@ class FeatureStore:
             raise StoreError(
                 f"chunk {chunk} of {array.path!r} needs {stop - start} rows, got {rows.shape[0]}"
             )
-        array[start:stop] = rows
+        with write_errors(self.url, f"chunk {chunk} of {array.path!r}"):
+            array[start:stop] = rows
         self.backend.write_atomic(f"{self._state(array.path, fingerprint)}/chunks/{chunk}", b"")
 
     def mark_complete(self, lease: Lease, key: str, fingerprint: str) -> None:
@@ -292,8 +297,12 @@ class FeatureStore:
             st = self.status(key)  # another process may have finished while we waited
             if not (st is not None and st.complete and st.fingerprint == fp):
                 labels = np.asarray(labels, dtype=np.int64)
-                arr = self.create_array(lease, key, shape=labels.shape, chunk_rows=max(len(labels), 1),
-                                        dtype="int64", attrs=attrs)
+                chunk_rows = max(len(labels), 1)
+                if st is not None and st.fingerprint == fp and (st.shape, st.chunk_rows) == (labels.shape, chunk_rows):
+                    arr = self.open_writable(key)  # a writer died before completing these labels: finish
+                else:
+                    arr = self.create_array(lease, key, shape=labels.shape, chunk_rows=chunk_rows,
+                                            dtype="int64", attrs=attrs)
                 self.write_chunk(lease, arr, fp, 0, labels)
                 self.mark_complete(lease, key, fp)
         return self.open_array(key)
@@ -327,7 +336,8 @@ class FeatureStore:
         st = self.status(key)
         if st is None:
             raise ArrayNotFoundError(f"no array {key!r} in store {self.url!r}; {self._nearby(key)}")
-        return failing_chunks(zarr.open_array(self._zstore, path=key, mode="r"), st.chunk_rows, range(st.n_chunks))
+        array = zarr.open_array(self._zstore, path=key, mode="r", zarr_format=3)
+        return failing_chunks(array, st.chunk_rows, range(st.n_chunks))
 
     def list_arrays(self) -> list[ArrayStatus]:
         out = []

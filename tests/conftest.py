@@ -20,3 +20,13 @@ import pytest  # noqa: E402
 def store_url(tmp_path):
     """A fresh local store location (the S3 variant lives with the scale-out tests)."""
     return str(tmp_path / "store")
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """One temporary Prefect API (SQLite) for every flow test of the session (tests/flows,
+    tests/load): started once, however many folders use it."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

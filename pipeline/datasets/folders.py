@@ -197,6 +197,13 @@ class CsvManifestDataset(_FileImageDataset):
 
 
 def _read_manifest(csv_file: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
+    try:
+        return _parse_manifest(csv_file, required)
+    except (UnicodeDecodeError, csv.Error) as exc:  # binary or non-UTF-8 file, a field over csv's limit
+        raise DatasetError(f"CSV manifest {csv_file.name!r} is not a readable UTF-8 CSV: {exc}") from None
+
+
+def _parse_manifest(csv_file: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
     with open(csv_file, newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
         columns = [c.strip() for c in (reader.fieldnames or [])]
@@ -212,6 +219,8 @@ def _read_manifest(csv_file: Path, required: tuple[str, ...]) -> list[dict[str, 
             empty = [c for c in required if not row.get(c)]
             if empty:
                 raise DatasetError(f"{csv_file.name}:{line}: empty {', '.join(empty)}")
+            if any("\x00" in v for v in row.values()):
+                raise DatasetError(f"{csv_file.name}:{line}: contains a NUL byte; not a text CSV")
             rows.append(row)
     if not rows:
         raise DatasetError(f"CSV manifest {csv_file.name!r} has no rows")
@@ -221,6 +230,7 @@ def _read_manifest(csv_file: Path, required: tuple[str, ...]) -> list[dict[str, 
 def _resolve_labels(labels: list[str], class_names: list[str] | None, csv_file: Path):
     """Class names and a function mapping a label cell (name or index) to its class index."""
     all_ints = all(v.isdigit() for v in labels)
+    given = class_names is not None
     if class_names is None:
         if all_ints:
             class_names = [str(k) for k in range(max(int(v) for v in labels) + 1)]
@@ -230,6 +240,13 @@ def _resolve_labels(labels: list[str], class_names: list[str] | None, csv_file: 
     if len(set(class_names)) != len(class_names):
         raise DatasetError(f"class_names for {csv_file.name!r} has duplicates: {class_names}")
     index = {c: k for k, c in enumerate(class_names)}
+    if given and not all_ints and any(v.isdigit() for v in labels):
+        # indices mixed with something else: name that label, not the first index it spoils
+        line, odd = next((i, v) for i, v in enumerate(labels, start=2) if not v.isdigit() and v not in index)
+        raise DatasetError(
+            f"{csv_file.name}:{line}: label {odd!r} is neither a class name nor a class index (an integer >= 0 "
+            f"below {len(class_names)}); classes: {', '.join(class_names[:30])}"
+        )
 
     def label_of(value: str, line: int) -> int:
         if value in index:

@@ -15,7 +15,7 @@ from pipeline.protocols.knn import check_metric_weights, knn_class_weights, topk
 from pipeline.protocols.logistic import LogisticProbe
 from pipeline.protocols.lowshot import lowshot_curve
 from pipeline.protocols.metrics import accuracy_metrics
-from pipeline.protocols.registry import EvalData, ProtocolResult, register_protocol
+from pipeline.protocols.registry import SEED, Bound, EvalData, ProtocolResult, above, at_least, register_protocol
 from pipeline.protocols.ridge import DEFAULT_ALPHAS, RidgeProbe
 from pipeline.protocols.transforms import TRANSFORMS, make_transform
 
@@ -39,6 +39,8 @@ def _grid(value: Any, default: np.ndarray) -> np.ndarray | None:
     defaults={"transform": "l2", "Cs": "default", "C": 1.0, "val_fraction": 0.2, "tol": 1e-4,
               "max_iter": 1000, "seed": 0, "calibration_bins": 15},
     choices={"transform": TRANSFORM_NAMES},
+    bounds={"C": above(0), "val_fraction": Bound(0, 1, low_open=True, high_open=True), "tol": above(0),
+            "max_iter": at_least(1), "seed": SEED, "calibration_bins": at_least(1)},
     description="multinomial L2 logistic probe, L-BFGS, C selected on validation (Kornblith 2019)",
 )
 def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
@@ -85,6 +87,7 @@ def _logits(probe: LogisticProbe, X: np.ndarray) -> np.ndarray:
     "ridge", version=1,
     defaults={"transform": "none", "alphas": "default", "alpha": 1e-4, "fit_intercept": True},
     choices={"transform": TRANSFORM_NAMES},
+    bounds={"alpha": at_least(0)},
     description="least squares to one-vs-rest targets, alpha by exact leave-one-out PRESS (ViT few-shot)",
 )
 def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
@@ -103,6 +106,7 @@ def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     defaults={"n_neighbors": 20, "metric": "cosine", "weights": "exp", "temperature": 0.07},
     choices={"metric": ("cosine", "euclidean"), "weights": ("exp", "uniform")},
     check=lambda s: check_metric_weights(s["metric"], s["weights"]),
+    bounds={"n_neighbors": at_least(1), "temperature": above(0)},
     description="weighted k-NN on cosine similarity (Wu 2018, DINO); streams train blocks",
 )
 def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
@@ -120,6 +124,8 @@ def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     "fewshot", version=1,
     defaults={"n_way": 5, "n_shot": 20, "n_query": 15, "n_episodes": 600, "seed": 0, "pool": "all"},
     choices={"pool": ("all", "test")},
+    bounds={"n_way": at_least(2), "n_shot": at_least(1), "n_query": at_least(1), "n_episodes": at_least(1),
+            "seed": SEED},
     description="N-way K-shot nearest-centroid episodes with a 95% CI (Ericsson 2021)",
 )
 def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
@@ -142,6 +148,7 @@ def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     defaults={"shots": [1, 2, 4, 8, 16, 32, 64, 128, "all"], "n_seeds": 5, "probe": "ridge",
               "transform": "l2", "seed": 0, "on_insufficient": "skip"},
     choices={"probe": ("ridge", "logistic"), "transform": TRANSFORM_NAMES, "on_insufficient": ("raise", "skip")},
+    bounds={"n_seeds": at_least(1), "seed": SEED},
     description="accuracy with N train images per class, 5 samples each (ImageNet-CoG)",
 )
 def _lowshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
@@ -158,6 +165,8 @@ def _lowshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
 @register_protocol(
     "invariance", version=1,
     defaults={"seed": 0, "max_train": 1000, "max_dims": 64, "min_singular_ratio": 1e-3, "logistic_tol": 1e-6},
+    bounds={"seed": SEED, "max_train": at_least(1), "max_dims": at_least(1),
+            "min_singular_ratio": Bound(0, 1, low_open=True, high_open=True), "logistic_tol": above(0)},
     description="changed predictions under rotation, scale, translation, per-feature and dense maps",
 )
 def _invariance(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:

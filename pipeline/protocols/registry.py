@@ -9,6 +9,7 @@ ledger keys a cell by (features, protocol, hash of the full settings, version), 
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -63,9 +64,11 @@ class Protocol:
     description: str
     choices: Mapping[str, tuple] = field(default_factory=dict)  # settings with a closed set of values
     check: Callable[[Mapping[str, Any]], None] | None = None  # rules across settings
+    bounds: Mapping[str, Bound] = field(default_factory=dict)  # numeric settings with a valid range
 
     def __call__(self, data: EvalData, settings: Mapping[str, Any] | None = None) -> ProtocolResult:
         full = resolve_settings(self.name, settings or {})
+        check_eval_data(data)
         started = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -75,16 +78,81 @@ class Protocol:
         return result
 
 
+def check_eval_data(data: EvalData) -> None:
+    """Refuse unusable arrays before any protocol runs, naming the array: NaN/inf, not 2-D,
+    no rows, widths that differ between splits, labels that are not class indices in
+    [0, n_classes) with one per row, fewer than two train classes. (Streamed train blocks are
+    checked by the k-NN as they arrive.)"""
+    from pipeline.errors import DataValidationError
+    from pipeline.protocols._validation import check_features, check_labels, check_min_classes
+
+    width = None
+    for split, X, y in (("train", data.X_train, data.y_train), ("test", data.X_test, data.y_test),
+                        ("val", data.X_val, data.y_val)):
+        if X is None and (split != "train" or data.train_blocks is None):
+            if split == "val" and y is None:
+                continue
+            raise DataValidationError(f"X_{split} is missing")
+        labels = check_labels(y, n_samples=None if X is None else len(X), name=f"y_{split}")
+        if labels.size and (labels.min() < 0 or labels.max() >= data.n_classes):
+            raise DataValidationError(
+                f"y_{split} holds labels from {labels.min()} to {labels.max()}; class indices must be in "
+                f"[0, {data.n_classes}) (n_classes={data.n_classes})")
+        if split == "train":
+            check_min_classes(labels)
+        if X is None:
+            continue
+        X = check_features(X, f"X_{split}")
+        if width is not None and X.shape[1] != width:
+            raise DataValidationError(f"X_{split} has {X.shape[1]} features, but X_train has {width}; every "
+                                      "split must come from the same layer")
+        width = X.shape[1] if width is None else width
+
+
 _REGISTRY: dict[str, Protocol] = {}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The valid range of a numeric setting, checked by resolve_settings before any work
+    (otherwise a bad value fails deep inside numpy or sklearn, or silently gives nonsense)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # low < value (else low <= value)
+    high_open: bool = False
+
+    def contains(self, value: float) -> bool:
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return not (self.high is not None and (value >= self.high if self.high_open else value > self.high))
+
+    def __str__(self) -> str:
+        low = f"{'>' if self.low_open else '>='} {self.low:g}" if self.low is not None else ""
+        high = f"{'<' if self.high_open else '<='} {self.high:g}" if self.high is not None else ""
+        return " and ".join(b for b in (low, high) if b)
+
+
+def at_least(low: float) -> Bound:
+    return Bound(low)
+
+
+def above(low: float) -> Bound:
+    return Bound(low, low_open=True)
+
+
+SEED = Bound(0, 2**32 - 1)  # numpy's RandomState takes no other seed
 
 
 def register_protocol(name: str, version: int, defaults: Mapping[str, Any], description: str,
                       choices: Mapping[str, tuple] | None = None,
-                      check: Callable[[Mapping[str, Any]], None] | None = None):
+                      check: Callable[[Mapping[str, Any]], None] | None = None,
+                      bounds: Mapping[str, Bound] | None = None):
     def wrap(fn: Callable[[EvalData, Mapping[str, Any]], ProtocolResult]):
         if name in _REGISTRY:
             warnings.warn(f"protocol {name!r} registered twice; the later one wins", stacklevel=2)
-        _REGISTRY[name] = Protocol(name, version, dict(defaults), fn, description, dict(choices or {}), check)
+        _REGISTRY[name] = Protocol(name, version, dict(defaults), fn, description, dict(choices or {}), check,
+                                   dict(bounds or {}))
         return fn
 
     return wrap
@@ -103,12 +171,19 @@ def get_protocol(name: str) -> Protocol:
 
 
 def _type_ok(default: Any, value: Any) -> bool:
-    if default is None or value is None:
+    if default is None:
         return True  # None defaults accept any type the protocol then validates
+    if value is None:
+        return default == "default"  # a grid setting: None means no grid, the single value
     if isinstance(default, bool):
         return isinstance(value, bool)
-    if isinstance(default, (int, float)):
+    if isinstance(default, int):  # counts, seeds, iterations: 5.0 or 2.5 would fail deep inside numpy
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float):
         return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if default == "default":  # a grid (ridge alphas, logistic Cs): the built-in one or a list of numbers
+        return value == "default" or (isinstance(value, (list, tuple)) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value))
     if isinstance(default, (list, tuple)):
         return isinstance(value, (list, tuple)) or (isinstance(value, str) and value == "default")
     return isinstance(value, type(default)) or (isinstance(default, str) and isinstance(value, (list, tuple)))
@@ -130,6 +205,12 @@ def resolve_settings(name: str, settings: Mapping[str, Any]) -> dict[str, Any]:
                               f"(default {proto.defaults[key]!r})")
         if key in proto.choices and value not in proto.choices[key]:
             raise ConfigError(f"settings.{key}: {value!r} is not one of {', '.join(map(repr, proto.choices[key]))} "
+                              f"(protocol {name!r})")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"settings.{key}: {value!r} is not a finite number (protocol {name!r})")
+        if number and key in proto.bounds and not proto.bounds[key].contains(value):
+            raise ConfigError(f"settings.{key}: {value!r} is out of range; must be {proto.bounds[key]} "
                               f"(protocol {name!r})")
     if proto.check is not None:
         try:

@@ -273,3 +273,14 @@ def test_provenance_is_json_and_names_only_the_checkpoint_basename(tmp_path: Pat
 
 def test_provenance_of_random_weights_records_seed(resnet: Encoder) -> None:
     assert resnet.provenance()["weights"] == {"source": "random", "seed": 0}
+
+
+def test_random_init_is_the_same_when_threads_load_encoders_at_once() -> None:
+    # Dask workers with threads build several encoders at once; torch's RNG is per process.
+    from concurrent.futures import ThreadPoolExecutor
+
+    specs = [EncoderSpec(name=f"r{seed}", arch="resnet18", input_size=32, seed=seed) for seed in (0, 1)]
+    alone = {s.seed: load_encoder(s, device="cpu").weights_fingerprint for s in specs}
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda s: (s.seed, load_encoder(s, device="cpu").weights_fingerprint), specs * 2))
+    assert all(fp == alone[seed] for seed, fp in together)

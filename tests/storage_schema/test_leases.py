@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import signal
@@ -93,3 +94,66 @@ def test_holder_that_lost_its_lease_stops(store_url):
     slow.release()  # must not clobber the thief's record
     assert thief.current().owner == thief.owner and not thief.current().released
     thief.release()
+
+
+def test_killed_holder_on_this_machine_is_taken_over_before_its_ttl(store_url):
+    FeatureStore(store_url)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time
+        from storage_schema import FeatureStore
+        FeatureStore({store_url!r}).lease({KEY!r}, ttl=3600).acquire()
+        print("held", flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        waiter = FeatureStore(store_url).lease(KEY, ttl=3600)
+        assert not waiter.try_acquire()  # alive: its one-hour lease holds
+        holder.send_signal(signal.SIGKILL)
+        # Not reaped yet (no wait()): a zombie counts as gone too. No TTL is waited out.
+        deadline = time.monotonic() + 30
+        while not waiter.try_acquire():
+            assert time.monotonic() < deadline, "the killed holder's lease was not taken over"
+            time.sleep(0.02)
+        assert waiter.current().generation == 1
+        waiter.release()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def _lease_record(store: FeatureStore, process: dict) -> None:
+    record = {"owner": "x:1:y", "heartbeat": time.time(), "ttl": 3600, "released": False, "process": process}
+    assert store.backend.create_exclusive(f"_repeval/leases/{KEY}/0.json", json.dumps(record).encode())
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize("holder", ["other-host", "other-pid-namespace", "other-boot", "no-process-record",
+                                    "live", "dead", "pid-reused"])
+def test_only_a_holder_known_dead_on_this_machine_is_taken_over_early(store_url, holder):
+    from storage_schema.leases import _machine, _start_time
+
+    store = FeatureStore(store_url)
+    here, pid = dict(_machine()), os.getpid()
+    process = {**here, "pid": _dead_pid(), "started": 1}
+    if holder == "other-host":
+        process["host"] += "-elsewhere"
+    elif holder == "other-pid-namespace":
+        process["pid_ns"] = "pid:[1]"
+    elif holder == "other-boot":
+        process["boot_id"] = "0" * 36
+    elif holder == "no-process-record":  # written by an older repeval
+        process = None
+    elif holder == "live":
+        process.update(pid=pid, started=_start_time(pid))
+    elif holder == "pid-reused":  # the holder's pid now belongs to a younger process
+        process.update(pid=pid, started=_start_time(pid) - 1)
+    _lease_record(store, process)
+    lease = store.lease(KEY, ttl=3600)
+    assert lease.try_acquire() == (holder in ("dead", "pid-reused"))
+    lease.release()

@@ -1,0 +1,30 @@
+"""Many tiny evaluation cells through the real benchmark flow (embedded Prefect API of the
+test harness + a Dask LocalCluster of 2 worker processes): every cell is computed and
+recorded, and the orchestration overhead per cell is measured and printed.
+
+The full 1,000-cell measurement takes minutes on 2 cores, so it lives in
+benchmarks/bench_load.py (same config builder and measurement); this test runs 50 cells.
+"""
+
+from __future__ import annotations
+
+from benchmarks.bench_load import load_config_dict, measure, prepare_features
+from jobs.config import load_config
+from storage_schema.ledger import Ledger
+
+CELLS = 50
+
+
+def test_many_cells_in_one_run(tmp_path, prefect_harness):
+    cfg = load_config(load_config_dict(tmp_path, CELLS))
+    prep = prepare_features(cfg)
+    fig = measure(cfg)
+    print(f"many cells: {fig['cells']} cells in one run (features extracted beforehand in {prep:.1f} s): "
+          f"flow wall {fig['flow_wall_s']:.1f} s, run wall {fig['run_wall_s']:.1f} s, cells' own compute "
+          f"{fig['cell_compute_s']:.1f} s, orchestration overhead {1000 * fig['overhead_per_cell_s']:.0f} ms "
+          "per cell (fixed start-up included; benchmarks/bench_load.py measures 1,000)")
+    assert fig["cells"] == CELLS and fig["computed"] == CELLS and fig["failed"] == 0
+    assert fig["extracted"] == 0  # the flow found every feature array complete
+    records = list(Ledger(cfg.open_store(read_only=True)))
+    assert len(records) == CELLS and len({r["cell_id"] for r in records}) == CELLS
+    assert {r["setting"] for r in records} == {p.name for p in cfg.protocols}
