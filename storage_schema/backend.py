@@ -23,7 +23,7 @@ import fsspec
 import zarr
 from zarr.abc.store import Store
 
-from pipeline.errors import ReadOnlyStoreError, StoreFullError
+from pipeline.errors import ReadOnlyStoreError, StoreError, StoreFullError
 
 SIDE = "_repeval"  # bookkeeping prefix inside the store root; never a zarr node
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # disk, quota, file size limit (RLIMIT_FSIZE)
@@ -126,6 +126,16 @@ class Backend:
         """Every write primitive refuses on a read-only handle, whoever calls it."""
         if self.read_only:
             raise ReadOnlyStoreError(f"store {self.redacted_url()!r} was opened read-only (writing {key!r})")
+        self.check_inside(key)
+
+    def check_inside(self, key: str) -> None:
+        """A symlink planted in a local store must not redirect writes outside it (names are
+        validated already; this covers links made by someone with access to the folder)."""
+        if self.local:
+            real = os.path.realpath(self.path(key))
+            if real != self.root and not real.startswith(self.root + os.sep):
+                raise StoreError(f"{key!r} resolves to {real!r}, outside store {self.root!r} "
+                                 "(a symbolic link in the store); refusing to write there")
 
     def write_atomic(self, key: str, data: bytes) -> None:
         self.check_writable(key)

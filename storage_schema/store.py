@@ -226,6 +226,7 @@ class FeatureStore:
                      dtype: str, attrs: dict[str, Any]) -> zarr.Array:
         """Create (or replace a stale) array with its provenance; attributes are final."""
         self.check_writable()
+        self.backend.check_inside(key)
         lease.check()
         if "fingerprint" not in attrs:
             raise StoreError(f"attributes of {key!r} need a 'fingerprint'")
@@ -253,6 +254,7 @@ class FeatureStore:
     def open_writable(self, key: str) -> zarr.Array:
         """The existing array at ``key`` for the lease holder to resume writing."""
         self.check_writable()
+        self.backend.check_inside(key)
         return zarr.open_array(self._zstore, path=key, mode="r+", zarr_format=3)
 
     def write_chunk(self, lease: Lease, array: zarr.Array, fingerprint: str, chunk: int,

@@ -97,12 +97,14 @@ def test_float16_storage(tmp_path, textures, encoder):
     assert store.features("r18", "textures", "test", "pre_logits").read().dtype == np.float16
 
 
-def test_sigkill_at_several_points_then_resume_is_bitwise_equal(tmp_path):
+def test_sigkilled_cli_extraction_resumes_bitwise_equal(tmp_path):
+    """The `repeval extract` command killed mid-run; tests/faults/test_kill_extraction.py
+    kills an extraction at 20 seeded random moments."""
     reference = FeatureStore(str(tmp_path / "ref"))
     run_cli(str(tmp_path / "ref"))
     expected = _arrays(reference)
     n_chunks = reference.status(KEY).n_chunks
-    for kill_after in (1, 6, 12):
+    for kill_after in (6,):
         url = str(tmp_path / f"killed{kill_after}")
         proc = subprocess.Popen(cli_command(url), env=cli_env(), cwd=REPO,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -102,3 +102,20 @@ def test_escaping_names_never_reach_a_path(tmp_path, name):
         with pytest.raises(InvalidNameError):
             call()
     assert tree(store_dir) == before and tree(tmp_path) == outside
+
+
+def test_a_symlink_planted_in_a_local_store_cannot_redirect_writes_outside(tmp_path):
+    """Valid names, but someone with access to the folder linked features/m elsewhere."""
+    from jobs.import_features import import_features
+    from pipeline.errors import StoreError
+
+    store_dir, outside = tmp_path / "store", tmp_path / "outside"
+    store = FeatureStore(str(store_dir))
+    outside.mkdir()
+    (store_dir / "features").mkdir(exist_ok=True)
+    (store_dir / "features" / "m").symlink_to(outside, target_is_directory=True)
+    npz = tmp_path / "emb.npz"
+    np.savez(npz, train_features=np.ones((4, 2), np.float32), train_labels=np.arange(4) % 2)
+    with pytest.raises(StoreError, match="outside store"):
+        import_features(store, "m", make_dataset("features", path=str(npz)), "train")
+    assert list(outside.iterdir()) == []
