@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a worker imports this before tim
 
 from prefect import flow  # noqa: E402
 
-from flows.schedules import CHANGED_EVENT, _run, config_resource_id  # noqa: E402
+from flows.schedules import CHANGED_EVENT, config_resource_id, run_config_file  # noqa: E402
 from pipeline.errors import RepevalError  # noqa: E402
 
 DEFAULT_CRON = "0 2 * * *"
@@ -34,7 +34,7 @@ _BANNED_IN_NAMES = "/%&><"  # Prefect refuses these in deployment names
 @flow(name=FLOW_NAME)
 def config_benchmark_flow(config_path: str) -> dict[str, Any]:
     """What the deployment runs: the benchmark of the config file as it reads now."""
-    return _run(config_path, "deployment run")
+    return run_config_file(config_path, "deployment run")
 
 
 @dataclass(frozen=True)

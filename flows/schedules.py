@@ -23,7 +23,8 @@ from storage_schema.provenance import stable_hash
 CHANGED_EVENT = "repeval.config.protocols-changed"
 
 
-def _run(config_path: str, reason: str) -> dict[str, Any]:
+def run_config_file(config_path: str, reason: str) -> dict[str, Any]:
+    """The benchmark of a config file as it reads now (with scanned checkpoints), as a subflow."""
     cfg = with_scanned_checkpoints(load_config(config_path))
     check_plan(cfg)
     gpu = cfg.dask.gpu == "always" or (cfg.dask.gpu == "auto" and gpu_count() > 0)
@@ -53,7 +54,7 @@ def scan_checkpoints_flow(config_path: str) -> dict[str, Any]:
     if not changes.any:
         get_run_logger().info("no new checkpoints and no protocol change")
         return {"ran": False, "new_encoders": []}
-    return {"ran": True, "new_encoders": changes.new_encoders, **_run(config_path, "scan")}
+    return {"ran": True, "new_encoders": changes.new_encoders, **run_config_file(config_path, "scan")}
 
 
 @flow(name="repeval-watch-protocols")
@@ -64,7 +65,7 @@ def watch_protocols_flow(config_path: str) -> dict[str, Any]:
         return {"ran": False}
     emit_event(event=CHANGED_EVENT, resource={"prefect.resource.id": config_resource_id(config_path)},
                payload={"config": config_path, "protocol_hash": cfg.protocol_hash()})
-    return {"ran": True, **_run(config_path, "protocol settings changed")}
+    return {"ran": True, **run_config_file(config_path, "protocol settings changed")}
 
 
 def serve_schedules(config_path: str, cron: str | None = "0 2 * * *", interval: float | None = None,

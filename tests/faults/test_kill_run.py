@@ -166,7 +166,7 @@ def test_sigkill_of_the_whole_run_then_rerun_computes_only_missing_cells(tmp_pat
     os.killpg(run.pid, signal.SIGKILL)  # the run and every process it started
     assert run.wait(timeout=30) == -signal.SIGKILL, "the run finished before it could be killed"
     done = len(_record_files(store))
-    assert 1 <= done < 6
+    assert 0 < done < 6
     rerun = _summary(subprocess.run(_run_command(config), capture_output=True, text=True, env=_env(), cwd=REPO,
                                     timeout=300))
     assert rerun["cells"] == 6 and rerun["computed"] == 6 - done and rerun["cached"] == done

@@ -11,8 +11,6 @@ import collections
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import pytest
-
 from pipeline.errors import RepevalError
 
 
@@ -70,12 +68,3 @@ class Tally:
         written += f", ran fine {c['ran']}" if c["ran"] else ""
         return (f"{family}: {c['tried']} bad inputs tried, {c['clear error']} clear repeval errors{written} "
                 f"[{kinds}]")
-
-
-@pytest.fixture(scope="module")
-def tally():
-    """One Tally per test module; prints each family's figures when the module ends."""
-    t = Tally()
-    yield t
-    for family in sorted(t.counts):
-        print(t.report(family))

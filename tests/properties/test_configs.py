@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from jobs.config import load_config
 from jobs.plan import check_plan
-from tests.properties._support import tally  # noqa: F401  (module fixture)
 from tests.properties.test_names import bad_names
 
 

@@ -16,7 +16,6 @@ from PIL import Image
 from jobs.import_features import import_features
 from pipeline.datasets import make_dataset
 from storage_schema import FeatureStore
-from tests.properties._support import tally  # noqa: F401  (module fixture)
 
 FIXTURE_HEALTH = [HealthCheck.function_scoped_fixture]
 

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from pipeline.names import MAX_NAME_LENGTH, validate_name
 from storage_schema import FeatureStore, feature_key, labels_key
-from tests.properties._support import tally  # noqa: F401  (module fixture)
 
 SAFE = st.text("abcXYZ019_.+=@-", min_size=1, max_size=12).filter(lambda s: s[0] not in ".+=@-")
 SEPARATORS = st.sampled_from(["/", "\\"])

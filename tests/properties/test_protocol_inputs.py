@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.protocols.registry import EvalData, get_protocol, resolve_settings
-from tests.properties._support import tally  # noqa: F401  (module fixture)
 from tests.properties.test_protocol_settings import CHEAP
 
 PROTOCOLS = ["knn", "ridge", "logistic", "fewshot", "lowshot", "invariance"]

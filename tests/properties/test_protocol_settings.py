@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.protocols.registry import EvalData, get_protocol, list_protocols, resolve_settings
-from tests.properties._support import tally  # noqa: F401  (module fixture)
 
 # Cheap base settings per protocol, so a run on accepted settings stays fast.
 CHEAP = {
