@@ -120,8 +120,10 @@ def cluster(tmp_path):
                 p.wait()
 
 
-def _executing(dask_worker) -> list[str]:
-    return [str(ts.key) for ts in dask_worker.state.executing]
+def _executing(dask_worker) -> tuple[str, list[str]]:
+    """(worker name, keys it runs now): the name from the worker itself, since the client's
+    cached scheduler_info may not list a worker yet."""
+    return str(dask_worker.name), [str(ts.key) for ts in dask_worker.state.executing]
 
 
 def test_sigkill_of_a_dask_worker_during_evaluation(tmp_path, cluster, prefect_harness):
@@ -135,11 +137,10 @@ def test_sigkill_of_a_dask_worker_during_evaluation(tmp_path, cluster, prefect_h
     with Client(address, timeout=60) as client:
         deadline = time.monotonic() + 240
         while victim is None and run.poll() is None and time.monotonic() < deadline:
-            names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
-            for worker, keys in client.run(_executing).items():
+            for name, keys in client.run(_executing).values():
                 running = [k for k in keys if k.startswith("evaluate_task")]
                 if running:
-                    victim, task = names[worker], running[0]
+                    victim, task = name, running[0]
                     os.kill(procs[victim].pid, signal.SIGKILL)
                     break
             time.sleep(0.05)
