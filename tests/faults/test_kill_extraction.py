@@ -80,7 +80,9 @@ def test_sigkill_at_random_moments_then_resume_is_bitwise_equal(tmp_path, refere
             problems += [f"{layer} differs" for layer in expected
                          if resumed[layer].tobytes() != expected[layer].tobytes()]
             lease = store.lease(features_group_key("r18", "textures", SPLIT)).current()
-            if lease is None or not lease.released:
+            # A kill after the last completion record leaves nothing to resume ("cached", no
+            # lease taken): the dead holder's unreleased lease is then taken over by the next writer.
+            if report["status"] != "cached" and (lease is None or not lease.released):
                 problems.append("lease not released")
         outcomes.append((delay, problems))
     survived = sum(not p for _, p in outcomes)
