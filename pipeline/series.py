@@ -23,6 +23,7 @@ import math
 import os
 import pickle
 import re
+import zipfile
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,9 +193,10 @@ def _safetensors_metadata(path: Path) -> Mapping[str, object]:
 def _pickle_top_level(path: Path) -> Mapping[str, object]:
     import torch
 
+    # mmap keeps the tensors on disk; files in the legacy (pre-zip) format cannot be mapped.
+    mmap = zipfile.is_zipfile(path)
     try:
-        # mmap: tensors stay on disk; only the small top-level entries are read.
-        loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
         raise UnsafeCheckpointError(
             f"Refusing to read checkpoint {path.name!r}: it is a pickle that needs arbitrary code to "

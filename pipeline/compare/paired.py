@@ -37,7 +37,7 @@ from pipeline.compare.resampling import (
     mean_per_class_rows,
     swap_mask_blocks,
 )
-from pipeline.compare.stats import check_probability, mcnemar_exact, paired_t_test, percentile_interval
+from pipeline.compare.stats import check_fractions, check_probability, mcnemar_exact, paired_t_test, percentile_interval
 from pipeline.errors import DataValidationError
 
 __all__ = ["CLASSIFICATION_METRICS", "PairedComparison", "compare_episodes", "compare_predictions", "compare_scores"]
@@ -339,19 +339,8 @@ def compare_episodes(
         episode accuracies.
     """
     n_resamples, confidence, seed = _check_run(n_resamples, confidence, seed)
-    arrays = []
-    for name, values in (("accuracies_a", accuracies_a), ("accuracies_b", accuracies_b)):
-        arr = np.asarray(values, dtype=np.float64)
-        if arr.ndim != 1 or arr.size < 2:
-            raise DataValidationError(f"{name} must be 1-D with at least 2 episodes, got shape {arr.shape}")
-        bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0.0) | (arr > 1.0))
-        if bad.size:
-            raise DataValidationError(
-                f"{name} must be finite fractions in [0, 1]; {bad.size} value(s) are not, at episode(s) "
-                f"{bad[:10].tolist()}: {arr[bad[:5]].tolist()}"
-            )
-        arrays.append(arr)
-    acc_a, acc_b = arrays
+    acc_a = check_fractions(accuracies_a, "accuracies_a", "episode", minimum_size=2)
+    acc_b = check_fractions(accuracies_b, "accuracies_b", "episode", minimum_size=2)
     _same_length(acc_a, acc_b, "accuracies_b", "accuracies_a")
     diff = acc_a - acc_b
     n = diff.size

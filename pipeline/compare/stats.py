@@ -116,15 +116,7 @@ def benjamini_hochberg(p_values: object) -> np.ndarray:
     numpy.ndarray
         Adjusted p-values, float64, same order and length.
     """
-    p = np.asarray(p_values, dtype=np.float64)
-    if p.ndim != 1:
-        raise DataValidationError(f"p_values must be 1-D (one per cell), got shape {p.shape}")
-    bad = np.flatnonzero(~np.isfinite(p) | (p < 0.0) | (p > 1.0))
-    if bad.size:
-        raise DataValidationError(
-            f"p_values must be finite and in [0, 1]; {bad.size} are not, at position(s) "
-            f"{bad[:10].tolist()}: {p[bad[:5]].tolist()}"
-        )
+    p = check_fractions(p_values, "p_values", "cell", minimum_size=0)
     m = p.size
     if m == 0:
         return p.copy()
@@ -157,6 +149,39 @@ def percentile_interval(replicates: object, confidence: float) -> tuple[float, f
         raise DataValidationError("percentile_interval needs at least one replicate")
     lo, hi = np.quantile(r, [(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0])
     return float(lo), float(hi)
+
+
+def check_fractions(values: object, name: str, unit: str, minimum_size: int) -> np.ndarray:
+    """Return ``values`` as a 1-D float64 array of finite fractions in [0, 1], else raise.
+
+    Parameters
+    ----------
+    values : array-like of float
+        The candidate (p-values, per-episode accuracies).
+    name : str
+        Its name, for the error message.
+    unit : str
+        What one entry is (``cell``, ``episode``), for the error message.
+    minimum_size : int
+        Fewest entries accepted.
+
+    Returns
+    -------
+    numpy.ndarray
+        The values as float64.
+    """
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.ndim != 1 or arr.size < minimum_size:
+        raise DataValidationError(
+            f"{name} must be 1-D (one value per {unit}) with at least {minimum_size} entries, got shape {arr.shape}"
+        )
+    bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0.0) | (arr > 1.0))
+    if bad.size:
+        raise DataValidationError(
+            f"{name} must be finite fractions in [0, 1]; {bad.size} value(s) are not, at {unit}(s) "
+            f"{bad[:10].tolist()}: {arr[bad[:5]].tolist()}"
+        )
+    return arr
 
 
 def check_probability(value: object, name: str) -> float:

@@ -97,7 +97,7 @@ def test_benjamini_hochberg_matches_direct_and_scipy(seed: int) -> None:
 
 
 def test_benjamini_hochberg_refuses_bad_p_values() -> None:
-    with pytest.raises(DataValidationError, match=r"position\(s\) \[1\]"):
+    with pytest.raises(DataValidationError, match=r"at cell\(s\) \[1\]: \[nan\]"):
         benjamini_hochberg([0.1, np.nan])
     with pytest.raises(DataValidationError, match=r"in \[0, 1\]"):
         benjamini_hochberg([0.1, 1.5])

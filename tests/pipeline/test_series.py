@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 from pathlib import Path
 
@@ -105,6 +106,34 @@ def test_step_from_pickle_top_level(tmp_path: Path, entries: dict, expected: tup
             read_step_metadata(path)
         return
     assert read_step_metadata(path) == expected
+
+
+class _WritesMarker:
+    """Unpickling this runs code that creates ``marker``: what a malicious checkpoint does."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (exec, (f"open({self.marker!r}, 'w').write('pwned')",))
+
+
+@pytest.mark.parametrize("name", ["ckpt.pth", "ckpt.safetensors"])
+def test_reading_the_step_never_runs_a_payload(tmp_path: Path, name: str) -> None:
+    control = tmp_path / "control"
+    pickle.loads(pickle.dumps(_WritesMarker(control)))
+    assert control.exists()  # the payload is live
+    marker, path = tmp_path / "pwned", tmp_path / name
+    torch.save({"model": WEIGHTS, "step": 3, "extra": _WritesMarker(marker)}, path)
+    with pytest.raises(CheckpointError, match=name):  # refused pickle, or not a safetensors header
+        read_step_metadata(path)
+    assert not marker.exists()
+
+
+def test_step_from_legacy_pickle_format(tmp_path: Path) -> None:
+    path = tmp_path / "legacy.pt"
+    torch.save({"model": WEIGHTS, "step": 5}, path, _use_new_zipfile_serialization=False)
+    assert read_step_metadata(path) == (5, "step")
 
 
 def test_step_metadata_refusals(tmp_path: Path) -> None:
