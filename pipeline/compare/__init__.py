@@ -1,0 +1,21 @@
+"""Paired comparison of two encoders: score differences, intervals, tests and verdicts.
+
+``compare_predictions`` / ``compare_scores`` / ``compare_episodes`` compare one cell;
+``decide_verdicts`` adjusts a family of cells by Benjamini-Hochberg and gives each a verdict;
+``summarise_by_setting`` counts the verdicts per setting. The ``evidence`` fingerprints say
+whether two cells can be paired at all.
+"""
+
+from pipeline.compare.evidence import EPISODE_SAMPLER_VERSION, check_paired, episodes_fingerprint, labels_fingerprint
+from pipeline.compare.paired import (
+    CLASSIFICATION_METRICS, PairedComparison, compare_episodes, compare_predictions, compare_scores,
+)
+from pipeline.compare.stats import benjamini_hochberg, mcnemar_exact, paired_t_test, percentile_interval
+from pipeline.compare.verdicts import VERDICTS, CellVerdict, SettingSummary, decide_verdicts, summarise_by_setting
+
+__all__ = [
+    "CLASSIFICATION_METRICS", "EPISODE_SAMPLER_VERSION", "VERDICTS", "CellVerdict", "PairedComparison",
+    "SettingSummary", "benjamini_hochberg", "check_paired", "compare_episodes", "compare_predictions",
+    "compare_scores", "decide_verdicts", "episodes_fingerprint", "labels_fingerprint", "mcnemar_exact",
+    "paired_t_test", "percentile_interval", "summarise_by_setting",
+]

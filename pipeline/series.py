@@ -1,0 +1,451 @@
+"""Checkpoint series: the training step of each checkpoint, and best-so-far bookkeeping.
+
+The step comes from the file name, with a pattern, or from the checkpoint's own metadata:
+
+- a name pattern is either a glob template holding ``{step}`` once (``"step{step}"``,
+  ``"*-ep{step}.safetensors"``): ``{step}`` matches digits, ``*`` any characters, ``?`` one,
+  and the template must match the whole file name or the name without its extension; or a
+  regular expression with a named group ``step`` (``r"iter_(?P<step>\\d+)"``), searched
+  anywhere in the file name;
+- metadata: a safetensors header's ``__metadata__`` (read without loading any tensor), or
+  the top level of a PyTorch pickle (``torch.load(weights_only=True)``), under the first of
+  the keys ``step``, ``global_step``, ``epoch``. Steps and epochs are different units, so a
+  series whose checkpoints disagree on the key is refused.
+
+Given each cell's scores by step, the best checkpoint so far is the highest score up to a
+step (ties keep the earlier checkpoint); the newest checkpoint is flagged when a paired
+comparison against a cell's best says it is significantly worse.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import re
+import zipfile
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.compare.verdicts import VERDICTS
+from pipeline.errors import CheckpointError, ConfigError, DataValidationError, UnsafeCheckpointError
+
+__all__ = [
+    "STEP_METADATA_KEYS",
+    "BestSoFar",
+    "CheckpointStep",
+    "SeriesCheck",
+    "best_checkpoints",
+    "best_so_far",
+    "check_newest",
+    "checkpoint_step",
+    "compile_step_pattern",
+    "order_series",
+    "read_step_metadata",
+    "series_name",
+    "step_from_name",
+]
+
+STEP_METADATA_KEYS = ("step", "global_step", "epoch")
+_STEP_FIELD = "{step}"
+
+
+@dataclass(frozen=True)
+class CheckpointStep:
+    """A checkpoint's place in its series; ``source`` is ``name`` or ``metadata:<key>``."""
+
+    path: str
+    step: int
+    source: str
+
+
+def compile_step_pattern(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
+    """Turn a step pattern (glob template with ``{step}``, or regex) into a regex.
+
+    Parameters
+    ----------
+    pattern : str or re.Pattern
+        A glob template holding ``{step}`` exactly once, or a regular expression (string or
+        compiled) with a named group ``step``.
+
+    Returns
+    -------
+    re.Pattern
+        A regex with a group ``step``. A template's regex is meant for ``fullmatch`` and a
+        given regex for ``search``; :func:`step_from_name` applies the right one.
+    """
+    if isinstance(pattern, re.Pattern):
+        regex = pattern
+    elif not isinstance(pattern, str) or not pattern:
+        raise ConfigError(f"step pattern must be a non-empty string, got {pattern!r}")
+    elif "(?P<step>" in pattern:
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"step pattern {pattern!r} is not a valid regular expression: {exc}") from exc
+    else:
+        if pattern.count(_STEP_FIELD) != 1:
+            raise ConfigError(
+                f"step pattern {pattern!r} must hold {_STEP_FIELD} exactly once (e.g. 'step{{step}}', "
+                "'*-ep{step}.safetensors'), or be a regular expression with a group (?P<step>...)"
+            )
+        before, after = pattern.split(_STEP_FIELD)
+        regex = re.compile(f"{_glob_regex(before)}(?P<step>[0-9]+){_glob_regex(after)}")
+    if "step" not in regex.groupindex:
+        raise ConfigError(f"step pattern regex {regex.pattern!r} has no named group 'step', e.g. (?P<step>\\d+)")
+    return regex
+
+
+def _glob_regex(glob: str) -> str:
+    # Non-greedy '*' so that '*{step}' leaves every digit to the step.
+    return "".join(".*?" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in glob)
+
+
+def step_from_name(name: str | os.PathLike[str], pattern: str | re.Pattern[str]) -> int | None:
+    """The training step in a checkpoint's file name, or None when the pattern does not match.
+
+    Parameters
+    ----------
+    name : str or path
+        A file name or path (only the last component is matched).
+    pattern : str or re.Pattern
+        See :func:`compile_step_pattern`.
+
+    Returns
+    -------
+    int or None
+        The step, or None if the name does not match.
+    """
+    base = Path(name).name
+    is_template = isinstance(pattern, str) and "(?P<step>" not in pattern
+    regex = compile_step_pattern(pattern)
+    if is_template:
+        stem = base[: -len(Path(base).suffix)] if Path(base).suffix else base
+        match = regex.fullmatch(base) or regex.fullmatch(stem)
+    else:
+        match = regex.search(base)
+    if match is None or match.group("step") is None:
+        return None
+    return _as_step(match.group("step"), f"file name {base!r}")
+
+
+def _as_step(value: object, where: str) -> int:
+    """An int >= 0 from an int, an integral float, a digit string or a 0-d tensor/array."""
+    if getattr(value, "shape", None) == () and hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value):
+        return int(value)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0:
+        return int(value)
+    if isinstance(value, (float, np.floating)) and math.isfinite(value) and value >= 0 and float(value).is_integer():
+        return int(value)
+    raise CheckpointError(f"The step in {where} must be a whole number >= 0, got {value!r}")
+
+
+def read_step_metadata(path: str | os.PathLike[str]) -> tuple[int, str] | None:
+    """The step stored in a checkpoint file, without loading its tensors where possible.
+
+    Parameters
+    ----------
+    path : str or path
+        A ``.safetensors`` file (its header's ``__metadata__`` is read) or a PyTorch pickle
+        ``.pth``/``.pt``/``.bin`` (its top-level entries are read with
+        ``torch.load(weights_only=True, mmap=True)``).
+
+    Returns
+    -------
+    tuple of (int, str) or None
+        The step and the key it came from (one of ``STEP_METADATA_KEYS``), or None when the
+        file carries none of those keys.
+    """
+    # Imported here: pipeline.checkpoints imports torch, which a name pattern never needs.
+    from pipeline.checkpoints import CHECKPOINT_EXTENSIONS, SAFETENSORS_EXTENSIONS
+
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in CHECKPOINT_EXTENSIONS:
+        raise CheckpointError(
+            f"Checkpoint {str(path)!r} has unsupported extension {suffix or '(none)'!r}; "
+            f"valid extensions: {', '.join(CHECKPOINT_EXTENSIONS)}"
+        )
+    if not path.is_file():
+        raise CheckpointError(f"Checkpoint file {str(path)!r} does not exist")
+    entries = _safetensors_metadata(path) if suffix in SAFETENSORS_EXTENSIONS else _pickle_top_level(path)
+    for key in STEP_METADATA_KEYS:
+        if key in entries:
+            return _as_step(entries[key], f"{path.name!r} metadata key {key!r}"), key
+    return None
+
+
+def _safetensors_metadata(path: Path) -> Mapping[str, object]:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            return handle.metadata() or {}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"Cannot read the safetensors header of {path.name!r}: {exc}") from exc
+
+
+def _pickle_top_level(path: Path) -> Mapping[str, object]:
+    import torch
+
+    # mmap keeps the tensors on disk; files in the legacy (pre-zip) format cannot be mapped.
+    mmap = zipfile.is_zipfile(path)
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as exc:
+        raise UnsafeCheckpointError(
+            f"Refusing to read checkpoint {path.name!r}: it is a pickle that needs arbitrary code to "
+            "load (torch.load(weights_only=True) rejected it). Re-save it as safetensors with the "
+            "step in its metadata."
+        ) from exc
+    except (RuntimeError, OSError, EOFError, ValueError) as exc:
+        raise CheckpointError(f"Cannot read checkpoint {path.name!r}: {exc}") from exc
+    return loaded if isinstance(loaded, Mapping) else {}
+
+
+def checkpoint_step(path: str | os.PathLike[str], pattern: str | re.Pattern[str] | None = None) -> CheckpointStep:
+    """A checkpoint's step: from its name when ``pattern`` matches, else from its metadata.
+
+    Parameters
+    ----------
+    path : str or path
+        The checkpoint file.
+    pattern : str, re.Pattern or None
+        Step pattern for the file name (see :func:`compile_step_pattern`); None reads the
+        metadata only.
+
+    Returns
+    -------
+    CheckpointStep
+        The path, the step and where it came from.
+    """
+    if pattern is not None:
+        step = step_from_name(path, pattern)
+        if step is not None:
+            return CheckpointStep(str(path), step, "name")
+    found = read_step_metadata(path)
+    if found is None:
+        tried = f"the name does not match the step pattern {getattr(pattern, 'pattern', pattern)!r} and " if pattern else ""
+        raise CheckpointError(
+            f"No training step for checkpoint {Path(path).name!r}: {tried}its metadata has none of the keys "
+            f"{', '.join(STEP_METADATA_KEYS)}. Give a step pattern matching the file name or save the step "
+            "in the checkpoint."
+        )
+    return CheckpointStep(str(path), found[0], f"metadata:{found[1]}")
+
+
+def order_series(
+    paths: Iterable[str | os.PathLike[str]], pattern: str | re.Pattern[str] | None = None
+) -> list[CheckpointStep]:
+    """The checkpoints of one series sorted by step.
+
+    Parameters
+    ----------
+    paths : iterable of str or path
+        The series' checkpoint files.
+    pattern : str, re.Pattern or None
+        Step pattern for the file names; None reads the metadata.
+
+    Returns
+    -------
+    list of CheckpointStep
+        Sorted by increasing step. Two files with the same step, or steps from different
+        metadata keys (steps mixed with epochs), raise ``CheckpointError``.
+    """
+    steps = [checkpoint_step(p, pattern) for p in paths]
+    sources = sorted({s.source for s in steps if s.source != "name"})
+    if len(sources) > 1 or (sources and any(s.source == "name" for s in steps)):
+        shown = ", ".join(f"{Path(s.path).name}: {s.source}" for s in steps[:10])
+        raise CheckpointError(
+            f"The series' steps come from different places ({shown}); steps, global steps and epochs "
+            "cannot be ordered together. Use one step pattern or one metadata key for every checkpoint."
+        )
+    steps.sort(key=lambda s: s.step)
+    for earlier, later in zip(steps, steps[1:]):
+        if earlier.step == later.step:
+            raise CheckpointError(
+                f"Checkpoints {Path(earlier.path).name!r} and {Path(later.path).name!r} both have step "
+                f"{earlier.step}; a series needs one checkpoint per step"
+            )
+    return steps
+
+
+def series_name(path: str | os.PathLike[str], declared: str | None = None) -> str:
+    """The series a scanned checkpoint belongs to: the declared name, else its folder's name.
+
+    Parameters
+    ----------
+    path : str or path
+        The checkpoint file.
+    declared : str or None
+        A ``series:`` name given in the configuration.
+
+    Returns
+    -------
+    str
+        The series name.
+    """
+    if declared is not None:
+        if not isinstance(declared, str) or not declared.strip():
+            raise ConfigError(f"series name must be a non-empty string, got {declared!r}")
+        return declared
+    return Path(path).resolve().parent.name
+
+
+@dataclass(frozen=True)
+class BestSoFar:
+    """At ``step``: the cell's ``score`` there and the best checkpoint up to it."""
+
+    step: int
+    score: float
+    best_step: int
+    best_score: float
+
+
+def _checked_scores(scores_by_step: Mapping[int, float], cell: Hashable = None) -> list[tuple[int, float]]:
+    where = "" if cell is None else f" of cell {cell!r}"
+    out = []
+    for step, score in scores_by_step.items():
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+            raise DataValidationError(f"steps{where} must be integers >= 0, got {step!r}")
+        if isinstance(score, bool) or not isinstance(score, (int, float, np.number)) or not math.isfinite(score):
+            raise DataValidationError(f"score at step {step}{where} must be a finite number, got {score!r}")
+        out.append((int(step), float(score)))
+    return sorted(out)
+
+
+def best_so_far(scores_by_step: Mapping[int, float], higher_is_better: bool = True) -> list[BestSoFar]:
+    """Running best of one cell's scores over increasing steps.
+
+    Parameters
+    ----------
+    scores_by_step : mapping of int to float
+        The cell's score at each evaluated step (missing steps simply absent).
+    higher_is_better : bool
+        False for metrics where lower is better (e.g. calibration error).
+
+    Returns
+    -------
+    list of BestSoFar
+        One entry per step, in increasing step order; ties keep the earlier checkpoint.
+    """
+    out, best = [], None
+    for step, score in _checked_scores(scores_by_step):
+        if best is None or (score > best[1] if higher_is_better else score < best[1]):
+            best = (step, score)
+        out.append(BestSoFar(step, score, best[0], best[1]))
+    return out
+
+
+def best_checkpoints(
+    scores: Mapping[Hashable, Mapping[int, float]], upto: int | None = None, higher_is_better: bool = True
+) -> dict[Hashable, BestSoFar]:
+    """Each cell's best checkpoint among the steps up to ``upto``.
+
+    Parameters
+    ----------
+    scores : mapping of cell key to (mapping of step to score)
+        Every cell's scores by step.
+    upto : int or None
+        Last step considered; None takes every step.
+    higher_is_better : bool
+        False for metrics where lower is better.
+
+    Returns
+    -------
+    dict
+        Cell key to the :class:`BestSoFar` of its last step up to ``upto``; cells without a
+        score up to then are left out.
+    """
+    out = {}
+    for cell, by_step in scores.items():
+        _checked_scores(by_step, cell)
+        kept = {s: v for s, v in by_step.items() if upto is None or s <= upto}
+        running = best_so_far(kept, higher_is_better)
+        if running:
+            out[cell] = running[-1]
+    return out
+
+
+@dataclass(frozen=True)
+class SeriesCheck:
+    """The newest checkpoint against each cell's best so far.
+
+    ``to_compare`` maps the cells where an earlier checkpoint is best to that step (the
+    pairs to compare); ``regressed`` lists those whose verdict is ``worse``;
+    ``unchecked`` those still without a verdict; ``newest_is_best`` the cells the newest
+    checkpoint leads; ``missing`` the cells the newest checkpoint has no score for.
+    """
+
+    newest_step: int
+    to_compare: dict[Hashable, int]
+    regressed: tuple[Hashable, ...]
+    unchecked: tuple[Hashable, ...]
+    newest_is_best: tuple[Hashable, ...]
+    missing: tuple[Hashable, ...]
+
+    @property
+    def flagged(self) -> bool:
+        """True when the newest checkpoint is significantly worse than the best on some cell."""
+        return bool(self.regressed)
+
+
+def check_newest(
+    scores: Mapping[Hashable, Mapping[int, float]],
+    verdicts: Mapping[Hashable, str] | None = None,
+    newest_step: int | None = None,
+    higher_is_better: bool = True,
+) -> SeriesCheck:
+    """Compare the newest checkpoint with each cell's best so far, given paired verdicts.
+
+    Call it once without ``verdicts`` to learn which pairs to compare (``to_compare``), then
+    again with the verdict of each comparison (newest as A, best as B).
+
+    Parameters
+    ----------
+    scores : mapping of cell key to (mapping of step to score)
+        Every cell's scores by step.
+    verdicts : mapping of cell key to str, optional
+        ``better`` / ``worse`` / ``indistinguishable`` of the newest checkpoint against the
+        cell's best (from :func:`pipeline.compare.decide_verdicts`).
+    newest_step : int or None
+        The newest checkpoint's step; None takes the largest step in ``scores``.
+    higher_is_better : bool
+        False for metrics where lower is better.
+
+    Returns
+    -------
+    SeriesCheck
+        Pairs to compare, regressions, unchecked and missing cells.
+    """
+    verdicts = dict(verdicts or {})
+    unknown = [c for c in verdicts if c not in scores]
+    if unknown:
+        raise DataValidationError(f"verdicts given for cells without scores: {unknown[:5]}; known cells: {list(scores)[:10]}")
+    wrong = {c: v for c, v in verdicts.items() if v not in VERDICTS}
+    if wrong:
+        raise DataValidationError(f"unknown verdict(s) {wrong}; valid choices: {', '.join(VERDICTS)}")
+    all_steps = [s for by_step in scores.values() for s in by_step]
+    if newest_step is None:
+        if not all_steps:
+            raise DataValidationError("scores hold no step at all; nothing to check")
+        newest_step = max(all_steps)
+    best = best_checkpoints(scores, upto=newest_step, higher_is_better=higher_is_better)
+    to_compare, regressed, unchecked, newest_best, missing = {}, [], [], [], []
+    for cell, by_step in scores.items():
+        if newest_step not in by_step:
+            missing.append(cell)
+        elif best[cell].best_step == newest_step:
+            newest_best.append(cell)
+        else:
+            to_compare[cell] = best[cell].best_step
+            if cell not in verdicts:
+                unchecked.append(cell)
+            elif verdicts[cell] == "worse":
+                regressed.append(cell)
+    return SeriesCheck(int(newest_step), to_compare, tuple(regressed), tuple(unchecked), tuple(newest_best), tuple(missing))
