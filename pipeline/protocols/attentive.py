@@ -35,10 +35,11 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 from pipeline.errors import ConfigError, DataValidationError
-from pipeline.protocols.stacked_training import (
+from pipeline.protocols.probe_inputs import (
     SoftmaxOutputMixin, as_cpu_tensor, check_fraction, check_grid, check_positive_int, check_seed, encode_labels,
-    resolve_device, select_member, train_fixed, train_grid, validation_split,
+    resolve_device, validation_split,
 )
+from pipeline.protocols.stacked_training import select_member, train_fixed, train_grid
 
 __all__ = ["AttentiveProbe", "DEFAULT_ATTENTIVE_LRS", "DEFAULT_ATTENTIVE_WEIGHT_DECAYS", "attentive_logits",
            "check_tokens"]

@@ -9,9 +9,8 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from pipeline.errors import ConfigError, DataValidationError
 from pipeline.protocols.mlp import MLPProbe
-from pipeline.protocols.stacked_training import (
-    GridRecord, StackedAdamW, encode_labels, resolve_device, select_member, validation_split,
-)
+from pipeline.protocols.probe_inputs import encode_labels, resolve_device, validation_split
+from pipeline.protocols.stacked_training import GridRecord, StackedAdamW, select_member
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
