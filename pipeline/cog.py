@@ -70,7 +70,17 @@ class ConceptGraph:
     root: int
 
     def ancestors_of(self, concept: str) -> set[str]:
-        """Ids of the ancestors of ``concept``, itself included."""
+        """Ids of the ancestors of ``concept``, itself included.
+
+        Parameters
+        ----------
+        concept : str
+            A node of the graph.
+
+        Returns
+        -------
+        set of str
+        """
         return {self.nodes[i] for i in self.ancestors[self.index[concept]]}
 
 
@@ -135,7 +145,17 @@ def build_graph(edges: Iterable[tuple[str, str]], concepts: Iterable[str], root:
 
 
 def information_content(graph: ConceptGraph) -> np.ndarray:
-    """IC(c) = -log(|nodes under c, c included| / |nodes|) for every node, in graph order."""
+    """Information content of every node.
+
+    Parameters
+    ----------
+    graph : ConceptGraph
+
+    Returns
+    -------
+    ndarray of shape (V,)
+        IC(c) = -log(|nodes under c, c included| / |nodes|), in ``graph.nodes`` order.
+    """
     below = np.zeros(len(graph.nodes))
     for anc in graph.ancestors:  # sum_c |desc(c)| = sum_u |anc(u)|
         below[list(anc)] += 1
@@ -143,7 +163,21 @@ def information_content(graph: ConceptGraph) -> np.ndarray:
 
 
 def lin_similarity(graph: ConceptGraph, ic: np.ndarray, a: str, b: str) -> float:
-    """Lin similarity of two concepts, the common subsumer taken over all paths of the DAG."""
+    """Lin similarity of two concepts, the common subsumer taken over all paths of the DAG.
+
+    Parameters
+    ----------
+    graph : ConceptGraph
+    ic : ndarray
+        ``information_content(graph)``.
+    a, b : str
+        Two nodes of the graph.
+
+    Returns
+    -------
+    float
+        2 IC(LCS) / (IC(a) + IC(b)); 1 for a == b.
+    """
     i, j = graph.index[a], graph.index[b]
     if i == j:
         return 1.0
@@ -155,6 +189,14 @@ def max_similarity_to_seen(graph: ConceptGraph, ic: np.ndarray, seen: Iterable[s
     """Every node's largest Lin similarity to a seen concept, and that concept (node index).
 
     O(V + E + A) with A the total ancestor count; see the module docstring.
+
+    Parameters
+    ----------
+    graph : ConceptGraph
+    ic : ndarray
+        ``information_content(graph)``.
+    seen : iterable of str
+        The seen concepts (nodes of the graph).
 
     Returns
     -------
@@ -238,9 +280,21 @@ def eligible_concepts(graph: ConceptGraph, counts: Mapping[str, int], seen: Iter
 # ---------------------------------------------------------------- levels and images
 
 def level_blocks(n_ranked: int, n_levels: int = N_LEVELS, level_size: int = LEVEL_SIZE) -> list[range]:
-    """Positions in the ranked list of each level: blocks spread evenly from the first to
-    the last position, with (n_ranked - n_levels level_size) / (n_levels - 1) left between
-    consecutive blocks (rounded)."""
+    """Positions in the ranked list of each level, blocks spread evenly over the whole list.
+
+    Parameters
+    ----------
+    n_ranked : int
+        Length of the ranked list of eligible concepts.
+    n_levels, level_size : int
+        Number of levels and concepts per level.
+
+    Returns
+    -------
+    list of range
+        The first block starts at 0, the last ends at ``n_ranked``; about
+        (n_ranked - n_levels level_size) / (n_levels - 1) positions lie between blocks.
+    """
     if n_levels < 1 or level_size < 1:
         raise DataValidationError(f"n_levels and level_size must be >= 1, got {n_levels} and {level_size}")
     if n_ranked < n_levels * level_size:
@@ -252,8 +306,26 @@ def level_blocks(n_ranked: int, n_levels: int = N_LEVELS, level_size: int = LEVE
 
 def sample_images(files: Sequence[str], concept: str, seed: int = 0, n_test: int = N_TEST,
                   max_train: int = MAX_TRAIN) -> tuple[list[str], list[str]]:
-    """(train, test) images of one concept: ``n_test`` random test images, up to
-    ``max_train`` of the rest for training; the draw depends on (seed, concept) only."""
+    """Draw one concept's test and training images.
+
+    Parameters
+    ----------
+    files : sequence of str
+        The concept's images (any order: they are sorted first).
+    concept : str
+        The concept id; with ``seed`` it seeds the draw, so the draw does not depend on
+        the other concepts.
+    seed : int
+    n_test : int
+        Random test images.
+    max_train : int
+        Most training images, drawn from the rest.
+
+    Returns
+    -------
+    train, test : list of str
+        Sorted, disjoint.
+    """
     if len(files) <= n_test:
         raise DataValidationError(f"concept {concept} has {len(files)} images; {n_test} test images and at least "
                                   "one training image are needed")
@@ -277,7 +349,14 @@ class CogLevels:
     summary: list[dict[str, object]] = field(default_factory=list)
 
     def level_summary(self) -> list[dict[str, object]]:
-        """Per level: its number, size, and the range and mean of its similarities."""
+        """Per level: its number, size, and the range and mean of its similarities.
+
+        Returns
+        -------
+        list of dict
+            Keys level, n_concepts, similarity_max, similarity_min, similarity_mean,
+            first, last.
+        """
         rows = []
         for k, level in enumerate(self.levels, start=1):
             s = np.array([self.similarity[c] for c in level])

@@ -38,17 +38,53 @@ def _fields(lines: Iterable[str], source: str, n: int | None) -> Iterable[tuple[
 
 
 def parse_is_a(lines: Iterable[str], source: str = "is_a") -> list[tuple[str, str]]:
-    """(parent, child) pairs from lines ``parent child`` (ImageNet's ``wordnet.is_a.txt``)."""
+    """(parent, child) pairs from lines ``parent child`` (ImageNet's ``wordnet.is_a.txt``).
+
+    Parameters
+    ----------
+    lines : iterable of str
+        The file's lines; blank lines and lines starting with ``#`` are skipped.
+    source : str
+        Name used in error messages (``source:line``).
+
+    Returns
+    -------
+    list of (str, str)
+    """
     return [(p[0], p[1]) for _, p in _fields(lines, source, 2)]
 
 
 def parse_words(lines: Iterable[str], source: str = "words") -> dict[str, str]:
-    """Synset id -> its words, from lines ``id<whitespace>words`` (ImageNet's ``words.txt``)."""
+    """Synset id -> its words, from lines ``id<whitespace>words`` (ImageNet's ``words.txt``).
+
+    Parameters
+    ----------
+    lines : iterable of str
+        The file's lines; blank lines and lines starting with ``#`` are skipped.
+    source : str
+        Name used in error messages (``source:line``).
+
+    Returns
+    -------
+    dict of str to str
+    """
     return {p[0]: (p[1] if len(p) > 1 else "") for _, p in _fields(lines, source, None)}
 
 
 def parse_counts(lines: Iterable[str], source: str = "counts") -> dict[str, int]:
-    """Synset id -> number of images, from lines ``id count`` (space, tab or comma)."""
+    """Synset id -> number of images, from lines ``id count`` (space, tab or comma).
+
+    Parameters
+    ----------
+    lines : iterable of str
+        The file's lines; blank lines and lines starting with ``#`` are skipped.
+    source : str
+        Name used in error messages (``source:line``).
+
+    Returns
+    -------
+    dict of str to int
+    """
     counts = {}
     for number, (wnid, value) in _fields(lines, source, 2):
         if not value.isdigit():
@@ -58,7 +94,19 @@ def parse_counts(lines: Iterable[str], source: str = "counts") -> dict[str, int]
 
 
 def parse_synsets(lines: Iterable[str], source: str = "synsets") -> list[str]:
-    """Synset ids, the first field of each line (a plain list or ``id words`` lines)."""
+    """Synset ids, the first field of each line (a plain list or ``id words`` lines).
+
+    Parameters
+    ----------
+    lines : iterable of str
+        The file's lines; blank lines and lines starting with ``#`` are skipped.
+    source : str
+        Name used in error messages (``source:line``).
+
+    Returns
+    -------
+    list of str
+    """
     return [p[0] for _, p in _fields(lines, source, None)]
 
 

@@ -71,6 +71,12 @@ def _signs(A: np.ndarray) -> np.ndarray:
     return np.sign(A[:, :, None] - A[:, None, :]).astype(np.int8)
 
 
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """num / den, NaN where den is 0 (a constant row: no correlation)."""
+    safe = np.where(den > 0, den, 1.0)
+    return np.where(den > 0, num / safe, np.nan)
+
+
 def kendall_tau_b_rows(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     """Kendall's tau-b of each row pair (A[r], B[r]); NaN where a row is constant.
 
@@ -94,9 +100,7 @@ def kendall_tau_b_rows(A: np.ndarray, B: np.ndarray) -> np.ndarray:
         s = 0.5 * np.einsum("rij,rij->r", Sa, Sb, dtype=np.int64)
         n1 = 0.5 * ((Sa == 0).sum(axis=(1, 2)) - n)
         n2 = 0.5 * ((Sb == 0).sum(axis=(1, 2)) - n)
-        den = np.sqrt((n0 - n1) * (n0 - n2))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[start:start + step] = np.where(den > 0, s / np.where(den > 0, den, 1.0), np.nan)
+        out[start:start + step] = _ratio(s, np.sqrt((n0 - n1) * (n0 - n2)))
     return out
 
 
@@ -115,9 +119,7 @@ def spearman_rows(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     Rb = stats.rankdata(np.atleast_2d(B), axis=1)
     Ra -= Ra.mean(axis=1, keepdims=True)
     Rb -= Rb.mean(axis=1, keepdims=True)
-    den = np.sqrt((Ra * Ra).sum(axis=1) * (Rb * Rb).sum(axis=1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rho = np.where(den > 0, (Ra * Rb).sum(axis=1) / np.where(den > 0, den, 1.0), np.nan)
+    rho = _ratio((Ra * Rb).sum(axis=1), np.sqrt((Ra * Ra).sum(axis=1) * (Rb * Rb).sum(axis=1)))
     return np.clip(rho, -1.0, 1.0)
 
 
@@ -164,7 +166,12 @@ class PairAgreement:
     confidence: float = 0.95
 
     def to_dict(self) -> dict[str, object]:
-        """Plain dictionary (for the results ledger and the report)."""
+        """Plain dictionary (for the results ledger and the report).
+
+        Returns
+        -------
+        dict
+        """
         return asdict(self)
 
 
@@ -284,7 +291,13 @@ class RadarData:
     ranks: np.ndarray  # (n_encoders, n_axes); 1 is the best
 
     def records(self) -> list[dict[str, object]]:
-        """One row per (encoder, axis) with its rank."""
+        """One row per (encoder, axis) with its rank.
+
+        Returns
+        -------
+        list of dict
+            Keys encoder, axis, rank.
+        """
         return [{"encoder": e, "axis": a, "rank": float(self.ranks[i, j])}
                 for i, e in enumerate(self.encoders) for j, a in enumerate(self.axes)]
 

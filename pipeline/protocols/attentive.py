@@ -24,22 +24,20 @@ of epochs. Tokens may be float16 (as stored); batches are cast to float32 on the
 from __future__ import annotations
 
 import math
-import warnings
 from itertools import product
 from typing import Any
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 from pipeline.errors import ConfigError, DataValidationError
 from pipeline.protocols.probe_inputs import (
     SoftmaxOutputMixin, as_cpu_tensor, check_fraction, check_grid, check_positive_int, check_seed, encode_labels,
-    resolve_device, validation_split,
+    resolve_device,
 )
-from pipeline.protocols.stacked_training import select_member, train_fixed, train_grid
+from pipeline.protocols.stacked_training import GridSelectionMixin
 
 __all__ = ["AttentiveProbe", "DEFAULT_ATTENTIVE_LRS", "DEFAULT_ATTENTIVE_WEIGHT_DECAYS", "attentive_logits",
            "check_tokens"]
@@ -54,6 +52,16 @@ _CHECK_ROWS = 4096
 
 def check_tokens(X: Any, name: str = "X") -> np.ndarray:
     """Token features as a finite (n, T, d) float array (float16/32/64 kept; others float32).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_tokens, n_features)
+    name : str
+        Name used in error messages.
+
+    Returns
+    -------
+    ndarray of shape (n, T, d)
 
     Raises
     ------
@@ -141,10 +149,21 @@ class StackedAttentive:
         self.params = {k: v.expand(G, *v.shape).clone().to(device).requires_grad_(True) for k, v in one.items()}
 
     def logits(self, xb: torch.Tensor) -> torch.Tensor:
+        """Class scores of every member.
+
+        Parameters
+        ----------
+        xb : Tensor
+            A float32 batch on the members' device.
+
+        Returns
+        -------
+        Tensor of shape (G, B, K)
+        """
         return attentive_logits(self.params, xb, self.num_heads)
 
 
-class AttentiveProbe(SoftmaxOutputMixin, ClassifierMixin, BaseEstimator):
+class AttentiveProbe(GridSelectionMixin, SoftmaxOutputMixin, ClassifierMixin, BaseEstimator):
     """Cross-attention pooling of token features with a linear classifier on top.
 
     Parameters
@@ -229,31 +248,15 @@ class AttentiveProbe(SoftmaxOutputMixin, ClassifierMixin, BaseEstimator):
             raise ConfigError(f"num_heads={self.num_heads} does not divide the feature width d={d}; choose a "
                               f"divisor of {d}")
         self.classes_, codes = encode_labels(y, n)
-        train_rows, val_rows = validation_split(codes, self.val_fraction, self.random_state, val_mask)
-        Xt, yt, K = as_cpu_tensor(X), torch.from_numpy(codes), self.classes_.size
+        K = self.classes_.size
 
         def make(G: int, generator: torch.Generator) -> StackedAttentive:
             return StackedAttentive(G, d, K, self.num_heads, generator, device)
 
-        lrs, wds = grid[:, 0], grid[:, 1]
-        record = train_grid(make, Xt, yt, train_rows, val_rows, lrs, wds, self.batch_size, self.max_epochs,
-                            self.patience, self.random_state, device)
-        best = select_member(record, lrs, wds)
-        self.grid_, self.learning_rate_, self.weight_decay_ = grid, float(lrs[best]), float(wds[best])
-        self.n_epochs_ = int(record.best_epoch[best])
-        self.val_accuracy_, self.val_loss_ = record.best_accuracy, record.best_loss
-        self.best_epochs_, self.val_curves_ = record.best_epoch, record.val_accuracy
-        self.stopped_early_ = bool(record.stopped_early[best])
-        self.solver_, self.device_ = "adamw", str(device)
         self.n_features_in_, self.n_tokens_in_ = d, T
-        model = train_fixed(make, Xt, yt, np.arange(n), self.learning_rate_, self.weight_decay_, self.batch_size,
-                            self.n_epochs_, self.random_state, device)
+        model, best = self._select_and_refit(make, X, codes, val_mask, grid[:, 0], grid[:, 1], device)
+        self.grid_, self.learning_rate_, self.weight_decay_ = grid, float(grid[best, 0]), float(grid[best, 1])
         self.params_ = {k: v.detach()[0].cpu().numpy() for k, v in model.params.items()}
-        if self.n_epochs_ == self.max_epochs:
-            warnings.warn(
-                f"AttentiveProbe: validation score (accuracy, then cross-entropy) was still improving at the "
-                f"last of max_epochs={self.max_epochs} epochs (lr={self.learning_rate_:g}, weight_decay={self.weight_decay_:g}); "
-                "raise max_epochs for a selected epoch count inside the budget.", ConvergenceWarning, stacklevel=2)
         return self
 
     def _logits(self, X: Any) -> np.ndarray:

@@ -26,23 +26,21 @@ and whether training ended by early stopping or by the epoch budget.
 from __future__ import annotations
 
 import math
-import warnings
 from numbers import Real
 from typing import Any
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 from pipeline.errors import ConfigError
 from pipeline.protocols._validation import validate_features
 from pipeline.protocols.probe_inputs import (
-    SoftmaxOutputMixin, as_cpu_tensor, check_fraction, check_grid, check_positive_int, check_seed, encode_labels,
-    resolve_device, validation_split,
+    SoftmaxOutputMixin, check_fraction, check_grid, check_positive_int, check_seed, encode_labels,
+    resolve_device,
 )
-from pipeline.protocols.stacked_training import select_member, train_fixed, train_grid
+from pipeline.protocols.stacked_training import GridSelectionMixin
 
 __all__ = ["DEFAULT_MLP_WEIGHT_DECAYS", "MLPProbe"]
 
@@ -66,12 +64,23 @@ class StackedMLP:
                        "W2": uniform((hidden, K), hidden), "b2": uniform((1, K), hidden)}
 
     def logits(self, xb: torch.Tensor) -> torch.Tensor:
+        """Class scores of every member.
+
+        Parameters
+        ----------
+        xb : Tensor
+            A float32 batch on the members' device.
+
+        Returns
+        -------
+        Tensor of shape (G, B, K)
+        """
         p = self.params
         hidden = torch.relu(torch.matmul(xb, p["W1"]) + p["b1"])  # (G, B, hidden)
         return torch.baddbmm(p["b2"], hidden, p["W2"])
 
 
-class MLPProbe(SoftmaxOutputMixin, ClassifierMixin, BaseEstimator):
+class MLPProbe(GridSelectionMixin, SoftmaxOutputMixin, ClassifierMixin, BaseEstimator):
     """One-hidden-layer ReLU probe, weight decay and epochs selected on validation.
 
     Parameters
@@ -163,33 +172,17 @@ class MLPProbe(SoftmaxOutputMixin, ClassifierMixin, BaseEstimator):
         wds, device = self._check_params()
         X = validate_features(self, X, reset=True)
         self.classes_, codes = encode_labels(y, X.shape[0])
-        train_rows, val_rows = validation_split(codes, self.val_fraction, self.random_state, val_mask)
-        Xt, yt = as_cpu_tensor(X), torch.from_numpy(codes)
         d, K = X.shape[1], self.classes_.size
 
         def make(G: int, generator: torch.Generator) -> StackedMLP:
             return StackedMLP(G, d, self.hidden_units, K, generator, device)
 
-        lrs = np.full(wds.size, float(self.learning_rate))
-        record = train_grid(make, Xt, yt, train_rows, val_rows, lrs, wds, self.batch_size, self.max_epochs,
-                            self.patience, self.random_state, device)
-        best = select_member(record, lrs, wds)
+        model, best = self._select_and_refit(make, X, codes, val_mask, np.full(wds.size, float(self.learning_rate)),
+                                             wds, device)
         self.weight_decays_, self.weight_decay_ = wds, float(wds[best])
-        self.n_epochs_ = int(record.best_epoch[best])
-        self.val_accuracy_, self.val_loss_ = record.best_accuracy, record.best_loss
-        self.best_epochs_, self.val_curves_ = record.best_epoch, record.val_accuracy
-        self.stopped_early_ = bool(record.stopped_early[best])
-        self.solver_, self.device_ = "adamw", str(device)
-        model = train_fixed(make, Xt, yt, np.arange(X.shape[0]), float(self.learning_rate), self.weight_decay_,
-                            self.batch_size, self.n_epochs_, self.random_state, device)
         p = {k: v.detach()[0].cpu().numpy() for k, v in model.params.items()}
         self.coefs_ = [p["W1"], p["W2"]]
         self.intercepts_ = [p["b1"][0], p["b2"][0]]
-        if self.n_epochs_ == self.max_epochs:
-            warnings.warn(
-                f"MLPProbe: validation score (accuracy, then cross-entropy) was still improving at the last "
-                f"of max_epochs={self.max_epochs} epochs (weight_decay={self.weight_decay_:g}); raise max_epochs "
-                "for a selected epoch count inside the budget.", ConvergenceWarning, stacklevel=2)
         return self
 
     def _logits(self, X: Any) -> np.ndarray:

@@ -155,7 +155,26 @@ def validation_split(codes: np.ndarray, val_fraction: float, random_state: Any,
 
 
 def check_grid(values: Any, name: str, low_open: bool) -> np.ndarray:
-    """A non-empty 1-D grid of finite values, each > 0 (``low_open``) or >= 0."""
+    """A hyperparameter grid, checked.
+
+    Parameters
+    ----------
+    values : sequence of float
+    name : str
+        The setting's name, for the error.
+    low_open : bool
+        Values must be > 0 (True) or >= 0 (False).
+
+    Returns
+    -------
+    ndarray
+        The distinct values, ascending.
+
+    Raises
+    ------
+    ConfigError
+        An empty grid, a non-number, NaN/inf or a value out of range.
+    """
     try:
         grid = np.asarray(values, dtype=np.float64).ravel()
     except (TypeError, ValueError):
@@ -168,21 +187,52 @@ def check_grid(values: Any, name: str, low_open: bool) -> np.ndarray:
 
 
 def check_positive_int(value: Any, name: str) -> int:
-    """``value`` as an int >= 1, or a ConfigError naming it."""
+    """``value`` as an int >= 1, or a ConfigError naming it.
+
+    Parameters
+    ----------
+    value : object
+    name : str
+        The setting's name, for the error.
+
+    Returns
+    -------
+    int
+    """
     if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
         raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)
 
 
 def check_fraction(value: Any, name: str) -> float:
-    """``value`` as a float strictly between 0 and 1, or a ConfigError naming it."""
+    """``value`` as a float strictly between 0 and 1, or a ConfigError naming it.
+
+    Parameters
+    ----------
+    value : object
+    name : str
+        The setting's name, for the error.
+
+    Returns
+    -------
+    float
+    """
     if isinstance(value, bool) or not isinstance(value, Real) or not 0 < value < 1:
         raise ConfigError(f"{name} must be a number in (0, 1), got {value!r}")
     return float(value)
 
 
 def check_seed(value: Any) -> int:
-    """``value`` as a seed (an integer in [0, 2**32)), or a ConfigError naming it."""
+    """``value`` as a seed (an integer in [0, 2**32)), or a ConfigError naming it.
+
+    Parameters
+    ----------
+    value : object
+
+    Returns
+    -------
+    int
+    """
     if isinstance(value, bool) or not isinstance(value, Integral) or not 0 <= value < 2**32:
         raise ConfigError(f"random_state must be an integer in [0, 2**32), got {value!r}")
     return int(value)
@@ -192,26 +242,69 @@ class SoftmaxOutputMixin:
     """decision_function / predict_proba / predict of a classifier from its ``_logits(X)`` (n, K)."""
 
     def decision_function(self, X: Any) -> np.ndarray:
-        """Logits (n, K); z_1 - z_0 (n,) for two classes."""
+        """Class scores.
+
+        Parameters
+        ----------
+        X : array-like
+            Features, as in ``fit``.
+
+        Returns
+        -------
+        ndarray
+            Logits (n, K); z_1 - z_0 (n,) for two classes.
+        """
         Z = self._logits(X)
         return Z[:, 1] - Z[:, 0] if self.classes_.size == 2 else Z
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """Softmax of the logits, (n, K)."""
+        """Class probabilities.
+
+        Parameters
+        ----------
+        X : array-like
+            Features, as in ``fit``.
+
+        Returns
+        -------
+        ndarray of shape (n, K)
+            Softmax of the logits; columns in ``classes_`` order.
+        """
         Z = self._logits(X).astype(np.float64)
         Z -= Z.max(axis=1, keepdims=True)
         P = np.exp(Z)
         return P / P.sum(axis=1, keepdims=True)
 
     def predict(self, X: Any) -> np.ndarray:
-        """The most probable class label (the first on exact ties)."""
+        """Predicted labels.
+
+        Parameters
+        ----------
+        X : array-like
+            Features, as in ``fit``.
+
+        Returns
+        -------
+        ndarray of shape (n,)
+            The most probable class label (the first in ``classes_`` on exact ties).
+        """
         Z = self._logits(X)  # first: it raises NotFittedError before classes_ is read
         return self.classes_[np.argmax(Z, axis=1)]
 
 
 def as_cpu_tensor(X: np.ndarray) -> torch.Tensor:
-    """A CPU tensor over ``X`` without a copy where numpy allows (float16 stays float16;
-    batches are cast to float32 on their way to the device)."""
+    """A CPU tensor over ``X`` without a copy where numpy allows.
+
+    Parameters
+    ----------
+    X : ndarray
+        Features; float16 stays float16 (batches are cast to float32 on their way to
+        the device).
+
+    Returns
+    -------
+    Tensor
+    """
     with warnings.catch_warnings():  # a read-only array (memmap) is only ever read here
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return torch.from_numpy(np.ascontiguousarray(X))

@@ -18,16 +18,20 @@ the same seed on the CPU give bitwise identical parameters.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import torch
+from sklearn.exceptions import ConvergenceWarning
+
+from pipeline.protocols.probe_inputs import as_cpu_tensor, validation_split
 
 __all__ = [
-    "GridRecord", "StackedAdamW", "StackedModel", "evaluate", "select_member", "train_epoch", "train_fixed",
-    "train_grid",
+    "GridRecord", "GridSelectionMixin", "StackedAdamW", "StackedModel", "evaluate", "select_member", "train_epoch",
+    "train_fixed", "train_grid",
 ]
 
 # Rows per evaluation pass, scaled down for wide inputs (tokens) to bound memory.
@@ -41,7 +45,17 @@ class StackedModel(Protocol):
     decayed: frozenset[str]  # names of the parameters weight decay applies to
 
     def logits(self, xb: torch.Tensor) -> torch.Tensor:
-        """(G, B, K) class scores of a float32 batch ``xb`` of B rows."""
+        """Class scores of every member.
+
+        Parameters
+        ----------
+        xb : Tensor
+            A float32 batch of B rows on the members' device.
+
+        Returns
+        -------
+        Tensor of shape (G, B, K)
+        """
         ...
 
 
@@ -126,6 +140,17 @@ def _eval_rows(X: torch.Tensor) -> int:
 def evaluate(model: StackedModel, X: torch.Tensor, codes: torch.Tensor, rows: np.ndarray,
              device: torch.device) -> tuple[np.ndarray, np.ndarray]:
     """Per-member accuracy and mean cross-entropy on ``rows`` of ``X``.
+
+    Parameters
+    ----------
+    model : StackedModel
+    X : Tensor
+        All features (CPU).
+    codes : Tensor of int64
+        Class code per row of ``X``.
+    rows : ndarray of int
+        Rows to score.
+    device : torch.device
 
     Returns
     -------
@@ -232,8 +257,20 @@ def train_grid(make_model: Callable[[int, torch.Generator], StackedModel], X: to
 
 
 def select_member(record: GridRecord, lrs: np.ndarray, wds: np.ndarray) -> int:
-    """The member with the best validation score (accuracy, then lower cross-entropy);
-    exact ties go to the larger weight decay, then the smaller learning rate."""
+    """The member with the best validation score.
+
+    Parameters
+    ----------
+    record : GridRecord
+    lrs, wds : ndarray of shape (G,)
+        Each member's learning rate and weight decay.
+
+    Returns
+    -------
+    int
+        Highest validation accuracy, then lowest cross-entropy; exact ties go to the
+        larger weight decay, then to the smaller learning rate.
+    """
     order = np.lexsort((lrs, -wds, record.best_loss, -record.best_accuracy))
     return int(order[0])
 
@@ -244,6 +281,19 @@ def train_fixed(make_model: Callable[[int, torch.Generator], StackedModel], X: t
     """Train one member for exactly ``epochs`` epochs on ``rows`` (the refit).
 
     Same initial weights and seeded minibatch order as ``train_grid`` with this ``seed``.
+
+    Parameters
+    ----------
+    make_model : callable
+        As for ``train_grid``.
+    X, codes : Tensor
+        All features (CPU) and class codes.
+    rows : ndarray of int
+        Rows to train on (train and validation for the refit).
+    lr, wd : float
+        Learning rate and weight decay.
+    batch_size, epochs, seed : int
+    device : torch.device
 
     Returns
     -------
@@ -257,3 +307,32 @@ def train_fixed(make_model: Callable[[int, torch.Generator], StackedModel], X: t
     for _ in range(epochs):
         train_epoch(model, opt, X, codes, rows, batch_size, generator, device)
     return model
+
+
+class GridSelectionMixin:
+    """The fit shared by the torch probes: the grid on the validation split with early
+    stopping, the selection, then the refit on every row. Uses the estimator's
+    ``val_fraction``, ``random_state``, ``batch_size``, ``max_epochs`` and ``patience``."""
+
+    def _select_and_refit(self, make_model: Callable[[int, torch.Generator], StackedModel], X: np.ndarray,
+                          codes: np.ndarray, val_mask: object, lrs: np.ndarray, wds: np.ndarray,
+                          device: torch.device) -> tuple[StackedModel, int]:
+        """Train the grid, record the selection in fitted attributes, refit; (model, best index)."""
+        train_rows, val_rows = validation_split(codes, self.val_fraction, self.random_state, val_mask)
+        Xt, yt = as_cpu_tensor(X), torch.from_numpy(codes)
+        record = train_grid(make_model, Xt, yt, train_rows, val_rows, lrs, wds, self.batch_size, self.max_epochs,
+                            self.patience, self.random_state, device)
+        best = select_member(record, lrs, wds)
+        self.n_epochs_ = int(record.best_epoch[best])
+        self.val_accuracy_, self.val_loss_ = record.best_accuracy, record.best_loss
+        self.best_epochs_, self.val_curves_ = record.best_epoch, record.val_accuracy
+        self.stopped_early_ = bool(record.stopped_early[best])
+        self.solver_, self.device_ = "adamw", str(device)
+        model = train_fixed(make_model, Xt, yt, np.arange(codes.size), float(lrs[best]), float(wds[best]),
+                            self.batch_size, self.n_epochs_, self.random_state, device)
+        if self.n_epochs_ == self.max_epochs:
+            warnings.warn(
+                f"{type(self).__name__}: validation score (accuracy, then cross-entropy) was still improving at "
+                f"the last of max_epochs={self.max_epochs} epochs (lr={lrs[best]:g}, weight_decay={wds[best]:g}); "
+                "raise max_epochs for a selected epoch count inside the budget.", ConvergenceWarning, stacklevel=3)
+        return model, best
