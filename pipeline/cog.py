@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.errors import DataValidationError
+from pipeline.errors import ConfigError, DataValidationError
 
 __all__ = [
-    "ENTITY", "PERSON", "CogLevels", "ConceptGraph", "build_graph", "cog_levels", "eligible_concepts",
+    "ENTITY", "PERSON", "CogLevels", "ConceptGraph", "build_graph", "check_sizes", "cog_levels", "eligible_concepts",
     "information_content", "level_blocks", "lin_similarity", "max_similarity_to_seen", "sample_images",
 ]
 
@@ -279,6 +279,23 @@ def eligible_concepts(graph: ConceptGraph, counts: Mapping[str, int], seen: Iter
 
 # ---------------------------------------------------------------- levels and images
 
+def check_sizes(**values: tuple[object, int]) -> None:
+    """Refuse a count setting that is not an integer at least its minimum.
+
+    Parameters
+    ----------
+    **values : (value, minimum) per setting name
+
+    Raises
+    ------
+    ConfigError
+        Naming the first bad setting, its value and the minimum.
+    """
+    for name, (value, low) in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
 def level_blocks(n_ranked: int, n_levels: int = N_LEVELS, level_size: int = LEVEL_SIZE) -> list[range]:
     """Positions in the ranked list of each level, blocks spread evenly over the whole list.
 
@@ -384,6 +401,7 @@ def cog_levels(edges: Iterable[tuple[str, str]], counts: Mapping[str, int], seen
     -------
     CogLevels
     """
+    check_sizes(min_images=(min_images, 0), n_levels=(n_levels, 1), level_size=(level_size, 1))
     concepts = [c for c, v in counts.items() if v > 0]
     seen = list(dict.fromkeys(seen))
     missing = [s for s in seen if counts.get(s, 0) <= 0]
@@ -391,6 +409,9 @@ def cog_levels(edges: Iterable[tuple[str, str]], counts: Mapping[str, int], seen
         raise DataValidationError(f"{len(missing)} seen concept(s) have no images in the counts: "
                                   f"{', '.join(missing[:10])}; the seen list must be a subset of ImageNet-21K")
     graph = build_graph(edges, concepts, root)
+    if person is not None and person not in graph.index:
+        raise DataValidationError(f"person={person!r} is not in the graph of ImageNet-21K concepts and their "
+                                  "ancestors; pass its id, or person=None to keep every subtree")
     ic = information_content(graph)
     sim, nearest = max_similarity_to_seen(graph, ic, seen)
     eligible, dropped = eligible_concepts(graph, counts, seen, excluded, person, min_images)

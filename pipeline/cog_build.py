@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from pipeline.cog import MAX_TRAIN, N_TEST, CogLevels, cog_levels, sample_images
+from pipeline.cog import MAX_TRAIN, N_TEST, CogLevels, check_sizes, cog_levels, sample_images
 from pipeline.errors import DatasetError
 
 __all__ = ["build_cog_levels", "parse_counts", "parse_is_a", "parse_synsets", "parse_words"]
@@ -169,20 +169,21 @@ def build_cog_levels(is_a: str | os.PathLike[str], words: str | os.PathLike[str]
     CogLevels
         With ``summary`` filled (per level, also the image counts when written).
     """
+    check_sizes(seed=(seed, 0), n_test=(n_test, 1), max_train=(max_train, 1))
     edges = parse_is_a(_read_lines(is_a, "is_a"), str(is_a))
     names = parse_words(_read_lines(words, "words"), str(words))
     image_counts = parse_counts(_read_lines(counts, "counts"), str(counts))
     seen_ids = parse_synsets(_read_lines(seen, "seen synsets"), str(seen))
     dropped_ids = [c for path in excluded for c in parse_synsets(_read_lines(path, "excluded"), str(path))]
     result = cog_levels(edges, image_counts, seen_ids, dropped_ids, **level_options)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     splits: dict[str, tuple[list[str], list[str]]] = {}
     if images_root is not None:  # every folder is checked before anything is written
         root = Path(images_root)
         for level in result.levels:
             for c in level:
                 splits[c] = sample_images(_image_files(root, c), c, seed, n_test, max_train)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     summary = result.level_summary()
     for k, (level, row) in enumerate(zip(result.levels, summary), start=1):
         if splits:

@@ -54,7 +54,7 @@ from pipeline.cog import (
     max_similarity_to_seen, sample_images,
 )
 from pipeline.cog_build import build_cog_levels, parse_counts, parse_is_a, parse_words
-from pipeline.errors import DatasetError, DataValidationError
+from pipeline.errors import ConfigError, DatasetError, DataValidationError
 
 EDGES = [
     ("entity", "animal"), ("entity", "artifact"), ("entity", "person"), ("entity", "plant"),
@@ -174,6 +174,16 @@ def test_too_few_eligible_concepts_for_the_levels():
     assert [list(b) for b in level_blocks(12, 3, 4)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
 
 
+def test_bad_settings_fail_before_work(tmp_path):
+    with pytest.raises(ConfigError, match="level_size must be an integer >= 1, got 0"):
+        cog_levels(EDGES, COUNTS, SEEN, level_size=0, **OPTIONS)
+    with pytest.raises(ConfigError, match="n_test must be an integer >= 1"):
+        build_cog_levels(**_metadata(tmp_path), out_dir=tmp_path / "out", n_test=0, **OPTIONS)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(DataValidationError, match="person='nobody'"):
+        cog_levels(EDGES, COUNTS, SEEN, root="entity", person="nobody", n_levels=1, level_size=2)
+
+
 def test_graph_errors():
     with pytest.raises(DataValidationError, match="cycle"):
         build_graph(EDGES + [("fox_terrier", "dog")], COUNTS, root="entity")
@@ -270,7 +280,7 @@ def test_build_checks_every_folder_before_writing(tmp_path):
     with pytest.raises(DataValidationError, match="concept oak has 2 images"):
         build_cog_levels(**_metadata(tmp_path), out_dir=out, images_root=images, n_test=2, n_levels=3,
                          level_size=2, **OPTIONS)
-    assert list(out.iterdir()) == []
+    assert not out.exists()
     result = build_cog_levels(**_metadata(tmp_path), out_dir=out, n_levels=3, level_size=2, **OPTIONS)
     assert sorted(p.name for p in out.iterdir()) == ["concepts.csv", "summary.csv"]  # no images: no manifests
     assert result.summary[0]["n_concepts"] == 2
