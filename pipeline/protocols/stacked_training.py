@@ -101,8 +101,9 @@ class StackedAdamW:
             m, v = self.exp_avg[name], self.exp_avg_sq[name]
             m.lerp_(p.grad, 1 - beta1)
             v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
-            denom = (v.sqrt() / bias2_sqrt).add_(self.eps)
-            p.sub_((lr / bias1) * m / denom)
+            # in place, one temporary: p -= m / ((sqrt(v) / bias2_sqrt + eps) * bias1 / lr)
+            denom = v.sqrt().div_(bias2_sqrt).add_(self.eps).mul_(bias1 / lr)
+            p.addcdiv_(m, denom, value=-1.0)
 
     def zero_grad(self) -> None:
         """Drop every parameter's gradient."""
