@@ -30,7 +30,7 @@ from pipeline.errors import DataValidationError
 
 __all__ = [
     "MIN_ENCODERS", "PairAgreement", "RadarData", "encoder_ranks", "flip_count", "kendall_tau_b_rows",
-    "pair_agreement", "radar_data", "rank_agreement", "spearman_rows",
+    "pair_agreement", "radar_data", "rank_agreement", "rank_table", "spearman_rows",
 ]
 
 MIN_ENCODERS = 3  # with two encoders every correlation is +1 or -1
@@ -252,6 +252,25 @@ def _table(scores: Mapping[tuple[Hashable, Hashable, Hashable], float]) -> dict:
     if not table:
         raise DataValidationError("scores is empty: nothing to rank")
     return table
+
+
+def rank_table(scores: Mapping[tuple[Hashable, Hashable, Hashable], float],
+               lower_is_better: Collection[Hashable] = ()) -> dict[tuple[Hashable, Hashable], dict[Hashable, float]]:
+    """Each encoder's rank for every (dataset, setting), e.g. to print next to the scores.
+
+    Parameters
+    ----------
+    scores : mapping (encoder, dataset, setting) -> score
+    lower_is_better : collection of settings
+        Settings whose metric improves downwards.
+
+    Returns
+    -------
+    dict (dataset, setting) -> (dict encoder -> rank)
+        1 is the best; ties share the average rank.
+    """
+    return {(dataset, setting): encoder_ranks(values, lower_is_better=setting in lower_is_better)
+            for dataset, by_setting in _table(scores).items() for setting, values in by_setting.items()}
 
 
 def rank_agreement(scores: Mapping[tuple[Hashable, Hashable, Hashable], float], n_bootstrap: int = 1000,

@@ -10,7 +10,8 @@ from scipy import stats
 
 from pipeline.errors import DataValidationError
 from pipeline.rank_agreement import (
-    encoder_ranks, flip_count, kendall_tau_b_rows, pair_agreement, radar_data, rank_agreement, spearman_rows,
+    encoder_ranks, flip_count, kendall_tau_b_rows, pair_agreement, radar_data, rank_agreement, rank_table,
+    spearman_rows,
 )
 
 
@@ -91,6 +92,11 @@ def test_rank_agreement_covers_every_dataset_and_pair_of_settings():
     y = [scores[(e, "pets", "mlp")] for e in ("r50", "vit", "dino", "mae")]
     assert first.kendall_tau == pytest.approx(stats.kendalltau(x, y).statistic)
     assert first.to_dict()["n"] == 4
+    ranks = rank_table(scores, lower_is_better={"knn"})
+    assert sorted(ranks) == sorted((ds, st) for ds in ("pets", "flowers") for st in ("linear", "mlp", "knn"))
+    pets_knn = {e: scores[(e, "pets", "knn")] for e in ("r50", "vit", "dino", "mae")}
+    assert ranks[("pets", "knn")] == encoder_ranks(pets_knn, lower_is_better=True)
+    assert sorted(ranks[("pets", "linear")].values()) == [1.0, 2.0, 3.0, 4.0]
 
 
 def test_encoder_ranks_and_radar_data():
