@@ -1,0 +1,339 @@
+"""Seeded minibatch training of small torch probes, a whole hyperparameter grid at once.
+
+The MLP and attentive probes pick their learning rate and weight decay on a validation
+split, with early stopping. Instead of one fit per grid point, the G grid points are G
+copies of the model stacked along a leading axis of every parameter: one forward pass
+(batched matrix products) serves them all, on the same minibatches. The loss is the sum of
+the members' mean cross-entropies, so each member receives exactly its own gradient, and
+the optimiser (``StackedAdamW``, torch's AdamW update with a learning rate and weight decay
+per member) is elementwise, so every member follows the trajectory it would follow alone.
+Every member starts from the same initial weights: the grid compares hyperparameters, not
+initialisations.
+
+Determinism: initial weights and the minibatch order come from a ``torch.Generator``
+seeded by the caller (the global torch RNG is neither read nor changed), so two fits with
+the same seed on the CPU give bitwise identical parameters.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+from sklearn.exceptions import ConvergenceWarning
+
+from pipeline.protocols.probe_inputs import as_cpu_tensor, validation_split
+
+__all__ = [
+    "GridRecord", "GridSelectionMixin", "StackedAdamW", "StackedModel", "evaluate", "select_member", "train_epoch",
+    "train_fixed", "train_grid",
+]
+
+# Rows per evaluation pass, scaled down for wide inputs (tokens) to bound memory.
+_EVAL_ELEMENTS = 2**24
+
+
+class StackedModel(Protocol):
+    """G models of one architecture with their parameters stacked along axis 0."""
+
+    params: dict[str, torch.Tensor]  # every tensor has G rows along axis 0
+    decayed: frozenset[str]  # names of the parameters weight decay applies to
+
+    def logits(self, xb: torch.Tensor) -> torch.Tensor:
+        """Class scores of every member.
+
+        Parameters
+        ----------
+        xb : Tensor
+            A float32 batch of B rows on the members' device.
+
+        Returns
+        -------
+        Tensor of shape (G, B, K)
+        """
+        ...
+
+
+class StackedAdamW:
+    """AdamW (Loshchilov & Hutter 2019) on stacked parameters, one (lr, wd) per member.
+
+    The update is torch.optim.AdamW's, written out so the learning rate and weight decay
+    can differ along the member axis: p <- p (1 - lr wd) (decayed parameters only), then
+    p <- p - lr m_hat / (sqrt(v_hat) + eps) with bias-corrected moments.
+
+    Parameters
+    ----------
+    params : mapping of str to Tensor
+        Leaf tensors requiring grad, member axis first.
+    lrs, wds : Tensor of shape (G,)
+        Learning rate and weight decay of each member.
+    decayed : frozenset of str
+        Parameters that weight decay applies to (matrices; not biases or norm gains).
+    betas, eps : Adam's constants (torch's defaults).
+    """
+
+    def __init__(self, params: Mapping[str, torch.Tensor], lrs: torch.Tensor, wds: torch.Tensor,
+                 decayed: frozenset[str], betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+        self.params, self.decayed, self.betas, self.eps = dict(params), decayed, betas, eps
+        self.lrs, self.wds = lrs, wds
+        self.exp_avg = {k: torch.zeros_like(p) for k, p in self.params.items()}
+        self.exp_avg_sq = {k: torch.zeros_like(p) for k, p in self.params.items()}
+        self.steps = 0
+
+    def _member(self, values: torch.Tensor, ndim: int) -> torch.Tensor:
+        return values.view((-1,) + (1,) * (ndim - 1))
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One update from the ``.grad`` of every parameter."""
+        self.steps += 1
+        beta1, beta2 = self.betas
+        bias1, bias2_sqrt = 1 - beta1**self.steps, math.sqrt(1 - beta2**self.steps)
+        for name, p in self.params.items():
+            lr = self._member(self.lrs, p.ndim)
+            if name in self.decayed:
+                p.mul_(1 - lr * self._member(self.wds, p.ndim))
+            m, v = self.exp_avg[name], self.exp_avg_sq[name]
+            m.lerp_(p.grad, 1 - beta1)
+            v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+            # in place, one temporary: p -= m / ((sqrt(v) / bias2_sqrt + eps) * bias1 / lr)
+            denom = v.sqrt().div_(bias2_sqrt).add_(self.eps).mul_(bias1 / lr)
+            p.addcdiv_(m, denom, value=-1.0)
+
+    def zero_grad(self) -> None:
+        """Drop every parameter's gradient."""
+        for p in self.params.values():
+            p.grad = None
+
+
+@dataclass(frozen=True)
+class GridRecord:
+    """What the validated grid run saw, per member (grid point) and epoch.
+
+    ``val_accuracy`` / ``val_loss`` are (G, epochs_run) with NaN after a member stopped;
+    ``best_epoch`` counts epochs from 1; ``stopped_early`` marks members whose validation
+    score had not improved for ``patience`` epochs before ``max_epochs``.
+    """
+
+    val_accuracy: np.ndarray
+    val_loss: np.ndarray
+    best_epoch: np.ndarray
+    best_accuracy: np.ndarray
+    best_loss: np.ndarray
+    stopped_early: np.ndarray
+    epochs_run: int
+
+
+def _batch(X: torch.Tensor, rows: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return X[rows].to(device=device, dtype=torch.float32, non_blocking=True)
+
+
+def _eval_rows(X: torch.Tensor) -> int:
+    return max(1, _EVAL_ELEMENTS // max(1, math.prod(X.shape[1:])))
+
+
+@torch.no_grad()
+def evaluate(model: StackedModel, X: torch.Tensor, codes: torch.Tensor, rows: np.ndarray,
+             device: torch.device) -> tuple[np.ndarray, np.ndarray]:
+    """Per-member accuracy and mean cross-entropy on ``rows`` of ``X``.
+
+    Parameters
+    ----------
+    model : StackedModel
+    X : Tensor
+        All features (CPU).
+    codes : Tensor of int64
+        Class code per row of ``X``.
+    rows : ndarray of int
+        Rows to score.
+    device : torch.device
+
+    Returns
+    -------
+    accuracy, loss : ndarray of shape (G,)
+    """
+    correct, loss = None, None
+    step = _eval_rows(X)
+    for start in range(0, rows.size, step):
+        idx = torch.from_numpy(rows[start:start + step])
+        Z = model.logits(_batch(X, idx, device))
+        y = codes[idx].to(device)
+        hit = (Z.argmax(dim=2) == y).sum(dim=1, dtype=torch.float64)
+        ce = torch.nn.functional.cross_entropy(Z.transpose(1, 2), y.expand(Z.shape[0], -1), reduction="none")
+        part = ce.sum(dim=1, dtype=torch.float64)
+        correct = hit if correct is None else correct + hit
+        loss = part if loss is None else loss + part
+    return (correct / rows.size).cpu().numpy(), (loss / rows.size).cpu().numpy()
+
+
+def train_epoch(model: StackedModel, opt: StackedAdamW, X: torch.Tensor, codes: torch.Tensor, rows: np.ndarray,
+                batch_size: int, generator: torch.Generator, device: torch.device) -> None:
+    """One pass over ``rows`` in a seeded random order, one AdamW step per minibatch.
+
+    Parameters
+    ----------
+    model, opt : the stacked members and their optimiser.
+    X, codes : all features (CPU) and class codes.
+    rows : ndarray of int
+        Rows of this epoch.
+    batch_size : int
+    generator : torch.Generator
+        Draws the order (advanced by the call).
+    device : torch.device
+    """
+    order = torch.from_numpy(rows)[torch.randperm(rows.size, generator=generator)]
+    for start in range(0, rows.size, batch_size):
+        idx = order[start:start + batch_size]
+        Z = model.logits(_batch(X, idx, device))
+        y = codes[idx].to(device).expand(Z.shape[0], -1)
+        # sum over members of each member's mean CE: member g's gradient is its own
+        loss = torch.nn.functional.cross_entropy(Z.transpose(1, 2), y, reduction="sum") / idx.numel()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def _improved(acc: np.ndarray, loss: np.ndarray, best_acc: np.ndarray, best_loss: np.ndarray) -> np.ndarray:
+    """Higher validation accuracy, or the same accuracy at a lower cross-entropy."""
+    return (acc > best_acc) | ((acc == best_acc) & (loss < best_loss))
+
+
+def train_grid(make_model: Callable[[int, torch.Generator], StackedModel], X: torch.Tensor, codes: torch.Tensor,
+               train_rows: np.ndarray, val_rows: np.ndarray, lrs: np.ndarray, wds: np.ndarray,
+               batch_size: int, max_epochs: int, patience: int, seed: int,
+               device: torch.device) -> GridRecord:
+    """Train G = len(lrs) members on ``train_rows``, scoring each on ``val_rows`` every epoch.
+
+    Parameters
+    ----------
+    make_model : callable
+        ``make_model(G, generator)`` builds G stacked members with identical initial
+        weights drawn from ``generator``.
+    X : Tensor
+        All features (CPU), (n, d) or (n, T, d); batches are moved to ``device``.
+    codes : Tensor of int64
+        Class code per row of ``X``.
+    train_rows, val_rows : ndarray of int
+        Rows to train on and to score.
+    lrs, wds : ndarray of shape (G,)
+        Learning rate and weight decay per member.
+    batch_size, max_epochs, patience : int
+        Minibatch size; epoch budget; epochs without improvement after which a member stops.
+    seed : int
+        Seeds the initial weights and the minibatch order.
+    device : torch.device
+        Where the members are trained.
+
+    Returns
+    -------
+    GridRecord
+        Validation curves, each member's best epoch and whether it stopped early. The loop
+        ends when every member has stopped or at ``max_epochs``; members keep training
+        after they stop (one batched pass serves all), but nothing after their stop counts.
+    """
+    generator = torch.Generator().manual_seed(int(seed))
+    model = make_model(len(lrs), generator)
+    opt = StackedAdamW(model.params, torch.as_tensor(lrs, dtype=torch.float32, device=device),
+                       torch.as_tensor(wds, dtype=torch.float32, device=device), model.decayed)
+    G = len(lrs)
+    acc_curve, loss_curve = np.full((G, max_epochs), np.nan), np.full((G, max_epochs), np.nan)
+    best_acc, best_loss = np.full(G, -np.inf), np.full(G, np.inf)
+    best_epoch, active = np.zeros(G, dtype=int), np.ones(G, dtype=bool)
+    epoch = 0
+    while epoch < max_epochs and active.any():
+        train_epoch(model, opt, X, codes, train_rows, batch_size, generator, device)
+        epoch += 1
+        acc, loss = evaluate(model, X, codes, val_rows, device)
+        acc_curve[active, epoch - 1], loss_curve[active, epoch - 1] = acc[active], loss[active]
+        better = active & _improved(acc, loss, best_acc, best_loss)
+        best_acc[better], best_loss[better], best_epoch[better] = acc[better], loss[better], epoch
+        active &= epoch - best_epoch < patience
+    return GridRecord(acc_curve[:, :epoch], loss_curve[:, :epoch], best_epoch, best_acc, best_loss,
+                      ~active, epoch)
+
+
+def select_member(record: GridRecord, lrs: np.ndarray, wds: np.ndarray) -> int:
+    """The member with the best validation score.
+
+    Parameters
+    ----------
+    record : GridRecord
+    lrs, wds : ndarray of shape (G,)
+        Each member's learning rate and weight decay.
+
+    Returns
+    -------
+    int
+        Highest validation accuracy, then lowest cross-entropy; exact ties go to the
+        larger weight decay, then to the smaller learning rate.
+    """
+    order = np.lexsort((lrs, -wds, record.best_loss, -record.best_accuracy))
+    return int(order[0])
+
+
+def train_fixed(make_model: Callable[[int, torch.Generator], StackedModel], X: torch.Tensor, codes: torch.Tensor,
+                rows: np.ndarray, lr: float, wd: float, batch_size: int, epochs: int, seed: int,
+                device: torch.device) -> StackedModel:
+    """Train one member for exactly ``epochs`` epochs on ``rows`` (the refit).
+
+    Same initial weights and seeded minibatch order as ``train_grid`` with this ``seed``.
+
+    Parameters
+    ----------
+    make_model : callable
+        As for ``train_grid``.
+    X, codes : Tensor
+        All features (CPU) and class codes.
+    rows : ndarray of int
+        Rows to train on (train and validation for the refit).
+    lr, wd : float
+        Learning rate and weight decay.
+    batch_size, epochs, seed : int
+    device : torch.device
+
+    Returns
+    -------
+    StackedModel
+        The trained model, G = 1.
+    """
+    generator = torch.Generator().manual_seed(int(seed))
+    model = make_model(1, generator)
+    opt = StackedAdamW(model.params, torch.tensor([lr], dtype=torch.float32, device=device),
+                       torch.tensor([wd], dtype=torch.float32, device=device), model.decayed)
+    for _ in range(epochs):
+        train_epoch(model, opt, X, codes, rows, batch_size, generator, device)
+    return model
+
+
+class GridSelectionMixin:
+    """The fit shared by the torch probes: the grid on the validation split with early
+    stopping, the selection, then the refit on every row. Uses the estimator's
+    ``val_fraction``, ``random_state``, ``batch_size``, ``max_epochs`` and ``patience``."""
+
+    def _select_and_refit(self, make_model: Callable[[int, torch.Generator], StackedModel], X: np.ndarray,
+                          codes: np.ndarray, val_mask: object, lrs: np.ndarray, wds: np.ndarray,
+                          device: torch.device) -> tuple[StackedModel, int]:
+        """Train the grid, record the selection in fitted attributes, refit; (model, best index)."""
+        train_rows, val_rows = validation_split(codes, self.val_fraction, self.random_state, val_mask)
+        Xt, yt = as_cpu_tensor(X), torch.from_numpy(codes)
+        record = train_grid(make_model, Xt, yt, train_rows, val_rows, lrs, wds, self.batch_size, self.max_epochs,
+                            self.patience, self.random_state, device)
+        best = select_member(record, lrs, wds)
+        self.n_epochs_ = int(record.best_epoch[best])
+        self.val_accuracy_, self.val_loss_ = record.best_accuracy, record.best_loss
+        self.best_epochs_, self.val_curves_ = record.best_epoch, record.val_accuracy
+        self.stopped_early_ = bool(record.stopped_early[best])
+        self.solver_, self.device_ = "adamw", str(device)
+        model = train_fixed(make_model, Xt, yt, np.arange(codes.size), float(lrs[best]), float(wds[best]),
+                            self.batch_size, self.n_epochs_, self.random_state, device)
+        if self.n_epochs_ == self.max_epochs:
+            warnings.warn(
+                f"{type(self).__name__}: validation score (accuracy, then cross-entropy) was still improving at "
+                f"the last of max_epochs={self.max_epochs} epochs (lr={lrs[best]:g}, weight_decay={wds[best]:g}); "
+                "raise max_epochs for a selected epoch count inside the budget.", ConvergenceWarning, stacklevel=3)
+        return model, best
