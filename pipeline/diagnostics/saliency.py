@@ -120,14 +120,15 @@ def occlusion_saliency(features: Callable[[Tensor], Tensor], images: Tensor, pat
         raise ConfigError(f"occlusion patch must be in [1, {min(height, width)}] and stride >= 1, "
                           f"got patch={patch}, stride={stride}")
     squares = [(i, j) for i in _positions(height, patch, stride) for j in _positions(width, patch, stride)]
-    out = torch.zeros((n, height, width), device=images.device)
+    like = {"device": images.device, "dtype": images.dtype}
+    out = torch.zeros((n, height, width), **like)
     with torch.no_grad():
         for k in range(n):
             image = images[k]
             base = features(image[None]).flatten(1)
             fill = image.mean(dim=(1, 2), keepdim=True)
-            credit = torch.zeros((height, width), device=images.device)
-            count = torch.zeros((height, width), device=images.device)
+            credit = torch.zeros((height, width), **like)
+            count = torch.zeros((height, width), **like)
             for start in range(0, len(squares), batch_size):
                 chunk = squares[start:start + batch_size]
                 batch = image.expand(len(chunk), -1, -1, -1).clone()

@@ -185,7 +185,7 @@ def training_loader(images: SeededTrainingImages, sampler: StepBatchSampler, num
                     pin_memory: bool) -> DataLoader:
     """DataLoader over ``images`` in the sampler's step order."""
     return DataLoader(images, batch_sampler=sampler, num_workers=num_workers, pin_memory=pin_memory,
-                      persistent_workers=False)
+                      generator=_private_generator())
 
 
 def eval_loader(splits: DatasetSplits, split: str, indices: Sequence[int] | None,
@@ -194,4 +194,11 @@ def eval_loader(splits: DatasetSplits, split: str, indices: Sequence[int] | None
     """Batches ``(images, sample index)`` of ``split`` (or the listed samples) in order."""
     dataset = TorchImageDataset(splits.adapter, split, transform, indices)
     return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
-                      pin_memory=pin_memory)
+                      pin_memory=pin_memory, generator=_private_generator())
+
+
+def _private_generator() -> torch.Generator:
+    """A DataLoader draws its workers' base seed when an iterator starts, from the
+    process-wide generator unless given its own; that extra draw would shift the dropout
+    stream of a resumed run. Worker seeds do not matter here: every draw seeds itself."""
+    return torch.Generator().manual_seed(0)

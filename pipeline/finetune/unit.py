@@ -36,7 +36,7 @@ STAGES = (SELECT, REFIT)
 _LOSS_TAIL = 50  # steps averaged into train_loss_last
 _DROPOUT_STREAM = 2
 
-__all__ = ["REFIT", "SELECT", "STAGES", "FinetuneClassifier", "resolve_device", "run_grid_point"]
+__all__ = ["REFIT", "SELECT", "STAGES", "FinetuneClassifier", "resolve_device", "run_grid_point", "training_plan"]
 
 
 class FinetuneClassifier(nn.Module):
@@ -87,8 +87,22 @@ def _check_inputs(spec: Any, settings: Any, point: Any, stage: str) -> tuple[Fin
     return settings, point
 
 
-def _plan(splits: DatasetSplits, settings: FinetuneSettings, stage: str) -> dict[str, Any]:
-    """Which samples train the run and which it is scored on."""
+def training_plan(splits: DatasetSplits, settings: FinetuneSettings, stage: str) -> dict[str, Any]:
+    """Which samples train a run of ``stage`` and which it is scored on.
+
+    Parameters
+    ----------
+    splits : dataset and split names.
+    settings : supplies ``val_fraction`` and ``seed`` of a held-out validation draw.
+    stage : ``select`` or ``refit``.
+
+    Returns
+    -------
+    dict
+        ``samples`` (``(split, index)`` of every training sample), ``labels`` (their
+        classes), ``eval_split``, ``eval_idx`` (indices in it, None for all),
+        ``eval_labels`` and ``validation`` (where the validation samples come from).
+    """
     adapter = splits.adapter
     train_labels = adapter.labels(splits.train_split)
     if splits.val_split is not None:
@@ -214,7 +228,7 @@ def run_grid_point(
     splits = DatasetSplits.of(dataset)
     device = resolve_device(device)
     scratch = Path(scratch_dir)
-    plan = _plan(splits, settings, stage)
+    plan = training_plan(splits, settings, stage)
     adapter = splits.adapter
     n_classes = len(adapter.class_names)
 
