@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pipeline.diagnostics.checks import check_integers
 from pipeline.diagnostics.images import as_encoder, feature_function, load_images, pick_samples, to_uint8_hwc
 from pipeline.encoders import Encoder, EncoderSpec, load_encoder
 from pipeline.errors import ConfigError, DataValidationError
@@ -77,10 +78,7 @@ class InversionSettings:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name, low in (("steps", 1), ("n_images", 1), ("batch_size", 1), ("n_examples", 0), ("seed", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(f"inversion setting {name} must be an integer >= {low}, got {value!r}")
+        check_integers("inversion", self, {"steps": 1, "n_images": 1, "batch_size": 1, "n_examples": 0, "seed": 0})
         for name, positive in (("lr", True), ("tv_weight", False), ("init_noise", False)):
             value = getattr(self, name)
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pipeline.diagnostics.checks import check_integers
 from pipeline.diagnostics.images import as_encoder, feature_function, load_images, pick_samples, to_uint8_hwc
 from pipeline.errors import ConfigError, DataValidationError
 
@@ -167,11 +168,8 @@ class SaliencySettings:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ConfigError(f"saliency method {self.method!r} is not one of {', '.join(METHODS)}")
-        for name, low in (("n_images", 1), ("batch_size", 1), ("patch", 1), ("stride", 1), ("n_examples", 0),
-                          ("seed", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(f"saliency setting {name} must be an integer >= {low}, got {value!r}")
+        check_integers("saliency", self, {"n_images": 1, "batch_size": 1, "patch": 1, "stride": 1,
+                                          "n_examples": 0, "seed": 0})
 
 
 def saliency_study(encoder: Any, dataset: Any, split: str = "test", settings: SaliencySettings | None = None,

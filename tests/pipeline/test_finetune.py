@@ -345,3 +345,11 @@ def test_dataloader_workers_do_not_change_the_result(tmp_path, textures):
     assert workers["identity"] == alone["identity"]  # num_workers is not part of the run's identity
     assert np.array_equal(workers["logits"], alone["logits"])
     assert workers["train_loss_last"] == alone["train_loss_last"]
+
+
+def test_bfloat16_autocast_runs_on_any_device(tmp_path, textures):
+    s = _settings(steps=2, precision="bfloat16")
+    r = run_grid_point(SPEC, textures, s, grid_points(s)[0], tmp_path, "cpu")
+    assert not r["diverged"] and np.isfinite(r["logits"]).all() and r["logits"].dtype == np.float32
+    assert r["identity"] != run_grid_point(SPEC, textures, _settings(steps=2), grid_points(s)[0],
+                                           tmp_path / "f32", "cpu")["identity"]
