@@ -212,8 +212,8 @@ def run_grid_point(
     -------
     dict
         ``stage``, ``point``, ``optimizer_weight_decay``, ``steps``, ``steps_done``,
-        ``batch_size``, ``diverged`` and ``diverged_at_step`` (the first step whose loss
-        was not finite; training stops there and the scores are NaN), ``train_loss_first``,
+        ``batch_size``, ``diverged`` and ``diverged_at_step`` (the first, 0-based, step
+        whose loss was not finite; training stops at the next save and the scores are NaN), ``train_loss_first``,
         ``train_loss_last`` (mean of the last 50 steps), ``validation`` (where the
         validation samples come from), ``eval_split``, ``n_train``, ``n_eval``, ``score``
         (the dataset's metric), ``top1``, ``mean_per_class``, ``logits`` (float32,
