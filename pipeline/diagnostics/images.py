@@ -25,6 +25,16 @@ __all__ = ["as_encoder", "feature_function", "load_images", "pick_samples", "rgb
 def as_encoder(encoder: Encoder | EncoderSpec, device: str | torch.device | None) -> Encoder:
     """An Encoder: ``encoder`` itself, or the spec loaded on ``device`` (float32, no autocast).
 
+    Parameters
+    ----------
+    encoder : a loaded Encoder or an EncoderSpec.
+    device : device to load a spec on (default CUDA when available, else CPU); for an
+        Encoder, None or its own device.
+
+    Returns
+    -------
+    Encoder
+
     Raises
     ------
     ConfigError
@@ -43,14 +53,35 @@ def as_encoder(encoder: Encoder | EncoderSpec, device: str | torch.device | None
 
 
 def rgb_transform(data_config: dict[str, Any]) -> Callable[[Any], Tensor]:
-    """timm's evaluation transform for ``data_config`` with an identity normalisation:
-    PIL image -> float (3, H, W) in [0, 1]."""
+    """timm's evaluation transform for ``data_config`` with an identity normalisation.
+
+    Parameters
+    ----------
+    data_config : the model's resolved timm data config.
+
+    Returns
+    -------
+    callable
+        PIL image -> float (3, H, W) in [0, 1].
+    """
     cfg = {**data_config, "mean": (0.0, 0.0, 0.0), "std": (1.0, 1.0, 1.0)}
     return create_transform(**cfg, is_training=False)
 
 
 def pick_samples(n_available: int, n_images: int, seed: int) -> np.ndarray:
-    """``min(n_images, n_available)`` distinct sample indices, a seeded draw, sorted."""
+    """A seeded draw of distinct sample indices.
+
+    Parameters
+    ----------
+    n_available : samples in the split.
+    n_images : samples wanted.
+    seed : seeds the draw.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``min(n_images, n_available)`` sorted int64 indices.
+    """
     if n_available < 1:
         raise DataValidationError("the split has no samples")
     rng = np.random.default_rng(seed)
@@ -58,7 +89,20 @@ def pick_samples(n_available: int, n_images: int, seed: int) -> np.ndarray:
 
 
 def load_images(adapter: Any, split: str, indices: np.ndarray, data_config: dict[str, Any]) -> Tensor:
-    """Samples ``indices`` of ``split`` as float (n, 3, H, W) in [0, 1]."""
+    """Samples of a split as RGB tensors.
+
+    Parameters
+    ----------
+    adapter : image dataset adapter.
+    split : split name.
+    indices : sample indices.
+    data_config : the model's data config (size, crop).
+
+    Returns
+    -------
+    torch.Tensor
+        Float (n, 3, H, W) in [0, 1].
+    """
     if not getattr(adapter, "has_images", False):
         raise ConfigError(f"dataset {getattr(adapter, 'name', adapter)!r} holds precomputed features, not images")
     transform = rgb_transform(data_config)
@@ -66,7 +110,17 @@ def load_images(adapter: Any, split: str, indices: np.ndarray, data_config: dict
 
 
 def feature_function(encoder: Encoder) -> Callable[[Tensor], Tensor]:
-    """Differentiable ``pre_logits`` features of RGB images in [0, 1] (normalised inside)."""
+    """Differentiable ``pre_logits`` features of RGB images in [0, 1] (normalised inside).
+
+    Parameters
+    ----------
+    encoder : the loaded encoder (eval mode).
+
+    Returns
+    -------
+    callable
+        (n, 3, H, W) images -> (n, d) features.
+    """
     import torchvision.transforms.functional as TF
 
     model = encoder.model
@@ -80,6 +134,16 @@ def feature_function(encoder: Encoder) -> Callable[[Tensor], Tensor]:
 
 
 def to_uint8_hwc(images: Tensor | np.ndarray) -> np.ndarray:
-    """(n, 3, H, W) in [0, 1] -> uint8 (n, H, W, 3), for pictures."""
+    """Images as uint8 pixels for pictures.
+
+    Parameters
+    ----------
+    images : (n, 3, H, W) in [0, 1].
+
+    Returns
+    -------
+    numpy.ndarray
+        uint8 (n, H, W, 3).
+    """
     arr = images.detach().cpu().numpy() if isinstance(images, Tensor) else np.asarray(images)
     return np.round(np.clip(arr, 0.0, 1.0) * 255.0).astype(np.uint8).transpose(0, 2, 3, 1)

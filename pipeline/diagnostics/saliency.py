@@ -67,7 +67,17 @@ def attentive_diffusion_per_image(maps: Any) -> np.ndarray:
 
 
 def attentive_diffusion(maps: Any) -> float:
-    """Attentive diffusion: :func:`attentive_diffusion_per_image` averaged over the maps."""
+    """Attentive diffusion: :func:`attentive_diffusion_per_image` averaged over the maps.
+
+    Parameters
+    ----------
+    maps : (H, W) map or (n, H, W) maps.
+
+    Returns
+    -------
+    float
+        Percent.
+    """
     return float(attentive_diffusion_per_image(maps).mean())
 
 

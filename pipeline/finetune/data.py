@@ -42,7 +42,17 @@ _AUGMENT_STREAM = 1
 
 
 def derived_seed(*entropy: int) -> int:
-    """A 63-bit seed from integers, via NumPy's SeedSequence (distinct inputs, unrelated seeds)."""
+    """A 63-bit seed from integers, via NumPy's SeedSequence (distinct inputs, unrelated seeds).
+
+    Parameters
+    ----------
+    *entropy : non-negative integers (run seed, stream, position ...).
+
+    Returns
+    -------
+    int
+        A seed for ``torch.manual_seed`` and ``random.seed``.
+    """
     return int(np.random.SeedSequence(list(entropy)).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
@@ -66,7 +76,17 @@ def train_transform(data_config: dict[str, Any], augmentation: str) -> Callable[
 
 
 def eval_transform(data_config: dict[str, Any]) -> Callable[[Image.Image], Tensor]:
-    """timm's evaluation transform (resize, centre crop, normalise) for ``data_config``."""
+    """timm's evaluation transform (resize, centre crop, normalise) for ``data_config``.
+
+    Parameters
+    ----------
+    data_config : the model's resolved timm data config.
+
+    Returns
+    -------
+    callable
+        PIL image -> normalised (3, H, W) tensor.
+    """
     return create_transform(**data_config, is_training=False)
 
 
@@ -149,6 +169,14 @@ class StepBatchSampler(Sampler[list[tuple[int, int]]]):
     The samples form one endless stream of epochs, each a seeded permutation of all
     ``n`` samples; step ``t`` takes stream positions ``t * batch_size`` to
     ``(t + 1) * batch_size - 1`` (a batch may span two epochs; no sample is dropped).
+
+    Parameters
+    ----------
+    n : number of training samples.
+    batch_size : draws per step.
+    steps : length of the run.
+    seed : run seed.
+    start_step : first step to yield (a resumed run starts at its saved step).
     """
 
     def __init__(self, n: int, batch_size: int, steps: int, seed: int, start_step: int = 0) -> None:
@@ -183,7 +211,20 @@ class StepBatchSampler(Sampler[list[tuple[int, int]]]):
 
 def training_loader(images: SeededTrainingImages, sampler: StepBatchSampler, num_workers: int,
                     pin_memory: bool) -> DataLoader:
-    """DataLoader over ``images`` in the sampler's step order."""
+    """DataLoader over ``images`` in the sampler's step order.
+
+    Parameters
+    ----------
+    images : the training samples.
+    sampler : the step batches to load.
+    num_workers : DataLoader worker processes.
+    pin_memory : pin batches for a faster copy to CUDA.
+
+    Returns
+    -------
+    torch.utils.data.DataLoader
+        Yields ``(images, labels)`` per step.
+    """
     return DataLoader(images, batch_sampler=sampler, num_workers=num_workers, pin_memory=pin_memory,
                       generator=_private_generator())
 
@@ -191,7 +232,23 @@ def training_loader(images: SeededTrainingImages, sampler: StepBatchSampler, num
 def eval_loader(splits: DatasetSplits, split: str, indices: Sequence[int] | None,
                 transform: Callable[[Image.Image], Tensor], batch_size: int, num_workers: int,
                 pin_memory: bool) -> DataLoader:
-    """Batches ``(images, sample index)`` of ``split`` (or the listed samples) in order."""
+    """Batches of ``split`` (or of the listed samples) in order.
+
+    Parameters
+    ----------
+    splits : dataset and split names.
+    split : split to load.
+    indices : sample indices in ``split``; None for all.
+    transform : evaluation transform.
+    batch_size : images per batch.
+    num_workers : DataLoader worker processes.
+    pin_memory : pin batches for a faster copy to CUDA.
+
+    Returns
+    -------
+    torch.utils.data.DataLoader
+        Yields ``(images, sample indices)``.
+    """
     dataset = TorchImageDataset(splits.adapter, split, transform, indices)
     return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
                       pin_memory=pin_memory, generator=_private_generator())

@@ -156,8 +156,14 @@ class FinetuneSettings:
 
 @dataclass(frozen=True)
 class GridPoint:
-    """One training configuration: base learning rate, weight decay (before the division
-    by the learning rate) and training augmentation."""
+    """One training configuration of the grid.
+
+    Parameters
+    ----------
+    lr : base learning rate (> 0).
+    weight_decay : weight decay before the division by the learning rate (>= 0).
+    augmentation : one of ``AUGMENTATIONS``.
+    """
 
     lr: float
     weight_decay: float
@@ -186,9 +192,18 @@ class GridPoint:
 
 
 def grid_points(settings: FinetuneSettings) -> list[GridPoint]:
-    """Every (lr, weight decay, augmentation) of ``settings`` in a fixed order: learning
-    rates as given, then weight decays, then augmentations. Ties in selection go to the
-    earlier point, so this order is part of the result."""
+    """Every (lr, weight decay, augmentation) of ``settings`` in a fixed order.
+
+    Parameters
+    ----------
+    settings : supplies ``lrs``, ``weight_decays`` and ``augmentations``.
+
+    Returns
+    -------
+    list of GridPoint
+        Learning rates as given, then weight decays, then augmentations. Ties in
+        selection go to the earlier point, so this order is part of the result.
+    """
     return [GridPoint(lr, wd, aug) for lr in settings.lrs for wd in settings.weight_decays
             for aug in settings.augmentations]
 

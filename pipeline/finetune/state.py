@@ -29,13 +29,33 @@ __all__ = ["STATE_FILE", "capture_rng", "load_state", "restore_rng", "run_identi
 
 
 def run_identity(fields: dict[str, Any]) -> str:
-    """SHA-256 of the JSON of ``fields`` (sorted keys): what a saved state must match."""
+    """What a saved state must match: SHA-256 of the JSON of ``fields`` (sorted keys).
+
+    Parameters
+    ----------
+    fields : JSON-able description of everything that decides the run.
+
+    Returns
+    -------
+    str
+        Hex digest.
+    """
     text = json.dumps({"format": FORMAT, **fields}, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def capture_rng(device: torch.device) -> dict[str, Any]:
-    """torch (CPU, and the CUDA device in use), Python and NumPy global RNG states."""
+    """The process-wide RNG states: torch (CPU, and the CUDA device in use), Python, NumPy.
+
+    Parameters
+    ----------
+    device : the run's device (its CUDA generator is included).
+
+    Returns
+    -------
+    dict
+        Tensors and plain containers only (loadable with ``weights_only=True``).
+    """
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
@@ -50,7 +70,13 @@ def capture_rng(device: torch.device) -> dict[str, Any]:
 
 
 def restore_rng(state: dict[str, Any], device: torch.device) -> None:
-    """Put back the RNG states of :func:`capture_rng`."""
+    """Put back the RNG states of :func:`capture_rng`.
+
+    Parameters
+    ----------
+    state : what :func:`capture_rng` returned.
+    device : the run's device.
+    """
     torch.set_rng_state(state["torch"])
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
@@ -61,7 +87,13 @@ def restore_rng(state: dict[str, Any], device: torch.device) -> None:
 
 
 def save_state(scratch_dir: Path, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``scratch_dir/state.pt`` atomically (temporary file, fsync, rename)."""
+    """Write ``state`` to ``scratch_dir/state.pt`` atomically (temporary file, fsync, rename).
+
+    Parameters
+    ----------
+    scratch_dir : the run's folder (created if missing).
+    state : tensors and plain containers; must hold the run's ``identity``.
+    """
     scratch_dir.mkdir(parents=True, exist_ok=True)
     final = scratch_dir / STATE_FILE
     tmp = scratch_dir / f".{STATE_FILE}.{os.getpid()}.tmp"
@@ -79,6 +111,15 @@ def save_state(scratch_dir: Path, state: dict[str, Any]) -> None:
 
 def load_state(scratch_dir: Path, identity: str) -> dict[str, Any] | None:
     """The saved state of the run ``identity``, or None when ``scratch_dir`` holds none.
+
+    Parameters
+    ----------
+    scratch_dir : the run's folder.
+    identity : :func:`run_identity` of the run asking.
+
+    Returns
+    -------
+    dict or None
 
     Raises
     ------

@@ -40,7 +40,13 @@ __all__ = ["REFIT", "SELECT", "STAGES", "FinetuneClassifier", "resolve_device", 
 
 
 class FinetuneClassifier(nn.Module):
-    """A timm backbone and a linear head on its ``pre_logits`` features."""
+    """A timm backbone and a linear head on its ``pre_logits`` features.
+
+    Parameters
+    ----------
+    backbone : timm model built without a classifier.
+    head : linear layer from the ``pre_logits`` width to the number of classes.
+    """
 
     def __init__(self, backbone: nn.Module, head: nn.Linear) -> None:
         super().__init__()
@@ -54,6 +60,14 @@ class FinetuneClassifier(nn.Module):
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
     """``device`` as a torch device (default: CUDA when available, else CPU).
+
+    Parameters
+    ----------
+    device : a device, its name, or None.
+
+    Returns
+    -------
+    torch.device
 
     Raises
     ------
