@@ -1,7 +1,7 @@
 """Training speed of one fine-tuning run against a bare torch training loop.
 
 Compared: ``pipeline.finetune.run_grid_point`` (seeded per-draw augmentation, the step
-sampler, periodic atomic saves of the whole training state, deterministic kernels) against
+sampler, periodic atomic saves of the whole training state, deterministic kernels on CPU) against
 the loop a user would write: the same timm model with a linear head, the same timm training
 transform (random resized crop + flip), a ``DataLoader(shuffle=True, drop_last=True)``
 cycled for the same number of steps, SGD with Nesterov momentum and ``CosineAnnealingLR``,

@@ -7,7 +7,8 @@ head is drawn). Cross-entropy loss; SGD and schedule from :mod:`pipeline.finetun
 Every ``save_every`` steps and at the end the whole training state is saved atomically;
 a later call with the same arguments resumes from it and ends with bitwise the same
 weights and metrics on CPU (one run per process: dropout draws from the process-wide torch
-generator, which two runs in threads of one process would share).
+generator, which two runs in threads of one process would share). On a GPU the resume
+continues from the same state, with the GPU's fast, not bitwise reproducible, kernels.
 """
 
 from __future__ import annotations
@@ -167,17 +168,19 @@ def _build_model(spec: EncoderSpec, device: torch.device, n_classes: int) -> tup
 
 @contextlib.contextmanager
 def _deterministic(device: torch.device):
-    """Deterministic kernels while the run lasts (warn-only where an op has none)."""
+    """On CPU, deterministic kernels while the run lasts (warn-only where an op has none).
+    On a GPU the fast kernels stay: a resumed run continues from the same state, but
+    atomics in cuDNN/cuBLAS kernels may change the last bits."""
+    if device.type != "cpu":
+        yield
+        return
     enabled = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    benchmark = torch.backends.cudnn.benchmark
     torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.backends.cudnn.benchmark = False
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
-        torch.backends.cudnn.benchmark = benchmark
 
 
 def _autocast(device: torch.device, precision: str):
