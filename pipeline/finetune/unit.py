@@ -35,7 +35,7 @@ from pipeline.protocols.metrics import accuracy_metrics
 SELECT, REFIT = "select", "refit"
 STAGES = (SELECT, REFIT)
 _LOSS_TAIL = 50  # steps averaged into train_loss_last
-_DROPOUT_STREAM = 2
+_DROPOUT_STREAM = 2  # derived_seed stream of the process-wide generator; 0 and 1 are the data's
 
 __all__ = ["REFIT", "SELECT", "STAGES", "FinetuneClassifier", "resolve_device", "run_grid_point", "training_plan"]
 
