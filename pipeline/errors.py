@@ -74,6 +74,10 @@ class ArrayNotFoundError(RepevalError, KeyError, FileNotFoundError):
     """No array at that key; the message lists what the store holds nearby."""
 
 
+class RecordNotFoundError(RepevalError, KeyError):
+    """No bookkeeping record (ledger record, failure record) under that id in the store."""
+
+
 class IncompleteArrayError(StoreError):
     """The array exists but not every chunk has been written yet."""
 

@@ -25,7 +25,6 @@ from zarr.abc.store import Store
 
 from pipeline.errors import ReadOnlyStoreError, StoreError, StoreFullError
 
-SIDE = "_repeval"  # bookkeeping prefix inside the store root; never a zarr node
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # disk, quota, file size limit (RLIMIT_FSIZE)
 
 

@@ -29,7 +29,8 @@ from functools import cache
 from typing import Any
 
 from pipeline.errors import LeaseHeldError, LeaseLostError
-from storage_schema.backend import SIDE, Backend
+from storage_schema import keys
+from storage_schema.backend import Backend
 
 log = logging.getLogger(__name__)
 
@@ -107,16 +108,14 @@ class Lease:
         self._thread: threading.Thread | None = None
 
     # -- reading ------------------------------------------------------------------------
-    def _dir(self) -> str:
-        return f"{SIDE}/leases/{self.key}"
-
     def _generations(self) -> list[int]:
-        return sorted(int(n[:-5]) for n in self.backend.list(self._dir()) if n.endswith(".json") and n[:-5].isdigit())
+        names = self.backend.list(keys.lease_dir(self.key))
+        return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
     def current(self) -> LeaseInfo | None:
         """The newest lease on this key, or None."""
         for gen in reversed(self._generations()):
-            raw = self.backend.read(f"{self._dir()}/{gen}.json")
+            raw = self.backend.read(keys.lease_generation_key(self.key, gen))
             if raw is None:  # removed between list and read
                 continue
             d = json.loads(raw)
@@ -137,7 +136,7 @@ class Lease:
         if cur is not None and not cur.expired() and not gone:
             return False
         gen = 0 if cur is None else cur.generation + 1
-        if not self.backend.create_exclusive(f"{self._dir()}/{gen}.json", self._record()):
+        if not self.backend.create_exclusive(keys.lease_generation_key(self.key, gen), self._record()):
             return False  # someone else won this generation
         if cur is not None and not cur.released:
             log.warning("took over %s lease on %s from %s", "dead holder's" if gone else "expired",
@@ -145,7 +144,7 @@ class Lease:
         self.generation = gen
         for old in self._generations():  # older generations are history now
             if old < gen:
-                self.backend.delete(f"{self._dir()}/{old}.json")
+                self.backend.delete(keys.lease_generation_key(self.key, old))
         self._start_heartbeat()
         return True
 
@@ -176,7 +175,7 @@ class Lease:
                 self._lost.set()
                 return
             try:
-                self.backend.write_atomic(f"{self._dir()}/{self.generation}.json", self._record())
+                self.backend.write_atomic(keys.lease_generation_key(self.key, self.generation), self._record())
             except OSError as exc:  # e.g. a full disk: keep trying; the ttl covers a long outage
                 log.warning("lease %s: heartbeat not written: %s", self.key, exc)
 
@@ -201,7 +200,7 @@ class Lease:
         if self._thread is not None:
             self._thread.join()
         if self._still_ours():
-            path = f"{self._dir()}/{self.generation}.json"
+            path = keys.lease_generation_key(self.key, self.generation)
             try:
                 self.backend.write_atomic(path, self._record(released=True))
             except OSError:  # no room for the new record (full disk): no record frees the lease too

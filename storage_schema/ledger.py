@@ -13,11 +13,10 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pipeline.errors import ArrayNotFoundError, ConfigError
-from storage_schema.backend import SIDE
+from pipeline.errors import ConfigError, RecordNotFoundError
+from storage_schema import keys
+from storage_schema.keys import LEDGER
 from storage_schema.provenance import canonical_json, now_iso, stable_hash
-
-LEDGER = f"{SIDE}/ledger"
 EXPORT_FORMATS = ("table", "csv", "parquet", "json")
 
 
@@ -41,16 +40,13 @@ class Ledger:
         self.store = store
         self.backend = store.backend
 
-    def _key(self, cid: str) -> str:
-        return f"{LEDGER}/{cid[:2]}/{cid}.json"
-
     def has(self, cid: str) -> bool:
-        return self.backend.exists(self._key(cid))
+        return self.backend.exists(keys.ledger_record_key(cid))
 
     def get(self, cid: str) -> dict[str, Any]:
-        raw = self.backend.read(self._key(cid))
+        raw = self.backend.read(keys.ledger_record_key(cid))
         if raw is None:
-            raise ArrayNotFoundError(f"no ledger record {cid!r} in store {self.store.url!r}")
+            raise RecordNotFoundError(f"no ledger record {cid!r} in store {self.store.url!r}")
         return json.loads(raw)
 
     def put(self, record: Mapping[str, Any]) -> bool:
@@ -59,13 +55,14 @@ class Ledger:
         if "cell_id" not in record:
             raise ConfigError("a ledger record needs a 'cell_id'")
         body = {**record, "recorded": record.get("recorded", now_iso())}
-        return self.backend.create_exclusive(self._key(body["cell_id"]), canonical_json(body).encode())
+        return self.backend.create_exclusive(keys.ledger_record_key(body["cell_id"]), canonical_json(body).encode())
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for shard in self.backend.list(LEDGER, dirs_only=True):
-            for name in self.backend.list(f"{LEDGER}/{shard}"):
-                if name.endswith(".json"):
-                    raw = self.backend.read(f"{LEDGER}/{shard}/{name}")
+            for name in self.backend.list(keys.ledger_shard_key(shard)):
+                cid = name.removesuffix(".json")
+                if name.endswith(".json") and cid.startswith(shard):  # else not a record (a temporary file)
+                    raw = self.backend.read(keys.ledger_record_key(cid))
                     if raw is not None:
                         yield json.loads(raw)
 
