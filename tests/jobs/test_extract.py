@@ -184,6 +184,64 @@ def test_checkpoint_fingerprint_drives_reuse(tmp_path, textures, encoder):
     assert not np.array_equal(old, new.read())
 
 
+def test_identical_weights_under_another_name_share_one_forward_pass(tmp_path, textures, encoder):
+    """mine-ep2 (.safetensors) and mine-ep2-pth (.pth) hold the same tensors: the second
+    extraction records an alias instead of running the model; both names read the same rows,
+    each with its own provenance."""
+    store = FeatureStore(str(tmp_path / "s"))
+    st_file, pth_file = tmp_path / "mine-ep2.safetensors", tmp_path / "mine-ep2.pth"
+    _save_backbone(encoder.model, st_file)
+    torch.save(encoder.model.state_dict(), pth_file)
+    layers = ("pre_logits", "block3")
+    first = extract(store, EncoderSpec("mine-ep2", "resnet18", weights=str(st_file), layers=layers, input_size=32),
+                    textures, "test", CFG)
+    assert first.status == "extracted" and first.forward_batches == 8
+    second_spec = EncoderSpec("mine-ep2-pth", "resnet18", weights=str(pth_file), layers=layers, input_size=32)
+    second = extract(store, second_spec, textures, "test", CFG)
+    assert second.status == "aliased" and second.forward_batches == 0 and second.images == 0
+    assert second.fingerprints == first.fingerprints
+    assert second.aliases == {layer: first.keys[layer] for layer in layers}
+    for layer in layers:
+        a = store.features("mine-ep2", "textures", "test", layer)
+        b = store.features("mine-ep2-pth", "textures", "test", layer, fingerprint=first.fingerprints[layer])
+        np.testing.assert_array_equal(a.read(), b.read())
+        assert b.key == second.keys[layer] and b.attrs["alias_of"] == a.key
+        assert b.attrs["model"] == "mine-ep2-pth" and a.attrs["model"] == "mine-ep2"
+        assert b.attrs["encoder"]["name"] == "mine-ep2-pth"
+        assert b.attrs["encoder"]["weights"] == {"source": "checkpoint", "file": "mine-ep2.pth"}
+        assert b.attrs["encoder_spec"]["weights"] == str(pth_file.resolve())
+        assert a.attrs["encoder"]["weights"] == {"source": "checkpoint", "file": "mine-ep2.safetensors"}
+    listed = {st.key: st for st in store.list_arrays()}
+    assert {second.keys[layer] for layer in layers} <= set(listed)
+    assert all(listed[second.keys[layer]].complete for layer in layers)
+    assert store.damaged_chunks(second.keys["pre_logits"]) == []
+    again = extract(store, second_spec, textures, "test", CFG)
+    assert again.status == "cached" and again.forward_batches == 0
+
+
+def test_an_alias_whose_array_was_replaced_is_extracted_itself(tmp_path, textures, encoder):
+    store = FeatureStore(str(tmp_path / "s"))
+    ckpt = tmp_path / "a.safetensors"
+    _save_backbone(encoder.model, ckpt)
+    original = extract(store, EncoderSpec("a", "resnet18", weights=str(ckpt), input_size=32), textures, "test", CFG)
+    copy = tmp_path / "b.safetensors"
+    copy.write_bytes(ckpt.read_bytes())
+    b_spec = EncoderSpec("b", "resnet18", weights=str(copy), input_size=32)
+    assert extract(store, b_spec, textures, "test", CFG).status == "aliased"
+    rows = store.features("b", "textures", "test", "pre_logits").read()
+    state = {k: v.clone() for k, v in encoder.model.state_dict().items()}
+    state["layer4.1.bn2.bias"][0] += 1.0
+    save_file({k: v.contiguous() for k, v in state.items()}, str(ckpt))  # "a" now names other weights
+    assert extract(store, EncoderSpec("a", "resnet18", weights=str(ckpt), input_size=32),
+                   textures, "test", CFG).status == "extracted"
+    assert store.status(original.keys["pre_logits"].replace("/a/", "/b/")) is None  # its rows are gone
+    rebuilt = extract(store, b_spec, textures, "test", CFG)
+    assert rebuilt.status == "extracted" and rebuilt.forward_batches == 8
+    b = store.features("b", "textures", "test", "pre_logits")
+    assert b.attrs.get("alias_of") is None
+    np.testing.assert_array_equal(b.read(), rows)
+
+
 class _Evil:
     def __reduce__(self):
         import os

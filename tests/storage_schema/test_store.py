@@ -187,3 +187,40 @@ def test_list_arrays_shows_status(store_url):
     assert listed[KEY].done_chunks == {0} and listed[KEY].n_chunks == 3
     # keys are plain strings, so a listing serialises as is
     assert json.loads(json.dumps([st.key for st in store.list_arrays()])) == ["datasets/d/train/labels", KEY]
+
+
+def test_alias_serves_the_target_with_its_own_provenance(store_url, tmp_path):
+    store = FeatureStore(store_url)
+    data = _fill(store)
+    target = store.find_complete("fp1")
+    assert target is not None and target.key == KEY
+    alias = "features/m2/d/train/pre_logits"
+    with store.lease("features/m2/d/train") as lease:
+        store.write_alias(lease, alias, target, {"model": "m2"})
+    arr = store.open_array(alias, fingerprint="fp1")
+    np.testing.assert_array_equal(arr.read(), data)
+    assert arr.key == alias and arr.attrs["model"] == "m2" and arr.attrs["alias_of"] == KEY
+    assert store.features("m", "d", "train", "pre_logits").attrs.get("model") is None  # the target's own attrs
+    assert [st.key for st in store.list_arrays()] == [KEY, alias]
+    chunk_file = tmp_path / "store" / KEY / "c" / "2" / "0"
+    chunk_file.write_bytes(b"\0" + chunk_file.read_bytes()[1:])
+    assert store.damaged_chunks(alias) == [2]  # checked through the array holding the rows
+    with pytest.raises(CorruptChunkError, match=r"chunk\(s\) \[2\]"):
+        arr.read()
+    _fill(store, fp="other")  # the target now holds other features: the alias serves nothing
+    assert store.status(alias) is None and store.find_complete("fp1") is None
+    with pytest.raises(ArrayNotFoundError):
+        store.open_array(alias)
+
+
+def test_a_real_array_replaces_an_alias(store_url):
+    store = FeatureStore(store_url)
+    _fill(store)
+    alias = "features/m2/d/train/pre_logits"
+    with store.lease("features/m2/d/train") as lease:
+        store.write_alias(lease, alias, store.status(KEY), {"model": "m2"})
+        store.write_arrays(lease, [ArraySpec(alias, (2, 3), 2, "float32", {"fingerprint": "own"})],
+                           lambda todo: [(0, {alias: np.ones((2, 3), np.float32)})])
+    st = store.status(alias)
+    assert st.alias_of is None and st.fingerprint == "own" and st.complete
+    np.testing.assert_array_equal(store.open_array(alias).read(), np.ones((2, 3)))
