@@ -30,7 +30,7 @@ Overhead per cell = (time of the variant - time of (c)) / cells; most of it is a
 cost (API and cluster start, teardown), so a phase table splits the end-to-end time at
 the flow's progress lines (first extraction task done, last cell done) and gives the
 marginal per-cell overhead of the task phase separately. For (a) the start of the
-temporary API is timed by wrapping ``flows.runtime._temporary_server`` (same server).
+temporary API is timed by wrapping ``flows.runtime.temporary_server`` (same server).
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_orchestration.py [--quick] [--markdown]``.
 """
@@ -96,7 +96,7 @@ def child(variant: str, config_path: str) -> None:
         from jobs.config import load_config
 
         # time the start and stop of the one temporary API (a wrapper, same server)
-        original = flows.runtime._temporary_server
+        original = flows.runtime.temporary_server
 
         @contextlib.contextmanager
         def timed_server():
@@ -107,7 +107,7 @@ def child(variant: str, config_path: str) -> None:
                 t = time.perf_counter()
             server["stop"] = time.perf_counter() - t
 
-        flows.runtime._temporary_server = timed_server
+        flows.runtime.temporary_server = timed_server
         cfg = load_config(config_path)
         t0 = time.perf_counter()
         summary = run_benchmark(cfg)
