@@ -21,7 +21,7 @@ from jobs.extract import extract
 from pipeline.encoders import load_encoder
 from pipeline.errors import ReadOnlyStoreError
 from storage_schema import FeatureStore, Lease, features_group_key, labels_key
-from tests.faults._children import (
+from tests.helpers.children import (
     CHUNK_BATCHES, KEY, LAYERS, SPEC, SPLIT, context, extract_config, finish_extraction, missing_chunks,
     start_extraction, stored_arrays, textures,
 )

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from storage_schema import FeatureStore, features_group_key
-from tests.faults._children import (
+from tests.helpers.children import (
     CHUNK_BATCHES, KEY, SPLIT, context, finish_extraction, missing_chunks, start_extraction, stored_arrays,
 )
 

@@ -23,7 +23,7 @@ from jobs.evaluate import cell_identity
 from jobs.plan import evaluation_cells
 from storage_schema import FeatureStore
 from storage_schema.ledger import LEDGER, Ledger
-from tests.jobs.helpers import REPO, cli_env
+from tests.helpers.cli import REPO, cli_env
 
 BIN = Path(sys.executable).parent
 

@@ -19,8 +19,8 @@ from jobs.extract import extract
 from jobs.repair import repair
 from pipeline.encoders import EncoderSpec, load_encoder
 from storage_schema import FeatureStore
-from tests.faults._children import SPEC, SPLIT, extract_config, textures
-from tests.jobs.helpers import REPO, cli_env
+from tests.helpers.children import SPEC, SPLIT, extract_config, textures
+from tests.helpers.cli import REPO, cli_env
 
 GROUP = "features/r18/textures/train"
 DAMAGE = {f"{GROUP}/pre_logits": 2, f"{GROUP}/block3": 5, "datasets/textures/train/labels": 0}

@@ -20,7 +20,7 @@ from jobs.watch import detect_changes, save_state, watch_key
 from pipeline.encoders import EncoderSpec, load_encoder
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
-from tests.flows.test_benchmark_flow import tiny_config
+from tests.helpers.configs import tiny_config
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,7 @@ from pipeline.errors import (
     UnsafeCheckpointError,
 )
 from storage_schema import FeatureStore, feature_key
-from tests.jobs.helpers import REPO, cli_command, cli_env, run_cli
+from tests.helpers.cli import REPO, cli_command, cli_env, run_cli
 
 CFG = ExtractConfig(batch_size=8, chunk_batches=2, progress=False)
 KEY = "features/r18/textures/train/pre_logits"

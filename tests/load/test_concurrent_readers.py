@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from storage_schema import FeatureStore
-from tests.jobs.helpers import REPO, cli_command, cli_env
+from tests.helpers.cli import REPO, cli_command, cli_env
 
 N_READERS = 8
 KEYS = [f"features/r18/textures/train/{layer}" for layer in ("pre_logits", "block3")]

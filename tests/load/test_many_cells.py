@@ -9,9 +9,9 @@ profile the task wrapper).
 
 from __future__ import annotations
 
-from benchmarks.bench_load import load_config_dict, measure, prepare_features
 from jobs.config import load_config
 from storage_schema.ledger import Ledger
+from tests.helpers.load import load_config_dict, measure, prepare_features
 
 CELLS = 1000
 

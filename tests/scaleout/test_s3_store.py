@@ -19,13 +19,9 @@ from pipeline.encoders import EncoderSpec, load_encoder
 from pipeline.errors import ConfigError, LeaseLostError
 from storage_schema import FeatureStore
 from storage_schema.backend import redact_url, url_has_password
-from tests.jobs.helpers import REPO, cli_command, cli_env, run_cli
-from tests.scaleout.conftest import PLANTED_KEY_ID, PLANTED_SECRET
-# The lease tests of the local store, run again here on S3 (store_url below).
-from tests.storage_schema.test_leases import (  # noqa: F401
-    test_dead_owner_lease_expires_and_is_taken_over, test_holder_that_lost_its_lease_stops,
-    test_live_lease_blocks_and_release_frees,
-)
+from tests.helpers.cli import REPO, cli_command, cli_env, run_cli
+from tests.helpers.s3 import PLANTED_KEY_ID, PLANTED_SECRET
+from tests.helpers.leases import LeaseContract
 
 LAYERS = ("pre_logits", "block3")
 KEY = "features/r18/textures/train/pre_logits"
@@ -35,6 +31,10 @@ KEY = "features/r18/textures/train/pre_logits"
 def store_url(s3_url) -> str:
     """The S3 variant of the suite's ``store_url`` for the imported lease tests."""
     return s3_url
+
+
+class TestLeaseContractOnS3(LeaseContract):
+    """The lease behaviour of the local store, on S3 (``store_url`` above)."""
 
 
 def _arrays(store: FeatureStore, split: str) -> dict[str, np.ndarray]:

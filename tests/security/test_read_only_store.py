@@ -20,7 +20,7 @@ from pipeline.encoders import EncoderSpec
 from pipeline.errors import ReadOnlyStoreError
 from storage_schema import ArraySpec, FeatureStore, Lease
 from storage_schema.ledger import Ledger
-from tests.properties._support import tree
+from tests.helpers.tally import tree
 
 KEY = "features/m/emb/train/pre_logits"
 
