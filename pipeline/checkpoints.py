@@ -182,6 +182,16 @@ def weights_fingerprint(weights: Mapping[str, Tensor] | nn.Module) -> str:
 
     Independent of file name, format and mtime: identical tensors give the same fingerprint,
     any changed element a different one.
+
+    Parameters
+    ----------
+    weights : mapping or torch.nn.Module
+        A state dict, or a module whose state dict is used.
+
+    Returns
+    -------
+    str
+        64 hexadecimal digits.
     """
     state = weights.state_dict() if isinstance(weights, nn.Module) else weights
     digest = hashlib.sha256()

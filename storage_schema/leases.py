@@ -39,6 +39,24 @@ DEFAULT_TTL = 60.0
 
 @dataclass(frozen=True)
 class LeaseInfo:
+    """One generation file of a lease, as read.
+
+    Parameters
+    ----------
+    generation : int
+        The generation number (the holder is the owner of the highest).
+    owner : str
+        ``host:pid:random`` of the holder.
+    heartbeat : float
+        Unix time of the last heartbeat.
+    ttl : float
+        Seconds without a heartbeat after which the lease may be taken over.
+    released : bool
+        Whether the holder released it.
+    process : dict, optional
+        Where the holder runs (host, boot id, pid namespace, pid, start time).
+    """
+
     generation: int
     owner: str
     heartbeat: float
@@ -47,11 +65,29 @@ class LeaseInfo:
     process: dict[str, Any] | None = None  # where the holder runs; None in older records
 
     def expired(self, now: float | None = None) -> bool:
+        """Whether the lease is released or its heartbeat is older than its ttl.
+
+        Parameters
+        ----------
+        now : float, optional
+            Unix time to judge at; the current time by default.
+
+        Returns
+        -------
+        bool
+            True when another process may take it over.
+        """
         return self.released or (now or time.time()) - self.heartbeat > self.ttl
 
     def holder_gone(self) -> bool:
-        """True only when the holder ran on this machine, in this pid namespace, and its
-        process no longer exists (or its pid now belongs to a younger process)."""
+        """Whether the holder is known dead: it ran on this machine, in this pid namespace,
+        and its process no longer exists (or its pid now belongs to a younger process).
+
+        Returns
+        -------
+        bool
+            False whenever that cannot be known (another machine, no ``/proc``).
+        """
         here = _machine()
         p = self.process
         if here is None or not p or p.get("started") is None or any(p.get(k) != v for k, v in here.items()):
@@ -94,7 +130,19 @@ def _process_record() -> dict[str, Any] | None:
 
 
 class Lease:
-    """Context manager holding the write lease of one key."""
+    """Context manager holding the write lease of one key.
+
+    Parameters
+    ----------
+    backend : Backend
+        The store's byte-level access.
+    key : str
+        The leased key (an array group).
+    ttl : float
+        Seconds without a heartbeat after which the lease may be taken over.
+    heartbeat : float, optional
+        Seconds between heartbeats; a quarter of ``ttl`` by default.
+    """
 
     def __init__(self, backend: Backend, key: str, ttl: float = DEFAULT_TTL, heartbeat: float | None = None):
         self.backend = backend
@@ -113,7 +161,13 @@ class Lease:
         return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
     def current(self) -> LeaseInfo | None:
-        """The newest lease on this key, or None."""
+        """The newest lease on this key.
+
+        Returns
+        -------
+        LeaseInfo or None
+            The newest generation, or None when there is none.
+        """
         for gen in reversed(self._generations()):
             raw = self.backend.read(keys.lease_generation_key(self.key, gen))
             if raw is None:  # removed between list and read
@@ -130,7 +184,13 @@ class Lease:
         ).encode()
 
     def try_acquire(self) -> bool:
-        """One attempt: True if we now hold the lease, False if a live holder has it."""
+        """Try once to take the lease.
+
+        Returns
+        -------
+        bool
+            True when this process now holds it, False when a live holder has it.
+        """
         cur = self.current()
         gone = cur is not None and not cur.expired() and cur.holder_gone()
         if cur is not None and not cur.expired() and not gone:
@@ -149,7 +209,22 @@ class Lease:
         return True
 
     def acquire(self, wait: bool = True, timeout: float | None = None, poll: float = 0.2) -> bool:
-        """Acquire the lease; with ``wait`` poll until free or expired (or ``timeout``)."""
+        """Acquire the lease, waiting for it when ``wait``.
+
+        Parameters
+        ----------
+        wait : bool
+            Poll until the lease is free or expired; else try once.
+        timeout : float, optional
+            Seconds to wait at most; LeaseHeldError after that.
+        poll : float
+            Seconds between attempts.
+
+        Returns
+        -------
+        bool
+            True when acquired; False when not waiting and it is held.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if self.try_acquire():
@@ -194,6 +269,7 @@ class Lease:
             )
 
     def release(self) -> None:
+        """Stop the heartbeat and mark the lease released (unless another process took it over)."""
         if self.generation is None:
             return
         self._stop.set()
