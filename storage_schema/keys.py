@@ -16,8 +16,7 @@ Bookkeeping beside them, under ``_repeval/`` (never a Zarr node):
 * ``failures/<kind>/<id>.json``: one failed unit of work;
 * ``watch/<hash of a config path>.json``: what a schedule saw last.
 
-Names that become key components are validated (:func:`pipeline.names.validate_name`), so
-no key can leave its folder.
+Names that become key components are validated, so no key can leave its folder.
 """
 
 from __future__ import annotations
@@ -134,12 +133,7 @@ def parse_feature_key(key: str) -> tuple[str, str, str, str]:
     Returns
     -------
     tuple of str
-        ``(model, dataset, split, layer)``.
-
-    Raises
-    ------
-    ValueError
-        When ``key`` is not a feature key.
+        ``(model, dataset, split, layer)``; ValueError when ``key`` is not a feature key.
     """
     parts = key.strip("/").split("/")
     if len(parts) != 5 or parts[0] != FEATURES:
