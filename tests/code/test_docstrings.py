@@ -77,6 +77,18 @@ def _decorators(node: ast.AST) -> set[str]:
     return {ast.unparse(d).split("(")[0] for d in getattr(node, "decorator_list", [])}
 
 
+def _check_parameters(doc: str, params: list[str], where: str, problems: list[str]) -> None:
+    if not params:
+        return
+    section = _section(doc, "Parameters")
+    if section is None:
+        problems.append(f"{where}: no Parameters section for {', '.join(params)}")
+        return
+    missing = [p for p in params if p not in _documented_names(section)]
+    if missing:
+        problems.append(f"{where}: Parameters section lacks {', '.join(missing)}")
+
+
 def _check_function(fn, where: str, method: bool, problems: list[str]) -> None:
     doc = ast.get_docstring(fn)
     decorators = _decorators(fn)
@@ -87,14 +99,7 @@ def _check_function(fn, where: str, method: bool, problems: list[str]) -> None:
             any(d.endswith((".setter", ".deleter")) for d in decorators):
         return
     params = _parameters(fn, method)
-    if params:
-        section = _section(doc, "Parameters")
-        if section is None:
-            problems.append(f"{where}: no Parameters section for {', '.join(params)}")
-        else:
-            missing = [p for p in params if p not in _documented_names(section)]
-            if missing:
-                problems.append(f"{where}: Parameters section lacks {', '.join(missing)}")
+    _check_parameters(doc, params, where, problems)
     if _returns_value(fn) and fn.name != "__init__" and _section(doc, "Returns") is None \
             and _section(doc, "Yields") is None:
         problems.append(f"{where}: no Returns section")
@@ -116,14 +121,7 @@ def _check_class(cls: ast.ClassDef, where: str, problems: list[str]) -> None:
         problems.append(f"{where}: no docstring")
         return
     params = _class_parameters(cls)
-    if params:
-        section = _section(doc, "Parameters")
-        if section is None:
-            problems.append(f"{where}: no Parameters section for {', '.join(params)}")
-        else:
-            missing = [p for p in params if p not in _documented_names(section)]
-            if missing:
-                problems.append(f"{where}: Parameters section lacks {', '.join(missing)}")
+    _check_parameters(doc, params, where, problems)
     for node in cls.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _public(node.name):
             _check_function(node, f"{where}.{node.name}", method=True, problems=problems)
