@@ -125,7 +125,7 @@ def extract(
     report = ExtractionReport(model, dataset.name, split, "cached", keys, fps, n,
                               skipped_ids=list(dataset.skipped(split)))
 
-    def pending() -> dict[str, object]:
+    def pending() -> dict[str, ArrayStatus | None]:
         out = {}
         for layer, key in keys.items():
             st = store.status(key)
@@ -152,8 +152,6 @@ def extract(
     finally:
         lease.release()
     return report
-
-
 
 
 def _alias_identical(store: FeatureStore, lease: Lease, encoder: Encoder, report: ExtractionReport,

@@ -44,6 +44,7 @@ def reference(tmp_path_factory):
     return url, time.monotonic() - t0, stored_arrays(url)
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_is_bitwise_equal(tmp_path, reference):
     ref_url, duration, expected = reference
     ctx = context()

@@ -63,6 +63,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           env=cli_env(), cwd=REPO, timeout=300)
 
 
+@pytest.mark.slow
 def test_verify_names_damaged_chunks_and_repair_recomputes_exactly_them(original, tmp_path):
     url = _damaged_copy(original, tmp_path, DAMAGE)
     untouched = {p: (url / p).stat().st_mtime_ns for p in original[2]

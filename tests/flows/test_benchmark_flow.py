@@ -32,6 +32,7 @@ def first_run(tmp_path_factory, prefect_harness):
     return tmp, raw, _run(raw, tmp)
 
 
+@pytest.mark.slow
 def test_first_run_extracts_evaluates_and_reports(first_run):
     tmp, raw, summary = first_run
     assert summary["units"] == 6 and summary["extracted"] == 6
@@ -54,6 +55,7 @@ def test_first_run_extracts_evaluates_and_reports(first_run):
     assert "could not be evaluated" in text and "few5" in text
 
 
+@pytest.mark.slow
 def test_rerun_of_unchanged_config_does_no_forward_pass_and_no_fit(first_run):
     tmp, raw, _ = first_run
     again = _run(raw, tmp)
@@ -61,6 +63,7 @@ def test_rerun_of_unchanged_config_does_no_forward_pass_and_no_fit(first_run):
     assert again["computed"] == 0 and again["cached"] == 9 and len(again["failed"]) == 3
 
 
+@pytest.mark.slow
 def test_changed_protocol_settings_recompute_only_that_protocol(first_run):
     tmp, raw, _ = first_run
     changed = copy.deepcopy(raw)
@@ -72,6 +75,7 @@ def test_changed_protocol_settings_recompute_only_that_protocol(first_run):
     assert computed == {"knn20"}
 
 
+@pytest.mark.slow
 def test_added_encoder_extracts_and_evaluates_only_its_cells(first_run):
     tmp, raw, _ = first_run
     more = copy.deepcopy(raw)

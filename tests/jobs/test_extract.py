@@ -32,6 +32,12 @@ def textures():
 
 
 @pytest.fixture(scope="module")
+def tiny():
+    """16 test images: two batches of 8, one chunk."""
+    return make_dataset("textures", n_per_class={"train": 4, "test": 4})
+
+
+@pytest.fixture(scope="module")
 def encoder():
     return load_encoder(EncoderSpec(name="r18", arch="resnet18", layers=("pre_logits", "block3"), input_size=32))
 
@@ -97,6 +103,7 @@ def test_float16_storage(tmp_path, textures, encoder):
     assert store.features("r18", "textures", "test", "pre_logits").read().dtype == np.float16
 
 
+@pytest.mark.slow
 def test_sigkilled_cli_extraction_resumes_bitwise_equal(tmp_path):
     """The `repeval extract` command killed mid-run; tests/faults/test_kill_extraction.py
     kills an extraction at 20 seeded random moments."""
@@ -137,6 +144,7 @@ def test_sigkilled_cli_extraction_resumes_bitwise_equal(tmp_path):
             assert resumed[layer].tobytes() == expected[layer].tobytes()
 
 
+@pytest.mark.slow
 def test_two_processes_extract_one_array_with_one_forward_pass(tmp_path):
     url = str(tmp_path / "shared")
     FeatureStore(url)
@@ -184,7 +192,7 @@ def test_checkpoint_fingerprint_drives_reuse(tmp_path, textures, encoder):
     assert not np.array_equal(old, new.read())
 
 
-def test_identical_weights_under_another_name_share_one_forward_pass(tmp_path, textures, encoder):
+def test_identical_weights_under_another_name_share_one_forward_pass(tmp_path, tiny, encoder):
     """mine-ep2 (.safetensors) and mine-ep2-pth (.pth) hold the same tensors: the second
     extraction records an alias instead of running the model; both names read the same rows,
     each with its own provenance."""
@@ -194,10 +202,10 @@ def test_identical_weights_under_another_name_share_one_forward_pass(tmp_path, t
     torch.save(encoder.model.state_dict(), pth_file)
     layers = ("pre_logits", "block3")
     first = extract(store, EncoderSpec("mine-ep2", "resnet18", weights=str(st_file), layers=layers, input_size=32),
-                    textures, "test", CFG)
-    assert first.status == "extracted" and first.forward_batches == 8
+                    tiny, "test", CFG)
+    assert first.status == "extracted" and first.forward_batches == 2
     second_spec = EncoderSpec("mine-ep2-pth", "resnet18", weights=str(pth_file), layers=layers, input_size=32)
-    second = extract(store, second_spec, textures, "test", CFG)
+    second = extract(store, second_spec, tiny, "test", CFG)
     assert second.status == "aliased" and second.forward_batches == 0 and second.images == 0
     assert second.fingerprints == first.fingerprints
     assert second.aliases == {layer: first.keys[layer] for layer in layers}
@@ -215,28 +223,28 @@ def test_identical_weights_under_another_name_share_one_forward_pass(tmp_path, t
     assert {second.keys[layer] for layer in layers} <= set(listed)
     assert all(listed[second.keys[layer]].complete for layer in layers)
     assert store.damaged_chunks(second.keys["pre_logits"]) == []
-    again = extract(store, second_spec, textures, "test", CFG)
+    again = extract(store, second_spec, tiny, "test", CFG)
     assert again.status == "cached" and again.forward_batches == 0
 
 
-def test_an_alias_whose_array_was_replaced_is_extracted_itself(tmp_path, textures, encoder):
+def test_an_alias_whose_array_was_replaced_is_extracted_itself(tmp_path, tiny, encoder):
     store = FeatureStore(str(tmp_path / "s"))
     ckpt = tmp_path / "a.safetensors"
     _save_backbone(encoder.model, ckpt)
-    original = extract(store, EncoderSpec("a", "resnet18", weights=str(ckpt), input_size=32), textures, "test", CFG)
+    original = extract(store, EncoderSpec("a", "resnet18", weights=str(ckpt), input_size=32), tiny, "test", CFG)
     copy = tmp_path / "b.safetensors"
     copy.write_bytes(ckpt.read_bytes())
     b_spec = EncoderSpec("b", "resnet18", weights=str(copy), input_size=32)
-    assert extract(store, b_spec, textures, "test", CFG).status == "aliased"
+    assert extract(store, b_spec, tiny, "test", CFG).status == "aliased"
     rows = store.features("b", "textures", "test", "pre_logits").read()
     state = {k: v.clone() for k, v in encoder.model.state_dict().items()}
     state["layer4.1.bn2.bias"][0] += 1.0
     save_file({k: v.contiguous() for k, v in state.items()}, str(ckpt))  # "a" now names other weights
     assert extract(store, EncoderSpec("a", "resnet18", weights=str(ckpt), input_size=32),
-                   textures, "test", CFG).status == "extracted"
+                   tiny, "test", CFG).status == "extracted"
     assert store.status(original.keys["pre_logits"].replace("/a/", "/b/")) is None  # its rows are gone
-    rebuilt = extract(store, b_spec, textures, "test", CFG)
-    assert rebuilt.status == "extracted" and rebuilt.forward_batches == 8
+    rebuilt = extract(store, b_spec, tiny, "test", CFG)
+    assert rebuilt.status == "extracted" and rebuilt.forward_batches == 2
     b = store.features("b", "textures", "test", "pre_logits")
     assert b.attrs.get("alias_of") is None
     np.testing.assert_array_equal(b.read(), rows)

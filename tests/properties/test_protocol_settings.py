@@ -71,6 +71,7 @@ def _names(given_settings: dict) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(case=protocol_settings())
 def test_settings_are_refused_or_run_or_fail_clearly(tally, case):

@@ -31,6 +31,8 @@ from storage_schema.ledger import Ledger
 from tests.helpers.configs import tiny_config
 from tests.helpers.cli import REPO, cli_env
 
+pytestmark = pytest.mark.slow  # every test here starts servers or runs several flows
+
 POOL = "repeval-local"
 EVENT = "repeval.config.protocols-changed"
 # Server and worker poll every 60 s / 10 s by default; 1 s keeps the test short.

@@ -87,6 +87,7 @@ def _reference_train_features(tmp_path) -> dict[str, np.ndarray]:
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_sigkilled_cli_extraction_to_s3_resumes_bitwise(s3_url, tmp_path):
     """`repeval extract --store s3://...` killed mid-run; the endpoint and credentials reach
     the subprocess through its environment only."""
