@@ -171,12 +171,15 @@ def build_base_store(root: Path, n_encoders: int) -> Path:
 def run_variant(variant: str, root: Path, base: Path, n_encoders: int, index: int, n_workers: int) -> dict:
     import yaml
 
+    from storage_schema.keys import LEDGER
+
     run_dir = root / f"run-{index:02d}-{variant}"
     run_dir.mkdir()
     store = run_dir / "store"
     # features and labels, but no results ledger: every cell recomputes
-    shutil.copytree(base, store, ignore=lambda d, names: ["ledger"] if Path(d).name == "_repeval" else [])
-    assert not (store / "_repeval" / "ledger").exists()
+    ledger = base / LEDGER
+    shutil.copytree(base, store, ignore=lambda d, names: [ledger.name] if Path(d) == ledger.parent else [])
+    assert not (store / LEDGER).exists()
     config_path = run_dir / "config.yaml"
     config_path.write_text(yaml.safe_dump(make_config(run_dir, store, n_encoders, n_workers)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
