@@ -19,7 +19,7 @@ from pipeline.errors import (
     CheckpointError, ConfigError, CorruptImageError, InvalidNameError, UnknownNameError,
     UnsafeCheckpointError,
 )
-from storage_schema import FeatureStore, feature_key
+from storage_schema import FeatureStore, feature_key, keys
 from tests.helpers.cli import REPO, cli_command, cli_env, run_cli
 
 CFG = ExtractConfig(batch_size=8, chunk_batches=2, progress=False)
@@ -116,10 +116,10 @@ def test_sigkilled_cli_extraction_resumes_bitwise_equal(tmp_path):
         proc = subprocess.Popen(cli_command(url), env=cli_env(), cwd=REPO,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # block3 is written after pre_logits in each chunk: count its chunk-done markers
-        state = Path(url) / "_repeval" / "state" / KEY.replace("pre_logits", "block3")
+        markers = keys.chunk_markers_key(KEY.replace("pre_logits", "block3"), "*")
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
-            done = [p for p in state.glob("*/chunks/*")]  # chunk-done markers
+            done = list(Path(url).glob(f"{markers}/*"))  # chunk-done markers
             if len(done) >= kill_after:
                 proc.kill()
                 break
@@ -321,9 +321,9 @@ def test_partial_array_with_other_chunking_is_restarted(tmp_path, textures, enco
     report = extract(store, encoder, textures, "test", CFG)
     key = report.keys["pre_logits"]
     # make it partial: drop the completion record and the last chunk's marker
-    state = tmp_path / "s" / "_repeval" / "state" / key / report.fingerprints["pre_logits"]
-    (state / "complete.json").unlink()
-    (state / "chunks" / "3").unlink()
+    fp = report.fingerprints["pre_logits"]
+    (tmp_path / "s" / keys.completion_key(key, fp)).unlink()
+    (tmp_path / "s" / keys.chunk_marker_key(key, fp, 3)).unlink()
     other = ExtractConfig(batch_size=16, chunk_batches=2, progress=False)  # 32-row chunks now
     again = extract(store, encoder, textures, "test", other)
     assert again.status == "extracted" and again.forward_batches == 4

@@ -17,7 +17,7 @@ from jobs.extract import ExtractConfig, extract
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec, load_encoder
 from pipeline.errors import ConfigError, LeaseLostError
-from storage_schema import FeatureStore
+from storage_schema import FeatureStore, keys
 from storage_schema.backend import redact_url, url_has_password
 from tests.helpers.cli import REPO, cli_command, cli_env, run_cli
 from tests.helpers.s3 import PLANTED_KEY_ID, PLANTED_SECRET
@@ -43,7 +43,7 @@ def _arrays(store: FeatureStore, split: str) -> dict[str, np.ndarray]:
 
 def _markers(fs: s3fs.S3FileSystem, url: str, key: str) -> list[str]:
     """Chunk-done markers of ``key``, listed afresh from the bucket."""
-    return fs.glob(f"{url.removeprefix('s3://')}/_repeval/state/{key}/*/chunks/*")
+    return fs.glob(f"{url.removeprefix('s3://')}/{keys.chunk_markers_key(key, '*')}/*")
 
 
 def test_extraction_to_s3_equals_local_bitwise_with_provenance(s3_url, tmp_path):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from storage_schema import FeatureStore
+from storage_schema import FeatureStore, keys
 from tests.helpers.leases import KEY, LeaseContract
 
 
@@ -73,7 +73,7 @@ def test_killed_holder_on_this_machine_is_taken_over_before_its_ttl(store_url):
 
 def _lease_record(store: FeatureStore, process: dict) -> None:
     record = {"owner": "x:1:y", "heartbeat": time.time(), "ttl": 3600, "released": False, "process": process}
-    assert store.backend.create_exclusive(f"_repeval/leases/{KEY}/0.json", json.dumps(record).encode())
+    assert store.backend.create_exclusive(keys.lease_generation_key(KEY, 0), json.dumps(record).encode())
 
 
 def _dead_pid() -> int:
