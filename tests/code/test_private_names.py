@@ -34,7 +34,8 @@ class Violation:
     what: str
 
     def __str__(self) -> str:
-        return f"{self.path.relative_to(REPO) if self.path.is_relative_to(REPO) else self.path}:{self.line}: {self.what}"
+        where = self.path.relative_to(REPO) if self.path.is_relative_to(REPO) else self.path
+        return f"{where}:{self.line}: {self.what}"
 
 
 def _resolve(node: ast.ImportFrom, importer: str, is_package: bool) -> str:
