@@ -1,4 +1,5 @@
-# Quick start: `make demo` runs the main job; `make test` runs the suite.
+# Quick start: `make demo` runs the main job; `make test` runs the whole suite (what CI runs);
+# `make check` runs the fast tier (every package, no test marked slow) in under 3 minutes.
 # Both create .venv if missing and reinstall only when pyproject.toml changed.
 PYTHON ?= python3
 VENV := .venv
@@ -7,7 +8,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test check bench clean
 
 install: $(STAMP)
 
@@ -22,6 +23,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+check: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_protocols.py --markdown

@@ -50,7 +50,8 @@ QUICK = dict(models=("resnet18",), batches=4, repeats=2)
 
 
 def bench_model(arch: str, input_size: int, batch_size: int, n_batches: int, repeats: int) -> dict:
-    from jobs.extract import ExtractConfig, extract, iter_batches_for_benchmark
+    from jobs.extract import ExtractConfig, extract
+    from jobs.forward import iter_batches_for_benchmark
     from pipeline.datasets import TexturesDataset
     from pipeline.encoders import EncoderSpec, load_encoder
     from storage_schema import FeatureStore

@@ -30,7 +30,7 @@ Overhead per cell = (time of the variant - time of (c)) / cells; most of it is a
 cost (API and cluster start, teardown), so a phase table splits the end-to-end time at
 the flow's progress lines (first extraction task done, last cell done) and gives the
 marginal per-cell overhead of the task phase separately. For (a) the start of the
-temporary API is timed by wrapping ``flows.runtime._temporary_server`` (same server).
+temporary API is timed by wrapping ``flows.runtime.temporary_server`` (same server).
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_orchestration.py [--quick] [--markdown]``.
 """
@@ -96,7 +96,7 @@ def child(variant: str, config_path: str) -> None:
         from jobs.config import load_config
 
         # time the start and stop of the one temporary API (a wrapper, same server)
-        original = flows.runtime._temporary_server
+        original = flows.runtime.temporary_server
 
         @contextlib.contextmanager
         def timed_server():
@@ -107,7 +107,7 @@ def child(variant: str, config_path: str) -> None:
                 t = time.perf_counter()
             server["stop"] = time.perf_counter() - t
 
-        flows.runtime._temporary_server = timed_server
+        flows.runtime.temporary_server = timed_server
         cfg = load_config(config_path)
         t0 = time.perf_counter()
         summary = run_benchmark(cfg)
@@ -171,12 +171,15 @@ def build_base_store(root: Path, n_encoders: int) -> Path:
 def run_variant(variant: str, root: Path, base: Path, n_encoders: int, index: int, n_workers: int) -> dict:
     import yaml
 
+    from storage_schema.keys import LEDGER
+
     run_dir = root / f"run-{index:02d}-{variant}"
     run_dir.mkdir()
     store = run_dir / "store"
     # features and labels, but no results ledger: every cell recomputes
-    shutil.copytree(base, store, ignore=lambda d, names: ["ledger"] if Path(d).name == "_repeval" else [])
-    assert not (store / "_repeval" / "ledger").exists()
+    ledger = base / LEDGER
+    shutil.copytree(base, store, ignore=lambda d, names: [ledger.name] if Path(d) == ledger.parent else [])
+    assert not (store / LEDGER).exists()
     config_path = run_dir / "config.yaml"
     config_path.write_text(yaml.safe_dump(make_config(run_dir, store, n_encoders, n_workers)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}

@@ -320,7 +320,7 @@ def knn_memory_child(args) -> None:
 
 def bench_knn_memory(cfg: dict, threads: int | None, seed: int) -> dict:
     """Blocked (streamed from Zarr) vs in-memory k-NN peaks, each in a fresh subprocess."""
-    from storage_schema import FeatureStore
+    from storage_schema import ArraySpec, FeatureStore
 
     block_rows, n_queries, d = cfg["mem_block_rows"], cfg["mem_queries"], cfg["d"]
     n_train = 4 * block_rows
@@ -331,11 +331,9 @@ def bench_knn_memory(cfg: dict, threads: int | None, seed: int) -> dict:
         key, fp = "features/bench/synthetic/train/pre_logits", "bench-knn-memory"
         chunk_rows = 256  # the default extraction chunking: batch_size 64 x chunk_batches 4
         with store.lease("features/bench/synthetic/train") as lease:
-            arr = store.create_array(lease, key, shape=X_train.shape, chunk_rows=chunk_rows,
-                                     dtype="float32", attrs={"fingerprint": fp})
-            for c in range(-(-n_train // chunk_rows)):
-                store.write_chunk(lease, arr, fp, c, X_train[c * chunk_rows:(c + 1) * chunk_rows])
-            store.mark_complete(lease, key, fp)
+            spec = ArraySpec(key, X_train.shape, chunk_rows, "float32", {"fingerprint": fp})
+            store.write_arrays(lease, [spec], lambda todo: ((c, {key: X_train[c * chunk_rows:(c + 1) * chunk_rows]})
+                                                            for c in sorted(todo[key])))
         q_path = os.path.join(tmp, "queries.npy")
         np.save(q_path, Q)
         del data, X_train

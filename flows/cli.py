@@ -32,11 +32,13 @@ def _kv(pairs: Sequence[str]) -> dict:
 def cmd_extract(args: argparse.Namespace) -> int:
     from jobs.extract import ExtractConfig, extract
     from pipeline.datasets import make_dataset
-    from pipeline.encoders import EncoderSpec, load_encoder
+    from pipeline.encoders import EncoderSpec, check_checkpoint_fits, check_layers_available, load_encoder
     from storage_schema import FeatureStore
 
     spec = EncoderSpec(name=args.name or args.arch, arch=args.arch, weights=args.weights, seed=args.seed,
                        layers=tuple(args.layers), input_size=args.input_size)
+    check_layers_available(spec)  # architecture and layers, before the store is touched
+    check_checkpoint_fits(spec)
     dataset = make_dataset(args.dataset, name=args.dataset_name, **_kv(args.param))
     splits = args.split or list(dataset.splits)
     config = ExtractConfig(batch_size=args.batch_size, chunk_batches=args.chunk_batches,

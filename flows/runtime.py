@@ -56,7 +56,7 @@ def prefect_api(scheduler: bool = False) -> Iterator[str]:
             _restore("PREFECT_API_URL", previous)
         return
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
-    with (_full_server() if scheduler else _temporary_server()) as url:
+    with (_full_server() if scheduler else temporary_server()) as url:
         os.environ["PREFECT_API_URL"] = url
         try:
             with temporary_settings(updates={PREFECT_API_URL: url}):
@@ -66,7 +66,8 @@ def prefect_api(scheduler: bool = False) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def _temporary_server() -> Iterator[str]:
+def temporary_server() -> Iterator[str]:
+    """Prefect's temporary local API (no background services) for the length of a run; its URL."""
     from prefect.server.api.server import SubprocessASGIServer
 
     server = SubprocessASGIServer()

@@ -8,24 +8,19 @@ would have, and the stored array is bitwise the same.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
-import numpy as np
-import torch
-from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from pipeline.datasets import DatasetAdapter, TorchImageDataset
+from jobs.forward import forward_chunks, layer_fingerprints, recorded_spec
+from jobs.labels import store_labels
+from pipeline.datasets import DatasetAdapter
 from pipeline.encoders import Encoder, EncoderSpec, load_encoder
 from pipeline.errors import ConfigError, DatasetError
-from storage_schema import FeatureStore, array_fingerprint, feature_key, features_group_key
+from storage_schema import DEFAULT_TTL, ArraySpec, ArrayStatus, FeatureStore, feature_key, features_group_key
+from storage_schema.leases import Lease
 from storage_schema.provenance import library_versions
-from jobs.labels import store_labels
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +36,7 @@ class ExtractConfig:
     num_workers: int = 0
     dtype: str = "float32"
     device: str | None = None
-    lease_ttl: float = 60.0
+    lease_ttl: float = DEFAULT_TTL
     wait: bool = True  # another process holds the lease: wait for it (True) or move on
     progress: bool = True
 
@@ -63,7 +58,7 @@ class ExtractionReport:
     model: str
     dataset: str
     split: str
-    status: str  # "extracted" | "resumed" | "cached" | "busy"
+    status: str  # "extracted" | "resumed" | "aliased" | "cached" | "busy"
     keys: dict[str, str]
     fingerprints: dict[str, str]
     rows: int
@@ -72,74 +67,10 @@ class ExtractionReport:
     seconds: float = 0.0
     images_per_s: float = 0.0
     skipped_ids: list[str] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)  # layer -> key of the identical array served
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def _layer_fingerprints(encoder: Encoder, dataset_fp: str, split: str, dtype: str) -> dict[str, str]:
-    pooling = encoder.layer_pooling()
-    return {
-        layer: array_fingerprint(
-            weights_fingerprint=encoder.weights_fingerprint, data_config=encoder.data_config,
-            layer=layer, pooling=pooling[layer], dataset_fingerprint=dataset_fp, split=split,
-            dtype=dtype, arch=encoder.spec.arch,
-            compute_precision="float16-autocast" if encoder.autocast else "float32",
-        )
-        for layer in encoder.layers
-    }
-
-
-def _recorded_spec(spec: EncoderSpec) -> dict:
-    """The spec as stored for ``repeval repair``: a checkpoint by its absolute path (the
-    weights fingerprint in ``encoder`` tells whether the file still holds the same weights)."""
-    out = spec.to_dict()
-    if spec.weights_kind == "checkpoint":
-        out["weights"] = str(Path(spec.weights).expanduser().resolve())
-    return out
-
-
-def _chunk_batches(chunks: list[int], n: int, chunk_rows: int, batch_size: int) -> list[list[int]]:
-    """Row indices of every batch of the given chunks, in order; batches never straddle chunks."""
-    batches = []
-    for c in chunks:
-        start, stop = c * chunk_rows, min((c + 1) * chunk_rows, n)
-        batches.extend(list(range(s, min(s + batch_size, stop))) for s in range(start, stop, batch_size))
-    return batches
-
-
-class _ChunkWriter:
-    """Writes finished chunks on one background thread so the forward pass never waits on I/O."""
-
-    def __init__(self, store: FeatureStore, lease, arrays, fingerprints, todo: dict[str, set[int]]):
-        self.store, self.lease, self.arrays, self.fps, self.todo = store, lease, arrays, fingerprints, todo
-        self.q: queue.Queue = queue.Queue(maxsize=2)  # bounds memory: at most 2 chunks in flight
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="repeval-chunk-writer", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while (item := self.q.get()) is not None:
-            if self.error is not None:
-                continue  # drain after a failure
-            chunk, blocks = item
-            try:
-                for layer, rows in blocks.items():
-                    if chunk in self.todo[layer]:
-                        self.store.write_chunk(self.lease, self.arrays[layer], self.fps[layer], chunk, rows)
-            except BaseException as exc:  # re-raised on the main thread
-                self.error = exc
-
-    def put(self, chunk: int, blocks: dict[str, np.ndarray]) -> None:
-        if self.error is not None:
-            raise self.error
-        self.q.put((chunk, blocks))
-
-    def close(self) -> None:
-        self.q.put(None)
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
 
 
 def extract(
@@ -151,9 +82,29 @@ def extract(
 ) -> ExtractionReport:
     """Extract every requested layer of ``encoder`` on ``dataset``/``split`` into ``store``.
 
-    Complete arrays with the same fingerprint are reused without a forward pass; a partial
-    one is resumed at its first missing chunk; a stale one (other weights, preprocessing
+    Complete arrays with the same fingerprint are reused without a forward pass, also
+    when stored under another model name (identical weights in another file): the layer is
+    then recorded as an alias of that array, with this encoder's own provenance. A partial
+    array is resumed at its first missing chunk; a stale one (other weights, preprocessing
     or data) is replaced. One process writes a (model, dataset, split) group at a time.
+
+    Parameters
+    ----------
+    store : FeatureStore
+        A writable store.
+    encoder : EncoderSpec or Encoder
+        What to extract (a spec is loaded on ``config.device``).
+    dataset : DatasetAdapter
+        An image dataset.
+    split : str
+        One of the dataset's splits.
+    config : ExtractConfig
+        Batching, dtype, device and lease settings.
+
+    Returns
+    -------
+    ExtractionReport
+        What was done (``status``), the keys and fingerprints, and the throughput.
     """
     config.validate()
     store.check_writable()
@@ -169,12 +120,12 @@ def extract(
     group = features_group_key(model, dataset.name, split)
     n = dataset.num_samples(split)
     dataset_fp = dataset.fingerprint(split)
-    fps = _layer_fingerprints(encoder, dataset_fp, split, config.dtype)
+    fps = layer_fingerprints(encoder, dataset_fp, split, config.dtype)
     keys = {layer: feature_key(model, dataset.name, split, layer) for layer in encoder.layers}
     report = ExtractionReport(model, dataset.name, split, "cached", keys, fps, n,
                               skipped_ids=list(dataset.skipped(split)))
 
-    def pending() -> dict[str, object]:
+    def pending() -> dict[str, ArrayStatus | None]:
         out = {}
         for layer, key in keys.items():
             st = store.status(key)
@@ -193,86 +144,76 @@ def extract(
         todo_status = pending()  # the previous holder may have finished it
         if not todo_status:
             return report
+        todo_status = _alias_identical(store, lease, encoder, report, todo_status)
+        if not todo_status:
+            report.status = "aliased"
+            return report
         _run(store, lease, encoder, dataset, split, config, report, todo_status, labels_key)
     finally:
         lease.release()
     return report
 
 
-def _run(store, lease, encoder, dataset, split, config, report, todo_status, labels_key) -> None:
+def _alias_identical(store: FeatureStore, lease: Lease, encoder: Encoder, report: ExtractionReport,
+                     todo_status: dict[str, ArrayStatus | None]) -> dict[str, ArrayStatus | None]:
+    """Alias every pending layer whose fingerprint a complete array elsewhere holds; the rest."""
+    rest = {}
+    for layer, st in todo_status.items():
+        target = store.find_complete(report.fingerprints[layer])
+        if target is None or target.key == report.keys[layer]:
+            rest[layer] = st
+            continue
+        own = {"model": report.model, "encoder": encoder.provenance(), "encoder_spec": recorded_spec(encoder.spec)}
+        store.write_alias(lease, report.keys[layer], target, own)
+        report.aliases[layer] = target.key
+        log.info("%s holds the same features as %s (identical weights): recorded as an alias",
+                 report.keys[layer], target.key)
+    return rest
+
+
+def _run(store: FeatureStore, lease: Lease, encoder: Encoder, dataset: DatasetAdapter, split: str,
+         config: ExtractConfig, report: ExtractionReport, todo_status: dict[str, ArrayStatus | None],
+         labels_key: str) -> None:
     n = report.rows
     chunk_rows = config.batch_size * config.chunk_batches
-    n_chunks = -(-n // chunk_rows)
     dims = encoder.feature_dims()
     pooling = encoder.layer_pooling()
-    arrays, todo = {}, {}
-    resumed = False
-    for layer, st in todo_status.items():
-        key, fp = report.keys[layer], report.fingerprints[layer]
-        if st is not None and st.fingerprint == fp and st.chunk_rows == chunk_rows:
-            arrays[layer] = store.open_writable(key)
-            todo[layer] = set(range(n_chunks)) - set(st.done_chunks)
-            resumed = resumed or bool(st.done_chunks)
-        else:  # new, stale, or written with another chunking: (re)create
-            attrs = {
-                "fingerprint": fp, "kind": "features", "model": report.model, "dataset": report.dataset,
-                "split": split, "layer": layer, "pooling": pooling[layer], "dtype": config.dtype,
-                "chunk_rows": chunk_rows, "batch_size": config.batch_size, "labels": labels_key,
-                "encoder": encoder.provenance(), "encoder_spec": _recorded_spec(encoder.spec),
-                "dataset_fingerprint": dataset.fingerprint(split),
-                "dataset_params": dataset.describe(), "skipped_ids": report.skipped_ids,
-                "libraries": library_versions(),
-            }
-            arrays[layer] = store.create_array(lease, key, shape=(n, dims[layer]), chunk_rows=chunk_rows,
-                                               dtype=config.dtype, attrs=attrs)
-            todo[layer] = set(range(n_chunks))
-    chunks = sorted(set().union(*todo.values()))
-    batches = _chunk_batches(chunks, n, chunk_rows, config.batch_size)
-    loader = DataLoader(
-        TorchImageDataset(dataset, split, encoder.transform()), batch_sampler=batches,
-        num_workers=config.num_workers, pin_memory=encoder.device.type == "cuda",
-        persistent_workers=False,
-        # its own generator: each iterator draws a seed, which from torch's global RNG could
-        # land inside another thread's seeded model init (pipeline.encoders._INIT_LOCK)
-        generator=torch.Generator(),
-    )
-    writer = _ChunkWriter(store, lease, arrays, report.fingerprints, todo)
-    out_dtype = np.dtype(config.dtype)
-    buffers: dict[str, list[np.ndarray]] = {layer: [] for layer in arrays}
+    specs = []
+    for layer in todo_status:
+        attrs = {
+            "fingerprint": report.fingerprints[layer], "kind": "features", "model": report.model,
+            "dataset": report.dataset, "split": split, "layer": layer, "pooling": pooling[layer],
+            "dtype": config.dtype, "chunk_rows": chunk_rows, "batch_size": config.batch_size, "labels": labels_key,
+            "encoder": encoder.provenance(), "encoder_spec": recorded_spec(encoder.spec),
+            "dataset_fingerprint": dataset.fingerprint(split), "dataset_params": dataset.describe(),
+            "skipped_ids": report.skipped_ids, "libraries": library_versions(),
+        }
+        specs.append(ArraySpec(report.keys[layer], (n, dims[layer]), chunk_rows, config.dtype, attrs))
+    layer_of = {report.keys[layer]: layer for layer in todo_status}
     started = time.perf_counter()
-    bar = tqdm(total=sum(len(b) for b in batches), unit="img", disable=not config.progress,
-               desc=f"{report.model}/{report.dataset}/{split}", leave=False)
+    bar = tqdm(total=0, unit="img", disable=not config.progress, desc=f"{report.model}/{report.dataset}/{split}",
+               leave=False)
+
+    def on_batch(images: int) -> None:
+        report.forward_batches += 1
+        report.images += images
+        bar.update(images)
+        bar.set_postfix(img_s=f"{report.images / max(time.perf_counter() - started, 1e-9):.0f}")
+
+    def produce(todo):
+        chunks = sorted(set().union(*todo.values()))
+        bar.total = sum(min((c + 1) * chunk_rows, n) - c * chunk_rows for c in chunks)
+        for chunk, feats in forward_chunks(encoder, dataset, split, chunks, chunk_rows=chunk_rows,
+                                           batch_size=config.batch_size, dtype=config.dtype,
+                                           num_workers=config.num_workers, on_batch=on_batch):
+            yield chunk, {key: feats[layer] for key, layer in layer_of.items()}
+
     try:
-        for images, index in loader:
-            feats = encoder.forward(images)
-            report.forward_batches += 1
-            report.images += len(index)
-            for layer in arrays:
-                buffers[layer].append(feats[layer].astype(out_dtype, copy=False))
-            last_row = int(index[-1])
-            chunk = last_row // chunk_rows
-            if last_row + 1 == min((chunk + 1) * chunk_rows, n):  # chunk full: hand it over
-                writer.put(chunk, {layer: np.concatenate(buffers[layer]) for layer in arrays})
-                buffers = {layer: [] for layer in arrays}
-            bar.update(len(index))
-            bar.set_postfix(img_s=f"{report.images / max(time.perf_counter() - started, 1e-9):.0f}")
+        result = store.write_arrays(lease, specs, produce)
     finally:
         bar.close()
-        writer.close()
-    for layer in arrays:
-        store.mark_complete(lease, report.keys[layer], report.fingerprints[layer])
     report.seconds = time.perf_counter() - started
     report.images_per_s = report.images / max(report.seconds, 1e-9)
-    report.status = "resumed" if resumed else "extracted"
+    report.status = "resumed" if result.resumed else "extracted"
     log.info("%s/%s/%s: %d images in %.1f s (%.0f img/s)", report.model, report.dataset, split,
              report.images, report.seconds, report.images_per_s)
-
-
-def iter_batches_for_benchmark(dataset: DatasetAdapter, split: str, encoder: Encoder,
-                               batch_size: int) -> Iterator[torch.Tensor]:
-    """The same batches the job feeds the model, for a bare-loop comparison."""
-    n = dataset.num_samples(split)
-    loader = DataLoader(TorchImageDataset(dataset, split, encoder.transform()),
-                        batch_sampler=_chunk_batches(list(range(-(-n // batch_size))), n, batch_size, batch_size))
-    for images, _ in loader:
-        yield images

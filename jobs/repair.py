@@ -17,16 +17,15 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
-from jobs.extract import _chunk_batches, _layer_fingerprints
-from pipeline.datasets import DatasetAdapter, TorchImageDataset, make_dataset
+from jobs.forward import forward_chunks, layer_fingerprints
+from pipeline.datasets import DatasetAdapter, make_dataset
 from pipeline.encoders import Encoder, EncoderSpec, load_encoder
 from pipeline.errors import (
     ArrayNotFoundError, CheckpointError, ConfigError, CorruptChunkError, RepevalError, StaleArrayError, StoreError,
 )
-from storage_schema import FeatureStore, parse_feature_key
-from storage_schema.leases import DEFAULT_TTL
+from storage_schema import DEFAULT_TTL, ArraySpec, FeatureStore, parse_feature_key
+from storage_schema.keys import group_of
 from storage_schema.provenance import canonical_json, library_versions
 
 log = logging.getLogger(__name__)
@@ -59,8 +58,28 @@ class RepairSummary:
 
 
 def find_damage(store: FeatureStore, keys: list[str] | None = None) -> tuple[dict[str, list[int]], list[str], int]:
-    """(damaged chunks per complete array, incomplete arrays, arrays checked); reads every chunk."""
-    statuses = store.list_arrays() if keys is None else [_status(store, k) for k in keys]
+    """Find the damaged chunks of stored arrays (reads every chunk).
+
+    An alias is checked (and repaired) through the array holding its rows, once.
+
+    Parameters
+    ----------
+    store : FeatureStore
+        The store.
+    keys : list of str, optional
+        The arrays to check; every array of the store by default.
+
+    Returns
+    -------
+    tuple
+        (damaged chunks per complete stored array, incomplete arrays, arrays checked).
+    """
+    listed = store.list_arrays() if keys is None else [_status(store, k) for k in keys]
+    stored = {st.storage_key: st for st in listed if st.alias_of is None}
+    for st in listed:
+        if st.alias_of is not None and st.alias_of not in stored:
+            stored[st.alias_of] = _status(store, st.alias_of)
+    statuses = list(stored.values())
     damaged, incomplete = {}, []
     for st in statuses:
         if not st.complete:
@@ -74,16 +93,36 @@ def repair(store: FeatureStore, keys: list[str] | None = None, *, weights: str |
            device: str | None = None, lease_ttl: float = DEFAULT_TTL, num_workers: int = 0) -> RepairSummary:
     """Recompute the damaged chunks of ``keys`` (default: every array of the store).
 
-    ``weights``: the checkpoint to use where an array's recorded one moved (its weights
-    must be the recorded ones). Arrays that cannot be recomputed are listed in ``failed``
-    with the reason; the others are still repaired.
+    Arrays that cannot be recomputed are listed in ``failed`` with the reason; the others
+    are still repaired.
+
+    Parameters
+    ----------
+    store : FeatureStore
+        A writable store.
+    keys : list of str, optional
+        The arrays to repair; every array by default.
+    weights : str, optional
+        The checkpoint to use where an array's recorded one moved (its weights must be the
+        recorded ones).
+    device : str, optional
+        Where to run the encoder; the extraction's device type is required.
+    lease_ttl : float
+        TTL of the write leases, in seconds.
+    num_workers : int
+        DataLoader worker processes.
+
+    Returns
+    -------
+    RepairSummary
+        What was checked, repaired, left incomplete and not repairable.
     """
     store.check_writable()
     summary = RepairSummary()
     damaged, summary.incomplete, summary.checked = find_damage(store, keys)
     groups: dict[tuple[str, str], list[str]] = defaultdict(list)
     for key in damaged:
-        groups[(key.rsplit("/", 1)[0], _recipe(store.status(key).attrs))].append(key)
+        groups[(group_of(key), _recipe(store.status(key).attrs))].append(key)
     for (group, _), group_keys in groups.items():
         try:
             if store.status(group_keys[0]).attrs.get("kind") == "labels":
@@ -188,7 +227,7 @@ def _repair_features(store: FeatureStore, group: str, keys: list[str], weights: 
     split, dtype = attrs["split"], attrs["dtype"]
     dataset = _dataset(attrs, keys[0])
     encoder = _encoder(_spec(attrs, sorted(layers), weights, keys[0]), attrs, device, keys[0])
-    fps = _layer_fingerprints(encoder, dataset.fingerprint(split), split, dtype)
+    fps = layer_fingerprints(encoder, dataset.fingerprint(split), split, dtype)
     for layer, key in layers.items():
         stored = store.status(key).fingerprint
         if fps[layer] != stored:
@@ -196,30 +235,29 @@ def _repair_features(store: FeatureStore, group: str, keys: list[str], weights: 
                 f"cannot repair {key!r}: the rebuilt encoder and dataset give fingerprint {fps[layer][:12]}, "
                 f"the array holds {stored[:12]} (weights, preprocessing or data changed); re-extract it"
             )
-    n, chunk_rows, batch_size = store.status(keys[0]).shape[0], int(attrs["chunk_rows"]), int(attrs["batch_size"])
+    chunk_rows, batch_size = int(attrs["chunk_rows"]), int(attrs["batch_size"])
+
+    def count(images: int) -> None:
+        summary.forward_batches += 1
+        summary.images += images
+
+    def produce(todo):
+        chunks = sorted(set().union(*todo.values()))
+        for chunk, feats in forward_chunks(encoder, dataset, split, chunks, chunk_rows=chunk_rows,
+                                           batch_size=batch_size, dtype=dtype, num_workers=num_workers,
+                                           on_batch=count):
+            yield chunk, {key: feats[layer] for layer, key in layers.items()}
+
     with store.lease(group, ttl=lease_ttl) as lease:
         todo = {}  # read again under the lease: another process may have rewritten the array meanwhile
         for layer, key in layers.items():
             st = store.status(key)
             if st is not None and st.complete and st.fingerprint == fps[layer]:
-                todo[layer] = store.damaged_chunks(key)
-        chunks = sorted(set().union(*todo.values()))
-        loader = DataLoader(TorchImageDataset(dataset, split, encoder.transform()),
-                            batch_sampler=_chunk_batches(chunks, n, chunk_rows, batch_size), num_workers=num_workers,
-                            generator=torch.Generator())  # as extract: off torch's global RNG
-        rows: dict[int, list[dict[str, np.ndarray]]] = defaultdict(list)
-        for images, index in loader:  # batches never straddle chunks
-            rows[int(index[0]) // chunk_rows].append(encoder.forward(images))
-            summary.forward_batches += 1
-            summary.images += len(index)
-        out_dtype = np.dtype(dtype)
-        for layer, bad in todo.items():
-            array = store.open_writable(layers[layer])
-            for c in bad:
-                block = np.concatenate([f[layer] for f in rows[c]]).astype(out_dtype, copy=False)
-                store.write_chunk(lease, array, fps[layer], c, block)
-    for layer, bad in todo.items():
-        _check_repaired(store, layers[layer], bad, summary)
+                todo[key] = (st, store.damaged_chunks(key))
+        store.write_arrays(lease, [ArraySpec.of(st) for st, _ in todo.values()], produce,
+                           chunks={key: bad for key, (_, bad) in todo.items()})
+    for key, (_, bad) in todo.items():
+        _check_repaired(store, key, bad, summary)
 
 
 def _repair_labels(store: FeatureStore, key: str, lease_ttl: float, summary: RepairSummary) -> None:
@@ -230,11 +268,12 @@ def _repair_labels(store: FeatureStore, key: str, lease_ttl: float, summary: Rep
         raise StaleArrayError(f"cannot repair {key!r}: the rebuilt dataset has fingerprint "
                               f"{dataset.fingerprint(split)[:12]}, the labels hold {st.fingerprint[:12]}")
     labels = np.asarray(dataset.labels(split), dtype=np.int64)
-    with store.lease(key.rsplit("/", 1)[0], ttl=lease_ttl) as lease:
+    rows = st.chunk_rows
+    with store.lease(group_of(key), ttl=lease_ttl) as lease:
         bad = store.damaged_chunks(key)
-        array = store.open_writable(key)
-        for c in bad:
-            store.write_chunk(lease, array, st.fingerprint, c, labels[c * st.chunk_rows:(c + 1) * st.chunk_rows])
+        store.write_arrays(lease, [ArraySpec.of(st)],
+                           lambda todo: ((c, {key: labels[c * rows:(c + 1) * rows]}) for c in sorted(todo[key])),
+                           chunks={key: bad})
     _check_repaired(store, key, bad, summary)
 
 

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 
 from jobs.checkpoint_scan import with_scanned_checkpoints
 from jobs.config import BenchmarkConfig
-from storage_schema import FeatureStore, stable_hash
-from storage_schema.backend import SIDE
+from storage_schema import FeatureStore
+from storage_schema.keys import watch_key
 from storage_schema.provenance import now_iso
 
 
@@ -32,10 +32,6 @@ class Changes:
     @property
     def any(self) -> bool:
         return bool(self.new_encoders) or self.protocols_changed
-
-
-def watch_key(config_path: str) -> str:
-    return f"{SIDE}/watch/{stable_hash(str(config_path), 16)}.json"
 
 
 def load_state(store: FeatureStore, key: str) -> WatchState | None:

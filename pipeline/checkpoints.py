@@ -12,6 +12,7 @@ import os
 import pickle
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -23,6 +24,7 @@ PICKLE_EXTENSIONS = (".pth", ".pt", ".bin")
 CHECKPOINT_EXTENSIONS = SAFETENSORS_EXTENSIONS + PICKLE_EXTENSIONS
 # Training scripts commonly nest the weights under one of these keys.
 _NESTED_KEYS = ("state_dict", "model")
+_V = TypeVar("_V")
 
 
 def load_state_dict(
@@ -38,7 +40,62 @@ def load_state_dict(
     Each prefix of ``strip_prefixes`` is removed, in order, only when *every* key carries it
     (e.g. ``module.`` from DistributedDataParallel, ``backbone.`` from a detector); a prefix
     that only some keys carry is left alone, so no key is renamed by accident.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The checkpoint file.
+    strip_prefixes : iterable of str
+        Key prefixes to remove when every key carries them.
+
+    Returns
+    -------
+    dict
+        Tensor name -> tensor, on CPU.
+
+    Raises
+    ------
+    CheckpointError
+        Unsupported extension, missing or unreadable file, or not a state dict.
+    UnsafeCheckpointError
+        A pickle that would run code to load.
     """
+    path = _checked_path(path)
+    raw = _load_safetensors(path) if path.suffix.lower() in SAFETENSORS_EXTENSIONS else _load_pickle(path)
+    return _strip(_unwrap(raw, path), strip_prefixes)
+
+
+def checkpoint_shapes(
+    path: str | os.PathLike[str],
+    strip_prefixes: Iterable[str] = ("module.",),
+) -> dict[str, tuple[int, ...]]:
+    """The name and shape of every tensor of a checkpoint, without reading the tensors.
+
+    A ``.safetensors`` file's header is read; a pickle is opened with every tensor on the
+    meta device (memory-mapped where the format allows), under the same safety rules and
+    key handling as :func:`load_state_dict`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The checkpoint file.
+    strip_prefixes : iterable of str
+        Key prefixes to remove when every key carries them.
+
+    Returns
+    -------
+    dict
+        Tensor name -> shape.
+    """
+    path = _checked_path(path)
+    if path.suffix.lower() in SAFETENSORS_EXTENSIONS:
+        shapes = _safetensors_shapes(path)
+    else:
+        shapes = {k: tuple(v.shape) for k, v in _unwrap(_load_pickle(path, meta=True), path).items()}
+    return _strip(shapes, strip_prefixes)
+
+
+def _checked_path(path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in CHECKPOINT_EXTENSIONS:
@@ -48,13 +105,24 @@ def load_state_dict(
         )
     if not path.is_file():
         raise CheckpointError(f"Checkpoint file {str(path)!r} does not exist")
+    return path
 
-    raw = _load_safetensors(path) if suffix in SAFETENSORS_EXTENSIONS else _load_pickle(path)
-    state_dict = _unwrap(raw, path)
+
+def _strip(entries: dict[str, _V], strip_prefixes: Iterable[str]) -> dict[str, _V]:
     for prefix in strip_prefixes:
-        if prefix and state_dict and all(k.startswith(prefix) for k in state_dict):
-            state_dict = {k[len(prefix):]: v for k, v in state_dict.items()}
-    return state_dict
+        if prefix and entries and all(k.startswith(prefix) for k in entries):
+            entries = {k[len(prefix):]: v for k, v in entries.items()}
+    return entries
+
+
+def _safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"Cannot read safetensors checkpoint {path.name!r}: {exc}") from exc
 
 
 def _load_safetensors(path: Path) -> dict[str, Tensor]:
@@ -67,8 +135,13 @@ def _load_safetensors(path: Path) -> dict[str, Tensor]:
         raise CheckpointError(f"Cannot read safetensors checkpoint {path.name!r}: {exc}") from exc
 
 
-def _load_pickle(path: Path) -> object:
+def _load_pickle(path: Path, meta: bool = False) -> object:
     try:
+        if meta:
+            try:  # memory-mapped: no tensor bytes are read (zip-format files only)
+                return torch.load(path, map_location="meta", weights_only=True, mmap=True)
+            except RuntimeError:
+                return torch.load(path, map_location="meta", weights_only=True)
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         # weights_only refuses any global it does not know: the file would run code to load.
@@ -109,6 +182,16 @@ def weights_fingerprint(weights: Mapping[str, Tensor] | nn.Module) -> str:
 
     Independent of file name, format and mtime: identical tensors give the same fingerprint,
     any changed element a different one.
+
+    Parameters
+    ----------
+    weights : mapping or torch.nn.Module
+        A state dict, or a module whose state dict is used.
+
+    Returns
+    -------
+    str
+        64 hexadecimal digits.
     """
     state = weights.state_dict() if isinstance(weights, nn.Module) else weights
     digest = hashlib.sha256()

@@ -1,4 +1,4 @@
-"""Correlating scores across models in logit space (PROTOCOLS.md section 8, Ericsson A.7).
+"""Correlating scores across models in logit space (after Ericsson et al., CVPR 2021, appendix A.7).
 
 A metric bounded in [0, 1] (accuracy, AP, mIoU, ECE) is compared across models after the
 logit transform log(p / (1 - p)), with p given as a fraction and clipped to
@@ -9,6 +9,10 @@ better on the target".
 A setting (e.g. "many-shot linear", "few-shot 20-shot") is summarised per model by the mean
 of its logit-transformed scores over the setting's datasets, then correlated (Pearson r and
 Spearman rho) with the reference; the same is reported per dataset.
+
+The module is longer than 450 lines because about half of it is the documentation of its
+five public functions and classes; the statistics (transform, align, correlate, bootstrap)
+are one unit, best read together.
 """
 
 from __future__ import annotations
@@ -52,6 +56,18 @@ def logit(p: object, eps: float = DEFAULT_EPS) -> np.ndarray:
     Values outside [0, 1] are refused rather than clipped: 85.0 is almost always a
     percentage, and clipping it to 1 - eps would silently give every such model the same
     score. Pass fractions (0.85).
+
+    Parameters
+    ----------
+    p : array_like
+        Fractions in [0, 1].
+    eps : float
+        Clipping bound, in (0, 0.5).
+
+    Returns
+    -------
+    numpy.ndarray
+        The logits, with the shape of ``p``.
     """
     if not 0.0 < eps < 0.5:
         raise DataValidationError(f"eps must lie in (0, 0.5), got {eps!r}")
@@ -90,6 +106,23 @@ class CorrelationResult:
     resampled with replacement, ``n_bootstrap`` times, at level ``confidence``); ``None`` when
     no bootstrap was asked. Resamples in which either vector is constant have no defined
     correlation and are left out; ``n_bootstrap_used`` says how many counted.
+
+    Parameters
+    ----------
+    pearson, spearman : float
+        The correlation coefficients.
+    n : int
+        Number of models.
+    pearson_p, spearman_p : float
+        Two-sided p-values of the coefficients.
+    pearson_ci, spearman_ci : tuple of float, optional
+        Bootstrap intervals, or None.
+    n_bootstrap : int
+        Bootstrap resamples drawn (0: none).
+    n_bootstrap_used : int
+        Resamples with a defined correlation.
+    confidence : float
+        Level of the intervals.
     """
 
     pearson: float
@@ -104,7 +137,13 @@ class CorrelationResult:
     confidence: float = 0.95
 
     def to_dict(self) -> dict[str, object]:
-        """Plain dictionary (for the results ledger)."""
+        """Plain dictionary (for the results ledger).
+
+        Returns
+        -------
+        dict
+            One entry per field.
+        """
         return {
             "pearson": self.pearson,
             "spearman": self.spearman,
@@ -247,6 +286,30 @@ def transfer_correlation(
     (transformed) target, so an error rate or ECE correlates positively when it improves
     with the reference. ``n_bootstrap`` > 0 adds percentile bootstrap intervals over models.
     At least 3 models are needed, and neither vector may be constant.
+
+    Parameters
+    ----------
+    reference, target : sequence, mapping or numpy.ndarray
+        One score per model, aligned by position (sequences) or by model (mappings).
+    bounded : bool
+        Logit-transform the target (fractions in [0, 1]).
+    lower_is_better : bool
+        Negate the transformed target.
+    n_bootstrap : int
+        Bootstrap resamples over models for the intervals (0: none).
+    seed : int
+        Seed of the resampling.
+    reference_bounded : bool, optional
+        Logit-transform the reference; ``bounded`` by default.
+    eps : float
+        Clipping bound of the logit.
+    confidence : float
+        Level of the bootstrap intervals.
+
+    Returns
+    -------
+    CorrelationResult
+        Pearson and Spearman coefficients, p-values and intervals.
     """
     ref, tgt = _align(reference, target)
     ref_t = _transform(ref, bounded if reference_bounded is None else reference_bounded, eps)
@@ -283,6 +346,24 @@ def setting_scores(
     are ignored. ``models`` defaults to every model in ``scores``; each must have a score
     on every dataset of the setting, otherwise the error names the model and what it
     lacks. ``bounded=False`` averages the raw scores (unbounded metrics).
+
+    Parameters
+    ----------
+    scores : mapping
+        (model, dataset) -> score.
+    datasets : sequence
+        The setting's datasets (distinct).
+    models : sequence, optional
+        The models to summarise; every model of ``scores`` by default.
+    bounded : bool
+        Logit-transform the scores before averaging.
+    eps : float
+        Clipping bound of the logit.
+
+    Returns
+    -------
+    dict
+        Model -> mean (transformed) score over the datasets.
     """
     datasets = list(datasets)
     if not datasets:
@@ -316,7 +397,19 @@ def setting_scores(
 
 @dataclass(frozen=True)
 class SettingCorrelation:
-    """Correlation of a setting's per-model summary with the reference, and per dataset."""
+    """Correlation of a setting's per-model summary with the reference, and per dataset.
+
+    Parameters
+    ----------
+    setting : CorrelationResult
+        The correlation of the setting's per-model summary with the reference.
+    per_dataset : dict
+        Dataset -> the correlation on that dataset alone.
+    models, datasets : tuple
+        The models correlated and the setting's datasets.
+    setting_scores : dict
+        Model -> its setting summary (:func:`setting_scores`).
+    """
 
     setting: CorrelationResult
     per_dataset: dict[object, CorrelationResult]
@@ -325,7 +418,13 @@ class SettingCorrelation:
     setting_scores: dict[object, float] = field(repr=False)
 
     def to_records(self) -> list[dict[str, object]]:
-        """One flat record for the setting (dataset ``None``) and one per dataset."""
+        """One flat record for the setting (dataset ``None``) and one per dataset.
+
+        Returns
+        -------
+        list of dict
+            The records, the setting's first.
+        """
         rows = [{"dataset": None, **self.setting.to_dict()}]
         rows += [{"dataset": d, **r.to_dict()} for d, r in self.per_dataset.items()]
         return rows
@@ -350,6 +449,34 @@ def correlate_setting(
     ImageNet top-1 as fractions) must cover all of them and may hold more, which are not
     used. The setting value of a model is :func:`setting_scores` (mean logit over the
     datasets); per dataset the model's transformed score is used directly.
+
+    Parameters
+    ----------
+    reference : mapping
+        Model -> reference score.
+    scores : mapping
+        (model, dataset) -> score.
+    datasets : sequence
+        The setting's datasets.
+    bounded : bool
+        Logit-transform the scores.
+    reference_bounded : bool
+        Logit-transform the reference.
+    lower_is_better : bool
+        Negate the transformed scores.
+    n_bootstrap : int
+        Bootstrap resamples over models (0: none).
+    seed : int
+        Seed of the resampling.
+    eps : float
+        Clipping bound of the logit.
+    confidence : float
+        Level of the bootstrap intervals.
+
+    Returns
+    -------
+    SettingCorrelation
+        The setting's correlation and each dataset's.
     """
     if not isinstance(reference, Mapping):
         raise DataValidationError(

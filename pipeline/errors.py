@@ -74,6 +74,10 @@ class ArrayNotFoundError(RepevalError, KeyError, FileNotFoundError):
     """No array at that key; the message lists what the store holds nearby."""
 
 
+class RecordNotFoundError(RepevalError, KeyError):
+    """No bookkeeping record (ledger record, failure record) under that id in the store."""
+
+
 class IncompleteArrayError(StoreError):
     """The array exists but not every chunk has been written yet."""
 
@@ -95,7 +99,22 @@ class LeaseLostError(StoreError):
 
 
 def unknown_name(kind: str, name: object, choices: Iterable[str]) -> UnknownNameError:
-    """Build an error for an unknown registry name, suggesting close valid names."""
+    """Build an error for an unknown registry name, suggesting close valid names.
+
+    Parameters
+    ----------
+    kind : str
+        What was looked up (``timm architecture``, ``dataset adapter``...).
+    name : object
+        The name given.
+    choices : iterable of str
+        The valid names.
+
+    Returns
+    -------
+    UnknownNameError
+        The error to raise; its message lists up to 30 valid names.
+    """
     choices = sorted(set(choices))
     close = get_close_matches(str(name), choices, n=5, cutoff=0.6)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""

@@ -16,6 +16,23 @@ def validate_name(name: object, what: str = "name") -> str:
 
     Refused: non-strings, empty names, path separators, ``.``/``..``, control characters,
     a leading dot (hidden files, zarr's own metadata) and names over 200 characters.
+
+    Parameters
+    ----------
+    name : object
+        The candidate name.
+    what : str
+        What the name is, for the message (``model name``, ``split name``...).
+
+    Returns
+    -------
+    str
+        ``name`` unchanged.
+
+    Raises
+    ------
+    InvalidNameError
+        The message names ``what`` and quotes the value.
     """
     if not isinstance(name, str):
         raise InvalidNameError(f"{what} must be a string, got {type(name).__name__}: {name!r}")

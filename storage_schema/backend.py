@@ -25,13 +25,25 @@ from zarr.abc.store import Store
 
 from pipeline.errors import ReadOnlyStoreError, StoreError, StoreFullError
 
-SIDE = "_repeval"  # bookkeeping prefix inside the store root; never a zarr node
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # disk, quota, file size limit (RLIMIT_FSIZE)
 
 
 @contextlib.contextmanager
 def write_errors(url: str, what: str) -> Iterator[None]:
-    """Turn a full or read-only file system into an error naming the store and the write."""
+    """Turn a full or read-only file system into an error naming the store and the write.
+
+    Parameters
+    ----------
+    url : str
+        The store, as shown to users (no credentials).
+    what : str
+        What was being written (``chunk 3 of 'features/...'``).
+
+    Yields
+    ------
+    None
+        The body runs inside; OSErrors of a full or read-only file system are translated.
+    """
     try:
         yield
     except (ReadOnlyStoreError, StoreFullError):
@@ -52,7 +64,18 @@ def write_errors(url: str, what: str) -> Iterator[None]:
 
 
 def redact_url(url: str) -> str:
-    """``url`` without the user info (``user:password@``) of its authority."""
+    """``url`` without the user info (``user:password@``) of its authority.
+
+    Parameters
+    ----------
+    url : str
+        A path or URL.
+
+    Returns
+    -------
+    str
+        The URL, safe for provenance, logs and reports.
+    """
     if "://" not in url:
         return url
     scheme, rest = url.split("://", 1)
@@ -63,7 +86,18 @@ def redact_url(url: str) -> str:
 
 
 def url_has_password(url: str) -> bool:
-    """True for ``scheme://user:password@...``: a secret that would be persisted with the URL."""
+    """Whether ``url`` carries a password (``scheme://user:password@...``).
+
+    Parameters
+    ----------
+    url : str
+        A path or URL.
+
+    Returns
+    -------
+    bool
+        True when a secret would be persisted with the URL.
+    """
     if "://" not in url:
         return False
     authority = url.split("://", 1)[1].partition("/")[0]
@@ -75,7 +109,20 @@ def _is_local(url: str) -> bool:
 
 
 class Backend:
-    """Byte-level access to a store root, local or remote."""
+    """Byte-level access to a store root, local or remote.
+
+    Keys are ``/``-separated paths relative to the root (built by
+    :mod:`storage_schema.keys`).
+
+    Parameters
+    ----------
+    url : str
+        A local folder or an fsspec URL.
+    storage_options : dict, optional
+        Passed to fsspec.
+    read_only : bool
+        Refuse every write with ReadOnlyStoreError.
+    """
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None, read_only: bool = False):
         self.url = str(url)
@@ -94,6 +141,13 @@ class Backend:
 
     # -- zarr -------------------------------------------------------------------------
     def zarr_store(self) -> Store:
+        """The root as a Zarr store (LocalStore for folders, FsspecStore for URLs).
+
+        Returns
+        -------
+        zarr.abc.store.Store
+            The store, read-only when the backend is.
+        """
         if self.local:
             return zarr.storage.LocalStore(self.root, read_only=self.read_only)
         return zarr.storage.FsspecStore.from_url(
@@ -101,17 +155,59 @@ class Backend:
         )
 
     def redacted_url(self) -> str:
-        """The URL without credentials, safe for provenance, logs and reports."""
+        """The URL without credentials, safe for provenance, logs and reports.
+
+        Returns
+        -------
+        str
+            The folder (local) or the redacted URL.
+        """
         return redact_url(self.url) if not self.local else self.root
 
     # -- key/value ----------------------------------------------------------------------
     def path(self, key: str) -> str:
+        """The file system path of ``key``.
+
+        Parameters
+        ----------
+        key : str
+            A store key.
+
+        Returns
+        -------
+        str
+            The root joined with ``key``.
+        """
         return f"{self.root}/{key}"
 
     def exists(self, key: str) -> bool:
+        """Whether ``key`` exists (a file or a folder).
+
+        Parameters
+        ----------
+        key : str
+            A store key.
+
+        Returns
+        -------
+        bool
+            True when it exists.
+        """
         return self.fs.exists(self.path(key))
 
     def read(self, key: str) -> bytes | None:
+        """The bytes of ``key`` in one read (a snapshot, even while another process rewrites it).
+
+        Parameters
+        ----------
+        key : str
+            A store key.
+
+        Returns
+        -------
+        bytes or None
+            The content, or None when there is no such file.
+        """
         try:
             if not self.local:
                 # One GET: a snapshot even while another process rewrites the object (a lease
@@ -123,14 +219,30 @@ class Backend:
             return None
 
     def check_writable(self, key: str) -> None:
-        """Every write primitive refuses on a read-only handle, whoever calls it."""
+        """Refuse a write of ``key`` on a read-only handle, or outside the root.
+
+        Every write primitive calls it, whoever calls them.
+
+        Parameters
+        ----------
+        key : str
+            The key about to be written.
+        """
         if self.read_only:
             raise ReadOnlyStoreError(f"store {self.redacted_url()!r} was opened read-only (writing {key!r})")
         self.check_inside(key)
 
     def check_inside(self, key: str) -> None:
-        """A symlink planted in a local store must not redirect writes outside it (names are
-        validated already; this covers links made by someone with access to the folder)."""
+        """Refuse ``key`` when it resolves outside a local root (through a planted symlink).
+
+        Names are validated already; this covers links made by someone with access to the
+        folder.
+
+        Parameters
+        ----------
+        key : str
+            The key about to be written.
+        """
         if self.local:
             real = os.path.realpath(self.path(key))
             if real != self.root and not real.startswith(self.root + os.sep):
@@ -138,6 +250,15 @@ class Backend:
                                  "(a symbolic link in the store); refusing to write there")
 
     def write_atomic(self, key: str, data: bytes) -> None:
+        """Write ``data`` to ``key``: readers see the old bytes or the new, never a torn file.
+
+        Parameters
+        ----------
+        key : str
+            A store key.
+        data : bytes
+            The new content.
+        """
         self.check_writable(key)
         with write_errors(self.redacted_url(), key):
             self._write_atomic(key, data)
@@ -158,7 +279,20 @@ class Backend:
             self.fs.pipe_file(path, data)
 
     def create_exclusive(self, key: str, data: bytes) -> bool:
-        """Create ``key`` with ``data`` unless it exists; True when this call created it."""
+        """Create ``key`` with ``data`` unless it exists: of racing creators exactly one wins.
+
+        Parameters
+        ----------
+        key : str
+            A store key.
+        data : bytes
+            The content.
+
+        Returns
+        -------
+        bool
+            True when this call created it.
+        """
         self.check_writable(key)
         with write_errors(self.redacted_url(), key):
             return self._create_exclusive(key, data)
@@ -186,7 +320,20 @@ class Backend:
             return False
 
     def list(self, prefix: str, dirs_only: bool = False) -> list[str]:
-        """Names directly under ``prefix`` (files and folders), sorted; [] if absent."""
+        """Names directly under ``prefix`` (files and folders).
+
+        Parameters
+        ----------
+        prefix : str
+            A folder key.
+        dirs_only : bool
+            List folders only.
+
+        Returns
+        -------
+        list of str
+            The names (not keys), sorted; empty when ``prefix`` does not exist.
+        """
         try:
             entries = self.fs.ls(self.path(prefix), detail=True)
         except (FileNotFoundError, NotADirectoryError):
@@ -198,6 +345,15 @@ class Backend:
         )
 
     def delete(self, key: str, recursive: bool = False) -> None:
+        """Remove ``key``; nothing happens when it does not exist.
+
+        Parameters
+        ----------
+        key : str
+            A store key.
+        recursive : bool
+            Remove a folder and everything under it.
+        """
         self.check_writable(key)
         try:
             self.fs.rm(self.path(key), recursive=recursive)

@@ -29,7 +29,8 @@ from functools import cache
 from typing import Any
 
 from pipeline.errors import LeaseHeldError, LeaseLostError
-from storage_schema.backend import SIDE, Backend
+from storage_schema import keys
+from storage_schema.backend import Backend
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,24 @@ DEFAULT_TTL = 60.0
 
 @dataclass(frozen=True)
 class LeaseInfo:
+    """One generation file of a lease, as read.
+
+    Parameters
+    ----------
+    generation : int
+        The generation number (the holder is the owner of the highest).
+    owner : str
+        ``host:pid:random`` of the holder.
+    heartbeat : float
+        Unix time of the last heartbeat.
+    ttl : float
+        Seconds without a heartbeat after which the lease may be taken over.
+    released : bool
+        Whether the holder released it.
+    process : dict, optional
+        Where the holder runs (host, boot id, pid namespace, pid, start time).
+    """
+
     generation: int
     owner: str
     heartbeat: float
@@ -46,11 +65,29 @@ class LeaseInfo:
     process: dict[str, Any] | None = None  # where the holder runs; None in older records
 
     def expired(self, now: float | None = None) -> bool:
+        """Whether the lease is released or its heartbeat is older than its ttl.
+
+        Parameters
+        ----------
+        now : float, optional
+            Unix time to judge at; the current time by default.
+
+        Returns
+        -------
+        bool
+            True when another process may take it over.
+        """
         return self.released or (now or time.time()) - self.heartbeat > self.ttl
 
     def holder_gone(self) -> bool:
-        """True only when the holder ran on this machine, in this pid namespace, and its
-        process no longer exists (or its pid now belongs to a younger process)."""
+        """Whether the holder is known dead: it ran on this machine, in this pid namespace,
+        and its process no longer exists (or its pid now belongs to a younger process).
+
+        Returns
+        -------
+        bool
+            False whenever that cannot be known (another machine, no ``/proc``).
+        """
         here = _machine()
         p = self.process
         if here is None or not p or p.get("started") is None or any(p.get(k) != v for k, v in here.items()):
@@ -93,7 +130,19 @@ def _process_record() -> dict[str, Any] | None:
 
 
 class Lease:
-    """Context manager holding the write lease of one key."""
+    """Context manager holding the write lease of one key.
+
+    Parameters
+    ----------
+    backend : Backend
+        The store's byte-level access.
+    key : str
+        The leased key (an array group).
+    ttl : float
+        Seconds without a heartbeat after which the lease may be taken over.
+    heartbeat : float, optional
+        Seconds between heartbeats; a quarter of ``ttl`` by default.
+    """
 
     def __init__(self, backend: Backend, key: str, ttl: float = DEFAULT_TTL, heartbeat: float | None = None):
         self.backend = backend
@@ -107,16 +156,20 @@ class Lease:
         self._thread: threading.Thread | None = None
 
     # -- reading ------------------------------------------------------------------------
-    def _dir(self) -> str:
-        return f"{SIDE}/leases/{self.key}"
-
     def _generations(self) -> list[int]:
-        return sorted(int(n[:-5]) for n in self.backend.list(self._dir()) if n.endswith(".json") and n[:-5].isdigit())
+        names = self.backend.list(keys.lease_dir(self.key))
+        return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
     def current(self) -> LeaseInfo | None:
-        """The newest lease on this key, or None."""
+        """The newest lease on this key.
+
+        Returns
+        -------
+        LeaseInfo or None
+            The newest generation, or None when there is none.
+        """
         for gen in reversed(self._generations()):
-            raw = self.backend.read(f"{self._dir()}/{gen}.json")
+            raw = self.backend.read(keys.lease_generation_key(self.key, gen))
             if raw is None:  # removed between list and read
                 continue
             d = json.loads(raw)
@@ -131,13 +184,19 @@ class Lease:
         ).encode()
 
     def try_acquire(self) -> bool:
-        """One attempt: True if we now hold the lease, False if a live holder has it."""
+        """Try once to take the lease.
+
+        Returns
+        -------
+        bool
+            True when this process now holds it, False when a live holder has it.
+        """
         cur = self.current()
         gone = cur is not None and not cur.expired() and cur.holder_gone()
         if cur is not None and not cur.expired() and not gone:
             return False
         gen = 0 if cur is None else cur.generation + 1
-        if not self.backend.create_exclusive(f"{self._dir()}/{gen}.json", self._record()):
+        if not self.backend.create_exclusive(keys.lease_generation_key(self.key, gen), self._record()):
             return False  # someone else won this generation
         if cur is not None and not cur.released:
             log.warning("took over %s lease on %s from %s", "dead holder's" if gone else "expired",
@@ -145,12 +204,27 @@ class Lease:
         self.generation = gen
         for old in self._generations():  # older generations are history now
             if old < gen:
-                self.backend.delete(f"{self._dir()}/{old}.json")
+                self.backend.delete(keys.lease_generation_key(self.key, old))
         self._start_heartbeat()
         return True
 
     def acquire(self, wait: bool = True, timeout: float | None = None, poll: float = 0.2) -> bool:
-        """Acquire the lease; with ``wait`` poll until free or expired (or ``timeout``)."""
+        """Acquire the lease, waiting for it when ``wait``.
+
+        Parameters
+        ----------
+        wait : bool
+            Poll until the lease is free or expired; else try once.
+        timeout : float, optional
+            Seconds to wait at most; LeaseHeldError after that.
+        poll : float
+            Seconds between attempts.
+
+        Returns
+        -------
+        bool
+            True when acquired; False when not waiting and it is held.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if self.try_acquire():
@@ -176,7 +250,7 @@ class Lease:
                 self._lost.set()
                 return
             try:
-                self.backend.write_atomic(f"{self._dir()}/{self.generation}.json", self._record())
+                self.backend.write_atomic(keys.lease_generation_key(self.key, self.generation), self._record())
             except OSError as exc:  # e.g. a full disk: keep trying; the ttl covers a long outage
                 log.warning("lease %s: heartbeat not written: %s", self.key, exc)
 
@@ -195,13 +269,14 @@ class Lease:
             )
 
     def release(self) -> None:
+        """Stop the heartbeat and mark the lease released (unless another process took it over)."""
         if self.generation is None:
             return
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         if self._still_ours():
-            path = f"{self._dir()}/{self.generation}.json"
+            path = keys.lease_generation_key(self.key, self.generation)
             try:
                 self.backend.write_atomic(path, self._record(released=True))
             except OSError:  # no room for the new record (full disk): no record frees the lease too

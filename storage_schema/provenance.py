@@ -17,6 +17,13 @@ _LIBRARIES = ("repeval", "torch", "torchvision", "timm", "numpy", "zarr")
 
 
 def library_versions() -> dict[str, str]:
+    """Versions of Python and of the libraries that shape the features.
+
+    Returns
+    -------
+    dict
+        Library -> version (``not installed`` when absent).
+    """
     out = {"python": platform.python_version()}
     for lib in _LIBRARIES:
         try:
@@ -27,10 +34,36 @@ def library_versions() -> dict[str, str]:
 
 
 def canonical_json(obj: Any) -> str:
+    """JSON with sorted keys and no spaces: equal objects give equal text.
+
+    Parameters
+    ----------
+    obj : object
+        A JSON-able object (others are written with ``str``).
+
+    Returns
+    -------
+    str
+        The text.
+    """
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def stable_hash(obj: Any, length: int = 32) -> str:
+    """SHA-256 of the canonical JSON of ``obj``, as hexadecimal.
+
+    Parameters
+    ----------
+    obj : object
+        A JSON-able object.
+    length : int
+        Hexadecimal digits kept.
+
+    Returns
+    -------
+    str
+        The hash prefix.
+    """
     return hashlib.sha256(canonical_json(obj).encode()).hexdigest()[:length]
 
 
@@ -39,7 +72,32 @@ def array_fingerprint(
     dataset_fingerprint: str, split: str, dtype: str, arch: str, compute_precision: str = "float32",
 ) -> str:
     """What the features depend on. Anything else (time, host, file names) is left out so
-    that identical weights under another file name reuse the features."""
+    that identical weights under another file name reuse the features.
+
+    Parameters
+    ----------
+    weights_fingerprint : str
+        The encoder's weights fingerprint.
+    data_config : dict
+        The resolved preprocessing.
+    layer, pooling : str
+        The layer and how it is pooled.
+    dataset_fingerprint : str
+        The split's fingerprint.
+    split : str
+        The split's name.
+    dtype : str
+        The stored dtype.
+    arch : str
+        The architecture.
+    compute_precision : str
+        ``float32`` or ``float16-autocast``.
+
+    Returns
+    -------
+    str
+        The array fingerprint (32 hexadecimal digits).
+    """
     return stable_hash(
         {
             "code": FEATURE_CODE_VERSION, "weights": weights_fingerprint, "arch": arch,
@@ -51,4 +109,11 @@ def array_fingerprint(
 
 
 def now_iso() -> str:
+    """The current UTC time, ISO 8601 to the second.
+
+    Returns
+    -------
+    str
+        E.g. ``2025-01-01T12:00:00+00:00``.
+    """
     return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,130 +1,58 @@
 """The feature store: a Zarr v3 hierarchy plus repeval's bookkeeping beside it.
 
-Invariants (ARCHITECTURE.md "The store"):
+Invariants:
+
 * the root's attributes carry the schema version; another version is refused on open;
 * every array's attributes (provenance, fingerprint) are written once, at creation, by
   the lease holder; they are never rewritten, so no two processes ever write them;
-* rows are written a whole chunk at a time, and each chunk is recorded as done (a marker
-  under ``_repeval/state/<key>/<fingerprint>/chunks/``) only after its write returned;
+* rows are written a whole chunk at a time, and each chunk is recorded as done only after
+  its write returned (:mod:`storage_schema.writing` is the only writer);
 * an array is complete, and readable, only once a completion record exists for the
-  fingerprint in its attributes. Markers are keyed by fingerprint, so a replaced array
-  never inherits the old array's progress.
+  fingerprint in its attributes; progress is recorded per fingerprint, so a replaced
+  array never inherits the old array's progress;
+* an alias serves a complete array under another key (identical weights under another
+  name): readers resolve it, with the alias's own provenance, as long as the target still
+  holds the fingerprint the alias recorded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import logging
-import warnings
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import zarr
-from zarr.codecs import Crc32cCodec, ZstdCodec
 from zarr.errors import ContainsGroupError
 
 from pipeline.errors import (
-    ArrayNotFoundError, CorruptChunkError, IncompleteArrayError, ReadOnlyStoreError, SchemaVersionError,
-    StaleArrayError, StoreError,
+    ArrayNotFoundError, IncompleteArrayError, ReadOnlyStoreError, SchemaVersionError, StaleArrayError,
 )
 from storage_schema import keys
-from storage_schema.backend import SIDE, Backend, write_errors
+from storage_schema.arrays import ArrayStatus, StoredArray, damaged_chunks
+from storage_schema.backend import Backend, write_errors
 from storage_schema.leases import DEFAULT_TTL, Lease
 from storage_schema.provenance import now_iso
-
-log = logging.getLogger(__name__)
+from storage_schema.writing import ArraySpec, ArrayWriter, Produce, WriteResult
 
 SCHEMA_VERSION = 1
 SCHEMA_ATTR = "repeval_schema_version"
 DEFAULT_STORE = "./repeval-store"
 
 
-@dataclass(frozen=True)
-class ArrayStatus:
-    """What the store knows about one array, without reading its data."""
-
-    key: str
-    fingerprint: str
-    shape: tuple[int, ...]
-    dtype: str
-    chunk_rows: int
-    done_chunks: frozenset[int]
-    complete: bool
-    attrs: dict[str, Any] = field(repr=False)
-
-    @property
-    def n_chunks(self) -> int:
-        return max(1, -(-self.shape[0] // self.chunk_rows)) if self.shape[0] else 0
-
-    @property
-    def fraction_done(self) -> float:
-        return 1.0 if self.complete else len(self.done_chunks) / max(self.n_chunks, 1)
-
-    def first_missing_chunk(self) -> int | None:
-        return next((c for c in range(self.n_chunks) if c not in self.done_chunks), None)
-
-
-class StoredArray:
-    """A complete array opened for reading: numpy, dask or row slices."""
-
-    def __init__(self, array: zarr.Array, status: ArrayStatus):
-        self.array = array
-        self.status = status
-
-    key = property(lambda self: self.status.key)
-    fingerprint = property(lambda self: self.status.fingerprint)
-    shape = property(lambda self: self.status.shape)
-    attrs = property(lambda self: self.status.attrs)
-
-    def read(self, rows: slice | None = None) -> np.ndarray:
-        rows = rows if rows is not None else slice(None)
-        try:
-            return self.array[rows]
-        except ValueError as exc:
-            if "checksum" not in str(exc):
-                raise
-            raise self._corruption(rows) from exc
-
-    def _corruption(self, rows: slice) -> CorruptChunkError:
-        """Name the chunks of ``rows`` that fail their crc32c."""
-        chunk_rows = self.status.chunk_rows
-        start, stop, _ = rows.indices(self.shape[0])
-        bad = failing_chunks(self.array, chunk_rows, range(start // chunk_rows, -(-stop // chunk_rows)))
-        return CorruptChunkError(
-            f"{self.key!r}: chunk(s) {bad} fail their crc32c checksum (rows "
-            f"{', '.join(f'{c * chunk_rows}-{min((c + 1) * chunk_rows, self.shape[0]) - 1}' for c in bad)}); "
-            "the stored bytes were damaged after writing: re-extract the array"
-        )
-
-    def to_dask(self, rows_per_block: int | None = None):
-        import dask.array as da  # readers only; keeps the write path free of dask
-
-        chunks = (rows_per_block or self.status.chunk_rows,) + tuple(self.shape[1:])
-        return da.from_zarr(self.array, chunks=chunks)
-
-    def __repr__(self) -> str:
-        return f"StoredArray({self.key!r}, shape={self.shape}, fingerprint={self.fingerprint[:12]})"
-
-
-def failing_chunks(array: zarr.Array, chunk_rows: int, chunks: range) -> list[int]:
-    """The chunks among ``chunks`` whose stored bytes fail their crc32c checksum."""
-    bad = []
-    for c in chunks:
-        try:
-            array[c * chunk_rows:(c + 1) * chunk_rows]
-        except ValueError as exc:
-            if "checksum" not in str(exc):
-                raise
-            bad.append(c)
-    return bad
-
-
 class FeatureStore:
     """Open (and on first write, create) a repeval store at a path or fsspec URL.
 
-    ``read_only=True`` opens for consumers: every write raises ReadOnlyStoreError.
+    Parameters
+    ----------
+    url : str
+        A local folder or an fsspec URL (``s3://bucket/prefix``).
+    read_only : bool
+        Open for consumers: every write raises ReadOnlyStoreError, and a missing store is
+        an error instead of being created.
+    storage_options : dict, optional
+        Passed to fsspec (credentials, endpoint).
     """
 
     def __init__(self, url: str = DEFAULT_STORE, *, read_only: bool = False,
@@ -134,6 +62,7 @@ class FeatureStore:
         self.url = self.backend.redacted_url()
         self._zstore = self.backend.zarr_store()
         self.root = self._open_root()
+        self._writer = ArrayWriter(self.backend, self._zstore, self._stored_status)
 
     # -- opening ------------------------------------------------------------------------
     def _open_root(self) -> zarr.Group:
@@ -166,41 +95,106 @@ class FeatureStore:
             return zarr.open_group(self._zstore, mode="r+")
 
     def check_writable(self) -> None:
+        """Raise ReadOnlyStoreError when the store was opened read-only."""
         if self.read_only:
             raise ReadOnlyStoreError(f"store {self.url!r} was opened read-only")
 
-    # -- bookkeeping keys --------------------------------------------------------------
-    @staticmethod
-    def _state(key: str, fingerprint: str) -> str:
-        return f"{SIDE}/state/{key}/{fingerprint}"
-
     def lease(self, key: str, ttl: float = DEFAULT_TTL, heartbeat: float | None = None) -> Lease:
+        """The write lease of ``key`` (not yet acquired; use it as a context manager).
+
+        Parameters
+        ----------
+        key : str
+            The leased group (:func:`storage_schema.keys.features_group_key`).
+        ttl : float
+            Seconds without a heartbeat after which the lease may be taken over.
+        heartbeat : float, optional
+            Seconds between heartbeats; a quarter of ``ttl`` by default.
+
+        Returns
+        -------
+        Lease
+            The lease object.
+        """
         self.check_writable()
         return Lease(self.backend, key, ttl=ttl, heartbeat=heartbeat)
 
     # -- status -------------------------------------------------------------------------
-    def _open_array(self, key: str) -> zarr.Array | None:
+    def _open_zarr(self, key: str) -> zarr.Array | None:
         # zarr_format=3: the store writes only v3 arrays, and probing for v2 metadata costs
         # two more requests per open on an object store
         try:
-            node = zarr.open_array(self._zstore, path=key, mode="r", zarr_format=3)
+            return zarr.open_array(self._zstore, path=key, mode="r", zarr_format=3)
         except (FileNotFoundError, KeyError, zarr.errors.NodeTypeValidationError):
             return None
-        return node
 
-    def status(self, key: str) -> ArrayStatus | None:
-        arr = self._open_array(key)
+    def _stored_status(self, key: str) -> ArrayStatus | None:
+        """Status of the array stored at ``key`` itself (aliases not followed)."""
+        arr = self._open_zarr(key)
         if arr is None:
             return None
         attrs = dict(arr.attrs)
         fp = attrs.get("fingerprint", "")
-        state = self._state(key, fp)
-        done = frozenset(int(n) for n in self.backend.list(f"{state}/chunks") if n.isdigit())
-        complete = self.backend.exists(f"{state}/complete.json")
+        done = frozenset(int(n) for n in self.backend.list(keys.chunk_markers_key(key, fp)) if n.isdigit())
+        complete = self.backend.exists(keys.completion_key(key, fp))
         return ArrayStatus(key, fp, tuple(arr.shape), str(arr.dtype), int(arr.chunks[0]), done, complete, attrs)
 
+    def _alias_status(self, key: str) -> ArrayStatus | None:
+        """Status of the alias ``key``; None if there is none, or its target changed since."""
+        try:
+            if keys.feature_key(*keys.parse_feature_key(key)) != key:
+                return None
+        except ValueError:  # only valid feature keys are ever aliased
+            return None
+        raw = self.backend.read(keys.alias_key(key))
+        if raw is None:
+            return None
+        record = json.loads(raw)
+        target = self._stored_status(record["target"])
+        if target is None or target.fingerprint != record["fingerprint"]:
+            return None  # the target was replaced: the alias serves nothing any more
+        attrs = {**target.attrs, **record.get("attrs", {}), "alias_of": target.key}
+        return dataclasses.replace(target, key=key, attrs=attrs, alias_of=target.key)
+
+    def status(self, key: str) -> ArrayStatus | None:
+        """What the store knows about the array at ``key``, without reading its data.
+
+        Parameters
+        ----------
+        key : str
+            A feature or labels key; an alias is resolved to the array holding its rows.
+
+        Returns
+        -------
+        ArrayStatus or None
+            None when no array (nor alias) is at ``key``.
+        """
+        return self._stored_status(key) or self._alias_status(key)
+
     def open_array(self, key: str, fingerprint: str | None = None) -> StoredArray:
-        """Open a complete array; ``fingerprint`` (when given) must match what is stored."""
+        """Open a complete array for reading.
+
+        Parameters
+        ----------
+        key : str
+            A feature or labels key (or an alias).
+        fingerprint : str, optional
+            When given, the stored fingerprint must equal it.
+
+        Returns
+        -------
+        StoredArray
+            The array.
+
+        Raises
+        ------
+        ArrayNotFoundError
+            No array at ``key``; the message lists what is nearby.
+        StaleArrayError
+            The array was made from other weights, preprocessing or data.
+        IncompleteArrayError
+            Not every chunk is written yet.
+        """
         st = self.status(key)
         if st is None:
             raise ArrayNotFoundError(f"no array {key!r} in store {self.url!r}; {self._nearby(key)}")
@@ -214,140 +208,223 @@ class FeatureStore:
                 f"{key!r} is incomplete: {len(st.done_chunks)} of {st.n_chunks} chunks written "
                 "(an extraction is running or was interrupted; rerun it to resume)"
             )
-        return StoredArray(zarr.open_array(self._zstore, path=key, mode="r", zarr_format=3), st)
+        array = zarr.open_array(self._zstore, path=st.storage_key, mode="r", zarr_format=3)
+        return StoredArray(array, st, self.backend.read)
 
     def _nearby(self, key: str) -> str:
-        parent = key.rsplit("/", 1)[0]
+        parent = keys.group_of(key)
         names = self.backend.list(parent, dirs_only=True)
         return f"{parent!r} holds: {', '.join(names)}" if names else f"nothing under {parent!r}"
 
+    def labels(self, dataset: str, split: str) -> StoredArray:
+        """The labels of a split.
+
+        Parameters
+        ----------
+        dataset, split : str
+            The dataset and split names.
+
+        Returns
+        -------
+        StoredArray
+            The complete labels array.
+        """
+        return self.open_array(keys.labels_key(dataset, split))
+
+    def features(self, model: str, dataset: str, split: str, layer: str,
+                 fingerprint: str | None = None) -> StoredArray:
+        """The features of one layer of one encoder on one split.
+
+        Parameters
+        ----------
+        model, dataset, split, layer : str
+            The names in the feature key.
+        fingerprint : str, optional
+            When given, the stored fingerprint must equal it.
+
+        Returns
+        -------
+        StoredArray
+            The complete feature array.
+        """
+        return self.open_array(keys.feature_key(model, dataset, split, layer), fingerprint)
+
+    def find_complete(self, fingerprint: str) -> ArrayStatus | None:
+        """A complete stored array holding ``fingerprint``, under whatever key.
+
+        Parameters
+        ----------
+        fingerprint : str
+            An array fingerprint.
+
+        Returns
+        -------
+        ArrayStatus or None
+            The array, or None when no complete array holds it.
+        """
+        raw = self.backend.read(keys.fingerprint_index_key(fingerprint))
+        if raw is None:
+            return None
+        st = self._stored_status(json.loads(raw)["key"])
+        return st if st is not None and st.complete and st.fingerprint == fingerprint else None
+
     # -- writing (lease holder only) -----------------------------------------------------
-    def create_array(self, lease: Lease, key: str, *, shape: tuple[int, ...], chunk_rows: int,
-                     dtype: str, attrs: dict[str, Any]) -> zarr.Array:
-        """Create (or replace a stale) array with its provenance; attributes are final."""
-        self.check_writable()
-        self.backend.check_inside(key)
-        lease.check()
-        if "fingerprint" not in attrs:
-            raise StoreError(f"attributes of {key!r} need a 'fingerprint'")
-        old = self.status(key)
-        if old is not None:
-            same_layout = old.shape == tuple(shape) and old.chunk_rows == chunk_rows
-            if old.fingerprint == attrs["fingerprint"] and same_layout:
-                raise StoreError(f"{key!r} already exists with this fingerprint; resume it instead")
-            log.warning("replacing %s (fingerprint %s -> %s, chunk rows %d -> %d)", key, old.fingerprint[:12],
-                        attrs["fingerprint"][:12], old.chunk_rows, chunk_rows)
-            self.backend.delete(f"{SIDE}/state/{key}", recursive=True)
-        floating = np.dtype(dtype).kind == "f"
-        with warnings.catch_warnings(), write_errors(self.url, f"the metadata of {key!r}"):
-            warnings.simplefilter("ignore", UserWarning)  # zarr warns about _repeval/ not being a node
-            return zarr.create_array(
-                self._zstore, name=key, shape=shape, dtype=dtype,
-                chunks=(chunk_rows,) + tuple(shape[1:]),
-                # crc32c: a flipped byte in a chunk file is detected on read
-                compressors=[ZstdCodec(level=1), Crc32cCodec()],
-                fill_value=np.nan if floating else 0,
-                attributes={**attrs, "created": now_iso()},
-                overwrite=True,
-            )
+    def write_arrays(self, lease: Lease, arrays: Sequence[ArraySpec], produce: Produce, *,
+                     chunks: Mapping[str, Iterable[int]] | None = None, complete: bool = True) -> WriteResult:
+        """Write arrays chunk by chunk; the store's only way of writing rows.
 
-    def open_writable(self, key: str) -> zarr.Array:
-        """The existing array at ``key`` for the lease holder to resume writing."""
-        self.check_writable()
-        self.backend.check_inside(key)
-        return zarr.open_array(self._zstore, path=key, mode="r+", zarr_format=3)
+        Parameters
+        ----------
+        lease : Lease
+            The held lease of the arrays' group.
+        arrays : sequence of ArraySpec
+            The arrays (an array of the same fingerprint and layout is resumed).
+        produce : callable
+            Given the chunks each array needs (by key), yields ``(chunk, {key: rows})``.
+        chunks : mapping, optional
+            The chunks to write per key instead of the missing ones (a repair).
+        complete : bool
+            Write the completion records at the end.
 
-    def write_chunk(self, lease: Lease, array: zarr.Array, fingerprint: str, chunk: int,
-                    rows: np.ndarray) -> None:
-        """Write one whole chunk, then record it as done."""
+        Returns
+        -------
+        WriteResult
+            The chunks each array needed and whether a write resumed.
+        """
         self.check_writable()
-        lease.check()
-        chunk_rows = array.chunks[0]
-        start = chunk * chunk_rows
-        stop = min(start + chunk_rows, array.shape[0])
-        if rows.shape[0] != stop - start:
-            raise StoreError(
-                f"chunk {chunk} of {array.path!r} needs {stop - start} rows, got {rows.shape[0]}"
-            )
-        with write_errors(self.url, f"chunk {chunk} of {array.path!r}"):
-            array[start:stop] = rows
-        self.backend.write_atomic(f"{self._state(array.path, fingerprint)}/chunks/{chunk}", b"")
+        return self._writer.write_arrays(lease, arrays, produce, chunks=chunks, complete=complete)
 
-    def mark_complete(self, lease: Lease, key: str, fingerprint: str) -> None:
+    def write_alias(self, lease: Lease, key: str, target: ArrayStatus, attrs: Mapping[str, Any]) -> None:
+        """Serve the complete array ``target`` under ``key`` as well, with ``key``'s own provenance.
+
+        Parameters
+        ----------
+        lease : Lease
+            The held lease of ``key``'s group.
+        key : str
+            The feature key readers will ask for.
+        target : ArrayStatus
+            A complete stored array with the fingerprint ``key`` would have.
+        attrs : mapping
+            ``key``'s provenance where it differs from the target's.
+        """
         self.check_writable()
-        lease.check()
-        st = self.status(key)
-        if st is None or st.fingerprint != fingerprint:
-            raise StoreError(f"cannot complete {key!r}: stored fingerprint differs")
-        missing = sorted(set(range(st.n_chunks)) - st.done_chunks)
-        if missing:
-            raise IncompleteArrayError(f"cannot complete {key!r}: chunks {missing[:10]} not written")
-        record = {"fingerprint": fingerprint, "completed": now_iso(), "rows": st.shape[0]}
-        self.backend.write_atomic(f"{self._state(key, fingerprint)}/complete.json", json.dumps(record).encode())
+        self._writer.write_alias(lease, key, target, attrs)
 
-    # -- labels -------------------------------------------------------------------------
     def write_labels(self, dataset: str, split: str, labels: np.ndarray, attrs: dict[str, Any],
                      lease_ttl: float = DEFAULT_TTL) -> StoredArray:
-        """Store a split's labels once; a no-op when the same fingerprint is complete."""
+        """Store a split's labels once; a no-op when the same fingerprint is complete.
+
+        Parameters
+        ----------
+        dataset, split : str
+            The dataset and split names.
+        labels : numpy.ndarray
+            One integer label per sample.
+        attrs : dict
+            Provenance; must hold ``fingerprint`` (the dataset's).
+        lease_ttl : float
+            TTL of the labels' lease, in seconds.
+
+        Returns
+        -------
+        StoredArray
+            The complete labels array.
+        """
         key = keys.labels_key(dataset, split)
         fp = attrs["fingerprint"]
         st = self.status(key)
         if st is not None and st.complete and st.fingerprint == fp:
             return self.open_array(key)
         self.check_writable()
-        with self.lease(key.rsplit("/", 1)[0], ttl=lease_ttl) as lease:
+        labels = np.asarray(labels, dtype=np.int64)
+        spec = ArraySpec(key, labels.shape, max(len(labels), 1), "int64", attrs)
+        with self.lease(keys.labels_group_key(dataset, split), ttl=lease_ttl) as lease:
             st = self.status(key)  # another process may have finished while we waited
             if not (st is not None and st.complete and st.fingerprint == fp):
-                labels = np.asarray(labels, dtype=np.int64)
-                chunk_rows = max(len(labels), 1)
-                if st is not None and st.fingerprint == fp and (st.shape, st.chunk_rows) == (labels.shape, chunk_rows):
-                    arr = self.open_writable(key)  # a writer died before completing these labels: finish
-                else:
-                    arr = self.create_array(lease, key, shape=labels.shape, chunk_rows=chunk_rows,
-                                            dtype="int64", attrs=attrs)
-                self.write_chunk(lease, arr, fp, 0, labels)
-                self.mark_complete(lease, key, fp)
+                self.write_arrays(lease, [spec], lambda todo: [(0, {key: labels})])
         return self.open_array(key)
-
-    def labels(self, dataset: str, split: str) -> StoredArray:
-        return self.open_array(keys.labels_key(dataset, split))
-
-    def features(self, model: str, dataset: str, split: str, layer: str,
-                 fingerprint: str | None = None) -> StoredArray:
-        return self.open_array(keys.feature_key(model, dataset, split, layer), fingerprint)
 
     # -- listing ------------------------------------------------------------------------
     def iter_feature_keys(self) -> Iterator[str]:
+        """Every feature key of the store, stored or aliased, in name order.
+
+        Returns
+        -------
+        iterator of str
+            The keys.
+        """
+        found = set(self._walk_features(aliases=False)) | set(self._walk_features(aliases=True))
+        yield from sorted(found, key=lambda k: k.split("/"))
+
+    def _walk_features(self, aliases: bool) -> Iterator[str]:
         b = self.backend
-        for model in b.list(keys.FEATURES, dirs_only=True):
-            for dataset in b.list(f"{keys.FEATURES}/{model}", dirs_only=True):
-                for split in b.list(f"{keys.FEATURES}/{model}/{dataset}", dirs_only=True):
-                    for layer in b.list(f"{keys.FEATURES}/{model}/{dataset}/{split}", dirs_only=True):
-                        if b.exists(f"{keys.FEATURES}/{model}/{dataset}/{split}/{layer}/zarr.json"):
-                            yield f"{keys.FEATURES}/{model}/{dataset}/{split}/{layer}"
+
+        def folder(*names: str) -> str:
+            prefix = keys.features_prefix(*names)
+            return keys.aliases_dir(prefix) if aliases else prefix
+
+        for model in b.list(folder(), dirs_only=True):
+            for dataset in b.list(folder(model), dirs_only=True):
+                for split in b.list(folder(model, dataset), dirs_only=True):
+                    if aliases:
+                        for name in b.list(folder(model, dataset, split)):
+                            if name.endswith(".json"):
+                                yield keys.features_prefix(model, dataset, split, name.removesuffix(".json"))
+                        continue
+                    for layer in b.list(folder(model, dataset, split), dirs_only=True):
+                        key = keys.features_prefix(model, dataset, split, layer)
+                        if b.exists(keys.node_metadata_key(key)):
+                            yield key
 
     def iter_label_keys(self) -> Iterator[str]:
-        b = self.backend
-        for dataset in b.list(keys.DATASETS, dirs_only=True):
-            for split in b.list(f"{keys.DATASETS}/{dataset}", dirs_only=True):
-                if b.exists(f"{keys.DATASETS}/{dataset}/{split}/labels/zarr.json"):
-                    yield f"{keys.DATASETS}/{dataset}/{split}/labels"
+        """Every labels key of the store.
 
-    def damaged_chunks(self, key: str) -> list[int]:
-        """Chunks of ``key`` whose stored bytes fail their crc32c checksum (reads every chunk)."""
-        st = self.status(key)
-        if st is None:
-            raise ArrayNotFoundError(f"no array {key!r} in store {self.url!r}; {self._nearby(key)}")
-        array = zarr.open_array(self._zstore, path=key, mode="r", zarr_format=3)
-        return failing_chunks(array, st.chunk_rows, range(st.n_chunks))
+        Returns
+        -------
+        iterator of str
+            The keys, in name order.
+        """
+        b = self.backend
+        for dataset in b.list(keys.datasets_prefix(), dirs_only=True):
+            for split in b.list(keys.datasets_prefix(dataset), dirs_only=True):
+                key = keys.datasets_prefix(dataset, split, keys.LABELS)
+                if b.exists(keys.node_metadata_key(key)):
+                    yield key
 
     def list_arrays(self) -> list[ArrayStatus]:
+        """The status of every array: labels first, then features (aliases included).
+
+        Returns
+        -------
+        list of ArrayStatus
+            One per array key.
+        """
         out = []
         for key in [*self.iter_label_keys(), *self.iter_feature_keys()]:
             st = self.status(key)
             if st is not None:
                 out.append(st)
         return out
+
+    def damaged_chunks(self, key: str) -> list[int]:
+        """Chunks of ``key`` whose stored bytes fail their crc32c checksum (reads every chunk).
+
+        Parameters
+        ----------
+        key : str
+            An array key (an alias is checked through its target).
+
+        Returns
+        -------
+        list of int
+            The damaged chunks, in order.
+        """
+        st = self.status(key)
+        if st is None:
+            raise ArrayNotFoundError(f"no array {key!r} in store {self.url!r}; {self._nearby(key)}")
+        array = zarr.open_array(self._zstore, path=st.storage_key, mode="r", zarr_format=3)
+        return damaged_chunks(array, range(st.n_chunks), self.backend.read)
 
     def __repr__(self) -> str:
         return f"FeatureStore({self.url!r}, read_only={self.read_only})"

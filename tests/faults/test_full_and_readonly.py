@@ -20,13 +20,14 @@ import zarr
 from jobs.extract import extract
 from pipeline.encoders import load_encoder
 from pipeline.errors import ReadOnlyStoreError
-from storage_schema import FeatureStore, Lease, features_group_key, labels_key
-from tests.faults._children import (
+from storage_schema import DEFAULT_TTL, FeatureStore, Lease, features_group_key
+from storage_schema.keys import labels_group_key
+from tests.helpers.children import (
     CHUNK_BATCHES, KEY, LAYERS, SPEC, SPLIT, context, extract_config, finish_extraction, missing_chunks,
     start_extraction, stored_arrays, textures,
 )
 
-TTL = 60.0
+TTL = DEFAULT_TTL
 
 
 @contextlib.contextmanager
@@ -65,7 +66,7 @@ def _check_nothing_half_written(url: Path, expected: dict[str, np.ndarray]) -> i
             assert raw[rows].tobytes() == expected[layer][rows].tobytes()
         done += len(st.done_chunks)
     assert not list(url.rglob("*.partial")), "temp files left behind"
-    for key in (features_group_key("r18", "textures", SPLIT), labels_key("textures", SPLIT).rsplit("/", 1)[0]):
+    for key in (features_group_key("r18", "textures", SPLIT), labels_group_key("textures", SPLIT)):
         lease = Lease(store.backend, key).current()
         assert lease is None or lease.released, f"lease on {key} still held"
     return done

@@ -23,7 +23,7 @@ from jobs.evaluate import cell_identity
 from jobs.plan import evaluation_cells
 from storage_schema import FeatureStore
 from storage_schema.ledger import LEDGER, Ledger
-from tests.jobs.helpers import REPO, cli_env
+from tests.helpers.cli import REPO, cli_env
 
 BIN = Path(sys.executable).parent
 
@@ -126,6 +126,7 @@ def _executing(dask_worker) -> tuple[str, list[str]]:
     return str(dask_worker.name), [str(ts.key) for ts in dask_worker.state.executing]
 
 
+@pytest.mark.slow
 def test_sigkill_of_a_dask_worker_during_evaluation(tmp_path, cluster, prefect_harness):
     address, procs = cluster
     config = _config(tmp_path, episodes=3000)
@@ -156,6 +157,7 @@ def test_sigkill_of_a_dask_worker_during_evaluation(tmp_path, cluster, prefect_h
           f"the ledger holds {records} records for 6 cells, none twice, none torn")
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_whole_run_then_rerun_computes_only_missing_cells(tmp_path, prefect_harness):
     config = _config(tmp_path, episodes=2000)
     store = load_config(config).store

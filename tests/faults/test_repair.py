@@ -19,8 +19,8 @@ from jobs.extract import extract
 from jobs.repair import repair
 from pipeline.encoders import EncoderSpec, load_encoder
 from storage_schema import FeatureStore
-from tests.faults._children import SPEC, SPLIT, extract_config, textures
-from tests.jobs.helpers import REPO, cli_env
+from tests.helpers.children import SPEC, SPLIT, extract_config, textures
+from tests.helpers.cli import REPO, cli_env
 
 GROUP = "features/r18/textures/train"
 DAMAGE = {f"{GROUP}/pre_logits": 2, f"{GROUP}/block3": 5, "datasets/textures/train/labels": 0}
@@ -63,6 +63,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           env=cli_env(), cwd=REPO, timeout=300)
 
 
+@pytest.mark.slow
 def test_verify_names_damaged_chunks_and_repair_recomputes_exactly_them(original, tmp_path):
     url = _damaged_copy(original, tmp_path, DAMAGE)
     untouched = {p: (url / p).stat().st_mtime_ns for p in original[2]

@@ -5,7 +5,6 @@ that only what changed is computed."""
 from __future__ import annotations
 
 import copy
-import html.parser
 from pathlib import Path
 
 import pytest
@@ -16,30 +15,8 @@ from jobs.config import load_config
 from pipeline.errors import ConfigError
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
-
-
-def tiny_config(tmp: Path) -> dict:
-    return {
-        "store": str(tmp / "store"),
-        "dask": {"n_workers": 2, "processes": True},
-        "extract": {"batch_size": 32, "chunk_batches": 2},
-        "encoders": [
-            {"name": "r18a", "arch": "resnet18", "input_size": 32, "seed": 0},
-            {"name": "r18b", "arch": "resnet18", "input_size": 32, "seed": 1},
-            {"name": "mnv3", "arch": "mobilenetv3_small_050", "input_size": 32, "seed": 0},
-        ],
-        "datasets": [{"name": "tex", "adapter": "textures", "params": {"n_per_class": {"train": 40, "test": 20}}}],
-        "protocols": [
-            {"name": "knn20", "protocol": "knn"},
-            {"name": "ridge", "protocol": "ridge"},
-            {"name": "few", "protocol": "fewshot", "settings": {"n_way": 4, "n_shot": 5, "n_episodes": 50}},
-            # tex has 4 classes: 5-way episodes are impossible, and each such cell fails alone
-            {"name": "few5", "protocol": "fewshot", "settings": {"n_way": 5, "n_shot": 5, "n_episodes": 10}},
-        ],
-        "reference": {"scores": {"r18a": 0.3, "r18b": 0.5, "mnv3": 0.7, "r18c": 0.6}},
-        "correlation": {"settings": [{"name": "knn", "protocol": "knn20", "datasets": ["tex"]}], "bootstrap": 200},
-        "report": {"path": str(tmp / "report" / "report.html"), "baseline": "r18a"},
-    }
+from tests.helpers.configs import tiny_config
+from tests.helpers.html import parse_strict
 
 
 def _run(raw: dict, tmp: Path) -> dict:
@@ -55,6 +32,7 @@ def first_run(tmp_path_factory, prefect_harness):
     return tmp, raw, _run(raw, tmp)
 
 
+@pytest.mark.slow
 def test_first_run_extracts_evaluates_and_reports(first_run):
     tmp, raw, summary = first_run
     assert summary["units"] == 6 and summary["extracted"] == 6
@@ -70,12 +48,14 @@ def test_first_run_extracts_evaluates_and_reports(first_run):
     assert corr["n"] == 3
     report = Path(summary["report"])
     text = report.read_text()
-    parser = html.parser.HTMLParser()
-    parser.feed(text)
-    assert "data:image/png;base64" in text and "r18b" in text and "knn20" in text
+    page = parse_strict(text)  # every element closed, in order
+    assert page.tags["html"] == page.tags["body"] == page.tags["h1"] == 1 and page.tags["table"] >= 1
+    assert page.img_sources and all(src.startswith("data:image/png;base64,") for src in page.img_sources)
+    assert "r18b" in text and "knn20" in text
     assert "could not be evaluated" in text and "few5" in text
 
 
+@pytest.mark.slow
 def test_rerun_of_unchanged_config_does_no_forward_pass_and_no_fit(first_run):
     tmp, raw, _ = first_run
     again = _run(raw, tmp)
@@ -83,6 +63,7 @@ def test_rerun_of_unchanged_config_does_no_forward_pass_and_no_fit(first_run):
     assert again["computed"] == 0 and again["cached"] == 9 and len(again["failed"]) == 3
 
 
+@pytest.mark.slow
 def test_changed_protocol_settings_recompute_only_that_protocol(first_run):
     tmp, raw, _ = first_run
     changed = copy.deepcopy(raw)
@@ -94,6 +75,7 @@ def test_changed_protocol_settings_recompute_only_that_protocol(first_run):
     assert computed == {"knn20"}
 
 
+@pytest.mark.slow
 def test_added_encoder_extracts_and_evaluates_only_its_cells(first_run):
     tmp, raw, _ = first_run
     more = copy.deepcopy(raw)

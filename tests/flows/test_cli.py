@@ -9,7 +9,7 @@ import pandas as pd
 
 from flows.cli import main
 from jobs.evaluate import Cell, evaluate_cell
-from storage_schema import FeatureStore
+from storage_schema import ArraySpec, FeatureStore
 
 
 def _npz(tmp_path):
@@ -44,10 +44,10 @@ def test_import_ls_results(tmp_path, capsys):
 
 def test_partial_array_shows_percent(tmp_path, capsys):
     store = FeatureStore(str(tmp_path / "s"))
+    key = "features/m/d/train/pre_logits"
     with store.lease("features/m/d/train") as lease:
-        arr = store.create_array(lease, "features/m/d/train/pre_logits", shape=(8, 2), chunk_rows=2,
-                                 dtype="float32", attrs={"fingerprint": "f"})
-        store.write_chunk(lease, arr, "f", 0, np.zeros((2, 2), np.float32))
+        store.write_arrays(lease, [ArraySpec(key, (8, 2), 2, "float32", {"fingerprint": "f"})],
+                           lambda todo: [(0, {key: np.zeros((2, 2), np.float32)})], complete=False)
     assert main(["ls", "--store", str(tmp_path / "s")]) == 0
     assert "partial 25%" in capsys.readouterr().out
 

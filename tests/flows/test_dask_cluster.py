@@ -19,7 +19,7 @@ from flows.benchmark import run_benchmark
 from jobs.config import load_config
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
-from tests.flows.test_benchmark_flow import tiny_config
+from tests.helpers.configs import tiny_config
 
 BIN = Path(sys.executable).parent
 
@@ -68,6 +68,7 @@ def cluster(tmp_path):
                 os.killpg(p.pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_existing_cluster_gives_the_embedded_ledger_and_extracts_on_the_gpu_worker(
         tmp_path, cluster, prefect_harness):
     address, gpu_worker = cluster

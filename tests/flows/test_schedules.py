@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from safetensors.torch import save_file
 
@@ -20,7 +21,7 @@ from jobs.watch import detect_changes, save_state, watch_key
 from pipeline.encoders import EncoderSpec, load_encoder
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
-from tests.flows.test_benchmark_flow import tiny_config
+from tests.helpers.configs import tiny_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,6 +68,7 @@ def test_change_detection(tmp_path):
     assert not detect_changes(store, load_config(renamed), key).protocols_changed
 
 
+@pytest.mark.slow
 def test_served_schedule_runs_the_benchmark_on_a_local_prefect_api(tmp_path):
     raw = tiny_config(tmp_path)
     raw["encoders"] = raw["encoders"][:1]

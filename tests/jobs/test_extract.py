@@ -19,8 +19,8 @@ from pipeline.errors import (
     CheckpointError, ConfigError, CorruptImageError, InvalidNameError, UnknownNameError,
     UnsafeCheckpointError,
 )
-from storage_schema import FeatureStore, feature_key
-from tests.jobs.helpers import REPO, cli_command, cli_env, run_cli
+from storage_schema import FeatureStore, feature_key, keys
+from tests.helpers.cli import REPO, cli_command, cli_env, run_cli
 
 CFG = ExtractConfig(batch_size=8, chunk_batches=2, progress=False)
 KEY = "features/r18/textures/train/pre_logits"
@@ -29,6 +29,12 @@ KEY = "features/r18/textures/train/pre_logits"
 @pytest.fixture(scope="module")
 def textures():
     return make_dataset("textures", n_per_class={"train": 64, "test": 16})
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """16 test images: two batches of 8, one chunk."""
+    return make_dataset("textures", n_per_class={"train": 4, "test": 4})
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +103,7 @@ def test_float16_storage(tmp_path, textures, encoder):
     assert store.features("r18", "textures", "test", "pre_logits").read().dtype == np.float16
 
 
+@pytest.mark.slow
 def test_sigkilled_cli_extraction_resumes_bitwise_equal(tmp_path):
     """The `repeval extract` command killed mid-run; tests/faults/test_kill_extraction.py
     kills an extraction at 20 seeded random moments."""
@@ -109,10 +116,10 @@ def test_sigkilled_cli_extraction_resumes_bitwise_equal(tmp_path):
         proc = subprocess.Popen(cli_command(url), env=cli_env(), cwd=REPO,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # block3 is written after pre_logits in each chunk: count its chunk-done markers
-        state = Path(url) / "_repeval" / "state" / KEY.replace("pre_logits", "block3")
+        markers = keys.chunk_markers_key(KEY.replace("pre_logits", "block3"), "*")
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
-            done = [p for p in state.glob("*/chunks/*")]  # chunk-done markers
+            done = list(Path(url).glob(f"{markers}/*"))  # chunk-done markers
             if len(done) >= kill_after:
                 proc.kill()
                 break
@@ -137,6 +144,7 @@ def test_sigkilled_cli_extraction_resumes_bitwise_equal(tmp_path):
             assert resumed[layer].tobytes() == expected[layer].tobytes()
 
 
+@pytest.mark.slow
 def test_two_processes_extract_one_array_with_one_forward_pass(tmp_path):
     url = str(tmp_path / "shared")
     FeatureStore(url)
@@ -184,6 +192,64 @@ def test_checkpoint_fingerprint_drives_reuse(tmp_path, textures, encoder):
     assert not np.array_equal(old, new.read())
 
 
+def test_identical_weights_under_another_name_share_one_forward_pass(tmp_path, tiny, encoder):
+    """mine-ep2 (.safetensors) and mine-ep2-pth (.pth) hold the same tensors: the second
+    extraction records an alias instead of running the model; both names read the same rows,
+    each with its own provenance."""
+    store = FeatureStore(str(tmp_path / "s"))
+    st_file, pth_file = tmp_path / "mine-ep2.safetensors", tmp_path / "mine-ep2.pth"
+    _save_backbone(encoder.model, st_file)
+    torch.save(encoder.model.state_dict(), pth_file)
+    layers = ("pre_logits", "block3")
+    first = extract(store, EncoderSpec("mine-ep2", "resnet18", weights=str(st_file), layers=layers, input_size=32),
+                    tiny, "test", CFG)
+    assert first.status == "extracted" and first.forward_batches == 2
+    second_spec = EncoderSpec("mine-ep2-pth", "resnet18", weights=str(pth_file), layers=layers, input_size=32)
+    second = extract(store, second_spec, tiny, "test", CFG)
+    assert second.status == "aliased" and second.forward_batches == 0 and second.images == 0
+    assert second.fingerprints == first.fingerprints
+    assert second.aliases == {layer: first.keys[layer] for layer in layers}
+    for layer in layers:
+        a = store.features("mine-ep2", "textures", "test", layer)
+        b = store.features("mine-ep2-pth", "textures", "test", layer, fingerprint=first.fingerprints[layer])
+        np.testing.assert_array_equal(a.read(), b.read())
+        assert b.key == second.keys[layer] and b.attrs["alias_of"] == a.key
+        assert b.attrs["model"] == "mine-ep2-pth" and a.attrs["model"] == "mine-ep2"
+        assert b.attrs["encoder"]["name"] == "mine-ep2-pth"
+        assert b.attrs["encoder"]["weights"] == {"source": "checkpoint", "file": "mine-ep2.pth"}
+        assert b.attrs["encoder_spec"]["weights"] == str(pth_file.resolve())
+        assert a.attrs["encoder"]["weights"] == {"source": "checkpoint", "file": "mine-ep2.safetensors"}
+    listed = {st.key: st for st in store.list_arrays()}
+    assert {second.keys[layer] for layer in layers} <= set(listed)
+    assert all(listed[second.keys[layer]].complete for layer in layers)
+    assert store.damaged_chunks(second.keys["pre_logits"]) == []
+    again = extract(store, second_spec, tiny, "test", CFG)
+    assert again.status == "cached" and again.forward_batches == 0
+
+
+def test_an_alias_whose_array_was_replaced_is_extracted_itself(tmp_path, tiny, encoder):
+    store = FeatureStore(str(tmp_path / "s"))
+    ckpt = tmp_path / "a.safetensors"
+    _save_backbone(encoder.model, ckpt)
+    original = extract(store, EncoderSpec("a", "resnet18", weights=str(ckpt), input_size=32), tiny, "test", CFG)
+    copy = tmp_path / "b.safetensors"
+    copy.write_bytes(ckpt.read_bytes())
+    b_spec = EncoderSpec("b", "resnet18", weights=str(copy), input_size=32)
+    assert extract(store, b_spec, tiny, "test", CFG).status == "aliased"
+    rows = store.features("b", "textures", "test", "pre_logits").read()
+    state = {k: v.clone() for k, v in encoder.model.state_dict().items()}
+    state["layer4.1.bn2.bias"][0] += 1.0
+    save_file({k: v.contiguous() for k, v in state.items()}, str(ckpt))  # "a" now names other weights
+    assert extract(store, EncoderSpec("a", "resnet18", weights=str(ckpt), input_size=32),
+                   tiny, "test", CFG).status == "extracted"
+    assert store.status(original.keys["pre_logits"].replace("/a/", "/b/")) is None  # its rows are gone
+    rebuilt = extract(store, b_spec, tiny, "test", CFG)
+    assert rebuilt.status == "extracted" and rebuilt.forward_batches == 2
+    b = store.features("b", "textures", "test", "pre_logits")
+    assert b.attrs.get("alias_of") is None
+    np.testing.assert_array_equal(b.read(), rows)
+
+
 class _Evil:
     def __reduce__(self):
         import os
@@ -205,10 +271,8 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, textures, case,
             EncoderSpec(name="../escape", arch="resnet18")
         return
     if case == "unknown-arch":
-        with pytest.raises(UnknownNameError, match="resnet18"):
-            EncoderSpec(name="x", arch="resnt18")
-        return
-    if case == "pickle-code":
+        spec, expected = EncoderSpec(name="x", arch="resnt18"), UnknownNameError
+    elif case == "pickle-code":
         path = tmp_path / "evil.pth"
         torch.save({"state_dict": _Evil()}, path)
         spec, expected = EncoderSpec(name="x", arch="resnet18", weights=str(path), input_size=32), UnsafeCheckpointError
@@ -257,9 +321,9 @@ def test_partial_array_with_other_chunking_is_restarted(tmp_path, textures, enco
     report = extract(store, encoder, textures, "test", CFG)
     key = report.keys["pre_logits"]
     # make it partial: drop the completion record and the last chunk's marker
-    state = tmp_path / "s" / "_repeval" / "state" / key / report.fingerprints["pre_logits"]
-    (state / "complete.json").unlink()
-    (state / "chunks" / "3").unlink()
+    fp = report.fingerprints["pre_logits"]
+    (tmp_path / "s" / keys.completion_key(key, fp)).unlink()
+    (tmp_path / "s" / keys.chunk_marker_key(key, fp, 3)).unlink()
     other = ExtractConfig(batch_size=16, chunk_batches=2, progress=False)  # 32-row chunks now
     again = extract(store, encoder, textures, "test", other)
     assert again.status == "extracted" and again.forward_batches == 4

@@ -11,7 +11,7 @@ from PIL import Image
 
 from jobs.correlate import correlate_results
 from jobs.report import BEST_MARKER, write_report
-from tests.jobs.test_correlate import (
+from tests.helpers.records import (
     DATASETS, MODELS, logistic_diagnostics, logistic_metrics, make_config, make_record, synthetic_scores,
 )
 

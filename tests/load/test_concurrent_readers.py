@@ -9,13 +9,16 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from storage_schema import FeatureStore
-from tests.jobs.helpers import REPO, cli_command, cli_env
+from tests.helpers.cli import REPO, cli_command, cli_env
 
 N_READERS = 8
 KEYS = [f"features/r18/textures/train/{layer}" for layer in ("pre_logits", "block3")]
 
 
+@pytest.mark.slow
 def test_readers_see_only_complete_arrays_while_a_writer_extracts(tmp_path):
     store = str(tmp_path / "store")
     stop = tmp_path / "writer-done"

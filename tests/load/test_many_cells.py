@@ -9,13 +9,16 @@ profile the task wrapper).
 
 from __future__ import annotations
 
-from benchmarks.bench_load import load_config_dict, measure, prepare_features
+import pytest
+
 from jobs.config import load_config
 from storage_schema.ledger import Ledger
+from tests.helpers.load import load_config_dict, measure, prepare_features
 
 CELLS = 1000
 
 
+@pytest.mark.slow
 def test_many_cells_in_one_run(tmp_path, prefect_harness):
     cfg = load_config(load_config_dict(tmp_path, CELLS))
     prep = prepare_features(cfg)

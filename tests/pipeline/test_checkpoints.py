@@ -7,6 +7,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pickle
+import re
 import shutil
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import torch
 from safetensors.torch import save_file
 
 from pipeline.checkpoints import CHECKPOINT_EXTENSIONS, load_state_dict, weights_fingerprint
-from pipeline.encoders import EncoderSpec, load_encoder
+from pipeline.encoders import EncoderSpec, check_checkpoint_fits, load_encoder
 from pipeline.errors import CheckpointError, UnsafeCheckpointError
 
 ARCH = "mobilenetv3_small_050"  # ~0.6 M backbone parameters: fast to save and load
@@ -242,3 +243,60 @@ def test_corrupt_files_and_non_tensor_entries(tmp_path: Path) -> None:
     torch.save({"w": torch.zeros(1), "note": "hello"}, odd)
     with pytest.raises(CheckpointError, match="not named tensors"):
         load_state_dict(odd)
+
+
+# --- fitting a checkpoint to an architecture without loading it -----------------------------
+
+def test_fitting_checkpoints_pass_in_every_layout(files: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    import safetensors.torch
+
+    def no_tensor_reads(*args, **kwargs):
+        raise AssertionError("check_checkpoint_fits read the tensors")
+
+    monkeypatch.setattr(safetensors.torch, "load_file", no_tensor_reads)  # only the header may be read
+    for path in files.values():
+        check_checkpoint_fits(EncoderSpec("ok", ARCH, weights=str(path), input_size=SIZE))
+
+
+def test_checkpoint_with_a_head_fits(tmp_path: Path) -> None:
+    path = tmp_path / "head.safetensors"
+    save_file(_model(num_classes=1000).state_dict(), path)
+    check_checkpoint_fits(EncoderSpec("h", ARCH, weights=str(path)))
+
+
+def test_checkpoint_of_another_width_is_refused_in_one_line_naming_the_fit(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    wider = timm.create_model("mobilenetv3_small_075", num_classes=0)
+    path = tmp_path / "ckpt.safetensors"
+    save_file(wider.state_dict(), path)
+    with pytest.raises(CheckpointError) as info:
+        check_checkpoint_fits(EncoderSpec("m", ARCH, weights=str(path)))
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith(f"'ckpt.safetensors' does not fit {ARCH}: ")
+    assert re.search(r": \d+ shape mismatches: blocks\.0\.0\.bn2\.bias \(checkpoint \(16,\), model \(8,\)\)", msg)
+    assert "looks like mobilenetv3_small_075" in msg
+    with pytest.raises(CheckpointError, match="does not match architecture"):  # loading agrees
+        load_encoder(EncoderSpec("m", ARCH, weights=str(path)), device="cpu")
+
+
+def test_pth_of_a_deeper_resnet_lists_missing_keys(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    path = tmp_path / "r18.pth"
+    torch.save({"state_dict": timm.create_model("resnet18", num_classes=10).state_dict(), "epoch": 3}, path)
+    with pytest.raises(CheckpointError) as info:
+        check_checkpoint_fits(EncoderSpec("r", "resnet34", weights=str(path)))
+    msg = str(info.value)
+    assert msg.startswith("'r18.pth' does not fit resnet34: ") and "missing keys: layer1.2." in msg
+    assert "looks like resnet18" in msg and "\n" not in msg
+
+
+def test_checkpoint_fit_check_refuses_bad_files_and_passes_other_weights(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="does not exist"):
+        check_checkpoint_fits(EncoderSpec("m", ARCH, weights=str(tmp_path / "nope.safetensors")))
+    with pytest.raises(CheckpointError, match="extension"):
+        check_checkpoint_fits(EncoderSpec("m", ARCH, weights="weights.ckpt"))
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(b"\x00" * 5)
+    with pytest.raises(CheckpointError, match="broken.safetensors"):
+        check_checkpoint_fits(EncoderSpec("m", ARCH, weights=str(broken)))
+    check_checkpoint_fits(EncoderSpec("m", ARCH))  # random init: nothing to check

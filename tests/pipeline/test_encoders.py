@@ -7,6 +7,8 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,9 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
-from pipeline.encoders import Encoder, EncoderSpec, list_architectures, load_encoder
+from pipeline.encoders import (
+    Encoder, EncoderSpec, check_architecture, check_layers_available, list_architectures, load_encoder,
+)
 from pipeline.errors import ConfigError, HubUnavailableError, InvalidNameError, UnknownNameError
 
 SIZE = 32
@@ -61,8 +65,19 @@ def test_spec_rejects_unknown_fields() -> None:
 
 
 def test_unknown_arch_suggests_close_names() -> None:
-    with pytest.raises(UnknownNameError, match="resnt18.*resnet18"):
-        EncoderSpec("r", "resnt18")
+    spec = EncoderSpec("r", "resnt18")  # the spec checks syntax only: no timm import
+    for check in (check_architecture, check_layers_available, lambda s: load_encoder(s, "cpu")):
+        with pytest.raises(UnknownNameError, match="resnt18.*resnet18"):
+            check(spec)
+
+
+def test_spec_module_imports_neither_torch_nor_timm() -> None:
+    """A config is read and its syntax checked without the heavy libraries (fast CLI)."""
+    code = ("import sys; from pipeline.encoders import EncoderSpec, PRE_LOGITS; "
+            "EncoderSpec('r', 'resnet18', layers=[PRE_LOGITS, 'block2'], weights='x.pth'); "
+            "print(sorted(m for m in ('torch', 'timm', 'torchvision') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize("bad", ["", "../up", "a/b", ".hidden", "x\ny"])
@@ -111,7 +126,7 @@ def test_pretrained_without_cache_says_how_to_use_a_local_checkpoint(
     torch.hub.set_dir(str(tmp_path / "torch_hub"))
     try:
         for weights in ("pretrained", "timm:a1_in1k"):
-            with pytest.raises(HubUnavailableError, match=r"weights='/path/to/ckpt\.safetensors'"):
+            with pytest.raises(HubUnavailableError, match=r"`weights: /path/to/ckpt\.safetensors`"):
                 load_encoder(EncoderSpec("r", "resnet18", weights=weights), "cpu")
     finally:
         torch.hub.set_dir(old_hub_dir)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.properties._support import Tally
+from tests.helpers.tally import Tally
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from jobs.config import load_config
 from jobs.plan import check_plan
-from tests.properties.test_names import bad_names
+from tests.helpers.names import bad_names
 
 
 def base_config(root: Path) -> dict:

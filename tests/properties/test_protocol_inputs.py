@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.protocols.registry import EvalData, get_protocol, resolve_settings
-from tests.properties.test_protocol_settings import CHEAP
+from tests.helpers.protocols import CHEAP
 
 PROTOCOLS = ["knn", "ridge", "logistic", "fewshot", "lowshot", "invariance"]
 KINDS = ["nan/inf train", "nan/inf test", "1-D train", "3-D test", "width mismatch", "empty train", "empty test",

@@ -15,9 +15,7 @@ from pathlib import Path
 
 import pytest
 
-PLANTED_KEY_ID = "AKIAPLANTEDKEYID7Q3X"
-PLANTED_SECRET = "PLANTED-SECRET-9f3c2e71d4b8a6e05d1c"
-BUCKET = "repeval-scaleout"
+from tests.helpers.s3 import BUCKET, PLANTED_KEY_ID, PLANTED_SECRET
 
 
 @pytest.fixture(scope="package")

@@ -28,8 +28,10 @@ import yaml
 from pipeline.errors import ConfigError, RepevalError
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
-from tests.flows.test_benchmark_flow import tiny_config
-from tests.jobs.helpers import REPO, cli_env
+from tests.helpers.configs import tiny_config
+from tests.helpers.cli import REPO, cli_env
+
+pytestmark = pytest.mark.slow  # every test here starts servers or runs several flows
 
 POOL = "repeval-local"
 EVENT = "repeval.config.protocols-changed"

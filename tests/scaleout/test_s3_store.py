@@ -17,15 +17,11 @@ from jobs.extract import ExtractConfig, extract
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec, load_encoder
 from pipeline.errors import ConfigError, LeaseLostError
-from storage_schema import FeatureStore
+from storage_schema import FeatureStore, keys
 from storage_schema.backend import redact_url, url_has_password
-from tests.jobs.helpers import REPO, cli_command, cli_env, run_cli
-from tests.scaleout.conftest import PLANTED_KEY_ID, PLANTED_SECRET
-# The lease tests of the local store, run again here on S3 (store_url below).
-from tests.storage_schema.test_leases import (  # noqa: F401
-    test_dead_owner_lease_expires_and_is_taken_over, test_holder_that_lost_its_lease_stops,
-    test_live_lease_blocks_and_release_frees,
-)
+from tests.helpers.cli import REPO, cli_command, cli_env, run_cli
+from tests.helpers.s3 import PLANTED_KEY_ID, PLANTED_SECRET
+from tests.helpers.leases import LeaseContract
 
 LAYERS = ("pre_logits", "block3")
 KEY = "features/r18/textures/train/pre_logits"
@@ -37,13 +33,17 @@ def store_url(s3_url) -> str:
     return s3_url
 
 
+class TestLeaseContractOnS3(LeaseContract):
+    """The lease behaviour of the local store, on S3 (``store_url`` above)."""
+
+
 def _arrays(store: FeatureStore, split: str) -> dict[str, np.ndarray]:
     return {layer: store.features("r18", "textures", split, layer).read() for layer in LAYERS}
 
 
 def _markers(fs: s3fs.S3FileSystem, url: str, key: str) -> list[str]:
     """Chunk-done markers of ``key``, listed afresh from the bucket."""
-    return fs.glob(f"{url.removeprefix('s3://')}/_repeval/state/{key}/*/chunks/*")
+    return fs.glob(f"{url.removeprefix('s3://')}/{keys.chunk_markers_key(key, '*')}/*")
 
 
 def test_extraction_to_s3_equals_local_bitwise_with_provenance(s3_url, tmp_path):
@@ -87,6 +87,7 @@ def _reference_train_features(tmp_path) -> dict[str, np.ndarray]:
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_sigkilled_cli_extraction_to_s3_resumes_bitwise(s3_url, tmp_path):
     """`repeval extract --store s3://...` killed mid-run; the endpoint and credentials reach
     the subprocess through its environment only."""

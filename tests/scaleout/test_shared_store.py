@@ -23,8 +23,10 @@ from jobs.evaluate import cell_identity
 from jobs.plan import evaluation_cells
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
-from tests.jobs.helpers import REPO, cli_env
-from tests.scaleout.conftest import BUCKET, PLANTED_KEY_ID, PLANTED_SECRET
+from tests.helpers.cli import REPO, cli_env
+from tests.helpers.s3 import BUCKET, PLANTED_KEY_ID, PLANTED_SECRET
+
+pytestmark = pytest.mark.slow  # every test here starts servers or runs several flows
 
 SEEDS = {"r18a": 0, "r18b": 1, "r18c": 2}
 # textures has 4 classes: 64 train and 32 test images, batches of 16 -> 6 batches per encoder

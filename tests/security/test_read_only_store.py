@@ -2,9 +2,9 @@
 ReadOnlyStoreError before touching a byte, and the tree is unchanged.
 
 Extends tests/storage_schema/test_store.py::test_read_only_store_cannot_be_written (lease,
-write_labels, open_writable) to every other write path: array creation, chunk writes,
-completion, the ledger, leases made directly on the backend, the backend's own primitives,
-labels, imports, extraction and evaluation."""
+write_labels, write_arrays) to every other write path: array creation and resumption, chunk
+writes, completion, aliases, the ledger, leases made directly on the backend, the backend's
+own primitives, labels, imports, extraction and evaluation."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from jobs.labels import store_labels
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec
 from pipeline.errors import ReadOnlyStoreError
-from storage_schema import FeatureStore, Lease
+from storage_schema import ArraySpec, FeatureStore, Lease
 from storage_schema.ledger import Ledger
-from tests.properties._support import tree
+from tests.helpers.tally import tree
 
 KEY = "features/m/emb/train/pre_logits"
 
@@ -43,19 +43,19 @@ def stores(tmp_path_factory):
 def _write_calls(writable, ro, dataset):
     lease = writable.lease("features/m/emb/other")  # a real lease, from a writable handle
     lease.acquire()
-    arr = writable.open_writable(KEY)
-    fp = writable.status(KEY).fingerprint
+    stored = writable.status(KEY)
     rows = np.zeros((12, 3), np.float32)
+    new = ArraySpec("features/m/emb/train/block1", (12, 3), 4, "float32", {"fingerprint": "x"})
     cell = Cell("m", "emb", "pre_logits", "knn3", "knn", {"n_neighbors": 3})
     tiny = make_dataset("textures", n_per_class={"train": 1, "test": 1})
     return lease, {
         "lease": lambda: ro.lease("features/m/emb/train"),
         "Lease on the backend": lambda: Lease(ro.backend, "features/m/emb/train").try_acquire(),
-        "create_array": lambda: ro.create_array(lease, "features/m/emb/train/block1", shape=(12, 3), chunk_rows=4,
-                                                dtype="float32", attrs={"fingerprint": "x"}),
-        "open_writable": lambda: ro.open_writable(KEY),
-        "write_chunk": lambda: ro.write_chunk(lease, arr, fp, 0, rows),
-        "mark_complete": lambda: ro.mark_complete(lease, KEY, fp),
+        "write_arrays (create)": lambda: ro.write_arrays(lease, [new], lambda todo: [(0, {new.key: rows[:4]})]),
+        "write_arrays (rewrite a chunk)": lambda: ro.write_arrays(
+            lease, [ArraySpec.of(stored)], lambda todo: [(0, {KEY: rows[:stored.chunk_rows]})], chunks={KEY: [0]}),
+        "write_arrays (complete)": lambda: ro.write_arrays(lease, [ArraySpec.of(stored)], lambda todo: []),
+        "write_alias": lambda: ro.write_alias(lease, "features/m2/emb/train/pre_logits", stored, {"model": "m2"}),
         "write_labels": lambda: ro.write_labels("emb2", "train", np.zeros(3), {"fingerprint": "y"}),
         "store_labels": lambda: store_labels(ro, tiny, "train"),
         "Ledger.put": lambda: Ledger(ro).put({"cell_id": "abc"}),

@@ -24,7 +24,7 @@ from pipeline.checkpoints import load_state_dict
 from pipeline.datasets import make_dataset
 from pipeline.errors import CheckpointError, DatasetError, InvalidNameError, UnsafeCheckpointError
 from storage_schema import FeatureStore
-from tests.properties._support import tree
+from tests.helpers.tally import tree
 
 
 class WritesMarker:

@@ -13,10 +13,8 @@ import time
 
 import pytest
 
-from pipeline.errors import LeaseHeldError, LeaseLostError
-from storage_schema import FeatureStore
-
-KEY = "features/m/d/train"
+from storage_schema import FeatureStore, keys
+from tests.helpers.leases import KEY, LeaseContract
 
 
 def _race(store_url: str, barrier, results) -> None:
@@ -27,6 +25,10 @@ def _race(store_url: str, barrier, results) -> None:
     if won:
         time.sleep(0.5)  # hold it while the others are still trying
         lease.release()
+
+
+class TestLeaseContract(LeaseContract):
+    """On a local folder."""
 
 
 def test_exactly_one_of_racing_processes_acquires(store_url):
@@ -41,59 +43,6 @@ def test_exactly_one_of_racing_processes_acquires(store_url):
     for p in procs:
         p.join(timeout=60)
     assert sum(won for _, won in outcomes) == 1
-
-
-def test_live_lease_blocks_and_release_frees(store_url):
-    store = FeatureStore(store_url)
-    a, b = store.lease(KEY, ttl=30), store.lease(KEY, ttl=30)
-    assert a.try_acquire()
-    assert not b.try_acquire()
-    with pytest.raises(LeaseHeldError, match=a.owner):
-        b.acquire(timeout=0.3)
-    a.release()
-    assert b.try_acquire()
-    assert b.current().owner == b.owner
-    b.release()
-
-
-def test_dead_owner_lease_expires_and_is_taken_over(store_url):
-    FeatureStore(store_url)
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import time
-        from storage_schema import FeatureStore
-        lease = FeatureStore({store_url!r}).lease({KEY!r}, ttl=1.0)
-        lease.acquire()
-        print("held", flush=True)
-        time.sleep(600)
-    """)], stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        waiter = FeatureStore(store_url).lease(KEY, ttl=1.0)
-        assert not waiter.try_acquire()  # alive and beating
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
-        t0 = time.monotonic()
-        assert waiter.acquire(timeout=10)
-        assert time.monotonic() - t0 < 10
-        assert waiter.current().generation == 1
-        waiter.release()
-    finally:
-        holder.kill()
-
-
-def test_holder_that_lost_its_lease_stops(store_url):
-    store = FeatureStore(store_url)
-    slow = store.lease(KEY, ttl=0.2, heartbeat=3600)  # never beats: looks dead after 0.2 s
-    assert slow.try_acquire()
-    slow.check()
-    time.sleep(0.3)
-    thief = store.lease(KEY, ttl=30)
-    assert thief.try_acquire()
-    with pytest.raises(LeaseLostError, match="taken over"):
-        slow.check()
-    slow.release()  # must not clobber the thief's record
-    assert thief.current().owner == thief.owner and not thief.current().released
-    thief.release()
 
 
 def test_killed_holder_on_this_machine_is_taken_over_before_its_ttl(store_url):
@@ -124,7 +73,7 @@ def test_killed_holder_on_this_machine_is_taken_over_before_its_ttl(store_url):
 
 def _lease_record(store: FeatureStore, process: dict) -> None:
     record = {"owner": "x:1:y", "heartbeat": time.time(), "ttl": 3600, "released": False, "process": process}
-    assert store.backend.create_exclusive(f"_repeval/leases/{KEY}/0.json", json.dumps(record).encode())
+    assert store.backend.create_exclusive(keys.lease_generation_key(KEY, 0), json.dumps(record).encode())
 
 
 def _dead_pid() -> int:

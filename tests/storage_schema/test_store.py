@@ -13,24 +13,33 @@ from pipeline.errors import (
     ArrayNotFoundError, CorruptChunkError, IncompleteArrayError, InvalidNameError, ReadOnlyStoreError,
     SchemaVersionError, StaleArrayError, StoreError,
 )
-from storage_schema import FeatureStore, feature_key, labels_key
+from storage_schema import ArraySpec, FeatureStore, feature_key, labels_key
 from storage_schema.store import SCHEMA_ATTR, SCHEMA_VERSION
 
 KEY = "features/m/d/train/pre_logits"
 
 
+def _spec(fp="fp1", n=10, chunk_rows=4, d=3):
+    return ArraySpec(KEY, (n, d), chunk_rows, "float32", {"fingerprint": fp})
+
+
 def _fill(store, fp="fp1", n=10, chunk_rows=4, d=3, chunks=None):
+    """Write ``chunks`` (default: all, then complete) through the store's one write path."""
     data = np.arange(n * d, dtype=np.float32).reshape(n, d)
+
+    def produce(todo):
+        wanted = sorted(todo[KEY]) if chunks is None else chunks
+        return ((c, {KEY: data[c * chunk_rows:(c + 1) * chunk_rows]}) for c in wanted)
+
     with store.lease("features/m/d/train") as lease:
-        st = store.status(KEY)
-        arr = store.open_writable(KEY) if st and st.fingerprint == fp else store.create_array(
-            lease, KEY, shape=(n, d), chunk_rows=chunk_rows, dtype="float32", attrs={"fingerprint": fp})
-        n_chunks = -(-n // chunk_rows)
-        for c in (range(n_chunks) if chunks is None else chunks):
-            store.write_chunk(lease, arr, fp, c, data[c * chunk_rows:(c + 1) * chunk_rows])
-        if chunks is None:
-            store.mark_complete(lease, KEY, fp)
+        store.write_arrays(lease, [_spec(fp, n, chunk_rows, d)], produce, complete=chunks is None)
     return data
+
+
+def _complete(store, fp="fp1"):
+    """Ask for completion without writing any chunk."""
+    with store.lease("features/m/d/train") as lease:
+        store.write_arrays(lease, [_spec(fp)], lambda todo: [])
 
 
 def test_new_store_records_schema_version(store_url):
@@ -70,24 +79,23 @@ def test_partial_array_is_not_readable_and_reports_progress(store_url):
     with pytest.raises(IncompleteArrayError, match="2 of 3 chunks"):
         store.features("m", "d", "train", "pre_logits")
     _fill(store, chunks=[2])  # resume the rest
-    with store.lease("features/m/d/train") as lease:
-        store.mark_complete(lease, KEY, "fp1")
+    _complete(store)
     assert store.features("m", "d", "train", "pre_logits").shape == (10, 3)
 
 
 def test_complete_refused_while_chunks_missing(store_url):
     store = FeatureStore(store_url)
     _fill(store, chunks=[0])
-    with store.lease("features/m/d/train") as lease, pytest.raises(IncompleteArrayError, match=r"\[1, 2\]"):
-        store.mark_complete(lease, KEY, "fp1")
+    with pytest.raises(IncompleteArrayError, match=r"\[1, 2\]"):
+        _complete(store)
+    assert not store.status(KEY).complete
 
 
 def test_chunk_write_must_be_whole(store_url):
     store = FeatureStore(store_url)
-    with store.lease("features/m/d/train") as lease:
-        arr = store.create_array(lease, KEY, shape=(10, 3), chunk_rows=4, dtype="float32", attrs={"fingerprint": "f"})
-        with pytest.raises(StoreError, match="needs 4 rows, got 3"):
-            store.write_chunk(lease, arr, "f", 0, np.zeros((3, 3), np.float32))
+    with store.lease("features/m/d/train") as lease, pytest.raises(StoreError, match="needs 4 rows, got 3"):
+        store.write_arrays(lease, [_spec("f")], lambda todo: [(0, {KEY: np.zeros((3, 3), np.float32)})])
+    assert store.status(KEY).done_chunks == frozenset()  # nothing recorded for the refused chunk
 
 
 def test_stale_fingerprint_replaces_array_and_progress(store_url):
@@ -111,14 +119,24 @@ def test_missing_array_error_is_keyerror_and_filenotfound(store_url):
 
 @pytest.mark.parametrize("bad", ["", "..", "a/b", "a\\b", ".hidden", "x\x00y", "tab\tname", "-flag"])
 def test_bad_names_rejected_before_any_write(store_url, bad):
-    FeatureStore(store_url)
+    store = FeatureStore(store_url)
+    _fill(store)
     before = sorted(p.relative_to(store_url) for p in Path(store_url).rglob("*"))
     with pytest.raises(InvalidNameError):
         feature_key(bad, "d", "train", "pre_logits")
     with pytest.raises(InvalidNameError):
         labels_key("d", bad)
+    # the store's writing and reading entry points refuse the name before touching the tree
+    with pytest.raises(InvalidNameError):
+        store.write_labels("d", bad, np.array([0, 1]), {"fingerprint": "L"})
+    with pytest.raises(InvalidNameError):
+        store.write_labels(bad, "train", np.array([0, 1]), {"fingerprint": "L"})
+    with pytest.raises(InvalidNameError):
+        store.features(bad, "d", "train", "pre_logits")
+    with pytest.raises(InvalidNameError):
+        store.labels("d", bad)
     after = sorted(p.relative_to(store_url) for p in Path(store_url).rglob("*"))
-    assert before == after
+    assert after == before
 
 
 def test_read_only_store_cannot_be_written(store_url):
@@ -130,7 +148,7 @@ def test_read_only_store_cannot_be_written(store_url):
     with pytest.raises(ReadOnlyStoreError):
         ro.write_labels("d", "train", np.zeros(3), {"fingerprint": "x"})
     with pytest.raises(ReadOnlyStoreError):
-        ro.open_writable(KEY)
+        ro.write_arrays(None, [_spec()], lambda todo: [])
 
 
 def test_read_only_open_of_missing_store_fails(tmp_path):
@@ -166,4 +184,43 @@ def test_list_arrays_shows_status(store_url):
     listed = {st.key: st for st in store.list_arrays()}
     assert set(listed) == {"datasets/d/train/labels", KEY}
     assert listed["datasets/d/train/labels"].complete and not listed[KEY].complete
-    assert json.dumps([st.key for st in listed.values()])  # keys are plain strings
+    assert listed[KEY].done_chunks == {0} and listed[KEY].n_chunks == 3
+    # keys are plain strings, so a listing serialises as is
+    assert json.loads(json.dumps([st.key for st in store.list_arrays()])) == ["datasets/d/train/labels", KEY]
+
+
+def test_alias_serves_the_target_with_its_own_provenance(store_url, tmp_path):
+    store = FeatureStore(store_url)
+    data = _fill(store)
+    target = store.find_complete("fp1")
+    assert target is not None and target.key == KEY
+    alias = "features/m2/d/train/pre_logits"
+    with store.lease("features/m2/d/train") as lease:
+        store.write_alias(lease, alias, target, {"model": "m2"})
+    arr = store.open_array(alias, fingerprint="fp1")
+    np.testing.assert_array_equal(arr.read(), data)
+    assert arr.key == alias and arr.attrs["model"] == "m2" and arr.attrs["alias_of"] == KEY
+    assert store.features("m", "d", "train", "pre_logits").attrs.get("model") is None  # the target's own attrs
+    assert [st.key for st in store.list_arrays()] == [KEY, alias]
+    chunk_file = tmp_path / "store" / KEY / "c" / "2" / "0"
+    chunk_file.write_bytes(b"\0" + chunk_file.read_bytes()[1:])
+    assert store.damaged_chunks(alias) == [2]  # checked through the array holding the rows
+    with pytest.raises(CorruptChunkError, match=r"chunk\(s\) \[2\]"):
+        arr.read()
+    _fill(store, fp="other")  # the target now holds other features: the alias serves nothing
+    assert store.status(alias) is None and store.find_complete("fp1") is None
+    with pytest.raises(ArrayNotFoundError):
+        store.open_array(alias)
+
+
+def test_a_real_array_replaces_an_alias(store_url):
+    store = FeatureStore(store_url)
+    _fill(store)
+    alias = "features/m2/d/train/pre_logits"
+    with store.lease("features/m2/d/train") as lease:
+        store.write_alias(lease, alias, store.status(KEY), {"model": "m2"})
+        store.write_arrays(lease, [ArraySpec(alias, (2, 3), 2, "float32", {"fingerprint": "own"})],
+                           lambda todo: [(0, {alias: np.ones((2, 3), np.float32)})])
+    st = store.status(alias)
+    assert st.alias_of is None and st.fingerprint == "own" and st.complete
+    np.testing.assert_array_equal(store.open_array(alias).read(), np.ones((2, 3)))

@@ -18,8 +18,8 @@ from storage_schema import FeatureStore
 # forkserver, the children inherit it instead of each killed one leaving its own behind.
 tqdm.get_lock()
 
-PRELOAD = ["numpy", "torch", "timm", "zarr", "pipeline.encoders", "pipeline.datasets", "jobs.extract",
-           "storage_schema", "tests.faults._children"]
+PRELOAD = ["numpy", "torch", "timm", "zarr", "pipeline.encoders.encoder", "pipeline.datasets", "jobs.extract",
+           "storage_schema", "tests.helpers.children"]
 # 128 train images: 16 chunks of one batch of 8.
 SPEC = EncoderSpec(name="r18", arch="resnet18", layers=("pre_logits", "block3"), input_size=32)
 LAYERS = SPEC.layers

@@ -1,0 +1,48 @@
+"""Frozen timm encoders: specs, loading, hub probing and checkpoint matching.
+
+* :mod:`~pipeline.encoders.spec`: :class:`EncoderSpec`, what to build (imports neither
+  torch nor timm, so a config is checked in milliseconds);
+* :mod:`~pipeline.encoders.building`: the timm model of a spec and the layers it offers;
+* :mod:`~pipeline.encoders.encoder`: :class:`Encoder` and :func:`load_encoder`, weights and
+  one-pass multi-layer features;
+* :mod:`~pipeline.encoders.hub`: pretrained weights from the local caches only;
+* :mod:`~pipeline.encoders.matching`: whether a checkpoint's tensors fit an architecture.
+
+The names below are importable from this package; all but the spec's are loaded on first
+use, so ``from pipeline.encoders import EncoderSpec`` does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import TYPE_CHECKING, Any
+
+from pipeline.encoders.spec import PRE_LOGITS, EncoderSpec, check_architecture, list_architectures
+
+# No network: pretrained weights come from the local cache or not at all (set before timm
+# and huggingface_hub are imported by the submodules).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+_LAZY = {
+    "Encoder": "pipeline.encoders.encoder",
+    "load_encoder": "pipeline.encoders.encoder",
+    "check_layers_available": "pipeline.encoders.building",
+    "check_checkpoint_fits": "pipeline.encoders.matching",
+}
+
+__all__ = ["PRE_LOGITS", "Encoder", "EncoderSpec", "check_architecture", "check_checkpoint_fits",
+           "check_layers_available", "list_architectures", "load_encoder"]
+
+if TYPE_CHECKING:
+    from pipeline.encoders.building import check_layers_available
+    from pipeline.encoders.encoder import Encoder, load_encoder
+    from pipeline.encoders.matching import check_checkpoint_fits
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,300 @@
+"""A loaded, frozen encoder: strict weight loading and one-pass multi-layer features.
+
+Layers: ``pre_logits`` is timm's pooled pre-classifier representation
+(``forward_head(forward_features(x), pre_logits=True)``); ``block{i}`` is the i-th output of
+``forward_intermediates`` as timm counts them (CNN stages, stem included where the model
+reports it; ViT blocks), pooled to one vector per image: the class token where the model
+has one, else the mean over patch tokens or over the spatial map.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Mapping
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+import timm
+import torch
+from PIL import Image
+from timm.data import create_transform, resolve_model_data_config
+from torch import Tensor, nn
+
+from pipeline.checkpoints import weights_fingerprint
+from pipeline.encoders.building import (
+    INIT_LOCK, available_layers, check_layer_names, create_model, model_kwargs,
+)
+from pipeline.encoders.hub import create_pretrained
+from pipeline.encoders.matching import checkpoint_path, load_checkpoint_into
+from pipeline.encoders.spec import PRE_LOGITS, EncoderSpec, check_architecture
+
+
+class Encoder:
+    """A loaded, frozen encoder: preprocessing, one-pass multi-layer features, provenance.
+
+    Built by :func:`load_encoder`.
+
+    Parameters
+    ----------
+    spec : EncoderSpec
+        What was built.
+    model : torch.nn.Module
+        The timm model, in eval mode, on ``device``.
+    device : torch.device
+        Where the forward pass runs.
+    fingerprint : str
+        The weights fingerprint (:func:`pipeline.checkpoints.weights_fingerprint`).
+    autocast : bool
+        Whether the forward pass runs under float16 autocast (CUDA only).
+    weights_info : dict
+        Where the weights came from (random seed, checkpoint file name, hub tag).
+    """
+
+    def __init__(self, spec: EncoderSpec, model: nn.Module, device: torch.device, fingerprint: str,
+                 autocast: bool, weights_info: dict[str, Any]) -> None:
+        self.spec = spec
+        self.model = model
+        self.device = device
+        self.weights_fingerprint = fingerprint
+        self.layers: tuple[str, ...] = spec.layers
+        self.autocast = autocast
+        self._weights_info = weights_info
+        self._class_token = _uses_class_token(model)
+        self._feature_dims: dict[str, int] | None = None
+        self.data_config: dict[str, Any] = dict(resolve_model_data_config(model))
+        if spec.input_size is not None:
+            self.data_config["input_size"] = (3, spec.input_size, spec.input_size)
+        check_layer_names(spec, self.available_layers)
+
+    @property
+    def available_layers(self) -> tuple[str, ...]:
+        """``pre_logits`` then ``block0`` .. ``block{n-1}`` as forward_intermediates counts."""
+        return available_layers(self.model)
+
+    def pooling(self, layer: str) -> str:
+        """How a layer's output becomes one vector per image.
+
+        Parameters
+        ----------
+        layer : str
+            A layer name.
+
+        Returns
+        -------
+        str
+            A short description, recorded with the features.
+        """
+        if layer == PRE_LOGITS:
+            pool = _head_pool_type(self.model)
+            return "forward_head(pre_logits=True)" + (f", global_pool={pool}" if pool else "")
+        if self._class_token:
+            return "cls_token"
+        if getattr(self.model, "num_prefix_tokens", None) is not None:
+            return "mean_patch_tokens"
+        return "global_avg_pool"
+
+    def layer_pooling(self) -> dict[str, str]:
+        """Pooling of every requested layer.
+
+        Returns
+        -------
+        dict
+            Layer name -> :meth:`pooling`.
+        """
+        return {layer: self.pooling(layer) for layer in self.layers}
+
+    def transform(self) -> Callable[[Image.Image], Tensor]:
+        """timm's eval transform for this model's data config (no augmentation).
+
+        Returns
+        -------
+        callable
+            PIL image -> normalised tensor.
+        """
+        return create_transform(**self.data_config, is_training=False)
+
+    def forward(self, x: Tensor) -> dict[str, np.ndarray]:
+        """Every requested layer from ONE forward pass.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            A batch of preprocessed images, ``(n, 3, h, w)``.
+
+        Returns
+        -------
+        dict
+            Layer name -> float32 array of shape ``(n, d)``.
+        """
+        blocks = sorted(int(layer[len("block"):]) for layer in self.layers if layer != PRE_LOGITS)
+        want_pre = PRE_LOGITS in self.layers
+        x = x.to(self.device, non_blocking=True)
+        out: dict[str, Tensor] = {}
+        amp = torch.autocast("cuda", dtype=torch.float16) if self.autocast else contextlib.nullcontext()
+        with torch.inference_mode(), amp:
+            if not blocks:
+                out[PRE_LOGITS] = self.model.forward_head(self.model.forward_features(x), pre_logits=True)
+            else:
+                final, inters = self._intermediates(x, blocks, intermediates_only=not want_pre)
+                if want_pre:
+                    out[PRE_LOGITS] = self.model.forward_head(final, pre_logits=True)
+                for index, inter in zip(blocks, inters):
+                    out[f"block{index}"] = _pool(inter)
+        return {layer: out[layer].float().cpu().numpy().reshape(x.shape[0], -1) for layer in self.layers}
+
+    __call__ = forward
+
+    def _intermediates(self, x: Tensor, blocks: list[int],
+                       intermediates_only: bool) -> tuple[Tensor | None, list[Tensor]]:
+        params = inspect.signature(self.model.forward_intermediates).parameters
+        kwargs: dict[str, Any] = {"indices": blocks, "intermediates_only": intermediates_only}
+        if intermediates_only and "stop_early" in params:
+            kwargs["stop_early"] = True  # nothing after the last requested block is needed
+        if self._class_token:
+            kwargs["return_prefix_tokens"] = True
+        result = self.model.forward_intermediates(x, **kwargs)
+        inters = result if intermediates_only else result[1]
+        if self._class_token:
+            # (spatial, prefix) pairs; the class token is the first prefix token in timm.
+            inters = [prefix[:, 0] for _, prefix in inters]
+        return (None if intermediates_only else result[0]), list(inters)
+
+    def feature_dims(self) -> dict[str, int]:
+        """Feature width per requested layer (one dummy forward of batch 1, cached).
+
+        Returns
+        -------
+        dict
+            Layer name -> width.
+        """
+        if self._feature_dims is None:
+            dummy = torch.zeros((1, *self.data_config["input_size"]))
+            self._feature_dims = {layer: int(arr.shape[1]) for layer, arr in self.forward(dummy).items()}
+        return dict(self._feature_dims)
+
+    def provenance(self) -> dict[str, Any]:
+        """JSON-able record of what produced the features (no paths or URLs).
+
+        Returns
+        -------
+        dict
+            Name, architecture, weights source and fingerprint, data config, pooling,
+            library versions, device and precision.
+        """
+        return {
+            "name": self.spec.name,
+            "arch": self.spec.arch,
+            "weights": dict(self._weights_info),
+            "weights_fingerprint": self.weights_fingerprint,
+            "data_config": _jsonable(self.data_config),
+            "layers": {layer: {"pooling": pool} for layer, pool in self.layer_pooling().items()},
+            "versions": {"torch": torch.__version__, "timm": timm.__version__, "repeval": _repeval_version()},
+            "device": self.device.type,
+            "autocast": self.autocast,
+            "autocast_dtype": "float16" if self.autocast else None,
+        }
+
+    def __repr__(self) -> str:
+        return f"Encoder(name={self.spec.name!r}, arch={self.spec.arch!r}, device={str(self.device)!r})"
+
+
+def load_encoder(spec: EncoderSpec, device: str | torch.device | None = None,
+                 autocast: bool | None = None) -> Encoder:
+    """Build the model of ``spec`` with its weights, frozen in eval mode on ``device``.
+
+    Parameters
+    ----------
+    spec : EncoderSpec
+        What to build.
+    device : str or torch.device, optional
+        CUDA when available, else CPU, by default.
+    autocast : bool, optional
+        float16 autocast; on for CUDA by default, never used on CPU.
+
+    Returns
+    -------
+    Encoder
+        The loaded encoder.
+
+    Raises
+    ------
+    UnknownNameError
+        Unknown architecture, pretrained tag or layer.
+    CheckpointError
+        The checkpoint is missing, unreadable or does not fit the architecture.
+    HubUnavailableError
+        Pretrained weights are not in the local cache.
+    """
+    check_architecture(spec)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    use_autocast = device.type == "cuda" if autocast is None else bool(autocast and device.type == "cuda")
+    ckpt = checkpoint_path(spec) if spec.weights_kind == "checkpoint" else None
+    kwargs = model_kwargs(spec)
+    if spec.weights_kind == "pretrained":
+        model = create_pretrained(spec, kwargs)
+        info: dict[str, Any] = {"source": "timm-pretrained", "tag": spec.model_name}
+        hub_id = (getattr(model, "pretrained_cfg", None) or {}).get("hf_hub_id")
+        if hub_id:
+            info["hf_hub_id"] = hub_id
+    else:
+        with INIT_LOCK:
+            torch.manual_seed(spec.seed)
+            model = create_model(spec, **kwargs)
+        check_layer_names(spec, available_layers(model))  # before reading a possibly large checkpoint
+        info = {"source": "random", "seed": spec.seed}
+        if ckpt is not None:
+            load_checkpoint_into(model, ckpt, spec)
+            info = {"source": "checkpoint", "file": ckpt.name}
+    model.eval()
+    for param in model.parameters():
+        param.requires_grad_(False)
+    fingerprint = weights_fingerprint(model)  # on CPU, before the move
+    model.to(device)
+    return Encoder(spec, model, device, fingerprint, use_autocast, info)
+
+
+def _repeval_version() -> str:
+    try:
+        return metadata.version("repeval")
+    except metadata.PackageNotFoundError:
+        return "0.1.0"
+
+
+def _uses_class_token(model: nn.Module) -> bool:
+    """A ViT-like model with a class token whose forward_intermediates can return it."""
+    if getattr(model, "cls_token", None) is None or not hasattr(model, "forward_intermediates"):
+        return False
+    return "return_prefix_tokens" in inspect.signature(model.forward_intermediates).parameters
+
+
+def _head_pool_type(model: nn.Module) -> str | None:
+    for owner in (model, getattr(model, "head", None)):
+        pool = getattr(owner, "global_pool", None)
+        if isinstance(pool, str):
+            return pool or None
+        if pool is not None and isinstance(getattr(pool, "pool_type", None), str):
+            return pool.pool_type or None
+    return None
+
+
+def _pool(t: Tensor) -> Tensor:
+    """One vector per image: spatial mean of NCHW maps, token mean of NLC, as-is for (n, d)."""
+    if t.ndim == 4:
+        return t.mean(dim=(2, 3))
+    if t.ndim == 3:
+        return t.mean(dim=1)
+    return t
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

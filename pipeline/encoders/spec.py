@@ -1,0 +1,209 @@
+"""What to build: an encoder's name, timm architecture, weights and layers.
+
+Importing this module imports neither torch nor timm: a config can be read and checked
+for syntax in milliseconds. Whether the architecture exists is asked of timm only when
+something needs it (:func:`check_architecture`, which loading and the config checks call).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.errors import ConfigError, unknown_name
+from pipeline.names import validate_name
+
+PRE_LOGITS = "pre_logits"
+PRETRAINED_PREFIX = "timm:"
+_BLOCK_RE = re.compile(r"^block(0|[1-9][0-9]*)$")
+
+
+def split_tag(arch: str) -> tuple[str, str]:
+    """Split ``resnet50.a1_in1k`` into the architecture and its pretrained tag.
+
+    The same rule as timm's model names: the tag is everything after the first dot.
+
+    Parameters
+    ----------
+    arch : str
+        An architecture name, with or without a tag.
+
+    Returns
+    -------
+    tuple of str
+        ``(architecture, tag)``; the tag is ``""`` when there is none.
+    """
+    base, _, tag = arch.partition(".")
+    return base, tag
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """A named timm architecture, its weights and the layers to extract.
+
+    Checked on construction: the name, the weights syntax, the layer syntax and the other
+    fields' types. Whether timm knows the architecture is checked by
+    :func:`check_architecture` (it imports timm).
+
+    Parameters
+    ----------
+    name : str
+        The encoder's name in the store and in every table.
+    arch : str
+        A timm architecture (``resnet50``, optionally with a pretrained tag).
+    weights : str
+        ``"random"`` (seeded init), a local checkpoint path (.safetensors, .pth, .pt,
+        .bin), ``"pretrained"`` (timm's default tag) or ``"timm:<tag>"``; the last two
+        only from the local hub cache.
+    seed : int
+        Seed of the random initialisation (also of the tensors a checkpoint lacks).
+    layers : tuple of str
+        ``pre_logits`` and/or ``block<i>`` (the i-th output of timm's
+        ``forward_intermediates``).
+    input_size : int, optional
+        Square input resolution overriding the model's default (ViTs are built for it).
+    strip_prefixes : tuple of str
+        Key prefixes removed from a checkpoint when every key carries them.
+    """
+
+    name: str
+    arch: str
+    weights: str = "random"
+    seed: int = 0
+    layers: tuple[str, ...] = (PRE_LOGITS,)
+    input_size: int | None = None
+    strip_prefixes: tuple[str, ...] = ("module.",)
+
+    def __post_init__(self) -> None:
+        validate_name(self.name, "encoder name")
+        for field in ("layers", "strip_prefixes"):
+            if isinstance(getattr(self, field), str):
+                raise ConfigError(f"{field} must be a sequence of strings, got the string {getattr(self, field)!r}")
+        # Lists from JSON/YAML become tuples so the spec stays hashable.
+        object.__setattr__(self, "layers", tuple(self.layers))
+        object.__setattr__(self, "strip_prefixes", tuple(self.strip_prefixes))
+        if not isinstance(self.arch, str) or not split_tag(self.arch)[0]:
+            raise ConfigError(f"encoder {self.name!r}: arch must name a timm architecture, got {self.arch!r}")
+        self._check_weights()
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError(f"seed must be an int, got {self.seed!r}")
+        if self.input_size is not None and (
+            isinstance(self.input_size, bool) or not isinstance(self.input_size, int) or self.input_size <= 0
+        ):
+            raise ConfigError(f"input_size must be a positive int or None, got {self.input_size!r}")
+        self._check_layers()
+
+    def _check_weights(self) -> None:
+        if not isinstance(self.weights, str) or not self.weights:
+            raise ConfigError(
+                f"weights must be 'random', 'pretrained', 'timm:<tag>' or a checkpoint path, got {self.weights!r}"
+            )
+        if self.weights == PRETRAINED_PREFIX:
+            raise ConfigError(f"weights {self.weights!r} names no tag; use 'pretrained' or 'timm:<tag>'")
+        arch_tag = split_tag(self.arch)[1]
+        other_tag = self.weights != f"{PRETRAINED_PREFIX}{arch_tag}"
+        if self.weights.startswith(PRETRAINED_PREFIX) and arch_tag and other_tag:
+            raise ConfigError(
+                f"arch {self.arch!r} already names tag {arch_tag!r}; weights {self.weights!r} asks for another"
+            )
+
+    def _check_layers(self) -> None:
+        if not self.layers:
+            raise ConfigError(f"encoder {self.name!r}: layers must not be empty; e.g. ({PRE_LOGITS!r},)")
+        for layer in self.layers:
+            if not isinstance(layer, str) or (layer != PRE_LOGITS and not _BLOCK_RE.match(layer)):
+                raise ConfigError(
+                    f"encoder {self.name!r}: layer {layer!r} is not {PRE_LOGITS!r} or 'block<i>' (e.g. 'block3')"
+                )
+        if len(set(self.layers)) != len(self.layers):
+            raise ConfigError(f"encoder {self.name!r}: duplicate layers in {list(self.layers)}")
+
+    @property
+    def weights_kind(self) -> str:
+        """One of ``random``, ``pretrained`` or ``checkpoint``."""
+        if self.weights == "random":
+            return "random"
+        if self.weights == "pretrained" or self.weights.startswith(PRETRAINED_PREFIX):
+            return "pretrained"
+        return "checkpoint"
+
+    @property
+    def model_name(self) -> str:
+        """The name timm builds: the architecture, with the pretrained tag of ``timm:<tag>``."""
+        if self.weights.startswith(PRETRAINED_PREFIX):
+            return f"{split_tag(self.arch)[0]}.{self.weights[len(PRETRAINED_PREFIX):]}"
+        return self.arch
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able fields (tuples as lists).
+
+        Returns
+        -------
+        dict
+            One entry per field.
+        """
+        out = dataclasses.asdict(self)
+        out["layers"] = list(self.layers)
+        out["strip_prefixes"] = list(self.strip_prefixes)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EncoderSpec:
+        """Inverse of :meth:`to_dict`; unknown keys are an error, not ignored.
+
+        Parameters
+        ----------
+        data : mapping
+            Field values by name.
+
+        Returns
+        -------
+        EncoderSpec
+            The spec.
+        """
+        fields = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise ConfigError(f"Unknown EncoderSpec field(s) {unknown}; valid fields: {', '.join(fields)}")
+        return cls(**data)
+
+
+def _timm():
+    """timm, imported on first use (it imports torch and torchvision: seconds)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no network: weights come from the local cache
+    import timm
+
+    return timm
+
+
+def check_architecture(spec: EncoderSpec) -> None:
+    """Raise UnknownNameError, with close valid names, unless timm knows ``spec.arch``.
+
+    Parameters
+    ----------
+    spec : EncoderSpec
+        The spec to check.
+    """
+    timm = _timm()
+    if not timm.is_model(split_tag(spec.arch)[0]):
+        raise unknown_name("timm architecture", spec.arch, timm.list_models())
+
+
+def list_architectures(pattern: str = "*") -> list[str]:
+    """Names of timm architectures matching a glob pattern.
+
+    Parameters
+    ----------
+    pattern : str
+        A glob pattern such as ``resnet*``.
+
+    Returns
+    -------
+    list of str
+        The matching names, sorted.
+    """
+    return _timm().list_models(pattern)

@@ -1,0 +1,216 @@
+"""Public functions and classes document their parameters and returns (numpydoc).
+
+A public definition (a module-level function or class, or a public method of a public
+class, whose name has no leading underscore) needs a docstring. One that takes parameters
+needs a ``Parameters`` section naming each of them (a class documents its constructor's);
+one annotated to return a value needs a ``Returns`` (or ``Yields``) section. Properties and
+dunder methods need only the docstring of what they are.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.code import REPO, module_name, python_files
+
+# The modules held to the rule. The rest of pipeline/ (protocols, datasets, transforms...)
+# joins once documented: then this becomes every module of pipeline/ and storage_schema/.
+CHECKED = (
+    "storage_schema", "pipeline.encoders", "pipeline.checkpoints", "pipeline.errors", "pipeline.names",
+    "pipeline.correlation",
+)
+
+
+def _in_scope(module: str) -> bool:
+    return any(module == m or module.startswith(m + ".") for m in CHECKED)
+
+
+def _public(name: str) -> bool:
+    return not name.startswith("_")
+
+
+def _section(doc: str, title: str) -> str | None:
+    """The body of a numpydoc section (``Title`` underlined with dashes), or None."""
+    lines = doc.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if line.strip() == title and set(lines[i + 1].strip()) == {"-"}:
+            body = []
+            for later, nxt in zip(lines[i + 2:], [*lines[i + 3:], ""]):
+                if nxt.strip() and set(nxt.strip()) == {"-"} and later.strip():
+                    break  # the next section's title
+                body.append(later)
+            return "\n".join(body)
+    return None
+
+
+def _documented_names(section: str) -> set[str]:
+    """Parameter names of a Parameters section: its unindented ``a, b : type`` / ``**kwargs`` lines."""
+    names = set()
+    for line in section.splitlines():
+        if line.strip() and not line[0].isspace():
+            names.update(n.strip().lstrip("*") for n in line.split(" : ")[0].split(","))
+    return names
+
+
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef, method: bool) -> list[str]:
+    args = fn.args
+    names = [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]]
+    if method and names and names[0] in ("self", "cls"):
+        names = names[1:]
+    if args.vararg:
+        names.append(args.vararg.arg)
+    if args.kwarg:
+        names.append(args.kwarg.arg)
+    return names
+
+
+def _returns_value(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    ret = fn.returns
+    return ret is not None and not (isinstance(ret, ast.Constant) and ret.value is None) and \
+        ast.unparse(ret) not in ("None", "NoReturn", "Never")
+
+
+def _decorators(node: ast.AST) -> set[str]:
+    return {ast.unparse(d).split("(")[0] for d in getattr(node, "decorator_list", [])}
+
+
+def _check_parameters(doc: str, params: list[str], where: str, problems: list[str]) -> None:
+    if not params:
+        return
+    section = _section(doc, "Parameters")
+    if section is None:
+        problems.append(f"{where}: no Parameters section for {', '.join(params)}")
+        return
+    missing = [p for p in params if p not in _documented_names(section)]
+    if missing:
+        problems.append(f"{where}: Parameters section lacks {', '.join(missing)}")
+
+
+def _check_function(fn, where: str, method: bool, problems: list[str]) -> None:
+    doc = ast.get_docstring(fn)
+    decorators = _decorators(fn)
+    if not doc:
+        problems.append(f"{where}: no docstring")
+        return
+    if decorators & {"property", "cached_property", "functools.cached_property"} or \
+            any(d.endswith((".setter", ".deleter")) for d in decorators):
+        return
+    params = _parameters(fn, method)
+    _check_parameters(doc, params, where, problems)
+    if _returns_value(fn) and fn.name != "__init__" and _section(doc, "Returns") is None \
+            and _section(doc, "Yields") is None:
+        problems.append(f"{where}: no Returns section")
+
+
+def _class_parameters(cls: ast.ClassDef) -> list[str]:
+    init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    if init is not None:
+        return _parameters(init, method=True)
+    if any(d.startswith(("dataclass", "dataclasses.dataclass")) for d in _decorators(cls)):
+        return [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+                and "ClassVar" not in ast.unparse(n.annotation)]
+    return []
+
+
+def _check_class(cls: ast.ClassDef, where: str, problems: list[str]) -> None:
+    doc = ast.get_docstring(cls)
+    if not doc:
+        problems.append(f"{where}: no docstring")
+        return
+    params = _class_parameters(cls)
+    _check_parameters(doc, params, where, problems)
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _public(node.name):
+            _check_function(node, f"{where}.{node.name}", method=True, problems=problems)
+
+
+def problems_of(path: Path) -> list[str]:
+    """Every missing docstring or section of one module's public definitions."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    where = path.relative_to(REPO) if path.is_relative_to(REPO) else path.name
+    problems: list[str] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _public(node.name):
+            _check_function(node, f"{where}:{node.lineno} {node.name}", method=False, problems=problems)
+        elif isinstance(node, ast.ClassDef) and _public(node.name):
+            _check_class(node, f"{where}:{node.lineno} {node.name}", problems)
+    return problems
+
+
+def _modules() -> list[Path]:
+    return [p for folder in ("pipeline", "storage_schema") for p in python_files(folder) if _in_scope(module_name(p))]
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: module_name(p))
+def test_public_definitions_have_numpydoc_docstrings(path: Path) -> None:
+    problems = problems_of(path)
+    assert not problems, "undocumented public definitions:\n" + "\n".join(problems)
+
+
+def test_the_check_reads_numpydoc_sections(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text('''
+def good(a, b, *rest, flag=False, **extra) -> int:
+    """Add.
+
+    Parameters
+    ----------
+    a, b : int
+        Numbers.
+    *rest : int
+        More.
+    flag : bool
+        A flag.
+    **extra
+        Ignored.
+
+    Returns
+    -------
+    int
+        The sum.
+    """
+
+
+def no_returns(a) -> int:
+    """Doc.
+
+    Parameters
+    ----------
+    a : int
+        A.
+    """
+
+
+def lacks_b(a, b) -> None:
+    """Doc.
+
+    Parameters
+    ----------
+    a : int
+        Mentions b in its text, which does not count.
+    """
+
+
+class Holder:
+    """No Parameters section although __init__ takes one."""
+
+    def __init__(self, x):
+        self.x = x
+
+    @property
+    def size(self) -> int:
+        """A property needs its docstring only."""
+
+    def undocumented(self):
+        pass
+''')
+    found = [p.split(" ", 1)[1] for p in problems_of(sample)]
+    assert found == [
+        "no_returns: no Returns section",
+        "lacks_b: Parameters section lacks b",
+        "Holder: no Parameters section for x",
+        "Holder.undocumented: no docstring",
+    ]
