@@ -17,6 +17,11 @@ IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".ppm", ".tif", ".t
 _HASH_BLOCK = 1 << 20
 
 
+METRICS = ("top1", "mean_per_class", "map11")
+#: Where a dataset without an authors' validation split gets one: a share of train.
+TRAIN_FRACTION_VALIDATION = "train_fraction"
+
+
 class DatasetAdapter(ABC):
     """A labelled dataset with named splits, in a fixed, sorted sample order.
 
@@ -24,15 +29,42 @@ class DatasetAdapter(ABC):
     ``sample_ids``, ``fingerprint`` and ``describe``; image datasets implement
     ``load_image``, precomputed ones set ``has_images = False`` and implement ``features``.
     Instances must stay picklable (DataLoader workers receive them).
+
+    Metadata the rest of the system reads (class attributes, so a config can be checked
+    before any file is read):
+
+    ``metric``
+        The score the literature reports on this dataset: ``"top1"``,
+        ``"mean_per_class"`` (mean of per-class accuracies) or ``"map11"`` (the VOC 2007
+        devkit's 11-point mean average precision). An instance built with
+        ``mean_per_class=True`` reports ``"mean_per_class"``.
+    ``multi_label``
+        True when ``labels`` returns an (n, C) array instead of (n,) class indices (see
+        ``labels``); protocols that need one class per sample refuse such datasets.
+    ``train_split``, ``val_split``, ``test_split``
+        The splits the papers fit on, select hyperparameters on and score on.
+        ``val_split`` is None where the authors publish no validation split: the probe
+        then holds out a stratified, seeded 20 % of train (``validation`` says which).
+    ``pooled_split``
+        A split holding every sample of the official splits (few-shot episodes draw from
+        all of a dataset), or None.
     """
 
     adapter: ClassVar[str] = ""  # set by @register_dataset
     version: ClassVar[str] = "1"  # bump when the content of a generated dataset changes
     has_images: ClassVar[bool] = True
+    metric: str = "top1"  # class default; an instance may override it (mean_per_class=True)
+    multi_label: ClassVar[bool] = False
+    train_split: ClassVar[str] = "train"
+    val_split: ClassVar[str | None] = None
+    test_split: ClassVar[str] = "test"
+    pooled_split: ClassVar[str | None] = None
 
-    def __init__(self, name: str, mean_per_class: bool = False) -> None:
+    def __init__(self, name: str, mean_per_class: bool | None = None) -> None:
         self.name = validate_name(name, "dataset name")
-        self.mean_per_class = bool(mean_per_class)
+        if mean_per_class is not None and not self.multi_label:
+            self.metric = "mean_per_class" if mean_per_class else "top1"
+        self.mean_per_class = self.metric == "mean_per_class"
         self.class_names: list[str] = []
         self.splits: tuple[str, ...] = ()
 
@@ -48,7 +80,14 @@ class DatasetAdapter(ABC):
 
     @abstractmethod
     def labels(self, split: str) -> np.ndarray:
-        """Class indices (int64) in sample order."""
+        """Labels in sample order.
+
+        Single-label datasets: class indices, int64 (n,). Multi-label datasets: int64
+        (n, C), one column per class: 1 the class is present, 0 absent, -1 present only
+        as objects marked "difficult" (ignored for that class when fitting and scoring, as
+        the VOC devkit does). ``labels == 1`` is the binary label array and
+        ``labels < 0`` the difficult mask.
+        """
 
     @abstractmethod
     def sample_ids(self, split: str) -> list[str]:
@@ -75,6 +114,38 @@ class DatasetAdapter(ABC):
         self.check_split(split)
         return []
 
+    @property
+    def fingerprint_mode(self) -> str:
+        """How ``fingerprint`` sees files: ``"content"`` (their bytes), ``"stat"`` (the file
+        list with sizes and modification times) or ``"generated"`` (no files)."""
+        return "content"
+
+    @property
+    def validation(self) -> dict[str, Any]:
+        """Where hyperparameters are selected: the authors' split, or a share of train."""
+        if self.val_split is not None:
+            return {"source": "split", "split": self.val_split}
+        return {"source": TRAIN_FRACTION_VALIDATION, "fraction": 0.2, "stratified": not self.multi_label,
+                "seeded": True, "drawn_by": "the probe (its val_fraction and seed settings)"}
+
+    def info(self, split: str) -> dict[str, Any]:
+        """What ``repeval datasets show`` prints for one split (JSON-able).
+
+        Returns
+        -------
+        dict
+            ``split``, ``samples``, ``classes`` (classes present in the split),
+            ``skipped`` (ids), ``fingerprint`` and ``fingerprint_mode``.
+        """
+        labels = self.labels(self.check_split(split))
+        if self.multi_label:
+            present = int(np.count_nonzero((labels == 1).any(axis=0)))
+        else:
+            present = int(np.unique(labels).size)
+        return {"split": split, "samples": int(len(labels)), "classes": present,
+                "skipped": list(self.skipped(split)), "fingerprint": self.fingerprint(split),
+                "fingerprint_mode": self.fingerprint_mode}
+
     def _base_description(self) -> dict[str, Any]:
         return {
             "adapter": self.adapter,
@@ -83,6 +154,10 @@ class DatasetAdapter(ABC):
             "class_names": list(self.class_names),
             "splits": list(self.splits),
             "mean_per_class": self.mean_per_class,
+            "metric": self.metric,
+            "multi_label": self.multi_label,
+            "validation": self.validation,
+            "fingerprint_mode": self.fingerprint_mode,
         }
 
     def __repr__(self) -> str:
