@@ -33,6 +33,8 @@ class _FolderDomain(_DomainDataset):
 
     def _read(self, root: Path) -> dict[str, Listing]:
         base = next((root / p for p in self.prefixes if (root / p).is_dir()), None)
+        if base is None and root.name == Path(self.prefixes[0]).name:  # the root is that folder itself
+            base = root
         if base is None:
             raise DatasetError(f"{self.adapter}: folder {str(root / self.prefixes[0])!r} is missing"
                                + (f" (looked also for {', '.join(repr(p) for p in self.prefixes[1:])} under "
@@ -58,7 +60,7 @@ class EuroSatDataset(_FolderDomain):
     """Sentinel-2 RGB tiles (10 classes, 27,000 images) of ``EuroSAT.zip``:
     ``root/2750/<class>/<image>.jpg``, or ``root`` being the ``2750`` folder."""
 
-    prefixes = ("2750", ".")
+    prefixes = ("2750",)
 
 
 @register_dataset("isic2018")

@@ -41,6 +41,7 @@ class Listing:
 
     def __post_init__(self) -> None:
         self.labels = np.asarray(self.labels, dtype=np.int64)
+        self.files = [f[2:] if f.startswith("./") else f for f in self.files]
         if not len(self.ids) == len(self.files) == len(self.labels):
             raise DatasetError(f"{self.source}: {len(self.ids)} ids, {len(self.files)} files and "
                                f"{len(self.labels)} labels do not match")

@@ -176,9 +176,10 @@ class PetsDataset(PublishedDataset):
                 if text.startswith("#"):
                     continue
                 parts = text.split()
-                if len(parts) < 2 or not parts[1].isdigit() or int(parts[1]) < 1:
-                    raise DatasetError(f"{str(source)!r} line {line}: expected '<image> <class id> ...' with a "
-                                       f"class id from 1, got {text!r}")
+                if len(parts) < 2 or not parts[1].lstrip("-").isdigit():
+                    raise DatasetError(f"{str(source)!r} line {line}: expected '<image> <class id> ...', got {text!r}")
+                if int(parts[1]) < 1:
+                    raise DatasetError(f"{str(source)!r} line {line}: unknown class id {parts[1]} (ids start at 1)")
                 image, cls = parts[0], int(parts[1])
                 breed = image.rsplit("_", 1)[0]
                 if names.setdefault(cls, breed) != breed:

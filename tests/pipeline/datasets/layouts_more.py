@@ -96,7 +96,7 @@ def chestx(tmp: Path) -> Layout:
     freeze_times(root)
     from pipeline.datasets.cdfsl import CHESTX_CLASSES
 
-    return Layout(root, {}, {"all": 4}, list(CHESTX_CLASSES), {"labels": [1, 2, 4, 6]})
+    return Layout(root, {}, {"all": 4}, list(CHESTX_CLASSES), {"labels": [1, 2, 6, 4]})
 
 
 # --- ImageNet -----------------------------------------------------------------------------------------
