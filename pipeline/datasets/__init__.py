@@ -16,14 +16,25 @@ from pipeline.datasets.features import PrecomputedFeaturesDataset
 from pipeline.datasets.folders import CsvManifestDataset, ImageFolderDataset
 from pipeline.datasets.hf import HuggingFaceDataset
 from pipeline.datasets.imagenet import ImageNetDataset
-from pipeline.datasets.inspection import dataset_summary, format_summary
+from pipeline.datasets.inspection import dataset_summary, format_summary, show_dataset
 from pipeline.datasets.listing import ListedImageDataset, Listing, PublishedDataset
 from pipeline.datasets.natural import Caltech101Dataset, CarsDataset, Food101Dataset, Sun397Dataset
 from pipeline.datasets.oxford import AircraftDataset, DtdDataset, Flowers102Dataset, PetsDataset
 from pipeline.datasets.textures import TexturesDataset, render_texture
-from pipeline.datasets.torch_dataset import TorchImageDataset
 from pipeline.datasets.voc import VOC_CLASSES, Voc2007Dataset
 from pipeline.datasets.webdataset import WebDatasetShards
+
+
+
+def __getattr__(name: str):
+    # TorchImageDataset needs torch: imported on first use, so listing or inspecting
+    # datasets (the CLI) does not pay for it
+    if name == "TorchImageDataset":
+        from pipeline.datasets.torch_dataset import TorchImageDataset
+
+        return TorchImageDataset
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DatasetAdapter",
@@ -35,6 +46,7 @@ __all__ = [
     "adapter_class",
     "dataset_summary",
     "format_summary",
+    "show_dataset",
     "ListedImageDataset",
     "Listing",
     "PublishedDataset",

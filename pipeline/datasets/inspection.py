@@ -83,3 +83,26 @@ def format_summary(summary: dict[str, Any]) -> str:
             more = f", ... ({len(s['skipped'])} in all)" if len(s["skipped"]) > _SHOWN else ""
             lines.append(f"  skipped in {s['split']}: {', '.join(s['skipped'][:_SHOWN])}{more}")
     return "\n".join(lines)
+
+
+def show_dataset(adapter: str, params: dict[str, Any], name: str | None = None, as_json: bool = False) -> str:
+    """Build ``adapter`` with ``params`` (reading its copy) and describe it as text or JSON.
+
+    Parameters
+    ----------
+    adapter : registered adapter name.
+    params : its constructor parameters (``root`` ...).
+    name : dataset name (default: the adapter's).
+    as_json : JSON instead of the terminal layout.
+
+    Returns
+    -------
+    str
+        What ``repeval datasets show`` prints.
+    """
+    import json
+
+    from pipeline.datasets._registry import make_dataset
+
+    summary = dataset_summary(make_dataset(adapter, name=name, **params))
+    return json.dumps(summary, indent=1) if as_json else format_summary(summary)
