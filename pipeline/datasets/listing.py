@@ -167,7 +167,7 @@ class ListedImageDataset(DatasetAdapter):
             shown = ", ".join(repr(os.path.join(self._root_dir, files[i])) for i in missing[:_SHOWN])
             more = f" (and {len(missing) - _SHOWN} more)" if len(missing) > _SHOWN else ""
             raise DatasetError(f"Dataset {self.name!r}: {len(missing)} image(s) listed in {listing.source} "
-                               f"are missing: {shown}{more}")
+                               f"are missing or unreadable: {shown}{more}")
         if self.skip_bad:  # one full decode up front, so extraction never meets a bad file
             gone = set(missing)
             bad += [i for i in range(len(files)) if i not in gone and not _readable(self._path(files[i]))]
@@ -247,7 +247,7 @@ def stat_files(root: str, files: Iterable[str]) -> tuple[np.ndarray, list[int]]:
     for i, file in enumerate(files):
         try:
             st = stat(join(root, file))
-        except (FileNotFoundError, NotADirectoryError):
+        except (OSError, ValueError):  # absent, not a folder on the way, unreadable, a NUL in the name
             missing.append(i)
             continue
         stats[i, 0], stats[i, 1] = st.st_size, st.st_mtime_ns
