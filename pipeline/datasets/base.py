@@ -212,11 +212,47 @@ def validate_splits(splits: list[str] | tuple[str, ...], dataset: str) -> tuple[
     return tuple(splits)
 
 
-def open_rgb(path: Path) -> Image.Image:
-    """Decode an image file fully as RGB, or raise CorruptImageError naming the file."""
+def decode_rgb(source: Any, what: str) -> Image.Image:
+    """Decode an image (a path or a binary file object) fully as RGB, or raise
+    CorruptImageError naming ``what``."""
     try:
-        with Image.open(path) as img:
+        with Image.open(source) as img:
             img.load()  # decode now: a truncated file fails here, not later in a worker
             return img.convert("RGB")
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-        raise CorruptImageError(f"Cannot decode image {str(path)!r}: {exc}") from exc
+        raise CorruptImageError(f"Cannot decode {what}: {exc}") from exc
+
+
+def open_rgb(path: Path) -> Image.Image:
+    """Decode an image file fully as RGB, or raise CorruptImageError naming the file."""
+    return decode_rgb(path, f"image {str(path)!r}")
+
+
+class FileBackedDataset(DatasetAdapter):
+    """An adapter whose samples live in files: its fingerprint comes from each file's size
+    and modification time, or, with ``content_hash``, from the files' bytes."""
+
+    content_hash: bool = False
+
+    @property
+    def fingerprint_mode(self) -> str:
+        return "content" if self.content_hash else "stat"
+
+    def _file_fingerprint(self, split: str, base: str, files: list[str], stats: np.ndarray,
+                          *parts: list[str] | np.ndarray) -> str:
+        """Hash of split, class names, ``parts`` (ids, labels ...) and the files' (size, mtime)
+        rows or bytes; cached in ``self._fingerprints``. File names are not hashed: where
+        they matter a caller passes them among ``parts`` (so a root given one folder up or
+        down gives the same fingerprint)."""
+        cache = self.__dict__.setdefault("_fingerprints", {})
+        if split not in cache:
+            h = Hasher(f"{self.adapter}/v{self.version}/{self.fingerprint_mode}").text(split).texts(self.class_names)
+            for part in parts:
+                h.array(part) if isinstance(part, np.ndarray) else h.texts(list(part))
+            if self.content_hash:
+                for file in files:
+                    h.file(Path(base) / file)
+            else:
+                h.array(stats)
+            cache[split] = h.hexdigest()
+        return cache[split]

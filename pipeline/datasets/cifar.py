@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image
 
 from pipeline.datasets._registry import register_dataset
-from pipeline.datasets.base import DatasetAdapter, Hasher, validate_splits
+from pipeline.datasets.base import FileBackedDataset, validate_splits
 from pipeline.datasets.listing import locate, require_file, stat_files
 from pipeline.errors import DatasetError
 
@@ -48,7 +48,7 @@ def load_batch(path: Path, what: str) -> dict[str, Any]:
     return {k.decode("latin1") if isinstance(k, bytes) else str(k): v for k, v in data.items()}
 
 
-class _CifarDataset(DatasetAdapter):
+class _CifarDataset(FileBackedDataset):
     """Shared reader; subclasses name the folder, files and keys."""
 
     folder: ClassVar[str]
@@ -75,7 +75,6 @@ class _CifarDataset(DatasetAdapter):
         self._labels: dict[str, np.ndarray] = {}
         self._stats: dict[str, np.ndarray] = {}
         self._pixels: dict[str, np.ndarray] = {}
-        self._fingerprints: dict[str, str] = {}
         for split, files in self.batch_files.items():
             labels, pixels = zip(*(self._read_batch(base / f) for f in files))
             self._labels[split] = np.concatenate(labels)
@@ -133,26 +132,12 @@ class _CifarDataset(DatasetAdapter):
                 i -= len(self._labels[part])
         return Image.fromarray(self._split_pixels(split)[i])
 
-    @property
-    def fingerprint_mode(self) -> str:
-        return "content" if self.content_hash else "stat"
-
     def fingerprint(self, split: str) -> str:
         """Class names, labels and the batch files' sizes and times (``content_hash``: bytes)."""
         self.check_split(split)
-        if split not in self._fingerprints:
-            h = Hasher(f"{self.adapter}/v{self.version}/{self.fingerprint_mode}").text(split)
-            h.texts(self.class_names).array(self._labels[split])
-            files = [f for s in (self.batch_files if split == self.pooled_split else [split])
-                     for f in self.batch_files[s]]
-            h.texts(files)
-            if self.content_hash:
-                for f in files:
-                    h.file(Path(self._base) / f)
-            else:
-                h.array(self._stats[split])
-            self._fingerprints[split] = h.hexdigest()
-        return self._fingerprints[split]
+        parts = self.batch_files if split == self.pooled_split else [split]
+        files = [f for s in parts for f in self.batch_files[s]]
+        return self._file_fingerprint(split, self._base, files, self._stats[split], files, self._labels[split])
 
     def describe(self) -> dict[str, Any]:
         return {**self._base_description(), "root": str(self.root), "content_hash": self.content_hash}

@@ -27,7 +27,7 @@ import numpy as np
 from PIL import Image
 
 from pipeline.datasets._registry import register_dataset
-from pipeline.datasets.base import DatasetAdapter, Hasher, validate_splits
+from pipeline.datasets.base import FileBackedDataset, decode_rgb, validate_splits
 from pipeline.datasets.listing import require_file, stat_files
 from pipeline.errors import CorruptImageError, DatasetError
 
@@ -110,7 +110,7 @@ def _features(path: Path) -> dict[str, Any]:
 
 
 @register_dataset("hf")
-class HuggingFaceDataset(DatasetAdapter):
+class HuggingFaceDataset(FileBackedDataset):
     """Images and class labels from named columns of a Hugging Face dataset on disk.
 
     ``image_column`` holds ``datasets.Image`` values (``{bytes, path}``), raw bytes or file
@@ -143,7 +143,6 @@ class HuggingFaceDataset(DatasetAdapter):
         self._labels = {s: self._to_indices(s, raw[s]) for s in self.splits}
         self._stats = {s: stat_files(str(root_path), self._files[s])[0] for s in self.splits}
         self._offsets = {s: np.cumsum([0] + [len(part) for part in raw[s]]) for s in self.splits}
-        self._fingerprints: dict[str, str] = {}
         self._tables: dict[str, Any] = {}
 
     def _raw_labels(self, split: str) -> list[np.ndarray]:
@@ -217,37 +216,17 @@ class HuggingFaceDataset(DatasetAdapter):
         where = f"row {i - int(offsets[part])} of {str(self.root / file)!r}"
         if isinstance(value, dict):
             value = value.get("bytes") or value.get("path")
-        try:
-            if isinstance(value, (bytes, bytearray)):
-                source: Any = io.BytesIO(value)
-            elif isinstance(value, str) and value:
-                source = self.root / value
-            else:
-                raise CorruptImageError(f"Cannot decode {where}: column {self.image_column!r} holds no image")
-            with Image.open(source) as img:
-                img.load()
-                return img.convert("RGB")
-        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-            raise CorruptImageError(f"Cannot decode {where}: {exc}") from exc
-
-    @property
-    def fingerprint_mode(self) -> str:
-        return "content" if self.content_hash else "stat"
+        if isinstance(value, (bytes, bytearray)):
+            return decode_rgb(io.BytesIO(value), where)
+        if isinstance(value, str) and value:
+            return decode_rgb(self.root / value, f"{where} ({value!r})")
+        raise CorruptImageError(f"Cannot decode {where}: column {self.image_column!r} holds no image")
 
     def fingerprint(self, split: str) -> str:
         """Class names, labels, columns and the data files' sizes and times (or bytes)."""
         self.check_split(split)
-        if split not in self._fingerprints:
-            h = Hasher(f"{self.adapter}/v{self.version}/{self.fingerprint_mode}").text(split)
-            h.texts(self.class_names).array(self._labels[split]).texts(self._files[split])
-            h.text(self.image_column).text(self.label_column)
-            if self.content_hash:
-                for file in self._files[split]:
-                    h.file(self.root / file)
-            else:
-                h.array(self._stats[split])
-            self._fingerprints[split] = h.hexdigest()
-        return self._fingerprints[split]
+        return self._file_fingerprint(split, str(self.root), self._files[split], self._stats[split],
+                                      self._files[split], self._labels[split], [self.image_column, self.label_column])
 
     def describe(self) -> dict[str, Any]:
         return {**self._base_description(), "root": str(self.root), "image_column": self.image_column,

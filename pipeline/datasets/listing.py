@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from pipeline.datasets.base import IMAGE_EXTENSIONS, DatasetAdapter, Hasher, open_rgb, validate_splits
+from pipeline.datasets.base import IMAGE_EXTENSIONS, FileBackedDataset, open_rgb, validate_splits
 from pipeline.errors import CorruptImageError, DatasetError
 
 _SHOWN = 3  # missing files named in one error line
@@ -125,7 +125,7 @@ def stratified_pick(labels: np.ndarray, per_class: int, seed: int) -> np.ndarray
     return chosen
 
 
-class ListedImageDataset(DatasetAdapter):
+class ListedImageDataset(FileBackedDataset):
     """Images on disk listed per split; labels from the publisher's files.
 
     Subclasses parse their layout into one ``Listing`` per split and call
@@ -145,7 +145,6 @@ class ListedImageDataset(DatasetAdapter):
         self._labels: dict[str, np.ndarray] = {}
         self._stats: dict[str, np.ndarray] = {}
         self._skipped: dict[str, list[str]] = {}
-        self._fingerprints: dict[str, str] = {}
         names = list(listings) + ([pooled] if pooled else [])
         self.splits = validate_splits(names, self.name)
         for split, listing in listings.items():
@@ -211,24 +210,12 @@ class ListedImageDataset(DatasetAdapter):
             raise IndexError(f"Sample {i} out of range for split {split!r} of {self.name!r} ({len(files)} samples)")
         return open_rgb(Path(self._path(files[i])))
 
-    @property
-    def fingerprint_mode(self) -> str:
-        return "content" if self.content_hash else "stat"
-
     def fingerprint(self, split: str) -> str:
         """Hash of class names, ids, labels, skipped ids and, per file, its size and
         modification time (``content_hash``: its bytes instead); cached."""
         self.check_split(split)
-        if split not in self._fingerprints:
-            h = Hasher(f"{self.adapter}/v{self.version}/{self.fingerprint_mode}").text(split)
-            h.texts(self.class_names).texts(self._ids[split]).array(self._labels[split]).texts(self._skipped[split])
-            if self.content_hash:
-                for file in self._files[split]:
-                    h.file(Path(self._path(file)))
-            else:
-                h.array(self._stats[split])
-            self._fingerprints[split] = h.hexdigest()
-        return self._fingerprints[split]
+        return self._file_fingerprint(split, self._root_dir, self._files[split], self._stats[split],
+                                      self._ids[split], self._labels[split], self._skipped[split])
 
     def _listing_description(self) -> dict[str, Any]:
         return {**self._base_description(), "root": str(self.root), "skip_bad": self.skip_bad,

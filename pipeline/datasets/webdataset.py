@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 from pipeline.datasets._registry import register_dataset
-from pipeline.datasets.base import DatasetAdapter, Hasher, validate_splits
+from pipeline.datasets.base import FileBackedDataset, decode_rgb, validate_splits
 from pipeline.datasets.listing import read_lines, require_file, stat_files
 from pipeline.errors import CorruptImageError, DatasetError
 
@@ -67,7 +67,7 @@ def index_shard(path: Path) -> dict[str, dict[str, tuple[int, int]]]:
 
 
 @register_dataset("webdataset")
-class WebDatasetShards(DatasetAdapter):
+class WebDatasetShards(FileBackedDataset):
     """Labelled images in webdataset tar shards (CLIP_benchmark layout), read in place.
 
     ``splits`` defaults to every sub-folder of ``root`` holding ``nshards.txt``. Ids are
@@ -103,7 +103,6 @@ class WebDatasetShards(DatasetAdapter):
         self._ids: dict[str, list[str]] = {}
         self._labels: dict[str, np.ndarray] = {}
         self._stats: dict[str, np.ndarray] = {}
-        self._fingerprints: dict[str, str] = {}
         self._handles: dict[str, BinaryIO] = {}
         for split in self.splits:
             self._read_split(split)
@@ -172,30 +171,13 @@ class WebDatasetShards(DatasetAdapter):
         where = f"sample {self._ids[split][i]!r} of {str(self.root / name)!r}"
         if len(data) != size:
             raise CorruptImageError(f"Cannot decode {where}: the shard ends after {len(data)} of {size} bytes")
-        try:
-            with Image.open(io.BytesIO(data)) as img:
-                img.load()
-                return img.convert("RGB")
-        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-            raise CorruptImageError(f"Cannot decode {where}: {exc}") from exc
-
-    @property
-    def fingerprint_mode(self) -> str:
-        return "content" if self.content_hash else "stat"
+        return decode_rgb(io.BytesIO(data), where)
 
     def fingerprint(self, split: str) -> str:
         """Class names, keys, labels and the shards' sizes and times (``content_hash``: bytes)."""
         self.check_split(split)
-        if split not in self._fingerprints:
-            h = Hasher(f"{self.adapter}/v{self.version}/{self.fingerprint_mode}").text(split)
-            h.texts(self.class_names).texts(self._ids[split]).array(self._labels[split]).texts(self._shards[split])
-            if self.content_hash:
-                for shard in self._shards[split]:
-                    h.file(self.root / shard)
-            else:
-                h.array(self._stats[split])
-            self._fingerprints[split] = h.hexdigest()
-        return self._fingerprints[split]
+        return self._file_fingerprint(split, str(self.root), self._shards[split], self._stats[split],
+                                      self._shards[split], self._ids[split], self._labels[split])
 
     def describe(self) -> dict[str, Any]:
         return {**self._base_description(), "root": str(self.root), "content_hash": self.content_hash,

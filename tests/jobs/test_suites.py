@@ -100,7 +100,7 @@ def test_single_label_protocols_refuse_multilabel_data_at_config_load(protocol: 
     cfg = load_config({"store": str(tmp_path / "s"), "encoders": ENCODERS,
                        "datasets": [{"name": "voc", "adapter": "voc2007", "params": {"root": "/not/read"}}],
                        "protocols": [{"name": "p", "protocol": protocol}]})
-    with pytest.raises(ConfigError, match=rf"protocols\[0\] \(p\): dataset 'voc' \(voc2007\) is multi-label"):
+    with pytest.raises(ConfigError, match=r"protocols\[0\] \(p\): dataset 'voc' \(voc2007\) is multi-label"):
         check_plan(cfg)  # before the adapter is built: its root does not exist
 
 
