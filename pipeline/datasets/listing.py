@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image
 
 from pipeline.datasets.base import IMAGE_EXTENSIONS, FileBackedDataset, open_rgb, validate_splits
-from pipeline.errors import CorruptImageError, DatasetError
+from pipeline.errors import ConfigError, CorruptImageError, DatasetError
 
 _SHOWN = 3  # missing files named in one error line
 
@@ -283,3 +283,17 @@ class PublishedDataset(ListedImageDataset):
     @abstractmethod
     def _read(self, root: Path) -> dict[str, Listing]:
         """Parse the layout under ``root``: set ``class_names``, return the official splits."""
+
+
+class PartitionedDataset(PublishedDataset):
+    """A published dataset whose authors give ten alternative splits (partitions 1..10)."""
+
+    def __init__(self, root: str | os.PathLike[str], name: str | None = None, partition: int = 1,
+                 skip_bad: bool = False, content_hash: bool = False) -> None:
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 1 <= partition <= 10:
+            raise ConfigError(f"{self.adapter} partition must be an integer from 1 to 10, got {partition!r}")
+        self.partition = partition
+        super().__init__(root, name, skip_bad, content_hash)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "partition": self.partition}

@@ -12,6 +12,7 @@ import numpy as np
 from pipeline.datasets._registry import register_dataset
 from pipeline.datasets.listing import (
     Listing,
+    PartitionedDataset,
     PublishedDataset,
     class_index,
     locate,
@@ -146,7 +147,7 @@ class Food101Dataset(PublishedDataset):
 
 
 @register_dataset("sun397")
-class Sun397Dataset(PublishedDataset):
+class Sun397Dataset(PartitionedDataset):
     """SUN397 scenes, one of the ten authors' partitions (50 train and 50 test per class).
 
     Reads ``root/ClassName.txt`` (``/a/abbey`` per line: class order), the partition files
@@ -154,13 +155,6 @@ class Sun397Dataset(PublishedDataset):
     ``/a/abbey/sun_xxx.jpg`` per line) and the images under ``root``. Class names drop the
     leading slash (``a/abbey``). Kornblith et al. and Ericsson et al. use partition 1.
     """
-
-    def __init__(self, root: str | os.PathLike[str], name: str | None = None, partition: int = 1,
-                 skip_bad: bool = False, content_hash: bool = False) -> None:
-        if isinstance(partition, bool) or not isinstance(partition, int) or not 1 <= partition <= 10:
-            raise ConfigError(f"sun397 partition must be an integer from 1 to 10, got {partition!r}")
-        self.partition = partition
-        super().__init__(root, name, skip_bad, content_hash)
 
     def _read(self, root: Path) -> dict[str, Listing]:
         base = locate(root, "ClassName.txt", [".", "SUN397"], "sun397")
@@ -185,5 +179,3 @@ class Sun397Dataset(PublishedDataset):
             listings[split] = Listing(ids, [f"{prefix}/{i}" for i in ids], labels, repr(str(source)))
         return listings
 
-    def describe(self) -> dict:
-        return {**super().describe(), "partition": self.partition}

@@ -11,6 +11,7 @@ import numpy as np
 from pipeline.datasets._registry import register_dataset
 from pipeline.datasets.listing import (
     Listing,
+    PartitionedDataset,
     PublishedDataset,
     class_index,
     locate,
@@ -19,7 +20,7 @@ from pipeline.datasets.listing import (
     require_file,
     under,
 )
-from pipeline.errors import ConfigError, DatasetError
+from pipeline.errors import DatasetError
 
 
 def _unknown_class(source: Path, line: int, value: str, classes: list[str]) -> DatasetError:
@@ -72,7 +73,7 @@ class AircraftDataset(PublishedDataset):
 
 
 @register_dataset("dtd")
-class DtdDataset(PublishedDataset):
+class DtdDataset(PartitionedDataset):
     """Describable Textures (47 classes), one of the authors' ten train/val/test partitions.
 
     Reads ``root/labels/{train,val,test}<partition>.txt`` (``<class>/<file>.jpg`` per
@@ -82,13 +83,6 @@ class DtdDataset(PublishedDataset):
     """
 
     val_split = "val"
-
-    def __init__(self, root: str | os.PathLike[str], name: str | None = None, partition: int = 1,
-                 skip_bad: bool = False, content_hash: bool = False) -> None:
-        if isinstance(partition, bool) or not isinstance(partition, int) or not 1 <= partition <= 10:
-            raise ConfigError(f"dtd partition must be an integer from 1 to 10, got {partition!r}")
-        self.partition = partition
-        super().__init__(root, name, skip_bad, content_hash)
 
     def _read(self, root: Path) -> dict[str, Listing]:
         base = locate(root, f"labels/train{self.partition}.txt", [".", "dtd"], "dtd")
@@ -109,8 +103,6 @@ class DtdDataset(PublishedDataset):
             listings[split] = Listing(ids, [f"{prefix}/images/{i}" for i in ids], labels, repr(str(source)))
         return listings
 
-    def describe(self) -> dict:
-        return {**super().describe(), "partition": self.partition}
 
 
 @register_dataset("flowers102")
