@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
@@ -18,6 +19,8 @@ _HASH_BLOCK = 1 << 20
 
 
 METRICS = ("top1", "mean_per_class", "map11")
+#: Keys of ``describe()`` that are derived, not constructor parameters.
+DESCRIBED_ONLY = ("adapter", "version", "name", "class_names", "splits", "feature_dim")
 #: Where a dataset without an authors' validation split gets one: a share of train.
 TRAIN_FRACTION_VALIDATION = "train_fraction"
 
@@ -147,18 +150,25 @@ class DatasetAdapter(ABC):
                 "fingerprint_mode": self.fingerprint_mode}
 
     def _base_description(self) -> dict[str, Any]:
-        return {
+        """The derived keys (``DESCRIBED_ONLY``) plus ``mean_per_class`` where the adapter
+        takes it; ``describe`` adds the constructor parameters, so that
+        ``make_dataset(adapter, name=..., **params)`` rebuilds the dataset from it."""
+        out = {
             "adapter": self.adapter,
             "version": self.version,
             "name": self.name,
             "class_names": list(self.class_names),
             "splits": list(self.splits),
-            "mean_per_class": self.mean_per_class,
-            "metric": self.metric,
-            "multi_label": self.multi_label,
-            "validation": self.validation,
-            "fingerprint_mode": self.fingerprint_mode,
         }
+        if "mean_per_class" in inspect.signature(type(self).__init__).parameters:
+            out["mean_per_class"] = self.mean_per_class
+        return out
+
+    def metadata(self) -> dict[str, Any]:
+        """What the rest of the system reads about the dataset, for provenance (JSON-able)."""
+        return {"metric": self.metric, "multi_label": self.multi_label, "validation": self.validation,
+                "fingerprint_mode": self.fingerprint_mode, "train_split": self.train_split,
+                "val_split": self.val_split, "test_split": self.test_split, "pooled_split": self.pooled_split}
 
     def __repr__(self) -> str:
         kind = type(self).__name__

@@ -230,5 +230,4 @@ class HuggingFaceDataset(FileBackedDataset):
 
     def describe(self) -> dict[str, Any]:
         return {**self._base_description(), "root": str(self.root), "image_column": self.image_column,
-                "label_column": self.label_column, "content_hash": self.content_hash,
-                "files": {s: list(f) for s, f in self._files.items()}}
+                "label_column": self.label_column, "content_hash": self.content_hash}

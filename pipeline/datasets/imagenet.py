@@ -72,7 +72,7 @@ class ImageNetDataset(PublishedDataset):
 
     def _read(self, root: Path) -> dict[str, Listing]:
         base = locate(root, "train", [".", "ILSVRC/Data/CLS-LOC"], "imagenet")
-        synsets, self._synset_source = self._synsets(root)
+        synsets, self.synset_source = self._synsets(root)
         folders, train_rows = scan_class_folders(base / "train", "imagenet")
         self.class_names = synsets if synsets is not None else folders
         index = {c: k for k, c in enumerate(self.class_names)}
@@ -86,7 +86,7 @@ class ImageNetDataset(PublishedDataset):
             unknown = sorted(set(folders) - set(index))
             if unknown:
                 raise DatasetError(f"imagenet: class folder {str(val / unknown[0])!r} is not a synset of "
-                                   f"{self._synset_source}")
+                                   f"{self.synset_source}")
             listings["val"] = Listing([r for r, _ in rows], [f"{prefix}/val/{r}" for r, _ in rows],
                                       [index[c] for _, c in rows], f"folder {str(val)!r}")
         else:
@@ -100,7 +100,7 @@ class ImageNetDataset(PublishedDataset):
             for image in ids:
                 if truth[image] not in index:
                     raise DatasetError(f"imagenet: {source} gives {image} the unknown class {truth[image]!r} (not a "
-                                       f"synset of {self._synset_source})")
+                                       f"synset of {self.synset_source})")
                 labels.append(index[truth[image]])
             named = {os.path.splitext(i)[0]: i for i in images}
             listings["val"] = Listing(ids, [f"{prefix}/val/{named.get(i, i + '.JPEG')}" for i in ids], labels, source)
@@ -110,11 +110,11 @@ class ImageNetDataset(PublishedDataset):
         unknown = sorted(set(folders) - set(self.class_names))
         if unknown:
             raise DatasetError(f"imagenet: class folder {str(train / unknown[0])!r} is not a synset of "
-                               f"{self._synset_source}")
+                               f"{self.synset_source}")
         absent = sorted(set(self.class_names) - set(folders))
         if absent:
             raise DatasetError(f"imagenet: class folder {str(train / absent[0])!r} is missing ({len(absent)} of "
-                               f"the {len(self.class_names)} synsets of {self._synset_source} have no folder)")
+                               f"the {len(self.class_names)} synsets of {self.synset_source} have no folder)")
 
     def _val_truth(self, root: Path) -> tuple[dict[str, str], str]:
         """Image stem -> wnid of a flat val folder, and the file it came from."""
@@ -141,6 +141,9 @@ class ImageNetDataset(PublishedDataset):
             truth[f"ILSVRC2012_val_{line:08d}"] = ids[int(text)]
         return truth, source
 
+    def metadata(self) -> dict:
+        return {**super().metadata(), "synsets": self.synset_source}
+
     def describe(self) -> dict:
         return {**super().describe(), "val_ground_truth": None if self.val_ground_truth is None
-                else str(self.val_ground_truth), "synsets": self._synset_source}
+                else str(self.val_ground_truth)}

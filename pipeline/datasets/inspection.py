@@ -29,17 +29,18 @@ def dataset_summary(dataset: DatasetAdapter) -> dict[str, Any]:
     Returns
     -------
     dict
-        ``adapter``, ``name``, ``metric``, ``multi_label``, ``validation``,
-        ``num_classes``, ``class_names``, ``roles`` (train/val/test/pooled split names),
+        ``adapter``, ``name``, the adapter's ``metadata()`` (``metric``, ``multi_label``,
+        ``validation``, ``fingerprint_mode`` ...), ``num_classes``, ``class_names``,
+        ``roles`` (train/val/test/pooled split names),
         ``params`` (the adapter's description without class names) and ``splits`` (one
         ``DatasetAdapter.info`` dict per split).
     """
     params = {k: v for k, v in dataset.describe().items() if k != "class_names"}
-    roles = {"train": dataset.train_split, "val": dataset.val_split, "test": dataset.test_split,
-             "pooled": dataset.pooled_split}
+    meta = dataset.metadata()
+    roles = {"train": meta.pop("train_split"), "val": meta.pop("val_split"), "test": meta.pop("test_split"),
+             "pooled": meta.pop("pooled_split")}
     return {
-        "adapter": dataset.adapter, "name": dataset.name, "metric": dataset.metric,
-        "multi_label": dataset.multi_label, "validation": dataset.validation,
+        "adapter": dataset.adapter, "name": dataset.name, **meta,
         "num_classes": len(dataset.class_names), "class_names": list(dataset.class_names),
         "roles": {k: v for k, v in roles.items() if v in dataset.splits}, "params": params,
         "splits": [dataset.info(split) for split in dataset.splits],

@@ -218,11 +218,10 @@ class ListedImageDataset(FileBackedDataset):
                                       self._ids[split], self._labels[split], self._skipped[split])
 
     def _listing_description(self) -> dict[str, Any]:
-        return {**self._base_description(), "root": str(self.root), "skip_bad": self.skip_bad,
-                "content_hash": self.content_hash}
+        return {**self._base_description(), "skip_bad": self.skip_bad, "content_hash": self.content_hash}
 
     def describe(self) -> dict[str, Any]:
-        return self._listing_description()
+        return {**self._listing_description(), "root": str(self.root)}
 
 
 def stat_files(root: str, files: Iterable[str]) -> tuple[np.ndarray, list[int]]:

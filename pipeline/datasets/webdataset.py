@@ -180,5 +180,4 @@ class WebDatasetShards(FileBackedDataset):
                                       self._shards[split], self._ids[split], self._labels[split])
 
     def describe(self) -> dict[str, Any]:
-        return {**self._base_description(), "root": str(self.root), "content_hash": self.content_hash,
-                "shards": {s: len(v) for s, v in self._shards.items()}}
+        return {**self._base_description(), "root": str(self.root), "content_hash": self.content_hash}

@@ -17,6 +17,7 @@ import torch
 from PIL import Image
 from timm.data import create_transform
 
+from pipeline.datasets.base import DESCRIBED_ONLY
 from pipeline.datasets import METRICS, DatasetAdapter, TorchImageDataset, list_datasets, make_dataset, register_dataset
 from pipeline.datasets import _registry
 from tests.pipeline.datasets.layouts import FIXED_NS, freeze_times
@@ -135,7 +136,12 @@ def test_adapter_contract(adapter: str, tmp_path: Path) -> None:
                 ds.load_image(split, 0)
     assert len({ds.fingerprint(s) for s in ds.splits}) == len(ds.splits)
     json.dumps(ds.describe())
-    assert ds.describe()["adapter"] == adapter and ds.describe()["metric"] == ds.metric
+    assert ds.describe()["adapter"] == adapter and ds.metadata()["metric"] == ds.metric
+    json.dumps(ds.metadata())
+    # describe() holds the constructor parameters: the dataset can be rebuilt from it (repair does)
+    params = {k: v for k, v in ds.describe().items() if k not in DESCRIBED_ONLY}
+    rebuilt = make_dataset(adapter, name=ds.name, **params)
+    assert [rebuilt.fingerprint(s) for s in rebuilt.splits] == [ds.fingerprint(s) for s in ds.splits]
     info = ds.info(ds.splits[0])
     assert info["samples"] == ds.num_samples(ds.splits[0]) and info["fingerprint"] == ds.fingerprint(ds.splits[0])
     json.dumps(info)

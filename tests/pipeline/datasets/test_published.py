@@ -214,7 +214,7 @@ def test_stat_fingerprint_is_the_same_for_identical_copies(tmp_path: Path) -> No
     assert a.fingerprint("train") == b.fingerprint("train") and a.fingerprint_mode == "stat"
     content = make_dataset("food101", root=tmp_path / "a" / "food-101", content_hash=True)
     assert content.fingerprint_mode == "content" and content.fingerprint("train") != a.fingerprint("train")
-    assert content.describe()["fingerprint_mode"] == "content"
+    assert content.metadata()["fingerprint_mode"] == "content" and content.describe()["content_hash"] is True
     os.utime(tmp_path / "b" / "food-101" / "images" / "waffles" / "2000.jpg", ns=(1, 1))
     assert make_dataset("food101", root=tmp_path / "b" / "food-101").fingerprint("train") != a.fingerprint("train")
     assert make_dataset("food101", root=tmp_path / "b" / "food-101").fingerprint("test") == a.fingerprint("test")
@@ -223,5 +223,5 @@ def test_stat_fingerprint_is_the_same_for_identical_copies(tmp_path: Path) -> No
 def test_json_describe_names_the_parameters(tmp_path: Path) -> None:
     ds, _ = build("dtd", tmp_path, partition=2)
     described = ds.describe()
-    assert described["partition"] == 2 and described["validation"] == {"source": "split", "split": "val"}
+    assert described["partition"] == 2 and ds.metadata()["validation"] == {"source": "split", "split": "val"}
     json.dumps(described)
