@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_extraction.py --markdown
 	$(BIN)/python benchmarks/bench_orchestration.py --markdown
 	$(BIN)/python benchmarks/bench_load.py --cells 1000
+	$(BIN)/python benchmarks/bench_datasets.py
 
 clean:
 	rm -rf $(VENV) repeval-store demo-out .pytest_cache

@@ -144,6 +144,13 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_datasets_show(args: argparse.Namespace) -> int:
+    from pipeline.datasets import show_dataset
+
+    print(show_dataset(args.adapter, _kv(args.param), name=args.name, as_json=args.json))
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from flows.runtime import prepare_environment
 
@@ -309,6 +316,15 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--layer", default="pre_logits")
     imp.add_argument("--split", nargs="*")
     imp.set_defaults(func=cmd_import)
+    dsp = sub.add_parser("datasets", help="inspect a dataset copy before a long run")
+    show = dsp.add_subparsers(dest="datasets_command", required=True).add_parser(
+        "show", help="splits, image counts, classes, metric, validation, skipped files and fingerprint")
+    show.add_argument("adapter", help="dataset adapter, e.g. aircraft, imagenet, webdataset, hf")
+    show.add_argument("--param", action="extend", nargs="+", default=[], help="adapter parameters as key=value")
+    show.add_argument("--name", help="dataset name (default: the adapter's)")
+    show.add_argument("--json", action="store_true", help="print the summary as JSON")
+    show.set_defaults(func=cmd_datasets_show)
+
     run = sub.add_parser("run", help="extract, evaluate, correlate and report what a config asks for")
     run.add_argument("config", help="benchmark config (YAML)")
     run.add_argument("--dask-address", help="an existing Dask scheduler, e.g. tcp://host:8786")

@@ -102,7 +102,8 @@ class DatasetConfig:
                 _name(getattr(self, what), f"{path}.{what}")
 
     def splits(self) -> list[str]:
-        return [s for s in (self.train_split, self.val_split, self.test_split) if s]
+        # once each: a pooled split can be both train and test (few-shot episodes)
+        return list(dict.fromkeys(s for s in (self.train_split, self.val_split, self.test_split) if s))
 
 
 @dataclass
@@ -319,6 +320,8 @@ def load_config(source: str | os.PathLike | dict) -> BenchmarkConfig:
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
         base = path.resolve().parent
-    cfg = from_plain(BenchmarkConfig, data, "config")
+    from jobs.suites import expand_suite
+
+    cfg = from_plain(BenchmarkConfig, expand_suite(data, base), "config")  # `suite:` -> its entries
     cfg.resolve_paths(base)
     return cfg

@@ -13,6 +13,7 @@ def labels_attrs(dataset: DatasetAdapter, split: str) -> dict:
         "fingerprint": dataset.fingerprint(split), "kind": "labels", "dataset": dataset.name,
         "split": split, "class_names": list(dataset.class_names),
         "mean_per_class": bool(dataset.mean_per_class), "dataset_params": dataset.describe(),
+        **dataset.metadata(),  # metric, multi_label, validation source, fingerprint mode, split roles
         "skipped_ids": list(dataset.skipped(split)), "recorded": now_iso(),
     }
 

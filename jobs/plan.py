@@ -60,6 +60,7 @@ def check_plan(cfg: BenchmarkConfig) -> None:
         if missing:
             raise ConfigError(f"config.protocols[{i}].layers: no encoder extracts {missing[0]!r}; "
                               f"extracted layers: {', '.join(sorted(provided))}")
+    check_multilabel_protocols(cfg)
     for i, d in enumerate(cfg.datasets):
         try:
             adapter = make_adapter(d)
@@ -81,6 +82,26 @@ def check_plan(cfg: BenchmarkConfig) -> None:
         if spec.weights_kind == "checkpoint" and not Path(spec.weights).expanduser().is_file():
             # else every extraction task of this encoder fails, after the run has started
             raise ConfigError(f"config.encoders[{i}].weights: checkpoint file {spec.weights!r} does not exist")
+
+
+def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:
+    """A protocol that needs one class per sample, asked to run on a multi-label dataset,
+    fails here, from the adapter's class attribute: before any file is read or extracted."""
+    from pipeline.datasets import adapter_class
+    from pipeline.protocols.multilabel import refuse_multilabel
+
+    for i, p in enumerate(cfg.protocols):
+        for d in cfg.datasets:
+            try:
+                multi_label = adapter_class(d.adapter).multi_label
+            except RepevalError:
+                continue  # an unknown adapter is reported with its dataset entry below
+            if multi_label and (p.datasets is None or d.name in p.datasets):
+                try:
+                    refuse_multilabel(p.protocol)
+                except RepevalError as exc:
+                    raise ConfigError(f"config.protocols[{i}] ({p.name}): dataset {d.name!r} ({d.adapter}) is "
+                                      f"multi-label: {exc}; restrict the protocol with its datasets list") from None
 
 
 def run_extract_unit(store: FeatureStore, unit: ExtractUnit, cfg: BenchmarkConfig) -> ExtractionReport:

@@ -1,22 +1,55 @@
 """Dataset adapters: a registry (``make_dataset``, ``list_datasets``) and the built-in adapters.
 
-Built-in adapters: ``image_folder``, ``csv_manifest``, ``digits``, ``textures``, ``features``.
+Generic: ``image_folder``, ``csv_manifest``, ``digits``, ``textures``, ``features``,
+``webdataset`` (tar shards), ``hf`` (Hugging Face datasets on disk). Published layouts:
+``aircraft``, ``caltech101``, ``cars``, ``cifar10``, ``cifar100``, ``dtd``, ``flowers102``,
+``food101``, ``pets``, ``sun397``, ``voc2007`` (multi-label), ``imagenet``, and the CD-FSL
+domains ``cropdiseases``, ``eurosat``, ``isic2018``, ``chestx``.
 """
 
-from pipeline.datasets._registry import list_datasets, make_dataset, register_dataset
-from pipeline.datasets.base import IMAGE_EXTENSIONS, DatasetAdapter
+from pipeline.datasets._registry import adapter_class, list_datasets, make_dataset, register_dataset
+from pipeline.datasets.base import IMAGE_EXTENSIONS, METRICS, DatasetAdapter
+from pipeline.datasets.cdfsl import ChestXDataset, CropDiseasesDataset, EuroSatDataset, Isic2018Dataset
+from pipeline.datasets.cifar import Cifar10Dataset, Cifar100Dataset
 from pipeline.datasets.digits import DigitsDataset
 from pipeline.datasets.features import PrecomputedFeaturesDataset
 from pipeline.datasets.folders import CsvManifestDataset, ImageFolderDataset
+from pipeline.datasets.hf import HuggingFaceDataset
+from pipeline.datasets.imagenet import ImageNetDataset
+from pipeline.datasets.inspection import dataset_summary, format_summary, show_dataset
+from pipeline.datasets.listing import ListedImageDataset, Listing, PublishedDataset
+from pipeline.datasets.natural import Caltech101Dataset, CarsDataset, Food101Dataset, Sun397Dataset
+from pipeline.datasets.oxford import AircraftDataset, DtdDataset, Flowers102Dataset, PetsDataset
 from pipeline.datasets.textures import TexturesDataset, render_texture
-from pipeline.datasets.torch_dataset import TorchImageDataset
+from pipeline.datasets.voc import VOC_CLASSES, Voc2007Dataset
+from pipeline.datasets.webdataset import WebDatasetShards
+
+
+
+def __getattr__(name: str):
+    # TorchImageDataset needs torch: imported on first use, so listing or inspecting
+    # datasets (the CLI) does not pay for it
+    if name == "TorchImageDataset":
+        from pipeline.datasets.torch_dataset import TorchImageDataset
+
+        return TorchImageDataset
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DatasetAdapter",
     "IMAGE_EXTENSIONS",
+    "METRICS",
     "register_dataset",
     "make_dataset",
     "list_datasets",
+    "adapter_class",
+    "dataset_summary",
+    "format_summary",
+    "show_dataset",
+    "ListedImageDataset",
+    "Listing",
+    "PublishedDataset",
     "ImageFolderDataset",
     "CsvManifestDataset",
     "DigitsDataset",
@@ -24,4 +57,23 @@ __all__ = [
     "render_texture",
     "PrecomputedFeaturesDataset",
     "TorchImageDataset",
+    "WebDatasetShards",
+    "HuggingFaceDataset",
+    "AircraftDataset",
+    "DtdDataset",
+    "Flowers102Dataset",
+    "PetsDataset",
+    "Caltech101Dataset",
+    "CarsDataset",
+    "Food101Dataset",
+    "Sun397Dataset",
+    "Cifar10Dataset",
+    "Cifar100Dataset",
+    "Voc2007Dataset",
+    "VOC_CLASSES",
+    "ImageNetDataset",
+    "CropDiseasesDataset",
+    "EuroSatDataset",
+    "Isic2018Dataset",
+    "ChestXDataset",
 ]

@@ -33,11 +33,16 @@ def list_datasets() -> list[str]:
     return sorted(_ADAPTERS)
 
 
-def make_dataset(adapter: str, name: str | None = None, **params: Any) -> Any:
-    """Build the adapter registered as ``adapter``; ``name`` is the store key (default per adapter)."""
+def adapter_class(adapter: str) -> type:
+    """The class registered as ``adapter`` (its metadata without building it: no file is read)."""
     if adapter not in _ADAPTERS:
         raise unknown_name("dataset adapter", adapter, _ADAPTERS)
-    cls = _ADAPTERS[adapter]
+    return _ADAPTERS[adapter]
+
+
+def make_dataset(adapter: str, name: str | None = None, **params: Any) -> Any:
+    """Build the adapter registered as ``adapter``; ``name`` is the store key (default per adapter)."""
+    cls = adapter_class(adapter)
     accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "name")]
     unknown = sorted(set(params) - set(accepted))
     if unknown:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
@@ -17,6 +18,13 @@ IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".ppm", ".tif", ".t
 _HASH_BLOCK = 1 << 20
 
 
+METRICS = ("top1", "mean_per_class", "map11")
+#: Keys of ``describe()`` that are derived, not constructor parameters.
+DESCRIBED_ONLY = ("adapter", "version", "name", "class_names", "splits", "feature_dim")
+#: Where a dataset without an authors' validation split gets one: a share of train.
+TRAIN_FRACTION_VALIDATION = "train_fraction"
+
+
 class DatasetAdapter(ABC):
     """A labelled dataset with named splits, in a fixed, sorted sample order.
 
@@ -24,15 +32,42 @@ class DatasetAdapter(ABC):
     ``sample_ids``, ``fingerprint`` and ``describe``; image datasets implement
     ``load_image``, precomputed ones set ``has_images = False`` and implement ``features``.
     Instances must stay picklable (DataLoader workers receive them).
+
+    Metadata the rest of the system reads (class attributes, so a config can be checked
+    before any file is read):
+
+    ``metric``
+        The score the literature reports on this dataset: ``"top1"``,
+        ``"mean_per_class"`` (mean of per-class accuracies) or ``"map11"`` (the VOC 2007
+        devkit's 11-point mean average precision). An instance built with
+        ``mean_per_class=True`` reports ``"mean_per_class"``.
+    ``multi_label``
+        True when ``labels`` returns an (n, C) array instead of (n,) class indices (see
+        ``labels``); protocols that need one class per sample refuse such datasets.
+    ``train_split``, ``val_split``, ``test_split``
+        The splits the papers fit on, select hyperparameters on and score on.
+        ``val_split`` is None where the authors publish no validation split: the probe
+        then holds out a stratified, seeded 20 % of train (``validation`` says which).
+    ``pooled_split``
+        A split holding every sample of the official splits (few-shot episodes draw from
+        all of a dataset), or None.
     """
 
     adapter: ClassVar[str] = ""  # set by @register_dataset
     version: ClassVar[str] = "1"  # bump when the content of a generated dataset changes
     has_images: ClassVar[bool] = True
+    metric: str = "top1"  # class default; an instance may override it (mean_per_class=True)
+    multi_label: ClassVar[bool] = False
+    train_split: ClassVar[str] = "train"
+    val_split: ClassVar[str | None] = None
+    test_split: ClassVar[str] = "test"
+    pooled_split: ClassVar[str | None] = None
 
-    def __init__(self, name: str, mean_per_class: bool = False) -> None:
+    def __init__(self, name: str, mean_per_class: bool | None = None) -> None:
         self.name = validate_name(name, "dataset name")
-        self.mean_per_class = bool(mean_per_class)
+        if mean_per_class is not None and not self.multi_label:
+            self.metric = "mean_per_class" if mean_per_class else "top1"
+        self.mean_per_class = self.metric == "mean_per_class"
         self.class_names: list[str] = []
         self.splits: tuple[str, ...] = ()
 
@@ -48,7 +83,14 @@ class DatasetAdapter(ABC):
 
     @abstractmethod
     def labels(self, split: str) -> np.ndarray:
-        """Class indices (int64) in sample order."""
+        """Labels in sample order.
+
+        Single-label datasets: class indices, int64 (n,). Multi-label datasets: int64
+        (n, C), one column per class: 1 the class is present, 0 absent, -1 present only
+        as objects marked "difficult" (ignored for that class when fitting and scoring, as
+        the VOC devkit does). ``labels == 1`` is the binary label array and
+        ``labels < 0`` the difficult mask.
+        """
 
     @abstractmethod
     def sample_ids(self, split: str) -> list[str]:
@@ -75,15 +117,58 @@ class DatasetAdapter(ABC):
         self.check_split(split)
         return []
 
+    @property
+    def fingerprint_mode(self) -> str:
+        """How ``fingerprint`` sees files: ``"content"`` (their bytes), ``"stat"`` (the file
+        list with sizes and modification times) or ``"generated"`` (no files)."""
+        return "content"
+
+    @property
+    def validation(self) -> dict[str, Any]:
+        """Where hyperparameters are selected: the authors' split, or a share of train."""
+        if self.val_split is not None:
+            return {"source": "split", "split": self.val_split}
+        return {"source": TRAIN_FRACTION_VALIDATION, "fraction": 0.2, "stratified": not self.multi_label,
+                "seeded": True, "drawn_by": "the probe (its val_fraction and seed settings)"}
+
+    def info(self, split: str) -> dict[str, Any]:
+        """What ``repeval datasets show`` prints for one split (JSON-able).
+
+        Returns
+        -------
+        dict
+            ``split``, ``samples``, ``classes`` (classes present in the split),
+            ``skipped`` (ids), ``fingerprint`` and ``fingerprint_mode``.
+        """
+        labels = self.labels(self.check_split(split))
+        if self.multi_label:
+            present = int(np.count_nonzero((labels == 1).any(axis=0)))
+        else:
+            present = int(np.unique(labels).size)
+        return {"split": split, "samples": int(len(labels)), "classes": present,
+                "skipped": list(self.skipped(split)), "fingerprint": self.fingerprint(split),
+                "fingerprint_mode": self.fingerprint_mode}
+
     def _base_description(self) -> dict[str, Any]:
-        return {
+        """The derived keys (``DESCRIBED_ONLY``) plus ``mean_per_class`` where the adapter
+        takes it; ``describe`` adds the constructor parameters, so that
+        ``make_dataset(adapter, name=..., **params)`` rebuilds the dataset from it."""
+        out = {
             "adapter": self.adapter,
             "version": self.version,
             "name": self.name,
             "class_names": list(self.class_names),
             "splits": list(self.splits),
-            "mean_per_class": self.mean_per_class,
         }
+        if "mean_per_class" in inspect.signature(type(self).__init__).parameters:
+            out["mean_per_class"] = self.mean_per_class
+        return out
+
+    def metadata(self) -> dict[str, Any]:
+        """What the rest of the system reads about the dataset, for provenance (JSON-able)."""
+        return {"metric": self.metric, "multi_label": self.multi_label, "validation": self.validation,
+                "fingerprint_mode": self.fingerprint_mode, "train_split": self.train_split,
+                "val_split": self.val_split, "test_split": self.test_split, "pooled_split": self.pooled_split}
 
     def __repr__(self) -> str:
         kind = type(self).__name__
@@ -137,11 +222,47 @@ def validate_splits(splits: list[str] | tuple[str, ...], dataset: str) -> tuple[
     return tuple(splits)
 
 
-def open_rgb(path: Path) -> Image.Image:
-    """Decode an image file fully as RGB, or raise CorruptImageError naming the file."""
+def decode_rgb(source: Any, what: str) -> Image.Image:
+    """Decode an image (a path or a binary file object) fully as RGB, or raise
+    CorruptImageError naming ``what``."""
     try:
-        with Image.open(path) as img:
+        with Image.open(source) as img:
             img.load()  # decode now: a truncated file fails here, not later in a worker
             return img.convert("RGB")
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-        raise CorruptImageError(f"Cannot decode image {str(path)!r}: {exc}") from exc
+        raise CorruptImageError(f"Cannot decode {what}: {exc}") from exc
+
+
+def open_rgb(path: Path) -> Image.Image:
+    """Decode an image file fully as RGB, or raise CorruptImageError naming the file."""
+    return decode_rgb(path, f"image {str(path)!r}")
+
+
+class FileBackedDataset(DatasetAdapter):
+    """An adapter whose samples live in files: its fingerprint comes from each file's size
+    and modification time, or, with ``content_hash``, from the files' bytes."""
+
+    content_hash: bool = False
+
+    @property
+    def fingerprint_mode(self) -> str:
+        return "content" if self.content_hash else "stat"
+
+    def _file_fingerprint(self, split: str, base: str, files: list[str], stats: np.ndarray,
+                          *parts: list[str] | np.ndarray) -> str:
+        """Hash of split, class names, ``parts`` (ids, labels ...) and the files' (size, mtime)
+        rows or bytes; cached in ``self._fingerprints``. File names are not hashed: where
+        they matter a caller passes them among ``parts`` (so a root given one folder up or
+        down gives the same fingerprint)."""
+        cache = self.__dict__.setdefault("_fingerprints", {})
+        if split not in cache:
+            h = Hasher(f"{self.adapter}/v{self.version}/{self.fingerprint_mode}").text(split).texts(self.class_names)
+            for part in parts:
+                h.array(part) if isinstance(part, np.ndarray) else h.texts(list(part))
+            if self.content_hash:
+                for file in files:
+                    h.file(Path(base) / file)
+            else:
+                h.array(stats)
+            cache[split] = h.hexdigest()
+        return cache[split]

@@ -6,9 +6,6 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
-
 from pipeline.datasets._registry import register_dataset
 from pipeline.datasets.base import DatasetAdapter, Hasher
 from pipeline.errors import ConfigError
@@ -26,6 +23,9 @@ class DigitsDataset(DatasetAdapter):
     def __init__(
         self, name: str | None = None, test_size: float = 0.25, seed: int = 0, mean_per_class: bool = False
     ) -> None:
+        from sklearn.datasets import load_digits  # heavy: imported when a digits dataset is built
+        from sklearn.model_selection import train_test_split
+
         super().__init__(name if name is not None else "digits", mean_per_class)
         if not 0.0 < float(test_size) < 1.0:
             raise ConfigError(f"digits test_size must be in (0, 1), got {test_size!r}")

@@ -7,84 +7,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from PIL import Image
-
 from pipeline.datasets._registry import register_dataset
-from pipeline.datasets.base import IMAGE_EXTENSIONS, DatasetAdapter, Hasher, open_rgb, validate_splits
-from pipeline.errors import CorruptImageError, DatasetError
+from pipeline.datasets.base import validate_splits
+from pipeline.datasets.listing import ListedImageDataset, Listing, is_image_name
+from pipeline.errors import DatasetError
 
 _MAX_LISTED = 10
 
 
-class _FileImageDataset(DatasetAdapter):
-    """Shared logic: per split, sorted (id, path, label) samples, optional scan for bad files."""
-
-    def _init_samples(self, samples: dict[str, list[tuple[str, Path, int]]], skip_bad: bool) -> None:
-        self.skip_bad = bool(skip_bad)
-        self._ids: dict[str, list[str]] = {}
-        self._paths: dict[str, list[Path]] = {}
-        self._labels: dict[str, np.ndarray] = {}
-        self._skipped: dict[str, list[str]] = {}
-        self._fingerprints: dict[str, str] = {}
-        for split in self.splits:
-            rows = sorted(samples[split], key=lambda r: r[0])
-            bad: list[str] = []
-            if self.skip_bad:
-                # One full decode up front, so training-time loading never meets a bad file.
-                bad = [sid for sid, path, _ in rows if not _readable(path)]
-                bad_set = set(bad)
-                rows = [r for r in rows if r[0] not in bad_set]
-            if not rows:
-                raise DatasetError(f"Dataset {self.name!r}: split {split!r} has no usable images")
-            self._ids[split] = [r[0] for r in rows]
-            self._paths[split] = [r[1] for r in rows]
-            self._labels[split] = np.asarray([r[2] for r in rows], dtype=np.int64)
-            self._skipped[split] = bad
-
-    def labels(self, split: str) -> np.ndarray:
-        return self._labels[self.check_split(split)].copy()
-
-    def sample_ids(self, split: str) -> list[str]:
-        return list(self._ids[self.check_split(split)])
-
-    def skipped(self, split: str) -> list[str]:
-        return list(self._skipped[self.check_split(split)])
-
-    def load_image(self, split: str, i: int) -> Image.Image:
-        paths = self._paths[self.check_split(split)]
-        if not 0 <= i < len(paths):
-            raise IndexError(
-                f"Sample {i} out of range for split {split!r} of {self.name!r} ({len(paths)} samples)"
-            )
-        return open_rgb(paths[i])
-
-    def fingerprint(self, split: str) -> str:
-        """Hash of class names, ids, labels, skipped ids and every file's bytes (cached)."""
-        self.check_split(split)
-        if split not in self._fingerprints:
-            h = Hasher(f"{self.adapter}/v{self.version}").text(split).texts(self.class_names)
-            h.texts(self._ids[split]).array(self._labels[split]).texts(self._skipped[split])
-            for path in self._paths[split]:
-                h.file(path)
-            self._fingerprints[split] = h.hexdigest()
-        return self._fingerprints[split]
-
-
-def _readable(path: Path) -> bool:
-    try:
-        open_rgb(path)
-    except CorruptImageError:
-        return False
-    return True
-
-
-def _is_image(name: str) -> bool:
-    return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
-
-
 @register_dataset("image_folder")
-class ImageFolderDataset(_FileImageDataset):
+class ImageFolderDataset(ListedImageDataset):
     """``root/<split>/<class>/<image>``; classes are the sorted union of class folders.
 
     Images may sit in sub-folders of a class folder; ids are paths relative to the split
@@ -100,12 +32,12 @@ class ImageFolderDataset(_FileImageDataset):
         splits: list[str] | tuple[str, ...] | None = None,
         skip_bad: bool = False,
         mean_per_class: bool = False,
+        content_hash: bool = False,
     ) -> None:
         root_path = Path(root).expanduser()
         super().__init__(name if name is not None else root_path.resolve().name, mean_per_class)
         if not root_path.is_dir():
             raise DatasetError(f"Image folder root {str(root_path)!r} is not a directory")
-        self.root = root_path
         found = sorted(p.name for p in root_path.iterdir() if p.is_dir() and not p.name.startswith("."))
         if splits is None:
             splits = found
@@ -114,37 +46,32 @@ class ImageFolderDataset(_FileImageDataset):
             raise DatasetError(
                 f"Image folder {str(root_path)!r} has no split folder(s) {missing}; found: {found or 'none'}"
             )
-        self.splits = validate_splits(list(splits), self.name)
         class_dirs = {
             s: sorted(p.name for p in (root_path / s).iterdir() if p.is_dir() and not p.name.startswith("."))
-            for s in self.splits
+            for s in splits
         }
         self.class_names = sorted(set().union(*class_dirs.values()))
         if not self.class_names:
-            raise DatasetError(
-                f"Image folder {str(root_path)!r} has no class folders under {list(self.splits)}"
-            )
+            raise DatasetError(f"Image folder {str(root_path)!r} has no class folders under {list(splits)}")
         index = {c: k for k, c in enumerate(self.class_names)}
-        samples: dict[str, list[tuple[str, Path, int]]] = {}
-        for split in self.splits:
+        listings = {}
+        for split in splits:
             split_dir = root_path / split
-            rows = []
+            ids, labels = [], []
             for cls in class_dirs[split]:
                 for dirpath, dirnames, filenames in os.walk(split_dir / cls):
                     dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+                    rel = Path(dirpath).relative_to(split_dir).as_posix()
                     for fname in filenames:
-                        if _is_image(fname):
-                            path = Path(dirpath) / fname
-                            rows.append((path.relative_to(split_dir).as_posix(), path, index[cls]))
-            samples[split] = rows
-        self._init_samples(samples, skip_bad)
-
-    def describe(self) -> dict[str, Any]:
-        return {**self._base_description(), "root": str(self.root), "skip_bad": self.skip_bad}
+                        if is_image_name(fname):
+                            ids.append(f"{rel}/{fname}")
+                            labels.append(index[cls])
+            listings[split] = Listing(ids, [f"{split}/{i}" for i in ids], labels, f"folder {str(split_dir)!r}")
+        self._init_listings(root_path, listings, skip_bad=skip_bad, content_hash=content_hash)
 
 
 @register_dataset("csv_manifest")
-class CsvManifestDataset(_FileImageDataset):
+class CsvManifestDataset(ListedImageDataset):
     """A CSV with columns ``path,label,split`` (others ignored); paths relative to its folder.
 
     ``label`` is a class name, or, when every label is a non-negative integer, a class index
@@ -162,6 +89,7 @@ class CsvManifestDataset(_FileImageDataset):
         class_names: list[str] | None = None,
         skip_bad: bool = False,
         mean_per_class: bool = False,
+        content_hash: bool = False,
     ) -> None:
         csv_file = Path(csv_path).expanduser()
         super().__init__(name if name is not None else csv_file.stem, mean_per_class)
@@ -171,8 +99,9 @@ class CsvManifestDataset(_FileImageDataset):
         rows = _read_manifest(csv_file, self.REQUIRED_COLUMNS)
         labels_raw = [r["label"] for r in rows]
         self.class_names, label_of = _resolve_labels(labels_raw, class_names, csv_file)
-        self.splits = validate_splits(sorted({r["split"] for r in rows}), self.name)
-        samples: dict[str, list[tuple[str, Path, int]]] = {s: [] for s in self.splits}
+        split_names = sorted({r["split"] for r in rows})
+        validate_splits(split_names, self.name)
+        samples: dict[str, tuple[list[str], list[str], list[int]]] = {s: ([], [], []) for s in split_names}
         seen: set[tuple[str, str]] = set()
         absent: list[str] = []
         for line, row in enumerate(rows, start=2):
@@ -185,15 +114,19 @@ class CsvManifestDataset(_FileImageDataset):
             path = Path(row["path"]) if Path(row["path"]).is_absolute() else csv_file.parent / row["path"]
             if not path.is_file():
                 absent.append(sid)
-            samples[row["split"]].append((sid, path, label_of(row["label"], line)))
+            ids, files, labels = samples[row["split"]]
+            ids.append(sid)
+            files.append(row["path"])
+            labels.append(label_of(row["label"], line))
         if absent and not skip_bad:
             more = f", ... ({len(absent)} in all)" if len(absent) > _MAX_LISTED else ""
             shown = ", ".join(absent[:_MAX_LISTED]) + more
             raise DatasetError(f"CSV manifest {csv_file.name!r} lists {len(absent)} missing file(s): {shown}")
-        self._init_samples(samples, skip_bad)
+        listings = {s: Listing(*samples[s], f"CSV manifest {csv_file.name!r}") for s in split_names}
+        self._init_listings(csv_file.parent, listings, skip_bad=skip_bad, content_hash=content_hash)
 
     def describe(self) -> dict[str, Any]:
-        return {**self._base_description(), "csv_path": str(self.csv_path), "skip_bad": self.skip_bad}
+        return {**self._listing_description(), "csv_path": str(self.csv_path)}
 
 
 def _read_manifest(csv_file: Path, required: tuple[str, ...]) -> list[dict[str, str]]:

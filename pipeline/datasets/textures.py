@@ -107,6 +107,10 @@ class TexturesDataset(DatasetAdapter):
         grey = np.round(self.render(split, i) * 255.0).astype(np.uint8)
         return Image.fromarray(np.repeat(grey[:, :, None], 3, axis=2))
 
+    @property
+    def fingerprint_mode(self) -> str:
+        return "generated"
+
     def fingerprint(self, split: str) -> str:
         h = Hasher(f"{self.adapter}/v{self.version}").text(self.check_split(split)).texts(self.class_names)
         return h.text(f"seed={self.seed};n_per_class={self.n_per_class[split]};size={SIZE}").hexdigest()

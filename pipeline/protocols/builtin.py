@@ -14,6 +14,7 @@ from pipeline.protocols.invariance import invariance_audit
 from pipeline.protocols.knn import check_metric_weights, knn_class_weights, topk_blocks
 from pipeline.protocols.logistic import LogisticProbe
 from pipeline.protocols.lowshot import lowshot_curve
+from pipeline.protocols.multilabel import multilabel_logistic
 from pipeline.protocols.metrics import accuracy_metrics
 from pipeline.protocols.registry import SEED, Bound, EvalData, ProtocolResult, above, at_least, register_protocol
 from pipeline.protocols.ridge import DEFAULT_ALPHAS, RidgeProbe
@@ -44,6 +45,8 @@ def _grid(value: Any, default: np.ndarray) -> np.ndarray | None:
     description="multinomial L2 logistic probe, L-BFGS, C selected on validation (Kornblith 2019)",
 )
 def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    if np.ndim(data.y_train) == 2:  # multi-label rows: one binary probe per class, C by mAP
+        return multilabel_logistic(data, s, _fit_transform)
     X_tr, X_va, X_te = _fit_transform(s["transform"], data.train(), data.X_val, data.X_test)
     y_tr = data.y_train
     if X_va is not None:  # a dataset-defined validation split selects C; the refit uses both

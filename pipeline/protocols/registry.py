@@ -68,6 +68,10 @@ class Protocol:
 
     def __call__(self, data: EvalData, settings: Mapping[str, Any] | None = None) -> ProtocolResult:
         full = resolve_settings(self.name, settings or {})
+        if np.ndim(data.y_train) == 2:
+            from pipeline.protocols.multilabel import refuse_multilabel
+
+            refuse_multilabel(self)
         check_eval_data(data)
         started = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
@@ -86,6 +90,10 @@ def check_eval_data(data: EvalData) -> None:
     from pipeline.errors import DataValidationError
     from pipeline.protocols._validation import check_features, check_labels, check_min_classes
 
+    if np.ndim(data.y_train) == 2:  # multi-label (n, C) rows: their own checks
+        from pipeline.protocols.multilabel import check_multilabel_data
+
+        return check_multilabel_data(data)
     width = None
     for split, X, y in (("train", data.X_train, data.y_train), ("test", data.X_test, data.y_test),
                         ("val", data.X_val, data.y_val)):

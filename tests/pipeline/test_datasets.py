@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import json
+import os
 import pickle
 import time
 import warnings
@@ -15,8 +17,11 @@ import torch
 from PIL import Image
 from timm.data import create_transform
 
-from pipeline.datasets import DatasetAdapter, TorchImageDataset, list_datasets, make_dataset, register_dataset
+from pipeline.datasets.base import DESCRIBED_ONLY
+from pipeline.datasets import METRICS, DatasetAdapter, TorchImageDataset, list_datasets, make_dataset, register_dataset
 from pipeline.datasets import _registry
+from tests.pipeline.datasets.layouts import FIXED_NS, freeze_times
+from tests.pipeline.datasets.layouts_more import LAYOUTS, build
 from pipeline.errors import (
     ConfigError,
     CorruptImageError,
@@ -42,6 +47,7 @@ def _image_tree(root: Path) -> Path:
     ]:
         _png(root / split / cls / f"{stem}.png", value)
     (root / "train" / "a" / "notes.txt").write_text("not an image")
+    freeze_times(root)  # two copies then share the (size, mtime) fingerprint
     return root
 
 
@@ -55,10 +61,12 @@ def _manifest(root: Path, rows: list[tuple[str, str, str]]) -> Path:
 def _csv_dataset_files(root: Path) -> Path:
     for name, value in [("cat1", 1), ("cat2", 2), ("dog1", 3), ("dog2", 4), ("cat3", 5), ("dog3", 6)]:
         _png(root / "img" / f"{name}.png", value)
-    return _manifest(root, [
+    _manifest(root, [
         ("img/cat1.png", "cat", "train"), ("img/dog1.png", "dog", "train"), ("img/cat2.png", "cat", "train"),
         ("img/dog2.png", "dog", "train"), ("img/cat3.png", "cat", "test"), ("img/dog3.png", "dog", "test"),
     ])
+    freeze_times(root)
+    return root / "manifest.csv"
 
 
 def _features_npz(path: Path) -> Path:
@@ -80,6 +88,8 @@ BUILDERS: dict[str, Callable[[Path], DatasetAdapter]] = {
     "digits": lambda tmp: make_dataset("digits"),
     "textures": lambda tmp: make_dataset("textures", n_per_class={"train": 6, "test": 3}),
     "features": lambda tmp: make_dataset("features", path=_features_npz(tmp / "feats.npz")),
+    # the publishers' layouts, built tiny (tests/pipeline/datasets/layouts*.py)
+    **{name: (lambda tmp, name=name: build(name, tmp)[0]) for name in LAYOUTS},
 }
 
 
@@ -94,13 +104,21 @@ def test_adapter_contract(adapter: str, tmp_path: Path) -> None:
     ds = BUILDERS[adapter](tmp_path)
     again = BUILDERS[adapter](tmp_path / "again")
     assert ds.adapter == adapter and ds.splits and ds.class_names
-    assert isinstance(ds.mean_per_class, bool)
+    assert isinstance(ds.mean_per_class, bool) and ds.mean_per_class == (ds.metric == "mean_per_class")
+    assert ds.metric in METRICS and (ds.metric == "map11") == ds.multi_label
+    for role in (ds.train_split, ds.val_split, ds.test_split, ds.pooled_split):
+        assert role is None or role in ds.splits or adapter in ("image_folder", "csv_manifest", "webdataset",
+                                                                "hf", "features", "digits", "textures")
+    assert ds.fingerprint_mode in ("stat", "content", "generated")
     for split in ds.splits:
         labels, ids = ds.labels(split), ds.sample_ids(split)
-        assert labels.dtype == np.int64 and labels.ndim == 1
+        assert labels.dtype == np.int64 and labels.ndim == (2 if ds.multi_label else 1)
         assert len(labels) == len(ids) == ds.num_samples(split) > 0
         assert len(set(ids)) == len(ids) and all(isinstance(i, str) for i in ids)
-        assert labels.min() >= 0 and labels.max() < len(ds.class_names)
+        if ds.multi_label:  # 1 present, 0 absent, -1 difficult; one column per class
+            assert labels.shape[1] == len(ds.class_names) and set(np.unique(labels)) <= {-1, 0, 1}
+        else:
+            assert labels.min() >= 0 and labels.max() < len(ds.class_names)
         # Deterministic order and content hash: a second construction agrees exactly.
         assert ids == again.sample_ids(split)
         np.testing.assert_array_equal(labels, again.labels(split))
@@ -118,7 +136,15 @@ def test_adapter_contract(adapter: str, tmp_path: Path) -> None:
                 ds.load_image(split, 0)
     assert len({ds.fingerprint(s) for s in ds.splits}) == len(ds.splits)
     json.dumps(ds.describe())
-    assert ds.describe()["adapter"] == adapter
+    assert ds.describe()["adapter"] == adapter and ds.metadata()["metric"] == ds.metric
+    json.dumps(ds.metadata())
+    # describe() holds the constructor parameters: the dataset can be rebuilt from it (repair does)
+    params = {k: v for k, v in ds.describe().items() if k not in DESCRIBED_ONLY}
+    rebuilt = make_dataset(adapter, name=ds.name, **params)
+    assert [rebuilt.fingerprint(s) for s in rebuilt.splits] == [ds.fingerprint(s) for s in ds.splits]
+    info = ds.info(ds.splits[0])
+    assert info["samples"] == ds.num_samples(ds.splits[0]) and info["fingerprint"] == ds.fingerprint(ds.splits[0])
+    json.dumps(info)
 
 
 @pytest.mark.parametrize("adapter", list_datasets())
@@ -143,7 +169,8 @@ def test_adapter_pickles(adapter: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("bad", ["../escape", "a/b", "", ".hidden"])
 def test_bad_dataset_names_rejected(adapter: str, bad: str, tmp_path: Path) -> None:
     ds = BUILDERS[adapter](tmp_path)
-    params = {k: v for k, v in ds.describe().items() if k in ("root", "csv_path", "path")}
+    accepted = inspect.signature(type(ds).__init__).parameters
+    params = {k: v for k, v in ds.describe().items() if k in ("root", "csv_path", "path") and k in accepted}
     with pytest.raises(InvalidNameError):
         make_dataset(adapter, name=bad, **params)
 
@@ -243,9 +270,29 @@ def test_image_folder_layout(tmp_path: Path) -> None:
 
 def test_image_folder_fingerprint_follows_file_bytes(tmp_path: Path) -> None:
     root = _image_tree(tmp_path / "tree")
-    before = make_dataset("image_folder", root=root).fingerprint("train")
-    _png(root / "train" / "b" / "1.png", 31)
-    assert make_dataset("image_folder", root=root).fingerprint("train") != before
+    before = make_dataset("image_folder", root=root, content_hash=True)
+    assert before.fingerprint_mode == "content" and before.describe()["content_hash"] is True
+    before_fp = before.fingerprint("train")
+    target = root / "train" / "b" / "1.png"
+    _png(target, 31)
+    os.utime(target, ns=(FIXED_NS, FIXED_NS))  # same size and time: only the bytes tell
+    assert make_dataset("image_folder", root=root, content_hash=True).fingerprint("train") != before_fp
+    assert make_dataset("image_folder", root=root).fingerprint("train") == make_dataset(
+        "image_folder", root=_image_tree(tmp_path / "copy")).fingerprint("train")  # stat mode cannot tell
+
+
+def test_image_folder_stat_fingerprint_follows_size_and_time(tmp_path: Path) -> None:
+    root = _image_tree(tmp_path / "tree")
+    before = make_dataset("image_folder", root=root)
+    assert before.fingerprint_mode == "stat"
+    target = root / "train" / "b" / "1.png"
+    os.utime(target, ns=(FIXED_NS + 1, FIXED_NS + 1))
+    touched = make_dataset("image_folder", root=root).fingerprint("train")
+    assert touched != before.fingerprint("train")
+    assert make_dataset("image_folder", root=root).fingerprint("test") == before.fingerprint("test")
+    target.write_bytes(target.read_bytes() + b"\0")
+    os.utime(target, ns=(FIXED_NS + 1, FIXED_NS + 1))
+    assert make_dataset("image_folder", root=root).fingerprint("train") not in (touched, before.fingerprint("train"))
 
 
 def test_image_folder_corrupt_file_named_or_skipped(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""Bad dataset inputs: CSV manifests and precomputed feature files. Every one is refused with
-a repeval error naming the file (or the value), and importing writes nothing to the store."""
+"""Bad dataset inputs: CSV manifests, precomputed feature files, and damaged publisher layouts
+(split files, VOC annotations, cut tar shards). Every one is refused with a repeval error
+naming the file (or the value), and importing writes nothing to the store."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from PIL import Image
 
 from jobs.import_features import import_features
 from pipeline.datasets import make_dataset
+from pipeline.datasets.voc import VOC_CLASSES
 from storage_schema import FeatureStore
+from tests.pipeline.datasets import layouts as L
+from tests.pipeline.datasets import layouts_more as M
 
 FIXTURE_HEALTH = [HealthCheck.function_scoped_fixture]
 
@@ -209,3 +213,74 @@ def test_valid_feature_file_imports(folder, tmp_path):
     _save_npz(path, _good_arrays(np.random.default_rng(0)))
     report = import_features(FeatureStore(str(tmp_path / "s")), "m", make_dataset("features", path=str(path)), "train")
     assert report.status == "imported" and report.rows == 8
+
+
+# -- publisher layouts: damaged split files, annotations and tar shards -------------------------
+
+@pytest.fixture(scope="module")
+def shard_copy(tmp_path_factory) -> tuple[Path, bytes, int]:
+    """A webdataset copy, the bytes of its train/0.tar, and where its end-of-archive block starts."""
+    import tarfile
+
+    root = L.webdataset(tmp_path_factory.mktemp("wds")).root
+    shard = root / "train" / "0.tar"
+    with tarfile.open(shard) as tar:
+        last = tar.getmembers()[-1]
+    return root, shard.read_bytes(), last.offset_data + -(-last.size // 512) * 512
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=FIXTURE_HEALTH)
+@given(cut=st.floats(0.0, 1.0, exclude_max=True))
+def test_cut_tar_shard_is_named_or_read_whole(tally, shard_copy, cut):
+    root, data, end = shard_copy
+    shard = root / "train" / "0.tar"
+    keep = int(cut * len(data))
+    shard.write_bytes(data[:keep])
+    try:
+        if keep >= end + 512:  # the cut falls in the zero padding after the end block: nothing lost
+            ds = make_dataset("webdataset", root=str(root))
+            assert ds.num_samples("train") == 5
+            tally.counts["tar shards (webdataset)"]["ran"] += 1
+        else:
+            tally.expect_error("tar shards (webdataset)", lambda: make_dataset("webdataset", root=str(root)),
+                               [str(shard)], kind="cut")
+    finally:
+        shard.write_bytes(data)
+
+
+@pytest.fixture(scope="module")
+def voc_copy(tmp_path_factory) -> Path:
+    return M.voc2007(tmp_path_factory.mktemp("voc")).root
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=FIXTURE_HEALTH)
+@given(name=st.text(min_size=0, max_size=12).filter(lambda t: t.strip() not in VOC_CLASSES))
+def test_bad_voc_annotation_is_named(tally, voc_copy, name):
+    xml = voc_copy / "VOCdevkit" / "VOC2007" / "Annotations" / "000019.xml"
+    original = xml.read_bytes()
+    # an unknown class, or (with <, & ...) XML that does not parse: either way the file is named
+    xml.write_text(f"<annotation><object><name>{name}</name><difficult>0</difficult></object></annotation>",
+                   encoding="utf-8")
+    try:
+        tally.expect_error("annotations (voc2007)", lambda: make_dataset("voc2007", root=str(voc_copy)),
+                           [str(xml)], kind="object name")
+    finally:
+        xml.write_bytes(original)
+
+
+@pytest.fixture(scope="module")
+def aircraft_copy(tmp_path_factory) -> Path:
+    return L.aircraft(tmp_path_factory.mktemp("aircraft")).root
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=FIXTURE_HEALTH)
+@given(line=st.text(min_size=1, max_size=30).filter(lambda t: t.strip() and "\n" not in t and "\r" not in t))
+def test_bad_split_file_line_is_named(tally, aircraft_copy, line):
+    split_file = aircraft_copy / "data" / "images_variant_train.txt"
+    original = split_file.read_bytes()
+    split_file.write_bytes(original + line.encode("utf-8") + b"\n")
+    try:
+        tally.expect_error("split files (aircraft)", lambda: make_dataset("aircraft", root=str(aircraft_copy)),
+                           [str(split_file)], kind="extra line")
+    finally:
+        split_file.write_bytes(original)

@@ -1,0 +1,298 @@
+"""Image files listed per split: the shared core of every file-based adapter.
+
+An adapter parses its publisher's split files into a ``Listing`` per split (ids, file
+paths, labels, the file that listed them); ``ListedImageDataset`` then sorts the samples,
+checks every file exists (one ``stat`` each, whose size and modification time also make
+the fingerprint), and loads images by index. Nothing reads image bytes at construction
+unless ``skip_bad`` asks for a full decode or ``content_hash`` for a content fingerprint.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from pipeline.datasets.base import IMAGE_EXTENSIONS, FileBackedDataset, open_rgb, validate_splits
+from pipeline.errors import ConfigError, CorruptImageError, DatasetError
+
+_SHOWN = 3  # missing files named in one error line
+
+
+@dataclass
+class Listing:
+    """One split as its split file lists it.
+
+    ``files`` are paths relative to the adapter's root (or absolute); ``labels`` is (n,)
+    class indices or (n, C) multi-label rows; ``source`` names what listed the samples
+    (a split file) for error messages.
+    """
+
+    ids: list[str]
+    files: list[str]
+    labels: np.ndarray
+    source: str
+
+    def __post_init__(self) -> None:
+        self.labels = np.asarray(self.labels, dtype=np.int64)
+        self.files = [f[2:] if f.startswith("./") else f for f in self.files]
+        if not len(self.ids) == len(self.files) == len(self.labels):
+            raise DatasetError(f"{self.source}: {len(self.ids)} ids, {len(self.files)} files and "
+                               f"{len(self.labels)} labels do not match")
+
+
+def is_image_name(name: str) -> bool:
+    """A visible file with an image extension (case-insensitive)."""
+    return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+
+
+def scan_class_folders(directory: Path, what: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """Class folders of ``directory`` (sorted) and every image below them.
+
+    Returns the class names and (path relative to ``directory``, class name) rows; images
+    may sit in sub-folders of a class folder. Hidden entries and non-images are ignored.
+    """
+    if not directory.is_dir():
+        raise DatasetError(f"{what}: folder {str(directory)!r} does not exist")
+    classes = sorted(e.name for e in os.scandir(directory) if e.is_dir() and not e.name.startswith("."))
+    if not classes:
+        raise DatasetError(f"{what}: {str(directory)!r} has no class folders")
+    rows: list[tuple[str, str]] = []
+    for cls in classes:
+        stack = [cls]
+        while stack:
+            rel = stack.pop()
+            with os.scandir(directory / rel) as entries:
+                for entry in entries:
+                    if entry.name.startswith("."):
+                        continue
+                    if entry.is_dir():
+                        stack.append(f"{rel}/{entry.name}")
+                    elif is_image_name(entry.name):
+                        rows.append((f"{rel}/{entry.name}", cls))
+    return classes, rows
+
+
+def read_lines(path: Path, what: str) -> list[str]:
+    """Non-empty, stripped lines of a text file; a missing file is named."""
+    if not path.is_file():
+        raise DatasetError(f"{what}: file {str(path)!r} is missing")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{what}: cannot read {str(path)!r} as UTF-8 text: {exc}") from None
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def under(root: Path, base: Path) -> str:
+    """``base`` relative to ``root`` as a prefix for listed files ("." for the root)."""
+    return base.relative_to(root).as_posix()
+
+
+def require_file(path: Path, what: str) -> Path:
+    if not path.is_file():
+        raise DatasetError(f"{what}: file {str(path)!r} is missing")
+    return path
+
+
+def require_dir(path: Path, what: str) -> Path:
+    if not path.is_dir():
+        raise DatasetError(f"{what}: folder {str(path)!r} is missing")
+    return path
+
+
+def class_index(names: Sequence[str], what: str) -> dict[str, int]:
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if list(names).count(n) > 1})
+        raise DatasetError(f"{what}: class names repeat: {dup[:5]}")
+    return {n: k for k, n in enumerate(names)}
+
+
+def stratified_pick(labels: np.ndarray, per_class: int, seed: int) -> np.ndarray:
+    """Boolean mask choosing ``per_class`` samples of every class at random (seeded);
+    a class with fewer samples gives all of them."""
+    rng = np.random.default_rng(seed)
+    chosen = np.zeros(len(labels), dtype=bool)
+    for k in np.unique(labels):
+        members = np.flatnonzero(labels == k)
+        chosen[rng.permutation(members)[:per_class]] = True
+    return chosen
+
+
+class ListedImageDataset(FileBackedDataset):
+    """Images on disk listed per split; labels from the publisher's files.
+
+    Subclasses parse their layout into one ``Listing`` per split and call
+    ``_init_listings``. Samples are sorted by id. A file that is listed but absent is an
+    error naming it (or, with ``skip_bad``, a skipped sample); ``skip_bad`` also decodes
+    every image once and skips the undecodable ones.
+    """
+
+    def _init_listings(self, root: Path, listings: dict[str, Listing], *, skip_bad: bool, content_hash: bool,
+                       pooled: str | None = None) -> None:
+        self.root = root
+        self.skip_bad = bool(skip_bad)
+        self.content_hash = bool(content_hash)
+        self._root_dir = str(root)
+        self._ids: dict[str, list[str]] = {}
+        self._files: dict[str, list[str]] = {}
+        self._labels: dict[str, np.ndarray] = {}
+        self._stats: dict[str, np.ndarray] = {}
+        self._skipped: dict[str, list[str]] = {}
+        names = list(listings) + ([pooled] if pooled else [])
+        self.splits = validate_splits(names, self.name)
+        for split, listing in listings.items():
+            self._add_split(split, listing)
+        if pooled:
+            self._pool(pooled, list(listings))
+
+    def _add_split(self, split: str, listing: Listing) -> None:
+        order = sorted(range(len(listing.ids)), key=listing.ids.__getitem__)
+        ids = [listing.ids[i] for i in order]
+        files = [listing.files[i] for i in order]
+        labels = listing.labels[order]
+        for a, b in zip(ids, ids[1:]):
+            if a == b:
+                raise DatasetError(f"{listing.source}: sample {a!r} is listed twice")
+        stats, missing = stat_files(self._root_dir, files)
+        bad: list[int] = list(missing)
+        if missing and not self.skip_bad:
+            shown = ", ".join(repr(os.path.join(self._root_dir, files[i])) for i in missing[:_SHOWN])
+            more = f" (and {len(missing) - _SHOWN} more)" if len(missing) > _SHOWN else ""
+            raise DatasetError(f"Dataset {self.name!r}: {len(missing)} image(s) listed in {listing.source} "
+                               f"are missing or unreadable: {shown}{more}")
+        if self.skip_bad:  # one full decode up front, so extraction never meets a bad file
+            gone = set(missing)
+            bad += [i for i in range(len(files)) if i not in gone and not _readable(self._path(files[i]))]
+        if bad:
+            keep = np.ones(len(ids), dtype=bool)
+            keep[bad] = False
+            self._skipped[split] = sorted(ids[i] for i in bad)
+            ids = [x for x, k in zip(ids, keep) if k]
+            files = [x for x, k in zip(files, keep) if k]
+            labels, stats = labels[keep], stats[keep]
+        else:
+            self._skipped[split] = []
+        if not ids:
+            raise DatasetError(f"Dataset {self.name!r}: split {split!r} ({listing.source}) has no usable images")
+        self._ids[split], self._files[split], self._labels[split], self._stats[split] = ids, files, labels, stats
+
+    def _pool(self, pooled: str, parts: list[str]) -> None:
+        """The pooled split: every official split's samples, ids prefixed by their split."""
+        self._ids[pooled] = [f"{s}/{i}" for s in parts for i in self._ids[s]]
+        self._files[pooled] = [f for s in parts for f in self._files[s]]
+        self._labels[pooled] = np.concatenate([self._labels[s] for s in parts])
+        self._stats[pooled] = np.concatenate([self._stats[s] for s in parts])
+        self._skipped[pooled] = [f"{s}/{i}" for s in parts for i in self._skipped[s]]
+
+    def _path(self, file: str) -> str:
+        return os.path.join(self._root_dir, file)
+
+    # -- the adapter interface -------------------------------------------------------------
+    def labels(self, split: str) -> np.ndarray:
+        return self._labels[self.check_split(split)].copy()
+
+    def sample_ids(self, split: str) -> list[str]:
+        return list(self._ids[self.check_split(split)])
+
+    def skipped(self, split: str) -> list[str]:
+        return list(self._skipped[self.check_split(split)])
+
+    def load_image(self, split: str, i: int) -> Image.Image:
+        files = self._files[self.check_split(split)]
+        if not 0 <= i < len(files):
+            raise IndexError(f"Sample {i} out of range for split {split!r} of {self.name!r} ({len(files)} samples)")
+        return open_rgb(Path(self._path(files[i])))
+
+    def fingerprint(self, split: str) -> str:
+        """Hash of class names, ids, labels, skipped ids and, per file, its size and
+        modification time (``content_hash``: its bytes instead); cached."""
+        self.check_split(split)
+        return self._file_fingerprint(split, self._root_dir, self._files[split], self._stats[split],
+                                      self._ids[split], self._labels[split], self._skipped[split])
+
+    def _listing_description(self) -> dict[str, Any]:
+        return {**self._base_description(), "skip_bad": self.skip_bad, "content_hash": self.content_hash}
+
+    def describe(self) -> dict[str, Any]:
+        return {**self._listing_description(), "root": str(self.root)}
+
+
+def stat_files(root: str, files: Iterable[str]) -> tuple[np.ndarray, list[int]]:
+    """(n, 2) int64 [size, mtime_ns] per file (zeros where missing) and the missing indices."""
+    files = list(files)
+    stats = np.zeros((len(files), 2), dtype=np.int64)
+    missing = []
+    join, stat = os.path.join, os.stat
+    for i, file in enumerate(files):
+        try:
+            st = stat(join(root, file))
+        except (OSError, ValueError):  # absent, not a folder on the way, unreadable, a NUL in the name
+            missing.append(i)
+            continue
+        stats[i, 0], stats[i, 1] = st.st_size, st.st_mtime_ns
+    return stats, missing
+
+
+def _readable(path: str) -> bool:
+    try:
+        open_rgb(Path(path))
+    except CorruptImageError:
+        return False
+    return True
+
+
+def locate(root: Path, marker: str, prefixes: Sequence[str], what: str) -> Path:
+    """The folder under ``root`` (one of ``prefixes``, tried in order) that holds ``marker``;
+    when none does, the error names the file expected at the first prefix."""
+    for prefix in prefixes:
+        if (root / prefix / marker).exists():
+            return (root / prefix) if prefix not in ("", ".") else root
+    also = [str(Path(p) / marker) for p in prefixes[1:]]
+    alternatives = f" (looked also for {', '.join(repr(a) for a in also)} under the root)" if also else ""
+    raise DatasetError(f"{what}: {str(root / prefixes[0] / marker)!r} is missing{alternatives}")
+
+
+class PublishedDataset(ListedImageDataset):
+    """A dataset in its publisher's layout under ``root``, with the publisher's splits.
+
+    Subclasses implement ``_read(root)``: set ``class_names`` and return one ``Listing``
+    per official split. Subclass-specific parameters are set before calling this
+    ``__init__``. The pooled split (``pooled_split``, "all") joins the official ones.
+    """
+
+    pooled_split = "all"
+
+    def __init__(self, root: str | os.PathLike[str], name: str | None = None, skip_bad: bool = False,
+                 content_hash: bool = False) -> None:
+        super().__init__(name if name is not None else self.adapter)
+        root_path = Path(root).expanduser()
+        if not root_path.is_dir():
+            raise DatasetError(f"{self.adapter}: root folder {str(root_path)!r} does not exist")
+        listings = self._read(root_path)
+        pooled = self.pooled_split if self.pooled_split not in listings else None
+        self._init_listings(root_path, listings, skip_bad=skip_bad, content_hash=content_hash, pooled=pooled)
+
+    @abstractmethod
+    def _read(self, root: Path) -> dict[str, Listing]:
+        """Parse the layout under ``root``: set ``class_names``, return the official splits."""
+
+
+class PartitionedDataset(PublishedDataset):
+    """A published dataset whose authors give ten alternative splits (partitions 1..10)."""
+
+    def __init__(self, root: str | os.PathLike[str], name: str | None = None, partition: int = 1,
+                 skip_bad: bool = False, content_hash: bool = False) -> None:
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 1 <= partition <= 10:
+            raise ConfigError(f"{self.adapter} partition must be an integer from 1 to 10, got {partition!r}")
+        self.partition = partition
+        super().__init__(root, name, skip_bad, content_hash)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "partition": self.partition}
