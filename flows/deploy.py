@@ -23,10 +23,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a worker imports this before tim
 
 from prefect import flow  # noqa: E402
 
-from flows.schedules import CHANGED_EVENT, config_resource_id, run_config_file  # noqa: E402
+from flows.schedules import CHANGED_EVENT, DEFAULT_CRON, config_resource_id, run_or_fail  # noqa: E402
 from pipeline.errors import RepevalError  # noqa: E402
 
-DEFAULT_CRON = "0 2 * * *"
 FLOW_NAME = "repeval-config-benchmark"
 _BANNED_IN_NAMES = "/%&><"  # Prefect refuses these in deployment names
 
@@ -34,7 +33,7 @@ _BANNED_IN_NAMES = "/%&><"  # Prefect refuses these in deployment names
 @flow(name=FLOW_NAME)
 def config_benchmark_flow(config_path: str) -> dict[str, Any]:
     """What the deployment runs: the benchmark of the config file as it reads now."""
-    return run_config_file(config_path, "deployment run")
+    return run_or_fail(config_path, "deployment run")
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,25 @@ def repeval_home() -> Path:
     return Path(os.environ.get("REPEVAL_HOME", Path.home() / ".cache" / "repeval"))
 
 
-def prepare_environment() -> None:
-    """Call before Prefect is imported: offline hub, no analytics, private Prefect home."""
+def prepare_environment(verbose: bool = False) -> None:
+    """Call before Prefect is imported: offline hub, no analytics, private Prefect home.
+
+    Runs log through Prefect's run loggers at INFO (their lines are kept with each run by
+    the Prefect API), but Prefect's console handler prints only with ``verbose``: the
+    terminal shows repeval's own progress and summary lines, never Prefect's tracebacks.
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_HOME", str(repeval_home() / "prefect"))
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)  # Prefect makes only the leaf
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")  # cluster start/stop chatter
+    for logger in ("FLOW_RUNS", "TASK_RUNS"):  # what a run logs is kept with the run
+        os.environ.setdefault(f"PREFECT_LOGGING_LOGGERS_PREFECT_{logger}_LEVEL", "INFO")
+    if verbose:
+        os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "INFO"
+        os.environ["DASK_LOGGING__DISTRIBUTED"] = "info"
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")  # cluster start/stop chatter
     # Dask worker processes are daemonic by default, and daemonic processes may not start
     # the DataLoader worker processes that decode images (extract.num_workers > 0).
     os.environ.setdefault("DASK_DISTRIBUTED__WORKER__DAEMON", "False")
@@ -60,9 +71,18 @@ def prefect_api(scheduler: bool = False) -> Iterator[str]:
         os.environ["PREFECT_API_URL"] = url
         try:
             with temporary_settings(updates={PREFECT_API_URL: url}):
-                yield url
+                try:
+                    yield url
+                finally:
+                    _flush_logs()  # the run's last log lines reach the API before it stops
         finally:
             os.environ.pop("PREFECT_API_URL", None)
+
+
+def _flush_logs() -> None:
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()
 
 
 @contextlib.contextmanager
