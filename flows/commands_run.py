@@ -76,7 +76,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             what = f"every {args.interval:g} s" if args.interval else f"cron {cron!r}"
             print(f"repeval serve: {path}\n"
                   f"  checkpoint scan: {what}; protocol watch: every {args.watch_interval:g} s\n"
-                  f"  Prefect API: {api} (no web UI); past runs: PREFECT_API_URL={api} prefect flow-run ls\n"
+                  f"  run history: {api.removesuffix('/api')} (Prefect UI), or "
+                  f"PREFECT_API_URL={api} prefect flow-run ls\n"
                   "  stop: Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
             serve_schedules(path, cron=cron, interval=args.interval, watch_interval=args.watch_interval)
     except KeyboardInterrupt:  # stopped while starting (Prefect's serve handles it once running)

@@ -67,7 +67,7 @@ def prefect_api(scheduler: bool = False) -> Iterator[str]:
             _restore("PREFECT_API_URL", previous)
         return
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
-    with (_full_server() if scheduler else _temporary_server()) as url:
+    with (full_server() if scheduler else temporary_server()) as url:
         os.environ["PREFECT_API_URL"] = url
         try:
             with temporary_settings(updates={PREFECT_API_URL: url}):
@@ -86,7 +86,7 @@ def _flush_logs() -> None:
 
 
 @contextlib.contextmanager
-def _temporary_server() -> Iterator[str]:
+def temporary_server() -> Iterator[str]:
     from prefect.server.api.server import SubprocessASGIServer
 
     server = SubprocessASGIServer()
@@ -98,7 +98,7 @@ def _temporary_server() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def _full_server(timeout: float = 120.0) -> Iterator[str]:
+def full_server(timeout: float = 120.0) -> Iterator[str]:
     """``prefect server start`` on a free loopback port, with its services (scheduler)."""
     import socket
     import subprocess
@@ -115,7 +115,7 @@ def _full_server(timeout: float = 120.0) -> Iterator[str]:
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen(
             [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port),
-             "--no-ui", "--analytics-off"],
+             "--analytics-off"],  # with its web UI: the run history, one click from the banner
             stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, "PREFECT_API_URL": ""},
         )
     try:

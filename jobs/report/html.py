@@ -88,9 +88,11 @@ def label_of(rec: Mapping[str, Any]) -> str:
 
 
 def anchor(rec: Mapping[str, Any]) -> str:
-    """One anchor per shown name: two encoders sharing a record each get their own block."""
-    key = f"{rec.get('cell_id')}|{label_of(rec)}" if rec.get("cell_id") else label_of(rec)
-    return "cell-" + re.sub(r"[^A-Za-z0-9_-]", "_", stable_hash(key, length=20))
+    """``cell-<cell id>``; a record shown under another name than it was recorded under (two
+    encoders with identical weights share it) gets its own block, so ``-<hash of the name>``."""
+    cid = str(rec.get("cell_id") or stable_hash(label_of(rec), length=16))
+    suffix = f"-{stable_hash(label_of(rec), length=8)}" if rec.get("recorded_as") else ""
+    return "cell-" + re.sub(r"[^A-Za-z0-9_-]", "_", cid) + suffix
 
 
 def link(rec: Mapping[str, Any], text: Any) -> Markup:

@@ -19,7 +19,7 @@ from flows.benchmark import run_benchmark
 from jobs.config import load_config
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
-from tests.flows.test_benchmark_flow import tiny_config
+from tests.flows.helpers import tiny_config
 
 BIN = Path(sys.executable).parent
 

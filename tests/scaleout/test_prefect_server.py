@@ -28,7 +28,7 @@ import yaml
 from pipeline.errors import ConfigError, RepevalError
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
-from tests.flows.test_benchmark_flow import tiny_config
+from tests.flows.helpers import tiny_config
 from tests.jobs.helpers import REPO, cli_env
 
 POOL = "repeval-local"
