@@ -115,6 +115,10 @@ def publish_summary(summary: dict[str, Any]) -> None:
     lines = summary_lines(summary)
     for line in lines:
         say(summary["reason"], line)
+    if logging.getLogger("prefect.flow_runs").getEffectiveLevel() > logging.INFO:
+        # Prefect was set up before prepare_environment (a notebook, a test): the summary is
+        # still kept with the run (what the console prints is decided by its handler's level)
+        logging.getLogger("prefect.flow_runs").setLevel(logging.INFO)
     logger = get_run_logger()
     for line in lines:
         logger.info(line)

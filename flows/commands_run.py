@@ -63,13 +63,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     prepare_environment(args.verbose)
     from flows.runtime import prefect_api
     from flows.schedules import DEFAULT_CRON, serve_schedules
-    from jobs.config import load_config
-    from jobs.plan import make_plan
 
     path = os.path.abspath(args.config)
-    make_plan(load_config(path), record=False)  # refuse a broken config before serving it forever
+    _check_in_child(path)  # refuse a broken config before serving it forever
     cron = args.cron or DEFAULT_CRON
-    # SIGTERM (systemd, docker stop, kill) stops like Ctrl-C: the runs and the local server end cleanly.
+    # SIGTERM (systemd, docker stop, kill) while starting stops like Ctrl-C, so the local
+    # server is shut down; once serving, Prefect's runner stops the runs itself.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         with prefect_api(scheduler=True) as api:
@@ -80,21 +79,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
                   f"PREFECT_API_URL={api} prefect flow-run ls\n"
                   "  stop: Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
             serve_schedules(path, cron=cron, interval=args.interval, watch_interval=args.watch_interval)
-    except KeyboardInterrupt:  # stopped while starting (Prefect's serve handles it once running)
+    except KeyboardInterrupt:  # stopped while starting (once serving, Prefect handles it)
         pass
-    print(f"repeval serve: stopped ({_STOPPED_BY[0]}); the store and Prefect's run history are kept "
-          f"(past runs: PREFECT_HOME={os.environ['PREFECT_HOME']} prefect flow-run ls)", file=sys.stderr, flush=True)
+    print(f"repeval serve: stopped; the store and Prefect's run history are kept (list past runs: "
+          f"PREFECT_HOME={os.environ['PREFECT_HOME']} prefect flow-run ls)", file=sys.stderr, flush=True)
     return 0
 
 
-_STOPPED_BY = ["Ctrl-C"]
-
-
 def _interrupt(signum, frame) -> None:
-    """SIGTERM raises where Ctrl-C would, so serve shuts down the same way."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one clean stop; a second SIGTERM is not needed
-    _STOPPED_BY[0] = "SIGTERM"
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one clean stop
     raise KeyboardInterrupt
+
+
+def _check_in_child(config_path: str) -> None:
+    """The config's full check (architectures, checkpoints: torch and timm) in a process of
+    its own, so the long-lived serving process never holds those libraries."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool.submit(check_config_file, config_path).result()
+
+
+def check_config_file(config_path: str) -> None:
+    from jobs.config import load_config
+    from jobs.plan import make_plan
+
+    make_plan(load_config(config_path), record=False)
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:

@@ -33,7 +33,8 @@ def run_config_file(config_path: str, reason: str, new_encoders: list[str] | Non
 
     cfg = load_config(config_path)
     plan = make_plan(cfg, retry_failed=retry_failed)
-    summary = run_plan(plan, reason=reason, new_encoders=new_encoders)
+    planned = {e.name for e in plan.config.encoders}  # a refused checkpoint is not a new encoder
+    summary = run_plan(plan, reason=reason, new_encoders=[n for n in new_encoders or [] if n in planned])
     failed_units = {f.get("model") for f in summary["failed_extractions"]}
     completed = [e.name for e in plan.config.encoders if e.name not in failed_units]
     save_state(plan.config.open_store(), plan.config, watch_key(config_path), completed,

@@ -52,7 +52,7 @@ def cell_failure(cell: Any, reason: str, error_type: str) -> dict[str, Any]:
 def checkpoint_failure(path: str, size: int, mtime_ns: int, encoder: str, reason: str,
                        error_type: str = "CheckpointError") -> dict[str, Any]:
     """A scanned checkpoint file refused; its size and mtime tell when it changed."""
-    return {"kind": "checkpoint", "id": failure_id(path), "status": FAILED, "label": f"checkpoint {path}",
+    return {"kind": "checkpoint", "id": failure_id(path), "status": FAILED, "label": path,
             "encoder": encoder, "file": path, "size": size, "mtime_ns": mtime_ns, "error_type": error_type,
             "reason": reason}
 

@@ -86,17 +86,23 @@ def _safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     try:
         with open(path, "rb") as f:
             (n,) = struct.unpack("<Q", f.read(8))
-            if n <= 0 or n > size - 8:
-                raise ValueError(f"header length {n} does not fit a {size}-byte file")
+            if 8 + n > size:
+                raise _Truncated(8 + n)
             header = json.loads(f.read(n))
         end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
         shapes = {k: tuple(int(d) for d in v["shape"]) for k, v in header.items() if k != "__metadata__"}
+        if 8 + n + end > size:
+            raise _Truncated(8 + n + end)
+    except _Truncated as short:
+        raise CheckpointError(f"safetensors checkpoint {path.name!r} is truncated: its header describes "
+                              f"{short.args[0]} bytes, the file holds {size} (still being written?)") from None
     except (struct.error, ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
         raise CheckpointError(f"cannot read safetensors checkpoint {path.name!r}: {exc}") from None
-    if 8 + n + end > size:
-        raise CheckpointError(f"safetensors checkpoint {path.name!r} is truncated: its header describes "
-                              f"{8 + n + end} bytes, the file holds {size} (still being written?)")
     return shapes
+
+
+class _Truncated(Exception):
+    """The file is shorter than its header says (caught above, never raised out)."""
 
 
 @lru_cache(maxsize=32)

@@ -82,11 +82,13 @@ def test_a_config_mistake_is_one_line_before_any_work(tmp_path):
     import yaml
 
     path.write_text(yaml.safe_dump(raw))
-    out = subprocess.run([sys.executable, "-m", "flows.cli", "run", str(path)], capture_output=True, text=True,
-                         env=cli_env(), cwd=REPO, timeout=300)
-    assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.startswith("repeval: error: config.protocols[0]: settings.n_neighbours: unknown setting")
-    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    for command in ("run", "serve", "report", "results"):
+        args = ["results", "--config", str(path)] if command == "results" else [command, str(path)]
+        out = subprocess.run([sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True,
+                             env=cli_env(), cwd=REPO, timeout=300)
+        assert out.returncode == 2 and out.stdout == "", (command, out.stderr)
+        assert out.stderr.startswith("repeval: error: config.protocols[0]: settings.n_neighbours: unknown setting")
+        assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
     assert not (tmp_path / "store").exists()
 
 
