@@ -132,7 +132,8 @@ def _extraction_outcome(fut, unit) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001  an I/O failure after its retries: this unit failed
         from jobs.failures import extraction_failure
 
-        return extraction_failure(unit.encoder.name, unit.dataset.name, unit.split, unit.encoder.weights, exc)
+        return extraction_failure(unit.encoder.name, unit.dataset.name, unit.split, unit.encoder.weights, exc,
+                                  unit.encoder.arch)
 
 
 def _evaluation_outcomes(fut, cells, failed_units: dict) -> list[dict[str, Any]]:

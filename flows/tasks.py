@@ -46,7 +46,7 @@ def extract_task(store: dict[str, Any], unit: dict[str, Any], extract: dict[str,
     except Exception as exc:  # noqa: BLE001  one unit's failure must not stop the others
         if is_transient(exc):
             raise
-        return extraction_failure(u.encoder.name, u.dataset.name, u.split, u.encoder.weights, exc)
+        return extraction_failure(u.encoder.name, u.dataset.name, u.split, u.encoder.weights, exc, u.encoder.arch)
     out = report.to_dict()
     out.update(label=u.label(), weights=u.encoder.weights, worker=_worker_address())
     return out

@@ -8,7 +8,7 @@ A run takes only files that are ready: unchanged for the scan's ``settle_seconds
 modification time is at least that old), or marked done by a ``<file><done_suffix>``
 marker when the scan names a suffix. A file that failed before (unreadable, another
 architecture) is not taken again while its size and modification time are unchanged,
-unless a retry is asked for; it is reported as skipped instead.
+(nor the scan's architecture) unless a retry is asked for; it is reported as skipped instead.
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ def scan_checkpoints(cfg: BenchmarkConfig, failed: dict[str, dict[str, Any]] | N
             if f.encoder.name in names:
                 continue
             record = failed.get(f.path)
-            if record is not None and not retry_failed and [record.get("size"), record.get("mtime_ns")] == f.signature:
+            unchanged = record is not None and [record.get("size"), record.get("mtime_ns")] == f.signature
+            if unchanged and not retry_failed and record.get("arch", scan.arch) == scan.arch:
                 out.skipped.append(record)
                 continue
             names.add(f.encoder.name)

@@ -35,10 +35,11 @@ def is_transient(exc: BaseException) -> bool:
     return not isinstance(exc, RepevalError) and isinstance(exc, (OSError, TimeoutError, ConnectionError))
 
 
-def extraction_failure(model: str, dataset: str, split: str, weights: str, exc: BaseException) -> dict[str, Any]:
+def extraction_failure(model: str, dataset: str, split: str, weights: str, exc: BaseException,
+                       arch: str | None = None) -> dict[str, Any]:
     return {"kind": "extraction", "id": failure_id(model, dataset, split), "status": FAILED,
             "label": f"{model}/{dataset}/{split}", "model": model, "dataset": dataset, "split": split,
-            "weights": weights, "error_type": type(exc).__name__, "reason": one_line(exc),
+            "weights": weights, "arch": arch, "error_type": type(exc).__name__, "reason": one_line(exc),
             "checkpoint_error": isinstance(exc, CheckpointError)}
 
 
@@ -49,12 +50,13 @@ def cell_failure(cell: Any, reason: str, error_type: str) -> dict[str, Any]:
             "reason": reason}
 
 
-def checkpoint_failure(path: str, size: int, mtime_ns: int, encoder: str, reason: str,
+def checkpoint_failure(path: str, size: int, mtime_ns: int, encoder: str, arch: str, reason: str,
                        error_type: str = "CheckpointError") -> dict[str, Any]:
-    """A scanned checkpoint file refused; its size and mtime tell when it changed."""
+    """A scanned checkpoint file refused; its size and mtime tell when it changed, ``arch``
+    what it was read as (a corrected ``arch:`` in the config tries it again)."""
     return {"kind": "checkpoint", "id": failure_id(path), "status": FAILED, "label": path,
-            "encoder": encoder, "file": path, "size": size, "mtime_ns": mtime_ns, "error_type": error_type,
-            "reason": reason}
+            "encoder": encoder, "file": path, "size": size, "mtime_ns": mtime_ns, "arch": arch,
+            "error_type": error_type, "reason": reason}
 
 
 def correlation_failure(report_path: str, exc: BaseException) -> dict[str, Any]:
@@ -85,8 +87,8 @@ def sync_failures(store, *, extractions: Iterable[Mapping[str, Any]] = (), cells
                 file = scanned.get(str(ext.get("model")))
                 if ext.get("checkpoint_error") and file is not None:
                     written.append(_write(failures, checkpoint_failure(
-                        str(ext["weights"]), file[0], file[1], str(ext["model"]), str(ext["reason"]),
-                        str(ext["error_type"]))))
+                        str(ext["weights"]), file[0], file[1], str(ext["model"]), str(ext.get("arch")),
+                        str(ext["reason"]), str(ext["error_type"]))))
                 continue
             fid = failure_id(ext.get("model"), ext.get("dataset"), ext.get("split"))
             if fid in known["extraction"]:

@@ -163,8 +163,8 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
             if check:
                 check_encoder(f.encoder)
         except RepevalError as exc:
-            refused.append(checkpoint_failure(f.path, f.size, f.mtime_ns, f.encoder.name, one_line(exc),
-                                              type(exc).__name__))
+            refused.append(checkpoint_failure(f.path, f.size, f.mtime_ns, f.encoder.name, f.encoder.arch,
+                                              one_line(exc), type(exc).__name__))
             continue
         taken.append(f)
     if store is not None and record and refused:

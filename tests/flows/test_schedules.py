@@ -71,6 +71,10 @@ def test_a_bad_scanned_checkpoint_is_refused_alone_and_not_retried_while_unchang
     assert {r["encoder"] for r in again.scan.skipped} == {"bad", "r50"}
     assert FailureLog(FeatureStore(cfg.store)).get("checkpoint", records["bad"]["id"])["attempts"] == 1
     assert {e.name for e in make_plan(cfg, retry_failed=True).config.encoders} == {"good"}  # retried, refused
+    failed = {r["file"]: r for r in FailureLog(FeatureStore(cfg.store)).records("checkpoint")}
+    fixed = copy.deepcopy(raw)
+    fixed["checkpoints"][0]["arch"] = "resnet50"  # the config's arch corrected: its files are read again
+    assert "r50" in [f.encoder.name for f in scan_checkpoints(load_config(fixed), failed).taken]
     bad.write_bytes(good.read_bytes())  # the file was finished: taken again
     assert {e.name for e in make_plan(cfg).config.encoders} == {"good", "bad"}
 
