@@ -8,7 +8,8 @@ command then runs as users type it, in a fresh process, timed from start to exit
 
 * ``repeval results --store S``: the ledger, latest record per cell;
 * ``repeval results --config C``: the config's current settings under its names;
-* a config error: ``repeval run`` on a config with a misspelled setting;
+* config errors: ``repeval run`` on a config with a field of the wrong type, and with a
+  misspelled protocol setting (which needs the protocol registry's settings);
 * ``repeval report C``: 200 cells, accuracy tables, low-shot plots, correlation scatters.
 
 Beside each: whether the process imported torch, and a bare ``python -c pass`` start
@@ -95,10 +96,12 @@ def build(root: Path) -> Path:
     cells = evaluation_cells(load_config(config))
     for n, cell in enumerate(cells, 1):
         evaluate_cell(store, cell)
-        print(f"\rbuilding the store: {n}/{len(cells)} cells", end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
+        if n % 50 == 0:
+            print(f"building the store: {n}/{len(cells)} cells", file=sys.stderr, flush=True)
     bad = dict(raw, protocols=[dict(SETTINGS[2], settings={"n_neighbours": 5})] + SETTINGS[3:])
     (root / "bad.yaml").write_text(yaml.safe_dump(bad))
+    typo = dict(raw, encoders=[dict(raw["encoders"][0], seed="zero")] + raw["encoders"][1:])
+    (root / "typo.yaml").write_text(yaml.safe_dump(typo))
     return config
 
 
@@ -135,10 +138,14 @@ def main() -> int:
     rows = [
         ("results --store", ["results", "--store", str(root / "store")], 2.0),
         ("results --config", ["results", "--config", str(config)], 2.0),
-        ("config error (run)", ["run", str(root / "bad.yaml")], 2.0),
+        ("config error: a field's type (run)", ["run", str(root / "typo.yaml")], 2.0),
+        ("config error: a protocol setting (run)", ["run", str(root / "bad.yaml")], 2.0),
         ("report, 200 cells", ["report", str(config)], 5.0),
     ]
     print(f"python -c pass: {bare:.2f} s (interpreter start, for reference)")
+    registry = median([_bare("import pipeline.protocols.registry") for _ in range(args.repeats)])
+    print(f"python -c 'import pipeline.protocols.registry': {registry:.2f} s (the settings of every protocol; "
+          "reading a config's protocols needs it)")
     print("| command | seconds | target | imports torch | exit code |")
     print("|---|---|---|---|---|")
     results = {}
@@ -148,13 +155,13 @@ def main() -> int:
         verdict = "met" if seconds < target else "**missed**"
         print(f"| `repeval {' '.join(a if '/' not in a else Path(a).name for a in cli_args)}` | {seconds:.2f} | "
               f"< {target:g} s: {verdict} | {'yes' if torch_seen else 'no'} | {code} |")
-    print(json.dumps({"bare_python_s": bare, **results}))
+    print(json.dumps({"bare_python_s": bare, "registry_import_s": registry, **results}))
     return 0
 
 
-def _bare() -> float:
+def _bare(code: str = "pass") -> float:
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     return time.perf_counter() - t
 
 

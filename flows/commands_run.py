@@ -20,12 +20,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from flows.runtime import prepare_environment
 
     prepare_environment(args.verbose)
-    from flows.benchmark import run_benchmark, say
     from jobs.config import load_config
     from jobs.plan import make_plan
 
     cfg = load_config(args.config)
     plan = make_plan(cfg, retry_failed=args.retry_failed)
+    from flows.benchmark import run_benchmark, say  # Prefect and Dask: once the config is known good
+
     for rec in plan.checkpoint_failures:
         say("run", f"checkpoint refused: {rec['file']}: {rec['reason']}")
     summary = run_benchmark(cfg, dask_address=args.dask_address, plan=plan)
