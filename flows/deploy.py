@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a worker imports this before timm, as the CLI does
 
@@ -31,8 +30,9 @@ _BANNED_IN_NAMES = "/%&><"  # Prefect refuses these in deployment names
 
 
 @flow(name=FLOW_NAME)
-def config_benchmark_flow(config_path: str) -> dict[str, Any]:
-    """What the deployment runs: the benchmark of the config file as it reads now."""
+def config_benchmark_flow(config_path: str):
+    """What the deployment runs: the benchmark of the config file as it reads now (its
+    summary; a Failed state naming what failed, when something did)."""
     return run_or_fail(config_path, "deployment run")
 
 

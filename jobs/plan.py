@@ -53,9 +53,6 @@ class Plan:
     scan: ScanResult = field(default_factory=ScanResult)
     checkpoint_failures: list[dict[str, Any]] = field(default_factory=list)
 
-    def units_of(self, model: str, dataset: str) -> list[int]:
-        return [i for i, u in enumerate(self.units) if u.encoder.name == model and u.dataset.name == dataset]
-
 
 def make_adapter(dataset: DatasetConfig):
     from pipeline.datasets import make_dataset

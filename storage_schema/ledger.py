@@ -194,7 +194,19 @@ def _recency(rec: Mapping[str, Any]) -> tuple[str, str]:
 
 def failure_id(*parts: str) -> str:
     """Id of a failure from the names of what failed (not its settings): a later success of
-    the same thing, whatever it changed, finds and clears it."""
+    the same thing, whatever it changed, finds and clears it.
+
+    Parameters
+    ----------
+    *parts : str
+        The names: (model, dataset, layer, setting) of a cell, (model, dataset, split) of
+        an extraction unit, the file path of a checkpoint, the report path of a correlation.
+
+    Returns
+    -------
+    str
+        16 hex characters.
+    """
     return stable_hash([str(p) for p in parts], length=16)
 
 
