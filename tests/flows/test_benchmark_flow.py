@@ -77,6 +77,7 @@ def test_flow_run_of_a_run_with_failures_ends_failed_with_the_reason(first_run):
         assert artifact and artifact[0].type == "table"
 
 
+@pytest.mark.slow
 def test_rerun_of_unchanged_config_does_no_forward_pass_and_no_fit(first_run):
     tmp, raw, _ = first_run
     again = _run(raw, tmp)
@@ -85,6 +86,7 @@ def test_rerun_of_unchanged_config_does_no_forward_pass_and_no_fit(first_run):
     assert {f["attempts"] for f in FailureLog(FeatureStore(raw["store"], read_only=True)).records()} == {2}
 
 
+@pytest.mark.slow
 def test_a_later_successful_run_clears_the_failures(first_run, tmp_path):
     tmp, raw, _ = first_run
     fixed = copy.deepcopy(raw)
@@ -97,6 +99,7 @@ def test_a_later_successful_run_clears_the_failures(first_run, tmp_path):
     _run(raw, tmp)  # the module's other tests expect the original failures on record
 
 
+@pytest.mark.slow
 def test_changed_protocol_settings_recompute_only_that_protocol(first_run):
     tmp, raw, _ = first_run
     changed = copy.deepcopy(raw)
@@ -108,6 +111,7 @@ def test_changed_protocol_settings_recompute_only_that_protocol(first_run):
     assert computed == {"knn20"}
 
 
+@pytest.mark.slow
 def test_added_encoder_extracts_and_evaluates_only_its_cells(first_run):
     tmp, raw, _ = first_run
     more = copy.deepcopy(raw)

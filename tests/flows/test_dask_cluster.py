@@ -68,6 +68,7 @@ def cluster(tmp_path):
                 os.killpg(p.pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_existing_cluster_gives_the_embedded_ledger_and_extracts_on_the_gpu_worker(
         tmp_path, cluster, prefect_harness):
     address, gpu_worker = cluster

@@ -42,7 +42,8 @@ def store(tmp_path_factory):
     return st
 
 
-@pytest.mark.parametrize("protocol", list_protocols())
+@pytest.mark.parametrize("protocol", [pytest.param(p, marks=pytest.mark.slow) if p == "invariance" else p
+                                      for p in list_protocols()])  # the audit fits ~50 probes: minutes
 def test_every_protocol_runs_on_the_store_and_is_recorded(store, protocol):
     cell = Cell("pixels", "digitsnpz", "pre_logits", f"{protocol}-quick", protocol, QUICK.get(protocol, {}))
     first = evaluate_cell(store, cell)

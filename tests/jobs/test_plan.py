@@ -75,6 +75,7 @@ def test_pretrained_weights_not_cached_say_how_to_give_a_local_file(tmp_path, mo
     assert "`weights: checkpoints/mobilenetv3_small_050.safetensors`" in message and "EncoderSpec" not in message
 
 
+@pytest.mark.slow  # four CLI processes
 def test_a_config_mistake_is_one_line_before_any_work(tmp_path):
     raw = _config(tmp_path)
     raw["protocols"][0]["settings"] = {"n_neighbours": 5}
