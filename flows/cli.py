@@ -22,6 +22,7 @@ from flows.commands_store import (  # noqa: E402
     cmd_extract, cmd_import, cmd_ls, cmd_repair, cmd_results, cmd_verify,
 )
 from pipeline.errors import RepevalError  # noqa: E402
+from storage_schema.leases import DEFAULT_TTL  # noqa: E402
 from storage_schema.store import DEFAULT_STORE  # noqa: E402
 
 EXIT_ERROR = 2
@@ -54,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--dtype", default="float32", help="float32 or float16")
     e.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     e.add_argument("--no-wait", action="store_true", help="skip arrays another process is extracting")
-    e.add_argument("--lease-ttl", type=float, default=60.0,
+    e.add_argument("--lease-ttl", type=float, default=DEFAULT_TTL,
                    help="seconds without heartbeat after which a writer counts as dead (default %(default)s)")
     e.add_argument("--json", action="store_true", help="print one JSON report per split")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -75,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--key", nargs="*", help="arrays to repair (default: every array of the store)")
     rp.add_argument("--weights", help="checkpoint to use where an array's recorded one moved (same weights)")
     rp.add_argument("--device", help="torch device (default: the device type of the extraction)")
-    rp.add_argument("--lease-ttl", type=float, default=60.0, help="lease TTL in seconds (default %(default)s)")
+    rp.add_argument("--lease-ttl", type=float, default=DEFAULT_TTL,
+                    help="lease TTL in seconds (default %(default)s)")
     rp.add_argument("--json", action="store_true", help="print the summary as JSON")
     rp.set_defaults(func=cmd_repair)
 
