@@ -39,6 +39,9 @@ def run_config_file(config_path: str, reason: str, new_encoders: list[str] | Non
     completed = [e.name for e in plan.config.encoders if e.name not in failed_units]
     save_state(plan.config.open_store(), plan.config, watch_key(config_path), completed,
                plan.scan.signatures())
+    # the gist in this (parent) run's log too: its history says what each scheduled run did
+    get_run_logger().info("%s: computed %d cells, %d from the ledger, %d failed; report %s", reason,
+                          summary["computed"], summary["cached"], len(summary["failed"]), summary["report"])
     brief = {k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}
     if summary["failures"]:
         from jobs.summary import failure_message
