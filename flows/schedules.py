@@ -81,6 +81,7 @@ def scan_checkpoints_flow(config_path: str) -> dict[str, Any]:
     _, changes = _changes(config_path)
     if not changes.any:
         say("scan", "no new checkpoints and no protocol change")
+        get_run_logger().info("no new checkpoints and no protocol change")
         return {"ran": False, "new_encoders": []}
     why = "scan: new checkpoints" if changes.new_encoders else "scan: protocol settings changed"
     return run_or_fail(config_path, why, changes.new_encoders)
