@@ -141,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except RepevalError as exc:
+        if args.verbose:
+            logging.getLogger("repeval").exception("the error's traceback")
         print(f"repeval: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
