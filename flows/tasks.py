@@ -72,12 +72,10 @@ def evaluate_task(store: dict[str, Any], cells: list[dict[str, Any]],
     """
     from jobs.evaluate import Cell, evaluate_cells
 
-    first = Cell(**cells[0])
-    unavailable = {}
-    for ext in extractions:
-        if ext.get("status") == "failed":
-            unavailable[(first.model, first.dataset)] = f"extraction {ext.get('label')} failed: {ext.get('reason')}"
-    return evaluate_cells(_open_store(store), [Cell(**c) for c in cells], unavailable=unavailable)
+    todo = [Cell(**c) for c in cells]
+    unavailable = {(ext["model"], ext["dataset"]): f"extraction {ext['label']} failed: {ext['reason']}"
+                   for ext in extractions if ext.get("status") == "failed"}
+    return evaluate_cells(_open_store(store), todo, unavailable=unavailable)
 
 
 @task(cache_policy=NO_CACHE)
