@@ -85,3 +85,16 @@ def test_summary_lists_every_failure_and_says_why_the_run_started():
     assert {"item": "why it ran", "value": "scan: new checkpoints"} in rows
     assert {"item": "failed checkpoint", "value": "/ck/bad.safetensors: CheckpointError: truncated"} in rows
     assert failure_message({**summary, "failures": []}) is None
+
+
+def test_cells_of_a_failed_extraction_fail_with_its_reason(tmp_path):
+    import dataclasses
+
+    from flows.tasks import evaluate_task
+
+    FeatureStore(str(tmp_path / "store"))
+    failed = extraction_failure("r18", "tex", "train", "/ck/r18.safetensors",
+                                CorruptImageError("Cannot decode image '/d/a/1.png'"))
+    out = evaluate_task.fn({"url": str(tmp_path / "store")}, [dataclasses.asdict(CELL)], [failed])
+    assert [o["status"] for o in out] == ["failed"] and out[0]["error_type"] == "ExtractionFailed"
+    assert out[0]["reason"].startswith("not evaluated: extraction r18/tex/train failed: CorruptImageError")
