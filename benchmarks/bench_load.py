@@ -13,7 +13,7 @@ Figures:
 * ``cell compute``: the sum over the run's ledger records of ``timings.read_s + fit_s``
   (the cells' own work, measured inside the task);
 * ``overhead per cell`` = (flow wall - cell compute) / cells: what Prefect + Dask + the
-  task wrapper (config reparse, store open, cell identity) cost per cell. The two workers
+  task wrapper (store open, cell identity) cost per cell. The two workers
   run cells in parallel, so this is a wall-clock figure, not CPU time.
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_load.py [--cells 1000] [--profile]``.

@@ -1,85 +1,152 @@
 """The benchmark flow: extract what is missing, evaluate what is missing, correlate, report.
 
 Extraction is one task per (encoder, dataset split); evaluation one task per group of
-at most ``dask.cells_per_task`` cells of one (encoder, dataset), each waiting only for
-the extractions it reads (grouping amortises the per-task cost of Prefect and Dask);
+at most ``dask.cells_per_task`` cells of one (encoder, dataset), each handed the outcomes
+of the extractions it reads (grouping amortises the per-task cost of Prefect and Dask);
 the correlation and report come last. Everything runs on Dask through prefect-dask.
+
+A failed unit or cell is an outcome, not an exception: the rest of the run goes on, the
+failures are recorded in the store and listed in the summary, and the flow run ends in a
+Failed state whose message names them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 import time
 from typing import Any
 
 import dask
-from prefect import flow
-from prefect.futures import wait
+from prefect import flow, get_run_logger
+from prefect.states import Failed
 
 from flows.tasks import correlate_and_report_task, evaluate_task, extract_task
-from jobs.config import BenchmarkConfig, load_config
-from jobs.plan import check_plan, evaluation_cells, extraction_units
+from jobs.config import load_config
+from jobs.failures import correlation_failure, one_line, sync_failures
+from jobs.plan import Plan, evaluation_cells, extraction_units
+from jobs.summary import build_summary, failure_message, summary_lines, summary_table
+from jobs.typed import to_plain
 
 log = logging.getLogger("repeval")
 
 
-def _progress(kind: str, done: int, total: int, started: float, extra: str = "") -> None:
+def say(reason: str, line: str) -> None:
+    """A timestamped progress line on stderr, tagged with why the run started."""
+    print(f"{time.strftime('%H:%M:%S')} [{reason}] {line}", file=sys.stderr, flush=True)
+
+
+def _progress(reason: str, kind: str, done: int, total: int, started: float, extra: str = "") -> None:
     rate = done / max(time.perf_counter() - started, 1e-9)
-    line = f"{kind}: {done}/{total} done ({rate:.1f}/s){extra}"
-    if sys.stderr.isatty():  # one updating line on a terminal, one line per step in logs
-        print(f"\r{line}   ", end="\n" if done == total else "", file=sys.stderr, flush=True)
-    else:
-        print(line, file=sys.stderr, flush=True)
+    say(reason, f"{kind}: {done}/{total} done ({rate:.1f}/s){extra}")
 
 
 @flow(name="repeval-benchmark", log_prints=False, validate_parameters=False)
-def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False) -> dict[str, Any]:
+def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: str = "run",
+                   notes: dict[str, Any] | None = None):
+    """``config``: a checked config whose encoders already include the scanned checkpoints
+    (``jobs.plan.make_plan``); ``notes``: what the plan found (new encoders, files waiting
+    or skipped) for the summary. Returns the summary, in a Failed state if anything failed."""
+    notes = notes or {}
     cfg = load_config(config)
-    check_plan(cfg)
-    units = extraction_units(cfg)
-    cells = evaluation_cells(cfg)
+    units, cells = extraction_units(cfg), evaluation_cells(cfg)
+    store = {"url": cfg.store, "storage_options": cfg.storage_options}
+    extract = to_plain(cfg.extract)
     started = time.perf_counter()
 
     gpu = dask.annotate(resources={"GPU": 1}) if gpu_resources else contextlib.nullcontext()
-    extract_futures = {}
+    extract_futures: dict[tuple[str, str], list] = {}
+    unit_of = {}
     with gpu:
-        for i, unit in enumerate(units):
-            extract_futures[(unit.encoder.name, unit.dataset.name)] = extract_futures.get(
-                (unit.encoder.name, unit.dataset.name), []) + [
-                extract_task.with_options(task_run_name=f"extract {unit.label()}").submit(config, i)]
+        for unit in units:
+            fut = extract_task.with_options(task_run_name=f"extract {unit.label()}").submit(
+                store, unit.to_dict(), extract)
+            extract_futures.setdefault((unit.encoder.name, unit.dataset.name), []).append(fut)
+            unit_of[id(fut)] = unit
+    batches = list(_cell_batches(cells, cfg.dask.cells_per_task))
     eval_futures = [
         evaluate_task.with_options(task_run_name=f"evaluate {label}").submit(
-            config, indices, wait_for=extract_futures[group])
-        for group, indices, label in _cell_batches(cells, cfg.dask.cells_per_task)
+            store, [dataclasses.asdict(cells[i]) for i in indices], extract_futures.get(group, []))
+        for group, indices, label in batches
     ]
 
     extractions = []
     all_extract = [f for fs in extract_futures.values() for f in fs]
     for n, fut in enumerate(_as_completed(all_extract), 1):
-        extractions.append(fut.result())
-        images = sum(r["images"] for r in extractions)
+        extractions.append(_extraction_outcome(fut, unit_of[id(fut)]))
+        images = sum(int(r.get("images") or 0) for r in extractions)
         rate = images / max(time.perf_counter() - started, 1e-9)
-        _progress("extract", n, len(all_extract), started, f", {images} images, {rate:.0f} images/s")
+        _progress(reason, "extract", n, len(all_extract), started, f", {images} images, {rate:.0f} images/s")
     outcomes = []
+    batch_cells = {id(f): [cells[i] for i in indices] for f, (_, indices, _) in zip(eval_futures, batches)}
+    failed_units = {(r.get("model"), r.get("dataset")): r for r in extractions if r.get("status") == "failed"}
     for fut in _as_completed(eval_futures):
-        outcomes.extend(fut.result())
-        _progress("evaluate", len(outcomes), len(cells), started)
-    wait(eval_futures)
-    final = correlate_and_report_task(config, outcomes)
-    return {
-        "units": len(units), "cells": len(cells),
-        "extracted": sum(r["status"] in ("extracted", "resumed") for r in extractions),
-        "forward_batches": sum(r["forward_batches"] for r in extractions),
-        "images": sum(r["images"] for r in extractions),
-        "computed": sum(o["status"] == "computed" for o in outcomes),
-        "cached": sum(o["status"] == "cached" for o in outcomes),
-        "failed": [o for o in outcomes if o["status"] == "failed"],
-        "extractions": extractions, "outcomes": outcomes,
-        "report": final["report"], "correlation": final["correlation"],
-        "seconds": time.perf_counter() - started,
-    }
+        outcomes.extend(_evaluation_outcomes(fut, batch_cells[id(fut)], failed_units))
+        _progress(reason, "evaluate", len(outcomes), len(cells), started)
+
+    st = cfg.open_store()
+    scanned = {name: tuple(sig) for name, sig in (notes.get("scanned") or {}).items()}
+    failures = list(notes.get("checkpoint_failures") or [])
+    failures += sync_failures(st, extractions=extractions, cells=outcomes, scanned=scanned)
+    report, correlation = None, None
+    try:
+        final = correlate_and_report_task(config, [o for o in outcomes if o.get("cell_id")],
+                                          list(notes.get("waiting") or []))
+        report, correlation = final["report"], final["correlation"]
+        sync_failures(st, report_path=cfg.report.path)
+    except Exception as exc:  # noqa: BLE001  the run's results stay in the ledger; say what failed
+        failures += sync_failures(st, correlation=correlation_failure(cfg.report.path, exc))
+    summary = build_summary(
+        reason=reason, units=len(units), cells=len(cells), extractions=extractions, outcomes=outcomes,
+        failures=failures, report=report, correlation=correlation, started=started,
+        new_encoders=notes.get("new_encoders") or (), waiting=notes.get("waiting") or (),
+        skipped_checkpoints=notes.get("skipped") or ())
+    publish_summary(summary)
+    message = failure_message(summary)
+    return Failed(message=message, data=summary) if message else summary
+
+
+def publish_summary(summary: dict[str, Any]) -> None:
+    """The summary in the terminal, in Prefect's run log and as a table artifact."""
+    from prefect.artifacts import create_table_artifact
+
+    lines = summary_lines(summary)
+    for line in lines:
+        say(summary["reason"], line)
+    if logging.getLogger("prefect.flow_runs").getEffectiveLevel() > logging.INFO:
+        # Prefect was set up before prepare_environment (a notebook, a test): the summary is
+        # still kept with the run (what the console prints is decided by its handler's level)
+        logging.getLogger("prefect.flow_runs").setLevel(logging.INFO)
+    logger = get_run_logger()
+    for line in lines:
+        logger.info(line)
+    create_table_artifact(table=summary_table(summary), key="repeval-run-summary",
+                          description=f"repeval run ({summary['reason']}): " + lines[0])
+
+
+def _extraction_outcome(fut, unit) -> dict[str, Any]:
+    try:
+        return fut.result()
+    except Exception as exc:  # noqa: BLE001  an I/O failure after its retries: this unit failed
+        from jobs.failures import extraction_failure
+
+        return extraction_failure(unit.encoder.name, unit.dataset.name, unit.split, unit.encoder.weights, exc,
+                                  unit.encoder.arch)
+
+
+def _evaluation_outcomes(fut, cells, failed_units: dict) -> list[dict[str, Any]]:
+    try:
+        return fut.result()
+    except Exception as exc:  # noqa: BLE001  I/O failures after retries (here or upstream): these cells failed
+        from jobs.failures import cell_failure
+
+        unit = failed_units.get((cells[0].model, cells[0].dataset))
+        if unit is not None:
+            reason = f"not evaluated: extraction {unit.get('label')} failed: {unit.get('reason')}"
+            return [cell_failure(c, reason, "ExtractionFailed") for c in cells]
+        return [cell_failure(c, one_line(exc), type(exc).__name__) for c in cells]
 
 
 def _cell_batches(cells, per_task: int):
@@ -103,16 +170,37 @@ def _as_completed(futures):
     return as_completed(futures) if futures else []
 
 
-def run_benchmark(cfg: BenchmarkConfig, dask_address: str | None = None) -> dict[str, Any]:
-    """Run the flow with embedded defaults (or the given scheduler) and return its summary."""
-    from flows.runtime import gpu_count, prefect_api, task_runner
-    from jobs.checkpoint_scan import with_scanned_checkpoints
+def plan_notes(plan: Plan, new_encoders: list[str] | None = None) -> dict[str, Any]:
+    """What the flow's summary says about the plan (plain values: a flow parameter)."""
+    return {"new_encoders": list(new_encoders or []), "waiting": list(plan.scan.waiting),
+            "skipped": list(plan.scan.skipped), "checkpoint_failures": list(plan.checkpoint_failures),
+            "scanned": {f.encoder.name: f.signature for f in plan.scan.taken}}
 
-    cfg = with_scanned_checkpoints(cfg)  # new checkpoints in scanned folders become encoders
-    check_plan(cfg)
-    config = cfg.to_dict()  # paths already resolved: means the same on every worker
+
+def run_plan(plan: Plan, *, dask_address: str | None = None, reason: str = "run",
+             new_encoders: list[str] | None = None) -> dict[str, Any]:
+    """Run a plan's flow (on this process's Prefect API and a Dask cluster); its summary."""
+    from flows.runtime import gpu_count, task_runner
+
+    cfg = plan.config
     address = dask_address or cfg.dask.address
     gpu = cfg.dask.gpu == "always" or (cfg.dask.gpu == "auto" and (gpu_count() > 0))
+    runner = task_runner(address, cfg.dask.n_workers, cfg.dask.threads_per_worker, cfg.dask.processes, gpu)
+    state = benchmark_flow.with_options(task_runner=runner)(
+        cfg.to_dict(), gpu_resources=gpu, reason=reason, notes=plan_notes(plan, new_encoders), return_state=True)
+    result = state.result(raise_on_failure=False)
+    if isinstance(result, BaseException):  # the flow itself crashed: not a summary
+        raise result
+    return result
+
+
+def run_benchmark(cfg, dask_address: str | None = None, *, retry_failed: bool = False,
+                  plan: Plan | None = None) -> dict[str, Any]:
+    """Plan (scan, check: before anything starts), then run the flow with embedded defaults
+    (a temporary local Prefect API unless one is configured) and return its summary."""
+    from flows.runtime import prefect_api
+    from jobs.plan import make_plan
+
+    plan = plan or make_plan(cfg, retry_failed=retry_failed)
     with prefect_api():
-        runner = task_runner(address, cfg.dask.n_workers, cfg.dask.threads_per_worker, cfg.dask.processes, gpu)
-        return benchmark_flow.with_options(task_runner=runner)(config, gpu_resources=gpu)
+        return run_plan(plan, dask_address=dask_address)

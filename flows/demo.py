@@ -42,7 +42,8 @@ def demo_config() -> dict:
         ],
         "checkpoints": [
             {"path": str(OUT / "checkpoints"), "arch": "resnet18", "pattern": "seed*-resnet18-*.safetensors",
-             "input_size": INPUT_SIZE, "layers": ["pre_logits", "block3"]},
+             "input_size": INPUT_SIZE, "layers": ["pre_logits", "block3"],
+             "settle_seconds": 0},  # written by the training above, before the run
         ],
         "datasets": [
             {"name": "digits", "adapter": "digits"},
@@ -60,7 +61,6 @@ def demo_config() -> dict:
             {"name": "fewshot-4way-20shot", "protocol": "fewshot", "settings": {"n_way": 4, "n_shot": 20},
              "datasets": ["textures"]},
             {"name": "lowshot", "protocol": "lowshot"},
-            {"name": "block3-linear", "protocol": "ridge", "layers": ["block3"]},
             {"name": "invariance", "protocol": "invariance", "settings": {"max_train": 600},
              "datasets": ["digits"]},
         ],
@@ -90,16 +90,17 @@ def train_sources() -> None:
 
 def main() -> int:
     from flows.benchmark import run_benchmark
-    from jobs.checkpoint_scan import with_scanned_checkpoints
     from jobs.config import load_config
+    from jobs.plan import make_plan
 
     OUT.mkdir(parents=True, exist_ok=True)
     train_sources()
     config_path = OUT / "demo.yaml"
     config_path.write_text(yaml.safe_dump(demo_config(), sort_keys=False))
-    cfg = with_scanned_checkpoints(load_config(config_path))
-    summary = run_benchmark(cfg)
-    print(f"encoders: {len(cfg.encoders)}, cells: {summary['cells']} "
+    cfg = load_config(config_path)
+    plan = make_plan(cfg)
+    summary = run_benchmark(cfg, plan=plan)
+    print(f"encoders: {len(plan.config.encoders)}, cells: {summary['cells']} "
           f"({summary['computed']} computed, {summary['cached']} from the ledger), "
           f"{summary['images']} images extracted, {summary['seconds']:.0f} s")
     for setting in (summary.get("correlation") or {}).get("settings", []):
@@ -109,8 +110,8 @@ def main() -> int:
                   f"n = {setting['n']} encoders")
         else:
             print(f"  {setting['name']}: {setting['message']}")
-    for failed in summary["failed"]:
-        print(f"  not evaluated: {failed['cell']}: {failed['error'][:160]}")
+    for failed in summary["failures"]:
+        print(f"  failed {failed['kind']}: {failed['label']}: {failed['reason'][:160]}")
     print(f"config: {config_path}")
     print(f"report: {summary['report']}")
     return 0

@@ -17,24 +17,23 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a worker imports this before timm, as the CLI does
 
 from prefect import flow  # noqa: E402
 
-from flows.schedules import CHANGED_EVENT, config_resource_id, run_config_file  # noqa: E402
+from flows.schedules import CHANGED_EVENT, DEFAULT_CRON, config_resource_id, run_or_fail  # noqa: E402
 from pipeline.errors import RepevalError  # noqa: E402
 
-DEFAULT_CRON = "0 2 * * *"
 FLOW_NAME = "repeval-config-benchmark"
 _BANNED_IN_NAMES = "/%&><"  # Prefect refuses these in deployment names
 
 
 @flow(name=FLOW_NAME)
-def config_benchmark_flow(config_path: str) -> dict[str, Any]:
-    """What the deployment runs: the benchmark of the config file as it reads now."""
-    return run_config_file(config_path, "deployment run")
+def config_benchmark_flow(config_path: str):
+    """What the deployment runs: the benchmark of the config file as it reads now (its
+    summary; a Failed state naming what failed, when something did)."""
+    return run_or_fail(config_path, "deployment run")
 
 
 @dataclass(frozen=True)

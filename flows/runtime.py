@@ -23,14 +23,25 @@ def repeval_home() -> Path:
     return Path(os.environ.get("REPEVAL_HOME", Path.home() / ".cache" / "repeval"))
 
 
-def prepare_environment() -> None:
-    """Call before Prefect is imported: offline hub, no analytics, private Prefect home."""
+def prepare_environment(verbose: bool = False) -> None:
+    """Call before Prefect is imported: offline hub, no analytics, private Prefect home.
+
+    Runs log through Prefect's run loggers at INFO (their lines are kept with each run by
+    the Prefect API), but Prefect's console handler prints only with ``verbose``: the
+    terminal shows repeval's own progress and summary lines, never Prefect's tracebacks.
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_HOME", str(repeval_home() / "prefect"))
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)  # Prefect makes only the leaf
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")  # cluster start/stop chatter
+    for logger in ("FLOW_RUNS", "TASK_RUNS"):  # what a run logs is kept with the run
+        os.environ.setdefault(f"PREFECT_LOGGING_LOGGERS_PREFECT_{logger}_LEVEL", "INFO")
+    if verbose:
+        os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = "INFO"
+        os.environ["DASK_LOGGING__DISTRIBUTED"] = "info"
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")  # cluster start/stop chatter
     # Dask worker processes are daemonic by default, and daemonic processes may not start
     # the DataLoader worker processes that decode images (extract.num_workers > 0).
     os.environ.setdefault("DASK_DISTRIBUTED__WORKER__DAEMON", "False")
@@ -56,13 +67,22 @@ def prefect_api(scheduler: bool = False) -> Iterator[str]:
             _restore("PREFECT_API_URL", previous)
         return
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
-    with (_full_server() if scheduler else temporary_server()) as url:
+    with (full_server() if scheduler else temporary_server()) as url:
         os.environ["PREFECT_API_URL"] = url
         try:
             with temporary_settings(updates={PREFECT_API_URL: url}):
-                yield url
+                try:
+                    yield url
+                finally:
+                    _flush_logs()  # the run's last log lines reach the API before it stops
         finally:
             os.environ.pop("PREFECT_API_URL", None)
+
+
+def _flush_logs() -> None:
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()
 
 
 @contextlib.contextmanager
@@ -79,7 +99,7 @@ def temporary_server() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def _full_server(timeout: float = 120.0) -> Iterator[str]:
+def full_server(timeout: float = 120.0) -> Iterator[str]:
     """``prefect server start`` on a free loopback port, with its services (scheduler)."""
     import socket
     import subprocess
@@ -96,7 +116,7 @@ def _full_server(timeout: float = 120.0) -> Iterator[str]:
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen(
             [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port),
-             "--no-ui", "--analytics-off"],
+             "--analytics-off"],  # with its web UI: the run history, one click from the banner
             stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, "PREFECT_API_URL": ""},
         )
     try:

@@ -3,6 +3,8 @@ watcher that reruns the benchmark when the config's protocol settings change.
 
 Both only start the benchmark flow; what it computes is decided by the store and the
 ledger, so a scheduled run evaluates exactly the new encoders or the changed settings.
+Prefect runs each scheduled flow run in a process of its own, so the serving process
+does not accumulate the memory of the runs (torch, the Dask cluster, features).
 """
 
 from __future__ import annotations
@@ -11,30 +13,41 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.events import emit_event
+from prefect.states import Failed
 
-from flows.benchmark import benchmark_flow
-from flows.runtime import gpu_count, task_runner
-from jobs.checkpoint_scan import with_scanned_checkpoints
 from jobs.config import load_config
-from jobs.plan import check_plan
 from jobs.watch import detect_changes, save_state, watch_key
 from storage_schema.provenance import stable_hash
 
 CHANGED_EVENT = "repeval.config.protocols-changed"
+DEFAULT_CRON = "0 2 * * *"  # the nightly checkpoint scan: 02:00
 
 
-def run_config_file(config_path: str, reason: str) -> dict[str, Any]:
-    """The benchmark of a config file as it reads now (with scanned checkpoints), as a subflow."""
-    cfg = with_scanned_checkpoints(load_config(config_path))
-    check_plan(cfg)
-    gpu = cfg.dask.gpu == "always" or (cfg.dask.gpu == "auto" and gpu_count() > 0)
-    runner = task_runner(cfg.dask.address, cfg.dask.n_workers, cfg.dask.threads_per_worker, cfg.dask.processes,
-                         gpu)
-    summary = benchmark_flow.with_options(task_runner=runner)(cfg.to_dict(), gpu_resources=gpu)
-    save_state(cfg.open_store(), cfg, watch_key(config_path))
-    get_run_logger().info("%s: computed %d cells, %d from the ledger; report %s", reason,
-                          summary["computed"], summary["cached"], summary["report"])
-    return {k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}
+def run_config_file(config_path: str, reason: str, new_encoders: list[str] | None = None,
+                    retry_failed: bool = False):
+    """The benchmark of a config file as it reads now (with the checkpoints ready in its
+    folders), as a subflow; records what it completed for the schedules. Returns the
+    summary, or a Failed state carrying it when something failed."""
+    from flows.benchmark import run_plan
+    from jobs.plan import make_plan
+
+    cfg = load_config(config_path)
+    plan = make_plan(cfg, retry_failed=retry_failed)
+    planned = {e.name for e in plan.config.encoders}  # a refused checkpoint is not a new encoder
+    summary = run_plan(plan, reason=reason, new_encoders=[n for n in new_encoders or [] if n in planned])
+    failed_units = {f.get("model") for f in summary["failed_extractions"]}
+    completed = [e.name for e in plan.config.encoders if e.name not in failed_units]
+    save_state(plan.config.open_store(), plan.config, watch_key(config_path), completed,
+               plan.scan.signatures())
+    # the gist in this (parent) run's log too: its history says what each scheduled run did
+    get_run_logger().info("%s: computed %d cells, %d from the ledger, %d failed; report %s", reason,
+                          summary["computed"], summary["cached"], len(summary["failed"]), summary["report"])
+    brief = {k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}
+    if summary["failures"]:
+        from jobs.summary import failure_message
+
+        return Failed(message=f"{reason}: {failure_message(summary)}", data=brief)
+    return brief
 
 
 def config_resource_id(config_path: str) -> str:
@@ -47,14 +60,31 @@ def _changes(config_path: str):
     return cfg, detect_changes(cfg.open_store(), cfg, watch_key(config_path))
 
 
+def run_or_fail(config_path: str, reason: str, new_encoders: list[str] | None = None):
+    """``run_config_file``, with a mistake in the (edited) config as one line and a Failed state."""
+    from flows.benchmark import say
+    from pipeline.errors import RepevalError
+
+    try:
+        return run_config_file(config_path, reason, new_encoders)
+    except RepevalError as exc:
+        say(reason, f"error: {exc}")
+        get_run_logger().error("%s: %s", reason, exc)
+        return Failed(message=f"{reason}: {exc}")
+
+
 @flow(name="repeval-scan-checkpoints")
 def scan_checkpoints_flow(config_path: str) -> dict[str, Any]:
     """Scheduled (cron): evaluate every checkpoint that appeared since the last run."""
+    from flows.benchmark import say
+
     _, changes = _changes(config_path)
     if not changes.any:
+        say("scan", "no new checkpoints and no protocol change")
         get_run_logger().info("no new checkpoints and no protocol change")
         return {"ran": False, "new_encoders": []}
-    return {"ran": True, "new_encoders": changes.new_encoders, **run_config_file(config_path, "scan")}
+    why = "scan: new checkpoints" if changes.new_encoders else "scan: protocol settings changed"
+    return run_or_fail(config_path, why, changes.new_encoders)
 
 
 @flow(name="repeval-watch-protocols")
@@ -65,10 +95,10 @@ def watch_protocols_flow(config_path: str) -> dict[str, Any]:
         return {"ran": False}
     emit_event(event=CHANGED_EVENT, resource={"prefect.resource.id": config_resource_id(config_path)},
                payload={"config": config_path, "protocol_hash": cfg.protocol_hash()})
-    return {"ran": True, **run_config_file(config_path, "protocol settings changed")}
+    return run_or_fail(config_path, "watch: protocol settings changed", changes.new_encoders)
 
 
-def serve_schedules(config_path: str, cron: str | None = "0 2 * * *", interval: float | None = None,
+def serve_schedules(config_path: str, cron: str | None = DEFAULT_CRON, interval: float | None = None,
                     watch_interval: float = 60.0) -> None:
     """Serve both deployments until interrupted (embedded: on this run's local API)."""
     from prefect import serve
@@ -82,4 +112,5 @@ def serve_schedules(config_path: str, cron: str | None = "0 2 * * *", interval: 
         name="protocol-watch", parameters={"config_path": config_path}, interval=watch_interval,
         concurrency_limit=1,
     )
-    serve(scan, watch)
+    # Prefect's own start message links a web UI that the embedded server does not serve.
+    serve(scan, watch, print_starting_message=False)

@@ -1,8 +1,10 @@
 """Prefect tasks: thin wrappers that rebuild their inputs from plain values and call a job.
 
-Task inputs are plain dicts and indices (cheap to ship to Dask workers). Prefect's
-caching is off: whether work is needed is decided by the store's completeness and the
-ledger's content keys, which never go stale when data changes. Retries are for I/O only.
+Each task is handed exactly what it runs (a unit, or a list of cells, as plain dicts:
+cheap to ship to Dask workers); nothing is re-planned in a task. Prefect's caching is
+off: whether work is needed is decided by the store's completeness and the ledger's
+content keys, which never go stale when data changes. Retries are for I/O only; any other
+failure of a unit or a cell is returned as a "failed" outcome, so the rest of the run goes on.
 """
 
 from __future__ import annotations
@@ -12,37 +14,42 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from pipeline.errors import ConfigError, DataValidationError, RepevalError
+from jobs.failures import is_transient
 
 
 def io_errors_only(task, task_run, state) -> bool:
     """Retry transient I/O failures (network, object store, full queue), never bad input."""
     try:
         state.result()
-    except RepevalError:
-        return False
-    except (OSError, TimeoutError, ConnectionError):
-        return True
-    except BaseException:
-        return False
+    except Exception as exc:  # noqa: BLE001  the state's own exception, judged below
+        return is_transient(exc)
     return False
 
 
-def _store(config: dict):
-    from jobs.config import load_config
+def _open_store(store: dict[str, Any]):
+    from storage_schema import FeatureStore
 
-    cfg = load_config(config)
-    return cfg, cfg.open_store()
+    return FeatureStore(store["url"], storage_options=store.get("storage_options") or None)
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)
-def extract_task(config: dict, unit_index: int) -> dict[str, Any]:
-    from jobs.plan import extraction_units, run_extract_unit
+def extract_task(store: dict[str, Any], unit: dict[str, Any], extract: dict[str, Any]) -> dict[str, Any]:
+    """Extract one (encoder, dataset split); its failure is an outcome, not an exception."""
+    from jobs.config import ExtractConfig
+    from jobs.failures import extraction_failure
+    from jobs.plan import ExtractUnit, run_extract_unit
+    from jobs.typed import from_plain
 
-    cfg, store = _store(config)
-    report = run_extract_unit(store, extraction_units(cfg)[unit_index], cfg).to_dict()
-    report["worker"] = _worker_address()
-    return report
+    u = ExtractUnit.from_dict(unit)
+    try:
+        report = run_extract_unit(_open_store(store), u, from_plain(ExtractConfig, extract, "config.extract"))
+    except Exception as exc:  # noqa: BLE001  one unit's failure must not stop the others
+        if is_transient(exc):
+            raise
+        return extraction_failure(u.encoder.name, u.dataset.name, u.split, u.encoder.weights, exc, u.encoder.arch)
+    out = report.to_dict()
+    out.update(label=u.label(), weights=u.encoder.weights, worker=_worker_address())
+    return out
 
 
 def _worker_address() -> str | None:
@@ -56,35 +63,27 @@ def _worker_address() -> str | None:
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)
-def evaluate_task(config: dict, cell_indices: list[int]) -> list[dict[str, Any]]:
-    """Evaluate some cells of one (encoder, dataset); a retry skips those already recorded."""
-    from jobs.evaluate import evaluate_cell
-    from jobs.plan import evaluation_cells
+def evaluate_task(store: dict[str, Any], cells: list[dict[str, Any]],
+                  extractions: list[Any] = ()) -> list[dict[str, Any]]:
+    """Evaluate some cells of one (encoder, dataset); a retry skips those already recorded.
 
-    cfg, store = _store(config)
-    cells = evaluation_cells(cfg)
-    outcomes = []
-    for i in cell_indices:
-        cell = cells[i]
-        try:
-            outcome = evaluate_cell(store, cell)
-        except (DataValidationError, ConfigError) as exc:
-            # This cell's data cannot be evaluated this way (e.g. too few images per class
-            # for its few-shot setting): report it; the other cells of the run go on.
-            # Nothing is written to the ledger, so a fixed setting is evaluated next time.
-            outcomes.append({"cell_id": None, "status": "failed", "setting": cell.setting, "cell": cell.label(),
-                             "error": f"{type(exc).__name__}: {exc}"})
-            continue
-        outcomes.append({"cell_id": outcome.cell_id, "status": outcome.status, "setting": cell.setting})
-    return outcomes
+    ``extractions`` are the outcomes of the extractions these cells read (futures, resolved
+    by Prefect before the task runs): when one failed, the cells fail with its reason.
+    """
+    from jobs.evaluate import Cell, evaluate_cells
+
+    todo = [Cell(**c) for c in cells]
+    unavailable = {(ext["model"], ext["dataset"]): f"extraction {ext['label']} failed: {ext['reason']}"
+                   for ext in extractions if ext.get("status") == "failed"}
+    return evaluate_cells(_open_store(store), todo, unavailable=unavailable)
 
 
 @task(cache_policy=NO_CACHE)
-def correlate_and_report_task(config: dict, cells: list[dict[str, str]]) -> dict[str, Any]:
+def correlate_and_report_task(config: dict[str, Any], cells: list[dict[str, Any]],
+                              waiting: list[str] = ()) -> dict[str, Any]:
     """Read this run's records from the ledger, correlate, and write the report."""
+    from jobs.config import load_config
     from jobs.report_inputs import correlate_and_report
 
-    cfg, store = _store(config)
-    failed = [c for c in cells if c["status"] == "failed"]
-    return correlate_and_report(store, cfg, [(c["cell_id"], c["setting"]) for c in cells if c["cell_id"]],
-                                failed=failed)
+    cfg = load_config(config)
+    return correlate_and_report(cfg.open_store(), cfg, cells, waiting=waiting)

@@ -3,6 +3,12 @@
 Each file matching a scan's pattern becomes an encoder named ``<name_prefix><file stem>``.
 A sidecar ``<stem>.json`` may carry ``{"reference_score": 0.71}`` (e.g. the source-task
 accuracy the trainer measured), which becomes that encoder's reference score.
+
+A run takes only files that are ready: unchanged for the scan's ``settle_seconds`` (their
+modification time is at least that old), or marked done by a ``<file><done_suffix>``
+marker when the scan names a suffix. A file that failed before (unreadable, another
+architecture) is not taken again while its size and modification time are unchanged,
+(nor the scan's architecture) unless a retry is asked for; it is reported as skipped instead.
 """
 
 from __future__ import annotations
@@ -10,49 +16,135 @@ from __future__ import annotations
 import copy
 import json
 import re
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from jobs.config import BenchmarkConfig, CheckpointScan, EncoderConfig
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+=@-]")
 
 
+@dataclass(frozen=True)
+class ScannedFile:
+    """One checkpoint file found by a scan, as the encoder it becomes."""
+
+    encoder: EncoderConfig
+    path: str
+    size: int
+    mtime_ns: int
+    reference_score: float | None = None
+
+    @property
+    def signature(self) -> list[int]:
+        """What tells a rewritten file from the one seen before."""
+        return [self.size, self.mtime_ns]
+
+
+@dataclass
+class ScanResult:
+    """What the checkpoint folders hold now, as one run sees them."""
+
+    taken: list[ScannedFile] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)  # still being written: left for a later scan
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # failure records of unchanged bad files
+
+    def signatures(self) -> dict[str, list[int]]:
+        return {f.encoder.name: f.signature for f in self.taken}
+
+
 def encoder_name(scan: CheckpointScan, path: Path) -> str:
     return _UNSAFE.sub("_", f"{scan.name_prefix}{path.stem}").lstrip(".-+=@") or "checkpoint"
 
 
-def scan_folder(scan: CheckpointScan) -> list[tuple[EncoderConfig, float | None]]:
-    """Encoders (and sidecar reference scores) for every checkpoint in ``scan.path``, sorted."""
+def _ready(scan: CheckpointScan, path: Path, mtime_ns: int, now: float) -> bool:
+    if scan.done_suffix:
+        return path.with_name(path.name + scan.done_suffix).is_file()
+    return now - mtime_ns / 1e9 >= scan.settle_seconds
+
+
+def _sidecar_score(path: Path) -> float | None:
+    sidecar = path.with_suffix(".json")
+    if not sidecar.is_file():
+        return None
+    try:
+        score = json.loads(sidecar.read_text()).get("reference_score")
+    except (ValueError, OSError, AttributeError):
+        return None  # a sidecar being written, or not ours: no reference score
+    return float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None
+
+
+def scan_files(scan: CheckpointScan, *, ready_only: bool = True, now: float | None = None,
+               ) -> tuple[list[ScannedFile], list[str]]:
+    """(ready files as encoders, paths still being written) in ``scan.path``, sorted by name.
+
+    ``ready_only=False`` takes every matching file (what a report or results listing
+    names), ready or not.
+    """
     folder = Path(scan.path)
     if not folder.is_dir():
-        return []
-    out = []
+        return [], []
+    now = time.time() if now is None else now
+    taken, waiting = [], []
     for path in sorted(folder.glob(scan.pattern)):
+        try:
+            st = path.stat()
+        except FileNotFoundError:  # removed while scanning
+            continue
+        if not path.is_file() or (scan.done_suffix and path.name.endswith(scan.done_suffix)):
+            continue
+        if ready_only and not _ready(scan, path, st.st_mtime_ns, now):
+            waiting.append(str(path))
+            continue
         enc = EncoderConfig(name=encoder_name(scan, path), arch=scan.arch, weights=str(path),
                             layers=list(scan.layers), input_size=scan.input_size)
-        sidecar = path.with_suffix(".json")
-        score = None
-        if sidecar.is_file():
-            score = json.loads(sidecar.read_text()).get("reference_score")
-        out.append((enc, score))
-    return out
+        taken.append(ScannedFile(enc, str(path), st.st_size, st.st_mtime_ns, _sidecar_score(path)))
+    return taken, waiting
 
 
-def with_scanned_checkpoints(cfg: BenchmarkConfig) -> BenchmarkConfig:
-    """A copy of ``cfg`` whose encoders include every scanned checkpoint (config wins on names)."""
-    out = copy.deepcopy(cfg)
-    names = {e.name for e in out.encoders}
-    for scan in out.checkpoints:
-        for enc, score in scan_folder(scan):
-            if enc.name in names:
+def scan_folder(scan: CheckpointScan, ready_only: bool = False) -> list[tuple[EncoderConfig, float | None]]:
+    """Encoders (and sidecar reference scores) for every checkpoint in ``scan.path``, sorted."""
+    return [(f.encoder, f.reference_score) for f in scan_files(scan, ready_only=ready_only)[0]]
+
+
+def scan_checkpoints(cfg: BenchmarkConfig, failed: dict[str, dict[str, Any]] | None = None, *,
+                     ready_only: bool = True, retry_failed: bool = False, now: float | None = None) -> ScanResult:
+    """Every scan folder of ``cfg`` as a run sees it.
+
+    ``failed`` maps a checkpoint's path to its failure record (``size``, ``mtime_ns``): an
+    unchanged file is skipped unless ``retry_failed``. Names the config already gives, and
+    a name an earlier folder gave, are not taken twice.
+    """
+    failed = failed or {}
+    names = {e.name for e in cfg.encoders}
+    out = ScanResult()
+    for scan in cfg.checkpoints:
+        files, waiting = scan_files(scan, ready_only=ready_only, now=now)
+        out.waiting.extend(waiting)
+        for f in files:
+            if f.encoder.name in names:
                 continue
-            out.encoders.append(enc)
-            names.add(enc.name)
-            if score is not None and enc.name not in out.reference.scores:
-                out.reference.scores[enc.name] = float(score)
+            record = failed.get(f.path)
+            unchanged = record is not None and [record.get("size"), record.get("mtime_ns")] == f.signature
+            if unchanged and not retry_failed and record.get("arch", scan.arch) == scan.arch:
+                out.skipped.append(record)
+                continue
+            names.add(f.encoder.name)
+            out.taken.append(f)
     return out
 
 
-def new_encoders(cfg: BenchmarkConfig, seen: set[str]) -> list[str]:
-    """Names of scanned encoders not in ``seen`` (the schedule's memory of past scans)."""
-    return [e.name for e in with_scanned_checkpoints(cfg).encoders if e.name not in seen]
+def with_encoders(cfg: BenchmarkConfig, scanned: list[ScannedFile]) -> BenchmarkConfig:
+    """A copy of ``cfg`` with the scanned files as encoders and their sidecar reference scores."""
+    out = copy.deepcopy(cfg)
+    for f in scanned:
+        out.encoders.append(f.encoder)
+        if f.reference_score is not None and f.encoder.name not in out.reference.scores:
+            out.reference.scores[f.encoder.name] = f.reference_score
+    return out
+
+
+def with_scanned_checkpoints(cfg: BenchmarkConfig, ready_only: bool = False) -> BenchmarkConfig:
+    """A copy of ``cfg`` whose encoders include every scanned checkpoint (config wins on names)."""
+    return with_encoders(cfg, scan_checkpoints(cfg, ready_only=ready_only).taken)

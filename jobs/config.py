@@ -2,7 +2,9 @@
 
 Loaded into typed dataclasses (jobs.typed) so a bad file fails on load with the field's
 path, before any work: ``protocols[2].settings.n_neighbours: unknown setting of knn;
-valid settings: ...``.
+valid settings: ...``. Reading a config imports neither torch nor timm (the CLI answers
+fast); what needs the registries of architectures and adapters is checked by
+``jobs.plan.make_plan``.
 """
 
 from __future__ import annotations
@@ -16,10 +18,9 @@ from typing import Any
 import yaml
 
 from jobs.typed import from_plain, to_plain
-from pipeline.encoders import EncoderSpec
 from pipeline.errors import ConfigError, InvalidNameError, RepevalError
 from pipeline.names import validate_name
-from pipeline.protocols.registry import resolve_settings
+from storage_schema.leases import DEFAULT_TTL
 from storage_schema.provenance import stable_hash
 
 
@@ -30,31 +31,49 @@ def _name(value: str, path: str) -> None:
         raise ConfigError(str(exc)) from None
 
 
-@dataclass
-class ExtractSettings:
+DTYPES = ("float32", "float16")  # of stored features
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    """How to run an extraction; none of it changes the stored numbers except ``dtype``.
+
+    The config's ``extract:`` section, and what ``jobs.extract.extract`` takes.
+    """
+
     batch_size: int = 64
-    chunk_batches: int = 4
-    num_workers: int = 0
+    chunk_batches: int = 4  # rows per chunk = batch_size * chunk_batches
+    num_workers: int = 0  # DataLoader worker processes decoding images
     dtype: str = "float32"
-    device: str | None = None
-    lease_ttl: float = 60.0
+    device: str | None = None  # torch device; default: cuda if available, else cpu
+    lease_ttl: float = DEFAULT_TTL  # seconds without heartbeat after which a writer counts as dead
+    wait: bool = True  # another process holds the lease: wait for it (True) or move on
+    progress: bool = True  # a progress bar (runs turn it off: their tasks report progress)
+
+    def validate(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype {self.dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
+        for name in ("batch_size", "chunk_batches"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.num_workers, int) or self.num_workers < 0:
+            raise ConfigError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
+        if not (isinstance(self.lease_ttl, (int, float)) and self.lease_ttl > 0):  # 0: every lease stale at once
+            raise ConfigError(f"lease_ttl must be a number of seconds > 0, got {self.lease_ttl!r}")
 
     def check(self, path: str) -> None:
         try:
-            self.as_extract_config().validate()
+            self.validate()
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
-
-    def as_extract_config(self, progress: bool = False):
-        from jobs.extract import ExtractConfig
-
-        return ExtractConfig(batch_size=self.batch_size, chunk_batches=self.chunk_batches,
-                             num_workers=self.num_workers, dtype=self.dtype, device=self.device,
-                             lease_ttl=self.lease_ttl, progress=progress)
 
 
 @dataclass
 class EncoderConfig:
+    """The config's fields of one encoder; :meth:`spec` builds the ``EncoderSpec`` that
+    loads it (kept apart so that reading a config never imports torch or timm)."""
+
     name: str
     arch: str
     weights: str = "random"
@@ -68,7 +87,10 @@ class EncoderConfig:
         for i, layer in enumerate(self.layers):
             _name(layer, f"{path}.layers[{i}]")
 
-    def spec(self) -> EncoderSpec:
+    def spec(self):
+        """The ``pipeline.encoders.EncoderSpec`` of these fields (imports timm)."""
+        from pipeline.encoders import EncoderSpec
+
         return EncoderSpec(name=self.name, arch=self.arch, weights=self.weights, seed=self.seed,
                            layers=tuple(self.layers), input_size=self.input_size,
                            strip_prefixes=tuple(self.strip_prefixes))
@@ -76,7 +98,13 @@ class EncoderConfig:
 
 @dataclass
 class CheckpointScan:
-    """A folder of checkpoints of one architecture; each new file becomes an encoder."""
+    """A folder of checkpoints of one architecture; each new file becomes an encoder.
+
+    A file still being written is left for a later scan: it is taken once its size and
+    modification time have not changed for ``settle_seconds``, or, with ``done_suffix``
+    (e.g. ``.done``), only once a marker file ``<checkpoint file name><done_suffix>`` exists
+    (a training script writes the checkpoint, then touches the marker).
+    """
 
     path: str
     arch: str
@@ -84,6 +112,18 @@ class CheckpointScan:
     layers: list[str] = field(default_factory=lambda: ["pre_logits"])
     input_size: int | None = None
     name_prefix: str = ""
+    settle_seconds: float = 30.0
+    done_suffix: str | None = None
+
+    def check(self, path: str) -> None:
+        if not self.path.strip() or not self.pattern.strip():
+            raise ConfigError(f"{path}: path and pattern must not be empty")
+        if self.settle_seconds < 0:
+            raise ConfigError(f"{path}.settle_seconds: {self.settle_seconds} must be >= 0")
+        if self.done_suffix is not None and (not self.done_suffix.strip() or "/" in self.done_suffix):
+            raise ConfigError(f"{path}.done_suffix: {self.done_suffix!r} must be a file name suffix such as '.done'")
+        for i, layer in enumerate(self.layers):
+            _name(layer, f"{path}.layers[{i}]")
 
 
 @dataclass
@@ -113,10 +153,12 @@ class ProtocolConfig:
     name: str
     protocol: str
     settings: dict[str, Any] = field(default_factory=dict)
-    layers: list[str] = field(default_factory=lambda: ["pre_logits"])
+    layers: list[str] | None = None  # None: every layer each encoder extracts; else only these
     datasets: list[str] | None = None  # None: every dataset
 
     def check(self, path: str) -> None:
+        from pipeline.protocols.registry import resolve_settings
+
         _name(self.name, f"{path}.name")
         try:
             self.settings = resolve_settings(self.protocol, self.settings)
@@ -212,15 +254,15 @@ def _no_credentials(store: str, storage_options: dict[str, Any], path: str) -> N
     walk(storage_options, f"{path}.storage_options")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BenchmarkConfig:
-    encoders: list[EncoderConfig]
+    encoders: list[EncoderConfig] = field(default_factory=list)  # a checkpoints: folder may be all
     datasets: list[DatasetConfig]
     protocols: list[ProtocolConfig]
     store: str = "./repeval-store"
     storage_options: dict[str, Any] = field(default_factory=dict)
     dask: DaskSettings = field(default_factory=DaskSettings)
-    extract: ExtractSettings = field(default_factory=ExtractSettings)
+    extract: ExtractConfig = field(default_factory=ExtractConfig)
     checkpoints: list[CheckpointScan] = field(default_factory=list)
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     correlation: CorrelationConfig = field(default_factory=CorrelationConfig)
@@ -231,6 +273,8 @@ class BenchmarkConfig:
         for where, value in (("store", self.store), ("report.path", self.report.path)):
             if not value.strip():  # '' would resolve to the config's own folder
                 raise ConfigError(f"{path}.{where}: must not be empty")
+        if not self.encoders and not self.checkpoints:
+            raise ConfigError(f"{path}.encoders: no encoders and no checkpoints folder; give at least one")
         for what, items in (("encoders", self.encoders), ("datasets", self.datasets),
                             ("protocols", self.protocols)):
             seen: dict[str, int] = {}

@@ -19,10 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pipeline.correlation import MIN_MODELS, correlate_setting, logit
 from pipeline.errors import ConfigError, DataValidationError, UnknownNameError
-from pipeline.protocols.registry import resolve_settings
-from storage_schema.ledger import config_hash
+from storage_schema.ledger import config_hash, latest_records
 
 if TYPE_CHECKING:  # jobs.config pulls in the encoders (torch, timm): only for type checkers
     from jobs.config import BenchmarkConfig, CorrelationSetting
@@ -119,6 +117,8 @@ def _json_ready(value: Any) -> Any:
 # -- record selection -----------------------------------------------------------------------
 def _current_hashes(config: BenchmarkConfig) -> dict[str, tuple[str, str]]:
     """Protocol setting name -> (registry protocol, config hash of its current settings)."""
+    from pipeline.protocols.registry import resolve_settings
+
     out = {}
     for p in config.protocols:
         try:
@@ -132,34 +132,11 @@ def current_records(records: Iterable[Mapping[str, Any]],
                     config: BenchmarkConfig | None = None) -> tuple[list[dict], list[dict]]:
     """(records in use, records set aside): one record per (setting, layer, model, dataset).
 
-    A ledger keeps every record it was ever given. With ``config``, records of a protocol
-    setting it names are kept only when their settings hash equals the setting's current
-    one (a changed setting leaves old records behind). Of several records left for the same
-    cell, the most recently recorded is used; the others are returned as set aside.
+    With ``config``, records of a protocol setting it names are kept only when their
+    settings hash equals the setting's current one (a changed setting leaves old records
+    behind). Of several records left for the same cell, the most recent is used.
     """
-    hashes = _current_hashes(config) if config is not None else {}
-    chosen: dict[tuple, dict] = {}
-    aside: list[dict] = []
-    for rec in records:
-        rec = dict(rec)
-        current = hashes.get(rec.get("setting"))
-        if current is not None and (rec.get("protocol"), rec.get("config_hash")) != current:
-            aside.append(rec)
-            continue
-        key = (rec.get("setting"), rec.get("layer"), rec.get("model"), rec.get("dataset"))
-        old = chosen.get(key)
-        if old is None:
-            chosen[key] = rec
-        elif _recency(rec) > _recency(old):
-            chosen[key], rec = rec, old
-            aside.append(rec)
-        else:
-            aside.append(rec)
-    return list(chosen.values()), aside
-
-
-def _recency(rec: Mapping[str, Any]) -> tuple[str, str]:
-    return str(rec.get("recorded") or ""), str(rec.get("cell_id") or "")
+    return latest_records(records, _current_hashes(config) if config is not None else None)
 
 
 def _metric_value(rec: Mapping[str, Any], metric: str) -> float:
@@ -214,6 +191,8 @@ def correlate_results(records: list[dict], config: BenchmarkConfig, reference: d
 
 def _correlate_one(records: list[dict], s: CorrelationSetting, reference: Mapping[str, float], n_bootstrap: int,
                    seed: int) -> SettingReport:
+    from pipeline.correlation import MIN_MODELS, correlate_setting, logit  # scipy: only when correlating
+
     report = SettingReport(name=s.name, protocol=s.protocol, metric=s.metric, layer=s.layer,
                            datasets=list(s.datasets), status=INVALID)
     mine = [r for r in records if r.get("setting") == s.protocol and r.get("layer") == s.layer

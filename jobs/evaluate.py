@@ -1,7 +1,8 @@
 """Evaluation job: one protocol setting on one stored feature array (train and test).
 
 Runs without Prefect. The cell's id is computed from fingerprints alone, so a cell that
-the ledger already holds is answered without reading a single feature.
+the ledger already holds is answered without reading a single feature. The protocol
+registry (numerical libraries) is imported only when a cell is identified or evaluated.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import DataValidationError
-from pipeline.protocols.registry import EvalData, get_protocol, resolve_settings
 from storage_schema import FeatureStore, StoredArray
 from storage_schema.ledger import Ledger, cell_id, config_hash
 from storage_schema.provenance import now_iso
@@ -52,7 +52,11 @@ class CellOutcome:
     record: dict[str, Any]
 
 
-def _arrays(store: FeatureStore, cell: Cell) -> dict[str, tuple[StoredArray, StoredArray]]:
+Arrays = dict[str, tuple[StoredArray, StoredArray]]  # split -> (features, labels)
+
+
+def cell_arrays(store: FeatureStore, cell: Cell) -> Arrays:
+    """The feature and label arrays of every split of ``cell``, metadata read once."""
     out = {}
     for split in cell.splits():
         feats = store.features(cell.model, cell.dataset, split, cell.layer)
@@ -65,10 +69,13 @@ def _arrays(store: FeatureStore, cell: Cell) -> dict[str, tuple[StoredArray, Sto
     return out
 
 
-def cell_identity(store: FeatureStore, cell: Cell) -> tuple[str, dict[str, Any], dict[str, str]]:
+def cell_identity(store: FeatureStore, cell: Cell,
+                  arrays: Arrays | None = None) -> tuple[str, dict[str, Any], dict[str, str]]:
     """(cell id, full settings, fingerprints) of ``cell`` from the store's metadata alone."""
+    from pipeline.protocols.registry import get_protocol, resolve_settings
+
     settings = resolve_settings(cell.protocol, cell.settings)
-    arrays = _arrays(store, cell)
+    arrays = cell_arrays(store, cell) if arrays is None else arrays
     fps = {}
     for split, (feats, labels) in arrays.items():
         fps[f"{split}.features"] = feats.fingerprint
@@ -77,23 +84,50 @@ def cell_identity(store: FeatureStore, cell: Cell) -> tuple[str, dict[str, Any],
     return cid, settings, fps
 
 
-def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_BLOCK_ROWS,
-                  record: bool = True) -> CellOutcome:
-    """Evaluate ``cell`` unless the ledger holds it; append the result to the ledger."""
-    protocol = get_protocol(cell.protocol)
-    cid, settings, fps = cell_identity(store, cell)
-    ledger = Ledger(store)
-    if ledger.has(cid):
-        return CellOutcome(cid, "cached", ledger.get(cid))
-    if record:
-        store.check_writable()  # a read-only store answers recorded cells; it must not compute others
-    arrays = _arrays(store, cell)
+def identify_cells(store: FeatureStore, cells: list[Cell]) -> list[str | None]:
+    """The cell id of each cell from metadata alone (None where its features are not all
+    extracted), each array's metadata read once however many cells share it."""
+    from pipeline.protocols.registry import get_protocol, resolve_settings
+    from storage_schema import feature_key
+
+    statuses: dict[str, Any] = {}
+    resolved: dict[str, tuple[dict[str, Any], int | str]] = {}
+
+    def status(key: str):
+        if key not in statuses:
+            statuses[key] = store.status(key)
+        return statuses[key]
+
+    out: list[str | None] = []
+    for cell in cells:
+        fps: dict[str, str] | None = {}
+        for split in cell.splits():
+            feats = status(feature_key(cell.model, cell.dataset, split, cell.layer))
+            labels = status(feats.attrs["labels"]) if feats is not None and feats.complete else None
+            if labels is None or not labels.complete:
+                fps = None
+                break
+            fps[f"{split}.features"], fps[f"{split}.labels"] = feats.fingerprint, labels.fingerprint
+        if fps is None:
+            out.append(None)
+            continue
+        key = f"{cell.protocol}|{sorted(cell.settings.items())!r}"
+        if key not in resolved:
+            resolved[key] = (resolve_settings(cell.protocol, cell.settings), get_protocol(cell.protocol).version)
+        settings, version = resolved[key]
+        out.append(cell_id(fps, cell.protocol, settings, version))
+    return out
+
+
+def load_eval_data(cell: Cell, arrays: Arrays, block_rows: int = DEFAULT_BLOCK_ROWS):
+    """The protocol's input (EvalData) of ``cell`` from its stored arrays."""
+    from pipeline.protocols.registry import EvalData
+
     train_feats, train_labels = arrays[cell.train_split]
     test_feats, test_labels = arrays[cell.test_split]
     class_names = train_labels.attrs.get("class_names") or []
     y_train = train_labels.read()
     n_classes = max(len(class_names), int(y_train.max(initial=-1)) + 1)
-    t0 = time.perf_counter()
     chunk_rows = train_feats.status.chunk_rows  # blocks of whole chunks: no chunk is read twice
     train_dask = train_feats.to_dask(rows_per_block=max(1, block_rows // chunk_rows) * chunk_rows)
 
@@ -104,15 +138,33 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
         for i, offset in enumerate(offsets):
             yield train_dask.blocks[i].compute(scheduler="synchronous"), int(offset)
 
-    data = EvalData(
+    return EvalData(
         y_train=y_train, X_test=test_feats.read(), y_test=test_labels.read(), n_classes=n_classes,
         X_train=None if cell.protocol == "knn" else train_feats.read(), train_blocks=train_blocks,
         X_val=arrays[cell.val_split][0].read() if cell.val_split else None,
         y_val=arrays[cell.val_split][1].read() if cell.val_split else None,
         mean_per_class=bool(train_labels.attrs.get("mean_per_class", False)),
     )
+
+
+def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_BLOCK_ROWS,
+                  record: bool = True, ledger: Ledger | None = None) -> CellOutcome:
+    """Evaluate ``cell`` unless the ledger holds it; append the result to the ledger."""
+    from pipeline.protocols.registry import get_protocol
+
+    protocol = get_protocol(cell.protocol)
+    arrays = cell_arrays(store, cell)
+    cid, settings, fps = cell_identity(store, cell, arrays)
+    ledger = Ledger(store) if ledger is None else ledger
+    if ledger.has(cid):
+        return CellOutcome(cid, "cached", ledger.get(cid))
+    if record:
+        store.check_writable()  # a read-only store answers recorded cells; it must not compute others
+    t0 = time.perf_counter()
+    data = load_eval_data(cell, arrays, block_rows)
     read_seconds = time.perf_counter() - t0
     result = protocol(data, settings)
+    train_feats, test_feats = arrays[cell.train_split][0], arrays[cell.test_split][0]
     enc = train_feats.attrs.get("encoder", {})
     rec = {
         "cell_id": cid, "model": cell.model, "dataset": cell.dataset, "layer": cell.layer,
@@ -134,6 +186,39 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
         log.info("cell %s was recorded by another process meanwhile", cid)
         return CellOutcome(cid, "cached", ledger.get(cid))
     return CellOutcome(cid, "computed", rec)
+
+
+def evaluate_cells(store: FeatureStore, cells: list[Cell], *, unavailable: dict[tuple[str, str], str] | None = None,
+                   block_rows: int = DEFAULT_BLOCK_ROWS) -> list[dict[str, Any]]:
+    """Evaluate each cell on its own: a cell that fails is reported and the others go on.
+
+    ``unavailable`` maps (model, dataset) to why its features could not be extracted this
+    run: those cells fail with that reason instead of a missing-array error. A transient
+    I/O error is raised (the task is retried; recorded cells are then answered from the
+    ledger). Returns one outcome per cell: its names, ``status`` ("computed", "cached" or
+    "failed"), ``cell_id`` and, when failed, ``error_type`` and one-line ``reason``.
+    """
+    from jobs.failures import cell_failure, is_transient, one_line
+
+    unavailable = unavailable or {}
+    ledger = Ledger(store)
+    outcomes = []
+    for cell in cells:
+        names = {"label": cell.label(), "model": cell.model, "dataset": cell.dataset, "layer": cell.layer,
+                 "setting": cell.setting, "protocol": cell.protocol}
+        why = unavailable.get((cell.model, cell.dataset))
+        if why is not None:
+            outcomes.append(cell_failure(cell, f"not evaluated: {why}", "ExtractionFailed"))
+            continue
+        try:
+            outcome = evaluate_cell(store, cell, block_rows=block_rows, ledger=ledger)
+        except Exception as exc:  # noqa: BLE001  one cell's failure must not stop the others
+            if is_transient(exc):
+                raise
+            outcomes.append(cell_failure(cell, one_line(exc), type(exc).__name__))
+            continue
+        outcomes.append({**names, "cell_id": outcome.cell_id, "status": outcome.status})
+    return outcomes
 
 
 def _plain(value: Any) -> Any:

@@ -17,41 +17,13 @@ from jobs.forward import forward_chunks, layer_fingerprints, recorded_spec
 from jobs.labels import store_labels
 from pipeline.datasets import DatasetAdapter
 from pipeline.encoders import Encoder, EncoderSpec, load_encoder
-from pipeline.errors import ConfigError, DatasetError
-from storage_schema import DEFAULT_TTL, ArraySpec, ArrayStatus, FeatureStore, feature_key, features_group_key
+from jobs.config import DTYPES, ExtractConfig  # noqa: F401  (the config's extract: section)
+from pipeline.errors import DatasetError
+from storage_schema import ArraySpec, ArrayStatus, FeatureStore, feature_key, features_group_key
 from storage_schema.leases import Lease
 from storage_schema.provenance import library_versions
 
 log = logging.getLogger(__name__)
-
-DTYPES = ("float32", "float16")
-
-
-@dataclass(frozen=True)
-class ExtractConfig:
-    """How to run an extraction; none of it changes the stored numbers except ``dtype``."""
-
-    batch_size: int = 64
-    chunk_batches: int = 4  # rows per chunk = batch_size * chunk_batches
-    num_workers: int = 0
-    dtype: str = "float32"
-    device: str | None = None
-    lease_ttl: float = DEFAULT_TTL
-    wait: bool = True  # another process holds the lease: wait for it (True) or move on
-    progress: bool = True
-
-    def validate(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"dtype {self.dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
-        for name in ("batch_size", "chunk_batches"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.num_workers, int) or self.num_workers < 0:
-            raise ConfigError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
-        if not (isinstance(self.lease_ttl, (int, float)) and self.lease_ttl > 0):  # 0: every lease stale at once
-            raise ConfigError(f"lease_ttl must be a number of seconds > 0, got {self.lease_ttl!r}")
-
 
 @dataclass
 class ExtractionReport:

@@ -1,21 +1,27 @@
-"""What a benchmark config asks for: extraction units and evaluation cells.
+"""What a benchmark config asks for: extraction units and evaluation cells, planned once.
 
-Pure planning over the config; whether a unit or cell still needs work is decided by the
-store (completeness, fingerprints) and the ledger (cell ids) when it runs.
+:func:`make_plan` scans the checkpoint folders, checks everything that needs the
+registries (adapters, architectures, layers, checkpoints) before any work, and lists the
+units and cells; a run hands each task the units or cells it runs, as plain values.
+Whether a unit or cell still needs work is decided by the store (completeness,
+fingerprints) and the ledger (cell ids) when it runs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
 
-from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig
+from jobs.checkpoint_scan import ScanResult, scan_checkpoints, with_encoders
+from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig
 from jobs.evaluate import Cell
-from jobs.extract import ExtractionReport, extract
-from pipeline.datasets import DatasetAdapter, make_dataset
-from pipeline.encoders import check_layers_available
-from pipeline.errors import ConfigError, RepevalError
-from storage_schema import FeatureStore
+from jobs.failures import checkpoint_failure, one_line, sync_failures
+from jobs.typed import from_plain, to_plain
+from pipeline.errors import (
+    ArrayNotFoundError, CheckpointError, ConfigError, HubUnavailableError, RepevalError, StoreError,
+)
+from storage_schema.ledger import FailureLog
 
 
 @dataclass(frozen=True)
@@ -29,8 +35,31 @@ class ExtractUnit:
     def label(self) -> str:
         return f"{self.encoder.name}/{self.dataset.name}/{self.split}"
 
+    def to_dict(self) -> dict[str, Any]:
+        return to_plain(self)
 
-def make_adapter(dataset: DatasetConfig) -> DatasetAdapter:
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExtractUnit:
+        return cls(from_plain(EncoderConfig, data["encoder"], "unit.encoder"),
+                   from_plain(DatasetConfig, data["dataset"], "unit.dataset"), data["split"])
+
+
+@dataclass
+class Plan:
+    """A run's work: ``config`` holds the encoders of the config plus the scanned checkpoints
+    taken this time; ``scan`` what the folders held (files still being written, bad files
+    skipped); ``checkpoint_failures`` the scanned files refused by this plan's checks."""
+
+    config: BenchmarkConfig
+    units: list[ExtractUnit]
+    cells: list[Cell]
+    scan: ScanResult = field(default_factory=ScanResult)
+    checkpoint_failures: list[dict[str, Any]] = field(default_factory=list)
+
+
+def make_adapter(dataset: DatasetConfig):
+    from pipeline.datasets import make_dataset
+
     return make_dataset(dataset.adapter, name=dataset.name, **dataset.params)
 
 
@@ -39,24 +68,27 @@ def extraction_units(cfg: BenchmarkConfig) -> list[ExtractUnit]:
 
 
 def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
-    """Every (encoder, dataset, layer, protocol setting) the config asks for."""
+    """Every (encoder, dataset, layer, protocol setting) the config asks for: each protocol
+    on every layer its encoders extract, or on the protocol's ``layers`` among them."""
     cells = []
     for p in cfg.protocols:
         datasets = [d for d in cfg.datasets if p.datasets is None or d.name in p.datasets]
         for d in datasets:
             for e in cfg.encoders:
-                for layer in p.layers:
-                    if layer in e.layers:
+                for layer in e.layers:
+                    if p.layers is None or layer in p.layers:
                         cells.append(Cell(e.name, d.name, layer, p.name, p.protocol, dict(p.settings),
                                           d.train_split, d.test_split, d.val_split))
     return cells
 
 
 def check_plan(cfg: BenchmarkConfig) -> None:
-    """Config problems that need the registries: fail before any work."""
+    """Config problems that need the registries (adapters, architectures, checkpoints):
+    one ConfigError naming the field, before any work."""
+    provided = {layer for e in cfg.encoders for layer in e.layers} | {
+        layer for s in cfg.checkpoints for layer in s.layers}
     for i, p in enumerate(cfg.protocols):
-        provided = {layer for e in cfg.encoders for layer in e.layers}
-        missing = [layer for layer in p.layers if layer not in provided]
+        missing = [layer for layer in p.layers or () if layer not in provided]
         if missing:
             raise ConfigError(f"config.protocols[{i}].layers: no encoder extracts {missing[0]!r}; "
                               f"extracted layers: {', '.join(sorted(provided))}")
@@ -75,13 +107,10 @@ def check_plan(cfg: BenchmarkConfig) -> None:
                               "import them with `repeval import-features` instead")
     for i, e in enumerate(cfg.encoders):
         try:
-            spec = e.spec()
-            check_layers_available(spec)
+            check_encoder(e)
         except RepevalError as exc:
-            raise ConfigError(f"config.encoders[{i}]: {exc}") from None
-        if spec.weights_kind == "checkpoint" and not Path(spec.weights).expanduser().is_file():
-            # else every extraction task of this encoder fails, after the run has started
-            raise ConfigError(f"config.encoders[{i}].weights: checkpoint file {spec.weights!r} does not exist")
+            field_ = ".weights" if isinstance(exc, (CheckpointError, HubUnavailableError)) else ""
+            raise ConfigError(f"config.encoders[{i}]{field_}: {exc}") from None
 
 
 def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:
@@ -104,6 +133,79 @@ def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:
                                       f"multi-label: {exc}; restrict the protocol with its datasets list") from None
 
 
-def run_extract_unit(store: FeatureStore, unit: ExtractUnit, cfg: BenchmarkConfig) -> ExtractionReport:
-    return extract(store, unit.encoder.spec(), make_adapter(unit.dataset), unit.split,
-                   cfg.extract.as_extract_config())
+def check_encoder(encoder: EncoderConfig) -> None:
+    """Architecture, layers and weights of one encoder (timm on the meta device, the
+    checkpoint's header); raises the RepevalError that says what is wrong."""
+    from jobs.weights_check import check_weights
+    from pipeline.encoders import check_layers_available
+
+    spec = encoder.spec()
+    check_layers_available(spec)
+    check_weights(spec)
+
+
+def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: bool = True, record: bool = True,
+              store=None, check: bool = True) -> Plan:
+    """Check, scan and list a run's work, once, before anything runs.
+
+    Parameters
+    ----------
+    cfg : BenchmarkConfig
+        The loaded config.
+    retry_failed : bool
+        Take scanned files that failed before even if unchanged.
+    ready_only : bool
+        Leave files still being written for a later scan (runs); False takes every file.
+    record : bool
+        Record the scanned files this plan refuses in the store's failure log (a run);
+        False only reads the log (a report, a listing).
+    store : FeatureStore, optional
+        The store holding the failure log; by default the config's, opened after the
+        checks (a bad config writes nothing) and only when the config scans folders.
+    check : bool
+        Check adapters, architectures and checkpoints (a run); False only lists the work
+        (a report or a listing of results: no torch, no timm).
+
+    Returns
+    -------
+    Plan
+    """
+    if check:
+        check_plan(cfg)  # the config's own encoders: a problem is the user's mistake, refused
+    failed: dict[str, dict[str, Any]] = {}
+    if cfg.checkpoints and store is None:
+        store = _failure_store(cfg, writable=record)
+    if store is not None:
+        failed = {r.get("file"): r for r in FailureLog(store).records("checkpoint")}
+    scan = scan_checkpoints(cfg, failed, ready_only=ready_only, retry_failed=retry_failed)
+    taken, refused = [], []
+    for f in scan.taken:  # a scanned file is one checkpoint among many: refuse it alone
+        try:
+            if check:
+                check_encoder(f.encoder)
+        except RepevalError as exc:
+            refused.append(checkpoint_failure(f.path, f.size, f.mtime_ns, f.encoder.name, f.encoder.arch,
+                                              one_line(exc), type(exc).__name__))
+            continue
+        taken.append(f)
+    if store is not None and record and refused:
+        refused = sync_failures(store, checkpoints=refused) or refused
+    full = with_encoders(cfg, taken)
+    scan = ScanResult(taken, scan.waiting, scan.skipped)
+    return Plan(full, extraction_units(full), evaluation_cells(full), scan, refused)
+
+
+def _failure_store(cfg: BenchmarkConfig, writable: bool):
+    try:
+        return cfg.open_store(read_only=not writable)
+    except (StoreError, ArrayNotFoundError):  # no store yet (read-only): nothing failed before
+        return None
+
+
+def run_extract_unit(store, unit: ExtractUnit, extract: BenchmarkConfig | ExtractConfig):
+    """Extract one unit (no progress bar: the run reports progress per task)."""
+    from jobs.extract import extract as extract_job
+
+    settings = extract.extract if isinstance(extract, BenchmarkConfig) else extract
+    return extract_job(store, unit.encoder.spec(), make_adapter(unit.dataset), unit.split,
+                       dataclasses.replace(settings, progress=False))

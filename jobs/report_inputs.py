@@ -1,28 +1,82 @@
-"""Gather one run's records from the ledger, correlate them, and write the report."""
+"""Gather a config's records from the ledger, correlate them, and write the report.
+
+Every record is shown under the names this config gives: two encoders with identical
+weights (or an encoder another config scanned first) share one ledger record, and each
+name still gets its own row, export line, plot point and correlation entry.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from jobs.config import BenchmarkConfig
 from jobs.correlate import correlate_results, measured_reference
-from jobs.report import write_report
-from pipeline.errors import DataValidationError
+from jobs.data_notes import fewshot_notes, label_notes
+from pipeline.errors import DataValidationError, RepevalError
 from storage_schema import FeatureStore
-from storage_schema.ledger import Ledger
+from storage_schema.ledger import FailureLog, Ledger, failure_id
 
 log = logging.getLogger(__name__)
 
+NAME_FIELDS = ("model", "dataset", "layer", "setting")
 
-def run_records(store: FeatureStore, cells: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Ledger records of (cell id, setting name) pairs, named as this run's config names them.
 
-    A cell id is content (features + protocol + settings), so two names for identical
-    settings share one record; each name still gets its own row in the report.
-    """
+def named(record: Mapping[str, Any], names: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` under the cell's names; ``recorded_as`` keeps the name it was computed under."""
+    out = {**record, **{k: names[k] for k in NAME_FIELDS if k in names}}
+    if record.get("model") != out.get("model"):
+        out["recorded_as"] = record.get("model")
+    return out
+
+
+def run_records(store: FeatureStore, cells: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Ledger records of this run's cells (``cell_id`` plus the cell's names), one per name."""
     ledger = Ledger(store)
-    return [{**ledger.get(cid), "setting": setting} for cid, setting in dict.fromkeys(cells)]
+    cache: dict[str, dict[str, Any]] = {}
+    out, seen = [], set()
+    for c in cells:
+        key = (c["cell_id"],) + tuple(c.get(k) for k in NAME_FIELDS)
+        if key in seen:
+            continue
+        seen.add(key)
+        if c["cell_id"] not in cache:
+            cache[c["cell_id"]] = ledger.get(c["cell_id"])
+        out.append(named(cache[c["cell_id"]], c))
+    return out
+
+
+def history(store: FeatureStore, cfg: BenchmarkConfig, shown: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Ledger records of this config's encoders and settings that are not shown: earlier
+    settings of a setting name, features of replaced weights (what the report sets aside)."""
+    models = {e.name for e in cfg.encoders}
+    settings = {p.name for p in cfg.protocols}
+    shown_ids = {r.get("cell_id") for r in shown}
+    return [r for r in Ledger(store) if r.get("model") in models and r.get("setting") in settings
+            and r.get("cell_id") not in shown_ids]
+
+
+def config_failures(store: FeatureStore, cfg: BenchmarkConfig, cells: Iterable[Any] = (),
+                    units: Iterable[Any] = ()) -> list[dict[str, Any]]:
+    """The failure records of this config's work: its cells and units, files in its
+    checkpoint folders, its correlation; cells and units of this plan only when given."""
+    cell_ids = {failure_id(c.model, c.dataset, c.layer, c.setting) for c in cells}
+    unit_ids = {failure_id(u.encoder.name, u.dataset.name, u.split) for u in units}
+    folders = tuple(str(s.path).rstrip("/") + "/" for s in cfg.checkpoints)
+    models = {e.name for e in cfg.encoders}
+    out = []
+    for rec in FailureLog(store).records():
+        kind = rec.get("kind")
+        if kind == "cell" and (rec.get("id") in cell_ids or (not cell_ids and rec.get("model") in models)):
+            out.append(rec)
+        elif kind == "extraction" and (rec.get("id") in unit_ids or (not unit_ids and rec.get("model") in models)):
+            out.append(rec)
+        elif kind == "checkpoint" and folders and str(rec.get("file", "")).startswith(folders):
+            out.append(rec)
+        elif kind == "correlation" and rec.get("report") == cfg.report.path:
+            out.append(rec)
+    return out
 
 
 def reference_scores(records: list[dict[str, Any]], cfg: BenchmarkConfig) -> tuple[dict[str, float], str | None]:
@@ -38,15 +92,29 @@ def reference_scores(records: list[dict[str, Any]], cfg: BenchmarkConfig) -> tup
     return reference, None
 
 
-def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: list[tuple[str, str]],
-                         path: str | None = None, failed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """``failed``: cells that raised a data error this run ({"cell", "error"}); listed in the report."""
+def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Iterable[Mapping[str, Any]],
+                         path: str | None = None, *, plan=None, waiting: Iterable[str] = ()) -> dict[str, Any]:
+    """Correlate the records of ``cells`` (each a ``cell_id`` and the cell's names) and write
+    the report, with this config's failures and data problems; ``plan`` (a ``jobs.plan.Plan``)
+    narrows the failures to its cells; ``waiting``: checkpoints still being written."""
     records = run_records(store, cells)
     reference, problem = reference_scores(records, cfg)
     if problem:
         log.warning(problem)
     correlation = correlate_results(records, cfg, reference) if reference else None
+    notes = label_notes(store, [(d.name, s) for d in cfg.datasets for s in d.splits()])
+    class_counts = {}
+    for d in cfg.datasets:
+        try:
+            class_counts[d.name] = len(store.labels(d.name, d.train_split).attrs.get("class_names") or [])
+        except RepevalError:  # not extracted yet
+            continue
+    notes += fewshot_notes(records, class_counts)
+    failures = config_failures(store, cfg, plan.cells if plan else (), plan.units if plan else ())
+    from jobs.report import write_report  # matplotlib: only when a report is written
+
     out = write_report(records, correlation, cfg, path or cfg.report.path, reference=reference,
-                       failed=failed or [], problems=[problem] if problem else [])
+                       failures=failures, aside=history(store, cfg, records), data_notes=notes,
+                       waiting=list(waiting) or (plan.scan.waiting if plan else ()), problems=[problem] if problem else [])
     return {"report": out, "correlation": correlation.to_dict() if correlation else None,
-            "reference_problem": problem, "records": len(records), "failed": failed or []}
+            "reference_problem": problem, "records": len(records), "failures": failures, "data_notes": notes}

@@ -1,8 +1,10 @@
 """What the schedules remember between runs, kept in the store beside the ledger.
 
 A watch key names one config file. Its state records the hash of the config's protocol
-settings and the encoders seen, so a schedule can tell "new checkpoints" and "protocol
-settings changed" apart from "nothing to do" without running anything.
+settings and the encoders a run completed (with their checkpoint file's size and
+modification time), so a schedule can tell "new checkpoints" and "protocol settings
+changed" apart from "nothing to do" without running anything. Only what a run actually
+planned and extracted is recorded: a file that arrived during the run, or failed, stays new.
 """
 
 from __future__ import annotations
@@ -10,10 +12,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from jobs.checkpoint_scan import with_scanned_checkpoints
+from jobs.checkpoint_scan import scan_checkpoints
 from jobs.config import BenchmarkConfig
 from storage_schema import FeatureStore
 from storage_schema.keys import watch_key
+from storage_schema.ledger import FailureLog
 from storage_schema.provenance import now_iso
 
 
@@ -21,6 +24,7 @@ from storage_schema.provenance import now_iso
 class WatchState:
     protocol_hash: str = ""
     encoders: list[str] = field(default_factory=list)
+    files: dict[str, list[int]] = field(default_factory=dict)  # scanned encoder -> [size, mtime_ns]
     updated: str = ""
 
 
@@ -36,21 +40,37 @@ class Changes:
 
 def load_state(store: FeatureStore, key: str) -> WatchState | None:
     raw = store.backend.read(key)
-    return WatchState(**json.loads(raw)) if raw is not None else None
+    if raw is None:
+        return None
+    data = json.loads(raw)
+    return WatchState(**{k: v for k, v in data.items() if k in WatchState.__dataclass_fields__})
 
 
 def detect_changes(store: FeatureStore, cfg: BenchmarkConfig, key: str) -> Changes:
-    """Compare the config (with its checkpoint folders scanned now) with the last run's state."""
+    """Compare the config (its checkpoint folders scanned now: ready files, not those that
+    failed unchanged) with what the last runs completed."""
     state = load_state(store, key)
-    names = [e.name for e in with_scanned_checkpoints(cfg).encoders]
+    failed = {r.get("file"): r for r in FailureLog(store).records("checkpoint")}
+    scan = scan_checkpoints(cfg, failed)
+    names = [e.name for e in cfg.encoders] + [f.encoder.name for f in scan.taken]
     if state is None:
         return Changes(names, True)
-    return Changes([n for n in names if n not in state.encoders], state.protocol_hash != cfg.protocol_hash())
+    new = [n for n in names if n not in state.encoders]
+    new += [f.encoder.name for f in scan.taken
+            if f.encoder.name in state.encoders and state.files.get(f.encoder.name, f.signature) != f.signature]
+    return Changes(new, state.protocol_hash != cfg.protocol_hash())
 
 
-def save_state(store: FeatureStore, cfg: BenchmarkConfig, key: str) -> WatchState:
-    """Record what a successful run covered (the owner of this watch key writes it)."""
-    state = WatchState(cfg.protocol_hash(), [e.name for e in with_scanned_checkpoints(cfg).encoders], now_iso())
+def save_state(store: FeatureStore, cfg: BenchmarkConfig, key: str, completed: list[str] | None = None,
+               files: dict[str, list[int]] | None = None) -> WatchState:
+    """Record what a run covered: ``cfg`` is the config the run planned (scanned encoders
+    included), ``completed`` the encoders whose extractions all succeeded (default: all of
+    ``cfg``'s), ``files`` their checkpoint signatures. Earlier completions are kept."""
+    old = load_state(store, key) or WatchState()
+    done = [e.name for e in cfg.encoders] if completed is None else list(completed)
+    encoders = list(dict.fromkeys([n for n in old.encoders] + done))
+    kept_files = {**old.files, **{n: list(sig) for n, sig in (files or {}).items() if n in done}}
+    state = WatchState(cfg.protocol_hash(), encoders, kept_files, now_iso())
     store.check_writable()
     store.backend.write_atomic(key, json.dumps(asdict(state)).encode())
     return state

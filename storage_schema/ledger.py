@@ -5,12 +5,15 @@ settings, protocol code version). Its id is a hash of exactly that, so a changed
 is a new cell and an unchanged one is found again without recomputation. Records are
 created with an exclusive create: never overwritten, never torn, and two processes that
 evaluate the same cell at once keep one record.
+
+Failures are kept apart from results (:class:`FailureLog`): what could not be extracted or
+evaluated, with its one-line reason, until a later run succeeds at the same thing.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from pipeline.errors import ConfigError, RecordNotFoundError
@@ -18,6 +21,9 @@ from storage_schema import keys
 from storage_schema.keys import LEDGER
 from storage_schema.provenance import canonical_json, now_iso, stable_hash
 EXPORT_FORMATS = ("table", "csv", "parquet", "json")
+# What can fail: a scanned checkpoint file, an extraction unit (encoder/dataset/split), an
+# evaluation cell (encoder/dataset/layer:setting) and a config's correlation + report step.
+FAILURE_KINDS = ("checkpoint", "extraction", "cell", "correlation")
 
 
 def config_hash(settings: Mapping[str, Any]) -> str:
@@ -145,31 +151,8 @@ class Ledger:
         return sum(1 for _ in self)
 
     def to_frame(self):
-        """One row per cell; scalar metrics as ``metric.<name>`` columns.
-
-        Returns
-        -------
-        pandas.DataFrame
-            Sorted by model, dataset, layer, protocol and setting.
-        """
-        import pandas as pd
-
-        rows = []
-        for rec in self:
-            row = {k: v for k, v in rec.items() if not isinstance(v, (dict, list))}
-            for name, value in (rec.get("metrics") or {}).items():
-                if isinstance(value, (int, float, str, bool)) or value is None:
-                    row[f"metric.{name}"] = value
-            for name, value in (rec.get("diagnostics") or {}).items():
-                if isinstance(value, (int, float, str, bool)) or value is None:
-                    row[f"diag.{name}"] = value
-            row["settings"] = canonical_json(rec.get("settings", {}))
-            rows.append(row)
-        frame = pd.DataFrame(rows)
-        if not frame.empty:
-            order = [c for c in ("model", "dataset", "layer", "protocol", "setting") if c in frame]
-            frame = frame.sort_values(order + ["cell_id"]).reset_index(drop=True)
-        return frame
+        """One row per cell; scalar metrics as ``metric.<name>`` columns."""
+        return records_frame(self)
 
     def export(self, path: str, fmt: str) -> None:
         """Write every record to a file.
@@ -181,13 +164,245 @@ class Ledger:
         fmt : str
             ``csv``, ``parquet`` (one row per cell) or ``json`` (the records as they are).
         """
-        if fmt not in ("csv", "parquet", "json"):
-            raise ConfigError(f"export format {fmt!r} is not supported; choose csv, parquet or json")
-        frame = self.to_frame()
-        if fmt == "csv":
-            frame.to_csv(path, index=False)
-        elif fmt == "parquet":
-            frame.to_parquet(path, index=False)
+        export_records(list(self), path, fmt)
+
+
+def records_frame(records: Iterable[Mapping[str, Any]]):
+    """Records as a pandas table: one row per record; scalar metrics as ``metric.<name>``
+    and diagnostics as ``diag.<name>`` columns; settings as canonical JSON.
+
+    Parameters
+    ----------
+    records : iterable of mapping
+        Ledger records (possibly renamed, with extra scalar fields such as ``current``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Sorted by model, dataset, layer, protocol, setting and cell id.
+    """
+    import pandas as pd
+
+    rows = []
+    for rec in records:
+        row = {k: v for k, v in rec.items() if not isinstance(v, (dict, list))}
+        for name, value in (rec.get("metrics") or {}).items():
+            if isinstance(value, (int, float, str, bool)) or value is None:
+                row[f"metric.{name}"] = value
+        for name, value in (rec.get("diagnostics") or {}).items():
+            if isinstance(value, (int, float, str, bool)) or value is None:
+                row[f"diag.{name}"] = value
+        row["settings"] = canonical_json(rec.get("settings", {}))
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        order = [c for c in ("model", "dataset", "layer", "protocol", "setting") if c in frame]
+        frame = frame.sort_values(order + ["cell_id"]).reset_index(drop=True)
+    return frame
+
+
+def export_records(records: list[Mapping[str, Any]], path: str, fmt: str) -> None:
+    """Write records to ``path``: csv or parquet (the table of ``records_frame``) or json.
+
+    Parameters
+    ----------
+    records : list of mapping
+        Ledger records.
+    path : str
+        The file to write.
+    fmt : str
+        ``csv``, ``parquet`` or ``json``.
+    """
+    if fmt not in ("csv", "parquet", "json"):
+        raise ConfigError(f"export format {fmt!r} is not supported; choose csv, parquet or json")
+    if fmt == "json":
+        with open(path, "w") as f:
+            json.dump([dict(r) for r in records], f, indent=1, default=str)
+        return
+    frame = records_frame(records)
+    if fmt == "csv":
+        frame.to_csv(path, index=False)
+    else:
+        frame.to_parquet(path, index=False)
+
+
+def latest_records(records: Iterable[Mapping[str, Any]],
+                   current: Mapping[str, tuple[str, str]] | None = None) -> tuple[list[dict], list[dict]]:
+    """(records in use, records set aside): one record per (setting, layer, model, dataset).
+
+    A ledger keeps every record it was ever given. ``current`` maps a setting name to the
+    (protocol, config hash) of its current settings: records of that name with other
+    settings are set aside. Of several records left for the same cell, the most recently
+    recorded is used and the others are set aside.
+
+    Parameters
+    ----------
+    records : iterable of mapping
+        Ledger records (possibly renamed).
+    current : mapping, optional
+        Setting name -> (protocol, config hash) of the settings in use.
+
+    Returns
+    -------
+    (list of dict, list of dict)
+    """
+    current = current or {}
+    chosen: dict[tuple, dict] = {}
+    aside: list[dict] = []
+    for rec in records:
+        rec = dict(rec)
+        wanted = current.get(rec.get("setting"))
+        if wanted is not None and (rec.get("protocol"), rec.get("config_hash")) != tuple(wanted):
+            aside.append(rec)
+            continue
+        key = (rec.get("setting"), rec.get("layer"), rec.get("model"), rec.get("dataset"))
+        old = chosen.get(key)
+        if old is None:
+            chosen[key] = rec
+        elif _recency(rec) > _recency(old):
+            chosen[key] = rec
+            aside.append(old)
         else:
-            with open(path, "w") as f:
-                json.dump(list(self), f, indent=1, default=str)
+            aside.append(rec)
+    return list(chosen.values()), aside
+
+
+def _recency(rec: Mapping[str, Any]) -> tuple[str, str]:
+    return str(rec.get("recorded") or ""), str(rec.get("cell_id") or "")
+
+
+def failure_id(*parts: str) -> str:
+    """Id of a failure from the names of what failed (not its settings): a later success of
+    the same thing, whatever it changed, finds and clears it.
+
+    Parameters
+    ----------
+    *parts : str
+        The names: (model, dataset, layer, setting) of a cell, (model, dataset, split) of
+        an extraction unit, the file path of a checkpoint, the report path of a correlation.
+
+    Returns
+    -------
+    str
+        16 hex characters.
+    """
+    return stable_hash([str(p) for p in parts], length=16)
+
+
+class FailureLog:
+    """What failed in the runs on a store, one JSON record per failed thing (not results).
+
+    A record holds ``kind`` (one of ``FAILURE_KINDS``), ``id``, ``label`` (e.g.
+    ``r18/tex/pre_logits:few5``), ``error_type``, ``reason`` (one line), ``first_failed``,
+    ``recorded`` (the latest failure), ``attempts``, plus what names the failed thing
+    (``model``, ``dataset``, ``layer``, ``setting``, ``split``, ``file``, ``size``,
+    ``mtime_ns``...). Recording again overwrites it atomically and counts the attempt.
+
+    Parameters
+    ----------
+    store : FeatureStore
+        The store whose failures are kept (under ``_repeval/failures/``).
+    """
+
+    def __init__(self, store):
+        self.store = store
+        self.backend = store.backend
+
+    @staticmethod
+    def _key(kind: str, fid: str) -> str:
+        if kind not in FAILURE_KINDS:
+            raise ConfigError(f"failure kind {kind!r} is not one of {', '.join(FAILURE_KINDS)}")
+        return keys.failure_key(kind, fid)
+
+    def get(self, kind: str, fid: str) -> dict[str, Any] | None:
+        """The failure record, or None when that thing has not failed (or was cleared).
+
+        Parameters
+        ----------
+        kind, fid : str
+            The record's kind and id (``failure_id`` of its names).
+
+        Returns
+        -------
+        dict or None
+        """
+        raw = self.backend.read(self._key(kind, fid))
+        return json.loads(raw) if raw is not None else None
+
+    def record(self, kind: str, fid: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Record (or record again) a failure; returns the record as written.
+
+        Parameters
+        ----------
+        kind, fid : str
+            The record's kind and id.
+        body : mapping
+            At least ``label`` and ``reason``; any JSON-able fields naming what failed.
+
+        Returns
+        -------
+        dict
+            The record, with ``first_failed``, ``recorded`` and ``attempts`` filled in.
+        """
+        for needed in ("label", "reason"):
+            if needed not in body:
+                raise ConfigError(f"a failure record needs {needed!r}")
+        old = self.get(kind, fid) or {}
+        now = now_iso()
+        rec = {**body, "kind": kind, "id": fid, "recorded": now,
+               "first_failed": old.get("first_failed", now), "attempts": int(old.get("attempts", 0)) + 1}
+        self.backend.write_atomic(self._key(kind, fid), canonical_json(rec).encode())
+        return rec
+
+    def clear(self, kind: str, fid: str) -> bool:
+        """Remove a failure record (the thing succeeded); True when there was one.
+
+        Parameters
+        ----------
+        kind, fid : str
+            The record's kind and id.
+
+        Returns
+        -------
+        bool
+        """
+        key = self._key(kind, fid)
+        if not self.backend.exists(key):
+            return False
+        self.backend.delete(key)
+        return True
+
+    def ids(self, kind: str) -> set[str]:
+        """Ids of the failures of one kind (one listing, no reads).
+
+        Parameters
+        ----------
+        kind : str
+            One of ``FAILURE_KINDS``.
+
+        Returns
+        -------
+        set of str
+        """
+        self._key(kind, "x")  # validates the kind
+        return {n[:-len(".json")] for n in self.backend.list(keys.failures_dir(kind)) if n.endswith(".json")}
+
+    def records(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """Every failure record (of ``kind``, or of all kinds), oldest first failure first.
+
+        Parameters
+        ----------
+        kind : str, optional
+            Restrict to one of ``FAILURE_KINDS``.
+
+        Returns
+        -------
+        list of dict
+        """
+        out = []
+        for k in (kind,) if kind else FAILURE_KINDS:
+            for fid in sorted(self.ids(k)):
+                rec = self.get(k, fid)
+                if rec is not None:
+                    out.append(rec)
+        return sorted(out, key=lambda r: (str(r.get("first_failed")), str(r.get("label"))))

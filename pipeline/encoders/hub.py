@@ -63,6 +63,33 @@ def create_pretrained(spec: EncoderSpec, kwargs: Mapping[str, Any]) -> nn.Module
         The weights are not cached locally; the message says how to give a local file.
     """
     model_name = spec.model_name
+    check_pretrained_available(spec)
+    try:
+        return create_model(spec, pretrained=True, **kwargs)
+    except ConfigError:
+        raise
+    except Exception as exc:  # timm/hub raise many types when offline; all mean "not available"
+        raise HubUnavailableError(
+            f"Could not load pretrained weights for {model_name!r}: {exc}. {local_file_hint(spec)}"
+        ) from exc
+
+
+def check_pretrained_available(spec: EncoderSpec) -> None:
+    """Refuse pretrained weights that are not in a local cache, without loading them.
+
+    Parameters
+    ----------
+    spec : EncoderSpec
+        A spec whose weights are ``pretrained`` or ``timm:<tag>``.
+
+    Raises
+    ------
+    UnknownNameError
+        The tag is not one timm knows; the message lists the architecture's tags.
+    HubUnavailableError
+        The weights are not cached locally; the message says how to give a local file.
+    """
+    model_name = spec.model_name
     try:
         cfg = timm.models.get_pretrained_cfg(model_name, allow_unregistered=False)
     except RuntimeError:
@@ -73,14 +100,6 @@ def create_pretrained(spec: EncoderSpec, kwargs: Mapping[str, Any]) -> nn.Module
             f"Pretrained weights for {model_name!r} are not in the local hub cache and repeval never downloads "
             f"(HF_HUB_OFFLINE). {local_file_hint(spec)}"
         )
-    try:
-        return create_model(spec, pretrained=True, **kwargs)
-    except ConfigError:
-        raise
-    except Exception as exc:  # timm/hub raise many types when offline; all mean "not available"
-        raise HubUnavailableError(
-            f"Could not load pretrained weights for {model_name!r}: {exc}. {local_file_hint(spec)}"
-        ) from exc
 
 
 def pretrained_cached(cfg: Mapping[str, Any]) -> bool:

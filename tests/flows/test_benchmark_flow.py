@@ -14,9 +14,12 @@ from flows.benchmark import run_benchmark
 from jobs.config import load_config
 from pipeline.errors import ConfigError
 from storage_schema import FeatureStore
-from storage_schema.ledger import Ledger
+from storage_schema.ledger import FailureLog, Ledger
 from tests.helpers.configs import tiny_config
 from tests.helpers.html import parse_strict
+from prefect.client.schemas.filters import (
+    ArtifactCollectionFilter, ArtifactCollectionFilterKey, LogFilter, LogFilterFlowRunId,
+)
 
 
 def _run(raw: dict, tmp: Path) -> dict:
@@ -38,10 +41,14 @@ def test_first_run_extracts_evaluates_and_reports(first_run):
     assert summary["units"] == 6 and summary["extracted"] == 6
     assert summary["forward_batches"] == 3 * (5 + 3)  # 160 train + 80 test images, batches of 32
     assert summary["cells"] == 12 and summary["computed"] == 9 and summary["cached"] == 0
-    assert len(summary["failed"]) == 3 and all("n_way=5 needs at least 5 classes" in f["error"]
+    assert len(summary["failed"]) == 3 and all("n_way=5 needs at least 5 classes" in f["reason"]
                                                for f in summary["failed"])
-    ledger = Ledger(FeatureStore(raw["store"], read_only=True))
-    assert len(ledger) == 9  # failures are reported, never recorded
+    store = FeatureStore(raw["store"], read_only=True)
+    ledger = Ledger(store)
+    assert len(ledger) == 9  # failures are not results ...
+    failures = FailureLog(store).records()  # ... they are recorded apart, one per failed cell
+    assert sorted(f["label"] for f in failures) == sorted(f"{m}/tex/pre_logits:few5" for m in ("r18a", "r18b", "mnv3"))
+    assert all(f["kind"] == "cell" and "n_way=5" in f["reason"] and f["attempts"] == 1 for f in failures)
     frame = ledger.to_frame()
     assert set(frame["setting"]) == {"knn20", "ridge", "few"} and set(frame["model"]) == {"r18a", "r18b", "mnv3"}
     corr = summary["correlation"]["settings"][0]
@@ -52,7 +59,27 @@ def test_first_run_extracts_evaluates_and_reports(first_run):
     assert page.tags["html"] == page.tags["body"] == page.tags["h1"] == 1 and page.tags["table"] >= 1
     assert page.img_sources and all(src.startswith("data:image/png;base64,") for src in page.img_sources)
     assert "r18b" in text and "knn20" in text
-    assert "could not be evaluated" in text and "few5" in text
+    # the failures come first in the report, each with its reason
+    failed = text[text.index('<section id="failed">'):text.index('<section id="overview">')]
+    assert "3 failure(s)" in failed and "r18a/tex/pre_logits:few5" in failed and "n_way=5 needs" in failed
+
+
+def test_flow_run_of_a_run_with_failures_ends_failed_with_the_reason(first_run):
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["repeval-benchmark"])),
+                                     sort=FlowRunSort.START_TIME_DESC, limit=20)
+        failed = [r for r in runs if r.state and r.state.is_failed()]
+        assert failed, [r.state for r in runs]
+        assert "3 cells failed" in failed[0].state.message and "few5" in failed[0].state.message
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[failed[0].id])))
+        assert any("evaluated 9 of 12 cells" in log.message for log in logs)  # the summary, kept with the run
+        artifact = client.read_latest_artifacts(artifact_filter=ArtifactCollectionFilter(
+            key=ArtifactCollectionFilterKey(any_=["repeval-run-summary"])))
+        assert artifact and artifact[0].type == "table"
 
 
 @pytest.mark.slow
@@ -61,6 +88,20 @@ def test_rerun_of_unchanged_config_does_no_forward_pass_and_no_fit(first_run):
     again = _run(raw, tmp)
     assert again["forward_batches"] == 0 and again["extracted"] == 0
     assert again["computed"] == 0 and again["cached"] == 9 and len(again["failed"]) == 3
+    assert {f["attempts"] for f in FailureLog(FeatureStore(raw["store"], read_only=True)).records()} == {2}
+
+
+@pytest.mark.slow
+def test_a_later_successful_run_clears_the_failures(first_run, tmp_path):
+    tmp, raw, _ = first_run
+    fixed = copy.deepcopy(raw)
+    fixed["protocols"][3]["settings"]["n_way"] = 3  # few5 now fits the 4 classes
+    fixed["report"]["path"] = str(tmp_path / "report.html")
+    summary = _run(fixed, tmp)
+    assert summary["failed"] == [] and summary["failures"] == [] and summary["computed"] == 3
+    assert FailureLog(FeatureStore(raw["store"], read_only=True)).records() == []
+    assert "Nothing failed" in Path(summary["report"]).read_text()
+    _run(raw, tmp)  # the module's other tests expect the original failures on record
 
 
 @pytest.mark.slow

@@ -76,3 +76,99 @@ def test_verify_reports_damaged_and_incomplete_arrays(tmp_path, capsys):
     assert main(["verify", "--store", store]) == 1
     out = capsys.readouterr().out
     assert "damaged    features/ext/blobs/train/pre_logits: chunk(s) [0]" in out and "1 problem(s)" in out
+
+
+def _features_config(tmp_path, k: int, models=("ext",)) -> str:
+    import yaml
+
+    raw = {"store": str(tmp_path / "store"),
+           "encoders": [{"name": m, "arch": "resnet18"} for m in models],
+           "datasets": [{"name": "blobs", "adapter": "features", "params": {"path": str(tmp_path / "f.npz")}}],
+           "protocols": [{"name": "knn", "protocol": "knn", "settings": {"n_neighbors": k}}],
+           "report": {"path": str(tmp_path / "report.html")}}
+    path = tmp_path / f"config-k{k}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def _import(tmp_path, model: str) -> FeatureStore:
+    store = str(tmp_path / "store")
+    assert main(["import-features", "--store", store, "--model", model, "--path", str(tmp_path / "f.npz"),
+                 "--dataset-name", "blobs"]) == 0
+    return FeatureStore(store)
+
+
+def test_results_show_the_current_settings_and_all_shows_history(tmp_path, capsys):
+    _npz(tmp_path)
+    store = _import(tmp_path, "ext")
+    old = evaluate_cell(store, Cell("ext", "blobs", "pre_logits", "knn", "knn", {"n_neighbors": 5}))
+    new = evaluate_cell(store, Cell("ext", "blobs", "pre_logits", "knn", "knn", {"n_neighbors": 7}))
+    capsys.readouterr()
+    config = _features_config(tmp_path, 7)
+    assert main(["results", "--config", config]) == 0
+    out = capsys.readouterr().out
+    assert new.cell_id in out and old.cell_id not in out and "settings" not in out
+    assert main(["results", "--config", config, "--all"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = lines[0].split()
+    assert header[-4:] == ["current", "settings", "recorded", "cell_id"]
+    rows = {line.split()[-1]: line for line in lines[1:]}
+    assert " True " in rows[new.cell_id] and '"n_neighbors":7' in rows[new.cell_id]
+    assert " False " in rows[old.cell_id] and '"n_neighbors":5' in rows[old.cell_id]
+    assert main(["results", "--store", str(tmp_path / "store")]) == 0  # no config: the latest per cell
+    out = capsys.readouterr().out
+    assert new.cell_id in out and old.cell_id not in out
+    assert main(["report", config]) == 0
+    assert "(1 cells; 0 failed; 0 not evaluated yet" in capsys.readouterr().out
+    text = (tmp_path / "report.html").read_text()
+    assert "records set aside (older, or of changed settings)</td><td>1</td>" in text
+
+
+def test_each_config_name_keeps_its_rows_when_weights_are_identical(tmp_path, capsys):
+    import yaml
+
+    from jobs.config import ExtractConfig
+    from jobs.extract import extract
+    from pipeline.datasets import make_dataset
+    from pipeline.encoders import EncoderSpec
+
+    store = FeatureStore(str(tmp_path / "store"))
+    params = {"n_per_class": {"train": 8, "test": 4}}
+    data = make_dataset("textures", name="tex", **params)
+    for name in ("mine-ep2", "mine-ep2-pth"):  # identical weights (same seed) under two names
+        for split in ("train", "test"):
+            extract(store, EncoderSpec(name=name, arch="resnet18", input_size=32), data, split,
+                    ExtractConfig(batch_size=16, progress=False))
+    rec = evaluate_cell(store, Cell("mine-ep2", "tex", "pre_logits", "knn", "knn", {"n_neighbors": 5}))
+    raw = {"store": str(tmp_path / "store"),
+           "encoders": [{"name": n, "arch": "resnet18", "input_size": 32} for n in ("mine-ep2", "mine-ep2-pth")],
+           "datasets": [{"name": "tex", "adapter": "textures", "params": params}],
+           "protocols": [{"name": "knn", "protocol": "knn", "settings": {"n_neighbors": 5}}],
+           "report": {"path": str(tmp_path / "report.html")}}
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    capsys.readouterr()
+    assert main(["results", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "recorded_as" in out and out.count(rec.cell_id) == 2
+    assert {line.split()[0] for line in out.splitlines()[1:]} == {"mine-ep2", "mine-ep2-pth"}
+    path = tmp_path / "r.csv"
+    assert main(["results", "--config", str(config), "--format", "csv", "--output", str(path)]) == 0
+    frame = pd.read_csv(path)
+    assert sorted(frame["model"]) == ["mine-ep2", "mine-ep2-pth"] and set(frame["cell_id"]) == {rec.cell_id}
+
+
+def test_results_failed_lists_the_failures_on_record(tmp_path, capsys):
+    from storage_schema.ledger import FailureLog, failure_id
+
+    _npz(tmp_path)
+    store = _import(tmp_path, "ext")
+    capsys.readouterr()
+    assert main(["results", "--store", str(tmp_path / "store"), "--failed"]) == 0
+    assert "no failures on record" in capsys.readouterr().out
+    FailureLog(store).record("cell", failure_id("ext", "blobs", "pre_logits", "few"), {
+        "label": "ext/blobs/pre_logits:few", "model": "ext", "dataset": "blobs", "layer": "pre_logits",
+        "setting": "few", "reason": "DataValidationError: n_way=5 needs at least 5 classes, but y has only 3"})
+    assert main(["results", "--store", str(tmp_path / "store"), "--failed"]) == 0
+    out = capsys.readouterr().out
+    assert "ext/blobs/pre_logits:few" in out and "n_way=5 needs" in out and "attempts" in out

@@ -1,107 +1,123 @@
-"""Schedules: checkpoint-scan and protocol-change detection, and one served run end to end."""
+"""Checkpoint scans and change detection: files still being written, bad files, what a run
+records as done, folder-only configs. (`repeval serve` itself: test_serve.py.)"""
 
 from __future__ import annotations
 
 import copy
-import json
 import os
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-import yaml
-from safetensors.torch import save_file
 
-from jobs.checkpoint_scan import scan_folder, with_scanned_checkpoints
+from jobs.checkpoint_scan import scan_checkpoints, scan_folder, with_scanned_checkpoints
 from jobs.config import CheckpointScan, load_config
-from jobs.watch import detect_changes, save_state, watch_key
-from pipeline.encoders import EncoderSpec, load_encoder
+from jobs.plan import make_plan
+from jobs.watch import detect_changes, load_state, save_state, watch_key
+from pipeline.errors import ConfigError
 from storage_schema import FeatureStore
-from storage_schema.ledger import Ledger
-from tests.helpers.configs import tiny_config
-
-REPO = Path(__file__).resolve().parents[2]
+from storage_schema.ledger import FailureLog
+from tests.helpers.configs import tiny_config, write_checkpoint
 
 
-def _checkpoint(folder: Path, name: str, seed: int, score: float | None = None) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    model = load_encoder(EncoderSpec(name="tmp", arch="resnet18", seed=seed, input_size=32)).model
-    path = folder / f"{name}.safetensors"
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
-    if score is not None:
-        path.with_suffix(".json").write_text(json.dumps({"reference_score": score}))
-    return path
+def _age(path, seconds: float) -> None:
+    """Make a file look written ``seconds`` ago."""
+    t = time.time() - seconds
+    os.utime(path, (t, t))
 
 
 def test_scan_turns_checkpoints_into_encoders_with_sidecar_scores(tmp_path):
-    _checkpoint(tmp_path / "ck", "night 1", seed=3, score=0.42)
-    _checkpoint(tmp_path / "ck", "night2", seed=4)
+    write_checkpoint(tmp_path / "ck", "night 1", seed=3, score=0.42)
+    write_checkpoint(tmp_path / "ck", "night2", seed=4)
     found = scan_folder(CheckpointScan(path=str(tmp_path / "ck"), arch="resnet18", name_prefix="r18-"))
     assert [(e.name, s) for e, s in found] == [("r18-night_1", 0.42), ("r18-night2", None)]
     assert scan_folder(CheckpointScan(path=str(tmp_path / "missing"), arch="resnet18")) == []
 
 
-def test_change_detection(tmp_path):
+def test_a_file_is_taken_once_it_has_settled_or_is_marked_done(tmp_path):
+    path = write_checkpoint(tmp_path / "ck", "ep1", seed=1)
     raw = tiny_config(tmp_path)
-    raw["checkpoints"] = [{"path": str(tmp_path / "ck"), "arch": "resnet18", "input_size": 32}]
+    raw["checkpoints"] = [{"path": str(tmp_path / "ck"), "arch": "resnet18", "settle_seconds": 30}]
+    scan = scan_checkpoints(load_config(raw))
+    assert scan.taken == [] and scan.waiting == [str(path)]  # just written: maybe still being written
+    _age(path, 31)
+    assert [f.encoder.name for f in scan_checkpoints(load_config(raw)).taken] == ["ep1"]
+
+    raw["checkpoints"][0]["done_suffix"] = ".done"  # the training script's marker decides
+    assert scan_checkpoints(load_config(raw)).waiting == [str(path)]
+    (tmp_path / "ck" / "ep1.safetensors.done").touch()
+    assert [f.encoder.name for f in scan_checkpoints(load_config(raw)).taken] == ["ep1"]
+
+
+def test_a_bad_scanned_checkpoint_is_refused_alone_and_not_retried_while_unchanged(tmp_path):
+    good = write_checkpoint(tmp_path / "ck", "good", seed=1)
+    bad = tmp_path / "ck" / "bad.safetensors"
+    bad.write_bytes(good.read_bytes()[: good.stat().st_size // 2])  # a torn copy
+    other = write_checkpoint(tmp_path / "other", "r50", seed=0, arch="resnet50")
+    os.replace(other, tmp_path / "ck" / "r50.safetensors")  # another architecture
+    raw = tiny_config(tmp_path)
+    raw["encoders"] = []  # a folder alone is the nightly config
+    raw["checkpoints"] = [{"path": str(tmp_path / "ck"), "arch": "resnet18", "input_size": 32, "settle_seconds": 0}]
+    cfg = load_config(raw)
+    plan = make_plan(cfg)
+    assert [e.name for e in plan.config.encoders] == ["good"]
+    assert {u.encoder.name for u in plan.units} == {"good"} and {c.model for c in plan.cells} == {"good"}
+    refused = {r["encoder"]: r for r in plan.checkpoint_failures}
+    assert "bad.safetensors" in refused["bad"]["reason"] and "does not fit resnet18" in refused["r50"]["reason"]
+    records = {r["encoder"]: r for r in FailureLog(FeatureStore(cfg.store)).records("checkpoint")}
+    assert records["bad"]["size"] == bad.stat().st_size and records["bad"]["attempts"] == 1
+
+    again = make_plan(cfg)  # unchanged: skipped, not checked and not counted again
+    assert [e.name for e in again.config.encoders] == ["good"] and not again.checkpoint_failures
+    assert {r["encoder"] for r in again.scan.skipped} == {"bad", "r50"}
+    assert FailureLog(FeatureStore(cfg.store)).get("checkpoint", records["bad"]["id"])["attempts"] == 1
+    assert {e.name for e in make_plan(cfg, retry_failed=True).config.encoders} == {"good"}  # retried, refused
+    failed = {r["file"]: r for r in FailureLog(FeatureStore(cfg.store)).records("checkpoint")}
+    fixed = copy.deepcopy(raw)
+    fixed["checkpoints"][0]["arch"] = "resnet50"  # the config's arch corrected: its files are read again
+    assert "r50" in [f.encoder.name for f in scan_checkpoints(load_config(fixed), failed).taken]
+    bad.write_bytes(good.read_bytes())  # the file was finished: taken again
+    assert {e.name for e in make_plan(cfg).config.encoders} == {"good", "bad"}
+
+
+def test_state_records_only_what_the_run_planned_and_completed(tmp_path):
+    raw = tiny_config(tmp_path)
+    raw["checkpoints"] = [{"path": str(tmp_path / "ck"), "arch": "resnet18", "input_size": 32, "settle_seconds": 0}]
+    write_checkpoint(tmp_path / "ck", "ep1", seed=1, score=0.5)
+    write_checkpoint(tmp_path / "ck", "ep2", seed=2)
     cfg = load_config(raw)
     store = FeatureStore(cfg.store)
     key = watch_key(str(tmp_path / "config.yaml"))
     first = detect_changes(store, cfg, key)
-    assert first.protocols_changed and first.new_encoders == ["r18a", "r18b", "mnv3"]
-    save_state(store, cfg, key)
-    assert not detect_changes(store, cfg, key).any
-    _checkpoint(tmp_path / "ck", "epoch5", seed=5, score=0.5)
+    assert first.protocols_changed and first.new_encoders == ["r18a", "r18b", "mnv3", "ep1", "ep2"]
+    plan = make_plan(cfg, check=False)
+    write_checkpoint(tmp_path / "ck", "ep3", seed=3)  # arrives while the run works
+    save_state(store, plan.config, key, completed=[e.name for e in plan.config.encoders if e.name != "ep2"],
+               files=plan.scan.signatures())
+    assert load_state(store, key).encoders == ["r18a", "r18b", "mnv3", "ep1"]
     changes = detect_changes(store, cfg, key)
-    assert changes.new_encoders == ["epoch5"] and not changes.protocols_changed
-    assert with_scanned_checkpoints(cfg).reference.scores["epoch5"] == 0.5
-    save_state(store, cfg, key)
+    assert changes.new_encoders == ["ep2", "ep3"] and not changes.protocols_changed  # neither marked done early
+    assert with_scanned_checkpoints(cfg).reference.scores["ep1"] == 0.5
+
+    write_checkpoint(tmp_path / "ck", "ep1", seed=11)  # rewritten in place: new weights, same name
+    assert "ep1" in detect_changes(store, cfg, key).new_encoders
     edited = copy.deepcopy(raw)
     edited["protocols"][1]["settings"] = {"alphas": [0.1, 1.0]}
-    changes = detect_changes(store, load_config(edited), key)
-    assert changes.protocols_changed and changes.new_encoders == []
+    assert detect_changes(store, load_config(edited), key).protocols_changed
     renamed = copy.deepcopy(raw)
     renamed["report"]["path"] = str(tmp_path / "elsewhere.html")  # not a protocol change
     assert not detect_changes(store, load_config(renamed), key).protocols_changed
 
 
-@pytest.mark.slow
-def test_served_schedule_runs_the_benchmark_on_a_local_prefect_api(tmp_path):
+def test_a_folder_only_config_is_accepted(tmp_path):
     raw = tiny_config(tmp_path)
-    raw["encoders"] = raw["encoders"][:1]
-    raw["checkpoints"] = [{"path": str(tmp_path / "ck"), "arch": "resnet18", "input_size": 32}]
-    raw["protocols"] = raw["protocols"][:1]
-    raw["dask"] = {"n_workers": 1, "processes": False}
-    _checkpoint(tmp_path / "ck", "nightly", seed=7, score=0.6)
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    env = dict(os.environ, PREFECT_HOME=str(tmp_path / "prefect-home"), PYTHONPATH=str(REPO),
-               # the server's scheduler and the runner poll every 60 s / 10 s by default
-               PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="2", PREFECT_RUNNER_POLL_FREQUENCY="2")
-    env.pop("PREFECT_API_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", str(path), "--interval", "2",
-                             "--watch-interval", "3600"], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    key = watch_key(str(path))
-    try:
-        deadline = time.monotonic() + 240
-        state = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            store_path = Path(raw["store"])
-            if (store_path / key).exists():
-                state = json.loads((store_path / key).read_text())
-                break
-            time.sleep(1)
-        assert state is not None, f"no scheduled run completed; serve exited {proc.poll()}"
-        assert sorted(state["encoders"]) == ["nightly", "r18a"]
-        ledger = Ledger(FeatureStore(raw["store"], read_only=True))
-        assert {r["model"] for r in ledger} == {"nightly", "r18a"}  # the new checkpoint was evaluated
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+    del raw["encoders"]
+    raw["checkpoints"] = [{"path": str(tmp_path / "ck"), "arch": "resnet18", "input_size": 32,
+                           "layers": ["pre_logits", "block3"], "settle_seconds": 0}]
+    raw["protocols"][0]["layers"] = ["block3"]  # a layer only the scanned checkpoints give
+    plan = make_plan(load_config(raw))  # an empty folder: nothing to do yet, not an error
+    assert plan.units == [] and plan.cells == []
+    write_checkpoint(tmp_path / "ck", "ep1", seed=1)
+    plan = make_plan(load_config(raw))
+    assert {(c.model, c.layer, c.setting) for c in plan.cells if c.setting == "knn20"} == {("ep1", "block3", "knn20")}
+    with pytest.raises(ConfigError, match="config.encoders: no encoders and no checkpoints folder"):
+        load_config({k: v for k, v in raw.items() if k != "checkpoints"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 
@@ -28,3 +29,19 @@ def tiny_config(tmp: Path) -> dict:
         "correlation": {"settings": [{"name": "knn", "protocol": "knn20", "datasets": ["tex"]}], "bootstrap": 200},
         "report": {"path": str(tmp / "report" / "report.html"), "baseline": "r18a"},
     }
+
+
+def write_checkpoint(folder: Path, name: str, seed: int, score: float | None = None, arch: str = "resnet18") -> Path:
+    """A real random-init timm checkpoint (safetensors) and, with ``score``, its sidecar."""
+    import timm
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    model = timm.create_model(arch, pretrained=False, num_classes=0)
+    path = folder / f"{name}.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    if score is not None:
+        path.with_suffix(".json").write_text(json.dumps({"reference_score": score}))
+    return path

@@ -19,8 +19,6 @@ def _logit(p):
     return np.log(p / (1 - p))
 
 
-
-
 def test_matches_scipy_on_logit_means():
     ref, acc = synthetic_scores(MODELS)
     report = correlate_results(linear_records(acc), make_config(MODELS), ref)

@@ -43,7 +43,7 @@ def store(tmp_path_factory):
 
 
 @pytest.mark.parametrize("protocol", [pytest.param(p, marks=pytest.mark.slow) if p == "invariance" else p
-                                      for p in list_protocols()])  # the invariance audit refits many maps
+                                      for p in list_protocols()])  # the audit fits ~50 probes: minutes
 def test_every_protocol_runs_on_the_store_and_is_recorded(store, protocol):
     cell = Cell("pixels", "digitsnpz", "pre_logits", f"{protocol}-quick", protocol, QUICK.get(protocol, {}))
     first = evaluate_cell(store, cell)

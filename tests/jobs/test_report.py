@@ -11,12 +11,14 @@ from PIL import Image
 
 from jobs.correlate import correlate_results
 from jobs.report import BEST_MARKER, write_report
+from jobs.report_inputs import named
 from tests.helpers.records import (
     DATASETS, MODELS, logistic_diagnostics, logistic_metrics, make_config, make_record, synthetic_scores,
 )
 
 EVIL = "<script>alert(1)</script>"
-SECTIONS = ("overview", "accuracy", "lowshot", "correlation", "invariance", "calibration", "warnings", "provenance")
+SECTIONS = ("failed", "overview", "data", "accuracy", "layers", "lowshot", "correlation", "invariance", "calibration",
+            "warnings", "provenance")
 MAPS = ("rotation", "isotropic_scale", "translation", "per_feature_scale", "affine")
 
 
@@ -175,3 +177,73 @@ def test_without_correlation_or_optional_sections(tmp_path):
     assert "No low-shot records" in text["lowshot"] and "No invariance audit" in text["invariance"]
     assert "Every fit converged" in text["warnings"]
     assert [c["data-model"] for c in page.cells if c.get("class") == "best"] == [models[1]]
+
+
+def _score(m, d, setting, value, **kw):
+    return make_record(m, d, setting, {"top1": value, "mean_per_class": value, "score": value}, **kw)
+
+
+def test_failures_come_first_then_data_problems(tmp_path):
+    models = MODELS[:2]
+    config = make_config(models, correlation={"settings": []})
+    failures = [{"kind": "cell", "label": "r18-a/pets/pre_logits:fs20", "attempts": 2,
+                 "reason": "DataValidationError: n_way=5 needs at least 5 classes, but y has only 4"},
+                {"kind": "checkpoint", "label": "checkpoint /ck/bad.safetensors", "attempts": 1,
+                 "reason": "CheckpointError: safetensors checkpoint 'bad.safetensors' is truncated"}]
+    notes = [{"where": "pets/train", "what": "2 unreadable image(s) left out (skip_bad)",
+              "items": ["cat/broken.jpg", "dog/empty.png"]}]
+    path = write_report([_score(models[0], "pets", "knn20", 0.5)], None, config, str(tmp_path / "r.html"),
+                        failures=failures, data_notes=notes, waiting=["/ck/half-written.safetensors"])
+    page = _Page()
+    text = open(path, encoding="utf-8").read()
+    page.feed(text)
+    assert text.index('<section id="failed">') < text.index('<section id="overview">')
+    failed = page.section_text["failed"]
+    assert "2 failure(s)" in failed and "r18-a/pets/pre_logits:fs20" in failed and "is truncated" in failed
+    data = page.section_text["data"]
+    assert "pets/train: 2 unreadable image(s)" in data and "cat/broken.jpg" in data
+    assert "half-written.safetensors is still being written" in data
+
+
+def test_best_layer_per_encoder(tmp_path):
+    models = MODELS[:2]
+    recs = [_score(models[0], "pets", "knn20", 0.5), _score(models[0], "pets", "knn20", 0.7, layer="block3"),
+            _score(models[1], "pets", "knn20", 0.6), _score(models[1], "pets", "knn20", 0.4, layer="block3"),
+            _score(models[0], "pets", "linear", 0.8)]  # one layer only: not listed
+    path = write_report(recs, None, make_config(models, correlation={"settings": []}), str(tmp_path / "r.html"))
+    page = _Page()
+    text = open(path, encoding="utf-8").read()
+    page.feed(text)
+    layers = text[text.index('<section id="layers">'):text.index('<section id="lowshot">')]
+    assert f'data-layer="block3" data-model="{models[0]}"' in layers
+    assert f'data-layer="pre_logits" data-model="{models[1]}"' in layers
+    assert "70.0" in layers and "(block3)" in layers and "60.0" in layers and "(pre_logits)" in layers
+    assert "linear (" not in page.section_text["layers"]
+    assert {"acc-knn20-pre_logits", "acc-knn20-block3"} <= page.ids  # a table per layer
+
+
+def test_two_names_sharing_one_record_each_keep_their_row(tmp_path):
+    """Identical weights under two names: one ledger record, shown under both names."""
+    rec = _score("mine-ep2", "pets", "knn20", 0.55)
+    shared = named(rec, {"model": "mine-ep2-pth", "dataset": "pets", "layer": "pre_logits", "setting": "knn20"})
+    config = make_config(["mine-ep2", "mine-ep2-pth"], correlation={"settings": []})
+    path = write_report([rec, shared], None, config, str(tmp_path / "r.html"))
+    page = _Page()
+    page.feed(open(path, encoding="utf-8").read())
+    rows = {c["data-model"] for c in page.cells if c["data-table"] == "knn20@pre_logits"}
+    assert rows == {"mine-ep2", "mine-ep2-pth"}
+    links = [h[1:] for h in page.hrefs if h.startswith("#cell-")]
+    assert len(set(links)) == 2 and all(h in page.ids for h in links)
+    assert "&quot;recorded_as&quot;: &quot;mine-ep2&quot;" in open(path, encoding="utf-8").read()
+
+
+def test_relative_curve_needs_the_baseline_shots(tmp_path):
+    models = MODELS[:2]
+    full = {"1": 0.3, "4": 0.5, "all": 0.8}
+    recs = [make_record(models[0], "pets", "lowshot", {"curve": {"1": 0.3, "all": 0.8}, "score": 0.8}),
+            make_record(models[1], "pets", "lowshot", {"curve": full, "score": 0.8})]
+    config = make_config(models, correlation={"settings": []}, report={"baseline": models[0]})
+    path = write_report(recs, None, config, str(tmp_path / "r.html"))
+    page = _Page()
+    page.feed(open(path, encoding="utf-8").read())
+    assert f"{models[1]}: no relative curve" in page.section_text["lowshot"]

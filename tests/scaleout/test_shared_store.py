@@ -131,11 +131,12 @@ def runs(s3_endpoint, prefect_api, tmp_path_factory):
     started = _start_runs(on_s3 + local, prefect_api, tmp)
     summaries = _summaries(started)
     t1 = time.perf_counter()
-    # the runs wrote their reports; `repeval results` reads the ledger back from the bucket
-    # (in this process: a CLI subprocess would spend its time importing torch)
+    # the runs wrote their reports; `repeval results` reads each config's records back from
+    # the bucket (in this process: a CLI subprocess would spend its time importing torch)
     with open(tmp / "results.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        assert cli_main(["results", "--config", str(on_s3[0]), "--format", "json",
-                         "--output", str(tmp / "results.json")]) == 0
+        for i, config in enumerate(on_s3):
+            assert cli_main(["results", "--config", str(config), "--format", "json",
+                             "--output", str(tmp / f"results-{i}.json")]) == 0
     print(f"four concurrent runs (two per store): {t1 - t0:.1f} s; repeval results: {time.perf_counter() - t1:.1f} s")
     return tmp, {"s3": (on_s3, summaries[:2]), "local": (local, summaries[2:])}
 
@@ -150,9 +151,10 @@ def test_two_configs_share_one_local_store(runs):
 
 def test_results_and_report_read_the_s3_ledger(runs):
     tmp = runs[0]
-    rows = json.loads((tmp / "results.json").read_text())
-    assert len(rows) == 5 and {r["model"] for r in rows} == {"r18a", "r18b", "r18c"}
-    assert {r["setting"] for r in rows} == {"knn5", "ridge"}
+    a, b = (json.loads((tmp / f"results-{i}.json").read_text()) for i in (0, 1))
+    assert sorted((r["model"], r["setting"]) for r in a) == [("r18a", "knn5"), ("r18b", "knn5")]  # config a's cells
+    assert len(b) == 4 and {r["model"] for r in b} == {"r18b", "r18c"}
+    assert len({r["cell_id"] for r in a + b}) == 5  # r18b's knn5 record is shared by both configs
     html = (tmp / "s3" / "b" / "report.html").read_text()
     assert "r18c" in html and "ridge" in html and f"s3://{BUCKET}/shared" in html
 

@@ -1,0 +1,125 @@
+"""``repeval`` commands that run or report a config: run, report, serve, deploy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+EXIT_CELLS_FAILED = 3  # `repeval run`: some cells, extractions, checkpoints or the correlation failed
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Plan (one check of the config, before Prefect or Dask start), run, summarise.
+
+    Exits 3 when something failed (listed in the summary and recorded for
+    ``repeval results --failed``), unless ``--allow-failures``.
+    """
+    from flows.runtime import prepare_environment
+
+    prepare_environment(args.verbose)
+    from jobs.config import load_config
+    from jobs.plan import make_plan
+
+    cfg = load_config(args.config)
+    plan = make_plan(cfg, retry_failed=args.retry_failed)
+    from flows.benchmark import run_benchmark, say  # Prefect and Dask: once the config is known good
+
+    for rec in plan.checkpoint_failures:
+        say("run", f"checkpoint refused: {rec['file']}: {rec['reason']}")
+    summary = run_benchmark(cfg, dask_address=args.dask_address, plan=plan)
+    if args.json:
+        print(json.dumps({k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}, default=str))
+    else:
+        print(f"report: {summary['report']}")
+    if summary["failures"] and not args.allow_failures:
+        print(f"repeval: {len(summary['failures'])} failure(s); exit code {EXIT_CELLS_FAILED} "
+              "(--allow-failures exits 0)", file=sys.stderr)
+        return EXIT_CELLS_FAILED
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from jobs.config import load_config
+    from jobs.report_inputs import correlate_and_report
+    from jobs.results import config_cells
+    from storage_schema.ledger import failure_id
+
+    cfg = load_config(args.config)
+    store = cfg.open_store(read_only=True)
+    cells, missing, plan = config_cells(store, cfg)
+    out = correlate_and_report(store, plan.config, cells, path=args.output, plan=plan)
+    failed_ids = {f["id"] for f in out["failures"] if f.get("kind") == "cell"}
+    failed = sum(failure_id(c.model, c.dataset, c.layer, c.setting) in failed_ids for c in missing)
+    print(f"report: {out['report']} ({out['records']} cells; {failed} failed; "
+          f"{len(missing) - failed} not evaluated yet; {len(out['failures'])} failure(s) on record)")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from flows.runtime import prepare_environment
+
+    prepare_environment(args.verbose)
+    from flows.runtime import prefect_api
+    from flows.schedules import DEFAULT_CRON, serve_schedules
+
+    path = os.path.abspath(args.config)
+    _check_in_child(path)  # refuse a broken config before serving it forever
+    cron = args.cron or DEFAULT_CRON
+    # SIGTERM (systemd, docker stop, kill) while starting stops like Ctrl-C, so the local
+    # server is shut down; once serving, Prefect's runner stops the runs itself.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with prefect_api(scheduler=True) as api:
+            what = f"every {args.interval:g} s" if args.interval else f"cron {cron!r}"
+            print(f"repeval serve: {path}\n"
+                  f"  checkpoint scan: {what}; protocol watch: every {args.watch_interval:g} s\n"
+                  f"  run history: {api.removesuffix('/api')} (Prefect UI), or "
+                  f"PREFECT_API_URL={api} prefect flow-run ls\n"
+                  "  stop: Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
+            serve_schedules(path, cron=cron, interval=args.interval, watch_interval=args.watch_interval)
+    except KeyboardInterrupt:  # stopped while starting (once serving, Prefect handles it)
+        pass
+    print(f"repeval serve: stopped; the store and Prefect's run history are kept (list past runs: "
+          f"PREFECT_HOME={os.environ['PREFECT_HOME']} prefect flow-run ls)", file=sys.stderr, flush=True)
+    return 0
+
+
+def _interrupt(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one clean stop
+    raise KeyboardInterrupt
+
+
+def _check_in_child(config_path: str) -> None:
+    """The config's full check (architectures, checkpoints: torch and timm) in a process of
+    its own, so the long-lived serving process never holds those libraries."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool.submit(check_config_file, config_path).result()
+
+
+def check_config_file(config_path: str) -> None:
+    from jobs.config import load_config
+    from jobs.plan import make_plan
+
+    make_plan(load_config(config_path), record=False)
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    # No prepare_environment(): the deployment goes to the user's Prefect server, taken
+    # from their own Prefect profile or PREFECT_API_URL, never to an embedded one.
+    from flows.deploy import deploy_config
+    from flows.schedules import DEFAULT_CRON
+
+    cron = args.cron or DEFAULT_CRON
+    d = deploy_config(args.config, args.pool, name=args.name, cron=cron, timezone=args.timezone)
+    print(f"deployed {d.name} ({d.id}) on {d.api_url}: cron {cron!r} "
+          f"({args.timezone or 'UTC'}), reruns on protocol changes of {d.config_path}")
+    print(f"runs go to work pool {args.pool!r}; start a worker: prefect worker start --pool {args.pool}")
+    print(f"run now: prefect deployment run '{d.name}'")
+    print(f"after editing protocol settings: {d.emit_command()}")
+    return 0

@@ -1,0 +1,232 @@
+"""``repeval`` commands that read or write the store directly: extract, ls, verify, repair,
+import-features, results. None of them imports Prefect, and only ``extract`` and
+``repair`` import torch (they run a forward pass), so they answer quickly."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+
+from pipeline.errors import RepevalError
+
+EXIT_PROBLEMS = 1  # verify / repair: damaged or incomplete arrays remain
+
+
+def kv_pairs(pairs: Sequence[str]) -> dict:
+    """``key=value`` pairs; values parsed as JSON when they parse (numbers, true, lists)."""
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise RepevalError(f"expected key=value, got {pair!r}")
+        k, v = pair.split("=", 1)
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k] = v
+    return out
+
+
+def print_table(rows: list[dict], cols: Sequence[str]) -> None:
+    table = [[str(r.get(c, "")) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip())
+    for t in table:
+        print("  ".join(v.ljust(w) for v, w in zip(t, widths)).rstrip())
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    from jobs.config import ExtractConfig
+    from jobs.extract import extract
+    from pipeline.datasets import make_dataset
+    from jobs.weights_check import check_weights
+    from pipeline.encoders import EncoderSpec, check_layers_available, load_encoder
+    from storage_schema import FeatureStore
+
+    spec = EncoderSpec(name=args.name or args.arch, arch=args.arch, weights=args.weights, seed=args.seed,
+                       layers=tuple(args.layers), input_size=args.input_size)
+    check_layers_available(spec)  # architecture and layers, before the store is touched
+    check_weights(spec)
+    dataset = make_dataset(args.dataset, name=args.dataset_name, **kv_pairs(args.param))
+    splits = args.split or list(dataset.splits)
+    config = ExtractConfig(batch_size=args.batch_size, chunk_batches=args.chunk_batches,
+                           num_workers=args.workers, dtype=args.dtype, device=args.device,
+                           wait=not args.no_wait, progress=not args.quiet, lease_ttl=args.lease_ttl)
+    config.validate()
+    bad = [s for s in splits if s not in dataset.splits]
+    if bad:
+        raise RepevalError(f"dataset {dataset.name!r} has no split {bad[0]!r}; splits: {', '.join(dataset.splits)}")
+    store = FeatureStore(args.store)
+    encoder = load_encoder(spec, device=args.device)
+    for split in splits:
+        report = extract(store, encoder, dataset, split, config)
+        print(json.dumps(report.to_dict()) if args.json else
+              f"{report.status:9s} {report.model}/{report.dataset}/{split}: {report.images} images, "
+              f"{report.forward_batches} batches, {report.images_per_s:.0f} img/s")
+        if report.skipped_ids and not args.json:
+            print(f"          {len(report.skipped_ids)} unreadable image(s) left out: "
+                  f"{', '.join(report.skipped_ids[:5])}{', ...' if len(report.skipped_ids) > 5 else ''}")
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from storage_schema import FeatureStore
+
+    store = FeatureStore(args.store, read_only=True)
+    rows = []
+    for st in store.list_arrays():
+        enc = st.attrs.get("encoder", {})
+        skipped = list(st.attrs.get("skipped_ids") or [])
+        rows.append({
+            "key": st.key, "shape": list(st.shape), "dtype": st.dtype,
+            "status": "complete" if st.complete else f"partial {100 * st.fraction_done:.0f}%",
+            "fingerprint": st.fingerprint[:12], "arch": enc.get("arch", ""),
+            "weights": str(enc.get("weights_fingerprint", ""))[:12], "pooling": st.attrs.get("pooling", ""),
+            "created": st.attrs.get("created", ""), "skipped": len(skipped), "skipped_ids": skipped,
+        })
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    if not rows:
+        print(f"store {store.url} is empty")
+        return 0
+    print_table(rows, ["key", "shape", "dtype", "status", "arch", "weights", "pooling", "skipped", "fingerprint"])
+    for r in rows:  # the data a dataset adapter left out is named, not only counted
+        if r["skipped"] and r["key"].startswith("datasets/"):
+            shown = ", ".join(r["skipped_ids"][:10]) + (", ..." if r["skipped"] > 10 else "")
+            print(f"{r['key']}: {r['skipped']} unreadable image(s) left out: {shown}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Read every chunk of every array; exit 1 if any is damaged or incomplete."""
+    from storage_schema import FeatureStore
+
+    store = FeatureStore(args.store, read_only=True)
+    problems = 0
+    for st in store.list_arrays():
+        if not st.complete:
+            problems += 1
+            print(f"incomplete {st.key}: {len(st.done_chunks)} of {st.n_chunks} chunks written")
+            continue
+        bad = store.damaged_chunks(st.key)
+        if bad:
+            problems += 1
+            print(f"damaged    {st.key}: chunk(s) {bad} fail their checksum")
+        elif args.verbose_ok:
+            print(f"ok         {st.key}")
+    print(f"{problems} problem(s) in {store.url}")
+    return EXIT_PROBLEMS if problems else 0
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    """Recompute the chunks that fail their checksum; exit 1 if incomplete arrays remain."""
+    from jobs.repair import repair
+    from storage_schema import FeatureStore
+
+    store = FeatureStore(args.store)
+    summary = repair(store, args.key or None, weights=args.weights, device=args.device, lease_ttl=args.lease_ttl)
+    if args.json:
+        print(json.dumps(summary.to_dict()))
+    else:
+        for r in summary.repaired:
+            print(f"repaired   {r.key}: chunk(s) {r.chunks}")
+        for key in summary.incomplete:
+            print(f"incomplete {key}: not repaired; rerun its extraction to resume it")
+        for failure in summary.failed:
+            print(f"failed     {failure}")
+        print(f"{summary.chunks} chunk(s) of {len(summary.repaired)} array(s) recomputed and verified "
+              f"({summary.forward_batches} forward batches); {summary.checked} array(s) checked in {store.url}")
+    if summary.failed:
+        return 2
+    return EXIT_PROBLEMS if summary.incomplete else 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from jobs.import_features import import_features
+    from pipeline.datasets import make_dataset
+    from storage_schema import FeatureStore
+
+    dataset = make_dataset("features", name=args.dataset_name, path=args.path)
+    store = FeatureStore(args.store)
+    for split in args.split or dataset.splits:
+        rep = import_features(store, args.model, dataset, split, layer=args.layer)
+        print(f"{rep.status:8s} {rep.key}: {rep.rows} x {rep.dim}")
+    return 0
+
+
+RESULT_COLUMNS = ("model", "dataset", "layer", "setting", "metric.score", "metric.top1", "converged")
+HISTORY_COLUMNS = ("current", "settings", "recorded")
+FAILURE_COLUMNS = ("kind", "label", "reason", "attempts", "first_failed", "recorded")
+
+
+def cmd_datasets_show(args: argparse.Namespace) -> int:
+    from pipeline.datasets import show_dataset
+
+    print(show_dataset(args.adapter, kv_pairs(args.param), name=args.name, as_json=args.json))
+    return 0
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    """The records of the config's current settings (or the store's latest per cell); with
+    --all the history too; with --failed the failures on record."""
+    from storage_schema.ledger import EXPORT_FORMATS, export_records, records_frame
+
+    if args.format not in EXPORT_FORMATS:
+        raise RepevalError(f"--format {args.format!r} is not one of {', '.join(EXPORT_FORMATS)}")
+    if args.format != "table" and not args.output:
+        raise RepevalError(f"--format {args.format} needs --output PATH")
+    cfg, store = open_store_of(args)
+    if args.failed:
+        return _failed(store, cfg, args)
+    from jobs.results import config_records, store_records
+
+    if cfg is not None:
+        rows, missing = config_records(store, cfg, args.all)
+    else:
+        rows, missing = store_records(store, args.all), 0
+    if args.format != "table":
+        export_records(rows, args.output, args.format)
+        print(f"wrote {args.output} ({len(rows)} records)")
+        return 0
+    if not rows:
+        print("no records" + (f"; {missing} cell(s) of the config not evaluated yet" if missing else ""))
+        return 0
+    frame = records_frame(rows)
+    cols = [c for c in RESULT_COLUMNS if c in frame]
+    if "recorded_as" in frame and frame["recorded_as"].notna().any():
+        cols.append("recorded_as")  # a name sharing the record of identical weights
+    cols += [c for c in HISTORY_COLUMNS if args.all and c in frame] + ["cell_id"]
+    print(frame[cols].to_string(index=False))
+    if missing:
+        print(f"{missing} cell(s) of the config not evaluated yet (or failed: repeval results --failed)")
+    return 0
+
+
+def _failed(store, cfg, args: argparse.Namespace) -> int:
+    from jobs.results import failed_rows
+
+    rows = failed_rows(store, cfg)
+    if args.format == "json":
+        with open(args.output, "w") as f:
+            json.dump(rows, f, indent=1)
+        print(f"wrote {args.output} ({len(rows)} failures)")
+    elif args.format != "table":
+        raise RepevalError("--failed writes a table or json")
+    elif not rows:
+        print("no failures on record")
+    else:
+        print_table(rows, FAILURE_COLUMNS)
+    return 0
+
+
+def open_store_of(args: argparse.Namespace):
+    """(config or None, store): ``--config``'s store (with its storage options), else ``--store``; read-only."""
+    if getattr(args, "config", None):
+        from jobs.config import load_config
+
+        cfg = load_config(args.config)
+        return cfg, cfg.open_store(read_only=True)
+    from storage_schema import FeatureStore
+
+    return None, FeatureStore(args.store, read_only=True)

@@ -1,0 +1,51 @@
+"""What the dataset adapters tolerated, as read back from the store: unreadable images left
+out (``skip_bad``), classes without images in a split, and classes too small for few-shot
+episodes. Shown by the run's summary, ``repeval ls`` and the report."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import RepevalError
+
+
+def label_notes(store, datasets: Iterable[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Notes on the stored labels of each (dataset, split): images left out, empty classes."""
+    notes = []
+    for dataset, split in datasets:
+        try:
+            labels = store.labels(dataset, split)
+        except RepevalError:  # not extracted yet
+            continue
+        where = f"{dataset}/{split}"
+        skipped = [str(s) for s in labels.attrs.get("skipped_ids") or []]
+        if skipped:
+            notes.append({"where": where, "what": f"{len(skipped)} unreadable image(s) left out (skip_bad)",
+                          "items": skipped, "kind": "skipped"})
+        names = list(labels.attrs.get("class_names") or [])
+        if names:
+            counts = np.bincount(labels.read(), minlength=len(names))
+            empty = [names[i] for i, c in enumerate(counts) if c == 0]
+            if empty:
+                notes.append({"where": where, "what": f"{len(empty)} class(es) without any image",
+                              "items": empty, "kind": "empty_classes"})
+    return notes
+
+
+def fewshot_notes(records: Iterable[Mapping[str, Any]], class_counts: Mapping[str, int]) -> list[dict[str, Any]]:
+    """Few-shot cells that drew their episodes from fewer classes than the dataset has."""
+    notes: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in records:
+        eligible = (r.get("diagnostics") or {}).get("eligible_classes")
+        total = class_counts.get(str(r.get("dataset")))
+        key = (str(r.get("dataset")), str(r.get("setting")))
+        if isinstance(eligible, int) and total and eligible < total and key not in notes:
+            s = r.get("settings") or {}
+            notes[key] = {"where": f"{key[0]}, few-shot setting {key[1]}",
+                          "what": f"only {eligible} of {total} classes have the {s.get('n_shot')} + "
+                                  f"{s.get('n_query')} images an episode needs; the others are left out of "
+                                  "its episodes", "items": [], "kind": "small_classes"}
+    return list(notes.values())

@@ -1,0 +1,65 @@
+"""The report's first and last sections: an overview with its contents, and the
+provenance of every record (settings, fingerprints, encoder, diagnostics, timings)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from jobs.report.html import Markup, el, label_of, anchor, note, section, table
+from jobs.report.model import ReportRun
+from storage_schema.provenance import now_iso
+
+CONTENTS = [("failed", "Failed cells"), ("data", "Data problems"), ("accuracy", "Accuracy"),
+            ("layers", "Best layer per encoder"), ("lowshot", "Low-shot curves"), ("correlation", "Correlation"),
+            ("invariance", "Invariance audit"), ("calibration", "Calibration"), ("warnings", "Solver warnings"),
+            ("provenance", "Provenance")]
+
+
+def overview_section(run: ReportRun) -> Markup:
+    facts = [
+        ("generated", now_iso()),
+        ("records shown (current settings, latest per cell)", len(run.records)),
+        ("records set aside (older, or of changed settings)", len(run.aside)),
+        ("failures on record", len(run.failures)),
+        ("encoders", ", ".join(run.models) or "(none)"),
+        ("datasets", ", ".join(run.datasets) or "(none)"),
+        ("protocol settings", ", ".join(f"{s} ({run.protocol_of.get(s)})" for s in run.settings) or "(none)"),
+        ("layers", ", ".join(run.layers) or "(none)"),
+        ("store", run.store),
+    ]
+    return section(
+        "overview", "Overview",
+        table(["", ""], facts, class_="facts"),
+        el("nav", el("ul", [el("li", el("a", title, href=f"#{sid}")) for sid, title in CONTENTS])),
+    )
+
+
+_PARTS = ("settings", "fingerprints", "provenance", "diagnostics", "timings", "metrics", "warnings")
+
+
+def _block(rec: Mapping[str, Any], aside: bool) -> Markup:
+    head = {k: rec.get(k) for k in ("cell_id", "model", "recorded_as", "protocol", "protocol_version",
+                                    "config_hash", "splits", "converged", "n_train", "n_test", "dim", "recorded")
+            if rec.get(k) is not None}
+    parts = [el("h4", "cell"), el("pre", json.dumps(head, indent=1, default=str))]
+    for key in _PARTS:
+        if key in rec:
+            parts += [el("h4", key), el("pre", json.dumps(rec[key], indent=1, sort_keys=True, default=str))]
+    summary = label_of(rec) + (" (set aside: older record or changed settings)" if aside else "")
+    return el("details", el("summary", summary), parts, id=anchor(rec))
+
+
+def provenance_section(run: ReportRun) -> Markup:
+    seen: set[str] = set()
+    blocks = []
+    for rec, aside in [(r, False) for r in run.records] + [(r, True) for r in run.aside]:
+        if anchor(rec) not in seen:
+            seen.add(anchor(rec))
+            blocks.append(_block(rec, aside))
+    return section("provenance", "Provenance",
+                   note("Settings, feature fingerprints, encoder provenance, diagnostics and timings of "
+                        "every record. An encoder whose weights equal another's shares its features' "
+                        "record (same fingerprints), shown under each name; 'recorded_as' is the name "
+                        "it was first computed under."), blocks)

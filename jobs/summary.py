@@ -1,0 +1,93 @@
+"""A run's summary: what it computed, took from the ledger, skipped and what failed.
+
+Built from the outcomes of the run's tasks; shown in the terminal, logged through
+Prefect's run logger and published as a table artifact by the flow, and returned by
+``repeval run --json``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from jobs.failures import FAILED, failure_line
+
+EXTRACTED = ("extracted", "resumed")
+
+
+def build_summary(*, reason: str, units: int, cells: int, extractions: Sequence[Mapping[str, Any]],
+                  outcomes: Sequence[Mapping[str, Any]], failures: Sequence[Mapping[str, Any]],
+                  report: str | None, correlation: Any, started: float, new_encoders: Sequence[str] = (),
+                  waiting: Sequence[str] = (), skipped_checkpoints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The summary dict of one run (JSON-able; ``failures`` are failure records)."""
+    skipped_images: dict[str, list[str]] = {}
+    for ext in extractions:
+        if ext.get("skipped_ids"):
+            skipped_images[f"{ext.get('dataset')}/{ext.get('split')}"] = list(ext["skipped_ids"])
+    return {
+        "reason": reason, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "units": units, "cells": cells,
+        "extracted": sum(r.get("status") in EXTRACTED for r in extractions),
+        "forward_batches": sum(int(r.get("forward_batches") or 0) for r in extractions),
+        "images": sum(int(r.get("images") or 0) for r in extractions),
+        "computed": sum(o.get("status") == "computed" for o in outcomes),
+        "cached": sum(o.get("status") == "cached" for o in outcomes),
+        "failed": [dict(o) for o in outcomes if o.get("status") == FAILED],
+        "failed_extractions": [dict(r) for r in extractions if r.get("status") == FAILED],
+        "failures": [dict(f) for f in failures],
+        "new_encoders": list(new_encoders), "waiting_checkpoints": list(waiting),
+        "skipped_checkpoints": [dict(s) for s in skipped_checkpoints],
+        "skipped_images": skipped_images,
+        "extractions": [dict(r) for r in extractions], "outcomes": [dict(o) for o in outcomes],
+        "report": report, "correlation": correlation,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def failure_message(summary: Mapping[str, Any]) -> str | None:
+    """One line for the run's final state when something failed, else None."""
+    fails = summary["failures"]
+    if not fails:
+        return None
+    kinds: dict[str, int] = {}
+    for f in fails:
+        kinds[str(f.get("kind"))] = kinds.get(str(f.get("kind")), 0) + 1
+    counts = ", ".join(f"{n} {k}{'s' if n > 1 else ''}" for k, n in kinds.items())
+    return f"{counts} failed: " + "; ".join(failure_line(f) for f in fails[:3]) + (
+        f"; ... ({len(fails)} in all, see `repeval results --failed`)" if len(fails) > 3 else "")
+
+
+def summary_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The summary as terminal lines: counts first, then every failure and data problem."""
+    lines = [f"{summary['reason']}: extracted {summary['extracted']} of {summary['units']} encoder/dataset splits "
+             f"({summary['images']} images), evaluated {summary['computed']} of {summary['cells']} cells "
+             f"({summary['cached']} from the ledger, {len(summary['failed'])} failed) in {summary['seconds']:.1f} s"]
+    if summary["new_encoders"]:
+        lines.append(f"new encoders: {', '.join(summary['new_encoders'])}")
+    for path in summary["waiting_checkpoints"]:
+        lines.append(f"waiting: {path} is still being written; a later scan takes it")
+    for rec in summary["skipped_checkpoints"]:
+        lines.append(f"skipped: {rec.get('file')} failed before and is unchanged ({rec.get('reason')}); "
+                     "retry with --retry-failed or replace the file")
+    for where, ids in summary["skipped_images"].items():
+        shown = ", ".join(ids[:5]) + (f", ... ({len(ids)} in all)" if len(ids) > 5 else "")
+        lines.append(f"data: {len(ids)} unreadable image(s) left out of {where}: {shown}")
+    if summary["failures"]:
+        lines.append(f"FAILED ({len(summary['failures'])}):")
+        lines.extend(f"  {f.get('kind')} {failure_line(f)}" for f in summary["failures"])
+    if summary.get("report"):
+        lines.append(f"report: {summary['report']}")
+    return lines
+
+
+def summary_table(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Rows for a Prefect table artifact: one per fact, then one per failure."""
+    rows = [{"item": k, "value": str(v)} for k, v in (
+        ("why it ran", summary["reason"]), ("new encoders", ", ".join(summary["new_encoders"]) or "none"),
+        ("extraction units", f"{summary['extracted']} extracted of {summary['units']}"),
+        ("cells computed", summary["computed"]), ("cells from the ledger", summary["cached"]),
+        ("cells failed", len(summary["failed"])), ("failures", len(summary["failures"])),
+        ("report", summary.get("report") or "not written"), ("seconds", f"{summary['seconds']:.1f}"))]
+    rows += [{"item": f"failed {f.get('kind')}", "value": failure_line(f)} for f in summary["failures"]]
+    return rows

@@ -1,0 +1,24 @@
+"""The command line answers fast: reading a config, planning, listing results and starting
+the CLI import no numerical or orchestration library (torch, timm, scikit-learn,
+matplotlib, Prefect, Dask); those load only where a forward pass, a fit, a plot or a run
+happens. (The seconds are measured by benchmarks/bench_cli.py, never asserted here.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.helpers.cli import REPO, cli_env
+
+HEAVY = ("torch", "timm", "torchvision", "sklearn", "matplotlib", "prefect", "dask", "scipy", "pandas")
+LIGHT = ("flows.cli", "jobs.config", "jobs.plan", "jobs.results", "jobs.report_inputs", "jobs.summary",
+         "jobs.watch", "jobs.checkpoint_scan", "storage_schema.ledger")
+
+
+def test_cli_and_config_modules_import_no_heavy_library():
+    code = (f"import importlib, json, sys\nfor m in {LIGHT!r}: importlib.import_module(m)\n"
+            f"print(json.dumps(sorted(h for h in {HEAVY!r} if h in sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=REPO,
+                         timeout=120, check=True)
+    assert json.loads(out.stdout) == []
