@@ -1,6 +1,6 @@
 """Invariance audit: which coordinate changes of the features each protocol ignores.
 
-PROTOCOLS.md section 9. A fixed invertible map g of the features carries the same
+A fixed invertible map g of the features carries the same
 information; a protocol is invariant to g when fitting on g(train) and predicting g(test)
 gives the same test predictions as without g, for every train set. The audit applies
 five maps to the train and test features (float64), refits every protocol and counts the
@@ -21,9 +21,10 @@ standardised or whitened features) after standardize / whiten. A protocol that r
 lambda per representation (LOO PRESS) is a different protocol and would absorb the
 isotropic scale.
 
-Expected behaviour (``EXPECTED_INVARIANCE``, the table of section 9): a "yes" cell must
-change no prediction (the iterative logistic solvers only up to their tolerance, here
-max |gradient| <= 1e-10: LogisticProbe with a bias, sklearn's lbfgs without, as
+Expected behaviour (``EXPECTED_INVARIANCE``): a "yes" cell must change no prediction (the
+iterative logistic solvers only up to their gradient tolerance ``logistic_tol``:
+``invariance_audit`` defaults to max |gradient| <= 1e-10, the registered ``invariance``
+protocol to 1e-6; LogisticProbe with a bias, scikit-learn's lbfgs without, as
 LogisticProbe always fits one);
 a "no" cell normally changes many, though a given data set may happen to change none.
 Invariance is not accuracy: whitened 5-NN ignores every map and may still be the least
@@ -42,7 +43,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
 from pipeline.errors import DataValidationError, unknown_name
-from pipeline.protocols._validation import check_labels, check_train_test
+from pipeline.protocols.validation import check_class_indices, check_train_test
 from pipeline.protocols.knn import KNNClassifier
 from pipeline.protocols.logistic import LogisticProbe
 from pipeline.protocols.ridge import RidgeProbe
@@ -73,7 +74,7 @@ def _row(*flags: bool) -> Mapping[str, bool]:
     return MappingProxyType(dict(zip(MAPS, flags)))
 
 
-#: EXPECTED_INVARIANCE[protocol][map]: True where predictions cannot change (section 9).
+#: EXPECTED_INVARIANCE[protocol][map]: True where predictions cannot change.
 EXPECTED_INVARIANCE: Mapping[str, Mapping[str, bool]] = MappingProxyType(
     {
         "least_squares_bias": _row(True, True, True, True, True),
@@ -299,7 +300,7 @@ def invariance_audit(
     ``logistic_tol``: gradient tolerance of the iterative (logistic) rows; their "yes"
     cells hold up to it (a test point within that margin of a tie may flip).
 
-    ``protocols``: names of ``AUDIT_PROTOCOLS`` (default: all, the rows of section 9), or a
+    ``protocols``: names of ``AUDIT_PROTOCOLS`` (default: all), or a
     mapping name -> factory(AuditContext) -> unfitted estimator for custom ones (their
     expected invariance is taken from ``EXPECTED_INVARIANCE`` when the name is there, else
     None). ``maps``: a subset of ``MAPS`` (default: all). ``seed`` draws the maps.
@@ -307,7 +308,7 @@ def invariance_audit(
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise DataValidationError(f"seed must be an integer >= 0, got {seed!r}")
     X_tr, y_tr, X_te = check_train_test(X_train, y_train, X_test)
-    y_te = check_labels(y_test, n_samples=X_te.shape[0], name="y_test")
+    y_te = check_class_indices(y_test, n_samples=X_te.shape[0], name="y_test")
     chosen = _resolve_protocols(protocols)
     map_names = _resolve_maps(maps)
     X_tr = X_tr.astype(np.float64, copy=False)

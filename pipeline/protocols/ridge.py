@@ -1,7 +1,15 @@
-"""Least-squares / ridge probe with exact leave-one-out selection (PROTOCOLS.md section 4).
+"""Least-squares / ridge probe with exact leave-one-out selection of lambda.
+
+B = (Z^T Z + P)^-1 Z^T T with Z = [1, H], P = diag(0, lambda I) (bias not penalised), or
+Z = H, P = lambda I without a bias, T the {-1, +1} one-vs-rest targets (2Y - 1 for
+multi-label indicators); prediction argmax_k of [1, h] B. lambda is chosen by the
+smallest PRESS (mean squared exact leave-one-out residual) over a grid, without refits.
 
 The closed-form solve lives in small pure functions (big_vision fewshot_lsr style); the
-estimator only validates input and moves arrays. Everything is float64.
+estimator only validates input and moves arrays. Everything is float64. This module
+holds the functions for few rows (n < 2d, where an SVD of the centred features costs
+O(d^2) memory); ``ridge_gram`` the blocked d x d Gram route for many rows, which
+computes the same quantities without any (n x d) or (n x K) array.
 
 Derivation. Targets T (n x K) in {-1, +1}, one-vs-rest. With an unpenalised bias the
 optimal bias makes the fit pass through the means, so with Hc = H - 1 mu^T and
@@ -24,47 +32,76 @@ Without a bias drop the 1 column: no centring and no 1/n term.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from numbers import Real
 from typing import Any
 
 import numpy as np
 import scipy.linalg
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
 from pipeline.errors import ConfigError
-from pipeline.protocols._validation import check_labels, check_min_classes, validate_features
+from pipeline.protocols.blocks import FeatureRows, block_rows, predict_from_scores, resolve_device
+from pipeline.protocols.validation import (
+    check_min_classes, check_multilabel, check_number, encode_labels, validate_features,
+)
 
-__all__ = ["DEFAULT_ALPHAS", "RidgeProbe", "one_vs_rest_targets", "ridge_spectrum",
-           "ridge_coefficients", "loo_residuals", "press"]
+__all__ = ["DEFAULT_ALPHAS", "RidgeProbe", "fit_ridge", "loo_residuals", "one_vs_rest_targets", "press",
+           "ridge_coefficients", "ridge_spectrum"]
 
-#: The ridge grid of PROTOCOLS.md: 1e-8 .. 1e4, one value per decade (13 values).
+#: The ridge protocol's lambda grid: 1e-8 .. 1e4, one value per decade (13 values).
 DEFAULT_ALPHAS: np.ndarray = 10.0 ** np.arange(-8, 5)
-
-# The Gram-matrix eigendecomposition is ~7x faster than an SVD for n >> d but squares the
-# condition number; it is used only when kappa(Hc)^2 stays below this, so that the
-# relative error of every s^2 (about eps * kappa^2) stays near 1e-10.
-_GRAM_MAX_CONDITION = 1e6
+#: Problems with at most this many feature values take the direct SVD route (its float64
+#: copies are then a bounded, small term); larger ones the blocked Gram route.
+SVD_MAX_ELEMENTS = 1 << 21
 
 
 @dataclass(frozen=True)
 class RidgeSpectrum:
-    """Everything the ridge solutions and LOO residuals of one (H, T) share."""
+    """Everything the ridge solutions and LOO residuals of one (H, T) share.
 
-    U: np.ndarray  # (n, r) left singular vectors of the (centred) features
-    s: np.ndarray  # (r,) nonzero singular values
-    Vt: np.ndarray  # (r, d)
-    Q: np.ndarray  # (r, K) = U^T Tc
-    resid0: np.ndarray  # (n, K) part of T - S T outside span(1, U); lambda-free
-    lev0: np.ndarray  # (n,) part of 1 - S_ii outside span(1, U); lambda-free
-    h_mean: np.ndarray  # (d,) zeros without intercept
-    t_mean: np.ndarray  # (K,) zeros without intercept
+    Parameters
+    ----------
+    U : numpy.ndarray of shape (n, r)
+        Left singular vectors of the (centred) features.
+    s : numpy.ndarray of shape (r,)
+        Nonzero singular values.
+    Vt : numpy.ndarray of shape (r, d)
+    Q : numpy.ndarray of shape (r, K)
+        U^T Tc.
+    resid0 : numpy.ndarray of shape (n, K)
+        Part of T - S T outside span(1, U); lambda-free.
+    lev0 : numpy.ndarray of shape (n,)
+        Part of 1 - S_ii outside span(1, U); lambda-free.
+    h_mean, t_mean : numpy.ndarray
+        Feature and target means (zeros without intercept).
+    """
+
+    U: np.ndarray
+    s: np.ndarray
+    Vt: np.ndarray
+    Q: np.ndarray
+    resid0: np.ndarray
+    lev0: np.ndarray
+    h_mean: np.ndarray
+    t_mean: np.ndarray
 
 
 def one_vs_rest_targets(y_index: np.ndarray, n_classes: int) -> np.ndarray:
-    """T in {-1, +1}^(n x K): +1 in the column of the true class (y as indices 0..K-1)."""
+    """T in {-1, +1}^(n x K): +1 in the column of the true class.
+
+    Parameters
+    ----------
+    y_index : numpy.ndarray of shape (n,)
+        Class indices 0..K-1.
+    n_classes : int
+        K.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n, K)
+    """
     T = -np.ones((y_index.shape[0], n_classes))
     T[np.arange(y_index.shape[0]), y_index] = 1.0
     return T
@@ -73,14 +110,6 @@ def one_vs_rest_targets(y_index: np.ndarray, n_classes: int) -> np.ndarray:
 def _thin_svd(Hc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Thin SVD with the numerically zero singular values dropped (numpy's rank rule)."""
     n, d = Hc.shape
-    if n >= 2 * d:
-        # Eigen-decomposition of the d x d Gram: cost n d^2 for one product, instead of
-        # the SVD's several passes; only when well conditioned (see _GRAM_MAX_CONDITION).
-        w, V = np.linalg.eigh(Hc.T @ Hc)
-        if w[0] > 0 and w[-1] <= _GRAM_MAX_CONDITION * w[0]:
-            s = np.sqrt(w[::-1])
-            Vt = V[:, ::-1].T
-            return (Hc @ Vt.T) / s, s, Vt
     try:
         U, s, Vt = scipy.linalg.svd(Hc, full_matrices=False, lapack_driver="gesdd")
     except np.linalg.LinAlgError:  # gesdd rarely fails to converge; gesvd is the fallback
@@ -90,7 +119,21 @@ def _thin_svd(Hc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def ridge_spectrum(H: np.ndarray, T: np.ndarray, fit_intercept: bool = True) -> RidgeSpectrum:
-    """One decomposition of (H, T) that serves every lambda (see the module docstring)."""
+    """One SVD of (centred) H that serves every lambda (see the module docstring).
+
+    Parameters
+    ----------
+    H : numpy.ndarray of shape (n, d)
+        Features (a copy in float64 is made: for few rows).
+    T : numpy.ndarray of shape (n, K)
+        Targets.
+    fit_intercept : bool
+        Centre features and targets (an unpenalised bias).
+
+    Returns
+    -------
+    RidgeSpectrum
+    """
     H = np.asarray(H, dtype=np.float64)
     T = np.asarray(T, dtype=np.float64)
     n, d = H.shape
@@ -115,16 +158,38 @@ def ridge_spectrum(H: np.ndarray, T: np.ndarray, fit_intercept: bool = True) -> 
 
 
 def ridge_coefficients(spec: RidgeSpectrum, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """Slopes B (d, K) and bias b (K,) at ``alpha``: B = V diag(s / (s^2 + alpha)) Q."""
+    """Slopes and bias at ``alpha``: B = V diag(s / (s^2 + alpha)) Q, b = t - mu B.
+
+    Parameters
+    ----------
+    spec : RidgeSpectrum
+    alpha : float
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        B (d, K) and b (K,).
+    """
     B = spec.Vt.T @ ((spec.s / (spec.s**2 + alpha))[:, None] * spec.Q)
     return B, spec.t_mean - spec.h_mean @ B
 
 
 def loo_residuals(spec: RidgeSpectrum, alpha: float, U2: np.ndarray | None = None) -> np.ndarray:
-    """Exact leave-one-out residuals e_(i) = t_i - prediction without i, shape (n, K).
+    """Exact leave-one-out residuals e_(i) = t_i - prediction without i.
 
     Rows whose leverage is exactly one (possible only at alpha = 0) come out inf: that
-    point cannot be predicted without itself. ``U2`` is ``spec.U ** 2``, if precomputed.
+    point cannot be predicted without itself.
+
+    Parameters
+    ----------
+    spec : RidgeSpectrum
+    alpha : float
+    U2 : numpy.ndarray or None
+        ``spec.U ** 2``, if precomputed.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n, K)
     """
     f = alpha / (spec.s**2 + alpha)  # shrinkage of each direction; 0 at alpha = 0
     resid = spec.resid0 + spec.U @ (f[:, None] * spec.Q)  # T - S T
@@ -136,8 +201,80 @@ def loo_residuals(spec: RidgeSpectrum, alpha: float, U2: np.ndarray | None = Non
 
 
 def press(E: np.ndarray) -> float:
-    """PRESS = (1 / nK) sum_i ||e_(i)||^2, the mean squared LOO residual."""
+    """PRESS = (1 / nK) sum_i ||e_(i)||^2, the mean squared LOO residual.
+
+    Parameters
+    ----------
+    E : numpy.ndarray of shape (n, K)
+        Leave-one-out residuals.
+
+    Returns
+    -------
+    float
+    """
     return float(np.mean(E**2))
+
+
+def _svd_ridge(rows: FeatureRows, labels: np.ndarray, n_classes: int, alphas: np.ndarray,
+               fit_intercept: bool, store_loo: bool):
+    """The ridge fit for few rows (n < 2d): one thin SVD, O(d^2) memory."""
+    from pipeline.protocols.ridge_gram import RidgeFit
+
+    H = rows.numpy(np.float64)
+    T = 2.0 * labels - 1.0 if labels.ndim == 2 else one_vs_rest_targets(labels, n_classes)
+    spec = ridge_spectrum(H, T, fit_intercept)
+    U2 = spec.U**2
+    press_values = np.array([press(loo_residuals(spec, a, U2)) for a in alphas])
+    # Ties (equal PRESS) go to the larger alpha: the stronger regularisation.
+    tied = np.flatnonzero(press_values == press_values.min())
+    alpha = float(alphas[tied[np.argmax(alphas[tied])]])
+    loo = T - loo_residuals(spec, alpha, U2) if store_loo else None
+    B, b = ridge_coefficients(spec, alpha)
+    return RidgeFit(np.ascontiguousarray(B.T), b, alpha, press_values, loo)
+
+
+def fit_ridge(rows: FeatureRows, labels: np.ndarray, n_classes: int, alphas: np.ndarray,
+              fit_intercept: bool = True, device: Any = "auto", store_loo: bool = False, method: str = "auto"):
+    """The ridge probe on ``rows``, lambda by exact leave-one-out PRESS over ``alphas``.
+
+    Small problems (n < 2d, or at most ``SVD_MAX_ELEMENTS`` feature values) take one SVD
+    of the centred features, in float64 on the CPU; larger ones the blocked d x d Gram
+    route of ``ridge_gram`` on ``device``, whose memory does not grow with n. Both
+    compute the same quantities (to round-off; for rank-deficient, badly conditioned
+    features the least-squares solution itself is only defined to about eps * kappa^2).
+
+    Parameters
+    ----------
+    rows : FeatureRows
+        Features, in memory or streamed.
+    labels : numpy.ndarray
+        (n,) class indices 0..K-1 or (n, K) 0/1 indicators.
+    n_classes : int
+        K.
+    alphas : numpy.ndarray
+        The lambda grid (a single value: no selection).
+    fit_intercept : bool
+        Fit an unpenalised bias.
+    device : str or torch.device
+        Compute device of the Gram route.
+    store_loo : bool
+        Also return the (n, K) leave-one-out predictions at the selected lambda.
+    method : str
+        ``auto`` (as above), ``svd`` or ``gram`` (to compare the two).
+
+    Returns
+    -------
+    RidgeFit
+    """
+    from pipeline.protocols.ridge_gram import gram_ridge
+
+    alphas = np.asarray(alphas, dtype=np.float64)
+    n, d = len(rows), rows.n_features
+    if method not in ("auto", "svd", "gram"):
+        raise ConfigError(f"method={method!r} is not one of 'auto', 'svd', 'gram'")
+    if method == "svd" or (method == "auto" and (n < 2 * d or n * d <= SVD_MAX_ELEMENTS)):
+        return _svd_ridge(rows, labels, n_classes, alphas, fit_intercept, store_loo)
+    return gram_ridge(rows, labels, n_classes, alphas, fit_intercept, resolve_device(device), store_loo)
 
 
 class RidgeProbe(ClassifierMixin, BaseEstimator):
@@ -145,39 +282,60 @@ class RidgeProbe(ClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    alpha : L2 weight lambda on the slopes (never on the bias); 0 is plain least squares,
+    alpha : float
+        L2 weight lambda on the slopes (never on the bias); 0 is plain least squares,
         minimum-norm when the features are rank deficient. Used when ``alphas`` is None.
-    fit_intercept : fit an unpenalised bias (features and targets centred).
-    alphas : grid of lambdas (e.g. ``DEFAULT_ALPHAS``); ``alpha_`` is the one with the
-        smallest PRESS, computed for all of them from one SVD. Ties go to the larger alpha.
+    fit_intercept : bool
+        Fit an unpenalised bias (features and targets centred).
+    alphas : array-like or None
+        Grid of lambdas (e.g. ``DEFAULT_ALPHAS``); ``alpha_`` is the one with the
+        smallest PRESS, computed for all of them from one decomposition. Ties go to the
+        larger alpha.
+    device : str, torch.device or None
+        Compute device for many rows (n >= 2d): ``auto``/None, ``cpu``, ``cuda[:i]``.
+    store_loo : bool
+        Keep ``loo_decision_``, the (n, K) leave-one-out predictions (memory grows with n).
 
     Attributes
     ----------
-    classes_, coef_ (K, d), intercept_ (K,), alpha_, press_ (one per alpha tried, in the
-    given order), loo_decision_ (n, K): leave-one-out predictions of the targets at
-    ``alpha_`` (T minus the LOO residuals), n_features_in_. At alpha = 0 with n <= d the
-    fit interpolates and a left-out point has leverage one: its LOO residual, and PRESS,
-    are inf (undefined), never a silent number.
+    classes_ : numpy.ndarray
+        The labels as given (sorted); ``arange(K)`` for multi-label indicators.
+    coef_ : numpy.ndarray of shape (K, d)
+    intercept_ : numpy.ndarray of shape (K,)
+    alpha_ : float
+    press_ : numpy.ndarray
+        One per alpha tried, in the given order.
+    loo_decision_ : numpy.ndarray of shape (n, K)
+        Only with ``store_loo``: T minus the LOO residuals at ``alpha_``.
+    multilabel_ : bool
+    n_features_in_ : int
 
-    For two classes the two target columns are negatives of each other and
-    ``decision_function`` returns the classes_[1] column only, as sklearn does.
+    Notes
+    -----
+    At alpha = 0 with n <= d the fit interpolates and a left-out point has leverage one:
+    its LOO residual, and PRESS, are inf (undefined), never a silent number. For two
+    classes the two target columns are negatives of each other and
+    ``decision_function`` returns the classes_[1] column only, as scikit-learn does.
     """
 
-    _parameter_constraints: dict[str, list[Any]] = {
-        "alpha": [Interval(Real, 0, None, closed="left")],
-        "fit_intercept": ["boolean"],
-        "alphas": ["array-like", None],
-    }
-
-    def __init__(self, alpha: float = 1e-4, fit_intercept: bool = True, alphas: Any = None):
+    def __init__(self, alpha: float = 1e-4, fit_intercept: bool = True, alphas: Any = None,
+                 device: Any = None, store_loo: bool = False):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.alphas = alphas
+        self.device = device
+        self.store_loo = store_loo
 
     def _alpha_grid(self) -> np.ndarray:
+        check_number(self.alpha, "alpha", 0)
+        if not isinstance(self.fit_intercept, (bool, np.bool_)):
+            raise ConfigError(f"The 'fit_intercept' parameter must be a bool; got {self.fit_intercept!r}")
         if self.alphas is None:
             return np.array([float(self.alpha)])
-        grid = np.asarray(self.alphas, dtype=np.float64).ravel()
+        try:
+            grid = np.asarray(self.alphas, dtype=np.float64).ravel()
+        except (TypeError, ValueError):
+            grid = np.array([np.nan])
         bad = ~np.isfinite(grid) | (grid < 0)
         if grid.size == 0 or bad.any():
             raise ConfigError(
@@ -187,37 +345,120 @@ class RidgeProbe(ClassifierMixin, BaseEstimator):
         return grid
 
     def fit(self, X: Any, y: Any) -> RidgeProbe:
-        """Fit on features ``X`` (n, d) and integer labels ``y`` (n,)."""
-        self._validate_params()
-        X = validate_features(self, X, reset=True)
-        y = check_labels(y, n_samples=X.shape[0])
-        self.classes_ = check_min_classes(y)
-        grid = self._alpha_grid()
-        T = one_vs_rest_targets(np.searchsorted(self.classes_, y), self.classes_.size)
+        """Fit on features ``X`` and labels ``y``.
 
-        spec = ridge_spectrum(X, T, self.fit_intercept)
-        U2 = spec.U**2
-        self.press_ = np.array([press(loo_residuals(spec, a, U2)) for a in grid])
-        # Ties (equal PRESS) go to the larger alpha: the stronger regularisation.
-        tied = np.flatnonzero(self.press_ == self.press_.min())
-        self.alpha_ = float(grid[tied[np.argmax(grid[tied])]])
-        self.loo_decision_ = T - loo_residuals(spec, self.alpha_, U2)
-        B, b = ridge_coefficients(spec, self.alpha_)
-        self.coef_ = np.ascontiguousarray(B.T)
-        self.intercept_ = b
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+            Features (float16/32/64 used as they are).
+        y : array-like of shape (n,) or (n, K)
+            Class labels of any sortable kind, or 0/1 multi-label indicators.
+
+        Returns
+        -------
+        RidgeProbe
+            self.
+        """
+        X = validate_features(self, X, reset=True)
+        return self.fit_rows(FeatureRows.of(X), y)
+
+    def fit_rows(self, rows: FeatureRows, y: Any) -> RidgeProbe:
+        """Fit on ``FeatureRows`` (in memory or streamed; never copied whole for n >= 2d).
+
+        Parameters
+        ----------
+        rows : FeatureRows
+        y : array-like of shape (n,) or (n, K)
+            Labels of the rows, or 0/1 multi-label indicators.
+
+        Returns
+        -------
+        RidgeProbe
+            self.
+        """
+        grid = self._alpha_grid()
+        y_arr = None if y is None else np.asarray(y)
+        self.multilabel_ = y_arr is not None and y_arr.ndim == 2 and y_arr.shape[1] > 1
+        if self.multilabel_:
+            labels = check_multilabel(y_arr, n_samples=len(rows))
+            self.classes_ = np.arange(labels.shape[1])
+        else:
+            self.classes_, labels = encode_labels(y_arr, n_samples=len(rows))
+            check_min_classes(self.classes_)
+        self.n_features_in_ = rows.n_features
+        self.device_ = str(resolve_device(self.device))
+        fit = fit_ridge(rows, labels, self.classes_.size, grid, self.fit_intercept, self.device_, self.store_loo)
+        self.coef_, self.intercept_, self.alpha_, self.press_ = fit.coef, fit.intercept, fit.alpha, fit.press
+        if self.store_loo:
+            self.loo_decision_ = fit.loo_decision
         return self
 
+    def score_blocks(self, rows: FeatureRows) -> Iterator[tuple[Any, int]]:
+        """Yield (scores (b, K) float64 torch tensor, start) of [1, h] B over ``rows``.
+
+        Parameters
+        ----------
+        rows : FeatureRows
+
+        Yields
+        ------
+        tuple of (torch.Tensor, int)
+        """
+        import torch
+
+        check_is_fitted(self)
+        device = resolve_device(self.device)
+        W = torch.as_tensor(self.coef_, device=device)
+        b = torch.as_tensor(self.intercept_, device=device)
+        for H, start in rows.blocks(device, torch.float64, rows=block_rows(max(rows.n_features, W.shape[0]), device)):
+            yield torch.addmm(b, H, W.T), start
+
+    def predict_rows(self, rows: FeatureRows) -> np.ndarray:
+        """``predict`` over ``FeatureRows``, block by block.
+
+        Parameters
+        ----------
+        rows : FeatureRows
+
+        Returns
+        -------
+        numpy.ndarray
+            (n,) labels, or (n, K) indicators for multi-label.
+        """
+        return predict_from_scores(self.score_blocks(rows), len(rows), self.classes_, self.multilabel_)
+
     def decision_function(self, X: Any) -> np.ndarray:
-        """Scores [1, h] B: (n, K), or the classes_[1] column (n,) for two classes."""
+        """Scores [1, h] B.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+
+        Returns
+        -------
+        numpy.ndarray
+            (n, K), or the classes_[1] column (n,) for two single-label classes.
+        """
         check_is_fitted(self)
         X = validate_features(self, X, reset=False)
-        scores = X.astype(np.float64, copy=False) @ self.coef_.T + self.intercept_
-        return scores[:, 1] if self.classes_.size == 2 else scores
+        scores = np.concatenate([z.cpu().numpy() for z, _ in self.score_blocks(FeatureRows.of(X))])
+        return scores[:, 1] if self.classes_.size == 2 and not self.multilabel_ else scores
 
     def predict(self, X: Any) -> np.ndarray:
-        """Class of the largest score (first class on exact ties)."""
-        check_is_fitted(self)
+        """Class of the largest score (first class on exact ties); indicators for multi-label.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+
+        Returns
+        -------
+        numpy.ndarray
+            (n,) labels from ``classes_``, or (n, K) 0/1 (score > 0) for multi-label.
+        """
         scores = self.decision_function(X)
+        if self.multilabel_:
+            return (scores > 0).astype(np.int64)
         if scores.ndim == 1:
             return self.classes_[(scores > 0).astype(np.intp)]
         return self.classes_[np.argmax(scores, axis=1)]

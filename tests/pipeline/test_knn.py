@@ -195,7 +195,7 @@ def test_bad_input_errors():
         topk_blocks(Xt, _blocks(X, 8), 40, "cosine")
     with pytest.raises(DataValidationError, match="train block at row 8 has shape"):
         topk_blocks(Xt, [(X[:8], 0), (X[8:, :5], 8)], 3, "cosine")
-    with pytest.raises(DataValidationError, match=r"NaN or infinity in 1 row\(s\), first at row\(s\) 12"):
+    with pytest.raises(DataValidationError, match=r"train features contains NaN or infinity: 1 NaN .*\(12, 0\)"):
         topk_blocks(Xt, [(X[:10], 0), (np.vstack([X[10:12], X_bad[9:10]]), 10)], 3, "euclidean")
     with pytest.raises(ValueError, match="Unknown metric 'manhattan'. Valid choices: cosine, euclidean"):
         topk_blocks(Xt, [(X, 0)], 3, "manhattan")
