@@ -39,7 +39,7 @@ _DEVICE_NAME = re.compile(r"(auto|cpu|cuda(:\d+)?)")
 
 #: Bytes of one float block per device type: large enough for efficient products, small
 #: next to the features (the O(1) term of every protocol's memory).
-BLOCK_BYTES = {"cpu": 8 << 20, "cuda": 256 << 20}
+BLOCK_BYTES = {"cpu": 4 << 20, "cuda": 256 << 20}
 #: Rows per block when train features are streamed from storage (a caller's default).
 STREAM_BLOCK_ROWS = 8192
 
@@ -86,7 +86,7 @@ def resolve_device(device: Any = "auto") -> Any:
     import torch
 
     if device is None or (isinstance(device, str) and device == "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         resolved = torch.device(device)
     except (RuntimeError, TypeError, ValueError) as exc:
@@ -98,6 +98,8 @@ def resolve_device(device: Any = "auto") -> Any:
                               "use device='auto' or 'cpu'")
         if resolved.index is not None and resolved.index >= torch.cuda.device_count():
             raise ConfigError(f"device={device!r}: torch sees {torch.cuda.device_count()} CUDA device(s)")
+        if resolved.index is None:  # explicit, so that results record which GPU
+            resolved = torch.device("cuda", torch.cuda.current_device())
     elif resolved.type != "cpu":
         raise ConfigError(f"device={device!r}: only CPU and CUDA devices are supported; valid: "
                           f"{', '.join(DEVICE_CHOICES)}")
@@ -125,7 +127,7 @@ def block_rows(n_cols: int, device: Any = None, itemsize: int = 8, budget: int |
     """
     kind = getattr(device, "type", "cpu")
     budget = BLOCK_BYTES.get(kind, BLOCK_BYTES["cpu"]) if budget is None else budget
-    return max(1, budget // max(1, n_cols * itemsize))
+    return max(256, budget // max(1, n_cols * itemsize))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import ConfigError, DataValidationError, unknown_name
-from pipeline.protocols.blocks import STREAM_BLOCK_ROWS, FeatureRows, check_device_name
+from pipeline.protocols.blocks import FeatureRows, block_rows, check_device_name
 from pipeline.protocols.memory import (
     fewshot_memory, invariance_memory, knn_memory, logistic_memory, lowshot_memory, ridge_memory,
 )
@@ -194,7 +194,8 @@ def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     if data.train_blocks is not None and data.X_train is None:
         blocks = data.train_blocks()
     else:
-        blocks = ((data.X_train[i:i + STREAM_BLOCK_ROWS], i) for i in range(0, len(data.X_train), STREAM_BLOCK_ROWS))
+        rows = block_rows(data.X_train.shape[1], device, itemsize=4)
+        blocks = ((data.X_train[i:i + rows], i) for i in range(0, len(data.X_train), rows))
     scores, idx = topk_blocks(data.X_test, blocks, s["n_neighbors"], s["metric"], device=device)
     pred = np.concatenate([
         np.argmax(knn_class_weights(scores[i:i + _VOTE_CHUNK], idx[i:i + _VOTE_CHUNK], data.y_train, data.n_classes,

@@ -35,9 +35,9 @@ __all__ = ["METRICS", "KNNClassifier", "check_metric_weights", "knn_class_weight
 #: Supported metrics and the weightings valid with each.
 METRICS = KNN_METRICS
 
-# Elements of one (query chunk x train block) score matrix per device type (16 MiB of
+# Elements of one (query chunk x train block) score matrix per device type (8 MiB of
 # float32 on a CPU, 2 GiB on a GPU): queries are scored in chunks that stay under it.
-_SCORE_BUDGET = {"cpu": 1 << 22, "cuda": 1 << 29}
+_SCORE_BUDGET = {"cpu": 1 << 21, "cuda": 1 << 29}
 
 
 def _check_k(k: Any) -> int:

@@ -153,3 +153,22 @@ def test_other_bad_input() -> None:
     bad[3, 2] = np.nan
     with pytest.raises(DataValidationError, match="NaN"):
         fewshot_episodes(bad, y)
+
+
+def test_streamed_pool_reads_only_the_rows_it_uses() -> None:
+    from pipeline.protocols.blocks import FeatureRows
+
+    X, y = _data(6)
+    read = []
+
+    def blocks():
+        for i in range(0, 300, 40):
+            read.append(i)
+            yield X[i:i + 40], i
+
+    rest = X[300:]
+    rows = FeatureRows([(blocks, 300), rest], X.shape[1])
+    streamed = fewshot_episodes(rows, y, n_shot=5, n_episodes=40, seed=3)
+    in_memory = fewshot_episodes(X, y, n_shot=5, n_episodes=40, seed=3)
+    np.testing.assert_array_equal(streamed.accuracies, in_memory.accuracies)
+    assert read == list(range(0, 300, 40))  # one pass over the streamed part

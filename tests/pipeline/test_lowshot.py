@@ -178,3 +178,14 @@ def test_transform_params_reach_the_transform() -> None:
     assert res.transform_params == {"eps": 1e-3}
     with pytest.raises(ConfigError, match="transform_params"):
         lowshot_curve(X_tr, y_tr, X_te, y_te, shots=(1,), transform="l2", transform_params={"eps": 1.0})
+
+
+def test_streamed_train_features_give_the_same_curve() -> None:
+    from pipeline.protocols.blocks import FeatureRows
+
+    X_tr, y_tr, X_te, y_te = _data(8)
+    blocks = lambda: ((X_tr[i:i + 16], i) for i in range(0, len(X_tr), 16))  # noqa: E731
+    rows = FeatureRows.of(blocks=blocks, n_rows=len(X_tr), n_features=X_tr.shape[1])
+    streamed = lowshot_curve(rows, y_tr, X_te, y_te, shots=(1, 4, "all"), n_seeds=2)
+    in_memory = lowshot_curve(X_tr, y_tr, X_te, y_te, shots=(1, 4, "all"), n_seeds=2)
+    assert streamed.per_seed == in_memory.per_seed

@@ -114,3 +114,18 @@ def test_make_transform_registry():
     listed = r"Unknown transform 'whitten'.*Did you mean: whiten.*Valid choices: l2, none, standardize, whiten"
     with pytest.raises(UnknownNameError, match=listed):
         make_transform("whitten")
+
+
+@pytest.mark.parametrize("name", ["l2", "standardize", "whiten"])
+def test_fitted_on_streamed_blocks_and_applied_per_block(name):
+    import torch
+
+    from pipeline.protocols.blocks import FeatureRows
+
+    X, X_test = _features(), _features(n=50, seed=1)
+    whole = make_transform(name).fit(X)
+    blocks = lambda: ((X[i:i + 33], i) for i in range(0, len(X), 33))  # noqa: E731
+    streamed = make_transform(name).fit_rows(FeatureRows.of(blocks=blocks, n_rows=len(X), n_features=X.shape[1]))
+    row_map = streamed.row_map()
+    mapped = np.concatenate([row_map(b, s).numpy() for b, s in FeatureRows.of(X_test).blocks(dtype=torch.float64)])
+    np.testing.assert_allclose(mapped, whole.transform(X_test), rtol=1e-10, atol=1e-12)
