@@ -52,8 +52,8 @@ __all__ = ["DEFAULT_ALPHAS", "RidgeProbe", "fit_ridge", "loo_residuals", "one_vs
 
 #: The ridge protocol's lambda grid: 1e-8 .. 1e4, one value per decade (13 values).
 DEFAULT_ALPHAS: np.ndarray = 10.0 ** np.arange(-8, 5)
-#: Problems with at most this many feature values take the direct SVD route (its float64
-#: copies are then a bounded, small term); larger ones the blocked Gram route.
+#: Badly conditioned problems with at most this many feature values take the direct SVD
+#: route (its float64 copies are then a bounded, small term); larger ones the QR route.
 SVD_MAX_ELEMENTS = 1 << 21
 
 
@@ -237,11 +237,14 @@ def fit_ridge(rows: FeatureRows, labels: np.ndarray, n_classes: int, alphas: np.
               fit_intercept: bool = True, device: Any = "auto", store_loo: bool = False, method: str = "auto"):
     """The ridge probe on ``rows``, lambda by exact leave-one-out PRESS over ``alphas``.
 
-    Small problems (n < 2d, or at most ``SVD_MAX_ELEMENTS`` feature values) take one SVD
-    of the centred features, in float64 on the CPU; larger ones the blocked d x d Gram
-    route of ``ridge_gram`` on ``device``, whose memory does not grow with n. Both
-    compute the same quantities (to round-off; for rank-deficient, badly conditioned
-    features the least-squares solution itself is only defined to about eps * kappa^2).
+    Few rows (n < 2d) take one SVD of the centred features, in float64 on the CPU (its
+    memory is O(d^2) then); more rows the blocked d x d Gram route of ``ridge_gram`` on
+    ``device``, whose memory does not grow with n. When the features are too badly
+    conditioned for the Gram eigendecomposition, problems of at most
+    ``SVD_MAX_ELEMENTS`` feature values take the SVD as well, larger ones the streaming
+    QR route. All compute the same quantities (to round-off; for rank-deficient, badly
+    conditioned features the least-squares solution itself is only defined to about
+    eps * kappa^2).
 
     Parameters
     ----------
@@ -272,9 +275,12 @@ def fit_ridge(rows: FeatureRows, labels: np.ndarray, n_classes: int, alphas: np.
     n, d = len(rows), rows.n_features
     if method not in ("auto", "svd", "gram"):
         raise ConfigError(f"method={method!r} is not one of 'auto', 'svd', 'gram'")
-    if method == "svd" or (method == "auto" and (n < 2 * d or n * d <= SVD_MAX_ELEMENTS)):
+    if method == "svd" or (method == "auto" and n < 2 * d):
         return _svd_ridge(rows, labels, n_classes, alphas, fit_intercept, store_loo)
-    return gram_ridge(rows, labels, n_classes, alphas, fit_intercept, resolve_device(device), store_loo)
+    small = method == "auto" and n * d <= SVD_MAX_ELEMENTS
+    fit = gram_ridge(rows, labels, n_classes, alphas, fit_intercept, resolve_device(device), store_loo,
+                     qr_fallback=not small)
+    return _svd_ridge(rows, labels, n_classes, alphas, fit_intercept, store_loo) if fit is None else fit
 
 
 class RidgeProbe(ClassifierMixin, BaseEstimator):

@@ -171,7 +171,7 @@ def _loo_blocks(blocks: _Pass, s, V, Q, n: int, fit_intercept: bool, alphas: np.
 
 
 def gram_ridge(rows: FeatureRows, labels: np.ndarray, n_classes: int, alphas: np.ndarray, fit_intercept: bool,
-               device: torch.device, store_loo: bool = False) -> RidgeFit:
+               device: torch.device, store_loo: bool = False, qr_fallback: bool = True) -> RidgeFit | None:
     """Fit the ridge probe on many rows from d x d summaries (see the module docstring).
 
     Parameters
@@ -190,10 +190,13 @@ def gram_ridge(rows: FeatureRows, labels: np.ndarray, n_classes: int, alphas: np
         Compute device (float64 arithmetic on it).
     store_loo : bool
         Also return the (n, K) leave-one-out predictions at the selected lambda.
+    qr_fallback : bool
+        For badly conditioned features take the streaming QR route; False: return None
+        (the caller then takes another route).
 
     Returns
     -------
-    RidgeFit
+    RidgeFit or None
     """
     n, d = len(rows), rows.n_features
     y = torch.from_numpy(np.ascontiguousarray(labels)).to(device)
@@ -204,8 +207,10 @@ def gram_ridge(rows: FeatureRows, labels: np.ndarray, n_classes: int, alphas: np
     if w[0] > 0 and w[-1] <= GRAM_MAX_CONDITION * w[0]:
         s, V = torch.sqrt(w.flip(0)), V.flip(1)
         Q = (V.T @ C) / s[:, None]
-    else:
+    elif qr_fallback:
         s, V, Q = _spectrum_from_qr(blocks, n)
+    else:
+        return None
     grid = torch.as_tensor(alphas, dtype=_F64, device=device)
     press = torch.zeros(len(alphas), dtype=_F64, device=device)
     for _, _, errors in _loo_blocks(blocks, s, V, Q, n, fit_intercept, grid):
