@@ -8,15 +8,10 @@ float16) or streamed from storage by a callable that yields ``(block, row_offset
 pairs, optionally restricted to some rows and followed by a row map (a fitted
 preprocessing). The protocols read it as blocks of bounded size, converted to their
 compute dtype on their device only one block at a time.
-
-``resolve_device`` turns the ``device`` setting (``auto``, ``cpu``, ``cuda``,
-``cuda:<i>``) into a torch device: ``auto`` is the first CUDA device when torch sees
-one, else the CPU. Every probe runs the same torch code on either.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,84 +21,17 @@ import numpy as np
 from pipeline.errors import ConfigError, DataValidationError
 
 __all__ = [
-    "BLOCK_BYTES", "DEVICE_CHOICES", "STREAM_BLOCK_ROWS", "Blocks", "FeatureRows", "block_rows",
-    "check_device_name", "predict_from_scores", "resolve_device",
+    "BLOCK_BYTES", "STREAM_BLOCK_ROWS", "Blocks", "FeatureRows", "block_rows", "predict_from_scores",
 ]
 
 #: A callable returning an iterable of (row block, row offset) pairs, in any order.
 Blocks = Callable[[], Iterable[tuple[np.ndarray, int]]]
-
-#: What the ``device`` setting accepts (``cuda:<i>`` with any index).
-DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:<i>")
-_DEVICE_NAME = re.compile(r"(auto|cpu|cuda(:\d+)?)")
 
 #: Bytes of one float block per device type: large enough for efficient products, small
 #: next to the features (the O(1) term of every protocol's memory).
 BLOCK_BYTES = {"cpu": 4 << 20, "cuda": 256 << 20}
 #: Rows per block when train features are streamed from storage (a caller's default).
 STREAM_BLOCK_ROWS = 8192
-
-
-def check_device_name(value: Any, name: str = "device") -> str:
-    """Refuse a device setting that can never be valid (checked at config load, no torch).
-
-    Parameters
-    ----------
-    value : Any
-        The setting's value.
-    name : str
-        The setting's name in the message.
-
-    Returns
-    -------
-    str
-        ``value``.
-    """
-    if not isinstance(value, str) or not _DEVICE_NAME.fullmatch(value):
-        raise ConfigError(f"{name}={value!r} is not a device; valid: {', '.join(DEVICE_CHOICES)}")
-    return value
-
-
-def resolve_device(device: Any = "auto") -> Any:
-    """The torch device a ``device`` setting names.
-
-    Parameters
-    ----------
-    device : str, torch.device or None
-        ``auto`` or None (CUDA when torch sees a GPU, else the CPU), ``cpu``, ``cuda``,
-        ``cuda:<i>`` or a torch.device.
-
-    Returns
-    -------
-    torch.device
-
-    Raises
-    ------
-    ConfigError
-        For a name torch does not know, or CUDA asked for where torch sees none (or not
-        that many).
-    """
-    import torch
-
-    if device is None or (isinstance(device, str) and device == "auto"):
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError, ValueError) as exc:
-        raise ConfigError(f"device={device!r} is not a torch device: {exc}; valid: "
-                          f"{', '.join(DEVICE_CHOICES)}") from None
-    if resolved.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device={device!r} asked for CUDA, but torch.cuda.is_available() is False; "
-                              "use device='auto' or 'cpu'")
-        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
-            raise ConfigError(f"device={device!r}: torch sees {torch.cuda.device_count()} CUDA device(s)")
-        if resolved.index is None:  # explicit, so that results record which GPU
-            resolved = torch.device("cuda", torch.cuda.current_device())
-    elif resolved.type != "cpu":
-        raise ConfigError(f"device={device!r}: only CPU and CUDA devices are supported; valid: "
-                          f"{', '.join(DEVICE_CHOICES)}")
-    return resolved
 
 
 def block_rows(n_cols: int, device: Any = None, itemsize: int = 8, budget: int | None = None) -> int:

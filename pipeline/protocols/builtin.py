@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import ConfigError, DataValidationError, unknown_name
-from pipeline.protocols.blocks import FeatureRows, block_rows, check_device_name
+from pipeline.protocols.blocks import FeatureRows, block_rows
+from pipeline.protocols.devices import check_device_name, resolve_device
 from pipeline.protocols.memory import (
     fewshot_memory, invariance_memory, knn_memory, logistic_memory, lowshot_memory, ridge_memory,
 )
@@ -70,7 +71,6 @@ def _train_val_rows(data: EvalData) -> tuple[FeatureRows, np.ndarray, np.ndarray
 def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     import torch
 
-    from pipeline.protocols.blocks import resolve_device
     from pipeline.protocols.logistic import LogisticProbe
     from pipeline.protocols.transforms import fit_row_map
 
@@ -130,7 +130,6 @@ def _columns(classes: np.ndarray, labels: np.ndarray) -> np.ndarray:
     description="least squares to one-vs-rest targets, alpha by exact leave-one-out PRESS (ViT few-shot)",
 )
 def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-    from pipeline.protocols.blocks import resolve_device
     from pipeline.protocols.ridge import DEFAULT_ALPHAS, RidgeProbe
     from pipeline.protocols.transforms import fit_row_map
 
@@ -184,7 +183,6 @@ def _check_knn(settings: Mapping[str, Any]) -> None:
     description="weighted k-NN on cosine similarity (Wu 2018, DINO); streams train blocks",
 )
 def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-    from pipeline.protocols.blocks import resolve_device
     from pipeline.protocols.knn import knn_class_weights, topk_blocks
 
     if s["n_neighbors"] > len(data.y_train):  # known before a single block is read
@@ -216,7 +214,6 @@ def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     description="N-way K-shot nearest-centroid episodes with a 95% CI (Ericsson 2021)",
 )
 def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-    from pipeline.protocols.blocks import resolve_device
     from pipeline.protocols.fewshot import fewshot_episodes
 
     device = resolve_device(s["device"])
@@ -244,7 +241,6 @@ def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     description="accuracy with N train images per class, 5 samples each (ImageNet-CoG)",
 )
 def _lowshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-    from pipeline.protocols.blocks import resolve_device
     from pipeline.protocols.lowshot import lowshot_curve
 
     device = resolve_device(s["device"])

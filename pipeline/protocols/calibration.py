@@ -91,6 +91,17 @@ def expected_calibration_error(
     Either ``probs_or_confidences`` is an (n, K) array of class probabilities (rows summing
     to 1) and ``y_true`` the class labels, or it is a 1-D array of the confidences of the
     predicted classes and ``y_true`` says whether each prediction was correct (bool or 0/1).
+
+    Parameters
+    ----------
+    probs_or_confidences : array-like of shape (n, K) or (n,)
+    y_true : array-like of shape (n,)
+        Class indices, or correctness flags for 1-D confidences.
+    n_bins : int
+
+    Returns
+    -------
+    float
     """
     n_bins = _check_n_bins(n_bins)
     arr = np.asarray(probs_or_confidences, dtype=np.float64)
@@ -162,14 +173,37 @@ def _check_temperature(temperature: float) -> float:
 
 
 def apply_temperature(logits: object, temperature: float) -> np.ndarray:
-    """softmax(logits / temperature) row-wise, as float64 probabilities."""
+    """softmax(logits / temperature) row-wise, as float64 probabilities.
+
+    Parameters
+    ----------
+    logits : array-like of shape (n, K)
+    temperature : float
+        T > 0.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n, K)
+    """
     t = _check_temperature(temperature)
     z = np.asarray(check_features(logits, "logits"), dtype=np.float64)
     return softmax(z / t, axis=1)
 
 
 def negative_log_likelihood(logits: object, y: object, temperature: float = 1.0) -> float:
-    """Mean cross-entropy of softmax(logits / temperature) against the labels."""
+    """Mean cross-entropy of softmax(logits / temperature) against the labels.
+
+    Parameters
+    ----------
+    logits : array-like of shape (n, K)
+    y : array-like of shape (n,)
+        Class indices.
+    temperature : float
+
+    Returns
+    -------
+    float
+    """
     t = _check_temperature(temperature)
     z, labels = _check_logits_labels(logits, y, "logits")
     return _nll(z / t, labels)
@@ -189,6 +223,19 @@ def fit_temperature(
     Solved exactly (see the module doc). If the minimum lies outside ``bounds`` (e.g. every
     validation prediction is right and the NLL keeps falling as T -> 0), the nearest bound
     is returned with a RuntimeWarning saying so.
+
+    Parameters
+    ----------
+    logits_val : array-like of shape (n, K)
+    y_val : array-like of shape (n,)
+        Class indices.
+    bounds : tuple of float
+        (low, high) for T.
+
+    Returns
+    -------
+    float
+        T.
     """
     t, at_bound = _fit_temperature(logits_val, y_val, bounds)
     if at_bound:
@@ -298,7 +345,12 @@ class CalibrationReport:
     temperature_at_bound: bool
 
     def to_dict(self) -> dict[str, object]:
-        """Plain dictionary (for the results ledger)."""
+        """Plain dictionary (for the results ledger).
+
+        Returns
+        -------
+        dict
+        """
         return dict(self.__dict__)
 
 

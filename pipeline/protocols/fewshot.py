@@ -28,7 +28,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from pipeline.errors import DataValidationError
-from pipeline.protocols.blocks import FeatureRows, resolve_device
+from pipeline.protocols.blocks import FeatureRows
+from pipeline.protocols.devices import resolve_device
 from pipeline.protocols.validation import check_class_indices, check_features
 
 CI_Z = 1.96
@@ -69,7 +70,12 @@ class FewShotResult:
     seed: int
 
     def to_dict(self) -> dict[str, object]:
-        """Plain dictionary (for the results ledger); episode accuracies as a list."""
+        """Plain dictionary (for the results ledger); episode accuracies as a list.
+
+        Returns
+        -------
+        dict
+        """
         return {
             "mean": self.mean,
             "ci95": self.ci95,

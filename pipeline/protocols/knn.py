@@ -22,7 +22,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from pipeline.errors import ConfigError, DataValidationError, unknown_name
-from pipeline.protocols.blocks import FeatureRows, resolve_device
+from pipeline.protocols.blocks import FeatureRows
+from pipeline.protocols.devices import resolve_device
 from pipeline.protocols.builtin import KNN_METRICS, check_metric_weights
 from pipeline.protocols.transforms import l2_normalize_block
 from pipeline.protocols.validation import (
@@ -189,11 +190,23 @@ def knn_class_weights(
     weights: str = "exp",
     temperature: float = 0.07,
 ) -> np.ndarray:
-    """Per-class vote weights (n_queries, n_classes) from a top-k result.
+    """Per-class vote weights from a top-k result.
 
-    ``y_train`` holds class indices 0..n_classes-1 of the train rows. ``exp``:
-    w_c = sum exp(s_i / temperature) over kept neighbours of class c (``scores`` are
-    cosine similarities); ``uniform``: neighbour counts.
+    Parameters
+    ----------
+    scores, indices : numpy.ndarray of shape (m, k)
+        A ``topk_blocks`` result.
+    y_train : numpy.ndarray
+        Class indices 0..n_classes-1 of the train rows.
+    n_classes : int
+    weights : str
+        ``exp``: w_c = sum exp(s_i / temperature) over kept neighbours of class c
+        (``scores`` are cosine similarities); ``uniform``: neighbour counts.
+    temperature : float
+
+    Returns
+    -------
+    numpy.ndarray of shape (m, n_classes)
     """
     if weights not in ("exp", "uniform"):
         raise unknown_name("weights", weights, ("exp", "uniform"))
@@ -223,8 +236,17 @@ def knn_predict_from_topk(
     weights: str = "exp",
     temperature: float = 0.07,
 ) -> np.ndarray:
-    """Predicted class indices (n_queries,): argmax of ``knn_class_weights``, ties to the
-    smallest class index."""
+    """Predicted class indices: argmax of ``knn_class_weights``, ties to the smallest index.
+
+    Parameters
+    ----------
+    scores, indices, y_train, n_classes, weights, temperature
+        As for ``knn_class_weights``.
+
+    Returns
+    -------
+    numpy.ndarray of shape (m,)
+    """
     return np.argmax(knn_class_weights(scores, indices, y_train, n_classes, weights, temperature), axis=1)
 
 

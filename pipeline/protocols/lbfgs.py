@@ -49,7 +49,19 @@ class Objective(Protocol):
     """
 
     def evaluate(self, theta: torch.Tensor, fast: bool) -> tuple[float, torch.Tensor, torch.Tensor]:
-        """Value, gradient and curvature weights of the loss at ``theta``."""
+        """Value, gradient and curvature weights of the loss at ``theta``.
+
+        Parameters
+        ----------
+        theta : torch.Tensor
+            (K, d + 1) float64.
+        fast : bool
+            float32 arithmetic allowed.
+
+        Returns
+        -------
+        tuple of (float, torch.Tensor, torch.Tensor)
+        """
 
 
 class Preconditioner:
@@ -112,15 +124,31 @@ class LBFGSMemory:
         self.order = []
 
     def snapshot(self) -> tuple:
-        """A copy of the pairs, for ``restore``."""
+        """A copy of the pairs, for ``restore``.
+
+        Returns
+        -------
+        tuple
+        """
         return (None if self.buf is None else self.buf.clone()), self.rho.copy(), list(self.order)
 
     def restore(self, snap: tuple) -> None:
-        """Return to a ``snapshot``."""
+        """Return to a ``snapshot``.
+
+        Parameters
+        ----------
+        snap : tuple
+        """
         self.buf, self.rho, self.order = snap[0], snap[1].copy(), list(snap[2])
 
     def push(self, s: torch.Tensor, y: torch.Tensor) -> None:
-        """Add the pair (step, gradient change) unless its curvature is not positive."""
+        """Add the pair (step, gradient change) unless its curvature is not positive.
+
+        Parameters
+        ----------
+        s, y : torch.Tensor
+            The step and the change of the gradient along it.
+        """
         sy = float(torch.dot(s.ravel(), y.ravel()))
         if not sy > 1e-10 * float(torch.dot(y.ravel(), y.ravel())):
             return  # keeps H positive definite; Wolfe steps rarely fail this
@@ -138,8 +166,14 @@ class LBFGSMemory:
     def shift_penalty(self, delta: float, mask: torch.Tensor) -> None:
         """Move the pairs to a penalty weight changed by ``delta``: y_i += delta * mask * s_i.
 
-        Exact for the quadratic penalty (the loss curvature is unchanged); ``mask`` (d + 1,)
-        is 1 on the penalised columns of each (K, d + 1) pair.
+        Exact for the quadratic penalty (the loss curvature is unchanged).
+
+        Parameters
+        ----------
+        delta : float
+            New penalty weight minus the old.
+        mask : torch.Tensor
+            (d + 1,): 1 on the penalised columns of each (K, d + 1) pair.
         """
         if not self.order or delta == 0.0:
             return
@@ -151,7 +185,18 @@ class LBFGSMemory:
         self.rho[self.order] = 1.0 / sy[self.order]
 
     def direction(self, g: torch.Tensor, precond: Preconditioner) -> torch.Tensor:
-        """-H g; -M^-1 g while the memory is empty."""
+        """The search direction -H g (-M^-1 g while the memory is empty).
+
+        Parameters
+        ----------
+        g : torch.Tensor
+            The gradient.
+        precond : Preconditioner
+
+        Returns
+        -------
+        torch.Tensor
+        """
         m, shape = self.size, g.shape
         q = g.ravel().clone()
         alphas = []
@@ -201,13 +246,30 @@ class SolverState:
 
     @classmethod
     def at(cls, objective: Any, theta: torch.Tensor, reg: float, fast: bool) -> SolverState:
-        """Evaluate ``objective`` at ``theta`` (copied) with penalty ``reg``."""
+        """Evaluate ``objective`` at ``theta`` (copied) with penalty ``reg``.
+
+        Parameters
+        ----------
+        objective : Objective
+        theta : torch.Tensor
+        reg : float
+        fast : bool
+
+        Returns
+        -------
+        SolverState
+        """
         theta = theta.clone()
         f, g, c = _penalised(objective, theta, reg, fast)
         return cls(theta, f, g, c, reg, fast)
 
     def move_penalty(self, reg: float) -> None:
-        """Same data, new penalty weight: only the quadratic term changes, no data pass."""
+        """Same data, new penalty weight: only the quadratic term changes, no data pass.
+
+        Parameters
+        ----------
+        reg : float
+        """
         W, delta = self.theta[:, :-1], reg - self.reg
         self.f += 0.5 * delta * float(torch.sum(W * W))
         self.g[:, :-1] += delta * W

@@ -66,7 +66,18 @@ __all__ = [
 
 @dataclass(frozen=True)
 class LowShotRun:
-    """One fitted sample: N shots (or "all"), repetition index, test accuracy."""
+    """One fitted sample: N shots (or "all"), repetition index, test accuracy.
+
+    Parameters
+    ----------
+    shots : int or str
+    repetition : int
+    accuracy : float
+    n_train : int
+        Rows of the sample.
+    diagnostics : dict
+        The probe's selected hyperparameter and convergence.
+    """
 
     shots: int | str
     repetition: int
@@ -79,8 +90,18 @@ class LowShotRun:
 class LowShotResult:
     """Mean, std (ddof = 0) and per-seed test accuracies (fractions) for each N evaluated.
 
-    ``shots`` lists the N actually evaluated, in the order asked; ``skipped`` maps each N
-    that was not (``on_insufficient="skip"``) to the reason.
+    Parameters
+    ----------
+    shots : tuple
+        The N actually evaluated, in the order asked.
+    mean, std, per_seed : dict
+        Per N.
+    runs : tuple of LowShotRun
+    skipped : dict
+        Each N that was not evaluated (``on_insufficient="skip"``) and the reason.
+    probe, transform : str
+    transform_params, probe_params : dict
+    n_seeds, seed, n_classes, n_test : int
     """
 
     shots: tuple[int | str, ...]
@@ -99,7 +120,12 @@ class LowShotResult:
     n_test: int
 
     def to_records(self) -> list[dict[str, Any]]:
-        """One flat record per evaluated N (for the results ledger)."""
+        """One flat record per evaluated N (for the results ledger).
+
+        Returns
+        -------
+        list of dict
+        """
         return [
             {
                 "shots": s,
@@ -327,6 +353,15 @@ def relative_to_baseline(result: LowShotResult, baseline: LowShotResult) -> dict
 
     Both must come from the same protocol (probe, transform and their parameters) on the
     same test split size, and the baseline must have every N of ``result``.
+
+    Parameters
+    ----------
+    result, baseline : LowShotResult
+
+    Returns
+    -------
+    dict
+        N -> mean accuracy difference.
     """
     mine = (result.probe, result.transform, result.probe_params, result.transform_params)
     theirs = (baseline.probe, baseline.transform, baseline.probe_params, baseline.transform_params)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.protocols.blocks import BLOCK_BYTES, STREAM_BLOCK_ROWS
-from pipeline.protocols.registry import CellShape
+from pipeline.protocols.cell import CellShape
 
 __all__ = ["fewshot_memory", "invariance_memory", "knn_memory", "logistic_memory", "lowshot_memory",
            "ridge_memory"]

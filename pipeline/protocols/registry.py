@@ -22,134 +22,18 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from pipeline.errors import ConfigError, DataValidationError, unknown_name
-from pipeline.protocols.blocks import FeatureRows
+from pipeline.protocols.cell import Blocks, CellShape, EvalData, ProtocolResult
 
 __all__ = ["Blocks", "Bound", "CellShape", "EvalData", "Protocol", "ProtocolResult", "SEED", "above",
            "at_least", "check_eval_data", "get_protocol", "list_protocols", "register_protocol",
            "resolve_settings"]
-
-Blocks = Callable[[], Iterable[tuple[np.ndarray, int]]]
-
-
-@dataclass(frozen=True)
-class EvalData:
-    """The arrays of one cell.
-
-    Parameters
-    ----------
-    y_train, y_test, y_val : numpy.ndarray
-        Class indices (n,), or (n, C) 0/1 arrays for multi-label data.
-    X_test, X_val : numpy.ndarray
-        Features (any float dtype; float16 is used as it is).
-    n_classes : int
-        Number of classes (columns of multi-label arrays).
-    X_train : numpy.ndarray or None
-        The train features in memory; may be None when ``train_blocks`` is given and the
-        protocol ``streams_train``.
-    train_blocks : callable or None
-        Yields (row block, row offset) of the train features.
-    mean_per_class : bool
-        The dataset's headline metric is the mean per-class accuracy.
-    """
-
-    y_train: np.ndarray
-    X_test: np.ndarray
-    y_test: np.ndarray
-    n_classes: int
-    X_train: np.ndarray | None = None
-    train_blocks: Blocks | None = None
-    X_val: np.ndarray | None = None
-    y_val: np.ndarray | None = None
-    mean_per_class: bool = False
-
-    @property
-    def multilabel(self) -> bool:
-        """Whether the labels are (n, C) indicator arrays."""
-        return np.ndim(self.y_train) == 2
-
-    def train_rows(self) -> FeatureRows:
-        """The train features as ``FeatureRows`` (in memory, or streamed from ``train_blocks``).
-
-        Returns
-        -------
-        FeatureRows
-        """
-        if self.X_train is not None:
-            return FeatureRows.of(self.X_train)
-        if self.train_blocks is None:
-            raise ConfigError("EvalData needs X_train or train_blocks")
-        return FeatureRows.of(blocks=self.train_blocks, n_rows=len(self.y_train), n_features=self.X_test.shape[1])
-
-    def train(self) -> np.ndarray:
-        """The train features as one array (read whole from ``train_blocks`` if needed).
-
-        Returns
-        -------
-        numpy.ndarray
-        """
-        if self.X_train is not None:
-            return self.X_train
-        if self.train_blocks is None:
-            raise ConfigError("EvalData needs X_train or train_blocks")
-        return np.concatenate([b for b, _ in sorted(self.train_blocks(), key=lambda t: t[1])])
-
-
-@dataclass
-class ProtocolResult:
-    """What a protocol returns: headline and other metrics, diagnostics, warnings, time.
-
-    Parameters
-    ----------
-    metrics : dict
-        ``score`` (the headline) and others.
-    diagnostics : dict
-        Selected hyperparameters, convergence, the device used...
-    warnings : list of str
-        Warnings raised during the run.
-    seconds : float
-        Wall time of the run.
-    """
-
-    metrics: dict[str, Any]
-    diagnostics: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class CellShape:
-    """Shapes of one cell, all a memory estimate needs.
-
-    Parameters
-    ----------
-    n_train, n_test, n_val : int
-        Rows per split (0 for no validation split).
-    dim : int
-        Feature width.
-    n_classes : int
-        Number of classes.
-    itemsize : int
-        Bytes per stored feature value (2 for float16, 4 for float32).
-    """
-
-    n_train: int
-    n_test: int
-    n_val: int
-    dim: int
-    n_classes: int
-    itemsize: int
-
-    @property
-    def feature_bytes(self) -> int:
-        """Bytes of every split's features as stored."""
-        return (self.n_train + self.n_test + self.n_val) * self.dim * self.itemsize
 
 
 @dataclass(frozen=True)
@@ -170,7 +54,16 @@ class Bound:
     high_open: bool = False
 
     def contains(self, value: float) -> bool:
-        """Whether ``value`` lies in the range."""
+        """Whether ``value`` lies in the range.
+
+        Parameters
+        ----------
+        value : float
+
+        Returns
+        -------
+        bool
+        """
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
         return not (self.high is not None and (value >= self.high if self.high_open else value > self.high))
@@ -182,12 +75,30 @@ class Bound:
 
 
 def at_least(low: float) -> Bound:
-    """The range value >= low."""
+    """The range value >= low.
+
+    Parameters
+    ----------
+    low : float
+
+    Returns
+    -------
+    Bound
+    """
     return Bound(low)
 
 
 def above(low: float) -> Bound:
-    """The range value > low."""
+    """The range value > low.
+
+    Parameters
+    ----------
+    low : float
+
+    Returns
+    -------
+    Bound
+    """
     return Bound(low, low_open=True)
 
 

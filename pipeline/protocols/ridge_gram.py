@@ -28,7 +28,7 @@ import torch
 
 from pipeline.protocols.blocks import FeatureRows, block_rows
 
-__all__ = ["GRAM_MAX_CONDITION", "RidgeFit", "gram_ridge", "ridge_targets"]
+__all__ = ["GRAM_MAX_CONDITION", "RidgeFit", "gram_ridge", "ridge_targets", "select_alpha"]
 
 #: Largest kappa(Hc)^2 for which the Gram eigendecomposition is trusted (see the docstring).
 GRAM_MAX_CONDITION = 1e6
@@ -81,8 +81,20 @@ def ridge_targets(labels: torch.Tensor, n_classes: int, dtype: torch.dtype = _F6
     return T
 
 
-def _select(press: np.ndarray, alphas: np.ndarray) -> float:
-    """The alpha of least PRESS; ties go to the larger alpha (the stronger penalty)."""
+def select_alpha(press: np.ndarray, alphas: np.ndarray) -> float:
+    """The alpha of least PRESS; ties go to the larger alpha (the stronger penalty).
+
+    Parameters
+    ----------
+    press : numpy.ndarray
+        PRESS per alpha.
+    alphas : numpy.ndarray
+        The grid.
+
+    Returns
+    -------
+    float
+    """
     tied = np.flatnonzero(press == press.min())
     return float(alphas[tied[np.argmax(alphas[tied])]])
 
@@ -216,7 +228,7 @@ def gram_ridge(rows: FeatureRows, labels: np.ndarray, n_classes: int, alphas: np
     for _, _, errors in _loo_blocks(blocks, s, V, Q, n, fit_intercept, grid):
         press += torch.stack([(E * E).sum() for E in errors])
     press_np = press.cpu().numpy() / (n * n_classes)
-    alpha = _select(press_np, np.asarray(alphas, dtype=np.float64))
+    alpha = select_alpha(press_np, np.asarray(alphas, dtype=np.float64))
     loo = None
     if store_loo:
         loo = np.empty((n, n_classes))

@@ -169,7 +169,12 @@ class Identity(_FeatureTransform):
     """No preprocessing (``none``): the features as they are."""
 
     def row_map(self, device: Any = None) -> None:
-        """None: the identity."""
+        """None: the identity.
+
+        Parameters
+        ----------
+        device : torch.device or None
+        """
         return None
 
 
@@ -177,7 +182,17 @@ class L2Normalize(_FeatureTransform):
     """Scale each row to unit L2 norm (stateless; ``fit`` only records the width)."""
 
     def row_map(self, device: Any = None) -> RowMap:
-        """Row normalisation; an all-zero row is an error naming it."""
+        """Row normalisation; an all-zero row is an error naming it.
+
+        Parameters
+        ----------
+        device : torch.device or None
+            Where the blocks live.
+
+        Returns
+        -------
+        callable
+        """
         return l2_normalize_block
 
 
@@ -200,7 +215,17 @@ class Standardize(_FeatureTransform):
         self.scale_ = np.where(std > tiny, std, 1.0)
 
     def row_map(self, device: Any = None) -> RowMap:
-        """(h - mean) / scale computed in float64, returned in the block's dtype."""
+        """(h - mean) / scale computed in float64, returned in the block's dtype.
+
+        Parameters
+        ----------
+        device : torch.device or None
+            Where the blocks live.
+
+        Returns
+        -------
+        callable
+        """
         mean = torch.as_tensor(self.mean_, device=device)
         scale = torch.as_tensor(self.scale_, device=device)
         return lambda H, start: ((H.to(torch.float64) - mean) / scale).to(H.dtype)
@@ -247,7 +272,17 @@ class Whiten(_FeatureTransform):
         self.whitening_ = (V / np.sqrt(np.maximum(w, 0.0) + ridge)) @ V.T
 
     def row_map(self, device: Any = None) -> RowMap:
-        """(h - mean) W computed in float64, returned in the block's dtype."""
+        """(h - mean) W computed in float64, returned in the block's dtype.
+
+        Parameters
+        ----------
+        device : torch.device or None
+            Where the blocks live.
+
+        Returns
+        -------
+        callable
+        """
         mean = torch.as_tensor(self.mean_, device=device)
         W = torch.as_tensor(self.whitening_, device=device)
         return lambda H, start: ((H.to(torch.float64) - mean) @ W).to(H.dtype)
