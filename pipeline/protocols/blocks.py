@@ -21,7 +21,8 @@ import numpy as np
 from pipeline.errors import ConfigError, DataValidationError
 
 __all__ = [
-    "BLOCK_BYTES", "STREAM_BLOCK_ROWS", "Blocks", "FeatureRows", "block_rows", "predict_from_scores",
+    "BLOCK_BYTES", "STREAM_BLOCK_ROWS", "Blocks", "FeatureRows", "RowsPredictMixin", "block_rows",
+    "predict_from_scores",
 ]
 
 #: A callable returning an iterable of (row block, row offset) pairs, in any order.
@@ -425,3 +426,21 @@ def predict_from_scores(score_blocks: Iterable[tuple[Any, int]], n_rows: int, cl
         best = (scores > 0).to(torch.int64) if multilabel else torch.argmax(scores, dim=1)
         out[start:start + scores.shape[0]] = best.cpu().numpy()
     return out if multilabel else classes[out]
+
+
+class RowsPredictMixin:
+    """``predict_rows`` for a fitted linear probe with ``score_blocks``, ``classes_``, ``multilabel_``."""
+
+    def predict_rows(self, rows: FeatureRows) -> np.ndarray:
+        """``predict`` over ``FeatureRows``, block by block.
+
+        Parameters
+        ----------
+        rows : FeatureRows
+
+        Returns
+        -------
+        numpy.ndarray
+            (n,) labels, or (n, K) indicators for multi-label.
+        """
+        return predict_from_scores(self.score_blocks(rows), len(rows), self.classes_, self.multilabel_)

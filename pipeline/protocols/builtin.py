@@ -81,7 +81,7 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     rows, test = rows.with_map(row_map), FeatureRows.of(data.X_test).with_map(row_map)
     probe = LogisticProbe(C=s["C"], Cs=s["Cs"], val_fraction=s["val_fraction"], tol=s["tol"], max_iter=s["max_iter"],
                           random_state=s["seed"], device=device).fit_rows(rows, y, val_index=val_index)
-    metrics = _score(data, probe, test, probe.logit_blocks)
+    metrics = _score(data, probe, test, probe.score_blocks)
     diagnostics = {"C": float(probe.C_), "n_iter": int(np.max(probe.n_iter_)), "converged": bool(probe.converged_),
                    "validation": "dataset split" if val_index is not None else f"stratified {s['val_fraction']:g} of train",
                    "device": str(device)}
@@ -101,8 +101,8 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         y_test = torch.from_numpy(_columns(probe.classes_, data.y_test)).to(device)
         val_rows = rows.select(va)
         cal = calibration_report_blocks(
-            lambda: ((z, y_val[i:i + len(z)]) for z, i in held.logit_blocks(val_rows)),
-            lambda: ((z, y_test[i:i + len(z)]) for z, i in probe.logit_blocks(test)), n_bins=s["calibration_bins"])
+            lambda: ((z, y_val[i:i + len(z)]) for z, i in held.score_blocks(val_rows)),
+            lambda: ((z, y_test[i:i + len(z)]) for z, i in probe.score_blocks(test)), n_bins=s["calibration_bins"])
         metrics.update(ece=cal.ece_before, ece_temperature_scaled=cal.ece_after, nll=cal.nll_before,
                        nll_temperature_scaled=cal.nll_after)
         diagnostics.update(temperature=cal.temperature, temperature_at_bound=cal.temperature_at_bound,

@@ -17,7 +17,7 @@ import torch
 
 from pipeline.protocols.blocks import FeatureRows, block_rows
 
-__all__ = ["LinearLoss", "gram_matrix", "logit_blocks"]
+__all__ = ["LinearLoss", "gram_matrix", "linear_score_blocks"]
 
 
 def _dtype(fast: bool) -> torch.dtype:
@@ -113,7 +113,7 @@ def gram_matrix(rows: FeatureRows, device: torch.device) -> torch.Tensor:
     return G / len(rows)
 
 
-def logit_blocks(rows: FeatureRows, coef: np.ndarray, intercept: np.ndarray, device: torch.device,
+def linear_score_blocks(rows: FeatureRows, coef: np.ndarray, intercept: np.ndarray, device: torch.device,
                  dtype: torch.dtype = torch.float64) -> Iterator[tuple[torch.Tensor, int]]:
     """Yield (logits block (b, K), start) of the linear model over ``rows``.
 

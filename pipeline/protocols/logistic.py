@@ -32,13 +32,13 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 from pipeline.errors import ConfigError, DataValidationError
-from pipeline.protocols.blocks import FeatureRows, predict_from_scores
+from pipeline.protocols.blocks import FeatureRows, RowsPredictMixin
 from pipeline.protocols.devices import resolve_device
 from pipeline.protocols.lbfgs import LBFGSMemory, Preconditioner, SolverState, minimize
-from pipeline.protocols.linear_loss import LinearLoss, gram_matrix, logit_blocks
+from pipeline.protocols.linear_loss import LinearLoss, gram_matrix, linear_score_blocks
 from pipeline.protocols.metrics import mean_average_precision
 from pipeline.protocols.validation import (
-    check_min_classes, check_multilabel, check_number, encode_labels, validate_features,
+    check_number, encode_targets, validate_features,
 )
 
 __all__ = ["DEFAULT_CS", "LogisticProbe"]
@@ -47,7 +47,7 @@ __all__ = ["DEFAULT_CS", "LogisticProbe"]
 DEFAULT_CS: np.ndarray = 1.0 / np.logspace(5, -6, 45)
 
 
-class LogisticProbe(ClassifierMixin, BaseEstimator):
+class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
     """Multinomial L2 logistic regression with an optional validated grid over C.
 
     Parameters
@@ -206,14 +206,7 @@ class LogisticProbe(ClassifierMixin, BaseEstimator):
         """
         grid = self._check_params()
         n = len(rows)
-        y_arr = None if y is None else np.asarray(y)
-        multilabel = y_arr is not None and y_arr.ndim == 2 and y_arr.shape[1] > 1
-        if multilabel:
-            labels = check_multilabel(y_arr, n_samples=n)
-            self.classes_ = np.arange(labels.shape[1])
-        else:
-            self.classes_, labels = encode_labels(y_arr, n_samples=n)
-            check_min_classes(self.classes_)
+        self.classes_, labels, multilabel = encode_targets(y, n)
         if val_index is not None:
             val_index = np.unique(np.asarray(val_index, dtype=np.int64))
             if val_index.size in (0, n) or val_index[0] < 0 or val_index[-1] >= n:
@@ -312,14 +305,14 @@ class LogisticProbe(ClassifierMixin, BaseEstimator):
     def _val_score(self, rows: FeatureRows, labels: np.ndarray, theta: torch.Tensor, device) -> float:
         """Validation accuracy (mean average precision for multi-label) of theta."""
         theta_np = theta.cpu().numpy()
-        blocks = logit_blocks(rows, theta_np[:, :-1], theta_np[:, -1], device, torch.float32)
+        blocks = linear_score_blocks(rows, theta_np[:, :-1], theta_np[:, -1], device, torch.float32)
         if self.multilabel_:
             return mean_average_precision(labels, np.concatenate([z.cpu().numpy() for z, _ in blocks]))
         hits = sum(int((torch.argmax(z, dim=1).cpu().numpy() == labels[s:s + len(z)]).sum()) for z, s in blocks)
         return hits / len(labels)
 
     # -- prediction --------------------------------------------------------------------
-    def logit_blocks(self, rows: FeatureRows) -> Iterator[tuple[torch.Tensor, int]]:
+    def score_blocks(self, rows: FeatureRows) -> Iterator[tuple[torch.Tensor, int]]:
         """Yield (logits (b, K) float64, start) over ``rows`` on the fit's device.
 
         Parameters
@@ -332,26 +325,12 @@ class LogisticProbe(ClassifierMixin, BaseEstimator):
         tuple of (torch.Tensor, int)
         """
         check_is_fitted(self)
-        yield from logit_blocks(rows, self.coef_, self.intercept_, resolve_device(self.device))
-
-    def predict_rows(self, rows: FeatureRows) -> np.ndarray:
-        """``predict`` over ``FeatureRows``, block by block.
-
-        Parameters
-        ----------
-        rows : FeatureRows
-
-        Returns
-        -------
-        numpy.ndarray
-            (n,) labels, or (n, K) indicators for multi-label.
-        """
-        return predict_from_scores(self.logit_blocks(rows), len(rows), self.classes_, self.multilabel_)
+        yield from linear_score_blocks(rows, self.coef_, self.intercept_, resolve_device(self.device))
 
     def _logits(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
         X = validate_features(self, X, reset=False)
-        return np.concatenate([z.cpu().numpy() for z, _ in self.logit_blocks(FeatureRows.of(X))])
+        return np.concatenate([z.cpu().numpy() for z, _ in self.score_blocks(FeatureRows.of(X))])
 
     def decision_function(self, X: Any) -> np.ndarray:
         """Logits.

@@ -23,13 +23,14 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from pipeline.errors import ConfigError
-from pipeline.protocols.blocks import FeatureRows, block_rows, predict_from_scores
+from pipeline.protocols.blocks import FeatureRows, RowsPredictMixin
 from pipeline.protocols.devices import resolve_device
+from pipeline.protocols.linear_loss import linear_score_blocks
 from pipeline.protocols.ridge_svd import (  # noqa: F401  (the closed form, public here too)
     RidgeSpectrum, loo_residuals, one_vs_rest_targets, press, ridge_coefficients, ridge_spectrum, svd_ridge,
 )
 from pipeline.protocols.validation import (
-    check_min_classes, check_multilabel, check_number, encode_labels, validate_features,
+    check_number, encode_targets, validate_features,
 )
 
 __all__ = ["DEFAULT_ALPHAS", "RidgeProbe", "fit_ridge", "loo_residuals", "one_vs_rest_targets", "press",
@@ -92,7 +93,7 @@ def fit_ridge(rows: FeatureRows, labels: np.ndarray, n_classes: int, alphas: np.
     return svd_ridge(rows, labels, n_classes, alphas, fit_intercept, store_loo) if fit is None else fit
 
 
-class RidgeProbe(ClassifierMixin, BaseEstimator):
+class RidgeProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
     """Least squares to one-vs-rest {-1, +1} targets, with exact-LOO choice of lambda.
 
     Parameters
@@ -192,14 +193,7 @@ class RidgeProbe(ClassifierMixin, BaseEstimator):
             self.
         """
         grid = self._alpha_grid()
-        y_arr = None if y is None else np.asarray(y)
-        self.multilabel_ = y_arr is not None and y_arr.ndim == 2 and y_arr.shape[1] > 1
-        if self.multilabel_:
-            labels = check_multilabel(y_arr, n_samples=len(rows))
-            self.classes_ = np.arange(labels.shape[1])
-        else:
-            self.classes_, labels = encode_labels(y_arr, n_samples=len(rows))
-            check_min_classes(self.classes_)
+        self.classes_, labels, self.multilabel_ = encode_targets(y, len(rows))
         self.n_features_in_ = rows.n_features
         self.device_ = str(resolve_device(self.device))
         fit = fit_ridge(rows, labels, self.classes_.size, grid, self.fit_intercept, self.device_, self.store_loo)
@@ -219,28 +213,8 @@ class RidgeProbe(ClassifierMixin, BaseEstimator):
         ------
         tuple of (torch.Tensor, int)
         """
-        import torch
-
         check_is_fitted(self)
-        device = resolve_device(self.device)
-        W = torch.as_tensor(self.coef_, device=device)
-        b = torch.as_tensor(self.intercept_, device=device)
-        for H, start in rows.blocks(device, torch.float64, rows=block_rows(max(rows.n_features, W.shape[0]), device)):
-            yield torch.addmm(b, H, W.T), start
-
-    def predict_rows(self, rows: FeatureRows) -> np.ndarray:
-        """``predict`` over ``FeatureRows``, block by block.
-
-        Parameters
-        ----------
-        rows : FeatureRows
-
-        Returns
-        -------
-        numpy.ndarray
-            (n,) labels, or (n, K) indicators for multi-label.
-        """
-        return predict_from_scores(self.score_blocks(rows), len(rows), self.classes_, self.multilabel_)
+        yield from linear_score_blocks(rows, self.coef_, self.intercept_, resolve_device(self.device))
 
     def decision_function(self, X: Any) -> np.ndarray:
         """Scores [1, h] B.

@@ -22,7 +22,7 @@ from pipeline.errors import ConfigError, DataValidationError
 
 __all__ = [
     "FLOAT_DTYPES", "check_class_indices", "check_features", "check_finite", "check_min_classes", "check_number",
-    "check_multilabel", "check_train_test", "encode_labels", "validate_features",
+    "check_multilabel", "check_train_test", "encode_labels", "encode_targets", "validate_features",
 ]
 
 # How many offending positions an error message lists.
@@ -233,6 +233,34 @@ def encode_labels(y: Any, n_samples: int | None = None, name: str = "y") -> tupl
             )
         classes, indices = np.unique(y_arr, return_inverse=True)
     return classes, indices.reshape(-1).astype(np.int64)
+
+
+def encode_targets(y: Any, n_samples: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """A classifier's targets: class labels (``encode_labels``) or multi-label indicators.
+
+    Parameters
+    ----------
+    y : array-like of shape (n_samples,) or (n_samples, K)
+        Labels of any sortable kind (at least two classes), or a 0/1 array with K >= 2
+        columns (multi-label).
+    n_samples : int
+        The number of feature rows.
+
+    Returns
+    -------
+    classes : numpy.ndarray
+        The sorted labels, or ``arange(K)`` for multi-label targets.
+    targets : numpy.ndarray
+        (n,) class indices, or the (n, K) uint8 indicators.
+    multilabel : bool
+    """
+    y_arr = None if y is None else np.asarray(y)
+    if y_arr is not None and y_arr.ndim == 2 and y_arr.shape[1] > 1:
+        indicators = check_multilabel(y_arr, n_samples=n_samples)
+        return np.arange(indicators.shape[1]), indicators, True
+    classes, indices = encode_labels(y_arr if y_arr is not None else None, n_samples=n_samples)
+    check_min_classes(classes)
+    return classes, indices, False
 
 
 def check_class_indices(y: Any, n_samples: int | None = None, name: str = "y") -> np.ndarray:
