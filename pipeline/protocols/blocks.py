@@ -222,22 +222,24 @@ class FeatureRows:
             parts.append(_Sparse(rows, data, part.n_rows))
         return self._derive(parts=parts)
 
-    def on_device(self, device: Any) -> FeatureRows:
+    def on_device(self, device: Any, copy: bool | None = None) -> FeatureRows:
         """These rows with the in-memory parts copied to ``device`` once, in their stored dtype.
 
-        For protocols that read the rows many times (the logistic probe's L-BFGS); a
-        CPU device keeps the numpy arrays as they are (no copy).
+        For protocols that read the rows many times (the logistic probe's L-BFGS).
 
         Parameters
         ----------
         device : torch.device
             The compute device.
+        copy : bool or None
+            Copy the parts into torch tensors there; None: only for a device other than
+            the CPU (on the CPU the numpy arrays are read as they are, without a copy).
 
         Returns
         -------
         FeatureRows
         """
-        if getattr(device, "type", "cpu") == "cpu":
+        if not (copy if copy is not None else getattr(device, "type", "cpu") != "cpu"):
             return self
         import torch
 
@@ -256,12 +258,16 @@ class FeatureRows:
     def _gather(self, global_rows: np.ndarray) -> Any:
         """Rows at global positions (any order) from in-memory and cached parts."""
         part_of = np.searchsorted(self.starts, global_rows, side="right") - 1
+        if any(isinstance(self.parts[p], _Streamed) for p in np.unique(part_of)):
+            raise DataValidationError("rows of a streamed part are taken only after FeatureRows.cached()")
         on_device = [p for p in self.parts if not isinstance(p, (np.ndarray, _Sparse, _Streamed))]
         if on_device:  # parts moved by on_device(): gather there
             import torch
 
-            out = torch.empty(global_rows.shape + (self.n_features,), dtype=on_device[0].dtype,
-                              device=on_device[0].device)
+            dtype = on_device[0].dtype
+            for part in on_device[1:]:
+                dtype = torch.promote_types(dtype, part.dtype)
+            out = torch.empty(global_rows.shape + (self.n_features,), dtype=dtype, device=on_device[0].device)
         else:
             dtypes = [p.dtype if isinstance(p, np.ndarray) else p.data.dtype for p in self.parts
                       if not isinstance(p, _Streamed)]
@@ -270,8 +276,6 @@ class FeatureRows:
             mask = part_of == p
             local = global_rows[mask] - self.starts[p]
             part = self.parts[p]
-            if isinstance(part, _Streamed):
-                raise DataValidationError("rows of a streamed part are taken only after FeatureRows.cached()")
             if isinstance(part, _Sparse):
                 at = np.searchsorted(part.rows, local)
                 if np.any(at >= part.rows.size) or np.any(part.rows[np.minimum(at, part.rows.size - 1)] != local):
@@ -282,7 +286,7 @@ class FeatureRows:
             else:
                 import torch
 
-                out[torch.from_numpy(mask).to(out.device)] = part[torch.from_numpy(local).to(part.device)]
+                out[torch.from_numpy(mask).to(out.device)] = part[torch.from_numpy(local).to(part.device)].to(out.dtype)
         return out
 
     def take(self, positions: np.ndarray) -> np.ndarray:
