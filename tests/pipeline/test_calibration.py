@@ -1,4 +1,4 @@
-"""ECE and temperature scaling (PROTOCOLS.md section 3, Ericsson 4.7)."""
+"""ECE and temperature scaling (Guo 2017, Ericsson 4.7)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ ESTIMATORS = [
 
 # check_estimators_dtypes fits on random integers 0..3, where some rows are all zero. A
 # zero row has no direction: L2 normalisation and cosine k-NN refuse it with a clear
-# error instead of silently leaving it at zero (STYLE.md: no silent data fixes).
+# error instead of silently leaving it at zero (no silent data fixes).
 _ZERO_ROWS = {"check_estimators_dtypes": "all-zero rows cannot be L2-normalised; refused by design"}
 
 

@@ -1,4 +1,4 @@
-"""Episodic few-shot with nearest centroid (PROTOCOLS.md section 6)."""
+"""Episodic few-shot with nearest centroid (Ericsson 2021, CD-FSL)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Low-shot sweep (PROTOCOLS.md section 7)."""
+"""Low-shot sweep: accuracy with N train images per class (ImageNet-CoG)."""
 
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ def test_alpha_zero_rank_deficient_and_badly_scaled():
 
 
 def test_least_squares_with_bias_ignores_invertible_affine_maps():
-    # PROTOCOLS.md section 9, first row: lambda = 0 with a bias sees only the affine span
+    # least squares with a bias (lambda = 0) sees only the affine span of the features
     X, y, _ = _problem(150, 6)
     Xt, _, _ = _problem(60, 6, seed=1)
     rng = np.random.default_rng(2)
