@@ -122,10 +122,24 @@ def load_eval_data(arrays: dict[str, tuple[StoredArray, StoredArray]], cell: Cel
     """The protocol's input for ``cell``: labels and features of every split, read from the store.
 
     Test and validation features are read whole, in their stored dtype. The train
-    features are read whole only for a protocol that does not ``stream_train``; for one
+    features are read whole only for a protocol that does not ``streams_train``; for one
     that does, ``EvalData.train_blocks`` streams them from Zarr in blocks of whole chunks
     (about ``block_rows`` rows, no chunk read twice), so memory does not grow with the
     train split.
+
+    Parameters
+    ----------
+    arrays : dict
+        Split -> (features, labels) stored arrays of the cell.
+    cell : Cell
+    protocol : Protocol
+        The protocol that will run (its ``streams_train`` flag decides).
+    block_rows : int
+        Rows per streamed block (rounded to whole chunks).
+
+    Returns
+    -------
+    EvalData
     """
     train_feats, train_labels = arrays[cell.train_split]
     test_feats, test_labels = arrays[cell.test_split]
