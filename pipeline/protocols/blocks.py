@@ -258,8 +258,11 @@ class FeatureRows:
     def _gather(self, global_rows: np.ndarray) -> Any:
         """Rows at global positions (any order) from in-memory and cached parts."""
         part_of = np.searchsorted(self.starts, global_rows, side="right") - 1
-        if any(isinstance(self.parts[p], _Streamed) for p in np.unique(part_of)):
+        used = np.unique(part_of)
+        if any(isinstance(self.parts[p], _Streamed) for p in used):
             raise DataValidationError("rows of a streamed part are taken only after FeatureRows.cached()")
+        if used.size == 1 and isinstance(self.parts[used[0]], np.ndarray):  # the common case: one array
+            return self.parts[used[0]][global_rows - self.starts[used[0]]]
         on_device = [p for p in self.parts if not isinstance(p, (np.ndarray, _Sparse, _Streamed))]
         if on_device:  # parts moved by on_device(): gather there
             import torch
@@ -272,7 +275,7 @@ class FeatureRows:
             dtypes = [p.dtype if isinstance(p, np.ndarray) else p.data.dtype for p in self.parts
                       if not isinstance(p, _Streamed)]
             out = np.empty(global_rows.shape + (self.n_features,), dtype=np.result_type(*dtypes))
-        for p in np.unique(part_of):
+        for p in used:
             mask = part_of == p
             local = global_rows[mask] - self.starts[p]
             part = self.parts[p]
