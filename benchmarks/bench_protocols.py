@@ -411,6 +411,9 @@ def main(argv=None) -> None:
         return
     cfg = dict(QUICK if args.quick else FULL)
     repeats = args.repeats or cfg["repeats"]
+    import scipy.linalg  # noqa: F401  (BLAS libraries loaded before the limit are the ones it reaches)
+    import sklearn.linear_model  # noqa: F401
+
     threads = limit_threads(args.threads)
     started = time.perf_counter()
     data = make_features({"train": cfg["n_train"], "val": cfg["n_val"], "test": cfg["n_test"]},
