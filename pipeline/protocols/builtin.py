@@ -64,7 +64,7 @@ def _train_val_rows(data: EvalData) -> tuple[FeatureRows, np.ndarray, np.ndarray
               "max_iter": 1000, "seed": 0, "calibration_bins": 15, **DEVICE_DEFAULT},
     choices={"transform": TRANSFORM_NAMES},
     bounds={"C": above(0), "val_fraction": Bound(0, 1, low_open=True, high_open=True), "tol": above(0),
-            "max_iter": at_least(1), "seed": SEED, "calibration_bins": at_least(1)},
+            "max_iter": Bound(1, 100_000), "seed": SEED, "calibration_bins": Bound(1, 1000)},
     check=_check_device, multilabel=True, memory=logistic_memory,
     description="multinomial L2 logistic probe, L-BFGS, C selected on validation (Kornblith 2019)",
 )
@@ -208,8 +208,8 @@ def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     defaults={"n_way": 5, "n_shot": 20, "n_query": 15, "n_episodes": 600, "seed": 0, "pool": "all",
               **DEVICE_DEFAULT},
     choices={"pool": ("all", "test")},
-    bounds={"n_way": at_least(2), "n_shot": at_least(1), "n_query": at_least(1), "n_episodes": at_least(1),
-            "seed": SEED},
+    bounds={"n_way": at_least(2), "n_shot": at_least(1), "n_query": at_least(1),
+            "n_episodes": Bound(1, 100_000), "seed": SEED},
     check=_check_device, streams_train=True, memory=fewshot_memory,
     description="N-way K-shot nearest-centroid episodes with a 95% CI (Ericsson 2021)",
 )
@@ -236,7 +236,7 @@ def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     defaults={"shots": [1, 2, 4, 8, 16, 32, 64, 128, "all"], "n_seeds": 5, "probe": "ridge",
               "transform": "l2", "seed": 0, "on_insufficient": "skip", **DEVICE_DEFAULT},
     choices={"probe": ("ridge", "logistic"), "transform": TRANSFORM_NAMES, "on_insufficient": ("raise", "skip")},
-    bounds={"n_seeds": at_least(1), "seed": SEED},
+    bounds={"n_seeds": Bound(1, 1000), "seed": SEED},
     check=_check_device, streams_train=True, memory=lowshot_memory,
     description="accuracy with N train images per class, 5 samples each (ImageNet-CoG)",
 )
