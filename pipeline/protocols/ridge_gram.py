@@ -210,7 +210,7 @@ def gram_ridge(rows: FeatureRows, labels: np.ndarray, n_classes: int, alphas: np
     -------
     RidgeFit or None
     """
-    n, d = len(rows), rows.n_features
+    n = len(rows)
     y = torch.from_numpy(np.ascontiguousarray(labels)).to(device)
     mu, t_mean = _moments(rows, y, n_classes, fit_intercept, device)
     blocks = _Pass(rows, y, n_classes, mu, t_mean, device)
