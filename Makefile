@@ -29,6 +29,7 @@ check: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_protocols.py --markdown
+	$(BIN)/python benchmarks/bench_scale.py --markdown
 	$(BIN)/python benchmarks/bench_extraction.py --markdown
 	$(BIN)/python benchmarks/bench_orchestration.py --markdown
 	$(BIN)/python benchmarks/bench_load.py --cells 1000

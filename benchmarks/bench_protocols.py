@@ -25,8 +25,8 @@ are drawn independently from the same classes.
   validation accuracy wins, so ties keep the smaller C) on the same validation split, and
   refitted on train+val starting from the selected solution, as the probe does. Same
   objective convention, same ``tol`` (1e-4, on the same gradient) and ``max_iter`` (1000).
-  The probe is told to use the dataset's validation split through a one-method subclass
-  (``_split``) so both select on exactly the same rows. Both see L2-normalised features,
+  The probe is given the dataset's validation split (``val_mask``) so both select on
+  exactly the same rows. Both see L2-normalised features,
   the logistic protocol's default preprocessing (applied once, outside the timing).
 * Ridge: ``RidgeProbe(alphas=DEFAULT_ALPHAS)`` (exact leave-one-out PRESS, 13 alphas)
   against ``RidgeCV(alphas=DEFAULT_ALPHAS)`` (sklearn's efficient LOO, scoring=None: the
@@ -114,43 +114,24 @@ def interleaved(ours, ref, repeats: int) -> tuple[list[float], list[float], obje
 
 
 # -- logistic -----------------------------------------------------------------------------
-def _given_split_probe_class():
-    from pipeline.protocols.logistic import LogisticProbe
-
-    if not hasattr(LogisticProbe, "_split"):
-        raise RuntimeError("LogisticProbe no longer has _split(); update the benchmark's split hook")
-
-    class GivenSplitProbe(LogisticProbe):
-        """LogisticProbe selecting C on a given validation split (the dataset's own)."""
-
-        given_split: tuple[np.ndarray, np.ndarray]
-
-        def _split(self, y):
-            return self.given_split
-
-    return GivenSplitProbe
-
-
 def bench_logistic(data, repeats: int) -> dict:
     from sklearn.linear_model import LogisticRegression
 
-    from pipeline.protocols.logistic import DEFAULT_CS
+    from pipeline.protocols.logistic import DEFAULT_CS, LogisticProbe
     from pipeline.protocols.transforms import l2_normalize
 
     (Xtr, ytr), (Xva, yva), (Xte, yte) = data["train"], data["val"], data["test"]
     Xtr, Xva, Xte = (l2_normalize(X) for X in (Xtr, Xva, Xte))
     X_all, y_all = np.concatenate([Xtr, Xva]), np.concatenate([ytr, yva])
-    split = (np.arange(len(ytr)), np.arange(len(ytr), len(y_all)))
+    val_mask = np.arange(len(y_all)) >= len(ytr)
     Cs = np.unique(DEFAULT_CS)  # ascending C: the probe's order (strongest penalty first)
     tol, max_iter = 1e-4, 1000
-    Probe = _given_split_probe_class()
 
     def ours():
-        probe = Probe(Cs="default", tol=tol, max_iter=max_iter)
-        probe.given_split = split
+        probe = LogisticProbe(Cs="default", tol=tol, max_iter=max_iter, device="cpu")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            probe.fit(X_all, y_all)
+            probe.fit(X_all, y_all, val_mask=val_mask)
         iters = int(np.sum(probe.grid_n_iter_) + np.sum(probe.n_iter_))
         return {"C": float(probe.C_), "acc": float(np.mean(probe.predict(Xte) == yte)), "iters": iters,
                 "converged": bool(probe.converged_), "warnings": len(caught)}
@@ -428,6 +409,9 @@ def main(argv=None) -> None:
         return
     cfg = dict(QUICK if args.quick else FULL)
     repeats = args.repeats or cfg["repeats"]
+    import scipy.linalg  # noqa: F401  (BLAS libraries loaded before the limit are the ones it reaches)
+    import sklearn.linear_model  # noqa: F401
+
     threads = limit_threads(args.threads)
     started = time.perf_counter()
     data = make_features({"train": cfg["n_train"], "val": cfg["n_val"], "test": cfg["n_test"]},

@@ -15,13 +15,14 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import DataValidationError
+from pipeline.protocols.blocks import STREAM_BLOCK_ROWS
 from storage_schema import FeatureStore, StoredArray
 from storage_schema.ledger import Ledger, cell_id, config_hash
 from storage_schema.provenance import now_iso
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BLOCK_ROWS = 8192  # k-NN streams train features in blocks of this many rows
+DEFAULT_BLOCK_ROWS = STREAM_BLOCK_ROWS  # protocols that stream train features read blocks of this many rows
 
 
 @dataclass(frozen=True)
@@ -119,34 +120,6 @@ def identify_cells(store: FeatureStore, cells: list[Cell]) -> list[str | None]:
     return out
 
 
-def load_eval_data(cell: Cell, arrays: Arrays, block_rows: int = DEFAULT_BLOCK_ROWS):
-    """The protocol's input (EvalData) of ``cell`` from its stored arrays."""
-    from pipeline.protocols.registry import EvalData
-
-    train_feats, train_labels = arrays[cell.train_split]
-    test_feats, test_labels = arrays[cell.test_split]
-    class_names = train_labels.attrs.get("class_names") or []
-    y_train = train_labels.read()
-    n_classes = max(len(class_names), int(y_train.max(initial=-1)) + 1)
-    chunk_rows = train_feats.status.chunk_rows  # blocks of whole chunks: no chunk is read twice
-    train_dask = train_feats.to_dask(rows_per_block=max(1, block_rows // chunk_rows) * chunk_rows)
-
-    def train_blocks():
-        # Stream from Zarr: one block in memory at a time (synchronous: this already runs
-        # inside a Dask task, and nesting schedulers would oversubscribe the worker).
-        offsets = np.cumsum((0,) + train_dask.chunks[0][:-1])
-        for i, offset in enumerate(offsets):
-            yield train_dask.blocks[i].compute(scheduler="synchronous"), int(offset)
-
-    return EvalData(
-        y_train=y_train, X_test=test_feats.read(), y_test=test_labels.read(), n_classes=n_classes,
-        X_train=None if cell.protocol == "knn" else train_feats.read(), train_blocks=train_blocks,
-        X_val=arrays[cell.val_split][0].read() if cell.val_split else None,
-        y_val=arrays[cell.val_split][1].read() if cell.val_split else None,
-        mean_per_class=bool(train_labels.attrs.get("mean_per_class", False)),
-    )
-
-
 def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_BLOCK_ROWS,
                   record: bool = True, ledger: Ledger | None = None) -> CellOutcome:
     """Evaluate ``cell`` unless the ledger holds it; append the result to the ledger."""
@@ -161,7 +134,7 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
     if record:
         store.check_writable()  # a read-only store answers recorded cells; it must not compute others
     t0 = time.perf_counter()
-    data = load_eval_data(cell, arrays, block_rows)
+    data = load_eval_data(arrays, cell, protocol, block_rows=block_rows)
     read_seconds = time.perf_counter() - t0
     result = protocol(data, settings)
     train_feats, test_feats = arrays[cell.train_split][0], arrays[cell.test_split][0]
@@ -219,6 +192,59 @@ def evaluate_cells(store: FeatureStore, cells: list[Cell], *, unavailable: dict[
             continue
         outcomes.append({**names, "cell_id": outcome.cell_id, "status": outcome.status})
     return outcomes
+
+
+def load_eval_data(arrays: dict[str, tuple[StoredArray, StoredArray]], cell: Cell, protocol: Any, *,
+                   block_rows: int = DEFAULT_BLOCK_ROWS) -> Any:
+    """The protocol's input for ``cell``: labels and features of every split, read from the store.
+
+    Test and validation features are read whole, in their stored dtype. The train
+    features are read whole only for a protocol that does not ``streams_train``; for one
+    that does, ``EvalData.train_blocks`` streams them from Zarr in blocks of whole chunks
+    (about ``block_rows`` rows, no chunk read twice), so memory does not grow with the
+    train split.
+
+    Parameters
+    ----------
+    arrays : dict
+        Split -> (features, labels) stored arrays of the cell.
+    cell : Cell
+    protocol : Protocol
+        The protocol that will run (its ``streams_train`` flag decides).
+    block_rows : int
+        Rows per streamed block (rounded to whole chunks).
+
+    Returns
+    -------
+    EvalData
+    """
+    from pipeline.protocols.registry import EvalData
+
+    train_feats, train_labels = arrays[cell.train_split]
+    test_feats, test_labels = arrays[cell.test_split]
+    class_names = train_labels.attrs.get("class_names") or []
+    y_train = train_labels.read()
+    if y_train.ndim == 2:  # multi-label: one column per class (1, 0, or -1 for difficult)
+        n_classes = int(y_train.shape[1])
+    else:
+        n_classes = max(len(class_names), int(y_train.max(initial=-1)) + 1)
+    chunk_rows = train_feats.status.chunk_rows
+    train_dask = train_feats.to_dask(rows_per_block=max(1, block_rows // chunk_rows) * chunk_rows)
+
+    def train_blocks():
+        # One block in memory at a time (synchronous: this already runs inside a Dask
+        # task, and nesting schedulers would oversubscribe the worker).
+        offsets = np.cumsum((0,) + train_dask.chunks[0][:-1])
+        for i, offset in enumerate(offsets):
+            yield train_dask.blocks[i].compute(scheduler="synchronous"), int(offset)
+
+    val = arrays.get(cell.val_split) if cell.val_split else None
+    return EvalData(
+        y_train=y_train, X_test=test_feats.read(), y_test=test_labels.read(), n_classes=n_classes,
+        X_train=None if protocol.streams_train else train_feats.read(), train_blocks=train_blocks,
+        X_val=val[0].read() if val else None, y_val=val[1].read() if val else None,
+        mean_per_class=bool(train_labels.attrs.get("mean_per_class", False)),
+    )
 
 
 def _plain(value: Any) -> Any:

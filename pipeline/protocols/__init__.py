@@ -1,26 +1,41 @@
-"""Readout protocols (PROTOCOLS.md): sklearn-compatible estimators and pure functions.
+"""Readout protocols: scikit-learn-compatible estimators and pure functions, by name.
 
-Estimators keep sklearn's conventions (parameters only in ``__init__``, ``fit`` returns
-self, fitted state ends in ``_``) and pass ``sklearn.utils.estimator_checks`` where the
-checks apply. ``registry`` maps protocol names to runners over stored features.
+Estimators keep scikit-learn's conventions (parameters only in ``__init__``, ``fit``
+returns self, fitted state ends in ``_``) and pass ``sklearn.utils.estimator_checks``
+where the checks apply. ``registry`` maps protocol names to runners over stored
+features; the built-in protocols are registered when this package is imported.
+
+Importing the package is cheap: the registry and the built-in protocols' metadata need
+neither torch nor scikit-learn. The estimators and functions below are imported from
+their modules when first used (``from pipeline.protocols import LogisticProbe`` works).
 """
 
-from pipeline.protocols.calibration import (
-    apply_temperature, calibration_report, expected_calibration_error, fit_temperature,
-)
-from pipeline.protocols.fewshot import FewShotResult, fewshot_episodes
-from pipeline.protocols.invariance import EXPECTED_INVARIANCE, MAPS, invariance_audit
-from pipeline.protocols.knn import KNNClassifier, knn_class_weights, topk_blocks
-from pipeline.protocols.logistic import DEFAULT_CS, LogisticProbe
-from pipeline.protocols.lowshot import LowShotResult, lowshot_curve, relative_to_baseline
-from pipeline.protocols.registry import EvalData, ProtocolResult, get_protocol, list_protocols, resolve_settings
-from pipeline.protocols.ridge import DEFAULT_ALPHAS, RidgeProbe
-from pipeline.protocols.transforms import L2Normalize, Standardize, Whiten, make_transform
+from __future__ import annotations
 
-__all__ = [
-    "DEFAULT_ALPHAS", "DEFAULT_CS", "EXPECTED_INVARIANCE", "EvalData", "FewShotResult", "KNNClassifier",
-    "L2Normalize", "LogisticProbe", "LowShotResult", "MAPS", "ProtocolResult", "RidgeProbe", "Standardize",
-    "Whiten", "apply_temperature", "calibration_report", "expected_calibration_error", "fewshot_episodes",
-    "fit_temperature", "get_protocol", "invariance_audit", "knn_class_weights", "list_protocols",
-    "lowshot_curve", "make_transform", "relative_to_baseline", "resolve_settings", "topk_blocks",
-]
+import importlib
+from typing import Any
+
+from pipeline.protocols import builtin  # noqa: F401  (registers the built-in protocols)
+from pipeline.protocols.registry import EvalData, Protocol, ProtocolResult, get_protocol, list_protocols, resolve_settings
+
+_LAZY = {
+    "apply_temperature": "calibration", "calibration_report": "calibration",
+    "expected_calibration_error": "calibration", "fit_temperature": "calibration",
+    "FewShotResult": "fewshot", "fewshot_episodes": "fewshot",
+    "EXPECTED_INVARIANCE": "invariance", "MAPS": "invariance", "invariance_audit": "invariance",
+    "KNNClassifier": "knn", "knn_class_weights": "knn", "topk_blocks": "knn",
+    "DEFAULT_CS": "logistic", "LogisticProbe": "logistic",
+    "LowShotResult": "lowshot", "lowshot_curve": "lowshot", "relative_to_baseline": "lowshot",
+    "DEFAULT_ALPHAS": "ridge", "RidgeProbe": "ridge",
+    "L2Normalize": "transforms", "Standardize": "transforms", "Whiten": "transforms",
+    "make_transform": "transforms", "FeatureRows": "blocks",
+}
+
+__all__ = sorted([*_LAZY, "EvalData", "Protocol", "ProtocolResult", "get_protocol", "list_protocols",
+                  "resolve_settings"])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"pipeline.protocols.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'pipeline.protocols' has no attribute {name!r}")

@@ -1,4 +1,11 @@
-"""The built-in protocols of PROTOCOLS.md, registered by name with their default settings."""
+"""The built-in protocols, registered by name with their defaults, capabilities and memory.
+
+Only metadata is built at import: the runners import their implementations (torch,
+scikit-learn) when they run, so listing protocols and checking settings stays cheap.
+Every runner reads features through ``FeatureRows`` (never a second full-size copy: no
+concatenation of splits, no transformed copy) and runs on the ``device`` setting's device,
+which its diagnostics record.
+"""
 
 from __future__ import annotations
 
@@ -7,26 +14,25 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import DataValidationError
-from pipeline.protocols.calibration import calibration_report
-from pipeline.protocols.fewshot import fewshot_episodes
-from pipeline.protocols.invariance import invariance_audit
-from pipeline.protocols.knn import check_metric_weights, knn_class_weights, topk_blocks
-from pipeline.protocols.logistic import LogisticProbe
-from pipeline.protocols.lowshot import lowshot_curve
-from pipeline.protocols.multilabel import multilabel_logistic
-from pipeline.protocols.metrics import accuracy_metrics
+from pipeline.errors import ConfigError, DataValidationError, unknown_name
+from pipeline.protocols.blocks import FeatureRows, block_rows
+from pipeline.protocols.devices import check_device_name, resolve_device
+from pipeline.protocols.memory import (
+    fewshot_memory, invariance_memory, knn_memory, logistic_memory, lowshot_memory, ridge_memory,
+)
+from pipeline.protocols.metrics import accuracy_metrics, multilabel_metrics
 from pipeline.protocols.registry import SEED, Bound, EvalData, ProtocolResult, above, at_least, register_protocol
-from pipeline.protocols.ridge import DEFAULT_ALPHAS, RidgeProbe
-from pipeline.protocols.transforms import TRANSFORMS, make_transform
 
-TRANSFORM_NAMES = tuple(TRANSFORMS)
+#: Names of the preprocessing transforms (``transforms.TRANSFORMS``, kept here without importing torch).
+TRANSFORM_NAMES = ("none", "l2", "standardize", "whiten")
+#: Settings shared by the probes that run in torch.
+DEVICE_DEFAULT = {"device": "auto"}
+# Queries whose class weights are formed at once (k-NN): bounds an (m x K) array.
+_VOTE_CHUNK = 4096
 
 
-def _fit_transform(name: str, X_train: np.ndarray, *others: np.ndarray | None):
-    """Fit the transform on train only; apply it to train and every other split."""
-    t = make_transform(name).fit(X_train)
-    return (t.transform(X_train), *(None if o is None else t.transform(o) for o in others))
+def _check_device(settings: Mapping[str, Any]) -> None:
+    check_device_name(settings["device"])
 
 
 def _grid(value: Any, default: np.ndarray) -> np.ndarray | None:
@@ -35,134 +41,227 @@ def _grid(value: Any, default: np.ndarray) -> np.ndarray | None:
     return default if value == "default" else np.asarray(value, dtype=np.float64)
 
 
+def _score(data: EvalData, probe: Any, rows: FeatureRows, blocks: Any) -> dict[str, float]:
+    """Test metrics: accuracy (or mean per class) of the predictions, mAP for multi-label."""
+    if data.multilabel:  # VOC 2007's metric: 11-point mAP, "difficult" (-1) rows ignored per class
+        return multilabel_metrics(data.y_test, np.concatenate([z.cpu().numpy() for z, _ in blocks(rows)]))
+    return accuracy_metrics(data.y_test, probe.predict_rows(rows), data.mean_per_class)
+
+
+def _present(data: EvalData) -> np.ndarray:
+    """Train targets of a probe: class indices, or for multi-label rows the objects present
+    (a "difficult" object, -1, is present; the 11-point mAP ignores it when scoring)."""
+    return (np.asarray(data.y_train) != 0).astype(np.uint8) if data.multilabel else data.y_train
+
+
+def _train_val_rows(data: EvalData) -> tuple[FeatureRows, np.ndarray, np.ndarray | None]:
+    """Train (and validation) features as one FeatureRows without concatenating them."""
+    parts = [data.train()] + ([data.X_val] if data.X_val is not None else [])
+    rows = FeatureRows(parts, data.X_test.shape[1])
+    if data.X_val is None:
+        return rows, np.asarray(data.y_train), None
+    y = np.concatenate([data.y_train, data.y_val])
+    return rows, y, np.arange(len(data.y_train), len(y))
+
+
 @register_protocol(
     "logistic", version=1,
     defaults={"transform": "l2", "Cs": "default", "C": 1.0, "val_fraction": 0.2, "tol": 1e-4,
-              "max_iter": 1000, "seed": 0, "calibration_bins": 15},
+              "max_iter": 1000, "seed": 0, "calibration_bins": 15, **DEVICE_DEFAULT},
     choices={"transform": TRANSFORM_NAMES},
     bounds={"C": above(0), "val_fraction": Bound(0, 1, low_open=True, high_open=True), "tol": above(0),
-            "max_iter": at_least(1), "seed": SEED, "calibration_bins": at_least(1)},
+            "max_iter": Bound(1, 100_000), "seed": SEED, "calibration_bins": Bound(1, 1000)},
+    check=_check_device, multilabel=True, memory=logistic_memory,
     description="multinomial L2 logistic probe, L-BFGS, C selected on validation (Kornblith 2019)",
 )
 def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-    if np.ndim(data.y_train) == 2:  # multi-label rows: one binary probe per class, C by mAP
-        return multilabel_logistic(data, s, _fit_transform)
-    X_tr, X_va, X_te = _fit_transform(s["transform"], data.train(), data.X_val, data.X_test)
-    y_tr = data.y_train
-    if X_va is not None:  # a dataset-defined validation split selects C; the refit uses both
-        val_mask = np.r_[np.zeros(len(y_tr), bool), np.ones(len(data.y_val), bool)]
-        X_tr, y_tr = np.concatenate([X_tr, X_va]), np.concatenate([y_tr, data.y_val])
-        tr, va = np.flatnonzero(~val_mask), np.flatnonzero(val_mask)
-    else:  # the probe's own stratified draw, reproduced for calibration below
-        val_mask = None
-        from sklearn.model_selection import StratifiedShuffleSplit
+    if data.multilabel:  # the paper's VOC setting: one binary probe per class, difficult left out
+        from pipeline.protocols.multilabel import multilabel_logistic
 
-        tr, va = next(StratifiedShuffleSplit(1, test_size=s["val_fraction"], random_state=s["seed"])
-                      .split(X_tr, y_tr))
-    probe = LogisticProbe(C=s["C"], Cs=s["Cs"], val_fraction=s["val_fraction"], tol=s["tol"],
-                          max_iter=s["max_iter"], random_state=s["seed"]).fit(X_tr, y_tr, val_mask=val_mask)
-    metrics = accuracy_metrics(data.y_test, probe.predict(X_te), data.mean_per_class)
+        return multilabel_logistic(data, s)
+    import torch
+
+    from pipeline.protocols.logistic import LogisticProbe
+    from pipeline.protocols.transforms import fit_row_map
+
+    device = resolve_device(s["device"])
+    rows, y, val_index = _train_val_rows(data)
+    # the transform is fitted on the train split only
+    row_map = fit_row_map(s["transform"], rows.select(np.arange(len(data.y_train))), device)
+    rows, test = rows.with_map(row_map), FeatureRows.of(data.X_test).with_map(row_map)
+    probe = LogisticProbe(C=s["C"], Cs=s["Cs"], val_fraction=s["val_fraction"], tol=s["tol"], max_iter=s["max_iter"],
+                          random_state=s["seed"], device=device).fit_rows(rows, y, val_index=val_index)
+    metrics = _score(data, probe, test, probe.score_blocks)
     diagnostics = {"C": float(probe.C_), "n_iter": int(np.max(probe.n_iter_)), "converged": bool(probe.converged_),
-                   "validation": "dataset split" if val_mask is not None else f"stratified {s['val_fraction']:g} of train"}
+                   "validation": "dataset split" if val_index is not None else f"stratified {s['val_fraction']:g} of train",
+                   "device": str(device)}
     if s["Cs"] is not None:
-        # Calibration (Ericsson 4.7): T is fitted by NLL on the validation split of a
-        # model that did not see it (the selected C on the train part), then applied to
-        # the final model's test logits.
-        held = LogisticProbe(C=probe.C_, tol=s["tol"], max_iter=s["max_iter"]).fit(X_tr[tr], y_tr[tr])
-        cal = calibration_report(_logits(held, X_tr[va]), y_tr[va], _logits(probe, X_te), data.y_test,
-                                 n_bins=s["calibration_bins"])
+        diagnostics["val_scores"] = [float(v) for v in probe.val_scores_]
+    if s["Cs"] is not None and not data.multilabel:
+        # Calibration (Ericsson 4.7): T is fitted by NLL on the probe's validation split,
+        # with a model that did not see it (the selected C on the probe's train part),
+        # then applied to the final model's test logits. (Softmax calibration has no
+        # multi-label counterpart: such cells report none.)
+        from pipeline.protocols.calibration import calibration_report_blocks
+
+        tr, va = probe.train_index_, probe.val_index_
+        held = LogisticProbe(C=probe.C_, tol=s["tol"], max_iter=s["max_iter"], device=device)
+        held.fit_rows(rows.select(tr), y[tr])
+        y_val = torch.from_numpy(_columns(held.classes_, y[va])).to(device)
+        y_test = torch.from_numpy(_columns(probe.classes_, data.y_test)).to(device)
+        val_rows = rows.select(va)
+        cal = calibration_report_blocks(
+            lambda: ((z, y_val[i:i + len(z)]) for z, i in held.score_blocks(val_rows)),
+            lambda: ((z, y_test[i:i + len(z)]) for z, i in probe.score_blocks(test)), n_bins=s["calibration_bins"])
         metrics.update(ece=cal.ece_before, ece_temperature_scaled=cal.ece_after, nll=cal.nll_before,
                        nll_temperature_scaled=cal.nll_after)
         diagnostics.update(temperature=cal.temperature, temperature_at_bound=cal.temperature_at_bound,
-                           val_scores=[float(v) for v in probe.val_scores_],
                            calibration_fit_converged=bool(held.converged_))
         diagnostics["converged"] = bool(probe.converged_ and held.converged_)
     return ProtocolResult(metrics, diagnostics)
 
 
-def _logits(probe: LogisticProbe, X: np.ndarray) -> np.ndarray:
-    """(n, K) logits also for two classes, where decision_function returns one column."""
-    z = probe.decision_function(X)
-    return np.column_stack([np.zeros_like(z), z]) if z.ndim == 1 else z
+def _columns(classes: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Logit column of each label; a label the probe never saw cannot be calibrated."""
+    col = np.searchsorted(classes, labels)
+    unseen = (col >= classes.size) | (classes[np.minimum(col, classes.size - 1)] != labels)
+    if unseen.any():
+        raise DataValidationError(f"labels {np.unique(labels[unseen])[:5].tolist()} do not occur in the probe's "
+                                  "training rows; calibration needs every class in train")
+    return col.astype(np.int64)
 
 
 @register_protocol(
     "ridge", version=1,
-    defaults={"transform": "none", "alphas": "default", "alpha": 1e-4, "fit_intercept": True},
+    defaults={"transform": "none", "alphas": "default", "alpha": 1e-4, "fit_intercept": True, **DEVICE_DEFAULT},
     choices={"transform": TRANSFORM_NAMES},
     bounds={"alpha": at_least(0)},
+    check=_check_device, streams_train=True, multilabel=True, memory=ridge_memory,
     description="least squares to one-vs-rest targets, alpha by exact leave-one-out PRESS (ViT few-shot)",
 )
 def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-    X_tr, X_te = _fit_transform(s["transform"], data.train(), data.X_test)
-    probe = RidgeProbe(alpha=s["alpha"], fit_intercept=s["fit_intercept"],
-                       alphas=_grid(s["alphas"], DEFAULT_ALPHAS)).fit(X_tr, data.y_train)
-    metrics = accuracy_metrics(data.y_test, probe.predict(X_te), data.mean_per_class)
-    diagnostics = {"alpha": float(probe.alpha_)}
+    from pipeline.protocols.ridge import DEFAULT_ALPHAS, RidgeProbe
+    from pipeline.protocols.transforms import fit_row_map
+
+    device = resolve_device(s["device"])
+    train = data.train_rows()
+    row_map = fit_row_map(s["transform"], train, device)
+    probe = RidgeProbe(alpha=s["alpha"], fit_intercept=s["fit_intercept"], alphas=_grid(s["alphas"], DEFAULT_ALPHAS),
+                       device=device).fit_rows(train.with_map(row_map), _present(data))
+    metrics = _score(data, probe, FeatureRows.of(data.X_test).with_map(row_map), probe.score_blocks)
+    diagnostics = {"alpha": float(probe.alpha_), "device": str(device)}
     if getattr(probe, "press_", None) is not None:
         diagnostics["press"] = [float(p) for p in np.ravel(probe.press_)]
     return ProtocolResult(metrics, diagnostics)
 
 
+#: k-NN metrics and the vote weightings valid with each.
+KNN_METRICS: dict[str, tuple[str, ...]] = {"cosine": ("exp", "uniform"), "euclidean": ("uniform",)}
+
+
+def check_metric_weights(metric: str, weights: str) -> None:
+    """Refuse a k-NN metric/weights pair that has no meaning (exp weights need cosine).
+
+    Parameters
+    ----------
+    metric : str
+        ``cosine`` or ``euclidean``.
+    weights : str
+        ``exp`` or ``uniform``.
+    """
+    if metric not in KNN_METRICS:
+        raise unknown_name("metric", metric, KNN_METRICS)
+    if weights not in KNN_METRICS[metric]:
+        raise ConfigError(
+            f"weights={weights!r} is not defined for metric={metric!r}; valid weights for "
+            f"{metric!r}: {', '.join(KNN_METRICS[metric])} ('exp' weights exp(s / tau) need "
+            "cosine similarities s)"
+        )
+
+
+def _check_knn(settings: Mapping[str, Any]) -> None:
+    check_metric_weights(settings["metric"], settings["weights"])
+    _check_device(settings)
+
+
 @register_protocol(
     "knn", version=1,
-    defaults={"n_neighbors": 20, "metric": "cosine", "weights": "exp", "temperature": 0.07},
+    defaults={"n_neighbors": 20, "metric": "cosine", "weights": "exp", "temperature": 0.07, **DEVICE_DEFAULT},
     choices={"metric": ("cosine", "euclidean"), "weights": ("exp", "uniform")},
-    check=lambda s: check_metric_weights(s["metric"], s["weights"]),
+    check=_check_knn, streams_train=True, memory=knn_memory,
     bounds={"n_neighbors": at_least(1), "temperature": above(0)},
     description="weighted k-NN on cosine similarity (Wu 2018, DINO); streams train blocks",
 )
 def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    from pipeline.protocols.knn import knn_class_weights, topk_blocks
+
     if s["n_neighbors"] > len(data.y_train):  # known before a single block is read
         raise DataValidationError(f"n_neighbors={s['n_neighbors']} is larger than the train set "
                                   f"({len(data.y_train)} rows)")
-    blocks = data.train_blocks() if data.train_blocks is not None else [(data.X_train, 0)]
-    scores, idx = topk_blocks(data.X_test, blocks, s["n_neighbors"], s["metric"])
-    weights = knn_class_weights(scores, idx, data.y_train, data.n_classes, s["weights"], s["temperature"])
-    metrics = accuracy_metrics(data.y_test, np.argmax(weights, axis=1), data.mean_per_class)
-    return ProtocolResult(metrics, {"n_train": int(len(data.y_train))})
+    device = resolve_device(s["device"])
+    if data.train_blocks is not None and data.X_train is None:
+        blocks = data.train_blocks()
+    else:
+        rows = block_rows(data.X_train.shape[1], device, itemsize=4)
+        blocks = ((data.X_train[i:i + rows], i) for i in range(0, len(data.X_train), rows))
+    scores, idx = topk_blocks(data.X_test, blocks, s["n_neighbors"], s["metric"], device=device)
+    pred = np.concatenate([
+        np.argmax(knn_class_weights(scores[i:i + _VOTE_CHUNK], idx[i:i + _VOTE_CHUNK], data.y_train, data.n_classes,
+                                    s["weights"], s["temperature"]), axis=1)
+        for i in range(0, len(scores), _VOTE_CHUNK)])
+    metrics = accuracy_metrics(data.y_test, pred, data.mean_per_class)
+    return ProtocolResult(metrics, {"n_train": int(len(data.y_train)), "device": str(device)})
 
 
 @register_protocol(
     "fewshot", version=1,
-    defaults={"n_way": 5, "n_shot": 20, "n_query": 15, "n_episodes": 600, "seed": 0, "pool": "all"},
+    defaults={"n_way": 5, "n_shot": 20, "n_query": 15, "n_episodes": 600, "seed": 0, "pool": "all",
+              **DEVICE_DEFAULT},
     choices={"pool": ("all", "test")},
-    bounds={"n_way": at_least(2), "n_shot": at_least(1), "n_query": at_least(1), "n_episodes": at_least(1),
-            "seed": SEED},
+    bounds={"n_way": at_least(2), "n_shot": at_least(1), "n_query": at_least(1),
+            "n_episodes": Bound(1, 100_000), "seed": SEED},
+    check=_check_device, streams_train=True, memory=fewshot_memory,
     description="N-way K-shot nearest-centroid episodes with a 95% CI (Ericsson 2021)",
 )
 def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-    if s["pool"] == "all":  # Ericsson sample episodes from train, val and test pooled
-        parts = [(data.train(), data.y_train), (data.X_test, data.y_test)]
-        if data.X_val is not None:
-            parts.append((data.X_val, data.y_val))
-        X = np.concatenate([p[0] for p in parts])
-        y = np.concatenate([p[1] for p in parts])
+    from pipeline.protocols.fewshot import fewshot_episodes
+
+    device = resolve_device(s["device"])
+    d = data.X_test.shape[1]
+    if s["pool"] == "all":  # Ericsson sample episodes from train, val and test pooled (no copy)
+        train = data.X_train if data.X_train is not None else (data.train_blocks, len(data.y_train))
+        parts = [train, data.X_test] + ([data.X_val] if data.X_val is not None else [])
+        labels = [data.y_train, data.y_test] + ([data.y_val] if data.X_val is not None else [])
+        rows, y = FeatureRows(parts, d), np.concatenate(labels)
     else:
-        X, y = data.X_test, data.y_test
-    res = fewshot_episodes(X, y, n_way=s["n_way"], n_shot=s["n_shot"], n_query=s["n_query"],
-                           n_episodes=s["n_episodes"], seed=s["seed"])
+        rows, y = FeatureRows.of(data.X_test), data.y_test
+    res = fewshot_episodes(rows, y, n_way=s["n_way"], n_shot=s["n_shot"], n_query=s["n_query"],
+                           n_episodes=s["n_episodes"], seed=s["seed"], device=device)
     return ProtocolResult({"score": res.mean, "mean": res.mean, "ci95": res.ci95, "std": res.std},
-                          {"eligible_classes": len(res.eligible_classes)})
+                          {"eligible_classes": len(res.eligible_classes), "device": str(device)})
 
 
 @register_protocol(
     "lowshot", version=1,
     defaults={"shots": [1, 2, 4, 8, 16, 32, 64, 128, "all"], "n_seeds": 5, "probe": "ridge",
-              "transform": "l2", "seed": 0, "on_insufficient": "skip"},
+              "transform": "l2", "seed": 0, "on_insufficient": "skip", **DEVICE_DEFAULT},
     choices={"probe": ("ridge", "logistic"), "transform": TRANSFORM_NAMES, "on_insufficient": ("raise", "skip")},
-    bounds={"n_seeds": at_least(1), "seed": SEED},
+    bounds={"n_seeds": Bound(1, 1000), "seed": SEED},
+    check=_check_device, streams_train=True, memory=lowshot_memory,
     description="accuracy with N train images per class, 5 samples each (ImageNet-CoG)",
 )
 def _lowshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-    res = lowshot_curve(data.train(), data.y_train, data.X_test, data.y_test, shots=s["shots"],
+    from pipeline.protocols.lowshot import lowshot_curve
+
+    device = resolve_device(s["device"])
+    res = lowshot_curve(data.train_rows(), data.y_train, data.X_test, data.y_test, shots=s["shots"],
                         n_seeds=s["n_seeds"], probe=s["probe"], transform=s["transform"], seed=s["seed"],
-                        on_insufficient=s["on_insufficient"])
+                        on_insufficient=s["on_insufficient"], device=device)
     metrics: dict[str, Any] = {"curve": {str(k): float(v) for k, v in res.mean.items()},
                                "curve_std": {str(k): float(v) for k, v in res.std.items()}}
     full = [k for k in res.mean if k == "all"]
     metrics["score"] = float(res.mean[full[0]]) if full else float(list(res.mean.values())[-1])
-    return ProtocolResult(metrics, {"skipped": {str(k): v for k, v in res.skipped.items()}})
+    return ProtocolResult(metrics, {"skipped": {str(k): v for k, v in res.skipped.items()}, "device": str(device)})
 
 
 @register_protocol(
@@ -170,13 +269,17 @@ def _lowshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     defaults={"seed": 0, "max_train": 1000, "max_dims": 64, "min_singular_ratio": 1e-3, "logistic_tol": 1e-6},
     bounds={"seed": SEED, "max_train": at_least(1), "max_dims": at_least(1),
             "min_singular_ratio": Bound(0, 1, low_open=True, high_open=True), "logistic_tol": above(0)},
+    streams_train=True, memory=invariance_memory,
     description="changed predictions under rotation, scale, translation, per-feature and dense maps",
 )
 def _invariance(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-    X, y = data.train(), data.y_train
+    from pipeline.protocols.invariance import invariance_audit
+
+    rows, y = data.train_rows(), np.asarray(data.y_train)
+    keep = np.arange(len(y))
     if len(y) > s["max_train"]:  # the audit refits ten protocols five times: keep it cheap
         keep = np.sort(np.random.default_rng(s["seed"]).choice(len(y), s["max_train"], replace=False))
-        X, y = X[keep], y[keep]
+    X, y = rows.cached(keep).take(keep), y[keep]
     basis = _principal_basis(X, s["max_dims"], s["min_singular_ratio"])
     audit = invariance_audit(X @ basis, y, data.X_test @ basis, data.y_test, seed=s["seed"],
                              logistic_tol=s["logistic_tol"])

@@ -1,4 +1,4 @@
-"""Expected calibration error and temperature scaling (PROTOCOLS.md section 3; Ericsson 4.7).
+"""Expected calibration error and temperature scaling (Guo et al. 2017; Ericsson et al. 4.7).
 
 ECE (Guo et al. 2017): the confidence of a prediction is its largest class probability and
 the prediction is that class (ties: the smallest class index, as ``numpy.argmax``).
@@ -13,19 +13,29 @@ applied to the test logits. It never changes a prediction, only the confidences.
 convex in beta = 1 / T (its second derivative is the variance of the logits under the
 softmax), so T is found as the root of the derivative in beta by Brent's method, to machine
 precision, within ``bounds``.
+
+The report reads logits as blocks (``calibration_report_blocks``), so a probe never keeps
+an (n x K) logit matrix of its validation or test split: every evaluation of the NLL's
+derivative is one pass over the validation blocks, in torch on their device.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import torch
 from scipy import optimize
 from scipy.special import log_softmax, softmax
 
 from pipeline.errors import DataValidationError
-from pipeline.protocols._validation import check_features, check_labels
+from pipeline.protocols.validation import check_class_indices, check_features
+
+#: A callable returning an iterable of (logits (b, K), class indices (b,)) torch blocks.
+LogitBlocks = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
 
 DEFAULT_N_BINS = 15
 DEFAULT_T_BOUNDS = (1e-3, 1e3)
@@ -35,6 +45,7 @@ __all__ = [
     "CalibrationReport",
     "apply_temperature",
     "calibration_report",
+    "calibration_report_blocks",
     "expected_calibration_error",
     "fit_temperature",
     "negative_log_likelihood",
@@ -49,7 +60,7 @@ def _check_n_bins(n_bins: int) -> int:
 
 def _check_logits_labels(logits: object, y: object, name: str) -> tuple[np.ndarray, np.ndarray]:
     z = np.asarray(check_features(logits, name), dtype=np.float64)
-    labels = check_labels(y, n_samples=z.shape[0], name=f"labels of {name}")
+    labels = check_class_indices(y, n_samples=z.shape[0], name=f"labels of {name}")
     _check_label_range(labels, z.shape[1], name)
     return z, labels
 
@@ -80,12 +91,23 @@ def expected_calibration_error(
     Either ``probs_or_confidences`` is an (n, K) array of class probabilities (rows summing
     to 1) and ``y_true`` the class labels, or it is a 1-D array of the confidences of the
     predicted classes and ``y_true`` says whether each prediction was correct (bool or 0/1).
+
+    Parameters
+    ----------
+    probs_or_confidences : array-like of shape (n, K) or (n,)
+    y_true : array-like of shape (n,)
+        Class indices, or correctness flags for 1-D confidences.
+    n_bins : int
+
+    Returns
+    -------
+    float
     """
     n_bins = _check_n_bins(n_bins)
     arr = np.asarray(probs_or_confidences, dtype=np.float64)
     if arr.ndim == 2:
         probs = np.asarray(check_features(arr, "probs"), dtype=np.float64)
-        labels = check_labels(y_true, n_samples=probs.shape[0], name="y_true")
+        labels = check_class_indices(y_true, n_samples=probs.shape[0], name="y_true")
         _check_label_range(labels, probs.shape[1], "probs")
         sums = probs.sum(axis=1)
         off = np.flatnonzero(np.abs(sums - 1.0) > _PROB_SUM_TOL)
@@ -151,14 +173,37 @@ def _check_temperature(temperature: float) -> float:
 
 
 def apply_temperature(logits: object, temperature: float) -> np.ndarray:
-    """softmax(logits / temperature) row-wise, as float64 probabilities."""
+    """softmax(logits / temperature) row-wise, as float64 probabilities.
+
+    Parameters
+    ----------
+    logits : array-like of shape (n, K)
+    temperature : float
+        T > 0.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n, K)
+    """
     t = _check_temperature(temperature)
     z = np.asarray(check_features(logits, "logits"), dtype=np.float64)
     return softmax(z / t, axis=1)
 
 
 def negative_log_likelihood(logits: object, y: object, temperature: float = 1.0) -> float:
-    """Mean cross-entropy of softmax(logits / temperature) against the labels."""
+    """Mean cross-entropy of softmax(logits / temperature) against the labels.
+
+    Parameters
+    ----------
+    logits : array-like of shape (n, K)
+    y : array-like of shape (n,)
+        Class indices.
+    temperature : float
+
+    Returns
+    -------
+    float
+    """
     t = _check_temperature(temperature)
     z, labels = _check_logits_labels(logits, y, "logits")
     return _nll(z / t, labels)
@@ -178,6 +223,19 @@ def fit_temperature(
     Solved exactly (see the module doc). If the minimum lies outside ``bounds`` (e.g. every
     validation prediction is right and the NLL keeps falling as T -> 0), the nearest bound
     is returned with a RuntimeWarning saying so.
+
+    Parameters
+    ----------
+    logits_val : array-like of shape (n, K)
+    y_val : array-like of shape (n,)
+        Class indices.
+    bounds : tuple of float
+        (low, high) for T.
+
+    Returns
+    -------
+    float
+        T.
     """
     t, at_bound = _fit_temperature(logits_val, y_val, bounds)
     if at_bound:
@@ -194,29 +252,49 @@ def _bound_message(t: float, bounds: tuple[float, float]) -> str:
     return f"the NLL-optimal temperature is at or above the upper bound {t:g}; returning {t:g}"
 
 
-def _fit_temperature(logits_val: object, y_val: object, bounds: tuple[float, float]) -> tuple[float, bool]:
-    """(T, whether T is a bound because the optimum lies outside ``bounds``)."""
+def _check_bounds(bounds: tuple[float, float]) -> tuple[float, float]:
     if len(bounds) != 2:
         raise DataValidationError(f"bounds must be (low, high), got {bounds!r}")
     lo, hi = float(bounds[0]), float(bounds[1])
     if not (np.isfinite(lo) and np.isfinite(hi) and 0.0 < lo < hi):
         raise DataValidationError(f"bounds must be two finite numbers 0 < low < high, got {bounds!r}")
-    z, labels = _check_logits_labels(logits_val, y_val, "logits_val")
-    if z.shape[1] < 2:
-        raise DataValidationError(
-            f"temperature scaling needs at least 2 classes, logits_val has {z.shape[1]}"
-        )
-    if np.all(np.ptp(z, axis=1) == 0.0):
+    return lo, hi
+
+
+def _check_val_blocks(blocks: LogitBlocks) -> int:
+    """Number of classes of the validation logits; refuse ones that cannot fix T."""
+    width, varies = None, False
+    for Z, y in blocks():
+        width = Z.shape[1]
+        bad = torch.nonzero((y < 0) | (y >= width)).flatten()
+        if bad.numel():
+            raise DataValidationError(
+                f"logits_val has {width} class columns, so labels must lie in [0, {width - 1}]; "
+                f"{bad.numel()} label(s) do not, e.g. {y[bad[:5]].tolist()}")
+        varies = varies or bool((Z.max(dim=1).values > Z.min(dim=1).values).any())
+    if width is None or width < 2:
+        raise DataValidationError(f"temperature scaling needs at least 2 classes, logits_val has {width}")
+    if not varies:
         raise DataValidationError(
             "logits_val are constant within every row: the likelihood does not depend on T"
         )
-    z_true = z[np.arange(z.shape[0]), labels]
+    return width
+
+
+def _fit_temperature_blocks(blocks: LogitBlocks, bounds: tuple[float, float]) -> tuple[float, bool]:
+    """(T, whether T is a bound because the optimum lies outside ``bounds``)."""
+    lo, hi = _check_bounds(bounds)
+    _check_val_blocks(blocks)
 
     def grad_beta(beta: float) -> float:
         # d/d beta of mean(logsumexp(beta z) - beta z_y) = mean(E_softmax(beta z)[z] - z_y),
-        # increasing in beta (the NLL is convex in beta = 1 / T).
-        p = softmax(beta * z, axis=1)
-        return float(np.mean((p * z).sum(axis=1) - z_true))
+        # increasing in beta (the NLL is convex in beta = 1 / T); one pass over the blocks.
+        total, n = 0.0, 0
+        for Z, y in blocks():
+            P = torch.softmax(beta * Z, dim=1)
+            total += float(((P * Z).sum(dim=1) - Z.gather(1, y[:, None])[:, 0]).sum())
+            n += y.shape[0]
+        return total / n
 
     b_lo, b_hi = 1.0 / hi, 1.0 / lo
     if grad_beta(b_lo) >= 0.0:
@@ -227,9 +305,35 @@ def _fit_temperature(logits_val: object, y_val: object, bounds: tuple[float, flo
     return float(1.0 / beta), False
 
 
+def _array_blocks(logits: Any, y: Any, name: str) -> LogitBlocks:
+    """One block of checked array logits and labels, as ``LogitBlocks``."""
+    z, labels = _check_logits_labels(logits, y, name)
+    Z, Y = torch.from_numpy(z), torch.from_numpy(labels)
+    return lambda: [(Z, Y)]
+
+
+def _fit_temperature(logits_val: object, y_val: object, bounds: tuple[float, float]) -> tuple[float, bool]:
+    _check_bounds(bounds)
+    return _fit_temperature_blocks(_array_blocks(logits_val, y_val, "logits_val"), bounds)
+
+
 @dataclass(frozen=True)
 class CalibrationReport:
-    """Test-split calibration before and after temperature scaling fitted on validation."""
+    """Test-split calibration before and after temperature scaling fitted on validation.
+
+    Parameters
+    ----------
+    temperature : float
+    ece_before, ece_after : float
+        ECE at T = 1 and at ``temperature``.
+    nll_before, nll_after : float
+        Mean NLL at T = 1 and at ``temperature``.
+    accuracy : float
+        Test top-1 of the logits.
+    n_bins : int
+    temperature_at_bound : bool
+        The NLL optimum lies outside the bounds: ``temperature`` is the nearest bound.
+    """
 
     temperature: float
     ece_before: float
@@ -241,8 +345,62 @@ class CalibrationReport:
     temperature_at_bound: bool
 
     def to_dict(self) -> dict[str, object]:
-        """Plain dictionary (for the results ledger)."""
+        """Plain dictionary (for the results ledger).
+
+        Returns
+        -------
+        dict
+        """
         return dict(self.__dict__)
+
+
+def _test_sums(blocks: LogitBlocks, temperature: float, n_bins: int) -> tuple[float, float, float]:
+    """(ECE, mean NLL, accuracy) of softmax(logits / T) over the test blocks."""
+    edges = None
+    conf_sum = acc_sum = None
+    nll, hits, n = 0.0, 0, 0
+    for Z, y in blocks():
+        if edges is None:
+            edges = torch.linspace(0.0, 1.0, n_bins + 1, dtype=torch.float64, device=Z.device)[1:-1]
+            conf_sum = torch.zeros(n_bins, dtype=torch.float64, device=Z.device)
+            acc_sum = torch.zeros_like(conf_sum)
+        Zt = Z.to(torch.float64) / temperature
+        P = torch.softmax(Zt, dim=1)
+        conf, pred = P.max(dim=1)
+        correct = (pred == y).to(torch.float64)
+        bins = torch.bucketize(conf, edges, right=False)  # bins are (lo, hi]; 0 lands in bin 0
+        conf_sum.index_add_(0, bins, conf)
+        acc_sum.index_add_(0, bins, correct)
+        nll += float((torch.logsumexp(Zt, dim=1) - Zt.gather(1, y[:, None])[:, 0]).sum())
+        hits += int(correct.sum())
+        n += y.shape[0]
+    if n == 0:
+        raise DataValidationError("calibration needs at least one test prediction, got 0")
+    return float((acc_sum - conf_sum).abs().sum()) / n, nll / n, hits / n
+
+
+def calibration_report_blocks(val_blocks: LogitBlocks, test_blocks: LogitBlocks, n_bins: int = DEFAULT_N_BINS,
+                              bounds: tuple[float, float] = DEFAULT_T_BOUNDS) -> CalibrationReport:
+    """``calibration_report`` over logit blocks (never an (n x K) array of a whole split).
+
+    Parameters
+    ----------
+    val_blocks, test_blocks : callable
+        Each returns an iterable of (logits (b, K) float64 tensor, class indices (b,)
+        int64 tensor); called once per pass.
+    n_bins : int
+    bounds : tuple of float
+
+    Returns
+    -------
+    CalibrationReport
+    """
+    n_bins = _check_n_bins(n_bins)
+    t, at_bound = _fit_temperature_blocks(val_blocks, bounds)
+    ece_before, nll_before, accuracy = _test_sums(test_blocks, 1.0, n_bins)
+    ece_after, nll_after, _ = _test_sums(test_blocks, t, n_bins)
+    return CalibrationReport(temperature=t, ece_before=ece_before, ece_after=ece_after, nll_before=nll_before,
+                             nll_after=nll_after, accuracy=accuracy, n_bins=n_bins, temperature_at_bound=at_bound)
 
 
 def calibration_report(
@@ -257,24 +415,27 @@ def calibration_report(
 
     An optimum outside ``bounds`` is not warned about here but recorded as
     ``temperature_at_bound`` in the report.
+
+    Parameters
+    ----------
+    logits_val : array-like of shape (n_val, K)
+    y_val : array-like of shape (n_val,)
+    logits_test : array-like of shape (n_test, K)
+    y_test : array-like of shape (n_test,)
+    n_bins : int
+    bounds : tuple of float
+
+    Returns
+    -------
+    CalibrationReport
     """
     n_bins = _check_n_bins(n_bins)
-    z_test, labels_test = _check_logits_labels(logits_test, y_test, "logits_test")
+    test = _array_blocks(logits_test, y_test, "logits_test")
     z_val = np.asarray(check_features(logits_val, "logits_val"))
-    if z_val.shape[1] != z_test.shape[1]:
+    width = next(iter(test()))[0].shape[1]
+    if z_val.shape[1] != width:
         raise DataValidationError(
-            f"logits_val has {z_val.shape[1]} classes but logits_test has {z_test.shape[1]}; they must match"
+            f"logits_val has {z_val.shape[1]} classes but logits_test has {width}; they must match"
         )
-    t, at_bound = _fit_temperature(logits_val, y_val, bounds)
-    before = softmax(z_test, axis=1)
-    after = softmax(z_test / t, axis=1)
-    return CalibrationReport(
-        temperature=t,
-        ece_before=expected_calibration_error(before, labels_test, n_bins),
-        ece_after=expected_calibration_error(after, labels_test, n_bins),
-        nll_before=_nll(z_test, labels_test),
-        nll_after=_nll(z_test / t, labels_test),
-        accuracy=float(np.mean(z_test.argmax(axis=1) == labels_test)),
-        n_bins=n_bins,
-        temperature_at_bound=at_bound,
-    )
+    _check_bounds(bounds)
+    return calibration_report_blocks(_array_blocks(logits_val, y_val, "logits_val"), test, n_bins, bounds)

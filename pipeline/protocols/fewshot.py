@@ -1,4 +1,4 @@
-"""Episodic N-way K-shot evaluation with a nearest-centroid classifier (PROTOCOLS.md section 6).
+"""Episodic N-way K-shot evaluation with a nearest-centroid classifier.
 
 Ericsson et al. 2021 / CD-FSL: each episode draws ``n_way`` classes without replacement
 from the classes with at least ``n_shot + n_query`` images, then ``n_shot`` support and
@@ -12,36 +12,50 @@ compute it.
 Ericsson pool train, val and test before sampling: pass the pooled features.
 
 Everything is vectorised over episodes: the sampler draws index arrays for a block of
-episodes at once, and the scorer gathers them into (episodes, way, shot, d) tensors and
-computes all distances with one batched matrix product per block. Blocks only bound memory:
-the random streams are consumed in the same order whatever the block size, so the episodes
-do not depend on it.
+episodes at once (from the labels only), and the scorer gathers them into
+(episodes, way, shot, d) tensors on the compute device and computes all distances with one
+batched matrix product per block, in float64. Blocks only bound memory: the random streams
+are consumed in the same order whatever the block size, so the episodes do not depend on
+it. Features may be streamed (``FeatureRows``): only the rows the episodes use are read,
+in one pass, and kept in their stored dtype.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from pipeline.errors import DataValidationError
-from pipeline.protocols._validation import check_features, check_labels
+from pipeline.protocols.blocks import FeatureRows
+from pipeline.protocols.devices import resolve_device
+from pipeline.protocols.validation import check_class_indices, check_features
 
 CI_Z = 1.96
-# Memory bounds per block of episodes: random sampling keys and gathered float64 features.
-_MAX_KEY_ELEMENTS = 1 << 22
-_MAX_FEATURE_ELEMENTS = 1 << 23
+#: Memory bounds per block of episodes: random sampling keys (float64) and gathered
+#: features (float64), in elements.
+MAX_KEY_ELEMENTS = 1 << 20
+MAX_FEATURE_ELEMENTS = 1 << 21
 
-__all__ = ["FewShotResult", "fewshot_episodes"]
+__all__ = ["Episodes", "FewShotResult", "episode_accuracies", "fewshot_episodes", "sample_episodes"]
 
 
 @dataclass(frozen=True)
 class FewShotResult:
     """Mean episode accuracy (a fraction) and its 95 % interval half-width.
 
-    ``ci95`` = 1.96 * ``std`` / sqrt(``n_episodes``) with ``std`` = np.std(accuracies)
-    (ddof = 0). ``eligible_classes`` are the labels with at least n_shot + n_query images.
+    Parameters
+    ----------
+    mean, ci95, std : float
+        ``ci95`` = 1.96 * ``std`` / sqrt(``n_episodes``), ``std`` = np.std(accuracies)
+        (ddof = 0).
+    accuracies : numpy.ndarray
+        Per episode (read-only).
+    n_way, n_shot, n_query, n_episodes, seed : int
+        The settings.
+    eligible_classes : tuple of int
+        The labels with at least n_shot + n_query images.
     """
 
     mean: float
@@ -56,7 +70,12 @@ class FewShotResult:
     seed: int
 
     def to_dict(self) -> dict[str, object]:
-        """Plain dictionary (for the results ledger); episode accuracies as a list."""
+        """Plain dictionary (for the results ledger); episode accuracies as a list.
+
+        Returns
+        -------
+        dict
+        """
         return {
             "mean": self.mean,
             "ci95": self.ci95,
@@ -71,8 +90,16 @@ class FewShotResult:
         }
 
 
-class _Episodes(NamedTuple):
-    """Sampled episodes: sample indices into X / y and the drawn class labels."""
+class Episodes(NamedTuple):
+    """Sampled episodes: sample indices into X / y and the drawn class labels.
+
+    Parameters
+    ----------
+    classes : numpy.ndarray of shape (n_episodes, n_way)
+    support : numpy.ndarray of shape (n_episodes, n_way, n_shot)
+    query : numpy.ndarray of shape (n_episodes, n_way, n_query)
+    eligible : numpy.ndarray
+    """
 
     classes: np.ndarray  # (n_episodes, n_way) class labels
     support: np.ndarray  # (n_episodes, n_way, n_shot) row indices
@@ -113,15 +140,21 @@ def _eligible_classes(labels: np.ndarray, n_way: int, n_shot: int, n_query: int)
     return classes[ok]
 
 
-def _sample_episodes(
-    labels: np.ndarray,
-    n_way: int,
-    n_shot: int,
-    n_query: int,
-    n_episodes: int,
-    seed: int,
-) -> _Episodes:
-    """Draw every episode's classes and support/query indices, vectorised over episodes."""
+def sample_episodes(labels: np.ndarray, n_way: int, n_shot: int, n_query: int, n_episodes: int,
+                    seed: int) -> Episodes:
+    """Draw every episode's classes and support/query indices, vectorised over episodes.
+
+    Parameters
+    ----------
+    labels : numpy.ndarray of shape (n,)
+        Class labels of the pool.
+    n_way, n_shot, n_query, n_episodes, seed : int
+        The episode settings.
+
+    Returns
+    -------
+    Episodes
+    """
     eligible = _eligible_classes(labels, n_way, n_shot, n_query)
     need = n_shot + n_query
     # Two independent streams (classes, members), each consumed in episode order, so the
@@ -140,7 +173,7 @@ def _sample_episodes(
 
     way = np.empty((n_episodes, n_way), dtype=np.int64)  # positions in `eligible`
     idx = np.empty((n_episodes, n_way, need), dtype=np.int64)
-    block = max(1, _MAX_KEY_ELEMENTS // max(eligible.size, n_way * max_count))
+    block = max(1, MAX_KEY_ELEMENTS // max(eligible.size, n_way * max_count))
     for start in range(0, n_episodes, block):
         b = min(block, n_episodes - start)
         # Classes: the n_way smallest of uniform keys = a uniform draw without replacement.
@@ -153,7 +186,7 @@ def _sample_episodes(
         pick = np.argpartition(keys, need - 1, axis=2)[:, :, :need]
         pick = np.take_along_axis(pick, np.argsort(np.take_along_axis(keys, pick, axis=2), axis=2), axis=2)
         idx[start : start + b] = members[w[:, :, None], pick]
-    return _Episodes(
+    return Episodes(
         classes=eligible[way],
         support=idx[:, :, :n_shot],
         query=idx[:, :, n_shot:],
@@ -161,52 +194,90 @@ def _sample_episodes(
     )
 
 
-def _episode_accuracies(X: np.ndarray, support: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Nearest-centroid accuracy of every episode, computed in blocks of episodes."""
+def episode_accuracies(rows: FeatureRows | np.ndarray, support: np.ndarray, query: np.ndarray,
+                       device: Any = None) -> np.ndarray:
+    """Nearest-centroid accuracy of every episode, in blocks of episodes, float64 on ``device``.
+
+    Parameters
+    ----------
+    rows : FeatureRows or numpy.ndarray
+        The pooled features (streamed parts cached at the rows the episodes use).
+    support : numpy.ndarray of shape (n_episodes, n_way, n_shot)
+        Row indices.
+    query : numpy.ndarray of shape (n_episodes, n_way, n_query)
+        Row indices.
+    device : str, torch.device or None
+        Compute device.
+
+    Returns
+    -------
+    numpy.ndarray of shape (n_episodes,)
+    """
+    import torch
+
+    rows, device = FeatureRows.of(rows), resolve_device(device)
     n_episodes, n_way, n_shot = support.shape
     n_query = query.shape[2]
-    d = X.shape[1]
-    truth = np.repeat(np.arange(n_way), n_query)  # way index of each flattened query
+    d = rows.n_features
+    truth = torch.arange(n_way, device=device).repeat_interleave(n_query)  # way of each query
     acc = np.empty(n_episodes, dtype=np.float64)
-    block = max(1, _MAX_FEATURE_ELEMENTS // (n_way * (n_shot + n_query) * d))
+    block = max(1, MAX_FEATURE_ELEMENTS // (n_way * (n_shot + n_query) * d))
     for start in range(0, n_episodes, block):
         stop = min(start + block, n_episodes)
-        proto = X[support[start:stop]].astype(np.float64).mean(axis=2)  # (b, way, d)
-        q = X[query[start:stop]].astype(np.float64).reshape(stop - start, n_way * n_query, d)
+        proto = torch.from_numpy(rows.take(support[start:stop])).to(device, torch.float64).mean(dim=2)
+        q = torch.from_numpy(rows.take(query[start:stop])).to(device, torch.float64)
+        q = q.reshape(stop - start, n_way * n_query, d)
         # ||q - p||^2 = ||q||^2 - 2 q.p + ||p||^2, all ways and queries by one batched product
-        d2 = (
-            np.einsum("bqd,bqd->bq", q, q)[:, :, None]
-            - 2.0 * np.matmul(q, proto.transpose(0, 2, 1))
-            + np.einsum("bwd,bwd->bw", proto, proto)[:, None, :]
-        )
-        acc[start:stop] = (d2.argmin(axis=2) == truth).mean(axis=1)
+        d2 = ((q * q).sum(dim=2)[:, :, None] - 2.0 * torch.bmm(q, proto.transpose(1, 2))
+              + (proto * proto).sum(dim=2)[:, None, :])
+        acc[start:stop] = (d2.argmin(dim=2) == truth).to(torch.float64).mean(dim=1).cpu().numpy()
     return acc
 
 
 def fewshot_episodes(
-    X: object,
-    y: object,
+    X: Any,
+    y: Any,
     n_way: int = 5,
     n_shot: int = 20,
     n_query: int = 15,
     n_episodes: int = 600,
     seed: int = 0,
+    device: Any = None,
 ) -> FewShotResult:
     """Mean accuracy and 95 % interval of nearest-centroid N-way K-shot episodes.
 
-    ``X`` (n, d) are features (pool train, val and test as Ericsson do) and ``y`` their
-    labels. Raises DataValidationError naming the qualifying classes when fewer than
-    ``n_way`` classes have ``n_shot + n_query`` images.
+    Parameters
+    ----------
+    X : array-like of shape (n, d) or FeatureRows
+        Features (pool train, val and test as Ericsson do); streamed parts are read once,
+        keeping only the rows the episodes use.
+    y : array-like of shape (n,)
+        Integer class labels.
+    n_way, n_shot, n_query, n_episodes, seed : int
+        Classes per episode, support and query images per class, episodes, seed.
+    device : str, torch.device or None
+        Compute device of the distances (``auto``/None: CUDA when available).
+
+    Returns
+    -------
+    FewShotResult
+
+    Raises
+    ------
+    DataValidationError
+        Naming the qualifying classes when fewer than ``n_way`` classes have
+        ``n_shot + n_query`` images; bad settings or arrays.
     """
     n_way = _check_int(n_way, "n_way", 2)
     n_shot = _check_int(n_shot, "n_shot", 1)
     n_query = _check_int(n_query, "n_query", 1)
     n_episodes = _check_int(n_episodes, "n_episodes", 1)
     seed = _check_int(seed, "seed", 0)
-    feats = check_features(X, "X")
-    labels = check_labels(y, n_samples=feats.shape[0], name="y")
-    episodes = _sample_episodes(labels, n_way, n_shot, n_query, n_episodes, seed)
-    acc = _episode_accuracies(feats, episodes.support, episodes.query)
+    rows = X if isinstance(X, FeatureRows) else FeatureRows.of(check_features(X, "X"))
+    labels = check_class_indices(y, n_samples=len(rows), name="y")
+    episodes = sample_episodes(labels, n_way, n_shot, n_query, n_episodes, seed)
+    used = np.concatenate([episodes.support.ravel(), episodes.query.ravel()])
+    acc = episode_accuracies(rows.cached(used), episodes.support, episodes.query, device)
     acc.setflags(write=False)
     std = float(np.std(acc))
     return FewShotResult(

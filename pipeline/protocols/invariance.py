@@ -1,6 +1,6 @@
 """Invariance audit: which coordinate changes of the features each protocol ignores.
 
-PROTOCOLS.md section 9. A fixed invertible map g of the features carries the same
+A fixed invertible map g of the features carries the same
 information; a protocol is invariant to g when fitting on g(train) and predicting g(test)
 gives the same test predictions as without g, for every train set. The audit applies
 five maps to the train and test features (float64), refits every protocol and counts the
@@ -21,9 +21,10 @@ standardised or whitened features) after standardize / whiten. A protocol that r
 lambda per representation (LOO PRESS) is a different protocol and would absorb the
 isotropic scale.
 
-Expected behaviour (``EXPECTED_INVARIANCE``, the table of section 9): a "yes" cell must
-change no prediction (the iterative logistic solvers only up to their tolerance, here
-max |gradient| <= 1e-10: LogisticProbe with a bias, sklearn's lbfgs without, as
+Expected behaviour (``EXPECTED_INVARIANCE``): a "yes" cell must change no prediction (the
+iterative logistic solvers only up to their gradient tolerance ``logistic_tol``:
+``invariance_audit`` defaults to max |gradient| <= 1e-10, the registered ``invariance``
+protocol to 1e-6; LogisticProbe with a bias, scikit-learn's lbfgs without, as
 LogisticProbe always fits one);
 a "no" cell normally changes many, though a given data set may happen to change none.
 Invariance is not accuracy: whitened 5-NN ignores every map and may still be the least
@@ -42,7 +43,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
 from pipeline.errors import DataValidationError, unknown_name
-from pipeline.protocols._validation import check_labels, check_train_test
+from pipeline.protocols.validation import check_class_indices, check_train_test
 from pipeline.protocols.knn import KNNClassifier
 from pipeline.protocols.logistic import LogisticProbe
 from pipeline.protocols.ridge import RidgeProbe
@@ -73,7 +74,7 @@ def _row(*flags: bool) -> Mapping[str, bool]:
     return MappingProxyType(dict(zip(MAPS, flags)))
 
 
-#: EXPECTED_INVARIANCE[protocol][map]: True where predictions cannot change (section 9).
+#: EXPECTED_INVARIANCE[protocol][map]: True where predictions cannot change.
 EXPECTED_INVARIANCE: Mapping[str, Mapping[str, bool]] = MappingProxyType(
     {
         "least_squares_bias": _row(True, True, True, True, True),
@@ -92,7 +93,16 @@ EXPECTED_INVARIANCE: Mapping[str, Mapping[str, bool]] = MappingProxyType(
 
 @dataclass(frozen=True)
 class AuditContext:
-    """Quantities of the original train features that fix the protocols' hyperparameters."""
+    """Quantities of the original train features that fix the protocols' hyperparameters.
+
+    Parameters
+    ----------
+    n_train, n_features : int
+    gram_scale : float
+        ||X_train||_F^2 / d: the mean eigenvalue of H^T H.
+    logistic_tol : float
+        Gradient tolerance of the logistic rows.
+    """
 
     n_train: int
     n_features: int
@@ -161,14 +171,30 @@ _FULL_RANK = ("least_squares_bias", "whiten_knn_euclidean", "whiten_ridge")
 
 @dataclass(frozen=True)
 class FeatureMap:
-    """x -> x @ matrix + offset, applied to train and test alike."""
+    """x -> x @ matrix + offset, applied to train and test alike.
+
+    Parameters
+    ----------
+    name : str
+    matrix : numpy.ndarray of shape (d, d)
+    offset : numpy.ndarray of shape (d,)
+    """
 
     name: str
     matrix: np.ndarray
     offset: np.ndarray
 
     def apply(self, X: np.ndarray) -> np.ndarray:
-        """The mapped features (float64)."""
+        """The mapped features (float64).
+
+        Parameters
+        ----------
+        X : numpy.ndarray of shape (n, d)
+
+        Returns
+        -------
+        numpy.ndarray of shape (n, d)
+        """
         return np.asarray(X, dtype=np.float64) @ self.matrix + self.offset
 
 
@@ -180,8 +206,18 @@ def _orthogonal(d: int, rng: np.random.Generator) -> np.ndarray:
 def invariance_maps(n_features: int, seed: int = 0, data_scale: float = 1.0) -> dict[str, FeatureMap]:
     """The five maps of the audit for ``n_features`` features (see the module doc).
 
-    ``data_scale`` is the std of the features; translations are ``TRANSLATION_SCALE`` times
-    it per coordinate.
+    Parameters
+    ----------
+    n_features : int
+    seed : int
+        Draws the maps.
+    data_scale : float
+        The std of the features; translations are ``TRANSLATION_SCALE`` times it per
+        coordinate.
+
+    Returns
+    -------
+    dict of str to FeatureMap
     """
     d = int(n_features)
     rng = np.random.default_rng(seed)
@@ -204,7 +240,16 @@ def invariance_maps(n_features: int, seed: int = 0, data_scale: float = 1.0) -> 
 
 @dataclass(frozen=True)
 class InvarianceRecord:
-    """One (protocol, map) cell: how many test predictions the map changed."""
+    """One (protocol, map) cell: how many test predictions the map changed.
+
+    Parameters
+    ----------
+    protocol, map : str
+    expected_invariant : bool or None
+        The table's answer (None for custom protocols).
+    n_changed, n_test : int
+    fraction_changed, accuracy_before, accuracy_after : float
+    """
 
     protocol: str
     map: str
@@ -223,7 +268,14 @@ class InvarianceRecord:
 
 @dataclass(frozen=True)
 class InvarianceAudit:
-    """All cells of the audit, protocol-major in the order run."""
+    """All cells of the audit, protocol-major in the order run.
+
+    Parameters
+    ----------
+    records : tuple of InvarianceRecord
+    protocols, maps : tuple of str
+    seed : int
+    """
 
     records: tuple[InvarianceRecord, ...]
     protocols: tuple[str, ...]
@@ -231,18 +283,33 @@ class InvarianceAudit:
     seed: int
 
     def to_records(self) -> list[dict[str, Any]]:
-        """Flat dictionaries, one per cell, with ``consistent`` included."""
+        """Flat dictionaries, one per cell, with ``consistent`` included.
+
+        Returns
+        -------
+        list of dict
+        """
         return [{**asdict(r), "consistent": r.consistent} for r in self.records]
 
     def observed(self) -> dict[str, dict[str, bool]]:
-        """observed[protocol][map]: True where no test prediction changed."""
+        """observed[protocol][map]: True where no test prediction changed.
+
+        Returns
+        -------
+        dict
+        """
         out: dict[str, dict[str, bool]] = {}
         for r in self.records:
             out.setdefault(r.protocol, {})[r.map] = r.n_changed == 0
         return out
 
     def violations(self) -> list[InvarianceRecord]:
-        """Cells expected invariant whose predictions changed."""
+        """Cells expected invariant whose predictions changed.
+
+        Returns
+        -------
+        list of InvarianceRecord
+        """
         return [r for r in self.records if not r.consistent]
 
 
@@ -296,18 +363,32 @@ def invariance_audit(
 ) -> InvarianceAudit:
     """Refit each protocol on every mapped copy of the features; count changed test predictions.
 
-    ``logistic_tol``: gradient tolerance of the iterative (logistic) rows; their "yes"
-    cells hold up to it (a test point within that margin of a tie may flip).
+    Parameters
+    ----------
+    X_train, X_test : array-like of shape (n, d)
+    y_train, y_test : array-like of shape (n,)
+        Integer class labels.
+    protocols : sequence of str, mapping or None
+        Names of ``AUDIT_PROTOCOLS`` (default: all), or a mapping name ->
+        factory(AuditContext) -> unfitted estimator for custom ones (their expected
+        invariance is taken from ``EXPECTED_INVARIANCE`` when the name is there, else
+        None).
+    seed : int
+        Draws the maps.
+    maps : sequence of str or None
+        A subset of ``MAPS`` (default: all).
+    logistic_tol : float
+        Gradient tolerance of the iterative (logistic) rows; their "yes" cells hold up to
+        it (a test point within that margin of a tie may flip).
 
-    ``protocols``: names of ``AUDIT_PROTOCOLS`` (default: all, the rows of section 9), or a
-    mapping name -> factory(AuditContext) -> unfitted estimator for custom ones (their
-    expected invariance is taken from ``EXPECTED_INVARIANCE`` when the name is there, else
-    None). ``maps``: a subset of ``MAPS`` (default: all). ``seed`` draws the maps.
+    Returns
+    -------
+    InvarianceAudit
     """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise DataValidationError(f"seed must be an integer >= 0, got {seed!r}")
     X_tr, y_tr, X_te = check_train_test(X_train, y_train, X_test)
-    y_te = check_labels(y_test, n_samples=X_te.shape[0], name="y_test")
+    y_te = check_class_indices(y_test, n_samples=X_te.shape[0], name="y_test")
     chosen = _resolve_protocols(protocols)
     map_names = _resolve_maps(maps)
     X_tr = X_tr.astype(np.float64, copy=False)

@@ -1,87 +1,98 @@
-"""k-nearest-neighbour classification over streamed train blocks (PROTOCOLS.md section 5).
+"""k-nearest-neighbour classification over streamed train blocks, in torch on any device.
 
 Weighted cosine k-NN (Wu et al. 2018, DINO): s_i = cosine similarity, keep the k most
 similar train rows, class weight w_c = sum_i exp(s_i / tau) [y_i = c]. Plain k-NN:
 Euclidean distance and a uniform vote. The core is ``topk_blocks``: train features arrive
-as (block, row_offset) pairs and a running top-k is merged block by block, so memory is
-O(queries x (block + k)) whatever the train size. Ties: equal scores are taken in train
-row order; equal class weights go to the smallest class index.
+as (block, row_offset) pairs, each block is scored against chunks of the queries with one
+matrix product and a top-k, and a running top-k per query is merged block by block, so
+memory is O(queries x k + query chunk x block) whatever the train size; the queries are
+normalised chunk by chunk, not copied. Ties: equal scores are taken in train row order;
+equal class weights go to the smallest class index.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from numbers import Integral, Real
+from numbers import Integral
 from typing import Any
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from pipeline.errors import ConfigError, DataValidationError, unknown_name
-from pipeline.protocols._validation import (
-    check_features,
-    check_labels,
-    check_min_classes,
-    validate_features,
+from pipeline.protocols.blocks import FeatureRows
+from pipeline.protocols.devices import resolve_device
+from pipeline.protocols.builtin import KNN_METRICS, check_metric_weights
+from pipeline.protocols.transforms import l2_normalize_block
+from pipeline.protocols.validation import (
+    check_features, check_finite, check_min_classes, check_number, encode_labels, validate_features,
 )
-from pipeline.protocols.transforms import l2_normalize
 
-__all__ = ["KNNClassifier", "topk_blocks", "knn_class_weights", "knn_predict_from_topk", "METRICS"]
+__all__ = ["METRICS", "KNNClassifier", "check_metric_weights", "knn_class_weights", "knn_predict_from_topk",
+           "topk_blocks"]
 
 #: Supported metrics and the weightings valid with each.
-METRICS: dict[str, tuple[str, ...]] = {"cosine": ("exp", "uniform"), "euclidean": ("uniform",)}
+METRICS = KNN_METRICS
 
-# Elements of one (queries x train rows) score matrix KNNClassifier.predict allows (128 MiB
-# in float64); queries are processed in chunks to stay under it.
-_SCORE_BUDGET = 2**24
-
-
-def check_metric_weights(metric: str, weights: str) -> None:
-    """Refuse a metric/weights pair that has no meaning (exp weights need cosine)."""
-    if metric not in METRICS:
-        raise unknown_name("metric", metric, METRICS)
-    if weights not in METRICS[metric]:
-        raise ConfigError(
-            f"weights={weights!r} is not defined for metric={metric!r}; valid weights for "
-            f"{metric!r}: {', '.join(METRICS[metric])} ('exp' weights exp(s / tau) need "
-            "cosine similarities s)"
-        )
+# Elements of one (query chunk x train block) score matrix per device type (8 MiB of
+# float32 on a CPU, 2 GiB on a GPU): queries are scored in chunks that stay under it.
+_SCORE_BUDGET = {"cpu": 1 << 21, "cuda": 1 << 29}
 
 
-def _block_scores(query: np.ndarray, block: np.ndarray, metric: str) -> np.ndarray:
-    """Scores where larger is nearer: cosine similarity, or for Euclidean
-    2 q.x - ||x||^2 = ||q||^2 - ||q - x||^2 (||q||^2 is the same for every train row)."""
-    S = query @ block.T
-    if metric == "euclidean":
-        S *= 2
-        S -= np.einsum("ij,ij->i", block, block)
-    return S
+def _check_k(k: Any) -> int:
+    if not isinstance(k, Integral) or isinstance(k, bool) or k < 1:
+        raise ConfigError(f"k must be a positive integer, got {k!r}")
+    return int(k)
 
 
-def _block_topk(S: np.ndarray, k: int) -> np.ndarray:
-    """Column indices of the k largest scores in each row of S, ties to the lower index.
+def _sort_best_first(keys: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sort each row by key descending, equal keys by train index ascending (two stable sorts)."""
+    by_index = torch.argsort(idx, dim=1, stable=True)
+    keys, idx = keys.gather(1, by_index), idx.gather(1, by_index)
+    order = torch.argsort(keys, dim=1, descending=True, stable=True)
+    return keys.gather(1, order), idx.gather(1, order)
 
-    torch.topk is ~20x faster than np.argpartition but picks arbitrarily among equal
-    scores. Asking for k + 1 shows whether the k-th and (k+1)-th scores are equal, i.e.
-    whether a tie straddles the cut; only such rows are redone with a stable sort.
+
+def _block_topk(S: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k largest scores of each row of S and their columns, ties to the lower column.
+
+    torch.topk picks arbitrarily among equal scores. Asking for k + 1 shows whether the
+    k-th and (k+1)-th scores are equal, i.e. whether a tie straddles the cut; only such
+    rows are redone with a stable sort.
     """
     if k >= S.shape[1]:
-        return np.broadcast_to(np.arange(S.shape[1]), S.shape).copy()
-    values, idx = torch.topk(torch.from_numpy(S), k + 1, dim=1, largest=True, sorted=True)
-    values, idx = values.numpy(), idx.numpy()[:, :k]
-    tied = np.flatnonzero(values[:, k] == values[:, k - 1])
-    if tied.size:
-        idx[tied] = np.argsort(-S[tied], axis=1, kind="stable")[:, :k]
-    return idx
+        idx = torch.arange(S.shape[1], device=S.device).expand(S.shape[0], -1)
+        return S, idx
+    values, idx = torch.topk(S, k + 1, dim=1, largest=True, sorted=True)
+    tied = torch.nonzero(values[:, k] == values[:, k - 1]).flatten()
+    values, idx = values[:, :k], idx[:, :k].clone()
+    if tied.numel():
+        order = torch.argsort(S[tied], dim=1, descending=True, stable=True)[:, :k]
+        idx[tied] = order
+        values = values.clone()
+        values[tied] = S[tied].gather(1, order)
+    return values, idx
 
 
-def _sort_best_first(keys: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sort each row by key descending, equal keys by train index ascending."""
-    order = np.lexsort((idx, -keys), axis=-1)
-    return np.take_along_axis(keys, order, 1), np.take_along_axis(idx, order, 1)
+class _Queries:
+    """Query rows on the device in chunks, normalised on the fly (no full-size copy)."""
+
+    def __init__(self, query: np.ndarray, metric: str, device: torch.device, dtype: torch.dtype):
+        self.rows = FeatureRows.of(query)
+        self.metric, self.device, self.dtype = metric, device, dtype
+        self.sq_norms = torch.zeros(len(self.rows), dtype=torch.float64, device=device)
+        for Q, start in self.rows.blocks(device, dtype):  # norms once; zero rows fail here
+            if metric == "cosine":
+                l2_normalize_block(Q, start, "query")
+            self.sq_norms[start:start + Q.shape[0]] = torch.linalg.vector_norm(Q, dim=1, dtype=torch.float64) ** 2
+
+    def chunks(self, rows: int):
+        for Q, start in self.rows.blocks(self.device, self.dtype, rows=rows):
+            if self.metric == "cosine":
+                Q = (Q / self.sq_norms[start:start + Q.shape[0], None].sqrt()).to(self.dtype)
+            yield Q, start
 
 
 def topk_blocks(
@@ -91,29 +102,43 @@ def topk_blocks(
     metric: str = "cosine",
     *,
     blocks_normalized: bool = False,
+    device: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k nearest train rows of every query row, merged over streamed train blocks.
 
-    ``blocks`` yields (train_features_block, row_offset); row indices in the result are
-    ``row_offset`` + the row within the block. Blocks may come in any order and be of any
-    size. Returns (scores, indices), each (n_queries, k), best first: cosine similarity
-    (descending) for ``cosine``, Euclidean distance (ascending) for ``euclidean``. Equal
-    computed scores are ordered by train index (the BLAS may round the same dot product
-    one ulp apart in blocks of different shapes, which then decides instead). Features
-    are L2-normalised here for ``cosine`` (the store keeps raw features) unless
-    ``blocks_normalized`` says the train blocks already are. Arithmetic is in the
-    inputs' common float dtype.
+    Parameters
+    ----------
+    query : array-like of shape (m, d)
+        Query features.
+    blocks : iterable of (numpy.ndarray, int)
+        (train features block, row offset) pairs, in any order and of any size; row
+        indices in the result are ``row_offset`` + the row within the block.
+    k : int
+        Neighbours per query.
+    metric : str
+        ``cosine`` (features L2-normalised here, the store keeps raw features) or
+        ``euclidean``.
+    blocks_normalized : bool
+        The train blocks are already L2-normalised (cosine).
+    device : str, torch.device or None
+        Compute device (``auto``/None: CUDA when available).
+
+    Returns
+    -------
+    scores, indices : numpy.ndarray of shape (m, k)
+        Best first: cosine similarity (descending) for ``cosine``, Euclidean distance
+        (ascending) for ``euclidean``. Equal computed scores are ordered by train
+        index (a product may round one ulp apart in blocks of different shapes, which
+        then decides instead). Arithmetic is in the inputs' common float dtype
+        (float16 computes in float32).
     """
     if metric not in METRICS:
         raise unknown_name("metric", metric, METRICS)
-    if not isinstance(k, Integral) or k < 1:
-        raise ConfigError(f"k must be a positive integer, got {k!r}")
+    k = _check_k(k)
     query = check_features(query, "query")
-    if metric == "cosine":
-        query = l2_normalize(query, "query")
+    device = resolve_device(device)
     m, d = query.shape
-    best_keys = np.empty((m, 0), dtype=query.dtype)
-    best_idx = np.empty((m, 0), dtype=np.int64)
+    queries = best_keys = best_idx = None
     n_seen = 0
     for block, offset in blocks:
         block = np.asarray(block)
@@ -124,31 +149,37 @@ def topk_blocks(
             )
         if block.shape[0] == 0:
             continue
-        if not np.isfinite(block).all():
-            rows = np.flatnonzero(~np.isfinite(block).all(axis=1))
-            raise DataValidationError(
-                f"train features contain NaN or infinity in {rows.size} row(s), first at "
-                f"row(s) {', '.join(str(r + offset) for r in rows[:5])}"
-            )
-        dtype = np.result_type(query.dtype, block.dtype, np.float32)
-        block = block.astype(dtype, copy=False)
+        check_finite(block, "train features", row_offset=offset)
+        if queries is None:  # the common dtype of the query and the first block (float16: float32)
+            wide = np.result_type(query.dtype, block.dtype, np.float32) == np.float64
+            queries = _Queries(query, metric, device, torch.float64 if wide else torch.float32)
+            # -inf keys fill the state until k rows are seen; real scores always beat them
+            best_keys = torch.full((m, k), -torch.inf, dtype=queries.dtype, device=device)
+            best_idx = torch.full((m, k), np.iinfo(np.int64).max, dtype=torch.int64, device=device)
+        B = next(FeatureRows.of(block).blocks(device, queries.dtype, rows=block.shape[0]))[0]
         if metric == "cosine" and not blocks_normalized:
-            block = l2_normalize(block, "train features", row_offset=offset)
-        S = _block_scores(query.astype(dtype, copy=False), block, metric)
-        kk = min(k, block.shape[0])
-        local = _block_topk(S, kk)
-        keys = np.concatenate([best_keys, np.take_along_axis(S, local, 1)], axis=1)
-        idx = np.concatenate([best_idx, local.astype(np.int64) + offset], axis=1)
-        best_keys, best_idx = (a[:, :k] for a in _sort_best_first(keys, idx))
+            B = l2_normalize_block(B, offset, "train features")
+        sq_b = (B * B).sum(dim=1) if metric == "euclidean" else None
+        kk = min(k, B.shape[0])
+        chunk = max(1, _SCORE_BUDGET.get(device.type, _SCORE_BUDGET["cpu"]) // B.shape[0])
+        for Q, start in queries.chunks(chunk):
+            S = Q @ B.T
+            if metric == "euclidean":  # 2 q.x - ||x||^2 = ||q||^2 - ||q - x||^2 (||q||^2 is per query)
+                S.mul_(2).sub_(sq_b)
+            values, local = _block_topk(S, kk)
+            rows = slice(start, start + Q.shape[0])
+            keys, idx = _sort_best_first(torch.cat([best_keys[rows], values], dim=1),
+                                         torch.cat([best_idx[rows], local + offset], dim=1))
+            best_keys[rows], best_idx[rows] = keys[:, :k], idx[:, :k]
         n_seen += block.shape[0]
     if n_seen < k:
         raise DataValidationError(
             f"k={k} neighbours requested, but the blocks held only {n_seen} train rows"
         )
     if metric == "euclidean":
-        sq_q = np.einsum("ij,ij->i", query, query).astype(best_keys.dtype)
-        best_keys = np.sqrt(np.maximum(sq_q[:, None] - best_keys, 0.0))
-    return best_keys, best_idx
+        sq_q = queries.sq_norms.to(best_keys.dtype)
+        best_keys = torch.sqrt(torch.clamp(sq_q[:, None] - best_keys, min=0.0))
+    return best_keys.cpu().numpy(), best_idx.cpu().numpy()
 
 
 def knn_class_weights(
@@ -159,11 +190,23 @@ def knn_class_weights(
     weights: str = "exp",
     temperature: float = 0.07,
 ) -> np.ndarray:
-    """Per-class vote weights (n_queries, n_classes) from a top-k result.
+    """Per-class vote weights from a top-k result.
 
-    ``y_train`` holds class indices 0..n_classes-1 of the train rows. ``exp``:
-    w_c = sum exp(s_i / temperature) over kept neighbours of class c (``scores`` are
-    cosine similarities); ``uniform``: neighbour counts.
+    Parameters
+    ----------
+    scores, indices : numpy.ndarray of shape (m, k)
+        A ``topk_blocks`` result.
+    y_train : numpy.ndarray
+        Class indices 0..n_classes-1 of the train rows.
+    n_classes : int
+    weights : str
+        ``exp``: w_c = sum exp(s_i / temperature) over kept neighbours of class c
+        (``scores`` are cosine similarities); ``uniform``: neighbour counts.
+    temperature : float
+
+    Returns
+    -------
+    numpy.ndarray of shape (m, n_classes)
     """
     if weights not in ("exp", "uniform"):
         raise unknown_name("weights", weights, ("exp", "uniform"))
@@ -193,8 +236,17 @@ def knn_predict_from_topk(
     weights: str = "exp",
     temperature: float = 0.07,
 ) -> np.ndarray:
-    """Predicted class indices (n_queries,): argmax of ``knn_class_weights``, ties to the
-    smallest class index."""
+    """Predicted class indices: argmax of ``knn_class_weights``, ties to the smallest index.
+
+    Parameters
+    ----------
+    scores, indices, y_train, n_classes, weights, temperature
+        As for ``knn_class_weights``.
+
+    Returns
+    -------
+    numpy.ndarray of shape (m,)
+    """
     return np.argmax(knn_class_weights(scores, indices, y_train, n_classes, weights, temperature), axis=1)
 
 
@@ -203,53 +255,71 @@ class KNNClassifier(ClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    n_neighbors : k, at most the number of train rows.
-    metric : ``cosine`` (on L2-normalised features) or ``euclidean``.
-    weights : ``exp`` (exp(s / temperature), cosine only) or ``uniform`` (majority vote).
-    temperature : tau of the ``exp`` weighting.
-    block_size : train rows scored at once; memory is O(query chunk x block_size).
+    n_neighbors : int
+        k, at most the number of train rows.
+    metric : str
+        ``cosine`` (on L2-normalised features) or ``euclidean``.
+    weights : str
+        ``exp`` (exp(s / temperature), cosine only) or ``uniform`` (majority vote).
+    temperature : float
+        tau of the ``exp`` weighting.
+    block_size : int
+        Train rows scored at once.
+    device : str, torch.device or None
+        Compute device: ``auto``/None (CUDA when available), ``cpu``, ``cuda[:i]``.
 
-    ``decision_function`` returns the class weights w_c (n, K); for two classes it
-    returns w_1 - w_0 (n,), positive for classes_[1], as sklearn expects.
+    Attributes
+    ----------
+    classes_ : numpy.ndarray
+        The labels as given (sorted).
+    n_features_in_ : int
+
+    Notes
+    -----
+    The train features are kept as given (no normalised copy; blocks are normalised
+    when scored). ``decision_function`` returns the class weights w_c (n, K); for two
+    classes it returns w_1 - w_0 (n,), positive for classes_[1], as scikit-learn expects.
     """
 
-    _parameter_constraints: dict[str, list[Any]] = {
-        "n_neighbors": [Interval(Integral, 1, None, closed="left")],
-        "metric": [StrOptions(set(METRICS))],
-        "weights": [StrOptions({"exp", "uniform"})],
-        "temperature": [Interval(Real, 0, None, closed="neither")],
-        "block_size": [Interval(Integral, 1, None, closed="left")],
-    }
-
-    def __init__(
-        self,
-        n_neighbors: int = 20,
-        metric: str = "cosine",
-        weights: str = "exp",
-        temperature: float = 0.07,
-        block_size: int = 8192,
-    ):
+    def __init__(self, n_neighbors: int = 20, metric: str = "cosine", weights: str = "exp",
+                 temperature: float = 0.07, block_size: int = 8192, device: Any = None):
         self.n_neighbors = n_neighbors
         self.metric = metric
         self.weights = weights
         self.temperature = temperature
         self.block_size = block_size
+        self.device = device
 
     def fit(self, X: Any, y: Any) -> KNNClassifier:
-        """Store the train features and labels (checked; nothing else is computed)."""
-        self._validate_params()
+        """Keep the train features and labels (checked; nothing else is computed).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+        y : array-like of shape (n,)
+            Class labels of any sortable kind.
+
+        Returns
+        -------
+        KNNClassifier
+            self.
+        """
+        check_number(self.n_neighbors, "n_neighbors", 1, integer=True)
+        check_number(self.temperature, "temperature", 0, low_open=True)
+        check_number(self.block_size, "block_size", 1, integer=True)
         check_metric_weights(self.metric, self.weights)
         X = validate_features(self, X, reset=True)
-        y = check_labels(y, n_samples=X.shape[0])
-        self.classes_ = check_min_classes(y)
+        self.classes_, self._y = encode_labels(y, n_samples=X.shape[0])
+        check_min_classes(self.classes_)
         if self.n_neighbors > X.shape[0]:
             raise DataValidationError(
                 f"n_neighbors={self.n_neighbors} is larger than the {X.shape[0]} train "
                 f"samples; use n_neighbors <= {X.shape[0]}"
             )
-        # cosine: normalised once here (a zero row is an error now, not at predict time)
-        self._fit_X = l2_normalize(X, "X") if self.metric == "cosine" else X
-        self._y = np.searchsorted(self.classes_, y)
+        if self.metric == "cosine":  # a zero row is an error now, not at predict time
+            for block, start in FeatureRows.of(X).blocks():
+                l2_normalize_block(block, start, "X")
+        self._fit_X = X
         return self
 
     def _train_blocks(self) -> Iterator[tuple[np.ndarray, int]]:
@@ -257,18 +327,19 @@ class KNNClassifier(ClassifierMixin, BaseEstimator):
             yield self._fit_X[start : start + self.block_size], start
 
     def kneighbors(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(scores, train indices) of the k nearest train rows, best first (see topk_blocks)."""
+        """Scores and train indices of the k nearest train rows, best first (see ``topk_blocks``).
+
+        Parameters
+        ----------
+        X : array-like of shape (m, d)
+
+        Returns
+        -------
+        scores, indices : numpy.ndarray of shape (m, k)
+        """
         check_is_fitted(self)
         X = validate_features(self, X, reset=False)
-        chunk = max(1, _SCORE_BUDGET // min(self.block_size, self._fit_X.shape[0]))
-        parts = [
-            topk_blocks(
-                X[i : i + chunk], self._train_blocks(), self.n_neighbors, self.metric,
-                blocks_normalized=self.metric == "cosine",
-            )
-            for i in range(0, X.shape[0], chunk)
-        ]
-        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        return topk_blocks(X, self._train_blocks(), self.n_neighbors, self.metric, device=self.device)
 
     def _class_weights(self, X: Any) -> np.ndarray:
         scores, indices = self.kneighbors(X)
@@ -277,12 +348,32 @@ class KNNClassifier(ClassifierMixin, BaseEstimator):
         )
 
     def decision_function(self, X: Any) -> np.ndarray:
-        """Class weights (n, K); w_1 - w_0 (n,) for two classes."""
+        """Class weights.
+
+        Parameters
+        ----------
+        X : array-like of shape (m, d)
+
+        Returns
+        -------
+        numpy.ndarray
+            (m, K); w_1 - w_0 (m,) for two classes.
+        """
         check_is_fitted(self)
         w = self._class_weights(X)
         return w[:, 1] - w[:, 0] if self.classes_.size == 2 else w
 
     def predict(self, X: Any) -> np.ndarray:
-        """Class with the largest weight, the smallest class on ties."""
+        """Class with the largest weight, the smallest class on ties.
+
+        Parameters
+        ----------
+        X : array-like of shape (m, d)
+
+        Returns
+        -------
+        numpy.ndarray of shape (m,)
+            Labels from ``classes_``.
+        """
         check_is_fitted(self)
         return self.classes_[np.argmax(self._class_weights(X), axis=1)]

@@ -1,4 +1,4 @@
-"""Low-shot sweep: accuracy against train images per class (PROTOCOLS.md section 7).
+"""Low-shot sweep: accuracy against train images per class.
 
 ImageNet-CoG / Goyal et al. 2019: for each N (images per class), draw N train images of
 every class without replacement, fit the preprocessing and the probe on that sample only,
@@ -20,6 +20,10 @@ Default probe: the ridge probe with an unpenalised bias and lambda chosen by exa
 leave-one-out over ``DEFAULT_ALPHAS`` (no labels spent on validation, which 1 or 2 shots
 cannot afford). ``probe="logistic"`` uses LogisticProbe; its validation split needs
 several images per class, so for very few shots give it a fixed ``C`` without ``Cs``.
+
+Memory: the train features may be streamed (``FeatureRows``); each sample is then read in
+one pass and kept in its stored dtype (at most the train split), while ``"all"`` streams.
+Samples of in-memory features are never copied: the probes read them block by block.
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import ConfigError, DataValidationError, unknown_name
-from pipeline.protocols._validation import check_labels, check_train_test
+from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.logistic import LogisticProbe
 from pipeline.protocols.ridge import DEFAULT_ALPHAS, RidgeProbe
-from pipeline.protocols.transforms import make_transform
+from pipeline.protocols.transforms import fit_row_map, make_transform
+from pipeline.protocols.validation import check_class_indices, check_features, check_min_classes
 
 ALL = "all"
 DEFAULT_SHOTS: tuple[int | str, ...] = (1, 2, 4, 8, 16, 32, 64, 128, ALL)
@@ -55,12 +60,24 @@ __all__ = [
     "PROBES",
     "lowshot_curve",
     "relative_to_baseline",
+    "sample_per_class",
 ]
 
 
 @dataclass(frozen=True)
 class LowShotRun:
-    """One fitted sample: N shots (or "all"), repetition index, test accuracy."""
+    """One fitted sample: N shots (or "all"), repetition index, test accuracy.
+
+    Parameters
+    ----------
+    shots : int or str
+    repetition : int
+    accuracy : float
+    n_train : int
+        Rows of the sample.
+    diagnostics : dict
+        The probe's selected hyperparameter and convergence.
+    """
 
     shots: int | str
     repetition: int
@@ -73,8 +90,18 @@ class LowShotRun:
 class LowShotResult:
     """Mean, std (ddof = 0) and per-seed test accuracies (fractions) for each N evaluated.
 
-    ``shots`` lists the N actually evaluated, in the order asked; ``skipped`` maps each N
-    that was not (``on_insufficient="skip"``) to the reason.
+    Parameters
+    ----------
+    shots : tuple
+        The N actually evaluated, in the order asked.
+    mean, std, per_seed : dict
+        Per N.
+    runs : tuple of LowShotRun
+    skipped : dict
+        Each N that was not evaluated (``on_insufficient="skip"``) and the reason.
+    probe, transform : str
+    transform_params, probe_params : dict
+    n_seeds, seed, n_classes, n_test : int
     """
 
     shots: tuple[int | str, ...]
@@ -93,7 +120,12 @@ class LowShotResult:
     n_test: int
 
     def to_records(self) -> list[dict[str, Any]]:
-        """One flat record per evaluated N (for the results ledger)."""
+        """One flat record per evaluated N (for the results ledger).
+
+        Returns
+        -------
+        list of dict
+        """
         return [
             {
                 "shots": s,
@@ -130,7 +162,7 @@ def _check_shots(shots: Sequence[int | str]) -> tuple[int | str, ...]:
     return tuple(out)
 
 
-def _make_probe(probe: str, probe_params: Mapping[str, Any] | None, random_state: int) -> Any:
+def _make_probe(probe: str, probe_params: Mapping[str, Any] | None, random_state: int, device: Any = None) -> Any:
     if probe not in PROBES:
         raise unknown_name("low-shot probe", probe, PROBES)
     cls, defaults = PROBES[probe]
@@ -144,13 +176,27 @@ def _make_probe(probe: str, probe_params: Mapping[str, Any] | None, random_state
         )
     if "random_state" in valid and "random_state" not in dict(probe_params or {}):
         params["random_state"] = random_state
+    if "device" not in dict(probe_params or {}):
+        params["device"] = device
     return cls(**params)
 
 
-def _sample_per_class(
-    labels: np.ndarray, classes: np.ndarray, n: int, rng: np.random.Generator
-) -> np.ndarray:
-    """Sorted indices of ``n`` rows of every class, drawn without replacement."""
+def sample_per_class(labels: np.ndarray, classes: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Sorted indices of ``n`` rows of every class, drawn without replacement.
+
+    Parameters
+    ----------
+    labels : numpy.ndarray of shape (n_rows,)
+    classes : numpy.ndarray
+        The classes to sample (each with at least ``n`` rows).
+    n : int
+        Rows per class.
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    numpy.ndarray of int64
+    """
     perm = rng.permutation(labels.size)
     by_class = perm[np.argsort(labels[perm], kind="stable")]  # random order within each class
     starts = np.searchsorted(labels[by_class], classes, side="left")
@@ -158,21 +204,12 @@ def _sample_per_class(
     return np.sort(by_class[take])
 
 
-def _fit_score(
-    X_tr: np.ndarray,
-    y_tr: np.ndarray,
-    X_te: np.ndarray,
-    y_te: np.ndarray,
-    transform: str,
-    transform_params: Mapping[str, Any] | None,
-    probe: str,
-    probe_params: Mapping[str, Any] | None,
-    random_state: int,
-) -> tuple[float, dict[str, Any]]:
-    tf = make_transform(transform, **dict(transform_params or {}))
-    Z_tr = tf.fit_transform(X_tr)
-    model = _make_probe(probe, probe_params, random_state).fit(Z_tr, y_tr)
-    pred = model.predict(tf.transform(X_te))
+def _fit_score(train: FeatureRows, y_tr: np.ndarray, test: FeatureRows, y_te: np.ndarray, transform: str,
+               transform_params: Mapping[str, Any] | None, probe: str, probe_params: Mapping[str, Any] | None,
+               random_state: int, device: Any) -> tuple[float, dict[str, Any]]:
+    row_map = fit_row_map(transform, train, **dict(transform_params or {}))
+    model = _make_probe(probe, probe_params, random_state, device).fit_rows(train.with_map(row_map), y_tr)
+    pred = model.predict_rows(test.with_map(row_map))
     diag = {a.rstrip("_"): _plain(getattr(model, a)) for a in _DIAGNOSTICS if hasattr(model, a)}
     return float(np.mean(pred == y_te)), diag
 
@@ -194,15 +231,42 @@ def lowshot_curve(
     probe_params: Mapping[str, Any] | None = None,
     on_insufficient: str = "raise",
     transform_params: Mapping[str, Any] | None = None,
+    device: Any = None,
 ) -> LowShotResult:
     """Test accuracy of ``probe`` fitted on N train images per class, for each N in ``shots``.
 
-    ``transform`` (a name of ``make_transform``, with ``transform_params``, e.g.
-    ``{"eps": 1e-6}`` for whiten on fewer samples than features) is fitted on each sample,
-    like the probe.
-    ``probe_params`` override the probe's defaults (ridge: ``alphas=DEFAULT_ALPHAS``,
-    ``fit_intercept=True``). An N larger than some class's train count raises
-    DataValidationError, or with ``on_insufficient="skip"`` is skipped and recorded.
+    Parameters
+    ----------
+    X_train : array-like of shape (n, d) or FeatureRows
+        Train features, in memory or streamed.
+    y_train : array-like of shape (n,)
+        Integer class labels.
+    X_test : array-like of shape (m, d)
+    y_test : array-like of shape (m,)
+    shots : sequence of int or "all"
+        The N to evaluate.
+    n_seeds : int
+        Samples per N.
+    probe : str
+        ``ridge`` or ``logistic``.
+    transform : str
+        A name of ``make_transform``, fitted on each sample like the probe.
+    seed : int
+        Seed of the samples.
+    probe_params : mapping or None
+        Override the probe's defaults (ridge: ``alphas=DEFAULT_ALPHAS``,
+        ``fit_intercept=True``).
+    on_insufficient : str
+        An N larger than some class's train count raises DataValidationError
+        (``raise``) or is skipped and recorded (``skip``).
+    transform_params : mapping or None
+        E.g. ``{"eps": 1e-6}`` for whiten on fewer samples than features.
+    device : str, torch.device or None
+        Compute device of the probes.
+
+    Returns
+    -------
+    LowShotResult
     """
     if on_insufficient not in ON_INSUFFICIENT:
         raise DataValidationError(
@@ -213,8 +277,15 @@ def lowshot_curve(
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise DataValidationError(f"seed must be an integer >= 0, got {seed!r}")
     shots = _check_shots(shots)
-    X_tr, y_tr, X_te = check_train_test(X_train, y_train, X_test)
-    y_te = check_labels(y_test, n_samples=X_te.shape[0], name="y_test")
+    train = X_train if isinstance(X_train, FeatureRows) else FeatureRows.of(check_features(X_train, "X_train"))
+    y_tr = check_class_indices(y_train, n_samples=len(train), name="y_train")
+    check_min_classes(y_tr, name="y_train")
+    X_te = check_features(X_test, "X_test")
+    if X_te.shape[1] != train.n_features:
+        raise DataValidationError(f"X_test has {X_te.shape[1]} features, but X_train has {train.n_features}; "
+                                  "both splits must come from the same layer")
+    y_te = check_class_indices(y_test, n_samples=X_te.shape[0], name="y_test")
+    test = FeatureRows.of(X_te)
     _make_probe(probe, probe_params, 0)  # unknown probe or parameter: fail before any fit
     try:
         make_transform(transform, **dict(transform_params or {}))
@@ -250,12 +321,12 @@ def lowshot_curve(
         accs = []
         for rep in range(1 if s == ALL else n_seeds):
             if s == ALL:
-                idx = np.arange(y_tr.size)
-            else:
-                idx = _sample_per_class(y_tr, classes, s, np.random.default_rng([seed, s, rep]))
-            acc, diag = _fit_score(
-                X_tr[idx], y_tr[idx], X_te, y_te, transform, transform_params, probe, probe_params, seed + rep
-            )
+                idx, sample = np.arange(y_tr.size), train
+            else:  # streamed features: the sample read once and kept; in memory: not copied
+                idx = sample_per_class(y_tr, classes, s, np.random.default_rng([seed, s, rep]))
+                sample = train.cached(idx).select(idx)
+            acc, diag = _fit_score(sample, y_tr[idx], test, y_te, transform, transform_params, probe,
+                                   probe_params, seed + rep, device)
             accs.append(acc)
             runs.append(LowShotRun(shots=s, repetition=rep, accuracy=acc, n_train=idx.size, diagnostics=diag))
         per_seed[s] = tuple(accs)
@@ -282,6 +353,15 @@ def relative_to_baseline(result: LowShotResult, baseline: LowShotResult) -> dict
 
     Both must come from the same protocol (probe, transform and their parameters) on the
     same test split size, and the baseline must have every N of ``result``.
+
+    Parameters
+    ----------
+    result, baseline : LowShotResult
+
+    Returns
+    -------
+    dict
+        N -> mean accuracy difference.
     """
     mine = (result.probe, result.transform, result.probe_params, result.transform_params)
     theirs = (baseline.probe, baseline.transform, baseline.probe_params, baseline.transform_params)

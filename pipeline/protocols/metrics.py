@@ -2,22 +2,130 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+
+__all__ = ["accuracy_metrics", "average_precision", "mean_average_precision", "mean_per_class_accuracy",
+           "multilabel_metrics", "top1"]
 
 
 def top1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Fraction of equal entries (NaN for no samples).
+
+    Parameters
+    ----------
+    y_true, y_pred : numpy.ndarray of shape (n,)
+
+    Returns
+    -------
+    float
+    """
     return float(np.mean(np.asarray(y_true) == np.asarray(y_pred))) if len(y_true) else float("nan")
 
 
 def mean_per_class_accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    """Average over the classes present in ``y_true`` of their recall."""
+    """Average over the classes present in ``y_true`` of their recall.
+
+    Parameters
+    ----------
+    y_true, y_pred : numpy.ndarray of shape (n,)
+
+    Returns
+    -------
+    float
+    """
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
-    classes = np.unique(y_true)
-    return float(np.mean([np.mean(y_pred[y_true == c] == c) for c in classes]))
+    classes, index = np.unique(y_true, return_inverse=True)
+    hits = np.bincount(index, weights=(y_pred == y_true), minlength=classes.size)
+    return float(np.mean(hits / np.bincount(index, minlength=classes.size)))
 
 
 def accuracy_metrics(y_true: np.ndarray, y_pred: np.ndarray, mean_per_class: bool) -> dict[str, float]:
-    """``top1``, ``mean_per_class`` and ``score``: the dataset's declared headline metric."""
+    """``top1``, ``mean_per_class`` and ``score``: the dataset's declared headline metric.
+
+    Parameters
+    ----------
+    y_true, y_pred : numpy.ndarray of shape (n,)
+    mean_per_class : bool
+        Whether ``score`` is the mean per-class accuracy (else top-1).
+
+    Returns
+    -------
+    dict
+    """
     out = {"top1": top1(y_true, y_pred), "mean_per_class": mean_per_class_accuracy(y_true, y_pred)}
     out["score"] = out["mean_per_class"] if mean_per_class else out["top1"]
     return out
+
+
+def average_precision(y_true: np.ndarray, scores: np.ndarray) -> float:
+    """Average precision of one class: sum over thresholds of (R_n - R_(n-1)) P_n.
+
+    Thresholds are the distinct scores, highest first (scikit-learn's
+    ``average_precision_score``, no interpolation).
+
+    Parameters
+    ----------
+    y_true : numpy.ndarray of shape (n,)
+        0/1 relevance.
+    scores : numpy.ndarray of shape (n,)
+        Higher means more likely relevant.
+
+    Returns
+    -------
+    float
+        NaN when no sample is relevant.
+    """
+    y_true = np.asarray(y_true).astype(bool)
+    if not y_true.any():
+        return float("nan")
+    order = np.argsort(-np.asarray(scores), kind="stable")
+    s, y = np.asarray(scores)[order], y_true[order]
+    last = np.r_[np.flatnonzero(np.diff(s) != 0), y.size - 1]  # last row of each threshold
+    tps = np.cumsum(y)[last]
+    precision = tps / (last + 1)
+    recall = tps / tps[-1]
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+def mean_average_precision(Y_true: np.ndarray, scores: np.ndarray) -> float:
+    """Mean over classes (columns) with at least one relevant sample of ``average_precision``.
+
+    Parameters
+    ----------
+    Y_true : numpy.ndarray of shape (n, K)
+        0/1 indicators.
+    scores : numpy.ndarray of shape (n, K)
+
+    Returns
+    -------
+    float
+        NaN when no class has a relevant sample.
+    """
+    aps = [average_precision(Y_true[:, k], scores[:, k]) for k in range(Y_true.shape[1])]
+    kept = [a for a in aps if a == a]
+    return float(np.mean(kept)) if kept else float("nan")
+
+
+def multilabel_metrics(Y_true: np.ndarray, scores: np.ndarray) -> dict[str, Any]:
+    """VOC 2007's 11-point mean average precision of multi-label scores.
+
+    Parameters
+    ----------
+    Y_true : numpy.ndarray of shape (n, K)
+        1 present, 0 absent, -1 present only as "difficult" objects (ignored for that class,
+        as the VOC devkit does).
+    scores : numpy.ndarray of shape (n, K)
+
+    Returns
+    -------
+    dict
+        ``map11`` and ``score`` (the same), ``ap11_per_class`` (None for a class without
+        positives).
+    """
+    from pipeline.protocols.average_precision import voc07_mean_average_precision
+
+    value, per_class = voc07_mean_average_precision(np.asarray(scores, dtype=np.float64), np.asarray(Y_true))
+    return {"map11": value, "score": value,
+            "ap11_per_class": [None if np.isnan(a) else float(a) for a in per_class]}

@@ -35,7 +35,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from pipeline.errors import ConfigError
-from pipeline.protocols._validation import validate_features
+from pipeline.protocols.validation import validate_features
 from pipeline.protocols.probe_inputs import (
     SoftmaxOutputMixin, check_fraction, check_grid, check_positive_int, check_seed, encode_labels,
     resolve_device,

@@ -23,18 +23,23 @@ from pipeline.errors import DataValidationError
 from pipeline.protocols.average_precision import check_multilabel, voc07_mean_average_precision
 from pipeline.protocols.registry import EvalData, ProtocolResult
 
-#: Protocols that accept (n, C) multi-label data. A protocol can also declare it with a
-#: ``multilabel`` attribute on its registry entry; this list answers where it does not.
-MULTILABEL_PROTOCOLS = ("logistic",)
-
-
 def accepts_multilabel(protocol: Any) -> bool:
-    """Whether the registered protocol (an entry or its name) can fit multi-label data."""
+    """Whether the registered protocol (an entry or its name) can fit multi-label data.
+
+    Parameters
+    ----------
+    protocol : Protocol or str
+        A registry entry or its name.
+
+    Returns
+    -------
+    bool
+        The entry's ``multilabel`` capability flag.
+    """
     from pipeline.protocols.registry import get_protocol
 
     entry = get_protocol(protocol) if isinstance(protocol, str) else protocol
-    flag = getattr(entry, "multilabel", None)
-    return bool(flag) if flag is not None else entry.name in MULTILABEL_PROTOCOLS
+    return bool(entry.multilabel)
 
 
 def refuse_multilabel(protocol: Any, where: str = "") -> None:
@@ -149,7 +154,7 @@ class MultiLabelLogisticProbe:
 def check_multilabel_data(data: EvalData) -> None:
     """The multi-label counterpart of the registry's input checks: finite 2-D features of
     one width, (n, K) rows in {1, 0, -1} matching them, the same K in every split."""
-    from pipeline.protocols._validation import check_features
+    from pipeline.protocols.validation import check_features
 
     width, classes = None, None
     for split, X, Y in (("train", data.X_train, data.y_train), ("test", data.X_test, data.y_test),
@@ -172,10 +177,28 @@ def check_multilabel_data(data: EvalData) -> None:
         width = X.shape[1] if width is None else width
 
 
-def multilabel_logistic(data: EvalData, s: Mapping[str, Any], transform: Any) -> ProtocolResult:
-    """The ``logistic`` protocol on multi-label data; ``transform`` is the fitted-on-train
-    feature transform factory the single-label path uses."""
-    X_tr, X_va, X_te = transform(s["transform"], data.train(), data.X_val, data.X_test)
+def multilabel_logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    """The ``logistic`` protocol on multi-label data (VOC 2007's size: the features are held
+    in memory, transformed with the transform fitted on the train split only).
+
+    Parameters
+    ----------
+    data : EvalData
+        Features and (n, K) label rows in {1, 0, -1}.
+    s : mapping
+        The logistic protocol's full settings.
+
+    Returns
+    -------
+    ProtocolResult
+        ``map11`` (= ``score``) and the per-class 11-point APs; C and its validation mAPs.
+    """
+    from pipeline.protocols.transforms import make_transform
+
+    X_train = data.train()
+    fitted = make_transform(s["transform"]).fit(X_train)
+    X_tr, X_te = fitted.transform(X_train), fitted.transform(data.X_test)
+    X_va = None if data.X_val is None else fitted.transform(data.X_val)
     Y_tr = check_multilabel(data.y_train, "y_train")
     val_mask = None
     if X_va is not None:  # a dataset-defined validation split selects C; the refit uses both

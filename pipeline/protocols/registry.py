@@ -1,10 +1,20 @@
 """Protocols by name: each entry turns (train, test[, val]) features into metrics.
 
-Like timm's model registry and big_vision's evaluators: ``@register_protocol`` adds an
-entry, ``get_protocol`` fails with the valid names, and tests run over every entry. An
-entry declares its default settings (PROTOCOLS.md's numbers) and a version; the results
-ledger keys a cell by (features, protocol, hash of the full settings, version), so bump
-``version`` whenever an entry's numbers would change for the same settings.
+Like timm's model registry and big_vision's evaluators: ``register_protocol`` adds an
+entry, ``get_protocol`` fails with the valid names, and tests run over every entry. The
+built-in protocols register when ``pipeline.protocols`` is imported (this module imports
+nothing of theirs). An entry declares its default settings, their valid values, a
+version, what it can take and what it needs:
+
+- ``streams_train``: it reads the train features as row blocks (``EvalData.train_blocks``),
+  so a caller need not load them whole;
+- ``multilabel``: it accepts (n, C) label arrays (1 present, 0 absent, -1 difficult);
+- ``memory_bytes(...)``: the peak host memory of one cell, the features it holds
+  included, from the shapes alone (for scheduling).
+
+The results ledger keys a cell by (features, protocol, hash of the full settings,
+version), so bump ``version`` whenever an entry's numbers would change for the same
+settings.
 """
 
 from __future__ import annotations
@@ -12,67 +22,135 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from pipeline.errors import ConfigError, unknown_name
+from pipeline.errors import ConfigError, DataValidationError, unknown_name
+from pipeline.protocols.cell import Blocks, CellShape, EvalData, ProtocolResult
 
-Blocks = Callable[[], Iterable[tuple[np.ndarray, int]]]
+__all__ = ["Blocks", "Bound", "CellShape", "EvalData", "Protocol", "ProtocolResult", "SEED", "above",
+           "at_least", "check_eval_data", "get_protocol", "list_protocols", "register_protocol",
+           "resolve_settings"]
 
 
 @dataclass(frozen=True)
-class EvalData:
-    """The arrays of one cell. ``train_blocks`` streams the train features in row blocks
-    (k-NN uses it so memory does not grow with the train set); ``X_train`` may then be
-    None and is loaded only by protocols that need it whole."""
+class Bound:
+    """The valid range of a numeric setting, checked by resolve_settings before any work.
 
-    y_train: np.ndarray
-    X_test: np.ndarray
-    y_test: np.ndarray
-    n_classes: int
-    X_train: np.ndarray | None = None
-    train_blocks: Blocks | None = None
-    X_val: np.ndarray | None = None
-    y_val: np.ndarray | None = None
-    mean_per_class: bool = False
+    Parameters
+    ----------
+    low, high : float or None
+        Ends of the range (None: unbounded).
+    low_open, high_open : bool
+        Whether the ends are excluded.
+    """
 
-    def train(self) -> np.ndarray:
-        if self.X_train is not None:
-            return self.X_train
-        if self.train_blocks is None:
-            raise ConfigError("EvalData needs X_train or train_blocks")
-        return np.concatenate([b for b, _ in sorted(self.train_blocks(), key=lambda t: t[1])])
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def contains(self, value: float) -> bool:
+        """Whether ``value`` lies in the range.
+
+        Parameters
+        ----------
+        value : float
+
+        Returns
+        -------
+        bool
+        """
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return not (self.high is not None and (value >= self.high if self.high_open else value > self.high))
+
+    def __str__(self) -> str:
+        low = f"{'>' if self.low_open else '>='} {self.low:g}" if self.low is not None else ""
+        high = f"{'<' if self.high_open else '<='} {self.high:g}" if self.high is not None else ""
+        return " and ".join(b for b in (low, high) if b)
 
 
-@dataclass
-class ProtocolResult:
-    metrics: dict[str, Any]
-    diagnostics: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
+def at_least(low: float) -> Bound:
+    """The range value >= low.
+
+    Parameters
+    ----------
+    low : float
+
+    Returns
+    -------
+    Bound
+    """
+    return Bound(low)
+
+
+def above(low: float) -> Bound:
+    """The range value > low.
+
+    Parameters
+    ----------
+    low : float
+
+    Returns
+    -------
+    Bound
+    """
+    return Bound(low, low_open=True)
+
+
+SEED = Bound(0, 2**32 - 1)  # numpy's RandomState takes no other seed
 
 
 @dataclass(frozen=True)
 class Protocol:
+    """A registered protocol: its metadata, its runner and what it can take.
+
+    Parameters
+    ----------
+    name, version, defaults, description, choices, bounds
+        Metadata (the docs and ``repeval protocols`` read them).
+    run : callable
+        ``run(data, full_settings) -> ProtocolResult``.
+    check : callable or None
+        Rules across settings; raises ConfigError.
+    streams_train : bool
+        Reads the train features in row blocks (``EvalData.train_blocks``).
+    multilabel : bool
+        Accepts (n, C) 0/1 label arrays.
+    memory : callable or None
+        ``memory(CellShape, full_settings) -> int``: peak bytes of one cell.
+    """
+
     name: str
     version: int
     defaults: Mapping[str, Any]
     run: Callable[[EvalData, Mapping[str, Any]], ProtocolResult]
     description: str
-    choices: Mapping[str, tuple] = field(default_factory=dict)  # settings with a closed set of values
-    check: Callable[[Mapping[str, Any]], None] | None = None  # rules across settings
-    bounds: Mapping[str, Bound] = field(default_factory=dict)  # numeric settings with a valid range
+    choices: Mapping[str, tuple] = field(default_factory=dict)
+    check: Callable[[Mapping[str, Any]], None] | None = None
+    bounds: Mapping[str, Bound] = field(default_factory=dict)
+    streams_train: bool = False
+    multilabel: bool = False
+    memory: Callable[[CellShape, Mapping[str, Any]], int] | None = None
 
     def __call__(self, data: EvalData, settings: Mapping[str, Any] | None = None) -> ProtocolResult:
-        full = resolve_settings(self.name, settings or {})
-        if np.ndim(data.y_train) == 2:
-            from pipeline.protocols.multilabel import refuse_multilabel
+        """Run on ``data`` with ``settings`` (overlaid on the defaults, checked first).
 
-            refuse_multilabel(self)
-        check_eval_data(data)
+        Parameters
+        ----------
+        data : EvalData
+        settings : mapping or None
+
+        Returns
+        -------
+        ProtocolResult
+        """
+        full = resolve_settings(self.name, settings or {})
+        check_eval_data(data, self)
         started = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -81,19 +159,59 @@ class Protocol:
         result.seconds = time.perf_counter() - started
         return result
 
+    def memory_bytes(self, n_train: int, n_test: int, n_val: int, dim: int, n_classes: int, itemsize: int,
+                     settings: Mapping[str, Any] | None = None) -> int:
+        """Peak host memory of one cell in bytes, the features it holds included.
 
-def check_eval_data(data: EvalData) -> None:
-    """Refuse unusable arrays before any protocol runs, naming the array: NaN/inf, not 2-D,
-    no rows, widths that differ between splits, labels that are not class indices in
-    [0, n_classes) with one per row, fewer than two train classes. (Streamed train blocks are
-    checked by the k-NN as they arrive.)"""
-    from pipeline.errors import DataValidationError
-    from pipeline.protocols._validation import check_features, check_labels, check_min_classes
+        A protocol that ``streams_train`` holds one block of the train features at a
+        time, not all of them.
 
-    if np.ndim(data.y_train) == 2:  # multi-label (n, C) rows: their own checks
-        from pipeline.protocols.multilabel import check_multilabel_data
+        Parameters
+        ----------
+        n_train, n_test, n_val : int
+            Rows per split (0 for no validation split).
+        dim : int
+            Feature width.
+        n_classes : int
+            Number of classes.
+        itemsize : int
+            Bytes per stored feature value.
+        settings : mapping or None
+            The cell's settings (overlaid on the defaults).
 
-        return check_multilabel_data(data)
+        Returns
+        -------
+        int
+        """
+        full = resolve_settings(self.name, settings or {})
+        shape = CellShape(int(n_train), int(n_test), int(n_val), int(dim), int(n_classes), int(itemsize))
+        if self.memory is None:  # a protocol without a model: twice its features
+            return 2 * shape.feature_bytes
+        return int(self.memory(shape, full))
+
+
+def check_eval_data(data: EvalData, protocol: Protocol | None = None) -> None:
+    """Refuse unusable arrays before any protocol runs, naming the array.
+
+    NaN/inf, not 2-D, no rows, widths that differ between splits, labels that are not
+    class indices in [0, n_classes) with one per row (or, for a ``multilabel``
+    protocol, (n, n_classes) 0/1 arrays), fewer than two train classes. Streamed train
+    blocks are checked as they arrive.
+
+    Parameters
+    ----------
+    data : EvalData
+    protocol : Protocol or None
+        The protocol that will run (multi-label labels need ``protocol.multilabel``).
+    """
+    from pipeline.protocols.average_precision import check_multilabel
+    from pipeline.protocols.validation import check_class_indices, check_features, check_min_classes
+
+    if data.multilabel and not (protocol is not None and protocol.multilabel):
+        able = ", ".join(n for n in list_protocols() if _REGISTRY[n].multilabel)
+        raise DataValidationError(
+            f"y_train has shape {np.shape(data.y_train)}: multi-label targets, which protocol "
+            f"{getattr(protocol, 'name', None)!r} cannot take; protocols that can: {able}")
     width = None
     for split, X, y in (("train", data.X_train, data.y_train), ("test", data.X_test, data.y_test),
                         ("val", data.X_val, data.y_val)):
@@ -101,13 +219,23 @@ def check_eval_data(data: EvalData) -> None:
             if split == "val" and y is None:
                 continue
             raise DataValidationError(f"X_{split} is missing")
-        labels = check_labels(y, n_samples=None if X is None else len(X), name=f"y_{split}")
-        if labels.size and (labels.min() < 0 or labels.max() >= data.n_classes):
-            raise DataValidationError(
-                f"y_{split} holds labels from {labels.min()} to {labels.max()}; class indices must be in "
-                f"[0, {data.n_classes}) (n_classes={data.n_classes})")
-        if split == "train":
-            check_min_classes(labels)
+        n_rows = None if X is None else len(X)
+        if data.multilabel:  # 1 present, 0 absent, -1 "difficult" (VOC): see average_precision
+            labels = check_multilabel(y, name=f"y_{split}")
+            if n_rows is not None and len(labels) != n_rows:
+                raise DataValidationError(f"y_{split} has {len(labels)} rows, but X_{split} has {n_rows}; they "
+                                          "must match one to one")
+            if labels.shape[1] != data.n_classes:
+                raise DataValidationError(f"y_{split} has {labels.shape[1]} label columns, but n_classes="
+                                          f"{data.n_classes}")
+        else:
+            labels = check_class_indices(y, n_samples=n_rows, name=f"y_{split}")
+            if labels.size and (labels.min() < 0 or labels.max() >= data.n_classes):
+                raise DataValidationError(
+                    f"y_{split} holds labels from {labels.min()} to {labels.max()}; class indices must be in "
+                    f"[0, {data.n_classes}) (n_classes={data.n_classes})")
+            if split == "train":
+                check_min_classes(labels, name="y_train")
         if X is None:
             continue
         X = check_features(X, f"X_{split}")
@@ -120,59 +248,63 @@ def check_eval_data(data: EvalData) -> None:
 _REGISTRY: dict[str, Protocol] = {}
 
 
-@dataclass(frozen=True)
-class Bound:
-    """The valid range of a numeric setting, checked by resolve_settings before any work
-    (otherwise a bad value fails deep inside numpy or sklearn, or silently gives nonsense)."""
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False  # low < value (else low <= value)
-    high_open: bool = False
-
-    def contains(self, value: float) -> bool:
-        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            return False
-        return not (self.high is not None and (value >= self.high if self.high_open else value > self.high))
-
-    def __str__(self) -> str:
-        low = f"{'>' if self.low_open else '>='} {self.low:g}" if self.low is not None else ""
-        high = f"{'<' if self.high_open else '<='} {self.high:g}" if self.high is not None else ""
-        return " and ".join(b for b in (low, high) if b)
-
-
-def at_least(low: float) -> Bound:
-    return Bound(low)
-
-
-def above(low: float) -> Bound:
-    return Bound(low, low_open=True)
-
-
-SEED = Bound(0, 2**32 - 1)  # numpy's RandomState takes no other seed
-
-
 def register_protocol(name: str, version: int, defaults: Mapping[str, Any], description: str,
                       choices: Mapping[str, tuple] | None = None,
                       check: Callable[[Mapping[str, Any]], None] | None = None,
-                      bounds: Mapping[str, Bound] | None = None):
+                      bounds: Mapping[str, Bound] | None = None, *, streams_train: bool = False,
+                      multilabel: bool = False,
+                      memory: Callable[[CellShape, Mapping[str, Any]], int] | None = None):
+    """Decorator registering ``run(data, settings) -> ProtocolResult`` under ``name``.
+
+    Parameters
+    ----------
+    name : str
+        The protocol's name in configs.
+    version : int
+        Bumped whenever results would change for the same settings.
+    defaults : mapping
+        Every setting with its default.
+    description : str
+        One line for listings.
+    choices, check, bounds, streams_train, multilabel, memory
+        See ``Protocol``.
+
+    Returns
+    -------
+    callable
+        The decorator (it returns the function unchanged).
+    """
     def wrap(fn: Callable[[EvalData, Mapping[str, Any]], ProtocolResult]):
         if name in _REGISTRY:
             warnings.warn(f"protocol {name!r} registered twice; the later one wins", stacklevel=2)
         _REGISTRY[name] = Protocol(name, version, dict(defaults), fn, description, dict(choices or {}), check,
-                                   dict(bounds or {}))
+                                   dict(bounds or {}), streams_train, multilabel, memory)
         return fn
 
     return wrap
 
 
 def list_protocols() -> list[str]:
-    _load_builtins()
+    """Names of the registered protocols, sorted.
+
+    Returns
+    -------
+    list of str
+    """
     return sorted(_REGISTRY)
 
 
 def get_protocol(name: str) -> Protocol:
-    _load_builtins()
+    """The protocol registered as ``name``; UnknownNameError lists the valid names.
+
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    Protocol
+    """
     if name not in _REGISTRY:
         raise unknown_name("protocol", name, _REGISTRY)
     return _REGISTRY[name]
@@ -198,7 +330,26 @@ def _type_ok(default: Any, value: Any) -> bool:
 
 
 def resolve_settings(name: str, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The protocol's defaults overlaid with ``settings``; unknown names and wrong types fail."""
+    """The protocol's defaults overlaid with ``settings``; unknown names and bad values fail.
+
+    Parameters
+    ----------
+    name : str
+        A registered protocol.
+    settings : mapping
+        Settings to override.
+
+    Returns
+    -------
+    dict
+        Every setting of the protocol.
+
+    Raises
+    ------
+    ConfigError
+        Naming the setting: unknown, wrong type, not a valid choice, out of range, or
+        against a rule across settings.
+    """
     proto = get_protocol(name)
     if not isinstance(settings, Mapping):
         raise ConfigError(f"settings of protocol {name!r} must be a mapping, got {settings!r}")
@@ -226,7 +377,3 @@ def resolve_settings(name: str, settings: Mapping[str, Any]) -> dict[str, Any]:
         except ConfigError as exc:
             raise ConfigError(f"settings: {exc} (protocol {name!r})") from None
     return full
-
-
-def _load_builtins() -> None:
-    from pipeline.protocols import builtin  # noqa: F401  (registers on import)

@@ -1,25 +1,60 @@
-"""Feature preprocessing fitted on the train split only (PROTOCOLS.md section 2).
+"""Feature preprocessing fitted on the train split only.
 
 ``none``, ``l2`` (rows to unit norm), ``standardize`` (per-feature train mean and std) and
 ``whiten`` (ZCA: (h - mu) Sigma^(-1/2) with the train covariance). Statistics are computed
-in float64; the output keeps the input's float dtype (float32 stays float32).
+in float64 from row blocks; the output keeps the input's float dtype (float32 stays
+float32). Each transformer is a scikit-learn transformer and, for the protocols, a row
+map applied to blocks of ``FeatureRows`` (``fit_rows``, ``row_map``): the transformed
+features never exist as a second full-size array.
 """
 
 from __future__ import annotations
 
-from numbers import Real
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import torch
 from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin
-from sklearn.preprocessing import FunctionTransformer
-from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
 from pipeline.errors import DataValidationError, unknown_name
-from pipeline.protocols._validation import validate_features
+from pipeline.protocols.blocks import FeatureRows
+from pipeline.protocols.validation import check_number, validate_features
 
-__all__ = ["L2Normalize", "Standardize", "Whiten", "TRANSFORMS", "make_transform", "l2_normalize"]
+__all__ = ["Identity", "L2Normalize", "Standardize", "TRANSFORMS", "Whiten", "l2_normalize", "make_transform"]
+
+RowMap = Callable[[torch.Tensor, int], torch.Tensor]
+
+
+def _zero_rows_error(name: str, rows: np.ndarray) -> DataValidationError:
+    shown = ", ".join(str(r) for r in rows[:5])
+    return DataValidationError(
+        f"{name} has {rows.size} all-zero row(s) (rows {shown}{', ...' if rows.size > 5 else ''}) "
+        "that cannot be L2-normalised: cosine similarity is undefined for them"
+    )
+
+
+def l2_normalize_block(block: torch.Tensor, start: int = 0, name: str = "X") -> torch.Tensor:
+    """Rows of a torch block scaled to unit Euclidean norm (norms in float64), in its dtype.
+
+    Parameters
+    ----------
+    block : torch.Tensor of shape (b, d)
+    start : int
+        Row number of the block's first row, for the message.
+    name : str
+        The array's name in the message.
+
+    Returns
+    -------
+    torch.Tensor
+    """
+    norms = torch.linalg.vector_norm(block, dim=1, dtype=torch.float64)
+    zero = torch.nonzero(norms == 0).flatten()
+    if zero.numel():
+        raise _zero_rows_error(name, zero.cpu().numpy() + start)
+    return (block / norms[:, None]).to(block.dtype)
 
 
 def l2_normalize(X: np.ndarray, name: str = "X", row_offset: int = 0) -> np.ndarray:
@@ -27,91 +62,202 @@ def l2_normalize(X: np.ndarray, name: str = "X", row_offset: int = 0) -> np.ndar
 
     A zero row has no direction; it raises DataValidationError naming the rows (numbered
     from ``row_offset``) instead of being silently left at zero.
+
+    Parameters
+    ----------
+    X : numpy.ndarray of shape (n, d)
+    name : str
+    row_offset : int
+
+    Returns
+    -------
+    numpy.ndarray
     """
     norms = np.sqrt(np.einsum("ij,ij->i", X, X, dtype=np.float64))
     zero = np.flatnonzero(norms == 0)
     if zero.size:
-        rows = ", ".join(str(r + row_offset) for r in zero[:5])
-        raise DataValidationError(
-            f"{name} has {zero.size} all-zero row(s) (rows {rows}{', ...' if zero.size > 5 else ''}) "
-            "that cannot be L2-normalised: cosine similarity is undefined for them"
-        )
+        raise _zero_rows_error(name, zero + row_offset)
     return (X / norms[:, None]).astype(X.dtype, copy=False)
 
 
 class _FeatureTransform(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
-    """Shared plumbing: validation, fitted check, float32/float64 preserved."""
+    """Shared plumbing: validation, fitted check, float32/float64 preserved, row maps."""
 
     def __sklearn_tags__(self):  # noqa: D105 - sklearn protocol
         tags = super().__sklearn_tags__()
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
 
-    def _check_transform_input(self, X: Any) -> np.ndarray:
+    def fit(self, X: Any, y: Any = None) -> _FeatureTransform:
+        """Learn the statistics from the train features.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+        y : ignored
+
+        Returns
+        -------
+        self
+        """
+        X = validate_features(self, X, reset=True)
+        return self.fit_rows(FeatureRows.of(X))
+
+    def fit_rows(self, rows: FeatureRows, device: Any = None) -> _FeatureTransform:
+        """Learn the statistics from ``FeatureRows`` read in blocks.
+
+        Parameters
+        ----------
+        rows : FeatureRows
+        device : torch.device or None
+            Where the statistics are accumulated (the CPU by default).
+
+        Returns
+        -------
+        self
+        """
+        self.n_features_in_ = rows.n_features
+        self._fit_stats(rows, device)
+        return self
+
+    def _fit_stats(self, rows: FeatureRows, device: Any) -> None:
+        """Nothing to learn by default."""
+
+    def row_map(self, device: Any = None) -> RowMap | None:
+        """The fitted transform as ``f(block, start) -> block`` for torch blocks (None: identity).
+
+        Parameters
+        ----------
+        device : torch.device or None
+            Where the blocks live.
+
+        Returns
+        -------
+        callable or None
+        """
+        raise NotImplementedError
+
+    def transform(self, X: Any) -> np.ndarray:
+        """The transformed features, in the input's dtype.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         check_is_fitted(self)
-        return validate_features(self, X, reset=False)
+        X = validate_features(self, X, reset=False)
+        fn = self.row_map()
+        if fn is None:
+            return X
+        dtype = torch.float64 if X.dtype == np.float64 else torch.float32
+        blocks = FeatureRows.of(X).blocks(dtype=dtype)
+        return np.concatenate([fn(b, s).numpy() for b, s in blocks]).astype(X.dtype, copy=False)
+
+
+def _mean(rows: FeatureRows, device: Any) -> torch.Tensor:
+    total = torch.zeros(rows.n_features, dtype=torch.float64, device=device)
+    for H, _ in rows.blocks(device, torch.float64):
+        total += H.sum(dim=0)
+    return total / len(rows)
+
+
+class Identity(_FeatureTransform):
+    """No preprocessing (``none``): the features as they are."""
+
+    def row_map(self, device: Any = None) -> None:
+        """None: the identity.
+
+        Parameters
+        ----------
+        device : torch.device or None
+        """
+        return None
 
 
 class L2Normalize(_FeatureTransform):
     """Scale each row to unit L2 norm (stateless; ``fit`` only records the width)."""
 
-    def fit(self, X: Any, y: Any = None) -> L2Normalize:
-        """Record ``n_features_in_``; nothing is learned."""
-        validate_features(self, X, reset=True)  # sets n_features_in_, the fitted mark
-        return self
+    def row_map(self, device: Any = None) -> RowMap:
+        """Row normalisation; an all-zero row is an error naming it.
 
-    def transform(self, X: Any) -> np.ndarray:
-        """Rows of X divided by their norms; an all-zero row is an error."""
-        return l2_normalize(self._check_transform_input(X))
+        Parameters
+        ----------
+        device : torch.device or None
+            Where the blocks live.
+
+        Returns
+        -------
+        callable
+        """
+        return l2_normalize_block
 
 
 class Standardize(_FeatureTransform):
     """Per-feature (h - mean) / std with the train split's mean and std (ddof = 0).
 
-    A constant train feature gets std 1, as in sklearn's StandardScaler: it becomes 0
-    everywhere on train, and test values keep their offset from the train constant.
+    A constant train feature gets std 1, as in scikit-learn's StandardScaler: it becomes
+    0 everywhere on train, and test values keep their offset from the train constant.
     """
 
-    def fit(self, X: Any, y: Any = None) -> Standardize:
-        """Learn ``mean_`` and ``scale_`` (float64) from the train features."""
-        X = validate_features(self, X, reset=True)
-        self.mean_ = X.mean(axis=0, dtype=np.float64)
-        std = X.std(axis=0, dtype=np.float64)
+    def _fit_stats(self, rows: FeatureRows, device: Any) -> None:
+        mean = _mean(rows, device)
+        sq = torch.zeros_like(mean)
+        for H, _ in rows.blocks(device, torch.float64):
+            sq += ((H - mean) ** 2).sum(dim=0)
+        self.mean_ = mean.cpu().numpy()
+        std = np.sqrt(sq.cpu().numpy() / len(rows))
         # "constant" up to round-off of the mean: relative to the feature's magnitude
         tiny = 10 * np.finfo(np.float64).eps * np.maximum(np.abs(self.mean_), 1.0)
         self.scale_ = np.where(std > tiny, std, 1.0)
-        return self
 
-    def transform(self, X: Any) -> np.ndarray:
-        """Standardised features, in the input's dtype."""
-        X = self._check_transform_input(X)
-        return ((X - self.mean_) / self.scale_).astype(X.dtype, copy=False)
+    def row_map(self, device: Any = None) -> RowMap:
+        """(h - mean) / scale computed in float64, returned in the block's dtype.
+
+        Parameters
+        ----------
+        device : torch.device or None
+            Where the blocks live.
+
+        Returns
+        -------
+        callable
+        """
+        mean = torch.as_tensor(self.mean_, device=device)
+        scale = torch.as_tensor(self.scale_, device=device)
+        return lambda H, start: ((H.to(torch.float64) - mean) / scale).to(H.dtype)
 
 
 class Whiten(_FeatureTransform):
     """ZCA whitening: (h - mu) Sigma^(-1/2), Sigma the train covariance (ddof = 0).
 
-    ``eps`` regularises: Sigma + eps * (trace(Sigma) / d) I. The ridge is relative to the
-    mean variance so a global rescale of the features does not change the result. With
-    the default ``eps = 0`` the transform is exact, so Euclidean distances afterwards are
-    Mahalanobis distances and every invertible affine map of the features is undone
-    (PROTOCOLS.md section 9); a rank-deficient covariance (e.g. fewer train samples than
-    features) then raises DataValidationError asking for ``eps > 0``.
+    Parameters
+    ----------
+    eps : float
+        Regularises: Sigma + eps * (trace(Sigma) / d) I. The ridge is relative to the
+        mean variance so a global rescale of the features does not change the result.
+        With the default ``eps = 0`` the transform is exact, so Euclidean distances
+        afterwards are Mahalanobis distances and every invertible affine map of the
+        features is undone; a rank-deficient covariance (e.g. fewer train samples than
+        features) then raises DataValidationError asking for ``eps > 0``.
     """
-
-    _parameter_constraints: dict[str, list[Any]] = {"eps": [Interval(Real, 0, None, closed="left")]}
 
     def __init__(self, eps: float = 0.0):
         self.eps = eps
 
-    def fit(self, X: Any, y: Any = None) -> Whiten:
-        """Learn ``mean_`` and the symmetric ``whitening_`` matrix Sigma^(-1/2)."""
-        self._validate_params()
-        X = validate_features(self, X, reset=True)
-        n, d = X.shape
-        self.mean_ = X.mean(axis=0, dtype=np.float64)
-        Xc = X.astype(np.float64) - self.mean_
-        cov = (Xc.T @ Xc) / n
+    def _fit_stats(self, rows: FeatureRows, device: Any) -> None:
+        check_number(self.eps, "eps", 0)
+        n, d = len(rows), rows.n_features
+        mean = _mean(rows, device)
+        cov = torch.zeros((d, d), dtype=torch.float64, device=device)
+        for H, _ in rows.blocks(device, torch.float64):
+            Hc = H - mean
+            cov += Hc.T @ Hc
+        cov = cov.cpu().numpy() / n
+        self.mean_ = mean.cpu().numpy()
         w, V = np.linalg.eigh(cov)
         ridge = self.eps * np.trace(cov) / d
         # numpy's matrix-rank tolerance, applied to the eigenvalues of Sigma
@@ -124,26 +270,62 @@ class Whiten(_FeatureTransform):
                 "> 0, e.g. 1e-6, to regularise (Sigma + eps * mean variance * I)"
             )
         self.whitening_ = (V / np.sqrt(np.maximum(w, 0.0) + ridge)) @ V.T
-        return self
 
-    def transform(self, X: Any) -> np.ndarray:
-        """Whitened features, in the input's dtype."""
-        X = self._check_transform_input(X)
-        return ((X - self.mean_) @ self.whitening_).astype(X.dtype, copy=False)
+    def row_map(self, device: Any = None) -> RowMap:
+        """(h - mean) W computed in float64, returned in the block's dtype.
+
+        Parameters
+        ----------
+        device : torch.device or None
+            Where the blocks live.
+
+        Returns
+        -------
+        callable
+        """
+        mean = torch.as_tensor(self.mean_, device=device)
+        W = torch.as_tensor(self.whitening_, device=device)
+        return lambda H, start: ((H.to(torch.float64) - mean) @ W).to(H.dtype)
 
 
-#: Preprocessing names of PROTOCOLS.md section 2 and their transformer classes.
-TRANSFORMS: dict[str, type] = {
-    "none": FunctionTransformer,
-    "l2": L2Normalize,
-    "standardize": Standardize,
-    "whiten": Whiten,
-}
+#: Preprocessing names and their transformer classes.
+TRANSFORMS: dict[str, type] = {"none": Identity, "l2": L2Normalize, "standardize": Standardize, "whiten": Whiten}
 
 
-def make_transform(name: str, **params: Any) -> TransformerMixin:
-    """A fresh, unfitted transformer for ``name`` (``none`` is sklearn's identity
-    FunctionTransformer); ``params`` go to its constructor, e.g. ``eps`` for whiten."""
+def make_transform(name: str, **params: Any) -> _FeatureTransform:
+    """A fresh, unfitted transformer for ``name``.
+
+    Parameters
+    ----------
+    name : str
+        One of ``TRANSFORMS``.
+    **params
+        Constructor parameters, e.g. ``eps`` for whiten.
+
+    Returns
+    -------
+    transformer
+    """
     if name not in TRANSFORMS:
         raise unknown_name("transform", name, TRANSFORMS)
     return TRANSFORMS[name](**params)
+
+
+def fit_row_map(name: str, rows: FeatureRows, device: Any = None, **params: Any) -> RowMap | None:
+    """Fit transform ``name`` on ``rows``; its row map for blocks on ``device`` (None: none).
+
+    Parameters
+    ----------
+    name : str
+        One of ``TRANSFORMS``.
+    rows : FeatureRows
+        The train features.
+    device : torch.device or None
+    **params
+        Constructor parameters.
+
+    Returns
+    -------
+    callable or None
+    """
+    return make_transform(name, **params).fit_rows(rows, device).row_map(device)

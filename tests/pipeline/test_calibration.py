@@ -1,4 +1,4 @@
-"""ECE and temperature scaling (PROTOCOLS.md section 3, Ericsson 4.7)."""
+"""ECE and temperature scaling (Guo 2017, Ericsson 4.7)."""
 
 from __future__ import annotations
 
@@ -125,3 +125,21 @@ def test_separable_validation_hits_the_bound() -> None:
         fit_temperature(np.zeros((4, 3)), [0, 1, 2, 0])
     with pytest.raises(DataValidationError, match="4 classes but logits_test has 3"):
         calibration_report(np.zeros((4, 4)) + np.eye(4), [0, 1, 2, 3], logits, y)
+
+
+def test_report_from_blocks_equals_report_from_arrays() -> None:
+    import torch
+
+    from pipeline.protocols.calibration import calibration_report_blocks
+
+    logits, y = _overconfident(3000, 5, 4, scale=4.0)
+    whole = calibration_report(logits[:1500], y[:1500], logits[1500:], y[1500:])
+    Z, Y = torch.from_numpy(logits), torch.from_numpy(y.astype(np.int64))
+
+    def blocks(lo, hi, size):
+        return lambda: ((Z[i:min(i + size, hi)], Y[i:min(i + size, hi)]) for i in range(lo, hi, size))
+
+    parts = calibration_report_blocks(blocks(0, 1500, 128), blocks(1500, len(y), 97))
+    assert parts.temperature == pytest.approx(whole.temperature, rel=1e-10)
+    for field in ("ece_before", "ece_after", "nll_before", "nll_after", "accuracy"):
+        assert getattr(parts, field) == pytest.approx(getattr(whole, field), rel=1e-10, abs=1e-14)

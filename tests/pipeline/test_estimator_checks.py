@@ -10,12 +10,6 @@ from pipeline.protocols.logistic import LogisticProbe
 from pipeline.protocols.ridge import DEFAULT_ALPHAS, RidgeProbe
 from pipeline.protocols.transforms import L2Normalize, Standardize, Whiten
 
-# Labels are integer class indices read from the store (PROTOCOLS.md notation:
-# y in {0..K-1}); string labels are refused with "Unknown label type" by design.
-_STRING_LABELS = {
-    "check_classifiers_classes": "class labels must be integers; strings are refused by design"
-}
-
 ESTIMATORS = [
     RidgeProbe(),
     RidgeProbe(alphas=DEFAULT_ALPHAS, fit_intercept=False),
@@ -31,12 +25,12 @@ ESTIMATORS = [
 
 # check_estimators_dtypes fits on random integers 0..3, where some rows are all zero. A
 # zero row has no direction: L2 normalisation and cosine k-NN refuse it with a clear
-# error instead of silently leaving it at zero (STYLE.md: no silent data fixes).
+# error instead of silently leaving it at zero (no silent data fixes).
 _ZERO_ROWS = {"check_estimators_dtypes": "all-zero rows cannot be L2-normalised; refused by design"}
 
 
 def _expected_failures(estimator):
-    expected = dict(_STRING_LABELS) if hasattr(estimator, "predict") else {}
+    expected = {}
     if isinstance(estimator, L2Normalize) or getattr(estimator, "metric", None) == "cosine":
         expected.update(_ZERO_ROWS)
     return expected

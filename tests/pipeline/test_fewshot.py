@@ -1,4 +1,4 @@
-"""Episodic few-shot with nearest centroid (PROTOCOLS.md section 6)."""
+"""Episodic few-shot with nearest centroid (Ericsson 2021, CD-FSL)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from pipeline.errors import DataValidationError
 from pipeline.protocols import fewshot as fewshot_module
-from pipeline.protocols.fewshot import FewShotResult, _sample_episodes, fewshot_episodes
+from pipeline.protocols.fewshot import FewShotResult, fewshot_episodes, sample_episodes
 
 
 def _data(seed: int = 0, n_classes: int = 8, d: int = 16) -> tuple[np.ndarray, np.ndarray]:
@@ -39,7 +39,7 @@ def _reference_loop(X: np.ndarray, support: np.ndarray, query: np.ndarray) -> np
 
 def test_sampled_episodes_are_valid() -> None:
     X, y = _data()
-    ep = _sample_episodes(y, n_way=5, n_shot=20, n_query=15, n_episodes=200, seed=0)
+    ep = sample_episodes(y, n_way=5, n_shot=20, n_query=15, n_episodes=200, seed=0)
     assert ep.support.shape == (200, 5, 20)
     assert ep.query.shape == (200, 5, 15)
     assert ep.classes.shape == (200, 5)
@@ -59,7 +59,7 @@ def test_sampled_episodes_are_valid() -> None:
 
 def test_sampling_is_roughly_uniform() -> None:
     _, y = _data()
-    ep = _sample_episodes(y, n_way=2, n_shot=1, n_query=1, n_episodes=4000, seed=1)
+    ep = sample_episodes(y, n_way=2, n_shot=1, n_query=1, n_episodes=4000, seed=1)
     freq = np.bincount(ep.classes.ravel(), minlength=8) / ep.classes.size
     np.testing.assert_allclose(freq, 1 / 8, atol=0.02)
     members = np.flatnonzero(y == 7)  # 20 images: each is support with p = 1/20
@@ -71,13 +71,13 @@ def test_sampling_is_roughly_uniform() -> None:
 def test_vectorised_equals_reference_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     X, y = _data(3)
     # tiny blocks so that several sampling and scoring blocks are exercised
-    monkeypatch.setattr(fewshot_module, "_MAX_FEATURE_ELEMENTS", 5 * 10 * 16 * 7)
+    monkeypatch.setattr(fewshot_module, "MAX_FEATURE_ELEMENTS", 5 * 10 * 16 * 7)
     res = fewshot_episodes(X, y, n_way=5, n_shot=5, n_query=5, n_episodes=60, seed=11)
-    ep = _sample_episodes(y, 5, 5, 5, 60, 11)
+    ep = sample_episodes(y, 5, 5, 5, 60, 11)
     ref = _reference_loop(X, ep.support, ep.query)
     # the sampling block size bounds memory only: the same episodes in 3-episode blocks
-    monkeypatch.setattr(fewshot_module, "_MAX_KEY_ELEMENTS", 5 * 70 * 3)  # max class: 70 images
-    small = _sample_episodes(y, 5, 5, 5, 60, 11)
+    monkeypatch.setattr(fewshot_module, "MAX_KEY_ELEMENTS", 5 * 70 * 3)  # max class: 70 images
+    small = sample_episodes(y, 5, 5, 5, 60, 11)
     np.testing.assert_array_equal(small.support, ep.support)
     np.testing.assert_array_equal(small.query, ep.query)
     np.testing.assert_array_equal(res.accuracies, ref)
@@ -110,8 +110,8 @@ def test_determinism() -> None:
     np.testing.assert_array_equal(a.accuracies, b.accuracies)
     assert a.mean == b.mean
     assert not np.array_equal(a.accuracies, c.accuracies)
-    e1 = _sample_episodes(y, 5, 5, 15, 50, 7)
-    e2 = _sample_episodes(y, 5, 5, 15, 50, 8)
+    e1 = sample_episodes(y, 5, 5, 15, 50, 7)
+    e2 = sample_episodes(y, 5, 5, 15, 50, 8)
     assert not np.array_equal(e1.support, e2.support)
 
 
@@ -153,3 +153,22 @@ def test_other_bad_input() -> None:
     bad[3, 2] = np.nan
     with pytest.raises(DataValidationError, match="NaN"):
         fewshot_episodes(bad, y)
+
+
+def test_streamed_pool_reads_only_the_rows_it_uses() -> None:
+    from pipeline.protocols.blocks import FeatureRows
+
+    X, y = _data(6)
+    read = []
+
+    def blocks():
+        for i in range(0, 300, 40):
+            read.append(i)
+            yield X[i:i + 40], i
+
+    rest = X[300:]
+    rows = FeatureRows([(blocks, 300), rest], X.shape[1])
+    streamed = fewshot_episodes(rows, y, n_shot=5, n_episodes=40, seed=3)
+    in_memory = fewshot_episodes(X, y, n_shot=5, n_episodes=40, seed=3)
+    np.testing.assert_array_equal(streamed.accuracies, in_memory.accuracies)
+    assert read == list(range(0, 300, 40))  # one pass over the streamed part

@@ -1,4 +1,4 @@
-"""Invariance audit (PROTOCOLS.md section 9)."""
+"""Invariance audit: which coordinate changes each protocol ignores."""
 
 from __future__ import annotations
 

@@ -195,7 +195,32 @@ def test_bad_input_errors():
         topk_blocks(Xt, _blocks(X, 8), 40, "cosine")
     with pytest.raises(DataValidationError, match="train block at row 8 has shape"):
         topk_blocks(Xt, [(X[:8], 0), (X[8:, :5], 8)], 3, "cosine")
-    with pytest.raises(DataValidationError, match=r"NaN or infinity in 1 row\(s\), first at row\(s\) 12"):
+    with pytest.raises(DataValidationError, match=r"train features contains NaN or infinity: 1 NaN .*\(12, 0\)"):
         topk_blocks(Xt, [(X[:10], 0), (np.vstack([X[10:12], X_bad[9:10]]), 10)], 3, "euclidean")
     with pytest.raises(ValueError, match="Unknown metric 'manhattan'. Valid choices: cosine, euclidean"):
         topk_blocks(Xt, [(X, 0)], 3, "manhattan")
+
+
+def test_string_labels_and_explicit_cpu_device():
+    X, y, Xt = _data()
+    names = np.array(["a", "b", "c", "d"])[y]
+    ours = KNNClassifier(7, metric="euclidean", weights="uniform", device="cpu").fit(X, names)
+    ref = KNeighborsClassifier(7, algorithm="brute").fit(X, names)
+    np.testing.assert_array_equal(ours.classes_, ref.classes_)
+    np.testing.assert_array_equal(ours.predict(Xt), ref.predict(Xt))
+
+
+def test_many_query_chunks_and_float16_blocks(monkeypatch):
+    from pipeline.protocols import knn as knn_module
+
+    X, y, Xt = _data(n=300, m=90)
+    full_s, full_i = topk_blocks(Xt, [(X, 0)], 9, "cosine")
+    monkeypatch.setitem(knn_module._SCORE_BUDGET, "cpu", 64)  # queries scored a few at a time
+    s, i = topk_blocks(Xt, _blocks(X, 50), 9, "cosine")
+    np.testing.assert_array_equal(i, full_i)
+    np.testing.assert_allclose(s, full_s, rtol=1e-13)
+    s16, i16 = topk_blocks(Xt.astype(np.float16), _blocks(X.astype(np.float16), 50), 9, "cosine")
+    assert s16.dtype == np.float32
+    ref16 = topk_blocks(Xt.astype(np.float16).astype(np.float32), [(X.astype(np.float16).astype(np.float32), 0)],
+                        9, "cosine")
+    np.testing.assert_array_equal(i16, ref16[1])

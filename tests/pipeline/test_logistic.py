@@ -207,3 +207,67 @@ def test_bad_validation_mask_is_refused():
         LogisticProbe(Cs=[1.0]).fit(X, y, val_mask=np.zeros(39, bool))
     with pytest.raises(ValueError, match="both splits need rows"):
         LogisticProbe(Cs=[1.0]).fit(X, y, val_mask=np.zeros(40, bool))
+
+
+def test_string_labels_are_kept_as_given():
+    X, y = _data(k=3)
+    names = np.array(["ant", "bee", "cow"])[y]
+    probe = LogisticProbe(C=0.5, tol=1e-8).fit(X, names)
+    np.testing.assert_array_equal(probe.classes_, ["ant", "bee", "cow"])
+    by_index = LogisticProbe(C=0.5, tol=1e-8).fit(X, y)
+    np.testing.assert_array_equal(probe.predict(X), np.array(["ant", "bee", "cow"])[by_index.predict(X)])
+    np.testing.assert_allclose(probe.coef_, by_index.coef_, rtol=1e-12)
+
+
+def test_float16_features_are_used_without_a_float32_copy():
+    X, y = _data(seed=7)
+    X16 = X.astype(np.float16)
+    half = LogisticProbe(C=1.0, tol=1e-8).fit(X16, y)
+    ref = LogisticProbe(C=1.0, tol=1e-8).fit(X16.astype(np.float64), y)
+    np.testing.assert_allclose(half.coef_, ref.coef_, atol=1e-7)
+    assert np.abs(_gradient(X16.astype(np.float64), y, half.coef_, half.intercept_, 1.0)).max() <= 1e-8
+
+
+def test_split_is_exposed_and_is_the_stratified_draw():
+    X, y = _data(n=300, k=3, seed=8)
+    probe = LogisticProbe(Cs=[0.1, 1.0], val_fraction=0.25, random_state=3).fit(X, y)
+    tr, va = next(StratifiedShuffleSplit(1, test_size=0.25, random_state=3).split(X, y))
+    np.testing.assert_array_equal(probe.train_index_, np.sort(tr))
+    np.testing.assert_array_equal(probe.val_index_, np.sort(va))
+    assert LogisticProbe(C=1.0).fit(X, y).val_index_ is None
+
+
+def test_multilabel_is_one_binary_logistic_regression_per_class():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 5))
+    Y = (X[:, :3] @ rng.standard_normal((3, 3)) + 0.7 * rng.standard_normal((300, 3)) > 0).astype(np.uint8)
+    probe = LogisticProbe(C=0.3, tol=1e-10).fit(X, Y)
+    assert probe.multilabel_ and probe.converged_
+    for k in range(3):
+        ref = LogisticRegression(C=0.3, tol=1e-10, max_iter=10_000).fit(X, Y[:, k])
+        np.testing.assert_allclose(probe.coef_[k], ref.coef_[0], atol=1e-6)
+        np.testing.assert_allclose(probe.intercept_[k], ref.intercept_[0], atol=1e-6)
+        np.testing.assert_allclose(probe.predict_proba(X)[:, k], ref.predict_proba(X)[:, 1], atol=1e-7)
+    assert probe.predict(X).shape == (300, 3)
+    grid = LogisticProbe(Cs=[0.01, 1.0], random_state=0).fit(X, Y)  # selected by validation mAP
+    assert grid.val_scores_.shape == (2,) and 0.5 < grid.val_scores_.max() <= 1.0
+
+
+def test_fit_rows_on_a_subset_equals_fit_on_its_copy():
+    from pipeline.protocols.blocks import FeatureRows
+
+    X, y = _data(n=200, seed=9)
+    keep = np.sort(np.random.default_rng(0).choice(200, 120, replace=False))
+    rows = FeatureRows.of(X).select(keep)
+    a = LogisticProbe(C=2.0, tol=1e-9).fit_rows(rows, y[keep])
+    b = LogisticProbe(C=2.0, tol=1e-9).fit(X[keep], y[keep])
+    np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-9)
+    np.testing.assert_array_equal(a.predict_rows(FeatureRows.of(X)), b.predict(X))
+
+
+def test_device_auto_resolves_and_is_recorded():
+    X, y = _data(n=80)
+    probe = LogisticProbe(device="auto").fit(X, y)
+    assert probe.device_ == ("cuda:0" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ConfigError, match="only CPU and CUDA devices"):
+        LogisticProbe(device="meta").fit(X, y)

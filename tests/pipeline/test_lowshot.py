@@ -1,4 +1,4 @@
-"""Low-shot sweep (PROTOCOLS.md section 7)."""
+"""Low-shot sweep: accuracy with N train images per class (ImageNet-CoG)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from pipeline.errors import ConfigError, DataValidationError, UnknownNameError
 from pipeline.protocols.lowshot import (
     LowShotResult,
-    _sample_per_class,
+    sample_per_class,
     lowshot_curve,
     relative_to_baseline,
 )
@@ -60,7 +60,7 @@ def test_each_run_is_the_protocol_on_its_sample() -> None:
     res = lowshot_curve(X_tr, y_tr, X_te, y_te, shots=(4,), n_seeds=2, seed=9)
     classes = np.unique(y_tr)
     for rep in range(2):
-        idx = _sample_per_class(y_tr, classes, 4, np.random.default_rng([9, 4, rep]))
+        idx = sample_per_class(y_tr, classes, 4, np.random.default_rng([9, 4, rep]))
         want = _manual_accuracy(X_tr[idx], y_tr[idx], X_te, y_te)
         assert res.per_seed[4][rep] == pytest.approx(want, abs=1e-12)
 
@@ -80,11 +80,11 @@ def test_sampler_takes_exactly_n_per_class() -> None:
     classes = np.unique(y_tr)
     rng = np.random.default_rng(0)
     for n in (1, 7, 25):
-        idx = _sample_per_class(y_tr, classes, n, rng)
+        idx = sample_per_class(y_tr, classes, n, rng)
         assert np.unique(idx).size == idx.size == n * classes.size
         np.testing.assert_array_equal(np.bincount(y_tr[idx]), [n] * classes.size)
     # a class with exactly n images gives all of them
-    idx = _sample_per_class(y_tr, classes, 25, rng)
+    idx = sample_per_class(y_tr, classes, 25, rng)
     assert set(np.flatnonzero(y_tr == 1)) <= set(idx.tolist())
 
 
@@ -178,3 +178,14 @@ def test_transform_params_reach_the_transform() -> None:
     assert res.transform_params == {"eps": 1e-3}
     with pytest.raises(ConfigError, match="transform_params"):
         lowshot_curve(X_tr, y_tr, X_te, y_te, shots=(1,), transform="l2", transform_params={"eps": 1.0})
+
+
+def test_streamed_train_features_give_the_same_curve() -> None:
+    from pipeline.protocols.blocks import FeatureRows
+
+    X_tr, y_tr, X_te, y_te = _data(8)
+    blocks = lambda: ((X_tr[i:i + 16], i) for i in range(0, len(X_tr), 16))  # noqa: E731
+    rows = FeatureRows.of(blocks=blocks, n_rows=len(X_tr), n_features=X_tr.shape[1])
+    streamed = lowshot_curve(rows, y_tr, X_te, y_te, shots=(1, 4, "all"), n_seeds=2)
+    in_memory = lowshot_curve(X_tr, y_tr, X_te, y_te, shots=(1, 4, "all"), n_seeds=2)
+    assert streamed.per_seed == in_memory.per_seed

@@ -126,5 +126,5 @@ def test_only_multilabel_protocols_take_multilabel_data() -> None:
     able = [p for p in list_protocols() if accepts_multilabel(p)]
     assert "logistic" in able
     for name in sorted(set(list_protocols()) - set(able)):
-        with pytest.raises(DataValidationError, match=f"protocol '{name}' needs one class per sample"):
+        with pytest.raises(DataValidationError, match=f"protocol '{name}' cannot take"):
             get_protocol(name)(data)

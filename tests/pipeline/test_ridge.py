@@ -73,7 +73,7 @@ def test_alpha_zero_rank_deficient_and_badly_scaled():
 
 
 def test_least_squares_with_bias_ignores_invertible_affine_maps():
-    # PROTOCOLS.md section 9, first row: lambda = 0 with a bias sees only the affine span
+    # least squares with a bias (lambda = 0) sees only the affine span of the features
     X, y, _ = _problem(150, 6)
     Xt, _, _ = _problem(60, 6, seed=1)
     rng = np.random.default_rng(2)
@@ -104,7 +104,7 @@ def test_loo_matches_explicit_refits(n, d, alpha, fit_intercept):
     spec = ridge_spectrum(X, T, fit_intercept)
     loo_pred = T - loo_residuals(spec, alpha)
     np.testing.assert_allclose(loo_pred, _explicit_loo(X, T, alpha, fit_intercept), atol=1e-9, rtol=1e-8)
-    probe = RidgeProbe(alpha=alpha, fit_intercept=fit_intercept).fit(X, y)
+    probe = RidgeProbe(alpha=alpha, fit_intercept=fit_intercept, store_loo=True).fit(X, y)
     np.testing.assert_allclose(probe.loo_decision_, loo_pred, atol=1e-12)
     np.testing.assert_allclose(probe.press_, [np.mean((T - loo_pred) ** 2)], rtol=1e-12)
 
@@ -165,8 +165,8 @@ def test_bad_input_errors():
     fractional = r"Unknown label type.*30 of 30 values are not integers \(first \d\.5 at index 0"
     with pytest.raises(ValueError, match=fractional):
         RidgeProbe().fit(X, y + 0.5)
-    with pytest.raises(ValueError, match="Unknown label type"):
-        RidgeProbe().fit(X, np.array(["a", "b"] * 15))
+    with pytest.raises(ValueError, match="Unknown label type.*cannot be compared"):
+        RidgeProbe().fit(X, np.array(["a", 1] * 15, dtype=object))
     with pytest.raises(ValueError, match="alphas must be .* 1 invalid"):
         RidgeProbe(alphas=[1.0, -1.0]).fit(X, y)
     probe = RidgeProbe().fit(X, y)
@@ -174,3 +174,83 @@ def test_bad_input_errors():
         probe.predict(X[:, :3])
     with pytest.raises(ValueError, match="1 NaN"):
         probe.predict(X_nan[:5])
+
+
+# -- the blocked Gram route (many rows) against the SVD route and scikit-learn -----------------
+def _fit(X, y, K, alphas, fit_intercept, method, rows=None):
+    from pipeline.protocols.blocks import FeatureRows
+    from pipeline.protocols.ridge import fit_ridge
+
+    rows = FeatureRows.of(X) if rows is None else rows
+    return fit_ridge(rows, y, K, np.asarray(alphas, float), fit_intercept, "cpu", store_loo=True, method=method)
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("alphas", [[0.0], [1e-3, 1.0, 30.0], list(DEFAULT_ALPHAS)])
+def test_gram_route_equals_svd_route(fit_intercept, alphas):
+    X, y, _ = _problem(300, 12, k=5, scale=3.0)
+    gram, svd = (_fit(X, y, 5, alphas, fit_intercept, m) for m in ("gram", "svd"))
+    assert gram.alpha == svd.alpha
+    np.testing.assert_allclose(gram.press, svd.press, rtol=1e-10)
+    np.testing.assert_allclose(gram.coef, svd.coef, atol=1e-10, rtol=1e-9)
+    np.testing.assert_allclose(gram.intercept, svd.intercept, atol=1e-10, rtol=1e-9)
+    np.testing.assert_allclose(gram.loo_decision, svd.loo_decision, atol=1e-10)
+
+
+def test_gram_route_matches_sklearn_ridge_and_explicit_loo():
+    X, y, T = _problem(60, 5, k=3)
+    for alpha in (1e-3, 2.0):
+        fit = _fit(X, y, 3, [alpha], True, "gram")
+        ref = Ridge(alpha=alpha, solver="svd").fit(X, T)
+        np.testing.assert_allclose(fit.coef, ref.coef_, atol=1e-9, rtol=1e-8)
+        np.testing.assert_allclose(fit.intercept, ref.intercept_, atol=1e-9, rtol=1e-8)
+        np.testing.assert_allclose(fit.loo_decision, _explicit_loo(X, T, alpha, True), atol=1e-9, rtol=1e-8)
+
+
+def test_gram_route_badly_conditioned_takes_the_qr_route():
+    # kappa^2 > 1e6: the Gram eigendecomposition is not trusted; a streaming QR of [Hc, Tc]
+    # gives the least-squares solution. For a problem this ill-posed (kappa ~ 1e6, nonzero
+    # residuals) two backward-stable methods agree to about eps * kappa^2 relative.
+    X, y, T = _problem(400, 8)
+    X *= 10.0 ** np.linspace(-3, 3, 8)
+    fit = _fit(X, y, 4, [0.0], True, "gram")
+    mu, t = X.mean(axis=0), T.mean(axis=0)
+    B = np.linalg.lstsq(X - mu, T - t, rcond=None)[0]
+    np.testing.assert_allclose(fit.coef, B.T, rtol=1e-6, atol=1e-9 * np.abs(B).max())
+    np.testing.assert_allclose(fit.coef @ (X - mu).T, (B.T @ (X - mu).T), atol=1e-7)
+
+
+def test_streamed_rows_equal_in_memory_rows():
+    from pipeline.protocols.blocks import FeatureRows
+
+    X, y, _ = _problem(500, 10, k=4)
+    blocks = lambda: ((X[i:i + 64], i) for i in range(0, 500, 64))  # noqa: E731
+    streamed = _fit(X, y, 4, DEFAULT_ALPHAS, True, "gram", rows=FeatureRows.of(blocks=blocks, n_rows=500, n_features=10))
+    in_memory = _fit(X, y, 4, DEFAULT_ALPHAS, True, "gram")
+    np.testing.assert_allclose(streamed.coef, in_memory.coef, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(streamed.press, in_memory.press, rtol=1e-12)
+
+
+def test_multilabel_targets_match_sklearn_ridge():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((80, 6))
+    Y = (X[:, :3] + 0.5 * rng.standard_normal((80, 3)) > 0).astype(np.uint8)
+    for method in ("svd", "gram"):
+        fit = _fit(X, Y, 3, [0.7], True, method)
+        ref = Ridge(alpha=0.7, solver="svd").fit(X, 2.0 * Y - 1.0)
+        np.testing.assert_allclose(fit.coef, ref.coef_, atol=1e-9, rtol=1e-8)
+    probe = RidgeProbe(alpha=0.7).fit(X, Y)
+    assert probe.multilabel_ and probe.predict(X).shape == (80, 3)
+    np.testing.assert_array_equal(probe.predict(X), (ref.predict(X) > 0).astype(int))
+
+
+def test_string_labels_and_float16_features():
+    X, y, _ = _problem(90, 5, k=3)
+    names = np.array(["cat", "dog", "eel"])[y]
+    probe = RidgeProbe(alphas=DEFAULT_ALPHAS).fit(X, names)
+    np.testing.assert_array_equal(probe.classes_, ["cat", "dog", "eel"])
+    np.testing.assert_array_equal(probe.predict(X), np.array(["cat", "dog", "eel"])[RidgeProbe(
+        alphas=DEFAULT_ALPHAS).fit(X, y).predict(X)])
+    X16 = X.astype(np.float16)
+    half = RidgeProbe(alpha=1.0).fit(X16, y)
+    np.testing.assert_allclose(half.coef_, RidgeProbe(alpha=1.0).fit(X16.astype(np.float64), y).coef_, rtol=1e-12)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.preprocessing import FunctionTransformer, StandardScaler
+from sklearn.preprocessing import StandardScaler
 
 from pipeline.errors import DataValidationError, UnknownNameError
 from pipeline.protocols.transforms import (
     TRANSFORMS,
+    Identity,
     L2Normalize,
     Standardize,
     Whiten,
@@ -105,7 +106,7 @@ def test_transforms_check_inputs():
 def test_make_transform_registry():
     assert set(TRANSFORMS) == {"none", "l2", "standardize", "whiten"}
     X = _features()
-    assert isinstance(make_transform("none"), FunctionTransformer)
+    assert isinstance(make_transform("none"), Identity)
     np.testing.assert_array_equal(make_transform("none").fit_transform(X), X)
     assert isinstance(make_transform("l2"), L2Normalize)
     assert make_transform("whiten", eps=0.5).eps == 0.5
@@ -113,3 +114,18 @@ def test_make_transform_registry():
     listed = r"Unknown transform 'whitten'.*Did you mean: whiten.*Valid choices: l2, none, standardize, whiten"
     with pytest.raises(UnknownNameError, match=listed):
         make_transform("whitten")
+
+
+@pytest.mark.parametrize("name", ["l2", "standardize", "whiten"])
+def test_fitted_on_streamed_blocks_and_applied_per_block(name):
+    import torch
+
+    from pipeline.protocols.blocks import FeatureRows
+
+    X, X_test = _features(), _features(n=50, seed=1)
+    whole = make_transform(name).fit(X)
+    blocks = lambda: ((X[i:i + 33], i) for i in range(0, len(X), 33))  # noqa: E731
+    streamed = make_transform(name).fit_rows(FeatureRows.of(blocks=blocks, n_rows=len(X), n_features=X.shape[1]))
+    row_map = streamed.row_map()
+    mapped = np.concatenate([row_map(b, s).numpy() for b, s in FeatureRows.of(X_test).blocks(dtype=torch.float64)])
+    np.testing.assert_allclose(mapped, whole.transform(X_test), rtol=1e-10, atol=1e-12)

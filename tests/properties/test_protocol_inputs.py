@@ -5,11 +5,21 @@ never a traceback from numpy, sklearn or torch."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.protocols.registry import EvalData, get_protocol, resolve_settings
 from tests.helpers.protocols import CHEAP
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():  # tiny arrays: a torch thread pool only adds wake-up latency on a busy machine
+    threads = torch.get_num_threads(), torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads[0])
+
 
 PROTOCOLS = ["knn", "ridge", "logistic", "fewshot", "lowshot", "invariance"]
 KINDS = ["nan/inf train", "nan/inf test", "1-D train", "3-D test", "width mismatch", "empty train", "empty test",

@@ -10,12 +10,20 @@ ridge/logistic grids. registry.Bound and the protocols' ``bounds`` now refuse th
 from __future__ import annotations
 
 import numpy as np
+import torch
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.protocols.registry import EvalData, get_protocol, list_protocols, resolve_settings
 from tests.helpers.protocols import CHEAP
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():  # tiny arrays: a torch thread pool only adds wake-up latency on a busy machine
+    threads = torch.get_num_threads(), torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads[0])
 
 ANY_VALUE = st.one_of(
     st.integers(-3, 40), st.integers(), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),

@@ -1,0 +1,135 @@
+"""What one cell hands a protocol and gets back: arrays, results, shapes.
+
+``EvalData`` holds a cell's arrays (the train features in memory, or a callable streaming
+them in row blocks); ``ProtocolResult`` what a protocol returns; ``CellShape`` the shapes
+a memory estimate needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import ConfigError
+from pipeline.protocols.blocks import FeatureRows
+
+__all__ = ["Blocks", "CellShape", "EvalData", "ProtocolResult"]
+
+Blocks = Callable[[], Iterable[tuple[np.ndarray, int]]]
+
+
+@dataclass(frozen=True)
+class EvalData:
+    """The arrays of one cell.
+
+    Parameters
+    ----------
+    y_train, y_test, y_val : numpy.ndarray
+        Class indices (n,), or (n, C) 0/1 arrays for multi-label data.
+    X_test, X_val : numpy.ndarray
+        Features (any float dtype; float16 is used as it is).
+    n_classes : int
+        Number of classes (columns of multi-label arrays).
+    X_train : numpy.ndarray or None
+        The train features in memory; may be None when ``train_blocks`` is given and the
+        protocol ``streams_train``.
+    train_blocks : callable or None
+        Yields (row block, row offset) of the train features.
+    mean_per_class : bool
+        The dataset's headline metric is the mean per-class accuracy.
+    """
+
+    y_train: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+    n_classes: int
+    X_train: np.ndarray | None = None
+    train_blocks: Blocks | None = None
+    X_val: np.ndarray | None = None
+    y_val: np.ndarray | None = None
+    mean_per_class: bool = False
+
+    @property
+    def multilabel(self) -> bool:
+        """Whether the labels are (n, C) indicator arrays."""
+        return np.ndim(self.y_train) == 2
+
+    def train_rows(self) -> FeatureRows:
+        """The train features as ``FeatureRows`` (in memory, or streamed from ``train_blocks``).
+
+        Returns
+        -------
+        FeatureRows
+        """
+        if self.X_train is not None:
+            return FeatureRows.of(self.X_train)
+        if self.train_blocks is None:
+            raise ConfigError("EvalData needs X_train or train_blocks")
+        return FeatureRows.of(blocks=self.train_blocks, n_rows=len(self.y_train), n_features=self.X_test.shape[1])
+
+    def train(self) -> np.ndarray:
+        """The train features as one array (read whole from ``train_blocks`` if needed).
+
+        Returns
+        -------
+        numpy.ndarray
+        """
+        if self.X_train is not None:
+            return self.X_train
+        if self.train_blocks is None:
+            raise ConfigError("EvalData needs X_train or train_blocks")
+        return np.concatenate([b for b, _ in sorted(self.train_blocks(), key=lambda t: t[1])])
+
+
+@dataclass
+class ProtocolResult:
+    """What a protocol returns: headline and other metrics, diagnostics, warnings, time.
+
+    Parameters
+    ----------
+    metrics : dict
+        ``score`` (the headline) and others.
+    diagnostics : dict
+        Selected hyperparameters, convergence, the device used...
+    warnings : list of str
+        Warnings raised during the run.
+    seconds : float
+        Wall time of the run.
+    """
+
+    metrics: dict[str, Any]
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class CellShape:
+    """Shapes of one cell, all a memory estimate needs.
+
+    Parameters
+    ----------
+    n_train, n_test, n_val : int
+        Rows per split (0 for no validation split).
+    dim : int
+        Feature width.
+    n_classes : int
+        Number of classes.
+    itemsize : int
+        Bytes per stored feature value (2 for float16, 4 for float32).
+    """
+
+    n_train: int
+    n_test: int
+    n_val: int
+    dim: int
+    n_classes: int
+    itemsize: int
+
+    @property
+    def feature_bytes(self) -> int:
+        """Bytes of every split's features as stored."""
+        return (self.n_train + self.n_test + self.n_val) * self.dim * self.itemsize

@@ -1,0 +1,82 @@
+"""The ``device`` setting of the probes: which torch device a cell runs on.
+
+``auto`` is the first CUDA device when torch sees one, else the CPU; ``cpu``, ``cuda``
+and ``cuda:<i>`` name one. The name is checked without torch when settings are loaded
+(a planner need not have the worker's GPU) and resolved to a torch device when a probe
+runs; every probe runs the same torch code on either.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pipeline.errors import ConfigError
+
+__all__ = ["DEVICE_CHOICES", "check_device_name", "resolve_device"]
+
+#: What the ``device`` setting accepts (``cuda:<i>`` with any index).
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:<i>")
+_DEVICE_NAME = re.compile(r"(auto|cpu|cuda(:\d+)?)")
+
+
+def check_device_name(value: Any, name: str = "device") -> str:
+    """Refuse a device setting that can never be valid (checked at config load, no torch).
+
+    Parameters
+    ----------
+    value : Any
+        The setting's value.
+    name : str
+        The setting's name in the message.
+
+    Returns
+    -------
+    str
+        ``value``.
+    """
+    if not isinstance(value, str) or not _DEVICE_NAME.fullmatch(value):
+        raise ConfigError(f"{name}={value!r} is not a device; valid: {', '.join(DEVICE_CHOICES)}")
+    return value
+
+
+def resolve_device(device: Any = "auto") -> Any:
+    """The torch device a ``device`` setting names.
+
+    Parameters
+    ----------
+    device : str, torch.device or None
+        ``auto`` or None (CUDA when torch sees a GPU, else the CPU), ``cpu``, ``cuda``,
+        ``cuda:<i>`` or a torch.device.
+
+    Returns
+    -------
+    torch.device
+
+    Raises
+    ------
+    ConfigError
+        For a name torch does not know, or CUDA asked for where torch sees none (or not
+        that many).
+    """
+    import torch
+
+    if device is None or (isinstance(device, str) and device == "auto"):
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise ConfigError(f"device={device!r} is not a torch device: {exc}; valid: "
+                          f"{', '.join(DEVICE_CHOICES)}") from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device={device!r} asked for CUDA, but torch.cuda.is_available() is False; "
+                              "use device='auto' or 'cpu'")
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ConfigError(f"device={device!r}: torch sees {torch.cuda.device_count()} CUDA device(s)")
+        if resolved.index is None:  # explicit, so that results record which GPU
+            resolved = torch.device("cuda", torch.cuda.current_device())
+    elif resolved.type != "cpu":
+        raise ConfigError(f"device={device!r}: only CPU and CUDA devices are supported; valid: "
+                          f"{', '.join(DEVICE_CHOICES)}")
+    return resolved

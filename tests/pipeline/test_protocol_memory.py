@@ -1,0 +1,60 @@
+"""Peak memory of every protocol stays within 1.5x the features it is given, plus terms
+that do not grow with the number of rows.
+
+Each protocol runs in a fresh process (``memory_child``) at two train sizes while the
+caller holds the features; the peak RSS growth during the run is measured there. Two
+checks per protocol: the growth from the small to the large size is at most half the
+added feature bytes (nothing of size n beyond the features themselves), and at the large
+size the growth is at most half the features plus a fixed allowance for row blocks and
+runtime (``ALLOWANCE``). The protocol's own ``memory_bytes`` must not underestimate the
+measured growth. Sizes are modest; the seconds are in benchmarks/bench_scale.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ALLOWANCE = 64 * 2**20  # row blocks (a few MiB each), library and allocator slack
+CASES = {
+    "ridge": {"settings": {}},
+    "knn": {"settings": {}, "n_test": 2000},
+    "fewshot": {"settings": {"n_episodes": 200}},
+    "lowshot": {"settings": {"shots": [1, 8, "all"], "n_seeds": 2}},
+    "invariance": {"settings": {"max_train": 500, "max_dims": 16}},
+    "logistic": {"settings": {"Cs": [0.1, 1.0], "max_iter": 20}},
+    "logistic-float16": {"settings": {"Cs": [0.1, 1.0], "max_iter": 20}, "dtype": "float16"},
+}
+SLOW = {"knn", "lowshot", "invariance", "logistic", "logistic-float16", "fewshot"}  # > 10 s each
+
+
+def run_child(protocol: str, sizes: list[tuple[int, int]], dim: int = 128, n_classes: int = 20, **extra) -> list[dict]:
+    spec = {"protocol": protocol, "sizes": sizes, "dim": dim, "n_classes": n_classes, **extra}
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "tests.pipeline.memory_child", json.dumps(spec)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc to reset the RSS peak")
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c for c in CASES])
+def test_peak_memory_stays_near_the_features(case):
+    spec = dict(CASES[case])
+    protocol = case.split("-")[0]
+    n_test = spec.pop("n_test", 4000)
+    small, large = run_child(protocol, [(20_000, n_test), (160_000, n_test)], **spec)
+    added = large["feature_bytes"] - small["feature_bytes"]
+    summary = f"{case}: growth {small['growth'] / 2**20:.1f} MiB -> {large['growth'] / 2**20:.1f} MiB"
+    assert large["growth"] - small["growth"] <= 0.5 * added, summary
+    assert large["growth"] <= 0.5 * large["feature_bytes"] + ALLOWANCE, summary
+    for point in (small, large):
+        assert point["growth"] <= point["estimate_extra"], f"{summary}; memory_bytes underestimates"
+    assert large["score"] is None or large["score"] > 0.5  # the runs did real work

@@ -1,0 +1,125 @@
+"""The protocol registry: eager and cheap registration, capability flags, memory estimates,
+the device setting, streamed train features and multi-label targets through every entry."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pipeline.errors import ConfigError, DataValidationError
+from pipeline.protocols.registry import EvalData, get_protocol, list_protocols, resolve_settings
+from tests.properties.test_protocol_settings import CHEAP
+
+STREAMING = {"knn", "ridge", "fewshot", "lowshot", "invariance"}
+MULTILABEL = {"ridge", "logistic"}
+PROBES = ("logistic", "ridge", "knn", "fewshot", "lowshot")
+
+
+def test_registry_import_registers_everything_without_heavy_libraries():
+    code = ("import sys; from pipeline.protocols.registry import list_protocols, get_protocol; "
+            "print(list_protocols()); get_protocol('knn').memory_bytes(10, 5, 0, 4, 2, 4); "
+            "print(sorted(m for m in ('torch', 'sklearn', 'scipy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    names, heavy = out.strip().splitlines()
+    assert names == str(list_protocols()) and len(list_protocols()) == 6
+    assert heavy == "[]"
+
+
+def test_capability_flags():
+    assert {n for n in list_protocols() if get_protocol(n).streams_train} == STREAMING
+    assert {n for n in list_protocols() if get_protocol(n).multilabel} == MULTILABEL
+    for name in PROBES:
+        assert get_protocol(name).defaults["device"] == "auto"
+
+
+def test_transform_names_match_the_transforms():
+    from pipeline.protocols.builtin import TRANSFORM_NAMES
+    from pipeline.protocols.transforms import TRANSFORMS
+
+    assert TRANSFORM_NAMES == tuple(TRANSFORMS)
+
+
+@pytest.mark.parametrize("name", sorted(["knn", "ridge", "logistic", "fewshot", "lowshot", "invariance"]))
+def test_memory_estimate_grows_with_the_data_and_stays_near_it(name):
+    proto = get_protocol(name)
+    small = proto.memory_bytes(10_000, 1_000, 0, 256, 100, 4)
+    large = proto.memory_bytes(1_000_000, 50_000, 0, 768, 1000, 2)
+    assert 0 < small < large
+    features = (1_000_000 + 50_000) * 768 * 2
+    # the lab-scale cell: at most 1.5x its features plus terms that do not grow with n
+    assert large <= 1.5 * features + 512 * 2**20, (name, large / features)
+    more_rows = proto.memory_bytes(2_000_000, 50_000, 0, 768, 1000, 2)
+    held = 0 if proto.streams_train else 1_000_000 * 768 * 2
+    assert more_rows - large <= held + 1_000_000 * 64  # no per-row term beyond the features, labels
+
+
+@pytest.mark.parametrize("value", ["gpu", "cuda:x", "", "CPU", 3])
+def test_device_setting_is_checked_at_config_load(value):
+    for name in PROBES:
+        with pytest.raises(ConfigError, match=r"device.*(is not a device; valid: auto, cpu, cuda, cuda:<i>|wrong type)"):
+            resolve_settings(name, {"device": value})
+    assert resolve_settings("ridge", {"device": "cuda:1"})["device"] == "cuda:1"  # syntax only at load
+
+
+def _data(multilabel: bool = False) -> EvalData:
+    rng = np.random.default_rng(0)
+    y_train, y_test = np.repeat(np.arange(4), 12), np.repeat(np.arange(4), 5)
+    centers = rng.normal(size=(4, 6)) * 3
+    X_train = centers[y_train] + rng.normal(size=(48, 6))
+    X_test = centers[y_test] + rng.normal(size=(20, 6))
+    if multilabel:
+        y_train = (np.eye(4)[y_train] + (rng.random((48, 4)) < 0.2)).clip(0, 1).astype(np.uint8)
+        y_test = (np.eye(4)[y_test] + (rng.random((20, 4)) < 0.2)).clip(0, 1).astype(np.uint8)
+    return EvalData(y_train=y_train, X_test=X_test, y_test=y_test, n_classes=4, X_train=X_train)
+
+
+@pytest.mark.parametrize("name", sorted(STREAMING))
+def test_streamed_train_features_give_the_in_memory_result(name):
+    data = _data()
+    X = data.X_train
+    blocks = lambda: ((X[i:i + 7], i) for i in range(0, len(X), 7))  # noqa: E731
+    streamed = EvalData(y_train=data.y_train, X_test=data.X_test, y_test=data.y_test, n_classes=4,
+                        train_blocks=blocks)
+    settings = resolve_settings(name, CHEAP.get(name, {}))
+    a, b = get_protocol(name)(streamed, settings), get_protocol(name)(data, settings)
+    flat = {k: v for k, v in b.metrics.items() if isinstance(v, float)}
+    assert {k: a.metrics[k] for k in flat} == pytest.approx(flat, rel=1e-9)
+    assert {k: v for k, v in a.metrics.items() if k not in flat} == {k: v for k, v in b.metrics.items() if k not in flat}
+    if name in PROBES:
+        assert a.diagnostics["device"] == "cpu"
+
+
+@pytest.mark.parametrize("name", sorted(MULTILABEL))
+def test_multilabel_targets_are_scored_by_mean_average_precision(name):
+    result = get_protocol(name)(_data(multilabel=True), resolve_settings(name, CHEAP.get(name, {})))
+    assert set(result.metrics) >= {"map11", "score"} and 0.5 < result.metrics["score"] <= 1.0
+    assert "ece" not in result.metrics  # softmax calibration has no multi-label counterpart
+
+
+@pytest.mark.parametrize("name", sorted(set(list_protocols()) - MULTILABEL))
+def test_multilabel_targets_are_refused_by_single_label_protocols(name):
+    with pytest.raises(DataValidationError, match=rf"multi-label targets, which protocol '{name}' cannot take; "
+                                                   "protocols that can: logistic, ridge"):
+        get_protocol(name)(_data(multilabel=True), resolve_settings(name, CHEAP.get(name, {})))
+
+
+def test_calibration_uses_the_probes_own_split():
+    from pipeline.protocols.calibration import calibration_report
+    from pipeline.protocols.logistic import LogisticProbe
+    from pipeline.protocols.transforms import L2Normalize
+
+    data = _data()
+    settings = resolve_settings("logistic", {"Cs": [0.1, 1.0, 10.0], "seed": 4})
+    result = get_protocol("logistic")(data, settings)
+    X = L2Normalize().fit(data.X_train).transform(data.X_train)
+    probe = LogisticProbe(Cs=[0.1, 1.0, 10.0], random_state=4).fit(X, data.y_train)
+    tr, va = probe.train_index_, probe.val_index_
+    held = LogisticProbe(C=probe.C_).fit(X[tr], data.y_train[tr])
+    X_te = L2Normalize().fit(data.X_train).transform(data.X_test)
+    cal = calibration_report(held.decision_function(X[va]), data.y_train[va], probe.decision_function(X_te),
+                             data.y_test)
+    assert result.diagnostics["temperature"] == pytest.approx(cal.temperature, rel=1e-6)
+    assert result.metrics["ece"] == pytest.approx(cal.ece_before, abs=1e-6)  # solver tolerance
