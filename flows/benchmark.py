@@ -23,7 +23,9 @@ import dask
 from prefect import flow, get_run_logger
 from prefect.states import Failed
 
+from flows.cluster_memory import memory_request
 from flows.tasks import correlate_and_report_task, evaluate_task, extract_task
+from jobs.cell_memory import task_bytes
 from jobs.config import load_config
 from jobs.failures import correlation_failure, one_line, sync_failures
 from jobs.plan import Plan, evaluation_cells, extraction_units
@@ -45,10 +47,12 @@ def _progress(reason: str, kind: str, done: int, total: int, started: float, ext
 
 @flow(name="repeval-benchmark", log_prints=False, validate_parameters=False)
 def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: str = "run",
-                   notes: dict[str, Any] | None = None):
+                   notes: dict[str, Any] | None = None, cell_memory: dict[str, int | None] | None = None):
     """``config``: a checked config whose encoders already include the scanned checkpoints
     (``jobs.plan.make_plan``); ``notes``: what the plan found (new encoders, files waiting
-    or skipped) for the summary. Returns the summary, in a Failed state if anything failed."""
+    or skipped) for the summary; ``cell_memory``: peak bytes per cell label, when the
+    workers declare a ``MEMORY`` resource (each evaluation task asks for its largest
+    cell's). Returns the summary, in a Failed state if anything failed."""
     notes = notes or {}
     cfg = load_config(config)
     units, cells = extraction_units(cfg), evaluation_cells(cfg)
@@ -66,11 +70,12 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: 
             extract_futures.setdefault((unit.encoder.name, unit.dataset.name), []).append(fut)
             unit_of[id(fut)] = unit
     batches = list(_cell_batches(cells, cfg.dask.cells_per_task))
-    eval_futures = [
-        evaluate_task.with_options(task_run_name=f"evaluate {label}").submit(
-            store, [dataclasses.asdict(cells[i]) for i in indices], extract_futures.get(group, []))
-        for group, indices, label in batches
-    ]
+    eval_futures = []
+    for group, indices, label in batches:
+        need = task_bytes([cells[i].label() for i in indices], cell_memory) if cell_memory else None
+        with memory_request(need):
+            eval_futures.append(evaluate_task.with_options(task_run_name=f"evaluate {label}").submit(
+                store, [dataclasses.asdict(cells[i]) for i in indices], extract_futures.get(group, [])))
 
     extractions = []
     all_extract = [f for fs in extract_futures.values() for f in fs]
@@ -180,14 +185,21 @@ def plan_notes(plan: Plan, new_encoders: list[str] | None = None) -> dict[str, A
 def run_plan(plan: Plan, *, dask_address: str | None = None, reason: str = "run",
              new_encoders: list[str] | None = None) -> dict[str, Any]:
     """Run a plan's flow (on this process's Prefect API and a Dask cluster); its summary."""
-    from flows.runtime import gpu_count, task_runner
+    from flows.cluster_memory import cluster_memory, local_memory, local_worker_limit
+    from flows.runtime import gpu_count, local_workers, task_runner
+    from jobs.cell_memory import check_cells_fit
 
     cfg = plan.config
     address = dask_address or cfg.dask.address
     gpu = cfg.dask.gpu == "always" or (cfg.dask.gpu == "auto" and (gpu_count() > 0))
-    runner = task_runner(address, cfg.dask.n_workers, cfg.dask.threads_per_worker, cfg.dask.processes, gpu)
+    workers = local_workers(cfg.dask.n_workers)
+    memory = cluster_memory(address) if address else local_memory(cfg.dask, workers)
+    check_cells_fit(plan.cell_memory, memory.capacities, memory.where)  # before anything runs
+    limit = None if address else local_worker_limit(cfg.dask, workers)
+    runner = task_runner(address, cfg.dask.n_workers, cfg.dask.threads_per_worker, cfg.dask.processes, gpu, limit)
     state = benchmark_flow.with_options(task_runner=runner)(
-        cfg.to_dict(), gpu_resources=gpu, reason=reason, notes=plan_notes(plan, new_encoders), return_state=True)
+        cfg.to_dict(), gpu_resources=gpu, reason=reason, notes=plan_notes(plan, new_encoders),
+        cell_memory=plan.cell_memory if memory.declared else None, return_state=True)
     result = state.result(raise_on_failure=False)
     if isinstance(result, BaseException):  # the flow itself crashed: not a summary
         raise result

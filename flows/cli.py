@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--dataset-name", required=True)
     imp.add_argument("--layer", default="pre_logits")
     imp.add_argument("--split", nargs="*")
+    imp.add_argument("--dtype", choices=("float16", "float32"),
+                     help="stored dtype (default: float16 features stay float16, others become float32)")
     imp.set_defaults(func=cmd_import)
     dsp = sub.add_parser("datasets", help="inspect a dataset copy before a long run")
     show = dsp.add_subparsers(dest="datasets_command", required=True).add_parser(

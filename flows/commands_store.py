@@ -150,7 +150,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     dataset = make_dataset("features", name=args.dataset_name, path=args.path)
     store = FeatureStore(args.store)
     for split in args.split or dataset.splits:
-        rep = import_features(store, args.model, dataset, split, layer=args.layer)
+        rep = import_features(store, args.model, dataset, split, layer=args.layer, dtype=args.dtype)
         print(f"{rep.status:8s} {rep.key}: {rep.rows} x {rep.dim}")
     return 0
 

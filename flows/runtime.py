@@ -154,19 +154,34 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def local_workers(n_workers: int) -> int:
+    """Workers of the embedded LocalCluster: as asked, and at least one per GPU."""
+    return max(n_workers, gpu_count())
+
+
 def task_runner(address: str | None, n_workers: int = 2, threads_per_worker: int = 1, processes: bool = True,
-                gpu: bool = False):
+                gpu: bool = False, memory_limit: int | None = None):
     """prefect-dask's DaskTaskRunner on an existing scheduler or a new LocalCluster.
 
     ``gpu``: extraction tasks ask for a ``GPU`` resource, so local workers declare one
-    each (one per GPU of this machine, at least one worker).
+    each (one per GPU of this machine, at least one worker). ``memory_limit``: bytes per
+    local worker; each then declares its ``MEMORY`` resource (flows.cluster_memory).
+    Worker processes get it as Dask's memory limit too; workers that are threads of one
+    process do not (Dask would compare the whole process with one worker's share).
     """
     from prefect_dask import DaskTaskRunner
 
     if address:
         return DaskTaskRunner(address=address)
-    kwargs = {"n_workers": max(n_workers, gpu_count()), "threads_per_worker": threads_per_worker,
+    kwargs = {"n_workers": local_workers(n_workers), "threads_per_worker": threads_per_worker,
               "processes": processes, "dashboard_address": ":0"}
-    if gpu:
-        kwargs["resources"] = {"GPU": 1}
+    resources = {"GPU": 1} if gpu else {}
+    if memory_limit is not None:
+        from jobs.cell_memory import MEMORY_RESOURCE, declared_memory
+
+        if processes:
+            kwargs["memory_limit"] = int(memory_limit)
+        resources[MEMORY_RESOURCE] = declared_memory(memory_limit)
+    if resources:
+        kwargs["resources"] = resources
     return DaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=kwargs)

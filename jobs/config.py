@@ -10,6 +10,7 @@ fast); what needs the registries of architectures and adapters is checked by
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,23 +70,50 @@ class ExtractConfig:
             raise ConfigError(f"{path}: {exc}") from None
 
 
+ENCODER_SOURCES = ("extract", "store")  # features computed by the run, or already in the store
+
+
 @dataclass
 class EncoderConfig:
     """The config's fields of one encoder; :meth:`spec` builds the ``EncoderSpec`` that
-    loads it (kept apart so that reading a config never imports torch or timm)."""
+    loads it (kept apart so that reading a config never imports torch or timm).
+
+    ``dtype`` stores this encoder's features as float16 or float32 whatever
+    ``extract.dtype`` says. ``source: store`` names features already in the store
+    (``repeval import-features``): they are evaluated, never extracted, and ``arch``,
+    ``weights`` and the rest are not needed.
+    """
 
     name: str
-    arch: str
+    arch: str = ""
     weights: str = "random"
     seed: int = 0
     layers: list[str] = field(default_factory=lambda: ["pre_logits"])
     input_size: int | None = None
     strip_prefixes: list[str] = field(default_factory=lambda: ["module."])
+    dtype: str | None = None  # None: extract.dtype
+    source: str = "extract"
 
     def check(self, path: str) -> None:
         _name(self.name, f"{path}.name")
         for i, layer in enumerate(self.layers):
             _name(layer, f"{path}.layers[{i}]")
+        if self.source not in ENCODER_SOURCES:
+            raise ConfigError(f"{path}.source: {self.source!r} is not one of {', '.join(ENCODER_SOURCES)}")
+        if self.source == "extract" and not self.arch.strip():
+            raise ConfigError(f"{path}.arch: missing; give the timm architecture (e.g. resnet50), or "
+                              "source: store for features already in the store")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ConfigError(f"{path}.dtype: {self.dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
+
+    @property
+    def extracted(self) -> bool:
+        """Whether a run extracts these features (False: they are read from the store)."""
+        return self.source == "extract"
+
+    def extract_settings(self, extract: ExtractConfig) -> ExtractConfig:
+        """``extract`` with this encoder's own ``dtype`` where it has one."""
+        return extract if self.dtype is None else dataclasses.replace(extract, dtype=self.dtype)
 
     def spec(self):
         """The ``pipeline.encoders.EncoderSpec`` of these fields (imports timm)."""
@@ -218,10 +246,18 @@ class DaskSettings:
     # Cells of one (encoder, dataset) evaluated per task: submitting a task costs a few
     # hundred ms of Prefect/Dask bookkeeping, so tiny cells are grouped.
     cells_per_task: int = 16
+    # Memory of each embedded LocalCluster worker: bytes, "8GiB", or auto (the machine's
+    # memory shared by the workers). Each declares 75 % of it as its MEMORY resource, and
+    # evaluation tasks ask for what their cells need (jobs.cell_memory).
+    memory_limit: int | str = "auto"
 
     def check(self, path: str) -> None:
         if self.gpu not in ("auto", "always", "never"):
             raise ConfigError(f"{path}.gpu: {self.gpu!r} is not one of 'auto', 'always', 'never'")
+        if self.memory_limit != "auto":
+            from jobs.cell_memory import parse_bytes
+
+            parse_bytes(self.memory_limit, f"{path}.memory_limit")
         if self.n_workers < 1 or self.threads_per_worker < 1:
             raise ConfigError(f"{path}: n_workers and threads_per_worker must be >= 1")
         if self.cells_per_task < 1:

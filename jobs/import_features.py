@@ -1,5 +1,10 @@
 """Bring features computed elsewhere (.npz / .npy) into the store, so every protocol and
-the ledger work on them as on extracted ones."""
+the ledger work on them as on extracted ones.
+
+The rows are read and written one chunk at a time (a folder of .npy files is read
+through memory maps), so importing an ImageNet-size set takes a few chunks of memory,
+and float16 features are stored as float16.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jobs.labels import store_labels
 from pipeline.datasets import DatasetAdapter
-from pipeline.errors import DatasetError
+from pipeline.errors import ConfigError, DatasetError
 from pipeline.names import validate_name
 from storage_schema import DEFAULT_TTL, ArraySpec, FeatureStore, feature_key, features_group_key, stable_hash
 from storage_schema.provenance import library_versions
-from jobs.labels import store_labels
 
 IMPORT_CHUNK_ROWS = 4096
 
@@ -39,7 +44,8 @@ class ImportReport:
 
 
 def import_features(store: FeatureStore, model: str, dataset: DatasetAdapter, split: str,
-                    layer: str = "pre_logits", lease_ttl: float = DEFAULT_TTL) -> ImportReport:
+                    layer: str = "pre_logits", lease_ttl: float = DEFAULT_TTL,
+                    dtype: str | None = None) -> ImportReport:
     """Store ``dataset``'s precomputed features of ``split`` as ``features/<model>/.../<layer>``.
 
     Parameters
@@ -56,6 +62,8 @@ def import_features(store: FeatureStore, model: str, dataset: DatasetAdapter, sp
         The layer name to store them as.
     lease_ttl : float
         TTL of the write lease, in seconds.
+    dtype : str or None
+        ``float16`` or ``float32``; None: float16 features stay float16, others become float32.
 
     Returns
     -------
@@ -69,23 +77,30 @@ def import_features(store: FeatureStore, model: str, dataset: DatasetAdapter, sp
         raise DatasetError(f"dataset {dataset.name!r} holds images; extract it with an encoder instead")
     if split not in dataset.splits:
         raise DatasetError(f"dataset {dataset.name!r} has no split {split!r}; splits: {', '.join(dataset.splits)}")
-    feats = np.ascontiguousarray(dataset.features(split), dtype=np.float32)
+    if dtype not in (None, "float16", "float32"):
+        raise ConfigError(f"dtype {dtype!r} is not supported; choose float16 or float32")
+    n, dim = dataset.feature_shape(split)
+    stored = dtype or ("float16" if dataset.feature_dtype(split) == np.float16 else "float32")
     key = feature_key(model, dataset.name, split, layer)
-    data_fp = dataset.fingerprint(split)
-    fp = stable_hash({"imported": data_fp, "layer": layer, "model": model, "dtype": "float32"})
+    data_fp = dataset.fingerprint(split)  # reads (and checks) every row once, before anything is written
+    fp = stable_hash({"imported": data_fp, "layer": layer, "model": model, "dtype": stored})
     st = store.status(key)
     if st is not None and st.complete and st.fingerprint == fp:
-        return ImportReport(key, fp, feats.shape[0], feats.shape[1], "cached")
+        return ImportReport(key, fp, n, dim, "cached")
     labels_key = store_labels(store, dataset, split, lease_ttl=lease_ttl)
     attrs = {
         "fingerprint": fp, "kind": "features", "model": model, "dataset": dataset.name, "split": split,
-        "layer": layer, "pooling": "as imported", "dtype": "float32", "labels": labels_key,
+        "layer": layer, "pooling": "as imported", "dtype": stored, "labels": labels_key,
         "encoder": {"name": model, "source": "imported", "dataset_params": dataset.describe()},
         "dataset_fingerprint": data_fp, "libraries": library_versions(),
     }
-    rows = min(IMPORT_CHUNK_ROWS, max(feats.shape[0], 1))
-    spec = ArraySpec(key, feats.shape, rows, "float32", attrs)  # a partial import of the same data resumes
+    rows = min(IMPORT_CHUNK_ROWS, max(n, 1))
+    spec = ArraySpec(key, (n, dim), rows, stored, attrs)  # a partial import of the same data resumes
+
+    def produce(todo):
+        for c in sorted(todo[key]):
+            yield c, {key: dataset.feature_rows(split, c * rows, min((c + 1) * rows, n)).astype(stored, copy=False)}
+
     with store.lease(features_group_key(model, dataset.name, split), ttl=lease_ttl) as lease:
-        store.write_arrays(lease, [spec], lambda todo: ((c, {key: feats[c * rows:(c + 1) * rows]})
-                                                        for c in sorted(todo[key])))
-    return ImportReport(key, fp, feats.shape[0], feats.shape[1], "imported")
+        store.write_arrays(lease, [spec], produce)
+    return ImportReport(key, fp, n, dim, "imported")

@@ -55,6 +55,7 @@ class Plan:
     cells: list[Cell]
     scan: ScanResult = field(default_factory=ScanResult)
     checkpoint_failures: list[dict[str, Any]] = field(default_factory=list)
+    cell_memory: dict[str, int | None] = field(default_factory=dict)  # cell label -> peak bytes (checked plans)
 
 
 def make_adapter(dataset: DatasetConfig):
@@ -64,7 +65,9 @@ def make_adapter(dataset: DatasetConfig):
 
 
 def extraction_units(cfg: BenchmarkConfig) -> list[ExtractUnit]:
-    return [ExtractUnit(e, d, split) for e in cfg.encoders for d in cfg.datasets for split in d.splits()]
+    """One unit per (extracted encoder, dataset, split); ``source: store`` encoders have none."""
+    return [ExtractUnit(e, d, split) for e in cfg.encoders if e.extracted for d in cfg.datasets
+            for split in d.splits()]
 
 
 def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
@@ -82,9 +85,13 @@ def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
     return cells
 
 
-def check_plan(cfg: BenchmarkConfig) -> None:
-    """Config problems that need the registries (adapters, architectures, checkpoints):
-    one ConfigError naming the field, before any work."""
+def check_plan(cfg: BenchmarkConfig) -> dict[str, Any]:
+    """Config problems that need the registries (adapters, architectures, checkpoints) or
+    the store (features of ``source: store`` encoders): one ConfigError naming the field,
+    before any work. Returns the dataset adapters built, by dataset name (a dataset that
+    only ``source: store`` encoders use is not built: its features are in the store)."""
+    from pipeline.datasets import adapter_class
+
     provided = {layer for e in cfg.encoders for layer in e.layers} | {
         layer for s in cfg.checkpoints for layer in s.layers}
     for i, p in enumerate(cfg.protocols):
@@ -93,8 +100,13 @@ def check_plan(cfg: BenchmarkConfig) -> None:
             raise ConfigError(f"config.protocols[{i}].layers: no encoder extracts {missing[0]!r}; "
                               f"extracted layers: {', '.join(sorted(provided))}")
     check_multilabel_protocols(cfg)
+    extracts = bool(cfg.checkpoints) or any(e.extracted for e in cfg.encoders)
+    adapters = {}
     for i, d in enumerate(cfg.datasets):
         try:
+            if not extracts:
+                adapter_class(d.adapter)  # the name is checked; the features come from the store
+                continue
             adapter = make_adapter(d)
         except RepevalError as exc:
             raise ConfigError(f"config.datasets[{i}]: {exc}") from None
@@ -104,13 +116,43 @@ def check_plan(cfg: BenchmarkConfig) -> None:
                               f"splits: {', '.join(adapter.splits)}")
         if not adapter.has_images:
             raise ConfigError(f"config.datasets[{i}]: adapter {d.adapter!r} holds precomputed features; "
-                              "import them with `repeval import-features` instead")
+                              "import them with `repeval import-features` and name their encoder with "
+                              "`source: store` (a config whose encoders are all `source: store` may list it)")
+        adapters[d.name] = adapter
     for i, e in enumerate(cfg.encoders):
+        if not e.extracted:
+            continue
         try:
             check_encoder(e)
         except RepevalError as exc:
             field_ = ".weights" if isinstance(exc, (CheckpointError, HubUnavailableError)) else ""
             raise ConfigError(f"config.encoders[{i}]{field_}: {exc}") from None
+    check_stored_features(cfg)
+    return adapters
+
+
+def check_stored_features(cfg: BenchmarkConfig) -> None:
+    """Every array a ``source: store`` encoder's cells read must be complete in the store."""
+    from storage_schema import feature_key
+
+    stored = [(i, e) for i, e in enumerate(cfg.encoders) if not e.extracted]
+    if not stored:
+        return
+    store = _failure_store(cfg, writable=False)
+    used = [d for d in cfg.datasets if any(p.datasets is None or d.name in p.datasets for p in cfg.protocols)]
+    for i, e in stored:
+        for d in used:
+            for split in d.splits():
+                for layer in e.layers:
+                    key = feature_key(e.name, d.name, split, layer)
+                    st = store.status(key) if store is not None else None
+                    if st is None or not st.complete:
+                        state = "is incomplete" if st is not None else "is not there"
+                        raise ConfigError(
+                            f"config.encoders[{i}] ({e.name}, source: store): {key} {state} in the store "
+                            f"{cfg.store}; import it first: repeval import-features --store {cfg.store} "
+                            f"--model {e.name} --dataset-name {d.name} --layer {layer} --path <.npz or folder "
+                            "of .npy>")
 
 
 def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:
@@ -170,8 +212,7 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
     -------
     Plan
     """
-    if check:
-        check_plan(cfg)  # the config's own encoders: a problem is the user's mistake, refused
+    adapters = check_plan(cfg) if check else {}  # the config's own encoders: a mistake is refused
     failed: dict[str, dict[str, Any]] = {}
     if cfg.checkpoints and store is None:
         store = _failure_store(cfg, writable=record)
@@ -192,7 +233,14 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
         refused = sync_failures(store, checkpoints=refused) or refused
     full = with_encoders(cfg, taken)
     scan = ScanResult(taken, scan.waiting, scan.skipped)
-    return Plan(full, extraction_units(full), evaluation_cells(full), scan, refused)
+    cells = evaluation_cells(full)
+    memory = {}
+    if check:  # what each cell will need, from the store's shapes or the datasets and encoders
+        from jobs.cell_memory import estimate_cells
+
+        memory = estimate_cells(cells, full.encoders, adapters, store or _failure_store(cfg, writable=False),
+                                default_dtype=cfg.extract.dtype)
+    return Plan(full, extraction_units(full), cells, scan, refused, memory)
 
 
 def _failure_store(cfg: BenchmarkConfig, writable: bool):
@@ -206,6 +254,6 @@ def run_extract_unit(store, unit: ExtractUnit, extract: BenchmarkConfig | Extrac
     """Extract one unit (no progress bar: the run reports progress per task)."""
     from jobs.extract import extract as extract_job
 
-    settings = extract.extract if isinstance(extract, BenchmarkConfig) else extract
+    settings = unit.encoder.extract_settings(extract.extract if isinstance(extract, BenchmarkConfig) else extract)
     return extract_job(store, unit.encoder.spec(), make_adapter(unit.dataset), unit.split,
                        dataclasses.replace(settings, progress=False))

@@ -22,6 +22,10 @@ class ConfigError(RepevalError, ValueError):
     """A configuration value is wrong; the message names the field's path."""
 
 
+class CellTooLargeError(ConfigError):
+    """An evaluation cell needs more memory than any worker of the cluster holds."""
+
+
 class InvalidNameError(RepevalError, ValueError):
     """A name used in a store key is empty, path-like or has control characters."""
 

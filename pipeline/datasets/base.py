@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -112,6 +113,20 @@ class DatasetAdapter(ABC):
         """Precomputed features (n, d) of ``split``."""
         raise DatasetError(f"Dataset {self.name!r} ({self.adapter}) holds images, not precomputed features")
 
+    def feature_shape(self, split: str) -> tuple[int, int]:
+        """(rows, width) of the precomputed features of ``split``."""
+        shape = self.features(split).shape
+        return int(shape[0]), int(shape[1])
+
+    def feature_dtype(self, split: str) -> np.dtype:
+        """The float dtype of the precomputed features of ``split`` (as ``feature_rows`` gives them)."""
+        return np.dtype(self.features(split).dtype)
+
+    def feature_rows(self, split: str, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of the precomputed features of ``split`` (an adapter that
+        reads them from disk reads only those)."""
+        return np.ascontiguousarray(self.features(split)[start:stop])
+
     def skipped(self, split: str) -> list[str]:
         """Ids of samples dropped because they could not be read."""
         self.check_split(split)
@@ -197,6 +212,14 @@ class Hasher:
         arr = np.ascontiguousarray(arr)
         self.text(f"{arr.dtype.str}{arr.shape}")
         self._h.update(memoryview(arr.reshape(-1).view(np.uint8)))
+        return self
+
+    def array_blocks(self, dtype: np.dtype, shape: tuple[int, ...], blocks: Iterable[np.ndarray]) -> Hasher:
+        """The digest :meth:`array` gives the array of that dtype and shape whose rows
+        ``blocks`` are, in order (read block by block, never whole)."""
+        self.text(f"{np.dtype(dtype).str}{tuple(shape)}")
+        for block in blocks:
+            self._h.update(memoryview(np.ascontiguousarray(block, dtype=dtype).reshape(-1).view(np.uint8)))
         return self
 
     def file(self, path: Path) -> Hasher:

@@ -3,6 +3,12 @@
 Convention (both forms): ``<split>_features`` (n, d) and ``<split>_labels`` (n,) integer
 class indices per split, plus optional ``class_names`` (1-D string array; default
 ``"0".."K-1"``). In a folder each array is ``<name>.npy``. Nothing is loaded with pickle.
+
+The features of a folder are never loaded whole: each ``.npy`` is opened as a memory map
+and read in row blocks (``feature_rows``), each through a map of its own that is closed
+once the block is copied, so an ImageNet-size file is fingerprinted, checked and
+imported in bounded memory. Their values are checked (finite) block by block when the
+split is fingerprinted, before anything is imported. Float16 features stay float16.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from pipeline.errors import DataValidationError, DatasetError
 
 _FEATURES, _LABELS, _CLASS_NAMES = "_features", "_labels", "class_names"
 _MAX_LISTED = 10
+_BLOCK_BYTES = 64 << 20  # rows read at a time from a mapped .npy
 
 
 @register_dataset("features")
@@ -51,7 +58,8 @@ class PrecomputedFeaturesDataset(DatasetAdapter):
             feats, labels = arrays[split + _FEATURES], arrays.get(split + _LABELS)
             if labels is None:
                 raise DatasetError(f"{src.name}: {split + _FEATURES!r} has no matching {split + _LABELS!r}")
-            self._features[split] = _check_features(feats, f"{src.name}: {split + _FEATURES}")
+            self._features[split] = _check_features(feats, f"{src.name}: {split + _FEATURES}",
+                                                    values=not isinstance(feats, np.memmap))
             self._labels[split] = _check_labels(labels, len(feats), f"{src.name}: {split + _LABELS}")
             dims[split] = feats.shape[1]
         if len(set(dims.values())) > 1:
@@ -74,7 +82,42 @@ class PrecomputedFeaturesDataset(DatasetAdapter):
         self._fingerprints: dict[str, str] = {}
 
     def features(self, split: str) -> np.ndarray:
-        return self._features[self.check_split(split)]
+        """The whole (n, d) array (a memory map for a folder of .npy files: prefer ``feature_rows``)."""
+        feats = self._features[self.check_split(split)]
+        return feats if feats.dtype.kind == "f" else feats.astype(np.float32)
+
+    def feature_shape(self, split: str) -> tuple[int, int]:
+        """(rows, width) of ``split``'s features, without reading them."""
+        shape = self._features[self.check_split(split)].shape
+        return int(shape[0]), int(shape[1])
+
+    def feature_dtype(self, split: str) -> np.dtype:
+        """The dtype ``feature_rows`` returns: the stored one, float32 for integers."""
+        dtype = self._features[self.check_split(split)].dtype
+        return dtype if dtype.kind == "f" else np.dtype(np.float32)
+
+    def feature_rows(self, split: str, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of ``split``'s features, copied, in their stored float dtype.
+
+        A memory-mapped file is read through a map of just these rows, closed afterwards,
+        so reading a whole split block by block never holds more than one block.
+        """
+        feats = self._features[self.check_split(split)]
+        stop = min(stop, feats.shape[0])
+        if isinstance(feats, np.memmap):
+            row_bytes = feats.shape[1] * feats.dtype.itemsize
+            part = np.memmap(feats.filename, dtype=feats.dtype, mode="r", offset=feats.offset + start * row_bytes,
+                             shape=(stop - start, feats.shape[1]))
+            rows = np.array(part)
+            del part
+        else:
+            rows = np.array(feats[start:stop])
+        return rows if rows.dtype.kind == "f" else rows.astype(np.float32)
+
+    def block_rows(self, split: str) -> int:
+        """Rows per block of about 64 MiB."""
+        n, d = self.feature_shape(split)
+        return max(1, min(n, _BLOCK_BYTES // max(1, d * self.feature_dtype(split).itemsize)))
 
     def labels(self, split: str) -> np.ndarray:
         return self._labels[self.check_split(split)].copy()
@@ -86,7 +129,14 @@ class PrecomputedFeaturesDataset(DatasetAdapter):
         self.check_split(split)
         if split not in self._fingerprints:
             h = Hasher(f"{self.adapter}/v{self.version}").text(split).texts(self.class_names)
-            self._fingerprints[split] = h.array(self._features[split]).array(self._labels[split]).hexdigest()
+            feats, step, what = self._features[split], self.block_rows(split), f"{self.path.name}: {split + _FEATURES}"
+            if isinstance(feats, np.memmap):  # block by block, each block's values checked on the way
+                blocks = (_check_features(self.feature_rows(split, i, i + step), what, row_offset=i)
+                          for i in range(0, feats.shape[0], step))
+                h.array_blocks(feats.dtype if feats.dtype.kind == "f" else np.dtype(np.float32), feats.shape, blocks)
+            else:
+                h.array(self.features(split))
+            self._fingerprints[split] = h.array(self._labels[split]).hexdigest()
         return self._fingerprints[split]
 
     def describe(self) -> dict[str, Any]:
@@ -103,7 +153,9 @@ def _read_arrays(src: Path) -> dict[str, np.ndarray]:
             files = sorted(p for p in src.iterdir() if p.suffix == ".npy" and not p.name.startswith("."))
             if not files:
                 raise DatasetError(f"Feature folder {str(src)!r} holds no .npy files")
-            return {p.stem: np.load(p, allow_pickle=False) for p in files}
+            # features stay on disk (memory maps); labels and class names are small
+            return {p.stem: np.load(p, allow_pickle=False, mmap_mode="r" if p.stem.endswith(_FEATURES) else None)
+                    for p in files}
     except (OSError, ValueError) as exc:
         raise DatasetError(f"Cannot read precomputed features from {str(src)!r}: {exc}") from exc
     raise DatasetError(
@@ -111,16 +163,20 @@ def _read_arrays(src: Path) -> dict[str, np.ndarray]:
     )
 
 
-def _check_features(feats: np.ndarray, what: str) -> np.ndarray:
+def _check_features(feats: np.ndarray, what: str, values: bool = True, row_offset: int = 0) -> np.ndarray:
+    """Shape and dtype of ``feats``; with ``values``, that every value is finite (rows
+    numbered from ``row_offset`` in the error)."""
     if feats.ndim != 2 or feats.shape[0] == 0 or feats.shape[1] == 0:
         raise DatasetError(f"{what} must be a non-empty 2-D array (n, d), got shape {feats.shape}")
     if feats.dtype.kind not in "fiu":
         raise DatasetError(f"{what} must be numeric, got dtype {feats.dtype}")
-    if feats.dtype.kind != "f":
+    if feats.dtype.kind != "f" and values:
         feats = feats.astype(np.float32)
+    if not values:
+        return feats
     bad = ~np.isfinite(feats)
     if bad.any():
-        rows = np.flatnonzero(bad.any(axis=1))
+        rows = np.flatnonzero(bad.any(axis=1)) + row_offset
         shown = ", ".join(str(r) for r in rows[:_MAX_LISTED]) + (", ..." if len(rows) > _MAX_LISTED else "")
         raise DataValidationError(
             f"{what} contains {int(np.isnan(feats).sum())} NaN and {int(np.isinf(feats).sum())} Inf values "

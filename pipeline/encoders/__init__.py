@@ -27,16 +27,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 _LAZY = {
     "Encoder": "pipeline.encoders.encoder",
     "load_encoder": "pipeline.encoders.encoder",
+    "meta_feature_dims": "pipeline.encoders.encoder",
     "check_layers_available": "pipeline.encoders.building",
     "check_checkpoint_fits": "pipeline.encoders.matching",
 }
 
 __all__ = ["PRE_LOGITS", "Encoder", "EncoderSpec", "check_architecture", "check_checkpoint_fits",
-           "check_layers_available", "list_architectures", "load_encoder"]
+           "check_layers_available", "list_architectures", "load_encoder", "meta_feature_dims"]
 
 if TYPE_CHECKING:
     from pipeline.encoders.building import check_layers_available
-    from pipeline.encoders.encoder import Encoder, load_encoder
+    from pipeline.encoders.encoder import Encoder, load_encoder, meta_feature_dims
     from pipeline.encoders.matching import check_checkpoint_fits
 
 

@@ -24,11 +24,12 @@ from torch import Tensor, nn
 
 from pipeline.checkpoints import weights_fingerprint
 from pipeline.encoders.building import (
-    INIT_LOCK, available_layers, check_layer_names, create_model, model_kwargs,
+    INIT_LOCK, available_layers, build_on_meta, check_layer_names, create_model, model_kwargs,
 )
 from pipeline.encoders.hub import create_pretrained
 from pipeline.encoders.matching import checkpoint_path, load_checkpoint_into
 from pipeline.encoders.spec import PRE_LOGITS, EncoderSpec, check_architecture
+from pipeline.errors import ConfigError
 
 
 class Encoder:
@@ -46,20 +47,25 @@ class Encoder:
         Where the forward pass runs.
     fingerprint : str
         The weights fingerprint (:func:`pipeline.checkpoints.weights_fingerprint`).
-    autocast : bool
-        Whether the forward pass runs under float16 autocast (CUDA only).
+    autocast : torch.dtype, bool or None
+        The autocast dtype of the forward pass (float16 or bfloat16); True means
+        float16; None or False: float32 throughout.
     weights_info : dict
         Where the weights came from (random seed, checkpoint file name, hub tag).
+    channels_last : bool
+        Whether the model and its input batches use the channels-last memory format.
     """
 
     def __init__(self, spec: EncoderSpec, model: nn.Module, device: torch.device, fingerprint: str,
-                 autocast: bool, weights_info: dict[str, Any]) -> None:
+                 autocast: torch.dtype | bool | None, weights_info: dict[str, Any],
+                 channels_last: bool = False) -> None:
         self.spec = spec
         self.model = model
         self.device = device
         self.weights_fingerprint = fingerprint
         self.layers: tuple[str, ...] = spec.layers
-        self.autocast = autocast
+        self.autocast_dtype: torch.dtype | None = torch.float16 if autocast is True else (autocast or None)
+        self.channels_last = bool(channels_last)
         self._weights_info = weights_info
         self._class_token = _uses_class_token(model)
         self._feature_dims: dict[str, int] | None = None
@@ -67,6 +73,22 @@ class Encoder:
         if spec.input_size is not None:
             self.data_config["input_size"] = (3, spec.input_size, spec.input_size)
         check_layer_names(spec, self.available_layers)
+
+    @property
+    def autocast(self) -> bool:
+        """Whether the forward pass runs under autocast (float16 or bfloat16)."""
+        return self.autocast_dtype is not None
+
+    @property
+    def compute_precision(self) -> str:
+        """How the forward pass computes, as the features' fingerprint records it.
+
+        ``float32``, ``float16-autocast`` or ``bfloat16-autocast``, with
+        ``+channels_last`` when that memory format is used (its kernels round
+        differently).
+        """
+        base = f"{str(self.autocast_dtype).removeprefix('torch.')}-autocast" if self.autocast else "float32"
+        return base + ("+channels_last" if self.channels_last else "")
 
     @property
     def available_layers(self) -> tuple[str, ...]:
@@ -128,11 +150,34 @@ class Encoder:
         dict
             Layer name -> float32 array of shape ``(n, d)``.
         """
+        return {layer: t.float().cpu().numpy() for layer, t in self.forward_tensors(x).items()}
+
+    __call__ = forward
+
+    def forward_tensors(self, x: Tensor) -> dict[str, Tensor]:
+        """Every requested layer from ONE forward pass, as ``(n, d)`` tensors on the device.
+
+        The input is copied to the device without blocking (from pinned memory, the copy
+        overlaps the work queued before it); the outputs keep the compute dtype.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            A batch of preprocessed images, ``(n, 3, h, w)``.
+
+        Returns
+        -------
+        dict
+            Layer name -> tensor of shape ``(n, d)``.
+        """
         blocks = sorted(int(layer[len("block"):]) for layer in self.layers if layer != PRE_LOGITS)
         want_pre = PRE_LOGITS in self.layers
         x = x.to(self.device, non_blocking=True)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
         out: dict[str, Tensor] = {}
-        amp = torch.autocast("cuda", dtype=torch.float16) if self.autocast else contextlib.nullcontext()
+        amp = (torch.autocast(self.device.type, dtype=self.autocast_dtype) if self.autocast
+               else contextlib.nullcontext())
         with torch.inference_mode(), amp:
             if not blocks:
                 out[PRE_LOGITS] = self.model.forward_head(self.model.forward_features(x), pre_logits=True)
@@ -142,9 +187,7 @@ class Encoder:
                     out[PRE_LOGITS] = self.model.forward_head(final, pre_logits=True)
                 for index, inter in zip(blocks, inters):
                     out[f"block{index}"] = _pool(inter)
-        return {layer: out[layer].float().cpu().numpy().reshape(x.shape[0], -1) for layer in self.layers}
-
-    __call__ = forward
+        return {layer: out[layer].reshape(x.shape[0], -1) for layer in self.layers}
 
     def _intermediates(self, x: Tensor, blocks: list[int],
                        intermediates_only: bool) -> tuple[Tensor | None, list[Tensor]]:
@@ -170,8 +213,8 @@ class Encoder:
             Layer name -> width.
         """
         if self._feature_dims is None:
-            dummy = torch.zeros((1, *self.data_config["input_size"]))
-            self._feature_dims = {layer: int(arr.shape[1]) for layer, arr in self.forward(dummy).items()}
+            dummy = torch.zeros((1, *self.data_config["input_size"]), device=self.device)
+            self._feature_dims = {layer: int(t.shape[1]) for layer, t in self.forward_tensors(dummy).items()}
         return dict(self._feature_dims)
 
     def provenance(self) -> dict[str, Any]:
@@ -193,15 +236,17 @@ class Encoder:
             "versions": {"torch": torch.__version__, "timm": timm.__version__, "repeval": _repeval_version()},
             "device": self.device.type,
             "autocast": self.autocast,
-            "autocast_dtype": "float16" if self.autocast else None,
+            "autocast_dtype": str(self.autocast_dtype).removeprefix("torch.") if self.autocast else None,
+            "channels_last": self.channels_last,
+            "compute_precision": self.compute_precision,
         }
 
     def __repr__(self) -> str:
         return f"Encoder(name={self.spec.name!r}, arch={self.spec.arch!r}, device={str(self.device)!r})"
 
 
-def load_encoder(spec: EncoderSpec, device: str | torch.device | None = None,
-                 autocast: bool | None = None) -> Encoder:
+def load_encoder(spec: EncoderSpec, device: str | torch.device | None = None, autocast: bool | None = None,
+                 precision: str | None = None, channels_last: bool | str | None = None) -> Encoder:
     """Build the model of ``spec`` with its weights, frozen in eval mode on ``device``.
 
     Parameters
@@ -211,7 +256,13 @@ def load_encoder(spec: EncoderSpec, device: str | torch.device | None = None,
     device : str or torch.device, optional
         CUDA when available, else CPU, by default.
     autocast : bool, optional
-        float16 autocast; on for CUDA by default, never used on CPU.
+        float16 autocast on CUDA (never on the CPU); ignored when ``precision`` is given.
+    precision : str, optional
+        ``auto`` (float16 autocast on CUDA, float32 elsewhere), ``float32``, ``float16``
+        or ``bfloat16`` (autocast on any device); None: ``autocast`` decides.
+    channels_last : bool or "auto", optional
+        Channels-last memory format; ``auto``/None: on CUDA for models with 2-D
+        convolutions (never on the CPU, whose features stay bitwise as before).
 
     Returns
     -------
@@ -231,7 +282,7 @@ def load_encoder(spec: EncoderSpec, device: str | torch.device | None = None,
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
-    use_autocast = device.type == "cuda" if autocast is None else bool(autocast and device.type == "cuda")
+    amp_dtype = autocast_dtype(precision, device, autocast)
     ckpt = checkpoint_path(spec) if spec.weights_kind == "checkpoint" else None
     kwargs = model_kwargs(spec)
     if spec.weights_kind == "pretrained":
@@ -254,7 +305,67 @@ def load_encoder(spec: EncoderSpec, device: str | torch.device | None = None,
         param.requires_grad_(False)
     fingerprint = weights_fingerprint(model)  # on CPU, before the move
     model.to(device)
-    return Encoder(spec, model, device, fingerprint, use_autocast, info)
+    last = _has_conv2d(model) and device.type == "cuda" if channels_last in (None, "auto") else bool(channels_last)
+    if last:
+        model.to(memory_format=torch.channels_last)
+    return Encoder(spec, model, device, fingerprint, amp_dtype, info, channels_last=last)
+
+
+PRECISIONS = ("auto", "float32", "float16", "bfloat16")
+
+
+def autocast_dtype(precision: str | None, device: torch.device, autocast: bool | None = None) -> torch.dtype | None:
+    """The autocast dtype of ``precision`` on ``device`` (None: float32 throughout).
+
+    Parameters
+    ----------
+    precision : str or None
+        One of :data:`PRECISIONS`; None: the legacy ``autocast`` flag decides.
+    device : torch.device
+        The forward pass's device.
+    autocast : bool or None
+        Legacy flag: float16 on CUDA (None: on CUDA by default).
+
+    Returns
+    -------
+    torch.dtype or None
+    """
+    if precision is None:
+        on = device.type == "cuda" if autocast is None else bool(autocast and device.type == "cuda")
+        return torch.float16 if on else None
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    if precision == "auto":
+        return torch.float16 if device.type == "cuda" else None
+    return None if precision == "float32" else getattr(torch, precision)
+
+
+def meta_feature_dims(spec: EncoderSpec) -> dict[str, int] | None:
+    """Feature width per layer of ``spec``, from a forward pass on the meta device.
+
+    No weights are read and no memory is used: the widths are known before anything
+    is extracted (to size the evaluation of those features).
+
+    Parameters
+    ----------
+    spec : EncoderSpec
+        The encoder.
+
+    Returns
+    -------
+    dict or None
+        Layer name -> width; None when timm cannot build the model without the hub.
+    """
+    model = build_on_meta(spec)
+    if model is None:
+        return None
+    model.eval()
+    encoder = Encoder(spec, model, torch.device("meta"), "", None, {})
+    return encoder.feature_dims()
+
+
+def _has_conv2d(model: nn.Module) -> bool:
+    return any(isinstance(m, nn.Conv2d) for m in model.modules())
 
 
 def _repeval_version() -> str:
