@@ -51,7 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--split", nargs="*", help="splits to extract (default: all)")
     e.add_argument("--batch-size", type=int, default=64)
     e.add_argument("--chunk-batches", type=int, default=4, help="batches per stored chunk")
-    e.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
+    e.add_argument("--workers", default="auto",
+                   help="DataLoader worker processes, or auto (none on the CPU, one per core on a GPU)")
+    e.add_argument("--precision", default="auto", help="auto, float32, float16 or bfloat16 (autocast)")
+    e.add_argument("--decode", default="pil", help="pil, or device: JPEG files decoded on the GPU")
     e.add_argument("--dtype", default="float32", help="float32 or float16")
     e.add_argument("--device", help="torch device (default: cuda if available, else cpu)")
     e.add_argument("--no-wait", action="store_true", help="skip arrays another process is extracting")

@@ -50,14 +50,15 @@ def cmd_extract(args: argparse.Namespace) -> int:
     dataset = make_dataset(args.dataset, name=args.dataset_name, **kv_pairs(args.param))
     splits = args.split or list(dataset.splits)
     config = ExtractConfig(batch_size=args.batch_size, chunk_batches=args.chunk_batches,
-                           num_workers=args.workers, dtype=args.dtype, device=args.device,
+                           num_workers=int(args.workers) if args.workers.isdigit() else args.workers,
+                           dtype=args.dtype, device=args.device, precision=args.precision, decode=args.decode,
                            wait=not args.no_wait, progress=not args.quiet, lease_ttl=args.lease_ttl)
     config.validate()
     bad = [s for s in splits if s not in dataset.splits]
     if bad:
         raise RepevalError(f"dataset {dataset.name!r} has no split {bad[0]!r}; splits: {', '.join(dataset.splits)}")
     store = FeatureStore(args.store)
-    encoder = load_encoder(spec, device=args.device)
+    encoder = load_encoder(spec, device=args.device, precision=config.precision, channels_last=config.channels_last)
     for split in splits:
         report = extract(store, encoder, dataset, split, config)
         print(json.dumps(report.to_dict()) if args.json else

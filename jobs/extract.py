@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from tqdm.auto import tqdm
 
-from jobs.forward import forward_chunks, layer_fingerprints, recorded_spec
+from jobs.forward import decode_mode, forward_chunks, layer_fingerprints, loader_settings, recorded_spec
 from jobs.labels import store_labels
 from pipeline.datasets import DatasetAdapter
 from pipeline.encoders import Encoder, EncoderSpec, load_encoder
@@ -87,12 +87,14 @@ def extract(
     if split not in dataset.splits:
         raise DatasetError(f"dataset {dataset.name!r} has no split {split!r}; splits: {', '.join(dataset.splits)}")
     if isinstance(encoder, EncoderSpec):
-        encoder = load_encoder(encoder, device=config.device)
+        encoder = load_encoder(encoder, device=config.device, precision=config.precision,
+                               channels_last=config.channels_last)
     model = encoder.spec.name
     group = features_group_key(model, dataset.name, split)
     n = dataset.num_samples(split)
     dataset_fp = dataset.fingerprint(split)
-    fps = layer_fingerprints(encoder, dataset_fp, split, config.dtype)
+    decode = decode_mode(config.decode, dataset, encoder)
+    fps = layer_fingerprints(encoder, dataset_fp, split, config.dtype, decode)
     keys = {layer: feature_key(model, dataset.name, split, layer) for layer in encoder.layers}
     report = ExtractionReport(model, dataset.name, split, "cached", keys, fps, n,
                               skipped_ids=list(dataset.skipped(split)))
@@ -120,7 +122,7 @@ def extract(
         if not todo_status:
             report.status = "aliased"
             return report
-        _run(store, lease, encoder, dataset, split, config, report, todo_status, labels_key)
+        _run(store, lease, encoder, dataset, split, config, report, todo_status, labels_key, decode)
     finally:
         lease.release()
     return report
@@ -145,7 +147,7 @@ def _alias_identical(store: FeatureStore, lease: Lease, encoder: Encoder, report
 
 def _run(store: FeatureStore, lease: Lease, encoder: Encoder, dataset: DatasetAdapter, split: str,
          config: ExtractConfig, report: ExtractionReport, todo_status: dict[str, ArrayStatus | None],
-         labels_key: str) -> None:
+         labels_key: str, decode: str) -> None:
     n = report.rows
     chunk_rows = config.batch_size * config.chunk_batches
     dims = encoder.feature_dims()
@@ -158,10 +160,11 @@ def _run(store: FeatureStore, lease: Lease, encoder: Encoder, dataset: DatasetAd
             "dtype": config.dtype, "chunk_rows": chunk_rows, "batch_size": config.batch_size, "labels": labels_key,
             "encoder": encoder.provenance(), "encoder_spec": recorded_spec(encoder.spec),
             "dataset_fingerprint": dataset.fingerprint(split), "dataset_params": dataset.describe(),
-            "skipped_ids": report.skipped_ids, "libraries": library_versions(),
+            "skipped_ids": report.skipped_ids, "libraries": library_versions(), "decode": decode,
         }
         specs.append(ArraySpec(report.keys[layer], (n, dims[layer]), chunk_rows, config.dtype, attrs))
     layer_of = {report.keys[layer]: layer for layer in todo_status}
+    workers, pin = loader_settings(config.num_workers, config.pin_memory, encoder.device)
     started = time.perf_counter()
     bar = tqdm(total=0, unit="img", disable=not config.progress, desc=f"{report.model}/{report.dataset}/{split}",
                leave=False)
@@ -177,7 +180,8 @@ def _run(store: FeatureStore, lease: Lease, encoder: Encoder, dataset: DatasetAd
         bar.total = sum(min((c + 1) * chunk_rows, n) - c * chunk_rows for c in chunks)
         for chunk, feats in forward_chunks(encoder, dataset, split, chunks, chunk_rows=chunk_rows,
                                            batch_size=config.batch_size, dtype=config.dtype,
-                                           num_workers=config.num_workers, on_batch=on_batch):
+                                           num_workers=workers, pin_memory=pin, decode=decode,
+                                           on_batch=on_batch):
             yield chunk, {key: feats[layer] for key, layer in layer_of.items()}
 
     try:

@@ -7,6 +7,8 @@ or repaired chunk is bitwise what a single run writes.
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -15,23 +17,30 @@ import torch
 from torch.utils.data import DataLoader
 
 from pipeline.datasets import DatasetAdapter, TorchImageDataset
+from pipeline.datasets.torch_dataset import EncodedImageDataset, collate_encoded
 from pipeline.encoders import Encoder, EncoderSpec
+from pipeline.encoders.device_preprocess import DevicePreprocess, device_transform_steps
 from storage_schema import array_fingerprint
 
+log = logging.getLogger(__name__)
 
-def layer_fingerprints(encoder: Encoder, dataset_fingerprint: str, split: str, dtype: str) -> dict[str, str]:
+
+def layer_fingerprints(encoder: Encoder, dataset_fingerprint: str, split: str, dtype: str,
+                       decode: str = "pil") -> dict[str, str]:
     """The fingerprint of each requested layer's array: what its rows depend on.
 
     Parameters
     ----------
     encoder : Encoder
-        The loaded encoder (its weights fingerprint, data config and pooling count).
+        The loaded encoder (its weights fingerprint, data config, pooling, precision).
     dataset_fingerprint : str
         The split's fingerprint.
     split : str
         The split's name.
     dtype : str
         The stored dtype.
+    decode : str
+        Where images were decoded and resized (``pil`` or ``device``).
 
     Returns
     -------
@@ -43,11 +52,59 @@ def layer_fingerprints(encoder: Encoder, dataset_fingerprint: str, split: str, d
         layer: array_fingerprint(
             weights_fingerprint=encoder.weights_fingerprint, data_config=encoder.data_config,
             layer=layer, pooling=pooling[layer], dataset_fingerprint=dataset_fingerprint, split=split,
-            dtype=dtype, arch=encoder.spec.arch,
-            compute_precision="float16-autocast" if encoder.autocast else "float32",
+            dtype=dtype, arch=encoder.spec.arch, compute_precision=encoder.compute_precision, decode=decode,
         )
         for layer in encoder.layers
     }
+
+
+def loader_settings(num_workers: int | str, pin_memory: bool | str, device: torch.device) -> tuple[int, bool]:
+    """DataLoader worker processes and pinning: ``auto`` is none on the CPU; on a GPU, one
+    worker per core this process may use (shared between the machine's GPUs, at most 16)
+    and pinned batches (their copies to the GPU do not block).
+
+    Parameters
+    ----------
+    num_workers : int or "auto"
+    pin_memory : bool or "auto"
+    device : torch.device
+        The extraction device.
+
+    Returns
+    -------
+    tuple of (int, bool)
+    """
+    gpu = device.type == "cuda"
+    if num_workers == "auto":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        num_workers = min(16, max(1, cores // max(1, torch.cuda.device_count()))) if gpu else 0
+    return int(num_workers), (gpu if pin_memory == "auto" else bool(pin_memory))
+
+
+def decode_mode(requested: str, dataset: DatasetAdapter, encoder: Encoder) -> str:
+    """``device`` where asked and possible (image files, a transform with a tensor form), else ``pil``.
+
+    Parameters
+    ----------
+    requested : str
+        ``extract.decode``.
+    dataset : DatasetAdapter
+    encoder : Encoder
+
+    Returns
+    -------
+    str
+    """
+    if requested != "device":
+        return "pil"
+    if not dataset.has_image_files:
+        log.info("%s (%s) has no image files: decoded with PIL", dataset.name, dataset.adapter)
+        return "pil"
+    steps = device_transform_steps(encoder.data_config)
+    if isinstance(steps, str):
+        log.info("%s: %s; decoded with PIL", encoder.spec.name, steps)
+        return "pil"
+    return "device"
 
 
 def recorded_spec(spec: EncoderSpec) -> dict:
@@ -99,7 +156,7 @@ def chunk_batches(chunks: Sequence[int], n: int, chunk_rows: int, batch_size: in
 
 
 def batch_loader(dataset: DatasetAdapter, split: str, encoder: Encoder, batches: list[list[int]],
-                 num_workers: int = 0) -> DataLoader:
+                 num_workers: int = 0, pin_memory: bool | None = None, decode: str = "pil") -> DataLoader:
     """A DataLoader yielding ``(images, row indices)`` for exactly ``batches``.
 
     Parameters
@@ -113,16 +170,24 @@ def batch_loader(dataset: DatasetAdapter, split: str, encoder: Encoder, batches:
     batches : list of list of int
         Row indices per batch (from :func:`chunk_batches`).
     num_workers : int
-        DataLoader worker processes decoding images.
+        DataLoader worker processes reading (and with ``pil``, decoding) images.
+    pin_memory : bool or None
+        Page-locked batches; None: on a GPU.
+    decode : str
+        ``pil``: batches of preprocessed images; ``device``: lists of the files' bytes.
 
     Returns
     -------
     torch.utils.data.DataLoader
         The loader.
     """
+    if decode == "device":
+        items, collate = EncodedImageDataset(dataset, split), collate_encoded
+    else:
+        items, collate = TorchImageDataset(dataset, split, encoder.transform()), None
     return DataLoader(
-        TorchImageDataset(dataset, split, encoder.transform()), batch_sampler=batches,
-        num_workers=num_workers, pin_memory=encoder.device.type == "cuda", persistent_workers=False,
+        items, batch_sampler=batches, collate_fn=collate, num_workers=num_workers,
+        pin_memory=encoder.device.type == "cuda" if pin_memory is None else pin_memory, persistent_workers=False,
         # its own generator: each iterator draws a seed, which from torch's global RNG could
         # land inside another thread's seeded model initialisation
         generator=torch.Generator(),
@@ -131,8 +196,13 @@ def batch_loader(dataset: DatasetAdapter, split: str, encoder: Encoder, batches:
 
 def forward_chunks(encoder: Encoder, dataset: DatasetAdapter, split: str, chunks: Sequence[int], *,
                    chunk_rows: int, batch_size: int, dtype: str, num_workers: int = 0,
-                   on_batch: Callable[[int], None] | None = None) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+                   on_batch: Callable[[int], None] | None = None, pin_memory: bool | None = None,
+                   decode: str = "pil") -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """Run the encoder over the rows of ``chunks`` and yield each chunk once it is whole.
+
+    The device works one batch ahead: a batch's features are copied back without
+    blocking while the next batch is read, decoded and queued, and are only waited for
+    afterwards (on the CPU everything is synchronous and the rows are the same).
 
     Parameters
     ----------
@@ -151,7 +221,11 @@ def forward_chunks(encoder: Encoder, dataset: DatasetAdapter, split: str, chunks
     num_workers : int
         DataLoader worker processes.
     on_batch : callable, optional
-        Called with the number of images of every batch after its forward pass.
+        Called with the number of images of every batch after its forward pass is queued.
+    pin_memory : bool or None
+        Page-locked batches; None: on a GPU.
+    decode : str
+        ``pil`` or ``device`` (see :func:`decode_mode`).
 
     Yields
     ------
@@ -159,20 +233,45 @@ def forward_chunks(encoder: Encoder, dataset: DatasetAdapter, split: str, chunks
         ``(chunk, {layer: rows})`` with every row of the chunk.
     """
     n = dataset.num_samples(split)
-    loader = batch_loader(dataset, split, encoder, chunk_batches(chunks, n, chunk_rows, batch_size), num_workers)
+    loader = batch_loader(dataset, split, encoder, chunk_batches(chunks, n, chunk_rows, batch_size), num_workers,
+                          pin_memory, decode)
+    preprocess = None
+    if decode == "device":
+        preprocess = DevicePreprocess(encoder.data_config, encoder.device,
+                                      lambda i: dataset.load_image(split, i))
     out_dtype = np.dtype(dtype)
     buffers: dict[str, list[np.ndarray]] = {layer: [] for layer in encoder.layers}
-    for images, index in loader:
-        feats = encoder.forward(images)
-        if on_batch is not None:
-            on_batch(len(index))
+
+    def finish(pending) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        nonlocal buffers
+        host, done, index = pending
+        if done is not None:
+            done.synchronize()
         for layer in encoder.layers:
-            buffers[layer].append(feats[layer].astype(out_dtype, copy=False))
+            buffers[layer].append(host[layer].float().numpy().astype(out_dtype, copy=False))
         last_row = int(index[-1])
         chunk = last_row // chunk_rows
         if last_row + 1 == min((chunk + 1) * chunk_rows, n):  # the chunk is whole: hand it over
             yield chunk, {layer: np.concatenate(parts) for layer, parts in buffers.items()}
             buffers = {layer: [] for layer in encoder.layers}
+
+    pending = None
+    for images, index in loader:
+        if preprocess is not None:
+            images = preprocess(images, index.tolist())
+        feats = encoder.forward_tensors(images)
+        host = {layer: t.to("cpu", non_blocking=True) for layer, t in feats.items()}
+        done = None
+        if encoder.device.type == "cuda":
+            done = torch.cuda.Event()
+            done.record()
+        if on_batch is not None:
+            on_batch(len(index))
+        if pending is not None:
+            yield from finish(pending)
+        pending = (host, done, index)
+    if pending is not None:
+        yield from finish(pending)
 
 
 def iter_batches_for_benchmark(dataset: DatasetAdapter, split: str, encoder: Encoder,

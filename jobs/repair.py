@@ -199,7 +199,8 @@ def _encoder(spec: EncoderSpec, attrs: dict, device: str | None, key: str) -> En
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"cannot repair {key!r}: it was extracted on cuda and no GPU is visible here")
     try:
-        encoder = load_encoder(spec, device=device, autocast=bool(prov.get("autocast", False)))
+        amp = prov.get("autocast_dtype") or ("float16" if prov.get("autocast") else "float32")
+        encoder = load_encoder(spec, device=device, precision=amp, channels_last=bool(prov.get("channels_last")))
     except CheckpointError as exc:
         raise CheckpointError(
             f"cannot repair {key!r}: {exc}. Restore that checkpoint (or pass the moved file with "
@@ -227,7 +228,8 @@ def _repair_features(store: FeatureStore, group: str, keys: list[str], weights: 
     split, dtype = attrs["split"], attrs["dtype"]
     dataset = _dataset(attrs, keys[0])
     encoder = _encoder(_spec(attrs, sorted(layers), weights, keys[0]), attrs, device, keys[0])
-    fps = layer_fingerprints(encoder, dataset.fingerprint(split), split, dtype)
+    decode = attrs.get("decode", "pil")
+    fps = layer_fingerprints(encoder, dataset.fingerprint(split), split, dtype, decode)
     for layer, key in layers.items():
         stored = store.status(key).fingerprint
         if fps[layer] != stored:
@@ -245,7 +247,7 @@ def _repair_features(store: FeatureStore, group: str, keys: list[str], weights: 
         chunks = sorted(set().union(*todo.values()))
         for chunk, feats in forward_chunks(encoder, dataset, split, chunks, chunk_rows=chunk_rows,
                                            batch_size=batch_size, dtype=dtype, num_workers=num_workers,
-                                           on_batch=count):
+                                           on_batch=count, decode=decode):
             yield chunk, {key: feats[layer] for layer, key in layers.items()}
 
     with store.lease(group, ttl=lease_ttl) as lease:

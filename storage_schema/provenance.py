@@ -70,6 +70,7 @@ def stable_hash(obj: Any, length: int = 32) -> str:
 def array_fingerprint(
     *, weights_fingerprint: str, data_config: dict, layer: str, pooling: str,
     dataset_fingerprint: str, split: str, dtype: str, arch: str, compute_precision: str = "float32",
+    decode: str = "pil",
 ) -> str:
     """What the features depend on. Anything else (time, host, file names) is left out so
     that identical weights under another file name reuse the features.
@@ -91,21 +92,26 @@ def array_fingerprint(
     arch : str
         The architecture.
     compute_precision : str
-        ``float32`` or ``float16-autocast``.
+        ``float32``, ``float16-autocast`` or ``bfloat16-autocast``, with
+        ``+channels_last`` when that memory format was used.
+    decode : str
+        Where images were decoded and resized: ``pil`` (the default, left out of the
+        hash so that earlier fingerprints stand) or ``device`` (torchvision on tensors).
 
     Returns
     -------
     str
         The array fingerprint (32 hexadecimal digits).
     """
-    return stable_hash(
-        {
-            "code": FEATURE_CODE_VERSION, "weights": weights_fingerprint, "arch": arch,
-            "data_config": data_config, "layer": layer, "pooling": pooling,
-            "dataset": dataset_fingerprint, "split": split, "dtype": dtype,
-            "precision": compute_precision,  # float16 autocast features differ from float32 ones
-        }
-    )
+    fields = {
+        "code": FEATURE_CODE_VERSION, "weights": weights_fingerprint, "arch": arch,
+        "data_config": data_config, "layer": layer, "pooling": pooling,
+        "dataset": dataset_fingerprint, "split": split, "dtype": dtype,
+        "precision": compute_precision,  # float16 autocast features differ from float32 ones
+    }
+    if decode != "pil":  # tensor resizing rounds differently from PIL's
+        fields["decode"] = decode
+    return stable_hash(fields)
 
 
 def now_iso() -> str:

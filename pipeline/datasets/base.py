@@ -57,6 +57,7 @@ class DatasetAdapter(ABC):
     adapter: ClassVar[str] = ""  # set by @register_dataset
     version: ClassVar[str] = "1"  # bump when the content of a generated dataset changes
     has_images: ClassVar[bool] = True
+    has_image_files: ClassVar[bool] = False  # each sample is an image file (``encoded_image``)
     metric: str = "top1"  # class default; an instance may override it (mean_per_class=True)
     multi_label: ClassVar[bool] = False
     train_split: ClassVar[str] = "train"
@@ -108,6 +109,11 @@ class DatasetAdapter(ABC):
     def load_image(self, split: str, i: int) -> Image.Image:
         """Sample ``i`` of ``split`` as an RGB image."""
         raise DatasetError(f"Dataset {self.name!r} ({self.adapter}) holds precomputed features, not images")
+
+    def encoded_image(self, split: str, i: int) -> bytes:
+        """The encoded file of sample ``i`` (JPEG, PNG... bytes), for decoding elsewhere
+        (on a GPU); only where ``has_image_files``."""
+        raise DatasetError(f"Dataset {self.name!r} ({self.adapter}) has no image files to read as bytes")
 
     def features(self, split: str) -> np.ndarray:
         """Precomputed features (n, d) of ``split``."""

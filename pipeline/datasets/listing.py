@@ -128,11 +128,16 @@ def stratified_pick(labels: np.ndarray, per_class: int, seed: int) -> np.ndarray
 class ListedImageDataset(FileBackedDataset):
     """Images on disk listed per split; labels from the publisher's files.
 
+    Each sample is one image file (``has_image_files``): extraction may read its bytes and
+    decode them on the GPU (``extract.decode: device``).
+
     Subclasses parse their layout into one ``Listing`` per split and call
     ``_init_listings``. Samples are sorted by id. A file that is listed but absent is an
     error naming it (or, with ``skip_bad``, a skipped sample); ``skip_bad`` also decodes
     every image once and skips the undecodable ones.
     """
+
+    has_image_files = True
 
     def _init_listings(self, root: Path, listings: dict[str, Listing], *, skip_bad: bool, content_hash: bool,
                        pooled: str | None = None) -> None:
@@ -209,6 +214,16 @@ class ListedImageDataset(FileBackedDataset):
         if not 0 <= i < len(files):
             raise IndexError(f"Sample {i} out of range for split {split!r} of {self.name!r} ({len(files)} samples)")
         return open_rgb(Path(self._path(files[i])))
+
+    def encoded_image(self, split: str, i: int) -> bytes:
+        files = self._files[self.check_split(split)]
+        if not 0 <= i < len(files):
+            raise IndexError(f"Sample {i} out of range for split {split!r} of {self.name!r} ({len(files)} samples)")
+        try:
+            with open(self._path(files[i]), "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise CorruptImageError(f"Cannot read image {self._path(files[i])!r}: {exc}") from exc
 
     def fingerprint(self, split: str) -> str:
         """Hash of class names, ids, labels, skipped ids and, per file, its size and

@@ -1,4 +1,5 @@
-"""A torch Dataset view of an image adapter, for DataLoader workers."""
+"""Torch Dataset views of an image adapter, for DataLoader workers: decoded and
+transformed images, or the image files' bytes (decoded on the extraction device)."""
 
 from __future__ import annotations
 
@@ -49,3 +50,44 @@ class TorchImageDataset(Dataset):
     def __getitem__(self, k: int) -> tuple[Tensor, int]:
         i = self.indices[k]
         return self.transform(self.adapter.load_image(self.split, i)), i
+
+
+class EncodedImageDataset(Dataset):
+    """Items ``(file bytes as a uint8 tensor, index)`` of one split, decoded elsewhere (a GPU).
+
+    For adapters whose samples are image files (``has_image_files``); DataLoader workers
+    then only read files, and :func:`collate_encoded` keeps the variable-length bytes
+    as a list.
+    """
+
+    def __init__(self, adapter: DatasetAdapter, split: str) -> None:
+        if not adapter.has_image_files:
+            raise DatasetError(f"Dataset {adapter.name!r} ({adapter.adapter}) has no image files to decode elsewhere")
+        self.adapter = adapter
+        self.split = adapter.check_split(split)
+
+    def __len__(self) -> int:
+        return self.adapter.num_samples(self.split)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, int]:
+        import torch
+
+        return torch.frombuffer(bytearray(self.adapter.encoded_image(self.split, i)), dtype=torch.uint8), i
+
+
+def collate_encoded(batch: list[tuple[Tensor, int]]) -> tuple[list[Tensor], Tensor]:
+    """A batch of encoded files, kept as a list (their lengths differ).
+
+    Parameters
+    ----------
+    batch : list of (torch.Tensor, int)
+        Items of :class:`EncodedImageDataset`.
+
+    Returns
+    -------
+    tuple of (list of torch.Tensor, torch.Tensor)
+        The files' bytes and the samples' indices (int64).
+    """
+    import torch
+
+    return [data for data, _ in batch], torch.tensor([i for _, i in batch], dtype=torch.int64)
