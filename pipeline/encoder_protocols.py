@@ -43,6 +43,7 @@ class EncoderProtocol:
     fields : its settings and their defaults.
     build : validated settings object from a mapping of settings.
     ignored : settings that cannot change a result (left out of its identity).
+    multilabel : whether it can run on a multi-label dataset (it reads no labels).
     """
 
     name: str
@@ -54,6 +55,7 @@ class EncoderProtocol:
     fields: Mapping[str, Any]
     build: Callable[[Mapping[str, Any]], Any]
     ignored: tuple[str, ...] = ()
+    multilabel: bool = False
 
     def resolve(self, settings: Mapping[str, Any] | None) -> dict[str, Any]:
         """Every setting: the defaults overlaid with ``settings``, validated.
@@ -172,7 +174,7 @@ ENCODER_PROTOCOLS: dict[str, EncoderProtocol] = {
         EncoderProtocol(
             SALIENCY, 1, "attentive diffusion: percentage of a saliency map above its mean, averaged over images",
             ("attentive_diffusion",), unbounded=("attentive_diffusion",), lower_is_better=(),
-            fields=_fields(SaliencySettings), build=_saliency),
+            fields=_fields(SaliencySettings), build=_saliency, multilabel=True),
         EncoderProtocol(
             COLOUR_DETAIL, 1, "features inverted to images: per-channel colour error and perceptual distance",
             ("colour_mse_red", "colour_mse_green", "colour_mse_blue", "colour_mse_mean", "perceptual_distance"),
@@ -180,7 +182,7 @@ ENCODER_PROTOCOLS: dict[str, EncoderProtocol] = {
                        "perceptual_distance"),
             lower_is_better=("colour_mse_red", "colour_mse_green", "colour_mse_blue", "colour_mse_mean",
                              "perceptual_distance"),
-            fields={**_fields(InversionSettings), PERCEPTUAL: None}, build=_colour_detail),
+            fields={**_fields(InversionSettings), PERCEPTUAL: None}, build=_colour_detail, multilabel=True),
     )
 }
 
