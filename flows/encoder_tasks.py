@@ -16,7 +16,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from flows.tasks import io_errors_only
+from flows.tasks import io_errors_only, worker_address
 from jobs.failures import is_transient
 
 __all__ = ["collect_encoder_cells", "diagnostic_task", "finetune_finish_task", "finetune_point_task",
@@ -51,7 +51,7 @@ def finetune_point_task(store: dict[str, Any], cell: dict[str, Any], index: int,
 
     c, ext = _inputs(cell, extract)
     try:
-        return finetune_point(_open(store), c, index, ext)
+        return {**finetune_point(_open(store), c, index, ext), "worker": worker_address()}
     except Exception as exc:  # noqa: BLE001  one point's failure is reported by the finishing task
         if is_transient(exc):
             raise
@@ -66,7 +66,8 @@ def finetune_finish_task(store: dict[str, Any], cell: dict[str, Any], points: li
 
     c, ext = _inputs(cell, extract)
     try:
-        return finetune_finish(_open(store), c, points, ext)
+        out = finetune_finish(_open(store), c, points, ext)
+        return {**out, "worker": worker_address(), "point_workers": [p.get("worker") for p in points]}
     except Exception as exc:  # noqa: BLE001  one cell's failure must not stop the others
         if is_transient(exc):
             raise
@@ -80,7 +81,7 @@ def diagnostic_task(store: dict[str, Any], cell: dict[str, Any], extract: dict[s
 
     c, ext = _inputs(cell, extract)
     try:
-        return diagnostic_cell(_open(store), c, ext)
+        return {**diagnostic_cell(_open(store), c, ext), "worker": worker_address()}
     except Exception as exc:  # noqa: BLE001  one cell's failure must not stop the others
         if is_transient(exc):
             raise
