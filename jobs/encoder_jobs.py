@@ -148,7 +148,7 @@ def finetune_finish(store: Any, cell: EncoderCell, points: Sequence[Mapping[str,
         warnings.append(f"{diag['diverged_points']} of {len(grid)} grid points diverged (non-finite training loss)")
     if diag["temperature_at_bound"]:
         warnings.append(f"the fitted temperature {diag['temperature']:.3g} is at its search bound")
-    record = _record(cell, ident, out["metrics"], diag, warnings, _gpu_use(runs),
+    record = _record(store.url, cell, ident, out["metrics"], diag, warnings, _gpu_use(runs),
                      n_train=refit["n_train"], n_test=refit["n_eval"], converged=bool(diag["converged"]))
     added = put_record(store, cell, record, None)
     remove_scratch(store, extract, FINETUNE, ident.cell_id)
@@ -214,14 +214,15 @@ def diagnostic_cell(store: Any, cell: EncoderCell, extract: ExtractConfig) -> di
            "seconds": seconds, "images_per_second": n_images / seconds if seconds else None,
            "peak_memory_bytes": int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None}
     diagnostics = {**out["diagnostics"], "split": split, "examples": png is not None}
-    record = _record(cell, ident, out["metrics"], diagnostics, [], gpu, n_train=0, n_test=n_images, converged=True)
+    record = _record(store.url, cell, ident, out["metrics"], diagnostics, [], gpu, n_train=0, n_test=n_images,
+                     converged=True)
     added = put_record(store, cell, record, png)
     return _outcome(cell, ident.cell_id, "computed" if added else "cached")
 
 
-def _record(cell: EncoderCell, ident: CellIdentity, metrics: Mapping[str, Any], diagnostics: Mapping[str, Any],
-            warnings: list[str], gpu: Mapping[str, Any], *, n_train: int, n_test: int,
-            converged: bool) -> dict[str, Any]:
+def _record(store_url: str, cell: EncoderCell, ident: CellIdentity, metrics: Mapping[str, Any],
+            diagnostics: Mapping[str, Any], warnings: list[str], gpu: Mapping[str, Any], *, n_train: int,
+            n_test: int, converged: bool) -> dict[str, Any]:
     """A ledger record of the same shape as a feature cell's, plus the device it ran on."""
     entry = get_encoder_protocol(cell.protocol)
     return json_ready({
@@ -231,5 +232,6 @@ def _record(cell: EncoderCell, ident: CellIdentity, metrics: Mapping[str, Any], 
         "fingerprints": ident.fingerprints, "metrics": dict(metrics), "diagnostics": dict(diagnostics),
         "warnings": warnings, "converged": converged, "n_train": n_train, "n_test": n_test,
         "timings": {"read_s": 0.0, "fit_s": gpu.get("train_seconds", gpu.get("seconds"))}, "gpu": dict(gpu),
-        "provenance": {**ident.provenance, "encoder_protocol": True}, "recorded": now_iso(),
+        "provenance": {**ident.provenance, "encoder_protocol": True, "store": store_url},
+        "recorded": now_iso(),
     })
