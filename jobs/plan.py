@@ -15,9 +15,12 @@ from typing import Any
 
 from jobs.checkpoint_scan import ScanResult, scan_checkpoints, with_encoders
 from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig
+from jobs.encoder_cells import EncoderCell, encoder_cells, needs_features
+from jobs.encoder_config import check_encoder_work
 from jobs.evaluate import Cell
 from jobs.failures import checkpoint_failure, one_line, sync_failures
 from jobs.typed import from_plain, to_plain
+from pipeline.encoder_protocols import is_encoder_protocol
 from pipeline.errors import (
     ArrayNotFoundError, CheckpointError, ConfigError, HubUnavailableError, RepevalError, StoreError,
 )
@@ -48,7 +51,8 @@ class ExtractUnit:
 class Plan:
     """A run's work: ``config`` holds the encoders of the config plus the scanned checkpoints
     taken this time; ``scan`` what the folders held (files still being written, bad files
-    skipped); ``checkpoint_failures`` the scanned files refused by this plan's checks."""
+    skipped); ``checkpoint_failures`` the scanned files refused by this plan's checks;
+    ``encoder_cells`` the encoder-protocol cells (they read weights and images, not features)."""
 
     config: BenchmarkConfig
     units: list[ExtractUnit]
@@ -56,6 +60,7 @@ class Plan:
     scan: ScanResult = field(default_factory=ScanResult)
     checkpoint_failures: list[dict[str, Any]] = field(default_factory=list)
     cell_memory: dict[str, int | None] = field(default_factory=dict)  # cell label -> peak bytes (checked plans)
+    encoder_cells: list[EncoderCell] = field(default_factory=list)
 
 
 def make_adapter(dataset: DatasetConfig):
@@ -65,8 +70,10 @@ def make_adapter(dataset: DatasetConfig):
 
 
 def extraction_units(cfg: BenchmarkConfig) -> list[ExtractUnit]:
-    """One unit per (extracted encoder, dataset, split); ``source: store`` encoders have none."""
+    """One unit per (extracted encoder, dataset, split) whose features a protocol reads;
+    ``source: store`` encoders have none."""
     return [ExtractUnit(e, d, split) for e in cfg.encoders if e.extracted for d in cfg.datasets
+            if needs_features(cfg, d)
             for split in d.splits()]
 
 
@@ -75,6 +82,8 @@ def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
     on every layer its encoders extract, or on the protocol's ``layers`` among them."""
     cells = []
     for p in cfg.protocols:
+        if is_encoder_protocol(p.protocol):  # weights + images, not features: jobs.encoder_cells
+            continue
         datasets = [d for d in cfg.datasets if p.datasets is None or d.name in p.datasets]
         for d in datasets:
             for e in cfg.encoders:
@@ -95,11 +104,12 @@ def check_plan(cfg: BenchmarkConfig) -> dict[str, Any]:
     provided = {layer for e in cfg.encoders for layer in e.layers} | {
         layer for s in cfg.checkpoints for layer in s.layers}
     for i, p in enumerate(cfg.protocols):
-        missing = [layer for layer in p.layers or () if layer not in provided]
+        missing = [layer for layer in p.layers or () if layer not in provided and not is_encoder_protocol(p.protocol)]
         if missing:
             raise ConfigError(f"config.protocols[{i}].layers: no encoder extracts {missing[0]!r}; "
                               f"extracted layers: {', '.join(sorted(provided))}")
     check_multilabel_protocols(cfg)
+    check_encoder_work(cfg)
     extracts = bool(cfg.checkpoints) or any(e.extracted for e in cfg.encoders)
     adapters = {}
     for i, d in enumerate(cfg.datasets):
@@ -162,6 +172,8 @@ def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:
     from pipeline.protocols.multilabel import refuse_multilabel
 
     for i, p in enumerate(cfg.protocols):
+        if is_encoder_protocol(p.protocol):
+            continue  # an encoder protocol: jobs.encoder_config.check_encoder_work
         for d in cfg.datasets:
             try:
                 multi_label = adapter_class(d.adapter).multi_label
@@ -240,7 +252,8 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
 
         memory = estimate_cells(cells, full.encoders, adapters, store or _failure_store(cfg, writable=False),
                                 default_dtype=cfg.extract.dtype)
-    return Plan(full, extraction_units(full), cells, scan, refused, memory)
+    return Plan(full, extraction_units(full), cells, scan, refused, cell_memory=memory,
+                encoder_cells=encoder_cells(full))
 
 
 def _failure_store(cfg: BenchmarkConfig, writable: bool):
