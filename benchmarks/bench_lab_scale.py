@@ -63,12 +63,23 @@ def write_features(folder: Path, split: str, n: int, d: int, n_classes: int, see
     rng = np.random.default_rng(seed)
     y = rng.permutation(np.arange(n) % n_classes).astype(np.int64)
     np.save(folder / f"{split}_labels.npy", y)
-    X = np.lib.format.open_memmap(folder / f"{split}_features.npy", mode="w+", dtype=np.float16, shape=(n, d))
-    for i in range(0, n, BLOCK):
-        z = means[y[i:i + BLOCK]] + rng.standard_normal((len(y[i:i + BLOCK]), 64), dtype=np.float32)
-        X[i:i + BLOCK] = np.maximum(z @ W + b, 0.0)
-    X.flush()
-    del X
+
+    def blocks():
+        for i in range(0, n, BLOCK):
+            z = means[y[i:i + BLOCK]] + rng.standard_normal((len(y[i:i + BLOCK]), 64), dtype=np.float32)
+            yield np.maximum(z @ W + b, 0.0)
+
+    write_npy(folder / f"{split}_features.npy", (n, d), blocks())
+
+
+def write_npy(path: Path, shape: tuple[int, int], blocks) -> None:
+    """A float16 ``.npy`` written from row blocks through a plain file (a memory map's
+    dirty pages would count in this process's resident memory)."""
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float16)), "fortran_order": False, "shape": shape}
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+        for block in blocks:
+            f.write(np.ascontiguousarray(block, dtype=np.float16).tobytes())
 
 
 def copy_head(src: Path, dst: Path, rows: int) -> None:
@@ -77,11 +88,13 @@ def copy_head(src: Path, dst: Path, rows: int) -> None:
     for name in ("test_features.npy", "test_labels.npy"):
         shutil.copyfile(src / name, dst / name)
     np.save(dst / "train_labels.npy", np.load(src / "train_labels.npy")[:rows])
-    X = np.load(src / "train_features.npy", mmap_mode="r")
-    out = np.lib.format.open_memmap(dst / "train_features.npy", mode="w+", dtype=X.dtype, shape=(rows, X.shape[1]))
-    for i in range(0, rows, BLOCK):
-        out[i:i + BLOCK] = X[i:min(i + BLOCK, rows)]
-    out.flush()
+    d = np.load(src / "train_features.npy", mmap_mode="r").shape[1]
+
+    def blocks():
+        for i in range(0, rows, BLOCK):  # a map per block, closed once copied
+            yield np.array(np.load(src / "train_features.npy", mmap_mode="r")[i:min(i + BLOCK, rows)])
+
+    write_npy(dst / "train_features.npy", (rows, d), blocks())
 
 
 def generate(spec: dict) -> None:
