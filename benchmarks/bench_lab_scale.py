@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from benchmarks._common import machine_line, print_tables  # noqa: E402
+from benchmarks.bench_scale import synthetic_blocks  # noqa: E402
 
 MiB = 2**20
 BLOCK = 32_768
@@ -56,20 +57,9 @@ PROTOCOLS = ("ridge", "knn", "fewshot", "lowshot", "logistic")
 
 def write_features(folder: Path, split: str, n: int, d: int, n_classes: int, seed: int) -> None:
     """``<split>_features.npy`` (float16) and ``<split>_labels.npy``, written block by block."""
-    rng = np.random.default_rng(1000)  # the same classes and projection for every split
-    means = rng.normal(0.0, 0.5, (n_classes, 64)).astype(np.float32)
-    W = rng.normal(0.0, 1.0 / 8.0, (64, d)).astype(np.float32)
-    b = rng.normal(-0.3, 0.5, d).astype(np.float32)
-    rng = np.random.default_rng(seed)
-    y = rng.permutation(np.arange(n) % n_classes).astype(np.int64)
+    y, blocks = synthetic_blocks(n, d, n_classes, seed)
     np.save(folder / f"{split}_labels.npy", y)
-
-    def blocks():
-        for i in range(0, n, BLOCK):
-            z = means[y[i:i + BLOCK]] + rng.standard_normal((len(y[i:i + BLOCK]), 64), dtype=np.float32)
-            yield np.maximum(z @ W + b, 0.0)
-
-    write_npy(folder / f"{split}_features.npy", (n, d), blocks())
+    write_npy(folder / f"{split}_features.npy", (n, d), blocks)
 
 
 def write_npy(path: Path, shape: tuple[int, int], blocks) -> None:

@@ -42,6 +42,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -67,19 +68,31 @@ def _status(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def synthetic(n: int, d: int, n_classes: int, dtype: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """ReLU(W z + b) with z ~ N(mu_y, I) in 64 latent dimensions, built 16k rows at a time."""
+def synthetic_blocks(n: int, d: int, n_classes: int, seed: int,
+                     block: int = 16_384) -> tuple[np.ndarray, Iterator[np.ndarray]]:
+    """The labels, and the features ReLU(W z + b) with z ~ N(mu_y, I) in 64 latent
+    dimensions as float32 row blocks (generated as they are asked for)."""
     rng = np.random.default_rng(1000)  # the same classes and projection for every split
     means = rng.normal(0.0, 0.5, (n_classes, 64)).astype(np.float32)
     W = rng.normal(0.0, 1.0 / 8.0, (64, d)).astype(np.float32)
     b = rng.normal(-0.3, 0.5, d).astype(np.float32)
     rng = np.random.default_rng(seed)
     y = rng.permutation(np.arange(n) % n_classes).astype(np.int64)
+
+    def blocks() -> Iterator[np.ndarray]:
+        for i in range(0, n, block):
+            z = means[y[i:i + block]] + rng.standard_normal((len(y[i:i + block]), 64), dtype=np.float32)
+            yield np.maximum(z @ W + b, 0.0)
+
+    return y, blocks()
+
+
+def synthetic(n: int, d: int, n_classes: int, dtype: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Class-clustered features (:func:`synthetic_blocks`) in memory, and their labels."""
+    y, blocks = synthetic_blocks(n, d, n_classes, seed)
     X = np.empty((n, d), dtype=dtype)
-    for i in range(0, n, 16_384):
-        yb = y[i:i + 16_384]
-        z = means[yb] + rng.standard_normal((len(yb), 64), dtype=np.float32)
-        X[i:i + 16_384] = np.maximum(z @ W + b, 0.0)
+    for i, rows in zip(range(0, n, 16_384), blocks):
+        X[i:i + len(rows)] = rows
     return X, y
 
 
