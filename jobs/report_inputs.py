@@ -116,7 +116,8 @@ def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Itera
         except RepevalError:  # not extracted yet
             continue
     notes += fewshot_notes(records, class_counts)
-    failures = config_failures(store, cfg, plan.cells if plan else (), plan.units if plan else ())
+    failures = config_failures(store, cfg, [*plan.cells, *plan.encoder_cells] if plan else (),
+                               plan.units if plan else ())
     from jobs.alerts import build_summary, changes_since, read_summary, summary_path
     from jobs.correlate import current_records
     from jobs.report import write_report  # matplotlib: only when a report is written
