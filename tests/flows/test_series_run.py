@@ -1,13 +1,16 @@
 """A checkpoint series end to end through ``repeval run``: real timm checkpoints in a
 folder, their steps in the file names, a real Dask cluster and Prefect API; the newest
 checkpoint (a collapsed one: every image gives the same features) is flagged against the
-series' best, in the report, in the summary beside it, and in the events the run emits."""
+series' best, in the report, in the summary beside it, and in the events the run emits.
+The automation the README and docs/series.md show is one Prefect accepts, and its message
+renders from those events."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
+import re
 import time
 from pathlib import Path
 
@@ -16,7 +19,8 @@ import yaml
 
 from flows.alerts import EVALUATED_EVENT, REGRESSED_EVENT, report_resource
 from flows.cli import main
-from jobs.alerts import read_summary, summary_path
+from jobs.alerts import event_payload, read_summary, summary_path
+from tests.helpers.cli import REPO
 from tests.helpers.configs import write_checkpoint
 from tests.helpers.html import parse_strict
 
@@ -73,6 +77,24 @@ def _events(resource_id: str, names: set[str], timeout: float = 60.0) -> dict:
         if names <= set(found) or time.monotonic() > deadline:
             return found
         time.sleep(0.5)
+
+
+def _documented_automation():
+    """The automation of the README and of docs/series.md (the same one), as Prefect reads it."""
+    from prefect.events.schemas.automations import AutomationCore
+
+    blocks = [b for doc in ("README.md", "docs/series.md")
+              for b in re.findall(r"```yaml\n(.*?)```", (REPO / doc).read_text(encoding="utf-8"), re.S)
+              if REGRESSED_EVENT in b]
+    assert len(blocks) == 2 and blocks[0] == blocks[1], blocks
+    return AutomationCore.model_validate(yaml.safe_load(blocks[0]))
+
+
+def _render(template: str, event) -> str:
+    from prefect.server.utilities.user_templates import render_user_template_sync, validate_user_template
+
+    validate_user_template(template)
+    return render_user_template_sync(template, {"event": event})
 
 
 @pytest.fixture(scope="module")
@@ -148,3 +170,36 @@ def test_the_run_emits_evaluated_and_regressed_events_carrying_the_summary(serie
         assert payload["series"] == [{"series": "r10t-run7", "newest": {"encoder": "ck-step300", "step": 300},
                                       "flagged": True}]
         assert payload["truncated"] is False
+        # the documented automation fires on the regression event and its message names the regressions
+        if event.event == REGRESSED_EVENT:
+            automation = _documented_automation()
+            assert automation.trigger.expect == {REGRESSED_EVENT}
+            assert automation.trigger.match.includes([event.resource])
+            [action] = automation.actions
+            assert _render(action.subject, event) == "repeval: 2 regression(s)"
+            body = _render(action.body, event)
+            for r in summary["regressions"]:
+                assert (f"ck-step300 (step 300) is worse than {r['against']} (step {r['best_step']}) on "
+                        f"{r['cell']}: ") in body
+            assert body.endswith(f"report: {report}")
+
+
+def test_the_documented_automation_is_one_prefect_accepts_and_renders_the_regressions():
+    from prefect.events.schemas.events import Resource
+
+    automation = _documented_automation()
+    assert automation.trigger.expect == {REGRESSED_EVENT} and automation.trigger.posture == "Reactive"
+    resource = Resource.model_validate(report_resource("/data/nightly/report.html"))
+    assert automation.trigger.match.includes([resource])  # the resource every run's events carry
+    [action] = automation.actions
+    assert action.type == "send-notification"
+    regression = {"series": "vit-run7", "encoder": "ck-step300", "step": 300, "cell": "knn/tex/pre_logits",
+                  "against": "ck-step200", "best_step": 200, "difference": -0.0312, "p_adjusted": 0.004,
+                  "metric": "top1"}
+    payload = event_payload({"report": "/data/nightly/report.html", "regressions": [regression]},
+                            "/data/nightly/report.summary.json")
+    event = {"event": REGRESSED_EVENT, "payload": payload}
+    assert _render(action.subject, event) == "repeval: 1 regression(s)"
+    assert _render(action.body, event) == (
+        "ck-step300 (step 300) is worse than ck-step200 (step 200) on knn/tex/pre_logits: -3.12 points, "
+        "adjusted p = 0.004\nreport: /data/nightly/report.html")
