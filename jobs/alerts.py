@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jobs.compare import cell_key, cell_label
+from jobs.compare import cell_key, cell_label, record_score
 from pipeline.leaderboard import RunChanges, diff_summaries, leaderboard
 from storage_schema.provenance import now_iso
 
@@ -54,12 +54,6 @@ def summary_path(report_path: str) -> str:
     return str(Path(report_path).with_suffix(".summary.json"))
 
 
-def _score(rec: Mapping[str, Any]) -> float | None:
-    value = (rec.get("metrics") or {}).get("score")
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-    return float(value) if ok else None
-
-
 def setting_scores(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
     """Each encoder's score per protocol setting, for the leaderboard.
 
@@ -79,7 +73,7 @@ def setting_scores(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, 
     """
     best: dict[tuple[str, str, str], float] = {}
     for rec in records:
-        score = _score(rec)
+        score = record_score(rec)
         if score is None:
             continue
         key = (str(rec.get("model")), str(rec.get("setting")), str(rec.get("dataset")))
@@ -141,7 +135,7 @@ def build_summary(records: Sequence[Mapping[str, Any]], failures: Sequence[Mappi
     """
     encoders: dict[str, dict[str, Any]] = {}
     for rec in records:
-        score = _score(rec)
+        score = record_score(rec)
         if score is not None:
             cells = encoders.setdefault(str(rec.get("model")), {"cells": {}})["cells"]
             cells[cell_label(cell_key(rec))] = {"status": "ok", "score": score}

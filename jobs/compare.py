@@ -77,6 +77,23 @@ def cell_label(cell: CellKey) -> str:
     return "/".join(cell)
 
 
+def record_score(rec: Mapping[str, Any]) -> float | None:
+    """A record's headline score; None when it has no finite number there.
+
+    Parameters
+    ----------
+    rec : mapping
+        A ledger record.
+
+    Returns
+    -------
+    float or None
+    """
+    value = (rec.get("metrics") or {}).get("score")
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    return float(value) if ok else None
+
+
 def why_not_paired(rec_a: Mapping[str, Any], rec_b: Mapping[str, Any]) -> str | None:
     """Why two records of the same cell key cannot be compared; None when they can.
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.compare import CellKey, CompareOptions, cell_key, cell_label, compare_records
+from jobs.compare import CellKey, CompareOptions, cell_key, cell_label, compare_records, record_score
 from jobs.config import BenchmarkConfig
 from pipeline.compare import CellVerdict, PairedComparison, decide_verdicts
 from pipeline.errors import RepevalError
@@ -117,12 +117,6 @@ def series_members(cfg: BenchmarkConfig) -> dict[str, list[tuple[str, int | None
     return out
 
 
-def _score(rec: Mapping[str, Any]) -> float | None:
-    value = (rec.get("metrics") or {}).get("score")
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-    return float(value) if ok else None
-
-
 def analyse_series(store, records: Iterable[Mapping[str, Any]], cfg: BenchmarkConfig,
                    options: CompareOptions = CompareOptions()) -> list[SeriesAnalysis]:
     """Every series of ``cfg``: scores by step, best so far, newest against the best.
@@ -166,7 +160,7 @@ def analyse_series(store, records: Iterable[Mapping[str, Any]], cfg: BenchmarkCo
             continue
         for point in analysis.points:
             for cell, rec in by_model.get(point.encoder, {}).items():
-                score = _score(rec)
+                score = record_score(rec)
                 if score is not None:
                     analysis.scores.setdefault(cell, {})[point.step] = score
         if not analysis.scores:

@@ -118,8 +118,20 @@ def iter_evidence_keys(store) -> Iterator[str]:
 
 @dataclass(frozen=True)
 class EvidenceProblem:
-    """Something wrong with one record's evidence: ``missing``, ``incomplete``, ``damaged``
-    (a chunk fails its crc32c) or ``changed`` (SHA-256 differs from the record)."""
+    """Something wrong with one record's evidence.
+
+    Parameters
+    ----------
+    key : str
+        The evidence array's key.
+    cell_id : str
+        The cell whose record names it.
+    problem : str
+        ``missing``, ``incomplete``, ``damaged`` (a chunk fails its crc32c) or ``changed``
+        (its SHA-256 differs from the record's).
+    detail : str
+        What was found, in words.
+    """
 
     key: str
     cell_id: str
