@@ -1,7 +1,8 @@
-"""A checkpoint series end to end through ``repeval run``: real timm checkpoints in a
-folder, their steps in the file names, a real Dask cluster and Prefect API; the newest
-checkpoint (a collapsed one: every image gives the same features) is flagged against the
-series' best, in the report, in the summary beside it, and in the events the run emits.
+"""A checkpoint series end to end through ``repeval run``, two nights: real timm checkpoints
+in a folder, their steps in the file names, a real Dask cluster and Prefect API. On the
+second night a collapsed checkpoint (every image gives the same features) joins; it is
+flagged against the series' best in the report, in the summary beside it (with what
+changed since the first night), and in the events the run emits.
 The automation the README and docs/series.md show is one Prefect accepts, and its message
 renders from those events."""
 
@@ -63,8 +64,9 @@ def _config(tmp: Path) -> Path:
     return path
 
 
-def _events(resource_id: str, names: set[str], timeout: float = 60.0) -> dict:
-    """The run's events of ``names`` as the Prefect API stored them (they arrive asynchronously)."""
+def _events(resource_id: str, expected: dict[str, int], timeout: float = 60.0) -> dict[str, list]:
+    """The benchmark's events as the Prefect API stored them, by name, oldest first; waits
+    until ``expected`` (name -> count) have arrived (they are persisted asynchronously)."""
     from prefect import get_client
     from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 
@@ -73,8 +75,10 @@ def _events(resource_id: str, names: set[str], timeout: float = 60.0) -> dict:
     deadline = time.monotonic() + timeout
     while True:
         with get_client(sync_client=True) as client:
-            found = {e.event: e for e in client.read_events(filter=flt, limit=20).events}
-        if names <= set(found) or time.monotonic() > deadline:
+            found: dict[str, list] = {}
+            for e in sorted(client.read_events(filter=flt, limit=50).events, key=lambda e: e.occurred):
+                found.setdefault(e.event, []).append(e)
+        if all(len(found.get(n, [])) >= k for n, k in expected.items()) or time.monotonic() > deadline:
             return found
         time.sleep(0.5)
 
@@ -97,19 +101,36 @@ def _render(template: str, event) -> str:
     return render_user_template_sync(template, {"event": event})
 
 
-@pytest.fixture(scope="module")
-def series_run(tmp_path_factory, prefect_harness):
-    tmp = tmp_path_factory.mktemp("series")
-    folder = tmp / "run7"
-    write_checkpoint(folder, "ck-step100", seed=0, score=0.4, arch=ARCH)
-    write_checkpoint(folder, "ck-step200", seed=1, score=0.6, arch=ARCH)
-    _collapsed_checkpoint(folder, "ck-step300")
-    config = _config(tmp)
+def _run(config: Path) -> tuple[int, dict]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = main(["run", str(config), "--json"])
-    return {"tmp": tmp, "code": code, "summary": json.loads(out.getvalue().strip().splitlines()[-1]),
-            "report": tmp / "out" / "report.html"}
+    return code, json.loads(out.getvalue().strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def series_run(tmp_path_factory, prefect_harness):
+    """Two nights: two good checkpoints, then a third, collapsed one joins the folder."""
+    tmp = tmp_path_factory.mktemp("series")
+    folder, config, report = tmp / "run7", _config(tmp), tmp / "out" / "report.html"
+    write_checkpoint(folder, "ck-step100", seed=0, score=0.4, arch=ARCH)
+    write_checkpoint(folder, "ck-step200", seed=1, score=0.6, arch=ARCH)
+    first_code, first = _run(config)
+    first_summary = read_summary(summary_path(str(report)))
+    _collapsed_checkpoint(folder, "ck-step300")
+    code, summary = _run(config)
+    return {"tmp": tmp, "first_code": first_code, "first": first, "first_summary": first_summary,
+            "code": code, "summary": summary, "report": report}
+
+
+@pytest.mark.slow
+def test_first_night_has_no_regression(series_run):
+    assert series_run["first_code"] == 0 and series_run["first"]["regressions"] == []
+    summary = series_run["first_summary"]
+    assert summary["evaluated"] == ["ck-step100", "ck-step200"] and summary["regressions"] == []
+    [series] = summary["series"]
+    assert not series["flagged"] and series["newest"] == {"encoder": "ck-step200", "step": 200}
+    assert summary["changes"]["new_encoders"] == ["ck-step100", "ck-step200"]
 
 
 @pytest.mark.slow
@@ -133,9 +154,12 @@ def test_newest_checkpoint_is_flagged_in_the_run_summary_and_the_json_beside_the
         assert r["difference"] == pytest.approx(newest - summary["encoders"][f"ck-step{best}"]["cells"][cell]["score"])
         assert r["difference"] < 0 and r["p_adjusted"] < 0.05, (setting, r)
         assert newest == pytest.approx(0.25, abs=0.05)  # four classes, one answer for every image
-    assert summary["evaluated"] == ["ck-step100", "ck-step200", "ck-step300"]
+    assert summary["evaluated"] == ["ck-step300"]  # the earlier checkpoints' cells come from the ledger
+    assert series_run["summary"]["computed"] == 2 and series_run["summary"]["cached"] == 4
     assert summary["leaderboard"][-1]["model"] == "ck-step300"
-    assert summary["changes"]["new_encoders"] == ["ck-step100", "ck-step200", "ck-step300"]
+    changes = summary["changes"]  # against the first night's summary
+    assert changes["new_encoders"] == ["ck-step300"] and changes["new_cells"] == []
+    assert {r["cell"] for r in changes["regressions"]} == CELLS
 
 
 @pytest.mark.slow
@@ -153,35 +177,37 @@ def test_report_shows_the_series_with_its_best_checkpoint_and_the_flag(series_ru
     assert "reference" in series  # the sidecars' reference scores, a line beside the datasets
     summary = text[text.index('<section id="summary">'):text.index('<section id="overview">')]
     assert "2 regression(s)" in summary and "ck-step300 (series r10t-run7, step 300) is worse than" in summary
+    assert "new encoders (1): ck-step300" in summary and "new regressions (2)" in summary
     assert sum(src.startswith("data:image/png;base64,") for src in page.img_sources) >= len(SETTINGS)
 
 
 @pytest.mark.slow
-def test_the_run_emits_evaluated_and_regressed_events_carrying_the_summary(series_run):
+def test_each_run_emits_evaluated_and_the_regressed_run_also_regressed_carrying_the_summary(series_run):
     report = str(series_run["report"])
-    events = _events(report_resource(report)["prefect.resource.id"], {EVALUATED_EVENT, REGRESSED_EVENT})
-    assert set(events) == {EVALUATED_EVENT, REGRESSED_EVENT}
+    events = _events(report_resource(report)["prefect.resource.id"], {EVALUATED_EVENT: 2, REGRESSED_EVENT: 1})
+    assert {n: len(e) for n, e in events.items()} == {EVALUATED_EVENT: 2, REGRESSED_EVENT: 1}
+    first, second = events[EVALUATED_EVENT]
+    assert first.payload["evaluated"] == ["ck-step100", "ck-step200"] and first.payload["regressions"] == []
     summary = read_summary(summary_path(report))
-    for event in events.values():
+    for event in (second, *events[REGRESSED_EVENT]):
         payload = event.payload
         assert payload["summary_path"] == summary_path(report) and payload["report"] == report
-        assert payload["evaluated"] == ["ck-step100", "ck-step200", "ck-step300"]
+        assert payload["evaluated"] == ["ck-step300"] and payload["changes"]["new_encoders"] == ["ck-step300"]
         assert payload["regressions"] == json.loads(json.dumps(summary["regressions"]))
         assert payload["series"] == [{"series": "r10t-run7", "newest": {"encoder": "ck-step300", "step": 300},
                                       "flagged": True}]
         assert payload["truncated"] is False
-        # the documented automation fires on the regression event and its message names the regressions
-        if event.event == REGRESSED_EVENT:
-            automation = _documented_automation()
-            assert automation.trigger.expect == {REGRESSED_EVENT}
-            assert automation.trigger.match.includes([event.resource])
-            [action] = automation.actions
-            assert _render(action.subject, event) == "repeval: 2 regression(s)"
-            body = _render(action.body, event)
-            for r in summary["regressions"]:
-                assert (f"ck-step300 (step 300) is worse than {r['against']} (step {r['best_step']}) on "
-                        f"{r['cell']}: ") in body
-            assert body.endswith(f"report: {report}")
+    # the documented automation fires on the regression event and its message names the regressions
+    [event] = events[REGRESSED_EVENT]
+    automation = _documented_automation()
+    assert automation.trigger.expect == {REGRESSED_EVENT}
+    assert automation.trigger.match.includes([event.resource])
+    [action] = automation.actions
+    assert _render(action.subject, event) == "repeval: 2 regression(s)"
+    body = _render(action.body, event)
+    for r in summary["regressions"]:
+        assert f"ck-step300 (step 300) is worse than {r['against']} (step {r['best_step']}) on {r['cell']}: " in body
+    assert body.endswith(f"report: {report}")
 
 
 def test_the_documented_automation_is_one_prefect_accepts_and_renders_the_regressions():
