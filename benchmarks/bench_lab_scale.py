@@ -161,10 +161,15 @@ def run_config(work: Path, store: Path, dataset: str, protocol: str, args) -> Pa
 
 
 def ledger_cell(store: Path, protocol: str) -> dict:
+    from pipeline.errors import RepevalError
     from storage_schema import FeatureStore
     from storage_schema.ledger import Ledger
 
-    for rec in Ledger(FeatureStore(str(store), read_only=True)):
+    try:
+        records = list(Ledger(FeatureStore(str(store), read_only=True)))
+    except RepevalError:  # no store: the import failed
+        return {}
+    for rec in records:
         if rec.get("setting") == protocol:
             metrics = rec.get("metrics") or {}
             score = metrics.get("score", (metrics.get("curve") or {}).get("all"))
@@ -223,8 +228,8 @@ def main(argv=None) -> list[dict]:
                            n, protocol))
         for name, cmd, n, protocol in stages:
             res = measured(cmd, work / f"{name.replace(' ', '-')}.log")
-            row = {"stage": name, "rows": n, **res, **(ledger_cell(store, protocol) if protocol and res["rc"] == 0
-                                                      else {})}
+            # a run that failed after its cell (in the report) still recorded the cell's fit
+            row = {"stage": name, "rows": n, **res, **(ledger_cell(store, protocol) if protocol else {})}
             rows.append(row)
             print(f"  {name}: {res['seconds']:.1f} s, peak RSS {res['peak_tree'] / MiB:.0f} MiB "
                   f"(largest process {res['peak_largest'] / MiB:.0f} MiB)"
