@@ -63,6 +63,8 @@ def demo_config() -> dict:
             {"name": "lowshot", "protocol": "lowshot"},
             {"name": "invariance", "protocol": "invariance", "settings": {"max_train": 600},
              "datasets": ["digits"]},
+            {"name": "mlp", "protocol": "mlp", "datasets": ["digits"],
+             "settings": {"hidden_units": 256, "weight_decays": [0.0, 1e-3, 1e-2], "max_epochs": 40}},
         ],
         "correlation": {"settings": [
             {"name": "many-shot linear", "protocol": "linear", "datasets": ["digits", "textures"]},
