@@ -113,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("--config", help="the config's store, its names and its current settings")
     res.add_argument("--all", action="store_true", help="every record, with 'current', 'settings', 'recorded'")
     res.add_argument("--failed", action="store_true", help="what failed (cells, extractions, checkpoints)")
+    res.add_argument("--ranks", action="store_true",
+                     help="each encoder's rank per dataset and setting, and how the settings' rankings agree")
     res.add_argument("--format", default="table", help="table, csv, parquet or json")
     res.add_argument("--output", help="file to write (csv, parquet, json)")
     res.set_defaults(func=cmd_results)

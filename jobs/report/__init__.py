@@ -3,7 +3,8 @@
 Sections: failures (at the top, never hidden), data problems, accuracy tables per protocol
 setting and layer (best per column marked), the best layer per encoder, low-shot curves
 (absolute and relative to a baseline encoder, ImageNet-CoG style), correlation scatters
-against the reference (Ericsson et al. 2021, figure 1), the invariance audit, calibration,
+against the reference (Ericsson et al. 2021, figure 1), the rank agreement between protocol
+settings (figure 7: Kendall's tau matrix, flips, radar charts), the invariance audit, calibration,
 solver warnings and, one click from every number, each record's provenance.
 
 Where to look: ``html`` (escaping building blocks), ``plots`` (matplotlib figures),
@@ -23,6 +24,7 @@ from jobs.report.files import write_atomic
 from jobs.report.html import page
 from jobs.report.model import build_run
 from jobs.report.overview import overview_section, provenance_section
+from jobs.report.ranks import ranks_section
 from jobs.report.scores import (
     BEST_MARKER, accuracy_section, best_layer_section, calibration_section, lowshot_section,
 )
@@ -55,6 +57,8 @@ def write_report(records: list[dict], correlation: CorrelationReport | None, con
         best_layer_section(run),
         lowshot_section(run),
         correlation_section(run, correlation, reference),
+        ranks_section(run, reference or (correlation.reference if correlation else None),
+                      config.correlation.bootstrap, config.correlation.seed),
         invariance_section(run),
         calibration_section(run),
         warnings_section(run),
