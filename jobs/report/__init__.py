@@ -2,7 +2,8 @@
 
 Sections: failures (at the top, never hidden), data problems, accuracy tables per protocol
 setting and layer (best per column marked), the best layer per encoder, low-shot curves
-(absolute and relative to a baseline encoder, ImageNet-CoG style), correlation scatters
+(absolute and relative to a baseline encoder, ImageNet-CoG style), accuracy per ImageNet-CoG
+level (when the run has level datasets), correlation scatters
 against the reference (Ericsson et al. 2021, figure 1), the rank agreement between protocol
 settings (figure 7: Kendall's tau matrix, flips, radar charts), the invariance audit, calibration,
 solver warnings and, one click from every number, each record's provenance.
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.report.audits import VIOLATION_MARKER, data_section, failed_section, invariance_section, warnings_section
+from jobs.report.cog import cog_section
 from jobs.report.correlation import correlation_section
 from jobs.report.files import write_atomic
 from jobs.report.html import page
@@ -56,6 +58,7 @@ def write_report(records: list[dict], correlation: CorrelationReport | None, con
         accuracy_section(run),
         best_layer_section(run),
         lowshot_section(run),
+        cog_section(run),
         correlation_section(run, correlation, reference),
         ranks_section(run, reference or (correlation.reference if correlation else None),
                       config.correlation.bootstrap, config.correlation.seed),
