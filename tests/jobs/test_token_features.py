@@ -161,3 +161,21 @@ def test_token_features_attentive_probe_beats_the_mean_pooled_linear_probe(tmp_p
     # a pooled-feature protocol on the token layer: refused, naming the shapes and who reads tokens
     with pytest.raises(DataValidationError, match=r"token features, which protocol 'knn' cannot take.*attentive"):
         evaluate_cell(store, Cell("vit", "marked", "block0.tokens", "knn", "knn"), record=False)
+
+
+def test_a_damaged_token_chunk_is_repaired_bitwise_beside_its_pooled_layer(tmp_path, tiny):
+    from jobs.repair import repair
+
+    spec = EncoderSpec(name="vit", arch="vit_tiny_patch16_224", layers=("block1", "block1.tokens"), input_size=32)
+    store = FeatureStore(str(tmp_path / "s"))
+    extract(store, spec, tiny, "test", ExtractConfig(batch_size=4, chunk_batches=1, progress=False, device="cpu"))
+    key = "features/vit/textures/test/block1.tokens"
+    before = store.features("vit", "textures", "test", "block1.tokens").read()
+    chunk = tmp_path / "s" / key / "c" / "1" / "0" / "0"  # row chunk 1 of a (rows, T, d) array
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    summary = repair(store, device="cpu")
+    assert {r.key: r.chunks for r in summary.repaired} == {key: [1]} and not summary.failed
+    after = store.features("vit", "textures", "test", "block1.tokens").read()
+    assert after.dtype == np.float16 and after.tobytes() == before.tobytes()
