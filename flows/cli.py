@@ -18,6 +18,7 @@ from collections.abc import Sequence
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before anything imports timm
 
 from flows.commands_cog import add_cog_parser  # noqa: E402
+from flows.commands_compare import add_compare_parser  # noqa: E402
 from flows.commands_run import cmd_deploy, cmd_report, cmd_run, cmd_serve  # noqa: E402
 from flows.commands_store import (  # noqa: E402
     cmd_datasets_show, cmd_extract, cmd_import, cmd_ls, cmd_repair, cmd_results, cmd_verify,
@@ -67,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_ls)
 
-    ver = sub.add_parser("verify", help="read every chunk: report damaged (checksum) or incomplete arrays")
+    ver = sub.add_parser("verify", help="read every chunk: report damaged (checksum) or incomplete arrays, "
+                                        "and evidence that differs from its record")
     ver.add_argument("--store", default=DEFAULT_STORE)
     ver.add_argument("--all", dest="verbose_ok", action="store_true", help="also list the arrays that are fine")
     ver.set_defaults(func=cmd_verify)
@@ -119,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("--format", default="table", help="table, csv, parquet or json")
     res.add_argument("--output", help="file to write (csv, parquet, json)")
     res.set_defaults(func=cmd_results)
+
+    add_compare_parser(sub)
 
     rep = sub.add_parser("report", help="write the HTML report of a config from the ledger")
     rep.add_argument("config")

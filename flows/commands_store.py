@@ -115,6 +115,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
             print(f"damaged    {st.key}: chunk(s) {bad} fail their checksum")
         elif args.verbose_ok:
             print(f"ok         {st.key}")
+    from storage_schema.evidence import verify_evidence
+    from storage_schema.ledger import Ledger
+
+    # each cell's evidence: chunks intact and still the bytes its record was made from
+    checked, wrong = verify_evidence(store, Ledger(store))
+    for problem in wrong:
+        print(problem.line())
+    if args.verbose_ok and checked:
+        print(f"ok         {checked - len(wrong)} of {checked} cells' evidence (predictions, scores, episodes)")
+    problems += len(wrong)
     print(f"{problems} problem(s) in {store.url}")
     return EXIT_PROBLEMS if problems else 0
 

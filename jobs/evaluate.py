@@ -156,10 +156,33 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
         },
         "recorded": now_iso(),
     }
-    if record and not ledger.put(rec):
+    if not record:
+        return CellOutcome(cid, "computed", rec)
+    if result.evidence is None:
+        stored = ledger.put(rec)
+    else:
+        stored = _put_with_evidence(store, ledger, rec, result.evidence, arrays[cell.test_split][1].key)
+    if not stored:
         log.info("cell %s was recorded by another process meanwhile", cid)
         return CellOutcome(cid, "cached", ledger.get(cid))
     return CellOutcome(cid, "computed", rec)
+
+
+def _put_with_evidence(store: FeatureStore, ledger: Ledger, rec: dict[str, Any], evidence: Any,
+                       labels_key: str) -> bool:
+    """Store the cell's evidence, then its record (a record never names evidence that is not
+    there), both under the cell's evidence lease: a second process evaluating the same cell
+    finds the record once it gets the lease and leaves the evidence alone. ``labels_key``:
+    the test labels the evidence pairs on (a comparison reads them back)."""
+    from storage_schema.evidence import write_evidence
+    from storage_schema.keys import evidence_group_key
+
+    cid = rec["cell_id"]
+    with store.lease(evidence_group_key(cid)) as lease:
+        if ledger.has(cid):
+            return False
+        rec["evidence"] = {**write_evidence(store, lease, cid, evidence), "labels": labels_key}
+        return ledger.put(rec)
 
 
 def evaluate_cells(store: FeatureStore, cells: list[Cell], *, unavailable: dict[tuple[str, str], str] | None = None,
