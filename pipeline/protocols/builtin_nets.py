@@ -27,7 +27,7 @@ import numpy as np
 
 from pipeline.errors import ConfigError
 from pipeline.protocols.blocks import FeatureRows
-from pipeline.protocols.builtin import DEVICE_DEFAULT, TRANSFORM_NAMES
+from pipeline.protocols.builtin import DEVICE_DEFAULT, TRANSFORM_NAMES, class_evidence
 from pipeline.protocols.devices import check_device_name, resolve_device
 from pipeline.protocols.memory import attentive_memory, mlp_memory
 from pipeline.protocols.metrics import accuracy_metrics
@@ -132,7 +132,7 @@ def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
                    "settings": dict(linear_settings)},
         "converged": bool(within_budget and linear.diagnostics.get("converged", True)),
     }
-    return ProtocolResult(metrics, diagnostics)
+    return ProtocolResult(metrics, diagnostics, evidence=class_evidence(data, predicted))
 
 
 @register_protocol(
@@ -153,7 +153,8 @@ def _attentive(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
                            weight_decays=s["weight_decays"], batch_size=s["batch_size"], max_epochs=s["max_epochs"],
                            patience=s["patience"], val_fraction=s["val_fraction"], random_state=s["seed"],
                            device=device).fit_batches(RowBatches(parts), y, val_mask)
-    metrics = accuracy_metrics(data.y_test, probe.predict(data.X_test), data.mean_per_class)
+    predicted = probe.predict(data.X_test)
+    metrics = accuracy_metrics(data.y_test, predicted, data.mean_per_class)
     within_budget = probe.n_epochs_ < s["max_epochs"]
     diagnostics = {
         "learning_rate": probe.learning_rate_, "weight_decay": probe.weight_decay_, "n_epochs": probe.n_epochs_,
@@ -163,4 +164,4 @@ def _attentive(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         "solver": probe.solver_, "validation": _validation(data, s), "device": str(device),
         "n_tokens": int(np.shape(data.X_test)[1]), "converged": bool(within_budget),
     }
-    return ProtocolResult(metrics, diagnostics)
+    return ProtocolResult(metrics, diagnostics, evidence=class_evidence(data, predicted))

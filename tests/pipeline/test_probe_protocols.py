@@ -71,6 +71,9 @@ def test_mlp_protocol_is_the_probe_on_the_preprocessed_features(with_val):
     assert result.metrics["gain_over_linear"] == pytest.approx(result.metrics["score"] - linear.metrics["score"])
     assert result.diagnostics["linear"]["C"] == linear.diagnostics["C"]
     assert result.metrics["score"] > 0.8 and result.metrics["linear_score"] > 0.8
+    # the evidence a comparison pairs: the very predictions scored
+    np.testing.assert_array_equal(result.evidence.values, probe.predict(_l2(X_te)))
+    assert result.evidence.kind == "predictions" and result.evidence.values.dtype == np.int16
 
 
 def test_mlp_on_float16_features_is_the_float32_run_of_the_same_values():
@@ -98,6 +101,7 @@ def test_attentive_protocol_is_the_probe_on_the_concatenated_tokens():
     assert (result.diagnostics["learning_rate"], result.diagnostics["weight_decay"]) == (
         probe.learning_rate_, probe.weight_decay_)
     assert result.diagnostics["n_tokens"] == 5 and result.metrics["score"] > 0.9
+    np.testing.assert_array_equal(result.evidence.values, probe.predict(X_te))
 
 
 @pytest.mark.parametrize("name, settings, message", [
