@@ -196,6 +196,11 @@ def cmd_results(args: argparse.Namespace) -> int:
         rows, missing = config_records(store, cfg, args.all)
     else:
         rows, missing = store_records(store, args.all), 0
+    if args.ranks:
+        from flows.commands_ranks import print_ranks
+
+        return print_ranks([r for r in rows if r.get("current", True)], args,
+                           cfg.correlation if cfg is not None else None)
     if args.format != "table":
         export_records(rows, args.output, args.format)
         print(f"wrote {args.output} ({len(rows)} records)")

@@ -145,7 +145,8 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
         "settings": settings, "config_hash": config_hash(settings), "splits": cell.splits(),
         "fingerprints": fps, "metrics": json_ready(result.metrics), "diagnostics": json_ready(result.diagnostics),
         "warnings": result.warnings, "converged": bool(result.diagnostics.get("converged", True)),
-        "n_train": int(train_feats.shape[0]), "n_test": int(test_feats.shape[0]), "dim": int(train_feats.shape[1]),
+        "n_train": int(train_feats.shape[0]), "n_test": int(test_feats.shape[0]), "dim": int(train_feats.shape[-1]),
+        **({"n_tokens": int(train_feats.shape[1])} if len(train_feats.shape) == 3 else {}),
         "timings": {"read_s": read_seconds, "fit_s": result.seconds},
         "provenance": {
             "arch": enc.get("arch"), "weights_fingerprint": enc.get("weights_fingerprint"),

@@ -20,9 +20,27 @@ from pipeline.datasets import DatasetAdapter, TorchImageDataset
 from pipeline.datasets.torch_dataset import EncodedImageDataset, collate_encoded
 from pipeline.encoders import Encoder, EncoderSpec
 from pipeline.encoders.device_preprocess import DevicePreprocess, device_transform_steps
+from pipeline.encoders.spec import TOKENS_DTYPE, is_token_layer
 from storage_schema import array_fingerprint
 
 log = logging.getLogger(__name__)
+
+
+def layer_dtype(layer: str, dtype: str) -> str:
+    """The stored dtype of ``layer``: the extraction's, or float16 for token features.
+
+    Parameters
+    ----------
+    layer : str
+        A layer name.
+    dtype : str
+        The extraction's dtype.
+
+    Returns
+    -------
+    str
+    """
+    return TOKENS_DTYPE if is_token_layer(layer) else dtype
 
 
 def layer_fingerprints(encoder: Encoder, dataset_fingerprint: str, split: str, dtype: str,
@@ -38,7 +56,7 @@ def layer_fingerprints(encoder: Encoder, dataset_fingerprint: str, split: str, d
     split : str
         The split's name.
     dtype : str
-        The stored dtype.
+        The extraction's dtype (token layers: float16, see :func:`layer_dtype`).
     decode : str
         Where images were decoded and resized (``pil`` or ``device``).
 
@@ -52,7 +70,8 @@ def layer_fingerprints(encoder: Encoder, dataset_fingerprint: str, split: str, d
         layer: array_fingerprint(
             weights_fingerprint=encoder.weights_fingerprint, data_config=encoder.data_config,
             layer=layer, pooling=pooling[layer], dataset_fingerprint=dataset_fingerprint, split=split,
-            dtype=dtype, arch=encoder.spec.arch, compute_precision=encoder.compute_precision, decode=decode,
+            dtype=layer_dtype(layer, dtype), arch=encoder.spec.arch, compute_precision=encoder.compute_precision,
+            decode=decode,
         )
         for layer in encoder.layers
     }
@@ -217,7 +236,7 @@ def forward_chunks(encoder: Encoder, dataset: DatasetAdapter, split: str, chunks
     chunk_rows, batch_size : int
         The array's rows per chunk and the extraction's rows per batch.
     dtype : str
-        The dtype of the yielded rows.
+        The dtype of the yielded rows (token layers: float16, see :func:`layer_dtype`).
     num_workers : int
         DataLoader worker processes.
     on_batch : callable, optional
@@ -239,7 +258,7 @@ def forward_chunks(encoder: Encoder, dataset: DatasetAdapter, split: str, chunks
     if decode == "device":
         preprocess = DevicePreprocess(encoder.data_config, encoder.device,
                                       lambda i: dataset.load_image(split, i))
-    out_dtype = np.dtype(dtype)
+    out_dtype = {layer: np.dtype(layer_dtype(layer, dtype)) for layer in encoder.layers}
     buffers: dict[str, list[np.ndarray]] = {layer: [] for layer in encoder.layers}
 
     def finish(pending) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
@@ -248,7 +267,7 @@ def forward_chunks(encoder: Encoder, dataset: DatasetAdapter, split: str, chunks
         if done is not None:
             done.synchronize()
         for layer in encoder.layers:
-            buffers[layer].append(host[layer].float().numpy().astype(out_dtype, copy=False))
+            buffers[layer].append(host[layer].float().numpy().astype(out_dtype[layer], copy=False))
         last_row = int(index[-1])
         chunk = last_row // chunk_rows
         if last_row + 1 == min((chunk + 1) * chunk_rows, n):  # the chunk is whole: hand it over

@@ -3,8 +3,10 @@
 Sections: failures (at the top, never hidden), the summary (leaderboard, regressions, what
 changed since the previous run), checkpoint series, data problems, accuracy tables per protocol
 setting and layer (best per column marked), the best layer per encoder, low-shot curves
-(absolute and relative to a baseline encoder, ImageNet-CoG style), correlation scatters
-against the reference (Ericsson et al. 2021, figure 1), the invariance audit, calibration,
+(absolute and relative to a baseline encoder, ImageNet-CoG style), accuracy per ImageNet-CoG
+level (when the run has level datasets), correlation scatters
+against the reference (Ericsson et al. 2021, figure 1), the rank agreement between protocol
+settings (figure 7: Kendall's tau matrix, flips, radar charts), the invariance audit, calibration,
 solver warnings and, one click from every number, each record's provenance.
 
 Where to look: ``html`` (escaping building blocks), ``plots`` (matplotlib figures),
@@ -19,12 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.report.audits import VIOLATION_MARKER, data_section, failed_section, invariance_section, warnings_section
+from jobs.report.cog import cog_section
 from jobs.report.correlation import correlation_section
 from jobs.report.encoder import encoder_sections
 from jobs.report.files import write_atomic
 from jobs.report.html import page
 from jobs.report.model import build_run
 from jobs.report.overview import overview_section, provenance_section
+from jobs.report.ranks import ranks_section
 from jobs.report.scores import (
     BEST_MARKER, accuracy_section, best_layer_section, calibration_section, lowshot_section,
 )
@@ -66,7 +70,10 @@ def write_report(records: list[dict], correlation: CorrelationReport | None, con
         accuracy_section(run),
         best_layer_section(run),
         lowshot_section(run),
+        cog_section(run),
         correlation_section(run, correlation, reference),
+        ranks_section(run, reference or (correlation.reference if correlation else None),
+                      config.correlation.bootstrap, config.correlation.seed),
         invariance_section(run),
         calibration_section(run),
         *encoder_sections(run, config),  # fine-tuning, saliency, colour detail

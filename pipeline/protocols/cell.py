@@ -128,6 +128,8 @@ class CellShape:
         Number of classes.
     itemsize : int
         Bytes per stored feature value (2 for float16, 4 for float32).
+    n_tokens : int
+        Tokens per row: 1 for pooled features, T for token features (n, T, dim).
     """
 
     n_train: int
@@ -136,8 +138,9 @@ class CellShape:
     dim: int
     n_classes: int
     itemsize: int
+    n_tokens: int = 1
 
     @property
     def feature_bytes(self) -> int:
         """Bytes of every split's features as stored."""
-        return (self.n_train + self.n_test + self.n_val) * self.dim * self.itemsize
+        return (self.n_train + self.n_test + self.n_val) * self.n_tokens * self.dim * self.itemsize
