@@ -229,9 +229,10 @@ class Encoder:
             Layer name -> shape.
         """
         if self._feature_shapes is None:
-            dummy = torch.zeros((1, *self.data_config["input_size"]))
-            self._feature_shapes = {layer: tuple(int(s) for s in arr.shape[1:])
-                                    for layer, arr in self.forward(dummy).items()}
+            # on the encoder's device, never copied back: the meta device (no weights) works too
+            dummy = torch.zeros((1, *self.data_config["input_size"]), device=self.device)
+            self._feature_shapes = {layer: tuple(int(s) for s in t.shape[1:])
+                                    for layer, t in self.forward_tensors(dummy).items()}
         return dict(self._feature_shapes)
 
     def feature_dims(self) -> dict[str, int]:
