@@ -1,6 +1,6 @@
 """Correlation job: a benchmark's ledger records against a reference score per model.
 
-PROTOCOLS.md section 8 (Ericsson et al. 2021, A.7). For each correlation setting of the
+As in Ericsson et al. 2021 (appendix A.7). For each correlation setting of the
 config (a protocol setting, its datasets, a metric and a layer) the records' metric is
 collected per (model, dataset) and handed to :func:`pipeline.correlation.correlate_setting`:
 logit transform, mean over the setting's datasets per model, Pearson r and Spearman rho
