@@ -3,7 +3,8 @@
 Extraction is one task per (encoder, dataset split); evaluation one task per group of
 at most ``dask.cells_per_task`` cells of one (encoder, dataset), each handed the outcomes
 of the extractions it reads (grouping amortises the per-task cost of Prefect and Dask);
-the correlation and report come last. Everything runs on Dask through prefect-dask.
+encoder protocols (fine-tuning, diagnostics) run beside them (flows/encoder_tasks.py); the
+correlation and report come last. Everything runs on Dask through prefect-dask.
 
 A failed unit or cell is an outcome, not an exception: the rest of the run goes on, the
 failures are recorded in the store and listed in the summary, and the flow run ends in a
@@ -23,9 +24,11 @@ import dask
 from prefect import flow, get_run_logger
 from prefect.states import Failed
 
+from flows.encoder_tasks import collect_encoder_cells, submit_encoder_cells
 from flows.tasks import correlate_and_report_task, evaluate_task, extract_task
 from jobs.config import load_config
 from jobs.failures import correlation_failure, one_line, sync_failures
+from jobs.encoder_cells import encoder_cells
 from jobs.plan import Plan, evaluation_cells, extraction_units
 from jobs.summary import build_summary, failure_message, summary_lines, summary_table
 from jobs.typed import to_plain
@@ -51,7 +54,7 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: 
     or skipped) for the summary. Returns the summary, in a Failed state if anything failed."""
     notes = notes or {}
     cfg = load_config(config)
-    units, cells = extraction_units(cfg), evaluation_cells(cfg)
+    units, cells, enc_cells = extraction_units(cfg), evaluation_cells(cfg), encoder_cells(cfg)
     store = {"url": cfg.store, "storage_options": cfg.storage_options}
     extract = to_plain(cfg.extract)
     started = time.perf_counter()
@@ -71,6 +74,7 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: 
             store, [dataclasses.asdict(cells[i]) for i in indices], extract_futures.get(group, []))
         for group, indices, label in batches
     ]
+    enc_pending = submit_encoder_cells(enc_cells, store, extract, gpu_resources)  # weights + images: no extraction
 
     extractions = []
     all_extract = [f for fs in extract_futures.values() for f in fs]
@@ -85,6 +89,8 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: 
     for fut in _as_completed(eval_futures):
         outcomes.extend(_evaluation_outcomes(fut, batch_cells[id(fut)], failed_units))
         _progress(reason, "evaluate", len(outcomes), len(cells), started)
+    outcomes.extend(collect_encoder_cells(
+        enc_pending, lambda done, total: _progress(reason, "encoder protocols", done, total, started)))
 
     st = cfg.open_store()
     scanned = {name: tuple(sig) for name, sig in (notes.get("scanned") or {}).items()}
@@ -99,7 +105,8 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: 
     except Exception as exc:  # noqa: BLE001  the run's results stay in the ledger; say what failed
         failures += sync_failures(st, correlation=correlation_failure(cfg.report.path, exc))
     summary = build_summary(
-        reason=reason, units=len(units), cells=len(cells), extractions=extractions, outcomes=outcomes,
+        reason=reason, units=len(units), cells=len(cells) + len(enc_cells), extractions=extractions,
+        outcomes=outcomes,
         failures=failures, report=report, correlation=correlation, started=started,
         new_encoders=notes.get("new_encoders") or (), waiting=notes.get("waiting") or (),
         skipped_checkpoints=notes.get("skipped") or ())

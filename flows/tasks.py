@@ -48,11 +48,11 @@ def extract_task(store: dict[str, Any], unit: dict[str, Any], extract: dict[str,
             raise
         return extraction_failure(u.encoder.name, u.dataset.name, u.split, u.encoder.weights, exc, u.encoder.arch)
     out = report.to_dict()
-    out.update(label=u.label(), weights=u.encoder.weights, worker=_worker_address())
+    out.update(label=u.label(), weights=u.encoder.weights, worker=worker_address())
     return out
 
 
-def _worker_address() -> str | None:
+def worker_address() -> str | None:
     """The Dask worker this task ran on (which one held the GPU resource), if any."""
     try:
         from distributed import get_worker

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from jobs.encoder_config import check_encoder_correlations, check_encoder_protocol, resolve_encoder_paths
 from jobs.typed import from_plain, to_plain
 from pipeline.errors import ConfigError, InvalidNameError, RepevalError
 from pipeline.names import validate_name
@@ -49,6 +50,9 @@ class ExtractConfig:
     lease_ttl: float = DEFAULT_TTL  # seconds without heartbeat after which a writer counts as dead
     wait: bool = True  # another process holds the lease: wait for it (True) or move on
     progress: bool = True  # a progress bar (runs turn it off: their tasks report progress)
+    # Resumable training state of encoder protocols (fine-tuning); default: under the store
+    # when it is a local folder, else $REPEVAL_HOME/scratch
+    scratch_dir: str | None = None
 
     def validate(self) -> None:
         if self.dtype not in DTYPES:
@@ -160,6 +164,8 @@ class ProtocolConfig:
         from pipeline.protocols.registry import resolve_settings
 
         _name(self.name, f"{path}.name")
+        if check_encoder_protocol(self, path):  # finetune, saliency, colour_detail: weights + images
+            return
         try:
             self.settings = resolve_settings(self.protocol, self.settings)
         except RepevalError as exc:  # also an unknown protocol: name the entry, not only the value
@@ -308,6 +314,7 @@ class BenchmarkConfig:
             if not 0.0 <= score <= 1.0:
                 raise ConfigError(f"{path}.reference.scores.{model}: {score} is not a fraction in [0, 1] "
                                   "(give 0.765, not 76.5)")
+        check_encoder_correlations(self, path)
 
     # -- helpers ------------------------------------------------------------------------
     def resolve_paths(self, base: Path) -> None:
@@ -330,6 +337,7 @@ class BenchmarkConfig:
                 value = ds.params.get(key)
                 if isinstance(value, str) and value.strip():
                     ds.params[key] = local(os.path.expanduser(value))
+        resolve_encoder_paths(self, local)
 
     def protocol_hash(self) -> str:
         """Changes exactly when some protocol's settings change (drives reruns)."""

@@ -117,11 +117,16 @@ def _json_ready(value: Any) -> Any:
 # -- record selection -----------------------------------------------------------------------
 def _current_hashes(config: BenchmarkConfig) -> dict[str, tuple[str, str]]:
     """Protocol setting name -> (registry protocol, config hash of its current settings)."""
+    from jobs.encoder_config import encoder_config_hash
+    from pipeline.encoder_protocols import is_encoder_protocol
     from pipeline.protocols.registry import resolve_settings
 
     out = {}
     for p in config.protocols:
         try:
+            if is_encoder_protocol(p.protocol):  # its records hash the settings that decide the result
+                out[p.name] = (p.protocol, encoder_config_hash(p.protocol, p.settings))
+                continue
             out[p.name] = (p.protocol, config_hash(resolve_settings(p.protocol, p.settings)))
         except (ConfigError, UnknownNameError):
             continue  # an unresolvable setting cannot be matched: its records are kept as they are

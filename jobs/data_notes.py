@@ -27,12 +27,20 @@ def label_notes(store, datasets: Iterable[tuple[str, str]]) -> list[dict[str, An
                           "items": skipped, "kind": "skipped"})
         names = list(labels.attrs.get("class_names") or [])
         if names:
-            counts = np.bincount(labels.read(), minlength=len(names))
+            counts = _class_counts(labels.read(), len(names))
             empty = [names[i] for i, c in enumerate(counts) if c == 0]
             if empty:
                 notes.append({"where": where, "what": f"{len(empty)} class(es) without any image",
                               "items": empty, "kind": "empty_classes"})
     return notes
+
+
+def _class_counts(labels: np.ndarray, n_classes: int) -> np.ndarray:
+    """Images per class: single-label rows hold a class index, multi-label rows hold 1 where
+    the class is present (0 absent, -1 difficult)."""
+    if labels.ndim == 2:
+        return (labels == 1).sum(axis=0)
+    return np.bincount(labels, minlength=n_classes)
 
 
 def fewshot_notes(records: Iterable[Mapping[str, Any]], class_counts: Mapping[str, int]) -> list[dict[str, Any]]:

@@ -143,7 +143,7 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
         "cell_id": cid, "model": cell.model, "dataset": cell.dataset, "layer": cell.layer,
         "setting": cell.setting, "protocol": cell.protocol, "protocol_version": protocol.version,
         "settings": settings, "config_hash": config_hash(settings), "splits": cell.splits(),
-        "fingerprints": fps, "metrics": _plain(result.metrics), "diagnostics": _plain(result.diagnostics),
+        "fingerprints": fps, "metrics": json_ready(result.metrics), "diagnostics": json_ready(result.diagnostics),
         "warnings": result.warnings, "converged": bool(result.diagnostics.get("converged", True)),
         "n_train": int(train_feats.shape[0]), "n_test": int(test_feats.shape[0]), "dim": int(train_feats.shape[1]),
         "timings": {"read_s": read_seconds, "fit_s": result.seconds},
@@ -247,16 +247,16 @@ def load_eval_data(arrays: dict[str, tuple[StoredArray, StoredArray]], cell: Cel
     )
 
 
-def _plain(value: Any) -> Any:
+def json_ready(value: Any) -> Any:
     """JSON-able copy: numpy scalars and arrays to Python numbers and lists."""
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [json_ready(v) for v in value]
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):
         return value.item()
     if hasattr(value, "__dataclass_fields__"):
-        return _plain(asdict(value))
+        return json_ready(asdict(value))
     return value

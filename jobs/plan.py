@@ -15,9 +15,12 @@ from typing import Any
 
 from jobs.checkpoint_scan import ScanResult, scan_checkpoints, with_encoders
 from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig
+from jobs.encoder_cells import EncoderCell, encoder_cells, needs_features
+from jobs.encoder_config import check_encoder_work
 from jobs.evaluate import Cell
 from jobs.failures import checkpoint_failure, one_line, sync_failures
 from jobs.typed import from_plain, to_plain
+from pipeline.encoder_protocols import is_encoder_protocol
 from pipeline.errors import (
     ArrayNotFoundError, CheckpointError, ConfigError, HubUnavailableError, RepevalError, StoreError,
 )
@@ -48,13 +51,15 @@ class ExtractUnit:
 class Plan:
     """A run's work: ``config`` holds the encoders of the config plus the scanned checkpoints
     taken this time; ``scan`` what the folders held (files still being written, bad files
-    skipped); ``checkpoint_failures`` the scanned files refused by this plan's checks."""
+    skipped); ``checkpoint_failures`` the scanned files refused by this plan's checks;
+    ``encoder_cells`` the encoder-protocol cells (they read weights and images, not features)."""
 
     config: BenchmarkConfig
     units: list[ExtractUnit]
     cells: list[Cell]
     scan: ScanResult = field(default_factory=ScanResult)
     checkpoint_failures: list[dict[str, Any]] = field(default_factory=list)
+    encoder_cells: list[EncoderCell] = field(default_factory=list)
 
 
 def make_adapter(dataset: DatasetConfig):
@@ -64,7 +69,8 @@ def make_adapter(dataset: DatasetConfig):
 
 
 def extraction_units(cfg: BenchmarkConfig) -> list[ExtractUnit]:
-    return [ExtractUnit(e, d, split) for e in cfg.encoders for d in cfg.datasets for split in d.splits()]
+    return [ExtractUnit(e, d, split) for e in cfg.encoders for d in cfg.datasets if needs_features(cfg, d)
+            for split in d.splits()]
 
 
 def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
@@ -72,6 +78,8 @@ def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
     on every layer its encoders extract, or on the protocol's ``layers`` among them."""
     cells = []
     for p in cfg.protocols:
+        if is_encoder_protocol(p.protocol):  # weights + images, not features: jobs.encoder_cells
+            continue
         datasets = [d for d in cfg.datasets if p.datasets is None or d.name in p.datasets]
         for d in datasets:
             for e in cfg.encoders:
@@ -88,11 +96,12 @@ def check_plan(cfg: BenchmarkConfig) -> None:
     provided = {layer for e in cfg.encoders for layer in e.layers} | {
         layer for s in cfg.checkpoints for layer in s.layers}
     for i, p in enumerate(cfg.protocols):
-        missing = [layer for layer in p.layers or () if layer not in provided]
+        missing = [layer for layer in p.layers or () if layer not in provided and not is_encoder_protocol(p.protocol)]
         if missing:
             raise ConfigError(f"config.protocols[{i}].layers: no encoder extracts {missing[0]!r}; "
                               f"extracted layers: {', '.join(sorted(provided))}")
     check_multilabel_protocols(cfg)
+    check_encoder_work(cfg)
     for i, d in enumerate(cfg.datasets):
         try:
             adapter = make_adapter(d)
@@ -120,6 +129,8 @@ def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:
     from pipeline.protocols.multilabel import refuse_multilabel
 
     for i, p in enumerate(cfg.protocols):
+        if is_encoder_protocol(p.protocol):
+            continue  # an encoder protocol: jobs.encoder_config.check_encoder_work
         for d in cfg.datasets:
             try:
                 multi_label = adapter_class(d.adapter).multi_label
@@ -192,7 +203,7 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
         refused = sync_failures(store, checkpoints=refused) or refused
     full = with_encoders(cfg, taken)
     scan = ScanResult(taken, scan.waiting, scan.skipped)
-    return Plan(full, extraction_units(full), evaluation_cells(full), scan, refused)
+    return Plan(full, extraction_units(full), evaluation_cells(full), scan, refused, encoder_cells(full))
 
 
 def _failure_store(cfg: BenchmarkConfig, writable: bool):

@@ -110,7 +110,8 @@ def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Itera
         except RepevalError:  # not extracted yet
             continue
     notes += fewshot_notes(records, class_counts)
-    failures = config_failures(store, cfg, plan.cells if plan else (), plan.units if plan else ())
+    failures = config_failures(store, cfg, [*plan.cells, *plan.encoder_cells] if plan else (),
+                               plan.units if plan else ())
     from jobs.report import write_report  # matplotlib: only when a report is written
 
     out = write_report(records, correlation, cfg, path or cfg.report.path, reference=reference,

@@ -24,7 +24,10 @@ def config_cells(store, cfg: BenchmarkConfig) -> tuple[list[dict[str, Any]], lis
             found.append({"cell_id": cid, **{k: getattr(cell, k) for k in NAME_FIELDS}})
         else:
             missing.append(cell)
-    return found, missing, plan
+    from jobs.encoder_cells import recorded_encoder_cells
+
+    enc_found, enc_missing = recorded_encoder_cells(store, plan.encoder_cells)  # no encoder loaded
+    return found + enc_found, missing + enc_missing, plan
 
 
 def config_records(store, cfg: BenchmarkConfig, all_records: bool = False) -> tuple[list[dict[str, Any]], int]:
@@ -56,4 +59,4 @@ def failed_rows(store, cfg: BenchmarkConfig | None = None) -> list[dict[str, Any
     from jobs.plan import make_plan
 
     plan = make_plan(cfg, ready_only=False, record=False, store=store, check=False)
-    return config_failures(store, plan.config, plan.cells, plan.units)
+    return config_failures(store, plan.config, [*plan.cells, *plan.encoder_cells], plan.units)

@@ -8,8 +8,10 @@ Only formats that cannot run code are accepted: safetensors, and PyTorch pickles
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
+import struct
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -115,9 +117,29 @@ def _strip(entries: dict[str, _V], strip_prefixes: Iterable[str]) -> dict[str, _
     return entries
 
 
+def _check_complete(path: Path) -> None:
+    """Refuse a safetensors file shorter than its header says: the usual sign of a checkpoint
+    still being copied or written, which deserves a clearer message than a header error."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            needed = 8 + n
+            if needed <= size:
+                header = json.loads(f.read(n))
+                needed += max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),
+                              default=0)
+    except (struct.error, ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
+        return  # garbled rather than short: safetensors' own error says more
+    if needed > size:
+        raise CheckpointError(f"safetensors checkpoint {path.name!r} is truncated: its header describes "
+                              f"{needed} bytes, the file holds {size} (still being written?)")
+
+
 def _safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
     from safetensors import SafetensorError, safe_open
 
+    _check_complete(path)
     try:
         with safe_open(str(path), framework="pt") as f:
             return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
@@ -129,6 +151,7 @@ def _load_safetensors(path: Path) -> dict[str, Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    _check_complete(path)
     try:
         return load_file(str(path), device="cpu")
     except (SafetensorError, OSError, ValueError) as exc:

@@ -14,9 +14,15 @@ Bookkeeping beside them, under ``_repeval/`` (never a Zarr node):
 * ``fingerprints/<fingerprint>.json``: the complete array holding a fingerprint;
 * ``ledger/<cell id[:2]>/<cell id>.json``: one evaluated cell;
 * ``failures/<kind>/<id>.json``: one failed unit of work;
+* ``encoder_cells/<model>/<dataset>/<setting>.json``: the ledger record an encoder-protocol
+  cell of these names last used (found without loading the encoder);
+* ``examples/<cell id[:2]>/<cell id>.png``: example pictures of an encoder-protocol cell;
+* ``scratch/<kind>/<run id>/<part>/``: resumable training state, deleted once recorded;
 * ``watch/<hash of a config path>.json``: what a schedule saw last.
 
 Names that become key components are validated, so no key can leave its folder.
+This module is longer than 450 lines because every key is built here, each with its
+docstring: one place shows the whole layout.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ _ALIASES = f"{SIDE}/aliases"
 _FINGERPRINTS = f"{SIDE}/fingerprints"
 _FAILURES = f"{SIDE}/failures"
 _WATCH = f"{SIDE}/watch"
+_ENCODER_CELLS = f"{SIDE}/encoder_cells"
+_EXAMPLES = f"{SIDE}/examples"
+SCRATCH = f"{SIDE}/scratch"
 
 
 # -- zarr nodes ------------------------------------------------------------------------------
@@ -395,6 +404,61 @@ def ledger_shard_key(shard: str) -> str:
         ``_repeval/ledger/<shard>``.
     """
     return f"{LEDGER}/{shard}"
+
+
+def encoder_cell_key(model: str, dataset: str, setting: str) -> str:
+    """Which ledger record the encoder-protocol cell of these names last used.
+
+    Parameters
+    ----------
+    model, dataset, setting : str
+        Names of the encoder, the dataset and the protocol setting (validated).
+
+    Returns
+    -------
+    str
+        ``_repeval/encoder_cells/<model>/<dataset>/<setting>.json``.
+    """
+    return "/".join((_ENCODER_CELLS, validate_name(model, "model name"), validate_name(dataset, "dataset name"),
+                     validate_name(setting, "protocol setting name") + ".json"))
+
+
+def examples_key(cell_id: str) -> str:
+    """The PNG of example pictures (saliency maps, reconstructions) of one cell.
+
+    Parameters
+    ----------
+    cell_id : str
+        The cell's id (hexadecimal).
+
+    Returns
+    -------
+    str
+        ``_repeval/examples/<cell_id[:2]>/<cell_id>.png``.
+    """
+    validate_name(cell_id, "cell id")
+    return f"{_EXAMPLES}/{cell_id[:2]}/{cell_id}.png"
+
+
+def scratch_key(kind: str, run_id: str, part: str | None = None) -> str:
+    """The folder of one run's resumable state (or of one part of it).
+
+    Parameters
+    ----------
+    kind : str
+        What the run is (e.g. ``finetune``; validated).
+    run_id : str
+        The run's content id (e.g. its cell id; validated).
+    part : str, optional
+        One unit of the run (e.g. ``select-003``, ``refit``; validated).
+
+    Returns
+    -------
+    str
+        ``_repeval/scratch/<kind>/<run_id>`` or ``.../<run_id>/<part>``.
+    """
+    key = f"{SCRATCH}/{validate_name(kind, 'scratch kind')}/{validate_name(run_id, 'run id')}"
+    return key if part is None else f"{key}/{validate_name(part, 'scratch part')}"
 
 
 def failures_dir(kind: str) -> str:

@@ -1,7 +1,9 @@
 """Results ledger: one immutable JSON record per evaluated cell.
 
-A cell is (the feature arrays it read, protocol name, hash of the protocol's full
-settings, protocol code version). Its id is a hash of exactly that, so a changed setting
+A cell is (what it read, protocol name, hash of the protocol's full settings, protocol
+code version). What it read is the feature arrays for a readout protocol, and the
+encoder's weights plus the dataset's images for an encoder protocol (fine-tuning,
+diagnostics). Its id is a hash of exactly that, so a changed setting
 is a new cell and an unchanged one is found again without recomputation. Records are
 created with an exclusive create: never overwritten, never torn, and two processes that
 evaluate the same cell at once keep one record.
@@ -49,7 +51,8 @@ def cell_id(feature_fingerprints: Mapping[str, str], protocol: str, settings: Ma
     Parameters
     ----------
     feature_fingerprints : mapping
-        ``<split>.features`` / ``<split>.labels`` -> fingerprint of each array read.
+        ``<split>.features`` / ``<split>.labels`` -> fingerprint of each array read; for an
+        encoder protocol, :func:`encoder_fingerprints` (weights, model input, images).
     protocol : str
         The protocol's registry name.
     settings : mapping
@@ -66,6 +69,29 @@ def cell_id(feature_fingerprints: Mapping[str, str], protocol: str, settings: Ma
         {"features": dict(feature_fingerprints), "protocol": protocol,
          "settings": config_hash(settings), "version": str(protocol_version)}
     )
+
+
+def encoder_fingerprints(weights_fingerprint: str, model_input: str,
+                         image_fingerprints: Mapping[str, str]) -> dict[str, str]:
+    """What an encoder-protocol cell reads, as :func:`cell_id` takes it: identical weights
+    under another name give the same fingerprints, hence the same cell.
+
+    Parameters
+    ----------
+    weights_fingerprint : str
+        Fingerprint of the encoder's tensors.
+    model_input : str
+        Hash of what turns images into the model's input (architecture, data config).
+    image_fingerprints : mapping
+        Split -> fingerprint of the dataset split's images and labels.
+
+    Returns
+    -------
+    dict
+        ``weights``, ``input`` and ``<split>.images`` -> fingerprint.
+    """
+    return {"weights": str(weights_fingerprint), "input": str(model_input),
+            **{f"{split}.images": str(fp) for split, fp in image_fingerprints.items()}}
 
 
 class Ledger:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobs.report.audits import VIOLATION_MARKER, data_section, failed_section, invariance_section, warnings_section
 from jobs.report.correlation import correlation_section
+from jobs.report.encoder import encoder_sections
 from jobs.report.files import write_atomic
 from jobs.report.html import page
 from jobs.report.model import build_run
@@ -57,6 +58,7 @@ def write_report(records: list[dict], correlation: CorrelationReport | None, con
         correlation_section(run, correlation, reference),
         invariance_section(run),
         calibration_section(run),
+        *encoder_sections(run, config),  # fine-tuning, saliency, colour detail
         warnings_section(run),
         provenance_section(run),
     ]

@@ -13,7 +13,8 @@ from storage_schema.provenance import now_iso
 
 CONTENTS = [("failed", "Failed cells"), ("data", "Data problems"), ("accuracy", "Accuracy"),
             ("layers", "Best layer per encoder"), ("lowshot", "Low-shot curves"), ("correlation", "Correlation"),
-            ("invariance", "Invariance audit"), ("calibration", "Calibration"), ("warnings", "Solver warnings"),
+            ("invariance", "Invariance audit"), ("calibration", "Calibration"), ("finetune", "Fine-tuning"),
+            ("diagnostics", "Encoder diagnostics"), ("warnings", "Solver warnings"),
             ("provenance", "Provenance")]
 
 
@@ -36,7 +37,7 @@ def overview_section(run: ReportRun) -> Markup:
     )
 
 
-_PARTS = ("settings", "fingerprints", "provenance", "diagnostics", "timings", "metrics", "warnings")
+_PARTS = ("settings", "fingerprints", "provenance", "diagnostics", "timings", "gpu", "metrics", "warnings")
 
 
 def _block(rec: Mapping[str, Any], aside: bool) -> Markup:

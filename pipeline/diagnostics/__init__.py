@@ -1,42 +1,30 @@
 """Encoder diagnostics that need the encoder itself, not stored features: where it looks
 (saliency, attentive diffusion) and what its features keep (inversion, colour errors,
-perceptual distance), plus PNG pictures of examples."""
+perceptual distance), plus PNG pictures of examples.
 
-from pipeline.diagnostics.inversion import (
-    InversionSettings,
-    PerceptualNet,
-    colour_detail_study,
-    colour_errors,
-    invert_features,
-    perceptual_distance,
-    total_variation,
-)
-from pipeline.diagnostics.render import render_reconstructions_png, render_saliency_png
-from pipeline.diagnostics.saliency import (
-    METHODS,
-    SaliencySettings,
-    attentive_diffusion,
-    attentive_diffusion_per_image,
-    gradient_saliency,
-    occlusion_saliency,
-    saliency_study,
-)
+Importing the package is cheap: the settings need neither torch nor timm (a config is
+validated without them); the studies are imported from their modules on first use.
+"""
 
-__all__ = [
-    "METHODS",
-    "InversionSettings",
-    "PerceptualNet",
-    "SaliencySettings",
-    "attentive_diffusion",
-    "attentive_diffusion_per_image",
-    "colour_detail_study",
-    "colour_errors",
-    "gradient_saliency",
-    "invert_features",
-    "occlusion_saliency",
-    "perceptual_distance",
-    "render_reconstructions_png",
-    "render_saliency_png",
-    "saliency_study",
-    "total_variation",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from pipeline.diagnostics.settings import METHODS, InversionSettings, PerceptualNet, SaliencySettings
+
+_LAZY = {
+    "colour_detail_study": "inversion", "colour_errors": "inversion", "invert_features": "inversion",
+    "perceptual_distance": "inversion", "total_variation": "inversion",
+    "render_reconstructions_png": "render", "render_saliency_png": "render",
+    "attentive_diffusion": "saliency", "attentive_diffusion_per_image": "saliency",
+    "gradient_saliency": "saliency", "occlusion_saliency": "saliency", "saliency_study": "saliency",
+}
+
+__all__ = sorted([*_LAZY, "METHODS", "InversionSettings", "PerceptualNet", "SaliencySettings"])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"pipeline.diagnostics.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'pipeline.diagnostics' has no attribute {name!r}")

@@ -25,7 +25,7 @@ average over layers (the unweighted LPIPS baseline of Zhang et al. 2018).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pipeline.diagnostics.checks import check_integers
 from pipeline.diagnostics.images import as_encoder, feature_function, load_images, pick_samples, to_uint8_hwc
-from pipeline.encoders import Encoder, EncoderSpec, load_encoder
+from pipeline.diagnostics.settings import InversionSettings, PerceptualNet
+from pipeline.encoders import Encoder, load_encoder
 from pipeline.errors import ConfigError, DataValidationError
 
 CHANNELS = ("red", "green", "blue")
@@ -50,41 +50,6 @@ __all__ = [
     "perceptual_distance",
     "total_variation",
 ]
-
-
-@dataclass(frozen=True)
-class InversionSettings:
-    """How features are inverted.
-
-    Parameters
-    ----------
-    steps : Adam steps.
-    lr : Adam learning rate (pixels are in [0, 1]).
-    tv_weight : weight of the total-variation prior.
-    init_noise : std of the Gaussian noise added to the grey (0.5) start image.
-    n_images : images inverted (a seeded draw; all when the split is smaller).
-    batch_size : images inverted together.
-    n_examples : reconstructions kept for pictures.
-    seed : seeds the draw of images and the start images.
-    """
-
-    steps: int = 500
-    lr: float = 0.05
-    tv_weight: float = 0.1
-    init_noise: float = 0.05
-    n_images: int = 16
-    batch_size: int = 16
-    n_examples: int = 4
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        check_integers("inversion", self, {"steps": 1, "n_images": 1, "batch_size": 1, "n_examples": 0, "seed": 0})
-        for name, positive in (("lr", True), ("tv_weight", False), ("init_noise", False)):
-            value = getattr(self, name)
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
-            if not ok or (value <= 0 if positive else value < 0):
-                raise ConfigError(f"inversion setting {name} must be a finite number "
-                                  f"{'> 0' if positive else '>= 0'}, got {value!r}")
 
 
 def total_variation(x: Tensor) -> Tensor:
@@ -170,38 +135,6 @@ def colour_errors(originals: Any, reconstructions: Any) -> dict[str, float]:
     out = {name: float(v) for name, v in zip(CHANNELS, per_channel)}
     out["mean"] = float(per_channel.mean())
     return out
-
-
-@dataclass(frozen=True)
-class PerceptualNet:
-    """A perceptual network from a local file: timm ``arch`` with the checkpoint ``weights``
-    (.safetensors, .pth, .pt, .bin; loaded strictly, classifier tensors dropped).
-
-    Parameters
-    ----------
-    arch : timm architecture.
-    weights : path of the checkpoint file.
-    layers : intermediate layers compared (``forward_intermediates`` indices); None: all.
-    input_size : square input size the network is built for (ViTs); None: its default.
-    """
-
-    arch: str
-    weights: str
-    layers: tuple[int, ...] | None = None
-    input_size: int | None = None
-
-    def spec(self) -> EncoderSpec:
-        """The EncoderSpec that loads this network; refuses anything but a local file.
-
-        Returns
-        -------
-        EncoderSpec
-        """
-        spec = EncoderSpec(name="perceptual", arch=self.arch, weights=str(self.weights), input_size=self.input_size)
-        if spec.weights_kind != "checkpoint":
-            raise ConfigError(f"perceptual network weights must be a local checkpoint file, got {self.weights!r} "
-                              "(no random or hub weights: the distance would mean nothing)")
-        return spec
 
 
 def perceptual_distance(net: Encoder, x: Tensor, y: Tensor, layers: tuple[int, ...] | None = None) -> Tensor:

@@ -18,18 +18,16 @@ encoder has few pixels above the mean; a diffuse one has many. A constant map ha
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from pipeline.diagnostics.checks import check_integers
 from pipeline.diagnostics.images import as_encoder, feature_function, load_images, pick_samples, to_uint8_hwc
+from pipeline.diagnostics.settings import METHODS, SaliencySettings
 from pipeline.errors import ConfigError, DataValidationError
-
-METHODS = ("gradient", "occlusion")
 
 __all__ = [
     "METHODS",
@@ -151,35 +149,6 @@ def occlusion_saliency(features: Callable[[Tensor], Tensor], images: Tensor, pat
                     count[i:i + patch, j:j + patch] += 1
             out[k] = credit / count
     return out
-
-
-@dataclass(frozen=True)
-class SaliencySettings:
-    """How saliency is measured.
-
-    Parameters
-    ----------
-    method : ``gradient`` or ``occlusion``.
-    n_images : test images used (a seeded draw; all when the split is smaller).
-    batch_size : images per gradient batch / occluded images per forward pass.
-    patch, stride : occlusion square side and step, pixels.
-    n_examples : maps kept for pictures.
-    seed : seeds the draw of images.
-    """
-
-    method: str = "gradient"
-    n_images: int = 64
-    batch_size: int = 16
-    patch: int = 16
-    stride: int = 8
-    n_examples: int = 4
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ConfigError(f"saliency method {self.method!r} is not one of {', '.join(METHODS)}")
-        check_integers("saliency", self, {"n_images": 1, "batch_size": 1, "patch": 1, "stride": 1,
-                                          "n_examples": 0, "seed": 0})
 
 
 def saliency_study(encoder: Any, dataset: Any, split: str = "test", settings: SaliencySettings | None = None,

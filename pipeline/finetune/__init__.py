@@ -5,10 +5,16 @@ Entry points: :func:`grid_points` lists the runs of a :class:`FinetuneSettings`;
 :func:`run_grid_point` is one resumable run (a unit of work for a scheduler);
 :func:`select_best` and :func:`finetune_result` combine the runs; :func:`run_finetune`
 does all of it in one process.
+
+Importing the package is cheap: the settings need neither torch nor timm (a config is
+validated without them); the training code is imported from its module on first use.
 """
 
-from pipeline.finetune.optim import cosine_lr, make_optimizer, make_scheduler, optimizer_weight_decay
-from pipeline.finetune.result import finetune_result, run_finetune, select_best
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from pipeline.finetune.settings import (
     AUGMENTATIONS,
     CENTER_CROP,
@@ -20,29 +26,19 @@ from pipeline.finetune.settings import (
     GridPoint,
     grid_points,
 )
-from pipeline.finetune.unit import REFIT, SELECT, STAGES, FinetuneClassifier, resolve_device, run_grid_point
 
-__all__ = [
-    "AUGMENTATIONS",
-    "CENTER_CROP",
-    "DEFAULT_LRS",
-    "DEFAULT_WEIGHT_DECAYS",
-    "RANDOM_RESIZED_CROP_FLIP",
-    "REFIT",
-    "SELECT",
-    "STAGES",
-    "DatasetSplits",
-    "FinetuneClassifier",
-    "FinetuneSettings",
-    "GridPoint",
-    "cosine_lr",
-    "finetune_result",
-    "grid_points",
-    "make_optimizer",
-    "make_scheduler",
-    "optimizer_weight_decay",
-    "resolve_device",
-    "run_finetune",
-    "run_grid_point",
-    "select_best",
-]
+_LAZY = {
+    "cosine_lr": "optim", "make_optimizer": "optim", "make_scheduler": "optim", "optimizer_weight_decay": "optim",
+    "finetune_result": "result", "run_finetune": "result", "select_best": "result",
+    "REFIT": "unit", "SELECT": "unit", "STAGES": "unit", "FinetuneClassifier": "unit", "resolve_device": "unit",
+    "run_grid_point": "unit",
+}
+
+__all__ = sorted([*_LAZY, "AUGMENTATIONS", "CENTER_CROP", "DEFAULT_LRS", "DEFAULT_WEIGHT_DECAYS",
+                  "RANDOM_RESIZED_CROP_FLIP", "DatasetSplits", "FinetuneSettings", "GridPoint", "grid_points"])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"pipeline.finetune.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'pipeline.finetune' has no attribute {name!r}")

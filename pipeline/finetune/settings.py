@@ -4,7 +4,8 @@ Defaults follow Ericsson et al. 2021 (appendix A.2) and the authors' released co
 steps of batch 64, SGD with Nesterov momentum 0.9, cosine decay; learning rates 1e-4, 1e-3,
 1e-2, 1e-1 (4 log-spaced values in [1e-4, 0.1]); weight decays 0, 1e-6, 1e-5, 1e-4, 1e-3
 (4 log-spaced values in [1e-6, 1e-3] plus none), each divided by the learning rate (see
-:func:`pipeline.finetune.optim.optimizer_weight_decay`).
+:func:`pipeline.finetune.optim.optimizer_weight_decay`); the augmentation chosen on
+validation from random resized crop + flip and centre crop (4 x 5 x 2 = 40 grid points).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class FinetuneSettings:
     batch_size: int = 64
     lrs: tuple[float, ...] = DEFAULT_LRS
     weight_decays: tuple[float, ...] = DEFAULT_WEIGHT_DECAYS
-    augmentations: tuple[str, ...] = (RANDOM_RESIZED_CROP_FLIP,)
+    augmentations: tuple[str, ...] = AUGMENTATIONS
     momentum: float = 0.9
     val_fraction: float = 0.2
     seed: int = 0

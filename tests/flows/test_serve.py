@@ -162,9 +162,14 @@ def test_the_run_summary_is_in_prefect_logs_and_artifacts(served):
         runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["repeval-benchmark"])))
         first = [r for r in runs if r.state and r.state.is_final()][-1]
         assert first.state.is_failed() and "checkpoint" in first.state.message  # the bad file, named
-        lines = [log.message for log in client.read_logs(
-            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[first.id])))]
-        text = "\n".join(lines)
+
+        def run_log() -> str:
+            return "\n".join(log.message for log in client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[first.id]))))
+
+        # the serve process ships its log lines to the server in batches, after the run's end
+        text = _wait("the first run's summary in Prefect's log", lambda: "report:" in run_log() and run_log(),
+                     served, timeout=60)
         assert "scan: new checkpoints: extracted" in text and "new encoders: good1, good2" in text
         assert "bad.safetensors" in text and "report:" in text
         artifacts = client.read_latest_artifacts(artifact_filter=ArtifactCollectionFilter(
