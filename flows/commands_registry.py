@@ -46,15 +46,24 @@ def add_registry_commands(sub: Any, show_dataset_command: Callable[[argparse.Nam
 
 def cmd_protocols(args: argparse.Namespace) -> int:
     """Every protocol with its settings' defaults, or one with their valid values too."""
-    from pipeline.protocols.describe import protocol_listing, protocol_record, protocol_summary
+    from pipeline.encoder_protocols import list_encoder_protocols
+    from pipeline.errors import unknown_name
+    from pipeline.protocols import describe
     from pipeline.protocols.registry import list_protocols
 
-    names = [args.name] if args.name else list_protocols()
+    readout, encoder = list_protocols(), list_encoder_protocols()
+    if args.name is not None and args.name not in readout + encoder:
+        raise unknown_name("protocol", args.name, readout + encoder)
     if args.json:
-        records = [protocol_record(n) for n in names]
-        print(json.dumps(records[0] if args.name else records, indent=1))
+        records = [describe.protocol_record(n) for n in readout] + \
+            [describe.encoder_protocol_record(n) for n in encoder]
+        print(json.dumps(next(r for r in records if r["name"] == args.name) if args.name else records, indent=1))
+    elif args.name:
+        print(describe.protocol_summary(args.name) if args.name in readout
+              else describe.encoder_protocol_summary(args.name))
     else:
-        print(protocol_summary(args.name) if args.name else protocol_listing(names))
+        print(f"{describe.protocol_listing(readout)}\n\nEncoder protocols (they read an encoder's weights and a "
+              f"dataset's images, not stored features):\n{describe.encoder_protocol_listing()}")
     return 0
 
 

@@ -2,7 +2,9 @@
 
 What ``repeval protocols`` prints and what the docs' settings tables are checked against.
 Read from the registry alone (``Protocol.defaults``, ``.choices``, ``.bounds`` and the
-capability flags), so nothing here can disagree with what a config is validated by.
+capability flags), so nothing here can disagree with what a config is validated by. The
+encoder protocols (fine-tuning, diagnostics) are listed from their own registry, with
+their defaults and metrics (their settings classes check the values).
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.encoder_protocols import EncoderProtocol, get_encoder_protocol, list_encoder_protocols
 from pipeline.protocols.devices import DEVICE_CHOICES
 from pipeline.protocols.registry import Bound, Protocol, get_protocol, list_protocols
 
-__all__ = ["SettingRow", "format_number", "protocol_listing", "protocol_record", "protocol_summary", "range_text",
-           "setting_rows"]
+__all__ = ["SettingRow", "encoder_protocol_listing", "encoder_protocol_record", "encoder_protocol_summary",
+           "format_number", "protocol_listing", "protocol_record", "protocol_summary", "range_text", "setting_rows"]
 
 
 @dataclass(frozen=True)
@@ -119,9 +122,12 @@ def setting_rows(name: str) -> list[SettingRow]:
     return [SettingRow(k, v, range_text(protocol, k)) for k, v in protocol.defaults.items()]
 
 
-def _default_text(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, (bool, list, tuple)) or value is None else \
-        format_number(value) if isinstance(value, (int, float)) else str(value)
+def _default_text(value: Any, inside: bool = False) -> str:
+    if isinstance(value, (list, tuple)):  # numbers as written (np.logspace's 1e-5 is 9.999999999999999e-06)
+        return "[" + ", ".join(_default_text(v, inside=True) for v in value) + "]"
+    if isinstance(value, bool) or value is None or (inside and isinstance(value, str)):
+        return json.dumps(value)
+    return format_number(value) if isinstance(value, (int, float)) else str(value)
 
 
 def _flags(protocol: Protocol) -> str:
@@ -189,3 +195,62 @@ def protocol_record(name: str) -> dict[str, Any]:
     return {"name": name, "version": protocol.version, "description": protocol.description,
             "streams_train": protocol.streams_train, "multilabel": protocol.multilabel,
             "settings": [{"name": r.name, "default": r.default, "valid": r.valid} for r in setting_rows(name)]}
+
+
+def _encoder_line(protocol: EncoderProtocol) -> str:
+    return (f"{protocol.name} (version {protocol.version}, encoder protocol): {protocol.summary}\n"
+            f"  multi-label: {'yes' if protocol.multilabel else 'no'}; metrics: {', '.join(protocol.metrics)}")
+
+
+def encoder_protocol_summary(name: str) -> str:
+    """One encoder protocol in full: what it measures, its metrics and its settings' defaults.
+
+    Parameters
+    ----------
+    name : str
+        A registered encoder protocol (UnknownNameError lists the valid names).
+
+    Returns
+    -------
+    str
+    """
+    protocol = get_encoder_protocol(name)
+    rows = [("setting", "default")] + [(k, _default_text(v)) for k, v in protocol.fields.items()]
+    width = max(len(a) for a, _ in rows)
+    ignored = f"\n  not part of a result's identity: {', '.join(protocol.ignored)}" if protocol.ignored else ""
+    return "\n".join([_encoder_line(protocol) + ignored, ""] + [f"  {a:<{width}}  {b}" for a, b in rows])
+
+
+def encoder_protocol_listing() -> str:
+    """Every encoder protocol: what it measures, its metrics, its settings with defaults.
+
+    Returns
+    -------
+    str
+    """
+    blocks = []
+    for name in list_encoder_protocols():
+        protocol = get_encoder_protocol(name)
+        settings = ", ".join(f"{k}={_default_text(v)}" for k, v in protocol.fields.items())
+        blocks.append(f"{_encoder_line(protocol)}\n  settings: {settings}")
+    return "\n".join(blocks)
+
+
+def encoder_protocol_record(name: str) -> dict[str, Any]:
+    """One encoder protocol as JSON-able data (``repeval protocols --json``).
+
+    Parameters
+    ----------
+    name : str
+        A registered encoder protocol.
+
+    Returns
+    -------
+    dict
+        ``name``, ``version``, ``description``, ``kind`` (``encoder``), ``multilabel``,
+        ``metrics``, ``ignored`` and ``settings`` (name, default).
+    """
+    protocol = get_encoder_protocol(name)
+    return {"name": name, "version": protocol.version, "description": protocol.summary, "kind": "encoder",
+            "multilabel": protocol.multilabel, "metrics": list(protocol.metrics), "ignored": list(protocol.ignored),
+            "settings": [{"name": k, "default": v} for k, v in protocol.fields.items()]}

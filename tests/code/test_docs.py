@@ -7,18 +7,22 @@ file, section and row:
 * docs/protocols.md: a ``## <protocol>`` section per registered protocol, with its
   capability flags and a settings table whose rows, defaults, choices and range ends are
   the registry's;
+* docs/finetune.md, docs/diagnostics.md: a settings table per encoder protocol whose rows
+  and defaults are its registry entry's;
 * docs/datasets.md: a ``## <adapter>`` section per adapter whose parameter table is the
   constructor's signature, defaults included;
 * docs/config.md: a table row for every field of the config's dataclasses (and of
   ``suite:``), defaults included;
-* docs/cli.md: a ``## repeval <command>`` section per subcommand naming each option, and
-  every exit code;
+* docs/cli.md: a ``## repeval <command>`` section per subcommand naming each option with
+  the parser's default, and every exit code;
+* docs/store.md: a layout row for every folder the store's keys are built under;
 * README.md: a "Documentation" section linking every file of docs/.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import inspect
 import re
@@ -98,6 +102,43 @@ def test_protocol_section_matches_the_registry(name):
     if extra:
         problems.append(f"rows for settings the registry does not have: {extra}")
     assert not problems, f"docs/protocols.md, section '## {name}':\n  " + "\n  ".join(problems)
+
+
+# -- encoder protocols ---------------------------------------------------------------------------
+# Where each encoder protocol's settings table is: (file in docs/, start of its section's heading).
+ENCODER_PROTOCOL_TABLES = {"finetune": ("finetune.md", "Settings"),
+                           "saliency": ("diagnostics.md", "Attentive diffusion"),
+                           "colour_detail": ("diagnostics.md", "Colour and detail")}
+
+
+def _encoder_protocols() -> list[str]:
+    from pipeline.encoder_protocols import list_encoder_protocols
+
+    return list_encoder_protocols()
+
+
+def test_every_encoder_protocol_has_a_settings_table():
+    missing = [n for n in _encoder_protocols() if n not in ENCODER_PROTOCOL_TABLES]
+    assert not missing, (f"encoder protocol(s) {missing} have no documented settings table: write one in docs/ "
+                         "and name it in ENCODER_PROTOCOL_TABLES")
+
+
+@pytest.mark.parametrize("name", _encoder_protocols())
+def test_encoder_protocol_table_matches_the_registry(name):
+    from pipeline.encoder_protocols import get_encoder_protocol
+
+    file, heading = ENCODER_PROTOCOL_TABLES[name]
+    body = next((b for h, b in sections(DOCS / file).items() if h.startswith(heading)), None)
+    assert body is not None, f"docs/{file} has no section starting '## {heading}' for encoder protocol {name}"
+    rows = {first_code(r[0]): r for r in table_rows(body) if first_code(r[0])}
+    fields = get_encoder_protocol(name).fields
+    problems = [f"no row '| `{k}` | {v!r} | range / choices | meaning |'" for k, v in fields.items() if k not in rows]
+    problems += [f"`{k}`: documented default {rows[k][1]!r}, registry default {v!r}" for k, v in fields.items()
+                 if k in rows and not same_value(parse_value(rows[k][1].replace("`", "'")), v)]
+    extra = sorted(set(rows) - set(fields))
+    if extra:
+        problems.append(f"rows for settings the registry does not have: {extra}")
+    assert not problems, f"docs/{file}, section '## {heading}...' ({name}):\n  " + "\n  ".join(problems)
 
 
 # -- dataset adapters ----------------------------------------------------------------------------
@@ -219,6 +260,21 @@ def test_config_reference_says_how_paths_layers_and_checkpoint_names_work():
         assert phrase in text, f"docs/config.md no longer explains {phrase!r}"
 
 
+# -- store layout ----------------------------------------------------------------------------------
+def test_store_layout_lists_every_folder_of_the_store():
+    """Each top-level folder that storage_schema/keys.py builds keys under has a row."""
+    tree = ast.parse((REPO / "storage_schema" / "keys.py").read_text())
+    values = {n.targets[0].id: n.value for n in tree.body if isinstance(n, ast.Assign)
+              and isinstance(n.targets[0], ast.Name) and n.targets[0].id.lstrip("_").isupper()}
+    side = ast.literal_eval(values["SIDE"])
+    folders = {ast.literal_eval(values[k]) for k in ("FEATURES", "DATASETS")}
+    folders |= {side + ast.unparse(v).split("{SIDE}", 1)[1].rstrip("'\"") for v in values.values()
+                if isinstance(v, ast.JoinedStr) and "{SIDE}/" in ast.unparse(v)}
+    documented = {first_code(r[0]) or "" for r in table_rows(sections(DOCS / "store.md")["Layout"])}
+    missing = sorted(f for f in folders if not any(d.startswith(f + "/") for d in documented))
+    assert not missing, f"docs/store.md, section '## Layout': no row for keys under {missing}"
+
+
 # -- command line --------------------------------------------------------------------------------
 def _commands(parser: argparse.ArgumentParser, prefix: str = "repeval") -> list[tuple[str, argparse.ArgumentParser]]:
     out = []
@@ -243,19 +299,39 @@ def test_every_command_has_a_section_and_every_section_a_command():
     assert not sorted(documented - commands), f"docs/cli.md documents commands that do not exist: {sorted(documented - commands)}"
 
 
+def _documented_default_problem(action: argparse.Action, cell: str) -> str | None:
+    """Why a default cell disagrees with the parser (None when it agrees)."""
+    positional_required = not action.option_strings and action.nargs not in ("?", "*")
+    if action.required or positional_required:
+        return None if cell == "(required)" else f"required: its default cell must be '(required)', not {cell!r}"
+    if isinstance(action, argparse._StoreTrueAction):  # noqa: SLF001
+        return None if cell == "off" else f"a flag: its default cell must be 'off', not {cell!r}"
+    default = action.default
+    if isinstance(default, list) and len(default) == 1:
+        default = default[0]
+    if isinstance(default, (str, int, float)) and not isinstance(default, bool):
+        written = first_code(cell)
+        if written is None or not same_value(parse_value(written), default):
+            return f"documented default {cell!r}, parser default {action.default!r}"
+    return None
+
+
 @pytest.mark.parametrize("command, parser", _cli_commands(), ids=lambda v: v if isinstance(v, str) else "")
-def test_command_section_names_every_option(command, parser):
+def test_command_section_names_every_option_with_its_default(command, parser):
     body = sections(DOCS / "cli.md").get(command, "")
-    documented = {first_code(r[0]) for r in table_rows(body)}
-    missing = []
+    rows = {first_code(r[0]): r for r in table_rows(body)}
+    missing, wrong = [], []
     for action in parser._actions:  # noqa: SLF001
         if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):  # noqa: SLF001
             continue
         name = next((o for o in action.option_strings if o.startswith("--")), None) or action.dest.upper()
-        if name not in documented:
+        if name not in rows:
             missing.append(name)
+        elif (problem := _documented_default_problem(action, rows[name][1])) is not None:
+            wrong.append(f"`{name}`: {problem}")
     assert not missing, (f"docs/cli.md, section '## {command}': no option rows for {missing} "
                          "(add '| `--option` | default | meaning |')")
+    assert not wrong, f"docs/cli.md, section '## {command}':\n  " + "\n  ".join(wrong)
 
 
 def test_every_exit_code_is_documented():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -111,7 +112,8 @@ def same_value(documented, actual) -> bool:
     if isinstance(actual, bool) or isinstance(documented, bool):
         return documented is actual
     if isinstance(actual, (int, float)) and isinstance(documented, (int, float)):
-        return float(documented) == float(actual)
+        # 1e-5 as written equals np.logspace's 9.999999999999999e-06
+        return math.isclose(float(documented), float(actual), rel_tol=1e-12, abs_tol=0.0)
     return documented == actual
 
 
