@@ -34,7 +34,8 @@ from pipeline.protocols.calibration import calibration_report
 from pipeline.protocols.metrics import accuracy_metrics
 
 SPEC = EncoderSpec(name="tiny", arch="test_resnet", input_size=32)
-SMALL = {"steps": 4, "batch_size": 8, "save_every": 2, "num_workers": 0, "eval_batch_size": 64}
+SMALL = {"steps": 4, "batch_size": 8, "save_every": 2, "num_workers": 0, "eval_batch_size": 64,
+         "augmentations": (RANDOM_RESIZED_CROP_FLIP,)}
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -286,7 +287,8 @@ def _fake_select(point: GridPoint, score: float, rng, diverged: bool = False) ->
 
 def test_select_best_takes_the_highest_validation_score_ties_to_the_earlier_point():
     rng = np.random.default_rng(0)
-    s = FinetuneSettings(lrs=(1e-3, 1e-2, 1e-1), weight_decays=(0.0, 1e-4))
+    s = FinetuneSettings(lrs=(1e-3, 1e-2, 1e-1), weight_decays=(0.0, 1e-4),
+                         augmentations=(RANDOM_RESIZED_CROP_FLIP,))
     points = grid_points(s)
     scores = [0.5, 0.7, 0.9, 0.6, 0.9, 0.2]
     results = [_fake_select(p, v, rng) for p, v in zip(points, scores)]
@@ -303,7 +305,8 @@ def test_select_best_takes_the_highest_validation_score_ties_to_the_earlier_poin
 
 def test_finetune_result_calibrates_with_the_selection_runs_validation_logits():
     rng = np.random.default_rng(1)
-    s = FinetuneSettings(lrs=(1e-3, 1e-2), weight_decays=(0.0,), calibration_bins=10)
+    s = FinetuneSettings(lrs=(1e-3, 1e-2), weight_decays=(0.0,), calibration_bins=10,
+                         augmentations=(RANDOM_RESIZED_CROP_FLIP,))
     points = grid_points(s)
     results = [_fake_select(points[0], 0.4, rng), _fake_select(points[1], 0.8, rng)]
     test_logits, test_labels = rng.normal(size=(40, 3)) * 3, rng.integers(0, 3, 40)
