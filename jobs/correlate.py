@@ -200,8 +200,10 @@ def _correlate_one(records: list[dict], s: CorrelationSetting, reference: Mappin
 
     report = SettingReport(name=s.name, protocol=s.protocol, metric=s.metric, layer=s.layer,
                            datasets=list(s.datasets), status=INVALID)
-    mine = [r for r in records if r.get("setting") == s.protocol and r.get("layer") == s.layer
-            and r.get("dataset") in s.datasets]
+    # sorted: the ledger lists records in file-listing order, which varies between stores and
+    # runs; the models' order changes a sum's last bits and the bootstrap's resamples
+    mine = sorted((r for r in records if r.get("setting") == s.protocol and r.get("layer") == s.layer
+                   and r.get("dataset") in s.datasets), key=lambda r: (str(r.get("model")), str(r.get("dataset"))))
     try:
         scores = {(r["model"], r["dataset"]): _metric_value(r, s.metric) for r in mine}
     except DataValidationError as exc:
