@@ -21,11 +21,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m flows.demo
 
+# Two pytest workers, each test file whole on one of them (module fixtures start once);
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 check: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_protocols.py --markdown

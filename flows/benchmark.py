@@ -24,6 +24,7 @@ import dask
 from prefect import flow, get_run_logger
 from prefect.states import Failed
 
+from flows.alerts import emit_run_events, run_payload
 from flows.encoder_tasks import collect_encoder_cells, submit_encoder_cells
 from flows.tasks import correlate_and_report_task, evaluate_task, extract_task
 from jobs.config import load_config
@@ -96,7 +97,7 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: 
     scanned = {name: tuple(sig) for name, sig in (notes.get("scanned") or {}).items()}
     failures = list(notes.get("checkpoint_failures") or [])
     failures += sync_failures(st, extractions=extractions, cells=outcomes, scanned=scanned)
-    report, correlation = None, None
+    report, correlation, final = None, None, None
     try:
         final = correlate_and_report_task(config, [o for o in outcomes if o.get("cell_id")],
                                           list(notes.get("waiting") or []))
@@ -104,12 +105,17 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: 
         sync_failures(st, report_path=cfg.report.path)
     except Exception as exc:  # noqa: BLE001  the run's results stay in the ledger; say what failed
         failures += sync_failures(st, correlation=correlation_failure(cfg.report.path, exc))
+    # always `evaluated`, and `regressed` when a series' newest checkpoint got worse: for automations
+    emitted = emit_run_events(run_payload(final, outcomes, failures, cfg.report.path), cfg.report.path)
     summary = build_summary(
         reason=reason, units=len(units), cells=len(cells) + len(enc_cells), extractions=extractions,
         outcomes=outcomes,
         failures=failures, report=report, correlation=correlation, started=started,
         new_encoders=notes.get("new_encoders") or (), waiting=notes.get("waiting") or (),
         skipped_checkpoints=notes.get("skipped") or ())
+    summary["events"] = emitted
+    summary["regressions"] = list((final or {}).get("summary", {}).get("regressions") or [])
+    summary["summary_path"] = (final or {}).get("summary_path")
     publish_summary(summary)
     message = failure_message(summary)
     return Failed(message=message, data=summary) if message else summary

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before anything imports timm
 
+from flows.commands_cog import add_cog_parser  # noqa: E402
+from flows.commands_compare import add_compare_parser  # noqa: E402
 from flows.commands_registry import add_registry_commands  # noqa: E402
 from flows.commands_run import cmd_deploy, cmd_report, cmd_run, cmd_serve  # noqa: E402
 from flows.commands_store import (  # noqa: E402
@@ -44,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--name", help="encoder name in the store (default: the architecture)")
     e.add_argument("--weights", default="random", help="'random', a checkpoint path, or 'pretrained'")
     e.add_argument("--seed", type=int, default=0, help="seed of random-init weights")
-    e.add_argument("--layers", nargs="+", default=["pre_logits"], help="pre_logits and/or block<i>")
+    e.add_argument("--layers", nargs="+", default=["pre_logits"], help="pre_logits, block<i> and/or block<i>.tokens")
     e.add_argument("--input-size", type=int, help="override the model's input size")
     e.add_argument("--dataset", required=True, help="dataset adapter: digits, textures, image_folder, ...")
     e.add_argument("--dataset-name", help="dataset name in the store (default: the adapter's)")
@@ -67,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_ls)
 
-    ver = sub.add_parser("verify", help="read every chunk: report damaged (checksum) or incomplete arrays")
+    ver = sub.add_parser("verify", help="read every chunk: report damaged (checksum) or incomplete arrays, "
+                                        "and evidence that differs from its record")
     ver.add_argument("--store", default=DEFAULT_STORE)
     ver.add_argument("--all", dest="verbose_ok", action="store_true", help="also list the arrays that are fine")
     ver.set_defaults(func=cmd_verify)
@@ -107,9 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("--config", help="the config's store, its names and its current settings")
     res.add_argument("--all", action="store_true", help="every record, with 'current', 'settings', 'recorded'")
     res.add_argument("--failed", action="store_true", help="what failed (cells, extractions, checkpoints)")
+    res.add_argument("--ranks", action="store_true",
+                     help="each encoder's rank per dataset and setting, and how the settings' rankings agree")
     res.add_argument("--format", default="table", help="table, csv, parquet or json")
     res.add_argument("--output", help="file to write (csv, parquet, json)")
     res.set_defaults(func=cmd_results)
+
+    add_compare_parser(sub)
 
     rep = sub.add_parser("report", help="write the HTML report of a config from the ledger")
     rep.add_argument("config")
@@ -131,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     dep.add_argument("--timezone", help="IANA time zone of --cron (default: UTC)")
     dep.add_argument("--name", help="deployment name (default: the config file's name without suffix)")
     dep.set_defaults(func=cmd_deploy)
+    add_cog_parser(sub)
     return p
 
 

@@ -115,6 +115,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
             print(f"damaged    {st.key}: chunk(s) {bad} fail their checksum")
         elif args.verbose_ok:
             print(f"ok         {st.key}")
+    from storage_schema.evidence import verify_evidence
+    from storage_schema.ledger import Ledger
+
+    # each cell's evidence: chunks intact and still the bytes its record was made from
+    checked, wrong = verify_evidence(store, Ledger(store))
+    for problem in wrong:
+        print(problem.line())
+    if args.verbose_ok and checked:
+        print(f"ok         {checked - len(wrong)} of {checked} cells' evidence (predictions, scores, episodes)")
+    problems += len(wrong)
     print(f"{problems} problem(s) in {store.url}")
     return EXIT_PROBLEMS if problems else 0
 
@@ -185,6 +195,11 @@ def cmd_results(args: argparse.Namespace) -> int:
         rows, missing = config_records(store, cfg, args.all)
     else:
         rows, missing = store_records(store, args.all), 0
+    if args.ranks:
+        from flows.commands_ranks import print_ranks
+
+        return print_ranks([r for r in rows if r.get("current", True)], args,
+                           cfg.correlation if cfg is not None else None)
     if args.format != "table":
         export_records(rows, args.output, args.format)
         print(f"wrote {args.output} ({len(rows)} records)")

@@ -98,7 +98,8 @@ def demo_config(out: Path | None = None, size: DemoSize = FULL) -> dict:
     random_encoders = [
         {"name": "resnet18-random", "arch": "resnet18", "input_size": INPUT_SIZE, "seed": 0,
          "layers": ["pre_logits", "block3"]},
-        {"name": "vit-tiny-random", "arch": "vit_tiny_patch16_224", "input_size": INPUT_SIZE, "seed": 0},
+        {"name": "vit-tiny-random", "arch": "vit_tiny_patch16_224", "input_size": INPUT_SIZE, "seed": 0,
+         "layers": ["pre_logits", "block11.tokens"]},  # the tokens: for the attentive probe
         {"name": "mobilenet-random", "arch": "mobilenetv3_small_050", "input_size": INPUT_SIZE, "seed": 0},
     ]
     config = {
@@ -129,6 +130,10 @@ def demo_config(out: Path | None = None, size: DemoSize = FULL) -> dict:
             {"name": "lowshot", "protocol": "lowshot"},
             {"name": "invariance", "protocol": "invariance", "settings": {"max_train": 600},
              "datasets": ["digits"]},
+            {"name": "mlp", "protocol": "mlp", "datasets": ["digits"],
+             "settings": {"hidden_units": 256, "weight_decays": [0.0, 1e-3, 1e-2], "max_epochs": 40}},
+            {"name": "attentive", "protocol": "attentive", "datasets": ["digits"],
+             "settings": {"num_heads": 4, "learning_rates": [1e-3, 1e-2], "weight_decays": [1e-2], "max_epochs": 30}},
         ],
         "correlation": {"settings": [
             {"name": "many-shot linear", "protocol": "linear", "datasets": ["digits", "textures"]},

@@ -1,6 +1,8 @@
 """Turn checkpoint folders into encoders: what the nightly schedule evaluates.
 
-Each file matching a scan's pattern becomes an encoder named ``<name_prefix><file stem>``.
+Each file matching a scan's pattern becomes an encoder named ``<name_prefix><file stem>``,
+in the scan's series (its ``series:`` name, else the folder's), at the training step its
+name (``step_pattern``) or metadata gives.
 A sidecar ``<stem>.json`` may carry ``{"reference_score": 0.71}`` (e.g. the source-task
 accuracy the trainer measured), which becomes that encoder's reference score.
 
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.config import BenchmarkConfig, CheckpointScan, EncoderConfig
+from pipeline.series.steps import series_name
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+=@-]")
 
@@ -75,6 +78,18 @@ def _sidecar_score(path: Path) -> float | None:
     return float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None
 
 
+def scan_step(scan: CheckpointScan, path: Path) -> int | None:
+    """The checkpoint's training step: from its name (the scan's ``step_pattern``), else from
+    its metadata; None when neither gives one (the series section says so)."""
+    from pipeline.errors import CheckpointError
+    from pipeline.series.steps import checkpoint_step
+
+    try:
+        return checkpoint_step(path, scan.step_pattern).step
+    except CheckpointError:  # no step, or an unreadable file: the checkpoint is still evaluated
+        return None
+
+
 def scan_files(scan: CheckpointScan, *, ready_only: bool = True, now: float | None = None,
                ) -> tuple[list[ScannedFile], list[str]]:
     """(ready files as encoders, paths still being written) in ``scan.path``, sorted by name.
@@ -98,7 +113,8 @@ def scan_files(scan: CheckpointScan, *, ready_only: bool = True, now: float | No
             waiting.append(str(path))
             continue
         enc = EncoderConfig(name=encoder_name(scan, path), arch=scan.arch, weights=str(path),
-                            layers=list(scan.layers), input_size=scan.input_size)
+                            layers=list(scan.layers), input_size=scan.input_size,
+                            series=series_name(path, scan.series), step=scan_step(scan, path))
         taken.append(ScannedFile(enc, str(path), st.st_size, st.st_mtime_ns, _sidecar_score(path)))
     return taken, waiting
 

@@ -85,11 +85,17 @@ class EncoderConfig:
     layers: list[str] = field(default_factory=lambda: ["pre_logits"])
     input_size: int | None = None
     strip_prefixes: list[str] = field(default_factory=lambda: ["module."])
+    series: str | None = None  # a checkpoint series this encoder belongs to (set by a scan, or given)
+    step: int | None = None  # its training step in that series
 
     def check(self, path: str) -> None:
         _name(self.name, f"{path}.name")
         for i, layer in enumerate(self.layers):
             _name(layer, f"{path}.layers[{i}]")
+        if self.step is not None and (isinstance(self.step, bool) or self.step < 0):
+            raise ConfigError(f"{path}.step: {self.step!r} must be a training step >= 0")
+        if self.series is not None and not self.series.strip():
+            raise ConfigError(f"{path}.series: must not be empty")
 
     def spec(self):
         """The ``pipeline.encoders.EncoderSpec`` of these fields (imports timm)."""
@@ -108,6 +114,11 @@ class CheckpointScan:
     modification time have not changed for ``settle_seconds``, or, with ``done_suffix``
     (e.g. ``.done``), only once a marker file ``<checkpoint file name><done_suffix>`` exists
     (a training script writes the checkpoint, then touches the marker).
+
+    The folder's checkpoints form a series (named ``series``, else after the folder); each
+    one's training step comes from its file name (``step_pattern``: ``"step{step}"`` or a
+    regular expression with a group ``step``), else from its metadata (``step``,
+    ``global_step`` or ``epoch``).
     """
 
     path: str
@@ -118,10 +129,21 @@ class CheckpointScan:
     name_prefix: str = ""
     settle_seconds: float = 30.0
     done_suffix: str | None = None
+    series: str | None = None
+    step_pattern: str | None = None
 
     def check(self, path: str) -> None:
         if not self.path.strip() or not self.pattern.strip():
             raise ConfigError(f"{path}: path and pattern must not be empty")
+        if self.series is not None and not self.series.strip():
+            raise ConfigError(f"{path}.series: must not be empty (leave it out to name the series after the folder)")
+        if self.step_pattern is not None:
+            from pipeline.series.steps import compile_step_pattern
+
+            try:
+                compile_step_pattern(self.step_pattern)
+            except ConfigError as exc:
+                raise ConfigError(f"{path}.step_pattern: {exc}") from None
         if self.settle_seconds < 0:
             raise ConfigError(f"{path}.settle_seconds: {self.settle_seconds} must be >= 0")
         if self.done_suffix is not None and (not self.done_suffix.strip() or "/" in self.done_suffix):

@@ -145,7 +145,8 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
         "settings": settings, "config_hash": config_hash(settings), "splits": cell.splits(),
         "fingerprints": fps, "metrics": json_ready(result.metrics), "diagnostics": json_ready(result.diagnostics),
         "warnings": result.warnings, "converged": bool(result.diagnostics.get("converged", True)),
-        "n_train": int(train_feats.shape[0]), "n_test": int(test_feats.shape[0]), "dim": int(train_feats.shape[1]),
+        "n_train": int(train_feats.shape[0]), "n_test": int(test_feats.shape[0]), "dim": int(train_feats.shape[-1]),
+        **({"n_tokens": int(train_feats.shape[1])} if len(train_feats.shape) == 3 else {}),
         "timings": {"read_s": read_seconds, "fit_s": result.seconds},
         "provenance": {
             "arch": enc.get("arch"), "weights_fingerprint": enc.get("weights_fingerprint"),
@@ -155,10 +156,33 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
         },
         "recorded": now_iso(),
     }
-    if record and not ledger.put(rec):
+    if not record:
+        return CellOutcome(cid, "computed", rec)
+    if result.evidence is None:
+        stored = ledger.put(rec)
+    else:
+        stored = _put_with_evidence(store, ledger, rec, result.evidence, arrays[cell.test_split][1].key)
+    if not stored:
         log.info("cell %s was recorded by another process meanwhile", cid)
         return CellOutcome(cid, "cached", ledger.get(cid))
     return CellOutcome(cid, "computed", rec)
+
+
+def _put_with_evidence(store: FeatureStore, ledger: Ledger, rec: dict[str, Any], evidence: Any,
+                       labels_key: str) -> bool:
+    """Store the cell's evidence, then its record (a record never names evidence that is not
+    there), both under the cell's evidence lease: a second process evaluating the same cell
+    finds the record once it gets the lease and leaves the evidence alone. ``labels_key``:
+    the test labels the evidence pairs on (a comparison reads them back)."""
+    from storage_schema.evidence import write_evidence
+    from storage_schema.keys import evidence_group_key
+
+    cid = rec["cell_id"]
+    with store.lease(evidence_group_key(cid)) as lease:
+        if ledger.has(cid):
+            return False
+        rec["evidence"] = {**write_evidence(store, lease, cid, evidence), "labels": labels_key}
+        return ledger.put(rec)
 
 
 def evaluate_cells(store: FeatureStore, cells: list[Cell], *, unavailable: dict[tuple[str, str], str] | None = None,

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from tqdm.auto import tqdm
 
-from jobs.forward import forward_chunks, layer_fingerprints, recorded_spec
+from jobs.forward import forward_chunks, layer_dtype, layer_fingerprints, recorded_spec
 from jobs.labels import store_labels
 from pipeline.datasets import DatasetAdapter
 from pipeline.encoders import Encoder, EncoderSpec, load_encoder
@@ -148,19 +148,19 @@ def _run(store: FeatureStore, lease: Lease, encoder: Encoder, dataset: DatasetAd
          labels_key: str) -> None:
     n = report.rows
     chunk_rows = config.batch_size * config.chunk_batches
-    dims = encoder.feature_dims()
+    shapes = encoder.feature_shapes()
     pooling = encoder.layer_pooling()
     specs = []
     for layer in todo_status:
         attrs = {
             "fingerprint": report.fingerprints[layer], "kind": "features", "model": report.model,
             "dataset": report.dataset, "split": split, "layer": layer, "pooling": pooling[layer],
-            "dtype": config.dtype, "chunk_rows": chunk_rows, "batch_size": config.batch_size, "labels": labels_key,
+            "dtype": layer_dtype(layer, config.dtype), "chunk_rows": chunk_rows, "batch_size": config.batch_size, "labels": labels_key,
             "encoder": encoder.provenance(), "encoder_spec": recorded_spec(encoder.spec),
             "dataset_fingerprint": dataset.fingerprint(split), "dataset_params": dataset.describe(),
             "skipped_ids": report.skipped_ids, "libraries": library_versions(),
         }
-        specs.append(ArraySpec(report.keys[layer], (n, dims[layer]), chunk_rows, config.dtype, attrs))
+        specs.append(ArraySpec(report.keys[layer], (n, *shapes[layer]), chunk_rows, attrs["dtype"], attrs))
     layer_of = {report.keys[layer]: layer for layer in todo_status}
     started = time.perf_counter()
     bar = tqdm(total=0, unit="img", disable=not config.progress, desc=f"{report.model}/{report.dataset}/{split}",

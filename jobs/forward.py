@@ -16,7 +16,25 @@ from torch.utils.data import DataLoader
 
 from pipeline.datasets import DatasetAdapter, TorchImageDataset
 from pipeline.encoders import Encoder, EncoderSpec
+from pipeline.encoders.spec import TOKENS_DTYPE, is_token_layer
 from storage_schema import array_fingerprint
+
+
+def layer_dtype(layer: str, dtype: str) -> str:
+    """The stored dtype of ``layer``: the extraction's, or float16 for token features.
+
+    Parameters
+    ----------
+    layer : str
+        A layer name.
+    dtype : str
+        The extraction's dtype.
+
+    Returns
+    -------
+    str
+    """
+    return TOKENS_DTYPE if is_token_layer(layer) else dtype
 
 
 def layer_fingerprints(encoder: Encoder, dataset_fingerprint: str, split: str, dtype: str) -> dict[str, str]:
@@ -31,7 +49,7 @@ def layer_fingerprints(encoder: Encoder, dataset_fingerprint: str, split: str, d
     split : str
         The split's name.
     dtype : str
-        The stored dtype.
+        The extraction's dtype (token layers: float16, see :func:`layer_dtype`).
 
     Returns
     -------
@@ -43,7 +61,7 @@ def layer_fingerprints(encoder: Encoder, dataset_fingerprint: str, split: str, d
         layer: array_fingerprint(
             weights_fingerprint=encoder.weights_fingerprint, data_config=encoder.data_config,
             layer=layer, pooling=pooling[layer], dataset_fingerprint=dataset_fingerprint, split=split,
-            dtype=dtype, arch=encoder.spec.arch,
+            dtype=layer_dtype(layer, dtype), arch=encoder.spec.arch,
             compute_precision="float16-autocast" if encoder.autocast else "float32",
         )
         for layer in encoder.layers
@@ -147,7 +165,7 @@ def forward_chunks(encoder: Encoder, dataset: DatasetAdapter, split: str, chunks
     chunk_rows, batch_size : int
         The array's rows per chunk and the extraction's rows per batch.
     dtype : str
-        The dtype of the yielded rows.
+        The dtype of the yielded rows (token layers: float16, see :func:`layer_dtype`).
     num_workers : int
         DataLoader worker processes.
     on_batch : callable, optional
@@ -160,14 +178,14 @@ def forward_chunks(encoder: Encoder, dataset: DatasetAdapter, split: str, chunks
     """
     n = dataset.num_samples(split)
     loader = batch_loader(dataset, split, encoder, chunk_batches(chunks, n, chunk_rows, batch_size), num_workers)
-    out_dtype = np.dtype(dtype)
+    out_dtype = {layer: np.dtype(layer_dtype(layer, dtype)) for layer in encoder.layers}
     buffers: dict[str, list[np.ndarray]] = {layer: [] for layer in encoder.layers}
     for images, index in loader:
         feats = encoder.forward(images)
         if on_batch is not None:
             on_batch(len(index))
         for layer in encoder.layers:
-            buffers[layer].append(feats[layer].astype(out_dtype, copy=False))
+            buffers[layer].append(feats[layer].astype(out_dtype[layer], copy=False))
         last_row = int(index[-1])
         chunk = last_row // chunk_rows
         if last_row + 1 == min((chunk + 1) * chunk_rows, n):  # the chunk is whole: hand it over

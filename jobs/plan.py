@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.checkpoint_scan import ScanResult, scan_checkpoints, with_encoders
-from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig
+from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
 from jobs.encoder_cells import EncoderCell, encoder_cells, needs_features
 from jobs.encoder_config import check_encoder_work
 from jobs.evaluate import Cell
@@ -75,16 +75,22 @@ def extraction_units(cfg: BenchmarkConfig) -> list[ExtractUnit]:
 
 def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
     """Every (encoder, dataset, layer, protocol setting) the config asks for: each protocol
-    on every layer its encoders extract, or on the protocol's ``layers`` among them."""
+    on every layer its encoders extract, or on the protocol's ``layers`` among them; token
+    layers (``block<i>.tokens``) only with the protocols that read tokens, and pooled layers
+    only with the others."""
+    from pipeline.encoders.spec import is_token_layer
+    from pipeline.protocols.registry import get_protocol
+
     cells = []
     for p in cfg.protocols:
         if is_encoder_protocol(p.protocol):  # weights + images, not features: jobs.encoder_cells
             continue
         datasets = [d for d in cfg.datasets if p.datasets is None or d.name in p.datasets]
+        tokens = get_protocol(p.protocol).tokens
         for d in datasets:
             for e in cfg.encoders:
                 for layer in e.layers:
-                    if p.layers is None or layer in p.layers:
+                    if (p.layers is None or layer in p.layers) and is_token_layer(layer) == tokens:
                         cells.append(Cell(e.name, d.name, layer, p.name, p.protocol, dict(p.settings),
                                           d.train_split, d.test_split, d.val_split))
     return cells
@@ -100,6 +106,8 @@ def check_plan(cfg: BenchmarkConfig) -> None:
         if missing:
             raise ConfigError(f"config.protocols[{i}].layers: no encoder extracts {missing[0]!r}; "
                               f"extracted layers: {', '.join(sorted(provided))}")
+        if not is_encoder_protocol(p.protocol):
+            check_token_layers(p, i, provided)
     check_multilabel_protocols(cfg)
     check_encoder_work(cfg)
     for i, d in enumerate(cfg.datasets):
@@ -120,6 +128,25 @@ def check_plan(cfg: BenchmarkConfig) -> None:
         except RepevalError as exc:
             field_ = ".weights" if isinstance(exc, (CheckpointError, HubUnavailableError)) else ""
             raise ConfigError(f"config.encoders[{i}]{field_}: {exc}") from None
+
+
+def check_token_layers(p: ProtocolConfig, i: int, provided: set[str]) -> None:
+    """A protocol that reads token features needs a ``block<i>.tokens`` layer, and its
+    ``layers`` list names layers of its kind only: else it would silently have no cells."""
+    from pipeline.encoders.spec import TOKENS_SUFFIX, is_token_layer
+    from pipeline.protocols.registry import get_protocol
+
+    tokens = get_protocol(p.protocol).tokens
+    wrong = [layer for layer in p.layers or () if is_token_layer(layer) != tokens]
+    if wrong:
+        kind = "pooled" if tokens else "token"
+        raise ConfigError(f"config.protocols[{i}].layers: {wrong[0]!r} is a {kind} layer, which protocol "
+                          f"{p.protocol!r} ({p.name}) cannot read; "
+                          + (f"it reads token layers 'block<i>{TOKENS_SUFFIX}'" if tokens else
+                             "token layers are read by the protocols that take tokens"))
+    if tokens and not any(is_token_layer(layer) for layer in provided):
+        raise ConfigError(f"config.protocols[{i}] ({p.name}): protocol {p.protocol!r} reads token features, but no "
+                          f"encoder extracts a token layer; add e.g. 'block11{TOKENS_SUFFIX}' to an encoder's layers")
 
 
 def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:

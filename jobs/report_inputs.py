@@ -93,10 +93,16 @@ def reference_scores(records: list[dict[str, Any]], cfg: BenchmarkConfig) -> tup
 
 
 def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Iterable[Mapping[str, Any]],
-                         path: str | None = None, *, plan=None, waiting: Iterable[str] = ()) -> dict[str, Any]:
+                         path: str | None = None, *, plan=None, waiting: Iterable[str] = (),
+                         write_summary: bool = True) -> dict[str, Any]:
     """Correlate the records of ``cells`` (each a ``cell_id`` and the cell's names) and write
     the report, with this config's failures and data problems; ``plan`` (a ``jobs.plan.Plan``)
-    narrows the failures to its cells; ``waiting``: checkpoints still being written."""
+    narrows the failures to its cells; ``waiting``: checkpoints still being written.
+
+    The report opens with the run summary (leaderboard, checkpoint series' regressions, what
+    changed since the summary the previous run left beside the report); ``write_summary``
+    writes this run's summary there (a run does; re-rendering a report does not)."""
+    cells = list(cells)
     records = run_records(store, cells)
     reference, problem = reference_scores(records, cfg)
     if problem:
@@ -112,10 +118,27 @@ def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Itera
     notes += fewshot_notes(records, class_counts)
     failures = config_failures(store, cfg, [*plan.cells, *plan.encoder_cells] if plan else (),
                                plan.units if plan else ())
+    from jobs.alerts import build_summary, changes_since, read_summary, summary_path
+    from jobs.correlate import current_records
     from jobs.report import write_report  # matplotlib: only when a report is written
+    from jobs.series import analyse_series
 
-    out = write_report(records, correlation, cfg, path or cfg.report.path, reference=reference,
+    path = path or cfg.report.path
+    shown = current_records(records, cfg)[0]
+    series = analyse_series(store, shown, cfg)
+    evaluated = {str(c.get("model")) for c in cells if c.get("status") == "computed"}
+    summary = build_summary(shown, failures, series, evaluated=evaluated, report=path, store=store.url)
+    previous = read_summary(summary_path(path))
+    summary["changes"] = changes_since(previous, summary).to_dict()
+    out = write_report(records, correlation, cfg, path, reference=reference,
                        failures=failures, aside=history(store, cfg, records), data_notes=notes,
-                       waiting=list(waiting) or (plan.scan.waiting if plan else ()), problems=[problem] if problem else [])
+                       waiting=list(waiting) or (plan.scan.waiting if plan else ()), problems=[problem] if problem else [],
+                       series=series, summary=summary, changes=summary["changes"] if previous is not None else None)
+    written = None
+    if write_summary:
+        from jobs.alerts import write_summary as write_summary_file
+
+        written = write_summary_file(summary_path(out), summary)
     return {"report": out, "correlation": correlation.to_dict() if correlation else None,
-            "reference_problem": problem, "records": len(records), "failures": failures, "data_notes": notes}
+            "reference_problem": problem, "records": len(records), "failures": failures, "data_notes": notes,
+            "summary": summary, "summary_path": written}

@@ -76,8 +76,13 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
     if summary["failures"]:
         lines.append(f"FAILED ({len(summary['failures'])}):")
         lines.extend(f"  {f.get('kind')} {failure_line(f)}" for f in summary["failures"])
+    for r in summary.get("regressions") or []:  # a series' newest checkpoint, significantly worse than its best
+        lines.append(f"REGRESSED: {r['encoder']} is worse than {r['against']} on {r['cell']} "
+                     f"({100 * r['difference']:+.2f} points, adjusted p = {r['p_adjusted']:.3g})")
     if summary.get("report"):
         lines.append(f"report: {summary['report']}")
+    if summary.get("summary_path"):
+        lines.append(f"summary: {summary['summary_path']}")
     return lines
 
 

@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import rankdata
 
 from pipeline.errors import DataValidationError
 
@@ -98,6 +97,8 @@ def leaderboard(
     list of LeaderboardRow
         Ranked models by increasing mean rank (then name), then the models left out.
     """
+    from scipy.stats import rankdata  # here: the report and CLI modules import this one cheaply
+
     if missing not in MISSING_POLICIES:
         raise DataValidationError(f"Unknown missing policy {missing!r}; valid choices: {', '.join(MISSING_POLICIES)}")
     if not table:

@@ -1,9 +1,14 @@
 """Key layout of the store: every key repeval reads or writes is built here.
 
+Longer than 450 lines because every key of the store is built in this one module, so the
+layout can be read (and changed) in one place.
+
 Zarr nodes (read by any Zarr client):
 
 * ``datasets/<dataset>/<split>/labels``: the labels of a split;
-* ``features/<model>/<dataset>/<split>/<layer>``: one layer of one encoder on one split.
+* ``features/<model>/<dataset>/<split>/<layer>``: one layer of one encoder on one split;
+* ``evidence/<cell id[:2]>/<cell id>/<name>``: what an evaluated cell keeps for paired
+  comparisons (test predictions, multi-label scores, per-episode accuracies).
 
 Bookkeeping beside them, under ``_repeval/`` (never a Zarr node):
 
@@ -33,6 +38,7 @@ from storage_schema.provenance import stable_hash
 SIDE = "_repeval"  # bookkeeping prefix inside the store root; never a zarr node
 FEATURES = "features"
 DATASETS = "datasets"
+EVIDENCE = "evidence"
 LABELS = "labels"
 LEDGER = f"{SIDE}/ledger"
 ZARR_METADATA = "zarr.json"  # a Zarr v3 node's metadata document
@@ -148,6 +154,57 @@ def parse_feature_key(key: str) -> tuple[str, str, str, str]:
     if len(parts) != 5 or parts[0] != FEATURES:
         raise ValueError(f"{key!r} is not a feature key: expected features/<model>/<dataset>/<split>/<layer>")
     return parts[1], parts[2], parts[3], parts[4]
+
+
+def evidence_group_key(cell_id: str) -> str:
+    """The group holding one cell's evidence arrays; the unit of their lease.
+
+    Parameters
+    ----------
+    cell_id : str
+        The cell's id (hexadecimal, validated).
+
+    Returns
+    -------
+    str
+        ``evidence/<cell_id[:2]>/<cell_id>``.
+    """
+    validate_name(cell_id, "cell id")
+    return f"{EVIDENCE}/{cell_id[:2]}/{cell_id}"
+
+
+def evidence_key(cell_id: str, name: str) -> str:
+    """One evidence array of one cell (e.g. ``predictions``, ``episodes``).
+
+    Parameters
+    ----------
+    cell_id : str
+        The cell's id (validated).
+    name : str
+        The array's name (validated).
+
+    Returns
+    -------
+    str
+        ``evidence/<cell_id[:2]>/<cell_id>/<name>``.
+    """
+    return f"{evidence_group_key(cell_id)}/{validate_name(name, 'evidence name')}"
+
+
+def evidence_prefix(*names: str) -> str:
+    """The folder of the evidence keys under the given leading names, for listing.
+
+    Parameters
+    ----------
+    *names : str
+        Up to three leading names (shard, cell id, array name) as read from a listing.
+
+    Returns
+    -------
+    str
+        ``evidence`` followed by ``names``.
+    """
+    return "/".join((EVIDENCE, *names))
 
 
 def features_prefix(*names: str) -> str:

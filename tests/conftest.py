@@ -12,6 +12,11 @@ os.environ["PREFECT_HOME"] = _PREFECT_HOME
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.pop("PREFECT_API_URL", None)
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two pytest workers on a two-core machine: one math thread each (and in
+    # the processes they start), or the spinning thread pools slow every test many times over
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
 
 import pytest  # noqa: E402
 

@@ -1,14 +1,17 @@
 """The benchmark report: one static HTML file with its plots embedded.
 
-Sections: failures (at the top, never hidden), data problems, accuracy tables per protocol
+Sections: failures (at the top, never hidden), the summary (leaderboard, regressions, what
+changed since the previous run), checkpoint series, data problems, accuracy tables per protocol
 setting and layer (best per column marked), the best layer per encoder, low-shot curves
-(absolute and relative to a baseline encoder, ImageNet-CoG style), correlation scatters
-against the reference (Ericsson et al. 2021, figure 1), the invariance audit, calibration,
+(absolute and relative to a baseline encoder, ImageNet-CoG style), accuracy per ImageNet-CoG
+level (when the run has level datasets), correlation scatters
+against the reference (Ericsson et al. 2021, figure 1), the rank agreement between protocol
+settings (figure 7: Kendall's tau matrix, flips, radar charts), the invariance audit, calibration,
 solver warnings and, one click from every number, each record's provenance.
 
 Where to look: ``html`` (escaping building blocks), ``plots`` (matplotlib figures),
-``model`` (what the report is built from), ``scores``, ``correlation``, ``audits`` and
-``overview`` (the sections), ``files`` (the atomic write).
+``model`` (what the report is built from), ``summary``, ``series``, ``scores``,
+``correlation``, ``audits`` and ``overview`` (the sections), ``files`` (the atomic write).
 """
 
 from __future__ import annotations
@@ -18,44 +21,59 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.report.audits import VIOLATION_MARKER, data_section, failed_section, invariance_section, warnings_section
+from jobs.report.cog import cog_section
 from jobs.report.correlation import correlation_section
 from jobs.report.encoder import encoder_sections
 from jobs.report.files import write_atomic
 from jobs.report.html import page
 from jobs.report.model import build_run
 from jobs.report.overview import overview_section, provenance_section
+from jobs.report.ranks import ranks_section
 from jobs.report.scores import (
     BEST_MARKER, accuracy_section, best_layer_section, calibration_section, lowshot_section,
 )
+from jobs.report.series import series_section
+from jobs.report.summary import REGRESSION_MARKER, summary_section
 
 if TYPE_CHECKING:
     from jobs.config import BenchmarkConfig
     from jobs.correlate import CorrelationReport
 
-__all__ = ["BEST_MARKER", "VIOLATION_MARKER", "write_report"]
+__all__ = ["BEST_MARKER", "REGRESSION_MARKER", "VIOLATION_MARKER", "write_report"]
 
 
 def write_report(records: list[dict], correlation: CorrelationReport | None, config: BenchmarkConfig, path: str,
                  reference: dict[str, float] | None = None, *, failures: Sequence[Mapping[str, Any]] = (),
                  aside: Sequence[Mapping[str, Any]] | None = None, data_notes: Sequence[Mapping[str, Any]] = (),
-                 waiting: Sequence[str] = (), problems: Sequence[str] = ()) -> str:
+                 waiting: Sequence[str] = (), problems: Sequence[str] = (), series: Sequence[Any] = (),
+                 summary: Mapping[str, Any] | None = None, changes: Mapping[str, Any] | None = None) -> str:
     """Write the benchmark's HTML report for ``records`` (ledger records) to ``path``; return the path.
 
     ``failures``: failure records of this config's work (listed first); ``aside``: records
     set aside elsewhere (older settings); ``data_notes``: images left out and small classes
     per dataset split; ``waiting``: checkpoints still being written; ``problems``: run-level
-    messages.
+    messages; ``series``: the analysis of each checkpoint series (``jobs.series``);
+    ``summary``: the run summary (``jobs.alerts``: leaderboard, regressions); ``changes``:
+    what changed since the previous run's summary (None when there was none).
     """
     run = build_run(list(records), config, aside=aside, failures=failures, data_notes=data_notes,
                     waiting=waiting, problems=problems)
+    run.series, run.summary = list(series), dict(summary) if summary is not None else None
+    run.changes = dict(changes) if changes is not None else None
+    run.reference = dict(reference or {})
     sections = [
         failed_section(run),
+        summary_section(run),
         overview_section(run),
+        series_section(run),
         data_section(run),
         accuracy_section(run),
         best_layer_section(run),
         lowshot_section(run),
+        cog_section(run),
         correlation_section(run, correlation, reference),
+        ranks_section(run, reference or (correlation.reference if correlation else None),
+                      config.correlation.bootstrap, config.correlation.seed),
         invariance_section(run),
         calibration_section(run),
         *encoder_sections(run, config),  # fine-tuning, saliency, colour detail

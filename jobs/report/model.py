@@ -28,6 +28,10 @@ class ReportRun:
     data_notes: list[dict] = field(default_factory=list)  # {"where", "skipped": [...], "small_classes": {...}}
     waiting: list[str] = field(default_factory=list)  # checkpoints still being written
     problems: list[str] = field(default_factory=list)  # run-level messages
+    series: list[Any] = field(default_factory=list)  # jobs.series.SeriesAnalysis of each checkpoint series
+    summary: dict | None = None  # the run summary written beside the report (jobs.alerts)
+    changes: dict | None = None  # what changed since the previous run's summary; None: no previous one
+    reference: dict[str, float] = field(default_factory=dict)  # reference score per encoder
 
     def group(self, predicate: Callable[[dict], bool]) -> list[tuple[str, str, list[dict]]]:
         """(setting, layer, records) in config order, for the records matching ``predicate``."""

@@ -6,7 +6,9 @@
 whether two cells can be paired at all.
 """
 
-from pipeline.compare.evidence import EPISODE_SAMPLER_VERSION, check_paired, episodes_fingerprint, labels_fingerprint
+from pipeline.compare.evidence import (
+    EPISODE_SAMPLER_VERSION, check_paired, episodes_fingerprint, evidence_sha256, labels_fingerprint,
+)
 from pipeline.compare.paired import (
     CLASSIFICATION_METRICS, PairedComparison, compare_episodes, compare_predictions, compare_scores,
 )
@@ -16,6 +18,6 @@ from pipeline.compare.verdicts import VERDICTS, CellVerdict, SettingSummary, dec
 __all__ = [
     "CLASSIFICATION_METRICS", "EPISODE_SAMPLER_VERSION", "VERDICTS", "CellVerdict", "PairedComparison",
     "SettingSummary", "benjamini_hochberg", "check_paired", "compare_episodes", "compare_predictions",
-    "compare_scores", "decide_verdicts", "episodes_fingerprint", "labels_fingerprint", "mcnemar_exact",
+    "compare_scores", "decide_verdicts", "episodes_fingerprint", "evidence_sha256", "labels_fingerprint", "mcnemar_exact",
     "paired_t_test", "percentile_interval", "summarise_by_setting",
 ]

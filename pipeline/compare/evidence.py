@@ -15,11 +15,9 @@ import json
 import numpy as np
 
 from pipeline.errors import DataValidationError
+from pipeline.protocols.fewshot import EPISODE_SAMPLER_VERSION
 
-__all__ = ["EPISODE_SAMPLER_VERSION", "check_paired", "episodes_fingerprint", "labels_fingerprint"]
-
-# Bump when the few-shot episode sampler changes the episodes a seed gives.
-EPISODE_SAMPLER_VERSION = 1
+__all__ = ["EPISODE_SAMPLER_VERSION", "check_paired", "evidence_sha256", "episodes_fingerprint", "labels_fingerprint"]
 
 
 def labels_fingerprint(y_true: object) -> str:
@@ -102,3 +100,26 @@ def check_paired(fingerprint_a: str, fingerprint_b: str, what: str = "test label
             f"{fingerprint_b[:12]}): a paired comparison needs the same examples or episodes, in the "
             "same order. Re-run both encoders on the current data."
         )
+
+
+def evidence_sha256(values: object) -> str:
+    """SHA-256 of a stored evidence array: its dtype, its shape and its bytes (little-endian).
+
+    Recomputed from the array read back, it tells whether stored predictions, scores or
+    episode accuracies are still the ones a record was made from.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        The array as stored (its dtype is part of the digest).
+
+    Returns
+    -------
+    str
+        Hex digest.
+    """
+    arr = np.asarray(values)
+    little = arr.dtype.newbyteorder("<")
+    digest = hashlib.sha256(f"evidence\x00{little.str}\x00{arr.shape}\n".encode())
+    digest.update(np.ascontiguousarray(arr, dtype=little).tobytes())
+    return digest.hexdigest()

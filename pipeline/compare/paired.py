@@ -246,8 +246,9 @@ def _multilabel(y_true: object, scores_a: object, scores_b: object) -> tuple[np.
     y = np.asarray(y_true)
     if y.ndim != 2 or y.shape[0] == 0 or y.shape[1] == 0:
         raise DataValidationError(f"y_true must be a 2-D (examples x classes) 0/1 indicator matrix, got shape {y.shape}")
-    if not (y.dtype == bool or np.issubdtype(y.dtype, np.number)) or not np.all((y == 0) | (y == 1)):
-        raise DataValidationError("y_true must hold only 0/1 (or booleans): one column per class")
+    if not (y.dtype == bool or np.issubdtype(y.dtype, np.number)) or not np.all((y == 0) | (y == 1) | (y == -1)):
+        raise DataValidationError("y_true must hold only 0/1 (or booleans), or -1 for a difficult example: one "
+                                  "column per class")
     out = []
     for name, s in (("scores_a", scores_a), ("scores_b", scores_b)):
         s = np.asarray(s)
@@ -261,7 +262,7 @@ def _multilabel(y_true: object, scores_a: object, scores_b: object) -> tuple[np.
                 f"{name} contains {len(bad)} NaN/inf score(s), first at (example, class) {bad[:5].tolist()}"
             )
         out.append(s)
-    return y.astype(bool), out[0], out[1]
+    return y.astype(np.int8), out[0], out[1]
 
 
 def compare_scores(
@@ -283,7 +284,9 @@ def compare_scores(
     Parameters
     ----------
     y_true : array-like of 0/1, shape (n, n_classes)
-        Label indicator matrix of the test examples.
+        Label indicator matrix of the test examples; -1 marks an example as "difficult" for
+        a class (PASCAL VOC): it is left out of that class's ranking, neither positive nor
+        negative.
     scores_a, scores_b : array-like of float, shape (n, n_classes)
         Per-class scores of encoders A and B for the same examples (any monotone scale:
         logits, probabilities, float16 copies).
@@ -304,16 +307,19 @@ def compare_scores(
     n_resamples, confidence, seed = _check_run(n_resamples, confidence, seed)
     n_permutations = _check_count(n_permutations, "n_permutations", 1)
     y, s_a, s_b = _multilabel(y_true, scores_a, scores_b)
-    classes = np.flatnonzero(y.any(axis=0))
+    positive = y == 1
+    classes = np.flatnonzero(positive.any(axis=0))
     if classes.size == 0:
         raise DataValidationError("y_true has no positive label in any class; mAP is undefined")
     n = y.shape[0]
+    kept = [np.flatnonzero(y[:, k] >= 0) for k in classes]  # difficult examples left out per class
     # Bootstrap: each encoder's n scores sorted once per class, weighted by the resample
     # counts. Randomization: both encoders' scores as 2n candidates sorted once per class;
     # a swap mask picks one candidate of each example for A and the other for B.
-    ranked_a = [RankedClass(s_a[:, k], y[:, k]) for k in classes]
-    ranked_b = [RankedClass(s_b[:, k], y[:, k]) for k in classes]
-    ranked_pairs = [RankedClass(np.concatenate([s_a[:, k], s_b[:, k]]), np.tile(y[:, k], 2)) for k in classes]
+    ranked_a = [RankedClass(s_a[:, k], positive[:, k], c) for k, c in zip(classes, kept)]
+    ranked_b = [RankedClass(s_b[:, k], positive[:, k], c) for k, c in zip(classes, kept)]
+    ranked_pairs = [RankedClass(np.concatenate([s_a[:, k], s_b[:, k]]), np.tile(positive[:, k], 2),
+                                np.concatenate([c, c + n])) for k, c in zip(classes, kept)]
 
     def mean_ap(ranked: list[RankedClass], weights: np.ndarray) -> np.ndarray:
         return _nanmean_rows(np.stack([r.average_precision(weights) for r in ranked], axis=1))

@@ -192,10 +192,17 @@ class RankedClass:
         Candidate scores for the class.
     positive : numpy.ndarray of bool, shape (m,)
         Whether each candidate's example carries the class.
+    candidates : numpy.ndarray of int, optional
+        The candidates that take part (e.g. those not marked "difficult" for the class), in
+        increasing order; the others are left out of the ranking whatever their weight.
+        Weights are still given for all ``m`` candidates. Default: all.
     """
 
-    def __init__(self, scores: np.ndarray, positive: np.ndarray) -> None:
-        self.order = np.argsort(-scores, kind="stable")
+    def __init__(self, scores: np.ndarray, positive: np.ndarray, candidates: np.ndarray | None = None) -> None:
+        if candidates is None:
+            self.order = np.argsort(-scores, kind="stable")
+        else:
+            self.order = candidates[np.argsort(-scores[candidates], kind="stable")]
         sorted_scores = scores[self.order]
         m = sorted_scores.size
         is_end = np.r_[sorted_scores[1:] != sorted_scores[:-1], True]

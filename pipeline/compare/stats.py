@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from pipeline.errors import DataValidationError
 
@@ -57,6 +56,8 @@ def mcnemar_exact(a_only: object, b_only: object, mid_p: bool = False) -> np.nda
     if b.shape != c.shape:
         raise DataValidationError(f"a_only has shape {b.shape} but b_only has shape {c.shape}")
     n, k = b + c, np.minimum(b, c)
+    from scipy import stats  # here: importing the comparison modules stays cheap (fast CLI)
+
     p = 2.0 * stats.binom.cdf(k, n, 0.5)
     if mid_p:
         p = p - stats.binom.pmf(k, n, 0.5)
@@ -82,6 +83,8 @@ def paired_t_test(differences: object) -> tuple[float, float]:
         The t statistic (ddof = 1 standard error) and its two-sided p-value with n - 1
         degrees of freedom.
     """
+    from scipy import stats
+
     d = np.asarray(differences, dtype=np.float64)
     if d.ndim != 1 or d.size < 2:
         raise DataValidationError(f"paired_t_test needs a 1-D array of at least 2 differences, got shape {d.shape}")

@@ -13,7 +13,7 @@ import timm
 import torch
 from torch import nn
 
-from pipeline.encoders.spec import PRE_LOGITS, EncoderSpec, check_architecture
+from pipeline.encoders.spec import PRE_LOGITS, EncoderSpec, base_layer, check_architecture
 from pipeline.errors import ConfigError, unknown_name
 
 # torch's RNG is one per process: two threads seeding and building models at once (Dask
@@ -124,7 +124,8 @@ def available_layers(model: nn.Module) -> tuple[str, ...]:
 
 
 def check_layer_names(spec: EncoderSpec, available: tuple[str, ...]) -> None:
-    """Raise UnknownNameError, listing ``available``, for a layer of ``spec`` not among them.
+    """Raise UnknownNameError, listing ``available``, for a layer of ``spec`` not among them
+    (a ``block<i>.tokens`` layer needs ``block<i>``).
 
     Parameters
     ----------
@@ -134,8 +135,8 @@ def check_layer_names(spec: EncoderSpec, available: tuple[str, ...]) -> None:
         The model's layers (:func:`available_layers`).
     """
     for layer in spec.layers:
-        if layer not in available:
-            raise unknown_name(f"layer of {spec.arch}", layer, available)
+        if base_layer(layer) not in available:
+            raise unknown_name(f"layer of {spec.arch}", base_layer(layer), available)
 
 
 def check_layers_available(spec: EncoderSpec) -> None:

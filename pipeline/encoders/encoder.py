@@ -4,7 +4,9 @@ Layers: ``pre_logits`` is timm's pooled pre-classifier representation
 (``forward_head(forward_features(x), pre_logits=True)``); ``block{i}`` is the i-th output of
 ``forward_intermediates`` as timm counts them (CNN stages, stem included where the model
 reports it; ViT blocks), pooled to one vector per image: the class token where the model
-has one, else the mean over patch tokens or over the spatial map.
+has one, else the mean over patch tokens or over the spatial map. ``block{i}.tokens`` is
+the same output unpooled, (T, d) per image: the prefix tokens (class token first) where
+the model reports them, then one token per patch or spatial position, row-major.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from pipeline.encoders.building import (
 )
 from pipeline.encoders.hub import create_pretrained
 from pipeline.encoders.matching import checkpoint_path, load_checkpoint_into
-from pipeline.encoders.spec import PRE_LOGITS, EncoderSpec, check_architecture
+from pipeline.encoders.spec import (
+    PRE_LOGITS, TOKENS_SUFFIX, EncoderSpec, base_layer, check_architecture, is_token_layer,
+)
 
 
 class Encoder:
@@ -62,7 +66,7 @@ class Encoder:
         self.autocast = autocast
         self._weights_info = weights_info
         self._class_token = _uses_class_token(model)
-        self._feature_dims: dict[str, int] | None = None
+        self._feature_shapes: dict[str, tuple[int, ...]] | None = None
         self.data_config: dict[str, Any] = dict(resolve_model_data_config(model))
         if spec.input_size is not None:
             self.data_config["input_size"] = (3, spec.input_size, spec.input_size)
@@ -86,6 +90,12 @@ class Encoder:
         str
             A short description, recorded with the features.
         """
+        if is_token_layer(layer):
+            if self._class_token:
+                return "tokens: class token and patch tokens"
+            if getattr(self.model, "num_prefix_tokens", None) is not None:
+                return "tokens: patch tokens"
+            return "tokens: spatial positions"
         if layer == PRE_LOGITS:
             pool = _head_pool_type(self.model)
             return "forward_head(pre_logits=True)" + (f", global_pool={pool}" if pool else "")
@@ -126,9 +136,9 @@ class Encoder:
         Returns
         -------
         dict
-            Layer name -> float32 array of shape ``(n, d)``.
+            Layer name -> float32 array of shape ``(n, d)``, or ``(n, T, d)`` for a token layer.
         """
-        blocks = sorted(int(layer[len("block"):]) for layer in self.layers if layer != PRE_LOGITS)
+        blocks = sorted({int(base_layer(layer)[len("block"):]) for layer in self.layers if layer != PRE_LOGITS})
         want_pre = PRE_LOGITS in self.layers
         x = x.to(self.device, non_blocking=True)
         out: dict[str, Tensor] = {}
@@ -140,14 +150,20 @@ class Encoder:
                 final, inters = self._intermediates(x, blocks, intermediates_only=not want_pre)
                 if want_pre:
                     out[PRE_LOGITS] = self.model.forward_head(final, pre_logits=True)
-                for index, inter in zip(blocks, inters):
-                    out[f"block{index}"] = _pool(inter)
-        return {layer: out[layer].float().cpu().numpy().reshape(x.shape[0], -1) for layer in self.layers}
+                for index, (spatial, prefix) in zip(blocks, inters):
+                    name = f"block{index}"
+                    if name in self.layers:
+                        out[name] = prefix[:, 0] if self._class_token else _pool(spatial)
+                    if name + TOKENS_SUFFIX in self.layers:
+                        out[name + TOKENS_SUFFIX] = _tokens(spatial, prefix)
+        return {layer: out[layer].float().cpu().numpy() if is_token_layer(layer)
+                else out[layer].float().cpu().numpy().reshape(x.shape[0], -1) for layer in self.layers}
 
     __call__ = forward
 
     def _intermediates(self, x: Tensor, blocks: list[int],
-                       intermediates_only: bool) -> tuple[Tensor | None, list[Tensor]]:
+                       intermediates_only: bool) -> tuple[Tensor | None, list[tuple[Tensor, Tensor | None]]]:
+        """(final features or None, one (spatial output, prefix tokens or None) per block)."""
         params = inspect.signature(self.model.forward_intermediates).parameters
         kwargs: dict[str, Any] = {"indices": blocks, "intermediates_only": intermediates_only}
         if intermediates_only and "stop_early" in params:
@@ -156,23 +172,34 @@ class Encoder:
             kwargs["return_prefix_tokens"] = True
         result = self.model.forward_intermediates(x, **kwargs)
         inters = result if intermediates_only else result[1]
-        if self._class_token:
-            # (spatial, prefix) pairs; the class token is the first prefix token in timm.
-            inters = [prefix[:, 0] for _, prefix in inters]
-        return (None if intermediates_only else result[0]), list(inters)
+        # with prefix tokens: (spatial, prefix) pairs; the class token is the first prefix token in timm
+        pairs = [tuple(i) for i in inters] if self._class_token else [(i, None) for i in inters]
+        return (None if intermediates_only else result[0]), pairs
+
+    def feature_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shape of one image's features per requested layer: ``(d,)``, or ``(T, d)`` for a
+        token layer (one dummy forward of batch 1, cached).
+
+        Returns
+        -------
+        dict
+            Layer name -> shape.
+        """
+        if self._feature_shapes is None:
+            dummy = torch.zeros((1, *self.data_config["input_size"]))
+            self._feature_shapes = {layer: tuple(int(s) for s in arr.shape[1:])
+                                    for layer, arr in self.forward(dummy).items()}
+        return dict(self._feature_shapes)
 
     def feature_dims(self) -> dict[str, int]:
-        """Feature width per requested layer (one dummy forward of batch 1, cached).
+        """Feature width per requested layer (``d``, also of a token layer).
 
         Returns
         -------
         dict
             Layer name -> width.
         """
-        if self._feature_dims is None:
-            dummy = torch.zeros((1, *self.data_config["input_size"]))
-            self._feature_dims = {layer: int(arr.shape[1]) for layer, arr in self.forward(dummy).items()}
-        return dict(self._feature_dims)
+        return {layer: shape[-1] for layer, shape in self.feature_shapes().items()}
 
     def provenance(self) -> dict[str, Any]:
         """JSON-able record of what produced the features (no paths or URLs).
@@ -288,6 +315,15 @@ def _pool(t: Tensor) -> Tensor:
     if t.ndim == 3:
         return t.mean(dim=1)
     return t
+
+
+def _tokens(spatial: Tensor, prefix: Tensor | None) -> Tensor:
+    """(n, T, d) tokens: the prefix tokens, then NCHW maps as H*W tokens (row-major), NLC as is."""
+    if spatial.ndim == 4:
+        spatial = spatial.flatten(2).transpose(1, 2)
+    elif spatial.ndim == 2:
+        spatial = spatial[:, None]
+    return spatial if prefix is None else torch.cat([prefix, spatial], dim=1)
 
 
 def _jsonable(value: Any) -> Any:

@@ -19,7 +19,41 @@ from pipeline.names import validate_name
 
 PRE_LOGITS = "pre_logits"
 PRETRAINED_PREFIX = "timm:"
+#: Suffix of a layer stored with its tokens, (n, T, d), instead of pooled: ``block11.tokens``.
+TOKENS_SUFFIX = ".tokens"
+#: The dtype token features are stored in, whatever the extraction's dtype (T times the pooled size).
+TOKENS_DTYPE = "float16"
 _BLOCK_RE = re.compile(r"^block(0|[1-9][0-9]*)$")
+
+
+def is_token_layer(layer: str) -> bool:
+    """Whether ``layer`` names a block's token features (``block<i>.tokens``).
+
+    Parameters
+    ----------
+    layer : str
+        A layer name.
+
+    Returns
+    -------
+    bool
+    """
+    return layer.endswith(TOKENS_SUFFIX)
+
+
+def base_layer(layer: str) -> str:
+    """The block a layer name reads: ``block3`` for ``block3`` and ``block3.tokens``.
+
+    Parameters
+    ----------
+    layer : str
+        A layer name.
+
+    Returns
+    -------
+    str
+    """
+    return layer[:-len(TOKENS_SUFFIX)] if is_token_layer(layer) else layer
 
 
 def split_tag(arch: str) -> tuple[str, str]:
@@ -63,7 +97,8 @@ class EncoderSpec:
         Seed of the random initialisation (also of the tensors a checkpoint lacks).
     layers : tuple of str
         ``pre_logits`` and/or ``block<i>`` (the i-th output of timm's
-        ``forward_intermediates``).
+        ``forward_intermediates``, pooled to one vector per image) and/or
+        ``block<i>.tokens`` (that output's tokens, (T, d) per image, stored as float16).
     input_size : int, optional
         Square input resolution overriding the model's default (ViTs are built for it).
     strip_prefixes : tuple of str
@@ -115,9 +150,10 @@ class EncoderSpec:
         if not self.layers:
             raise ConfigError(f"encoder {self.name!r}: layers must not be empty; e.g. ({PRE_LOGITS!r},)")
         for layer in self.layers:
-            if not isinstance(layer, str) or (layer != PRE_LOGITS and not _BLOCK_RE.match(layer)):
+            if not isinstance(layer, str) or (layer != PRE_LOGITS and not _BLOCK_RE.match(base_layer(layer))):
                 raise ConfigError(
-                    f"encoder {self.name!r}: layer {layer!r} is not {PRE_LOGITS!r} or 'block<i>' (e.g. 'block3')"
+                    f"encoder {self.name!r}: layer {layer!r} is not {PRE_LOGITS!r}, 'block<i>' (e.g. 'block3') or "
+                    f"'block<i>{TOKENS_SUFFIX}' (that block's tokens)"
                 )
         if len(set(self.layers)) != len(self.layers):
             raise ConfigError(f"encoder {self.name!r}: duplicate layers in {list(self.layers)}")

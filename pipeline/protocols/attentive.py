@@ -37,7 +37,7 @@ from pipeline.protocols.probe_inputs import (
     SoftmaxOutputMixin, as_cpu_tensor, check_fraction, check_grid, check_positive_int, check_seed, encode_labels,
     resolve_device,
 )
-from pipeline.protocols.stacked_training import GridSelectionMixin
+from pipeline.protocols.stacked_training import GridSelectionMixin, RowBatches
 
 __all__ = ["AttentiveProbe", "DEFAULT_ATTENTIVE_LRS", "DEFAULT_ATTENTIVE_WEIGHT_DECAYS", "attentive_logits",
            "check_tokens"]
@@ -180,6 +180,23 @@ class StackedAttentive:
         """
         return attentive_logits(self.params, xb, self.num_heads)
 
+    def activation_elements(self, row_shape: tuple[int, ...]) -> int:
+        """Elements every member holds per input row: scores and pooled tokens per head,
+        the attended and normalised vectors.
+
+        Parameters
+        ----------
+        row_shape : tuple of int
+            Shape of one input row, (T, d).
+
+        Returns
+        -------
+        int
+        """
+        G, d = self.params["query"].shape
+        T = row_shape[0]
+        return G * (self.num_heads * (T + 2 * d) + 4 * d)
+
 
 class AttentiveProbe(GridSelectionMixin, SoftmaxOutputMixin, ClassifierMixin, BaseEstimator):
     """Cross-attention pooling of token features with a linear classifier on top.
@@ -260,7 +277,32 @@ class AttentiveProbe(GridSelectionMixin, SoftmaxOutputMixin, ClassifierMixin, Ba
             self, fitted.
         """
         grid, device = self._check_params()
-        X = check_tokens(X)
+        return self._fit(check_tokens(X), y, val_mask, grid, device)
+
+    def fit_batches(self, source: RowBatches, y: Any, val_mask: Any = None) -> AttentiveProbe:
+        """``fit`` on token rows gathered one minibatch at a time (splits never concatenated).
+
+        Parameters
+        ----------
+        source : RowBatches
+            The (n, T, d) token rows of the train and validation splits (finite values).
+        y : array-like of shape (n,)
+            Class labels.
+        val_mask : array-like of bool, optional
+            As for ``fit``.
+
+        Returns
+        -------
+        AttentiveProbe
+            self, fitted.
+        """
+        grid, device = self._check_params()
+        if len(source.shape) != 3:
+            raise DataValidationError(f"AttentiveProbe needs token features (n, T, d), got rows of shape "
+                                      f"{source.shape}")
+        return self._fit(source, y, val_mask, grid, device)
+
+    def _fit(self, X: Any, y: Any, val_mask: Any, grid: np.ndarray, device: torch.device) -> AttentiveProbe:
         n, T, d = X.shape
         if d % self.num_heads:
             raise ConfigError(f"num_heads={self.num_heads} does not divide the feature width d={d}; choose a "

@@ -17,6 +17,7 @@ import numpy as np
 from pipeline.errors import ConfigError, DataValidationError, unknown_name
 from pipeline.protocols.blocks import FeatureRows, block_rows
 from pipeline.protocols.devices import check_device_name, resolve_device
+from pipeline.protocols.evidence import Evidence, float16_scores
 from pipeline.protocols.memory import (
     fewshot_memory, invariance_memory, knn_memory, logistic_memory, lowshot_memory, ridge_memory,
 )
@@ -41,11 +42,41 @@ def _grid(value: Any, default: np.ndarray) -> np.ndarray | None:
     return default if value == "default" else np.asarray(value, dtype=np.float64)
 
 
-def _score(data: EvalData, probe: Any, rows: FeatureRows, blocks: Any) -> dict[str, float]:
-    """Test metrics: accuracy (or mean per class) of the predictions, mAP for multi-label."""
+def _score(data: EvalData, probe: Any, rows: FeatureRows, blocks: Any) -> tuple[dict[str, float], Evidence | None]:
+    """Test metrics and the cell's evidence: accuracy (or mean per class) of the
+    predictions, or mAP for multi-label scores (computed from their stored float16 copy)."""
     if data.multilabel:  # VOC 2007's metric: 11-point mAP, "difficult" (-1) rows ignored per class
-        return multilabel_metrics(data.y_test, np.concatenate([z.cpu().numpy() for z, _ in blocks(rows)]))
-    return accuracy_metrics(data.y_test, probe.predict_rows(rows), data.mean_per_class)
+        scores = float16_scores(np.concatenate([z.cpu().numpy() for z, _ in blocks(rows)]))
+        return multilabel_metrics(data.y_test, scores), Evidence.of_scores(data.y_test, scores)
+    pred = probe.predict_rows(rows)
+    return accuracy_metrics(data.y_test, pred, data.mean_per_class), class_evidence(data, pred)
+
+
+def class_evidence(data: EvalData, predictions: Any) -> Evidence | None:
+    """The predictions as evidence when the labels are class indices 0 .. n_classes - 1 (as
+    stored); None for other labels (a protocol called directly on names), which no stored
+    cell has.
+
+    Parameters
+    ----------
+    data : EvalData
+        The cell's arrays.
+    predictions : array-like, shape (n_test,)
+        The predicted label of each test example.
+
+    Returns
+    -------
+    Evidence or None
+    """
+    pred, y = np.asarray(predictions), np.asarray(data.y_test)
+    if not _class_indices(y, data.n_classes) or not _class_indices(pred, data.n_classes):
+        return None
+    return Evidence.of_predictions(y, pred, data.n_classes, data.mean_per_class)
+
+
+def _class_indices(values: np.ndarray, n_classes: int) -> bool:
+    integral = values.dtype != bool and np.issubdtype(values.dtype, np.integer)
+    return bool(integral and (values.size == 0 or (values.min() >= 0 and values.max() < max(n_classes, 1))))
 
 
 def _present(data: EvalData) -> np.ndarray:
@@ -91,7 +122,7 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     rows, test = rows.with_map(row_map), FeatureRows.of(data.X_test).with_map(row_map)
     probe = LogisticProbe(C=s["C"], Cs=s["Cs"], val_fraction=s["val_fraction"], tol=s["tol"], max_iter=s["max_iter"],
                           random_state=s["seed"], device=device).fit_rows(rows, y, val_index=val_index)
-    metrics = _score(data, probe, test, probe.score_blocks)
+    metrics, evidence = _score(data, probe, test, probe.score_blocks)
     diagnostics = {"C": float(probe.C_), "n_iter": int(np.max(probe.n_iter_)), "converged": bool(probe.converged_),
                    "validation": "dataset split" if val_index is not None else f"stratified {s['val_fraction']:g} of train",
                    "device": str(device)}
@@ -118,7 +149,7 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         diagnostics.update(temperature=cal.temperature, temperature_at_bound=cal.temperature_at_bound,
                            calibration_fit_converged=bool(held.converged_))
         diagnostics["converged"] = bool(probe.converged_ and held.converged_)
-    return ProtocolResult(metrics, diagnostics)
+    return ProtocolResult(metrics, diagnostics, evidence=evidence)
 
 
 def _columns(classes: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -148,11 +179,11 @@ def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     row_map = fit_row_map(s["transform"], train, device)
     probe = RidgeProbe(alpha=s["alpha"], fit_intercept=s["fit_intercept"], alphas=_grid(s["alphas"], DEFAULT_ALPHAS),
                        device=device).fit_rows(train.with_map(row_map), _present(data))
-    metrics = _score(data, probe, FeatureRows.of(data.X_test).with_map(row_map), probe.score_blocks)
+    metrics, evidence = _score(data, probe, FeatureRows.of(data.X_test).with_map(row_map), probe.score_blocks)
     diagnostics = {"alpha": float(probe.alpha_), "device": str(device)}
     if getattr(probe, "press_", None) is not None:
         diagnostics["press"] = [float(p) for p in np.ravel(probe.press_)]
-    return ProtocolResult(metrics, diagnostics)
+    return ProtocolResult(metrics, diagnostics, evidence=evidence)
 
 
 #: k-NN metrics and the vote weightings valid with each.
@@ -210,7 +241,8 @@ def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
                                     s["weights"], s["temperature"]), axis=1)
         for i in range(0, len(scores), _VOTE_CHUNK)])
     metrics = accuracy_metrics(data.y_test, pred, data.mean_per_class)
-    return ProtocolResult(metrics, {"n_train": int(len(data.y_train)), "device": str(device)})
+    return ProtocolResult(metrics, {"n_train": int(len(data.y_train)), "device": str(device)},
+                          evidence=class_evidence(data, pred))
 
 
 @register_protocol(
@@ -237,8 +269,12 @@ def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         rows, y = FeatureRows.of(data.X_test), data.y_test
     res = fewshot_episodes(rows, y, n_way=s["n_way"], n_shot=s["n_shot"], n_query=s["n_query"],
                            n_episodes=s["n_episodes"], seed=s["seed"], device=device)
+    # the episodes depend on the pool's labels and the seed only: another encoder's cell on
+    # the same data draws the same ones, so their episode accuracies pair up
+    evidence = Evidence.of_episodes(np.asarray(y).astype(np.int64), res.accuracies, seed=s["seed"], n_way=s["n_way"], n_shot=s["n_shot"],
+                                    n_query=s["n_query"])
     return ProtocolResult({"score": res.mean, "mean": res.mean, "ci95": res.ci95, "std": res.std},
-                          {"eligible_classes": len(res.eligible_classes), "device": str(device)})
+                          {"eligible_classes": len(res.eligible_classes), "device": str(device)}, evidence=evidence)
 
 
 @register_protocol(
@@ -260,8 +296,15 @@ def _lowshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     metrics: dict[str, Any] = {"curve": {str(k): float(v) for k, v in res.mean.items()},
                                "curve_std": {str(k): float(v) for k, v in res.std.items()}}
     full = [k for k in res.mean if k == "all"]
-    metrics["score"] = float(res.mean[full[0]]) if full else float(list(res.mean.values())[-1])
-    return ProtocolResult(metrics, {"skipped": {str(k): v for k, v in res.skipped.items()}, "device": str(device)})
+    headline = full[0] if full else list(res.mean)[-1]
+    metrics["score"] = float(res.mean[headline])
+    fits = [(run.shots, run.repetition, run.predictions) for run in res.runs]
+    evidence = None
+    if all(_class_indices(np.asarray(p), data.n_classes) for _, _, p in fits) and _class_indices(
+            np.asarray(data.y_test), data.n_classes):
+        evidence = Evidence.of_fits(data.y_test, fits, data.n_classes, headline)
+    return ProtocolResult(metrics, {"skipped": {str(k): v for k, v in res.skipped.items()}, "device": str(device)},
+                          evidence=evidence)
 
 
 @register_protocol(

@@ -15,8 +15,9 @@ import numpy as np
 
 from pipeline.errors import ConfigError
 from pipeline.protocols.blocks import FeatureRows
+from pipeline.protocols.evidence import Evidence
 
-__all__ = ["Blocks", "CellShape", "EvalData", "ProtocolResult"]
+__all__ = ["Blocks", "CellShape", "EvalData", "Evidence", "ProtocolResult"]
 
 Blocks = Callable[[], Iterable[tuple[np.ndarray, int]]]
 
@@ -98,12 +99,19 @@ class ProtocolResult:
         Warnings raised during the run.
     seconds : float
         Wall time of the run.
+    evidence : Evidence or None
+        What a paired comparison of two encoders needs: the per-example test predictions
+        (``Evidence.of_predictions``), multi-label scores (``of_scores``), per-episode
+        accuracies (``of_episodes``) or every low-shot fit's predictions (``of_fits``).
+        Optional: a protocol that returns none (the invariance audit) still records its
+        cell, which comparisons then leave out, saying why.
     """
 
     metrics: dict[str, Any]
     diagnostics: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    evidence: Evidence | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +128,8 @@ class CellShape:
         Number of classes.
     itemsize : int
         Bytes per stored feature value (2 for float16, 4 for float32).
+    n_tokens : int
+        Tokens per row: 1 for pooled features, T for token features (n, T, dim).
     """
 
     n_train: int
@@ -128,8 +138,9 @@ class CellShape:
     dim: int
     n_classes: int
     itemsize: int
+    n_tokens: int = 1
 
     @property
     def feature_bytes(self) -> int:
         """Bytes of every split's features as stored."""
-        return (self.n_train + self.n_test + self.n_val) * self.dim * self.itemsize
+        return (self.n_train + self.n_test + self.n_val) * self.n_tokens * self.dim * self.itemsize

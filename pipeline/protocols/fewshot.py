@@ -30,15 +30,18 @@ import numpy as np
 from pipeline.errors import DataValidationError
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.devices import resolve_device
-from pipeline.protocols.validation import check_class_indices, check_features
 
 CI_Z = 1.96
 #: Memory bounds per block of episodes: random sampling keys (float64) and gathered
 #: features (float64), in elements.
 MAX_KEY_ELEMENTS = 1 << 20
 MAX_FEATURE_ELEMENTS = 1 << 21
+#: Bump when :func:`sample_episodes` changes the episodes a seed gives: stored per-episode
+#: accuracies carry it in their fingerprint, so old and new episodes are never paired.
+EPISODE_SAMPLER_VERSION = 1
 
-__all__ = ["Episodes", "FewShotResult", "episode_accuracies", "fewshot_episodes", "sample_episodes"]
+__all__ = ["EPISODE_SAMPLER_VERSION", "Episodes", "FewShotResult", "episode_accuracies", "fewshot_episodes",
+           "sample_episodes"]
 
 
 @dataclass(frozen=True)
@@ -268,6 +271,10 @@ def fewshot_episodes(
         Naming the qualifying classes when fewer than ``n_way`` classes have
         ``n_shot + n_query`` images; bad settings or arrays.
     """
+    # scikit-learn's input checks, imported here: the episode sampler and its version are
+    # imported by the comparison of stored results, which never fits anything
+    from pipeline.protocols.validation import check_class_indices, check_features
+
     n_way = _check_int(n_way, "n_way", 2)
     n_shot = _check_int(n_shot, "n_shot", 1)
     n_query = _check_int(n_query, "n_query", 1)

@@ -77,6 +77,9 @@ class LowShotRun:
         Rows of the sample.
     diagnostics : dict
         The probe's selected hyperparameter and convergence.
+    predictions : numpy.ndarray or None
+        The fit's predicted label of every test example, in test order (int32 where the
+        labels fit it): the evidence a paired comparison of two encoders needs.
     """
 
     shots: int | str
@@ -84,6 +87,7 @@ class LowShotRun:
     accuracy: float
     n_train: int
     diagnostics: dict[str, Any] = field(default_factory=dict)
+    predictions: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -206,12 +210,22 @@ def sample_per_class(labels: np.ndarray, classes: np.ndarray, n: int, rng: np.ra
 
 def _fit_score(train: FeatureRows, y_tr: np.ndarray, test: FeatureRows, y_te: np.ndarray, transform: str,
                transform_params: Mapping[str, Any] | None, probe: str, probe_params: Mapping[str, Any] | None,
-               random_state: int, device: Any) -> tuple[float, dict[str, Any]]:
+               random_state: int, device: Any) -> tuple[float, dict[str, Any], np.ndarray]:
     row_map = fit_row_map(transform, train, **dict(transform_params or {}))
     model = _make_probe(probe, probe_params, random_state, device).fit_rows(train.with_map(row_map), y_tr)
     pred = model.predict_rows(test.with_map(row_map))
     diag = {a.rstrip("_"): _plain(getattr(model, a)) for a in _DIAGNOSTICS if hasattr(model, a)}
-    return float(np.mean(pred == y_te)), diag
+    return float(np.mean(pred == y_te)), diag, _compact(pred)
+
+
+def _compact(pred: np.ndarray) -> np.ndarray:
+    """Predictions kept per fit in int32 when the labels fit (41 fits of a large test split
+    would otherwise hold 41 int64 copies)."""
+    pred = np.asarray(pred)
+    if np.issubdtype(pred.dtype, np.integer) and pred.size and np.iinfo(np.int32).min <= pred.min() \
+            and pred.max() <= np.iinfo(np.int32).max:
+        return pred.astype(np.int32)
+    return pred
 
 
 def _plain(value: Any) -> Any:
@@ -325,10 +339,11 @@ def lowshot_curve(
             else:  # streamed features: the sample read once and kept; in memory: not copied
                 idx = sample_per_class(y_tr, classes, s, np.random.default_rng([seed, s, rep]))
                 sample = train.cached(idx).select(idx)
-            acc, diag = _fit_score(sample, y_tr[idx], test, y_te, transform, transform_params, probe,
-                                   probe_params, seed + rep, device)
+            acc, diag, pred = _fit_score(sample, y_tr[idx], test, y_te, transform, transform_params, probe,
+                                         probe_params, seed + rep, device)
             accs.append(acc)
-            runs.append(LowShotRun(shots=s, repetition=rep, accuracy=acc, n_train=idx.size, diagnostics=diag))
+            runs.append(LowShotRun(shots=s, repetition=rep, accuracy=acc, n_train=idx.size, diagnostics=diag,
+                                   predictions=pred))
         per_seed[s] = tuple(accs)
     return LowShotResult(
         shots=evaluated,

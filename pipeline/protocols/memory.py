@@ -11,14 +11,15 @@ low.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from pipeline.protocols.blocks import BLOCK_BYTES, STREAM_BLOCK_ROWS
 from pipeline.protocols.cell import CellShape
 
-__all__ = ["fewshot_memory", "invariance_memory", "knn_memory", "logistic_memory", "lowshot_memory",
-           "ridge_memory"]
+__all__ = ["attentive_memory", "fewshot_memory", "invariance_memory", "knn_memory", "logistic_memory",
+           "lowshot_memory", "mlp_memory", "ridge_memory"]
 
 _F8 = 8  # float64 / int64 bytes
 _BLOCK = BLOCK_BYTES["cpu"]
@@ -27,12 +28,15 @@ _RUNTIME = 32 << 20  # allocator and library slack of one run
 _FEWSHOT_BLOCKS = ((1 << 20) + (1 << 21)) * _F8 * 4
 _KNN_SCORES = (1 << 22) * 4 * 3  # a score chunk and its top-k work (float32)
 _HISTORY = 20  # L-BFGS pairs (as in lbfgs)
+_F4 = 4  # float32 bytes
+_ADAMW_COPIES = 4  # a trained parameter, its gradient and AdamW's two moments
+_EVAL_ELEMENTS = _BLOCK // _F4  # elements of one evaluation pass on the CPU (as in stacked_training)
 
 
 def _held(c: CellShape, streams: bool) -> int:
     """Features in memory: every split, or all but the train split plus one streamed block."""
     train = min(c.n_train, 2 * STREAM_BLOCK_ROWS) if streams else c.n_train
-    return (train + c.n_test + c.n_val) * c.dim * c.itemsize
+    return (train + c.n_test + c.n_val) * c.n_tokens * c.dim * c.itemsize
 
 
 def _labels(c: CellShape) -> int:
@@ -58,13 +62,74 @@ def logistic_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     -------
     int
     """
+    return _held(c, False) + _labels(c) + _logistic_terms(c, s) + _RUNTIME
+
+
+def _logistic_terms(c: CellShape, s: Mapping[str, Any]) -> int:
+    """What the logistic probe holds beside its features: solver state O(K d), indices, blocks."""
     rows = c.n_train + c.n_val
     params = c.n_classes * (c.dim + 1) * _F8
     solver = params * (4 * _HISTORY + 16) * (2 if s.get("Cs") is not None else 1)  # + calibration refit
     precond = (c.dim + 1) ** 2 * _F8 * 4
     indices = rows * _F8 * 4  # targets, train/validation positions
     val_scores = c.n_val * c.n_classes * 4 * 3  # validation logits for multi-label mAP
-    return _held(c, False) + _labels(c) + indices + solver + precond + val_scores + 6 * _BLOCK + _RUNTIME
+    return indices + solver + precond + val_scores + 6 * _BLOCK
+
+
+def _grid_training(c: CellShape, s: Mapping[str, Any], G: int, n_params: int, batch_elements: int,
+                   row_activations: int) -> int:
+    """A stacked grid of G small networks trained by AdamW: parameters and optimiser state,
+    one minibatch's activations and gradients, one evaluation pass (rows sized as in
+    stacked_training: its input and activations near ``_EVAL_ELEMENTS``), the row orders."""
+    rows = c.n_train + c.n_val
+    state = G * n_params * _F4 * _ADAMW_COPIES
+    val_rows = c.n_val if c.n_val else int(math.ceil(float(s.get("val_fraction", 0.2)) * rows)) + 1
+    per_row = max(c.n_tokens * c.dim, row_activations)
+    eval_rows = min(val_rows, max(1, _EVAL_ELEMENTS // max(1, per_row)))
+    return state + batch_elements * _F4 * 4 + eval_rows * (c.n_tokens * c.dim + row_activations) * _F4 * 2 \
+        + rows * _F8 * 4
+
+
+def mlp_memory(c: CellShape, s: Mapping[str, Any]) -> int:
+    """The MLP probe and the logistic probe it is compared with, one after the other, on the
+    same features (never copied: batches are gathered and mapped one at a time).
+
+    Parameters
+    ----------
+    c : CellShape
+    s : mapping
+
+    Returns
+    -------
+    int
+    """
+    G, h, B = len(s.get("weight_decays") or [0]), int(s.get("hidden_units", 1000)), int(s.get("batch_size", 256))
+    d, K = c.dim, c.n_classes
+    batch = B * d + G * B * (2 * h + 2 * K)  # the input batch, hidden units and logits with gradients
+    mlp = _grid_training(c, s, G, d * h + h + h * K + K, batch, G * (h + K))
+    test = min(c.n_test, max(256, _BLOCK // max(1, h * 4))) * (d + h + K) * _F4 * 2  # blocked prediction
+    return _held(c, False) + _labels(c) + max(_logistic_terms(c, {"Cs": "default"}), mlp + test) + _RUNTIME
+
+
+def attentive_memory(c: CellShape, s: Mapping[str, Any]) -> int:
+    """The attentive probe on token features (n, T, d), every grid point trained at once.
+
+    Parameters
+    ----------
+    c : CellShape
+    s : mapping
+
+    Returns
+    -------
+    int
+    """
+    G = len(s.get("learning_rates") or [0]) * len(s.get("weight_decays") or [0])
+    H, B, T, d, K = int(s.get("num_heads", 8)), int(s.get("batch_size", 128)), c.n_tokens, c.dim, c.n_classes
+    n_params = 4 * d * d + d * K + 8 * d + K
+    batch = 2 * B * T * d + G * B * H * (2 * T + 2 * d) + G * B * (4 * d + 2 * K)
+    train = _grid_training(c, s, G, n_params, batch, G * (H * (T + 2 * d) + 4 * d))
+    test = min(c.n_test, max(1, 2**22 // max(1, T * d))) * (T * d + H * (T + d) + K) * _F4 * 2  # predict passes
+    return _held(c, False) + _labels(c) + train + test + _RUNTIME
 
 
 def ridge_memory(c: CellShape, s: Mapping[str, Any]) -> int:

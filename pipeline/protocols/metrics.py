@@ -122,10 +122,17 @@ def multilabel_metrics(Y_true: np.ndarray, scores: np.ndarray) -> dict[str, Any]
     -------
     dict
         ``map11`` and ``score`` (the same), ``ap11_per_class`` (None for a class without
-        positives).
+        positives), and ``map``: the mean of the classes' (not interpolated) average
+        precision, difficult rows left out likewise, the statistic a paired comparison of
+        two encoders tests.
     """
-    from pipeline.protocols.average_precision import voc07_mean_average_precision
+    from pipeline.protocols.average_precision import check_multilabel, voc07_mean_average_precision
 
-    value, per_class = voc07_mean_average_precision(np.asarray(scores, dtype=np.float64), np.asarray(Y_true))
-    return {"map11": value, "score": value,
+    scores = np.asarray(scores, dtype=np.float64)
+    labels = check_multilabel(Y_true, "Y_true")
+    value, per_class = voc07_mean_average_precision(scores, labels)
+    aps = [average_precision(labels[keep, k] == 1, scores[keep, k])
+           for k in range(labels.shape[1]) for keep in [labels[:, k] >= 0]]
+    kept = [a for a in aps if a == a]
+    return {"map11": value, "score": value, "map": float(np.mean(kept)) if kept else float("nan"),
             "ap11_per_class": [None if np.isnan(a) else float(a) for a in per_class]}

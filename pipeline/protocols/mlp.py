@@ -34,13 +34,14 @@ import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, DataValidationError
+from pipeline.protocols.blocks import FeatureRows, block_rows
 from pipeline.protocols.validation import validate_features
 from pipeline.protocols.probe_inputs import (
     SoftmaxOutputMixin, check_fraction, check_grid, check_positive_int, check_seed, encode_labels,
     resolve_device,
 )
-from pipeline.protocols.stacked_training import GridSelectionMixin
+from pipeline.protocols.stacked_training import GridSelectionMixin, RowBatches
 
 __all__ = ["DEFAULT_MLP_WEIGHT_DECAYS", "MLPProbe"]
 
@@ -78,6 +79,21 @@ class StackedMLP:
 
         self.params = {"W1": uniform((d, hidden), d), "b1": uniform((1, hidden), d),
                        "W2": uniform((hidden, K), hidden), "b2": uniform((1, K), hidden)}
+
+    def activation_elements(self, row_shape: tuple[int, ...]) -> int:
+        """Elements every member holds per input row: hidden units and logits.
+
+        Parameters
+        ----------
+        row_shape : tuple of int
+            Shape of one input row, (d,).
+
+        Returns
+        -------
+        int
+        """
+        G, _, hidden = self.params["W1"].shape
+        return G * (hidden + self.params["W2"].shape[2])
 
     def logits(self, xb: torch.Tensor) -> torch.Tensor:
         """Class scores of every member.
@@ -187,6 +203,33 @@ class MLPProbe(GridSelectionMixin, SoftmaxOutputMixin, ClassifierMixin, BaseEsti
         """
         wds, device = self._check_params()
         X = validate_features(self, X, reset=True)
+        return self._fit(X, y, val_mask, wds, device)
+
+    def fit_batches(self, source: RowBatches, y: Any, val_mask: Any = None) -> MLPProbe:
+        """``fit`` on rows gathered one minibatch at a time (splits never concatenated).
+
+        Parameters
+        ----------
+        source : RowBatches
+            The (n, d) rows, e.g. the train and validation splits with a fitted
+            preprocessing applied per batch. Their values must be finite.
+        y : array-like of shape (n,)
+            Class labels.
+        val_mask : array-like of bool, optional
+            As for ``fit``.
+
+        Returns
+        -------
+        MLPProbe
+            self, fitted.
+        """
+        wds, device = self._check_params()
+        if len(source.shape) != 2:
+            raise DataValidationError(f"MLPProbe needs (n, d) features, got rows of shape {source.shape}")
+        self.n_features_in_ = int(source.shape[1])
+        return self._fit(source, y, val_mask, wds, device)
+
+    def _fit(self, X: Any, y: Any, val_mask: Any, wds: np.ndarray, device: torch.device) -> MLPProbe:
         self.classes_, codes = encode_labels(y, X.shape[0])
         d, K = X.shape[1], self.classes_.size
 
@@ -200,6 +243,30 @@ class MLPProbe(GridSelectionMixin, SoftmaxOutputMixin, ClassifierMixin, BaseEsti
         self.coefs_ = [p["W1"], p["W2"]]
         self.intercepts_ = [p["b1"][0], p["b2"][0]]
         return self
+
+    def predict_rows(self, rows: FeatureRows) -> np.ndarray:
+        """``predict`` over ``FeatureRows`` (and their row map), block by block on the fitted device.
+
+        Parameters
+        ----------
+        rows : FeatureRows
+
+        Returns
+        -------
+        ndarray of shape (n,)
+            Predicted labels.
+        """
+        check_is_fitted(self)
+        device = torch.device(self.device_)
+        W1, W2 = (torch.from_numpy(w).to(device) for w in self.coefs_)
+        b1, b2 = (torch.from_numpy(b).to(device) for b in self.intercepts_)
+        out = np.empty(len(rows), dtype=np.intp)
+        with torch.no_grad():
+            for block, start in rows.blocks(device=device, dtype=torch.float32,
+                                            rows=block_rows(max(W1.shape[1], W1.shape[0]), device, itemsize=4)):
+                logits = torch.relu(block @ W1 + b1) @ W2 + b2
+                out[start:start + block.shape[0]] = torch.argmax(logits, dim=1).cpu().numpy()
+        return self.classes_[out]
 
     def _logits(self, X: Any) -> np.ndarray:
         check_is_fitted(self)

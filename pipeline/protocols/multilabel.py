@@ -230,7 +230,8 @@ def multilabel_logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     Returns
     -------
     ProtocolResult
-        ``map11`` (= ``score``) and the per-class 11-point APs; C and its validation mAPs.
+        ``map11`` (= ``score``), the per-class 11-point APs and ``map`` (not interpolated),
+        all from the float16 test scores kept as its evidence; C and its validation mAPs.
     """
     from pipeline.protocols.transforms import make_transform
 
@@ -245,9 +246,12 @@ def multilabel_logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         X_tr, Y_tr = np.concatenate([X_tr, X_va]), np.concatenate([Y_tr, check_multilabel(data.y_val, "y_val")])
     probe = MultiLabelLogisticProbe(C=s["C"], Cs=s["Cs"], val_fraction=s["val_fraction"], tol=s["tol"],
                                     max_iter=s["max_iter"], random_state=s["seed"]).fit(X_tr, Y_tr, val_mask)
-    score, per_class = voc07_mean_average_precision(probe.decision_function(X_te), data.y_test)
-    metrics = {"map11": score, "score": score,
-               "ap11_per_class": [None if np.isnan(a) else float(a) for a in per_class]}
+    from pipeline.protocols.evidence import Evidence, float16_scores
+    from pipeline.protocols.metrics import multilabel_metrics
+
+    # scored from the float16 copy that is stored: a later comparison reads the same numbers
+    scores = float16_scores(probe.decision_function(X_te))
+    metrics = multilabel_metrics(data.y_test, scores)
     validation = "dataset split" if val_mask is not None else f"random {s['val_fraction']:g} of train (seeded)"
     diagnostics = {"C": probe.C_, "n_iter": int(probe.n_iter_), "converged": probe.converged_,
                    "validation": validation, "val_scores": [float(v) for v in probe.val_scores_],
@@ -255,4 +259,4 @@ def multilabel_logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
                    "calibration": "not computed for multi-label data"}
     warnings_ = [] if probe.converged_ else [
         f"a binary fit reached max_iter={s['max_iter']} before tol={s['tol']:g}; converged is False"]
-    return ProtocolResult(metrics, diagnostics, warnings_)
+    return ProtocolResult(metrics, diagnostics, warnings_, evidence=Evidence.of_scores(data.y_test, scores))

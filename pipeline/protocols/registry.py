@@ -9,6 +9,8 @@ version, what it can take and what it needs:
 - ``streams_train``: it reads the train features as row blocks (``EvalData.train_blocks``),
   so a caller need not load them whole;
 - ``multilabel``: it accepts (n, C) label arrays (1 present, 0 absent, -1 difficult);
+- ``tokens``: it reads token features (n, T, d) (a layer stored with its tokens) instead
+  of pooled (n, d) features;
 - ``memory_bytes(...)``: the peak host memory of one cell, the features it holds
   included, from the shapes alone (for scheduling).
 
@@ -123,6 +125,8 @@ class Protocol:
         Accepts (n, C) 0/1 label arrays.
     memory : callable or None
         ``memory(CellShape, full_settings) -> int``: peak bytes of one cell.
+    tokens : bool
+        Reads token features (n, T, d) instead of pooled (n, d) features.
     """
 
     name: str
@@ -136,6 +140,7 @@ class Protocol:
     streams_train: bool = False
     multilabel: bool = False
     memory: Callable[[CellShape, Mapping[str, Any]], int] | None = None
+    tokens: bool = False
 
     def __call__(self, data: EvalData, settings: Mapping[str, Any] | None = None) -> ProtocolResult:
         """Run on ``data`` with ``settings`` (overlaid on the defaults, checked first).
@@ -160,7 +165,7 @@ class Protocol:
         return result
 
     def memory_bytes(self, n_train: int, n_test: int, n_val: int, dim: int, n_classes: int, itemsize: int,
-                     settings: Mapping[str, Any] | None = None) -> int:
+                     settings: Mapping[str, Any] | None = None, n_tokens: int = 1) -> int:
         """Peak host memory of one cell in bytes, the features it holds included.
 
         A protocol that ``streams_train`` holds one block of the train features at a
@@ -178,13 +183,16 @@ class Protocol:
             Bytes per stored feature value.
         settings : mapping or None
             The cell's settings (overlaid on the defaults).
+        n_tokens : int
+            Tokens per row (token features: each row is ``n_tokens`` x ``dim``).
 
         Returns
         -------
         int
         """
         full = resolve_settings(self.name, settings or {})
-        shape = CellShape(int(n_train), int(n_test), int(n_val), int(dim), int(n_classes), int(itemsize))
+        shape = CellShape(int(n_train), int(n_test), int(n_val), int(dim), int(n_classes), int(itemsize),
+                          int(n_tokens))
         if self.memory is None:  # a protocol without a model: twice its features
             return 2 * shape.feature_bytes
         return int(self.memory(shape, full))
@@ -196,7 +204,8 @@ def check_eval_data(data: EvalData, protocol: Protocol | None = None) -> None:
     NaN/inf, not 2-D, no rows, widths that differ between splits, labels that are not
     class indices in [0, n_classes) with one per row (or, for a ``multilabel``
     protocol, (n, n_classes) 0/1 arrays), fewer than two train classes. Streamed train
-    blocks are checked as they arrive.
+    blocks are checked as they arrive. A ``tokens`` protocol takes (n, T, d) token
+    features instead, and no other protocol does.
 
     Parameters
     ----------
@@ -205,7 +214,7 @@ def check_eval_data(data: EvalData, protocol: Protocol | None = None) -> None:
         The protocol that will run (multi-label labels need ``protocol.multilabel``).
     """
     from pipeline.protocols.average_precision import check_multilabel
-    from pipeline.protocols.validation import check_class_indices, check_features, check_min_classes
+    from pipeline.protocols.validation import check_class_indices, check_min_classes
 
     if data.multilabel and not (protocol is not None and protocol.multilabel):
         able = ", ".join(n for n in list_protocols() if _REGISTRY[n].multilabel)
@@ -238,11 +247,31 @@ def check_eval_data(data: EvalData, protocol: Protocol | None = None) -> None:
                 check_min_classes(labels, name="y_train")
         if X is None:
             continue
-        X = check_features(X, f"X_{split}")
-        if width is not None and X.shape[1] != width:
-            raise DataValidationError(f"X_{split} has {X.shape[1]} features, but X_train has {width}; every "
+        X = _checked_features(X, f"X_{split}", protocol)
+        if width is not None and X.shape[-1] != width:
+            raise DataValidationError(f"X_{split} has {X.shape[-1]} features, but X_train has {width}; every "
                                       "split must come from the same layer")
-        width = X.shape[1] if width is None else width
+        width = X.shape[-1] if width is None else width
+
+
+def _checked_features(X: Any, name: str, protocol: Protocol | None) -> np.ndarray:
+    """Pooled (n, d) features, or (n, T, d) token features for a ``tokens`` protocol."""
+    from pipeline.protocols.validation import check_features
+
+    tokens = protocol is not None and protocol.tokens
+    if np.ndim(X) == 3 and not tokens:
+        able = ", ".join(n for n in list_protocols() if _REGISTRY[n].tokens)
+        raise DataValidationError(f"{name} has shape {np.shape(X)}: token features, which protocol "
+                                  f"{getattr(protocol, 'name', None)!r} cannot take (it needs pooled (n, d) "
+                                  f"features); protocols that read tokens: {able}")
+    if tokens:
+        from pipeline.protocols.attentive import check_tokens
+
+        if np.ndim(X) != 3:
+            raise DataValidationError(f"{name} has shape {np.shape(X)}, but protocol {protocol.name!r} reads token "
+                                      "features (n, T, d): evaluate it on a layer extracted with its tokens")
+        return check_tokens(X, name)
+    return check_features(X, name)
 
 
 _REGISTRY: dict[str, Protocol] = {}
@@ -253,7 +282,7 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
                       check: Callable[[Mapping[str, Any]], None] | None = None,
                       bounds: Mapping[str, Bound] | None = None, *, streams_train: bool = False,
                       multilabel: bool = False,
-                      memory: Callable[[CellShape, Mapping[str, Any]], int] | None = None):
+                      memory: Callable[[CellShape, Mapping[str, Any]], int] | None = None, tokens: bool = False):
     """Decorator registering ``run(data, settings) -> ProtocolResult`` under ``name``.
 
     Parameters
@@ -266,7 +295,7 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
         Every setting with its default.
     description : str
         One line for listings.
-    choices, check, bounds, streams_train, multilabel, memory
+    choices, check, bounds, streams_train, multilabel, memory, tokens
         See ``Protocol``.
 
     Returns
@@ -278,7 +307,7 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
         if name in _REGISTRY:
             warnings.warn(f"protocol {name!r} registered twice; the later one wins", stacklevel=2)
         _REGISTRY[name] = Protocol(name, version, dict(defaults), fn, description, dict(choices or {}), check,
-                                   dict(bounds or {}), streams_train, multilabel, memory)
+                                   dict(bounds or {}), streams_train, multilabel, memory, tokens)
         return fn
 
     return wrap

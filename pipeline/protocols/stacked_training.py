@@ -13,29 +13,36 @@ initialisations.
 Determinism: initial weights and the minibatch order come from a ``torch.Generator``
 seeded by the caller (the global torch RNG is neither read nor changed), so two fits with
 the same seed on the CPU give bitwise identical parameters.
+
+Inputs: one array (a CPU tensor over it), or ``RowBatches``: rows of several arrays
+(train and validation splits) gathered per minibatch and mapped by a fitted
+preprocessing on the device, so that neither the concatenation of the splits nor the
+preprocessed features ever exist as a full-size copy.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
+from pipeline.protocols.blocks import BLOCK_BYTES
 from pipeline.protocols.probe_inputs import as_cpu_tensor, validation_split
 
 __all__ = [
-    "GridRecord", "GridSelectionMixin", "StackedAdamW", "StackedModel", "evaluate", "select_member", "train_epoch",
-    "train_fixed", "train_grid",
+    "GridRecord", "GridSelectionMixin", "RowBatches", "StackedAdamW", "StackedModel", "evaluate", "select_member",
+    "train_epoch", "train_fixed", "train_grid",
 ]
 
-# Rows per evaluation pass, scaled down for wide inputs (tokens) to bound memory.
-_EVAL_ELEMENTS = 2**24
+# Float32 elements of one evaluation pass per device type (the input batch and the members'
+# activations; scaled down for wide inputs and wide models): the protocols' block size.
+EVAL_ELEMENTS = {kind: size // 4 for kind, size in BLOCK_BYTES.items()}
 
 
 class StackedModel(Protocol):
@@ -43,6 +50,7 @@ class StackedModel(Protocol):
 
     params: dict[str, torch.Tensor]  # every tensor has G rows along axis 0
     decayed: frozenset[str]  # names of the parameters weight decay applies to
+    # optional: activation_elements(row_shape) -> elements all members hold per input row
 
     def logits(self, xb: torch.Tensor) -> torch.Tensor:
         """Class scores of every member.
@@ -142,12 +150,67 @@ class GridRecord:
     epochs_run: int
 
 
-def _batch(X: torch.Tensor, rows: torch.Tensor, device: torch.device) -> torch.Tensor:
+class RowBatches:
+    """Rows of row-aligned arrays (their rows concatenated), gathered one minibatch at a time.
+
+    Parameters
+    ----------
+    parts : sequence of ndarray
+        Arrays with the same trailing shape, (n_i, d) or (n_i, T, d), any float dtype;
+        row r of the whole is row r - (rows before part i) of part i. Never copied.
+    row_map : callable or None
+        ``row_map(block, start)`` applied to every float32 batch on the device (a
+        preprocessing fitted beforehand); ``start`` is 0, batches are not contiguous.
+    """
+
+    def __init__(self, parts: Sequence[np.ndarray], row_map: Callable[[torch.Tensor, int], torch.Tensor] | None = None):
+        self.parts = [as_cpu_tensor(p) for p in parts]
+        tails = {tuple(p.shape[1:]) for p in self.parts}
+        if len(tails) != 1:
+            raise ValueError(f"parts of RowBatches must share their trailing shape, got {sorted(tails)}")
+        self.starts = np.concatenate([[0], np.cumsum([p.shape[0] for p in self.parts])]).astype(np.int64)
+        self.shape = (int(self.starts[-1]),) + tails.pop()
+        self.row_map = row_map
+
+    def batch(self, rows: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """The rows at positions ``rows`` as float32 on ``device``, mapped.
+
+        Parameters
+        ----------
+        rows : Tensor of int64
+            Positions in the concatenated rows, any order.
+        device : torch.device
+
+        Returns
+        -------
+        Tensor of shape (len(rows),) + trailing shape
+        """
+        if len(self.parts) == 1:
+            out = self.parts[0][rows]
+        else:
+            part_of = np.searchsorted(self.starts, rows.numpy(), side="right") - 1
+            out = torch.empty((rows.numel(),) + self.shape[1:], dtype=self.parts[0].dtype)
+            for p in np.unique(part_of):
+                mask = torch.from_numpy(part_of == p)
+                out[mask] = self.parts[p][rows[mask] - int(self.starts[p])].to(out.dtype)
+        out = out.to(device=device, dtype=torch.float32, non_blocking=True)
+        return out if self.row_map is None else self.row_map(out, 0)
+
+
+def _batch(X: torch.Tensor | RowBatches, rows: torch.Tensor, device: torch.device) -> torch.Tensor:
+    if isinstance(X, RowBatches):
+        return X.batch(rows, device)
     return X[rows].to(device=device, dtype=torch.float32, non_blocking=True)
 
 
-def _eval_rows(X: torch.Tensor) -> int:
-    return max(1, _EVAL_ELEMENTS // max(1, math.prod(X.shape[1:])))
+def _eval_rows(X: torch.Tensor | RowBatches, model: StackedModel, device: torch.device) -> int:
+    """Rows per evaluation pass: the input batch and the members' activations stay near
+    ``EVAL_ELEMENTS`` elements (a model may say how many it holds per row)."""
+    per_row = math.prod(X.shape[1:])
+    activations = getattr(model, "activation_elements", None)
+    if activations is not None:
+        per_row = max(per_row, int(activations(tuple(X.shape[1:]))))
+    return max(1, EVAL_ELEMENTS.get(device.type, EVAL_ELEMENTS["cpu"]) // max(1, per_row))
 
 
 @torch.no_grad()
@@ -158,7 +221,7 @@ def evaluate(model: StackedModel, X: torch.Tensor, codes: torch.Tensor, rows: np
     Parameters
     ----------
     model : StackedModel
-    X : Tensor
+    X : Tensor or RowBatches
         All features (CPU).
     codes : Tensor of int64
         Class code per row of ``X``.
@@ -171,7 +234,7 @@ def evaluate(model: StackedModel, X: torch.Tensor, codes: torch.Tensor, rows: np
     accuracy, loss : ndarray of shape (G,)
     """
     correct, loss = None, None
-    step = _eval_rows(X)
+    step = _eval_rows(X, model, device)
     for start in range(0, rows.size, step):
         idx = torch.from_numpy(rows[start:start + step])
         Z = model.logits(_batch(X, idx, device))
@@ -227,7 +290,7 @@ def train_grid(make_model: Callable[[int, torch.Generator], StackedModel], X: to
     make_model : callable
         ``make_model(G, generator)`` builds G stacked members with identical initial
         weights drawn from ``generator``.
-    X : Tensor
+    X : Tensor or RowBatches
         All features (CPU), (n, d) or (n, T, d); batches are moved to ``device``.
     codes : Tensor of int64
         Class code per row of ``X``.
@@ -328,12 +391,14 @@ class GridSelectionMixin:
     stopping, the selection, then the refit on every row. Uses the estimator's
     ``val_fraction``, ``random_state``, ``batch_size``, ``max_epochs`` and ``patience``."""
 
-    def _select_and_refit(self, make_model: Callable[[int, torch.Generator], StackedModel], X: np.ndarray,
+    def _select_and_refit(self, make_model: Callable[[int, torch.Generator], StackedModel], X: Any,
                           codes: np.ndarray, val_mask: object, lrs: np.ndarray, wds: np.ndarray,
                           device: torch.device) -> tuple[StackedModel, int]:
-        """Train the grid, record the selection in fitted attributes, refit; (model, best index)."""
+        """Train the grid, record the selection in fitted attributes, refit; (model, best index).
+        ``X``: an array, or ``RowBatches``."""
         train_rows, val_rows = validation_split(codes, self.val_fraction, self.random_state, val_mask)
-        Xt, yt = as_cpu_tensor(X), torch.from_numpy(codes)
+        Xt = X if isinstance(X, RowBatches) else as_cpu_tensor(X)
+        yt = torch.from_numpy(codes)
         record = train_grid(make_model, Xt, yt, train_rows, val_rows, lrs, wds, self.batch_size, self.max_epochs,
                             self.patience, self.random_state, device)
         best = select_member(record, lrs, wds)

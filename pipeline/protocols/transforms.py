@@ -10,6 +10,7 @@ features never exist as a second full-size array.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -80,7 +81,7 @@ def l2_normalize(X: np.ndarray, name: str = "X", row_offset: int = 0) -> np.ndar
     return (X / norms[:, None]).astype(X.dtype, copy=False)
 
 
-class _FeatureTransform(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+class _FeatureTransform(OneToOneFeatureMixin, TransformerMixin, BaseEstimator, ABC):
     """Shared plumbing: validation, fitted check, float32/float64 preserved, row maps."""
 
     def __sklearn_tags__(self):  # noqa: D105 - sklearn protocol
@@ -123,6 +124,7 @@ class _FeatureTransform(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     def _fit_stats(self, rows: FeatureRows, device: Any) -> None:
         """Nothing to learn by default."""
 
+    @abstractmethod
     def row_map(self, device: Any = None) -> RowMap | None:
         """The fitted transform as ``f(block, start) -> block`` for torch blocks (None: identity).
 
@@ -135,7 +137,6 @@ class _FeatureTransform(OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
         -------
         callable or None
         """
-        raise NotImplementedError
 
     def transform(self, X: Any) -> np.ndarray:
         """The transformed features, in the input's dtype.

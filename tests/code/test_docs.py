@@ -33,10 +33,6 @@ import pytest
 from tests.helpers.code import REPO
 from tests.helpers.docs import DOCS, first_code, numbers_in, parse_value, same_value, sections, table_rows
 
-# Sections written for protocols whose registration is in flight on another branch (their
-# modules exist). Named here, and only while unregistered: once registered, each is
-# checked like every other protocol (and this entry can go).
-AWAITING_REGISTRATION = {"mlp": "pipeline/protocols/mlp.py", "attentive": "pipeline/protocols/attentive.py"}
 # Sections of docs/datasets.md that describe all adapters rather than one.
 DATASET_TOPICS = {"What every adapter declares", "Suites"}
 
@@ -62,11 +58,7 @@ def test_every_registered_protocol_has_a_section():
 def test_every_protocol_section_is_a_registered_protocol():
     registered = set(_protocols())
     strangers = [name for name in sections(DOCS / "protocols.md") if name not in registered]
-    pending = [n for n in strangers if n in AWAITING_REGISTRATION]
-    assert all((REPO / AWAITING_REGISTRATION[n]).is_file() for n in pending), \
-        "a section awaiting registration has no module"
-    others = [n for n in strangers if n not in AWAITING_REGISTRATION]
-    assert not others, f"docs/protocols.md documents protocol(s) {others} that are not registered"
+    assert not strangers, f"docs/protocols.md documents protocol(s) {strangers} that are not registered"
 
 
 @pytest.mark.parametrize("name", _protocols())

@@ -12,7 +12,7 @@ from jobs.import_features import import_features
 from pipeline.datasets import make_dataset
 from pipeline.errors import ConfigError
 from pipeline.protocols.knn import KNNClassifier
-from pipeline.protocols.registry import list_protocols
+from pipeline.protocols.registry import get_protocol, list_protocols
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
 
@@ -21,6 +21,7 @@ QUICK = {
     "fewshot": {"n_episodes": 40, "n_shot": 5},
     "lowshot": {"shots": [1, 4, "all"], "n_seeds": 2},
     "invariance": {"max_train": 300},
+    "mlp": {"hidden_units": 64, "weight_decays": [0.0, 1e-3], "max_epochs": 20, "linear_Cs": [0.1, 1.0, 10.0]},
 }
 
 
@@ -42,8 +43,9 @@ def store(tmp_path_factory):
     return st
 
 
+# pooled features here (token protocols: test_token_features_*); the invariance audit fits ~50 probes: minutes
 @pytest.mark.parametrize("protocol", [pytest.param(p, marks=pytest.mark.slow) if p == "invariance" else p
-                                      for p in list_protocols()])  # the audit fits ~50 probes: minutes
+                                      for p in list_protocols() if not get_protocol(p).tokens])
 def test_every_protocol_runs_on_the_store_and_is_recorded(store, protocol):
     cell = Cell("pixels", "digitsnpz", "pre_logits", f"{protocol}-quick", protocol, QUICK.get(protocol, {}))
     first = evaluate_cell(store, cell)

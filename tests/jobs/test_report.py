@@ -17,8 +17,8 @@ from tests.helpers.records import (
 )
 
 EVIL = "<script>alert(1)</script>"
-SECTIONS = ("failed", "overview", "data", "accuracy", "layers", "lowshot", "correlation", "invariance", "calibration",
-            "warnings", "provenance")
+SECTIONS = ("failed", "overview", "data", "accuracy", "layers", "lowshot", "correlation", "ranks", "invariance",
+            "calibration", "warnings", "provenance")
 MAPS = ("rotation", "isotropic_scale", "translation", "per_feature_scale", "affine")
 
 
@@ -135,7 +135,10 @@ def test_best_per_column_is_marked_on_the_right_cell(report):
 
 def test_plots_decode(report):
     pngs = [s for s in report["page"].images if s.startswith("data:image/png;base64,")]
-    assert len(pngs) == 2  # one low-shot figure (flowers), one correlation scatter
+    text = report["text"]
+    ranks = text[text.index('<section id="ranks">'):]
+    ranks = ranks[:ranks.index("</section>")]  # Kendall matrices and radar charts: tests/jobs/test_ranks.py
+    assert len(pngs) == 2 + ranks.count("data:image/png")  # one low-shot figure (flowers), one correlation scatter
     for src in pngs:
         img = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
         img.verify()

@@ -39,12 +39,18 @@ def features(n: int, d: int, n_classes: int, dtype: str, seed: int) -> tuple[np.
     return X, y
 
 
-def measure(protocol, settings: dict, n_train: int, n_test: int, d: int, K: int, dtype: str) -> dict:
+def token_features(n: int, d: int, n_classes: int, dtype: str, seed: int, T: int) -> tuple[np.ndarray, np.ndarray]:
+    """``features`` (n, d), each row repeated as T tokens (n, T, d); T = 1: pooled (n, d)."""
+    X, y = features(n, d, n_classes, dtype, seed)
+    return (np.repeat(X[:, None], T, axis=1) if T > 1 else X), y
+
+
+def measure(protocol, settings: dict, n_train: int, n_test: int, d: int, K: int, dtype: str, T: int = 1) -> dict:
     """Hold features of this size, run the protocol once, report its peak RSS growth."""
     from pipeline.protocols import EvalData
 
-    X_tr, y_tr = features(n_train, d, K, dtype, 0)
-    X_te, y_te = features(n_test, d, K, dtype, 1)
+    X_tr, y_tr = token_features(n_train, d, K, dtype, 0, T)
+    X_te, y_te = token_features(n_test, d, K, dtype, 1, T)
     data = EvalData(y_train=y_tr, X_test=X_te, y_test=y_te, n_classes=K, X_train=X_tr)
     gc.collect()
     with open("/proc/self/clear_refs", "w") as f:
@@ -53,7 +59,7 @@ def measure(protocol, settings: dict, n_train: int, n_test: int, d: int, K: int,
     result = protocol(data, settings)
     peak = _status_bytes("VmHWM")
     held = X_tr.nbytes + X_te.nbytes
-    estimate = protocol.memory_bytes(n_train, n_test, 0, d, K, X_tr.itemsize, settings)
+    estimate = protocol.memory_bytes(n_train, n_test, 0, d, K, X_tr.itemsize, settings, n_tokens=T)
     # what the estimate counts as held: the train split too unless the protocol streams it
     modelled_held = X_te.nbytes + (0 if protocol.streams_train else X_tr.nbytes)
     return {"n_train": n_train, "feature_bytes": held, "growth": peak - before,
@@ -70,11 +76,11 @@ def main(spec: dict) -> list[dict]:
     torch.set_num_threads(1)
     protocol = get_protocol(spec["protocol"])
     settings = spec.get("settings", {})
-    K, d, dtype = spec["n_classes"], spec["dim"], spec.get("dtype", "float32")
-    X, y = features(2000, d, K, dtype, 2)
+    K, d, dtype, T = spec["n_classes"], spec["dim"], spec.get("dtype", "float32"), spec.get("tokens", 1)
+    X, y = token_features(2000, d, K, dtype, 2, T)
     protocol(EvalData(y_train=y, X_test=X[:200], y_test=y[:200], n_classes=K, X_train=X), settings)  # warm-up
     del X, y
-    return [measure(protocol, settings, n_train, n_test, d, K, dtype) for n_train, n_test in spec["sizes"]]
+    return [measure(protocol, settings, n_train, n_test, d, K, dtype, T) for n_train, n_test in spec["sizes"]]
 
 
 if __name__ == "__main__":

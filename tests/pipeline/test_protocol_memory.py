@@ -30,8 +30,11 @@ CASES = {
     "invariance": {"settings": {"max_train": 500, "max_dims": 16}},
     "logistic": {"settings": {"Cs": [0.1, 1.0], "max_iter": 20}},
     "logistic-float16": {"settings": {"Cs": [0.1, 1.0], "max_iter": 20}, "dtype": "float16"},
+    "mlp": {"settings": {"hidden_units": 32, "max_epochs": 1, "weight_decays": [0.0, 0.1], "linear_Cs": [1.0]}},
+    "attentive": {"settings": {"num_heads": 4, "max_epochs": 2, "learning_rates": [0.03], "weight_decays": [0.0]},
+                  "tokens": 4, "dim": 32, "n_classes": 5, "dtype": "float16"},
 }
-SLOW = {"knn", "lowshot", "invariance", "logistic", "logistic-float16", "fewshot"}  # > 10 s each
+SLOW = {"knn", "lowshot", "invariance", "logistic", "logistic-float16", "fewshot", "mlp", "attentive"}  # > 10 s
 
 
 def run_child(protocol: str, sizes: list[tuple[int, int]], dim: int = 128, n_classes: int = 20, **extra) -> list[dict]:

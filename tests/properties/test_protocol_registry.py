@@ -11,11 +11,13 @@ import pytest
 
 from pipeline.errors import ConfigError, DataValidationError
 from pipeline.protocols.registry import EvalData, get_protocol, list_protocols, resolve_settings
+from tests.helpers.protocols import as_tokens
 from tests.properties.test_protocol_settings import CHEAP
 
 STREAMING = {"knn", "ridge", "fewshot", "lowshot", "invariance"}
 MULTILABEL = {"ridge", "logistic"}
-PROBES = ("logistic", "ridge", "knn", "fewshot", "lowshot")
+TOKENS = {"attentive"}
+PROBES = ("logistic", "ridge", "knn", "fewshot", "lowshot", "mlp", "attentive")
 
 
 def test_registry_import_registers_everything_without_heavy_libraries():
@@ -24,13 +26,14 @@ def test_registry_import_registers_everything_without_heavy_libraries():
             "print(sorted(m for m in ('torch', 'sklearn', 'scipy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     names, heavy = out.strip().splitlines()
-    assert names == str(list_protocols()) and len(list_protocols()) == 6
+    assert names == str(list_protocols()) and len(list_protocols()) == 8
     assert heavy == "[]"
 
 
 def test_capability_flags():
     assert {n for n in list_protocols() if get_protocol(n).streams_train} == STREAMING
     assert {n for n in list_protocols() if get_protocol(n).multilabel} == MULTILABEL
+    assert {n for n in list_protocols() if get_protocol(n).tokens} == TOKENS
     for name in PROBES:
         assert get_protocol(name).defaults["device"] == "auto"
 
@@ -42,17 +45,19 @@ def test_transform_names_match_the_transforms():
     assert TRANSFORM_NAMES == tuple(TRANSFORMS)
 
 
-@pytest.mark.parametrize("name", sorted(["knn", "ridge", "logistic", "fewshot", "lowshot", "invariance"]))
+@pytest.mark.parametrize("name", sorted(["knn", "ridge", "logistic", "fewshot", "lowshot", "invariance", "mlp",
+                                          "attentive"]))
 def test_memory_estimate_grows_with_the_data_and_stays_near_it(name):
     proto = get_protocol(name)
-    small = proto.memory_bytes(10_000, 1_000, 0, 256, 100, 4)
-    large = proto.memory_bytes(1_000_000, 50_000, 0, 768, 1000, 2)
+    T = 197 if proto.tokens else 1  # a ViT-B/16's tokens (float16) for the attentive probe
+    small = proto.memory_bytes(10_000, 1_000, 0, 256, 100, 4, n_tokens=T)
+    large = proto.memory_bytes(1_000_000, 50_000, 0, 768, 1000, 2, n_tokens=T)
     assert 0 < small < large
-    features = (1_000_000 + 50_000) * 768 * 2
+    features = (1_000_000 + 50_000) * T * 768 * 2
     # the lab-scale cell: at most 1.5x its features plus terms that do not grow with n
     assert large <= 1.5 * features + 512 * 2**20, (name, large / features)
-    more_rows = proto.memory_bytes(2_000_000, 50_000, 0, 768, 1000, 2)
-    held = 0 if proto.streams_train else 1_000_000 * 768 * 2
+    more_rows = proto.memory_bytes(2_000_000, 50_000, 0, 768, 1000, 2, n_tokens=T)
+    held = 0 if proto.streams_train else 1_000_000 * T * 768 * 2
     assert more_rows - large <= held + 1_000_000 * 64  # no per-row term beyond the features, labels
 
 
@@ -97,6 +102,21 @@ def test_multilabel_targets_are_scored_by_mean_average_precision(name):
     result = get_protocol(name)(_data(multilabel=True), resolve_settings(name, CHEAP.get(name, {})))
     assert set(result.metrics) >= {"map11", "score"} and 0.5 < result.metrics["score"] <= 1.0
     assert "ece" not in result.metrics  # softmax calibration has no multi-label counterpart
+
+
+@pytest.mark.parametrize("name", sorted(TOKENS))
+def test_token_protocols_take_only_token_features_and_the_others_only_pooled_ones(name):
+    data = _data()
+    settings = resolve_settings(name, CHEAP.get(name, {}))
+    with pytest.raises(DataValidationError, match=rf"X_train has shape \(48, 6\), but protocol '{name}' reads token "
+                                                   r"features \(n, T, d\)"):
+        get_protocol(name)(data, settings)
+    trained = resolve_settings(name, {**CHEAP.get(name, {}), "max_epochs": 40, "patience": 10})
+    assert get_protocol(name)(as_tokens(data), trained).metrics["score"] > 0.5
+    for other in sorted(set(list_protocols()) - TOKENS):
+        with pytest.raises(DataValidationError, match=rf"X_train has shape \(48, 2, 6\): token features, which "
+                                                       rf"protocol '{other}' cannot take"):
+            get_protocol(other)(as_tokens(data), resolve_settings(other, CHEAP.get(other, {})))
 
 
 @pytest.mark.parametrize("name", sorted(set(list_protocols()) - MULTILABEL))

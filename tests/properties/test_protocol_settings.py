@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.protocols.registry import EvalData, get_protocol, list_protocols, resolve_settings
-from tests.helpers.protocols import CHEAP
+from tests.helpers.protocols import CHEAP, as_tokens
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -43,6 +43,11 @@ def _data() -> EvalData:
 
 
 DATA = _data()
+TOKEN_DATA = as_tokens(DATA)  # for the protocols that read token features
+
+
+def _data_for(name: str) -> EvalData:
+    return TOKEN_DATA if get_protocol(name).tokens else DATA
 
 
 @st.composite
@@ -93,23 +98,23 @@ def test_settings_are_refused_or_run_or_fail_clearly(tally, case):
         return
     tally.counts["protocol settings: accepted, then run"]["tried"] += 1
     try:
-        get_protocol(name)(DATA, resolved)
+        get_protocol(name)(_data_for(name), resolved)
     except Exception:  # noqa: BLE001
         # settings valid on their own that do not fit these data: a data error, whose
         # message names the data problem (e.g. "n_way=5 needs at least 5 classes")
-        tally.expect_error("protocol settings: accepted, then run", lambda: get_protocol(name)(DATA, resolved),
-                           None, kind=name)
+        tally.expect_error("protocol settings: accepted, then run",
+                           lambda: get_protocol(name)(_data_for(name), resolved), None, kind=name)
         tally.counts["protocol settings: accepted, then run"]["tried"] -= 1  # counted once
     else:
         tally.counts["protocol settings: accepted, then run"]["ran"] += 1
 
 
-@pytest.mark.parametrize("name", ["knn", "ridge", "logistic", "fewshot", "lowshot", "invariance"])
+@pytest.mark.parametrize("name", ["knn", "ridge", "logistic", "fewshot", "lowshot", "invariance", "mlp", "attentive"])
 def test_cheap_settings_run(name):
     """Control: the base settings are valid, so refusals above come from the drawn values.
 
     The four classes of DATA are far apart: every protocol with a score beats chance (0.25)."""
-    result = get_protocol(name)(DATA, resolve_settings(name, CHEAP.get(name, {})))
+    result = get_protocol(name)(_data_for(name), resolve_settings(name, CHEAP.get(name, {})))
     numbers = {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}
     assert numbers and all(np.isfinite(v) for v in numbers.values()), result.metrics
     if "score" in numbers:

@@ -13,6 +13,7 @@ import os
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.helpers.s3 import BUCKET, PLANTED_KEY_ID, PLANTED_SECRET
@@ -49,6 +50,9 @@ def s3_endpoint(tmp_path_factory):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        # moto keeps its buckets in process-wide state that outlives the server: forget them,
+        # so a later set-up in this process (pytest-xdist runs packages in pieces) starts empty
+        httpx.post(f"{endpoint}/moto-api/reset", timeout=30)
         server.stop()
 
 

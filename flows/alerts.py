@@ -1,0 +1,63 @@
+"""Prefect events of a benchmark run, for automations that notify a channel.
+
+Every run emits ``repeval.checkpoint.evaluated``; a run that finds the newest checkpoint of
+a series significantly worse than the series' best on some cell also emits
+``repeval.checkpoint.regressed``. Both carry :func:`jobs.alerts.event_payload` of the run
+summary, and name the config's report as their resource, so an automation can match one
+benchmark. Emitted from inside the flow run, they are related to it in Prefect's UI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prefect.events import emit_event
+
+from storage_schema.provenance import stable_hash
+
+EVALUATED_EVENT = "repeval.checkpoint.evaluated"
+REGRESSED_EVENT = "repeval.checkpoint.regressed"
+
+
+def report_resource(report_path: str) -> dict[str, str]:
+    """The events' resource: one benchmark, named by its report's path."""
+    return {"prefect.resource.id": f"repeval.report.{stable_hash(str(report_path), 16)}",
+            "prefect.resource.name": str(report_path)}
+
+
+def emit_run_events(payload: Mapping[str, Any], report_path: str) -> list[str]:
+    """Emit the run's events; the names of those emitted.
+
+    Parameters
+    ----------
+    payload : mapping
+        ``jobs.alerts.event_payload`` of the run summary.
+    report_path : str
+        The config's report path (the events' resource).
+
+    Returns
+    -------
+    list of str
+    """
+    resource = report_resource(report_path)
+    names = [EVALUATED_EVENT] + ([REGRESSED_EVENT] if payload.get("regressions") else [])
+    for name in names:
+        emit_event(event=name, resource=resource, payload=dict(payload))
+    return names
+
+
+def run_payload(final: Mapping[str, Any] | None, outcomes: list[Mapping[str, Any]],
+                failures: list[Mapping[str, Any]], report_path: str) -> dict[str, Any]:
+    """The events' payload: from the summary the report step wrote, or, when that step
+    failed, what the run itself knows (encoders evaluated, failures; no verdicts)."""
+    from jobs.alerts import event_payload
+
+    if final and final.get("summary") is not None:
+        return event_payload(final["summary"], final.get("summary_path"))
+    evaluated = sorted({str(o.get("model")) for o in outcomes if o.get("status") == "computed"})
+    fallback = {"report": None, "evaluated": evaluated, "regressions": [], "series": [], "leaderboard": [],
+                "failures": [dict(f) for f in failures], "changes": {}}
+    payload = event_payload(fallback, None)
+    payload["report_failed"] = report_path
+    return payload

@@ -1,0 +1,176 @@
+"""Checkpoint series from a scanned folder, on a small real store: steps from names and
+metadata, the newest checkpoint flagged when significantly worse than the best, and the
+report that opens with the leaderboard, the regressions and what changed since the
+previous run, with the run summary written beside it."""
+
+from __future__ import annotations
+
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from jobs.alerts import event_payload, read_summary, summary_path
+from jobs.compare import compare_records
+from jobs.config import load_config
+from jobs.evaluate import evaluate_cells
+from jobs.plan import make_plan
+from jobs.report_inputs import correlate_and_report
+from jobs.series import analyse_series
+from jobs.results import config_records
+from pipeline.errors import ConfigError
+from storage_schema.ledger import Ledger
+from tests.helpers.evidence import DATASET, SETTINGS, noisy_encoders
+from tests.helpers.html import parse_strict
+
+# step -> noise: step 200 is the best checkpoint, step 300 (the newest) much worse
+NOISE = {100: 3.0, 200: 0.0, 300: 8.0}
+
+
+class _Sections(HTMLParser):
+    """The text of each <section id=...> and the sources of the images."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.section, self.section_text, self.images = None, {}, []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "section":
+            self.section = a.get("id")
+        if tag == "img":
+            self.images.append(a.get("src") or "")
+
+    def handle_data(self, data):
+        if self.section:
+            self.section_text[self.section] = self.section_text.get(self.section, "") + data
+
+
+def _page(text: str) -> _Sections:
+    parse_strict(text)  # well formed
+    return _Sections(text)
+
+
+def _checkpoint(folder: Path, name: str, step: int | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.safetensors"
+    save_file({"w": np.zeros(2, np.float32)}, str(path), metadata=None if step is None else {"global_step": str(step)})
+    return path
+
+
+def _config(tmp: Path, **scan) -> dict:
+    return {
+        "store": str(tmp / "store"),
+        "checkpoints": [{"path": str(tmp / "run7"), "arch": "resnet18", "settle_seconds": 0, **scan}],
+        "datasets": [{"name": DATASET, "adapter": "features", "params": {"path": str(tmp / "unused.npz")}}],
+        "protocols": [{"name": s, "protocol": SETTINGS[s][0], "settings": SETTINGS[s][1]} for s in ("knn", "few")],
+        "reference": {"scores": {"ck-step100": 0.5, "ck-step200": 0.7, "ck-step300": 0.6}},
+        "report": {"path": str(tmp / "out" / "report.html")},
+    }
+
+
+def _run(tmp: Path, raw: dict, steps) -> dict:
+    """Checkpoints of ``steps`` in the folder, their features in the store, their cells evaluated, the report."""
+    for step in steps:
+        _checkpoint(tmp / "run7", f"ck-step{step}")
+    cfg = load_config(raw)
+    store = noisy_encoders(tmp, {f"ck-step{s}": NOISE[s] for s in steps}, store=cfg.open_store())
+    plan = make_plan(cfg, check=False, ready_only=False)
+    outcomes = evaluate_cells(store, plan.cells)
+    assert all(o["status"] in ("computed", "cached") for o in outcomes), outcomes
+    return correlate_and_report(store, plan.config, [o for o in outcomes if o.get("cell_id")], plan=plan)
+
+
+def test_a_scanned_folder_is_a_series_with_steps_from_names_or_metadata(tmp_path):
+    _checkpoint(tmp_path / "run7", "ck-step100")
+    _checkpoint(tmp_path / "run7", "late", step=250)
+    _checkpoint(tmp_path / "run7", "nostep")
+    plan = make_plan(load_config(_config(tmp_path, step_pattern="ck-step{step}")), check=False, ready_only=False)
+    got = {e.name: (e.series, e.step) for e in plan.config.encoders}
+    assert got == {"ck-step100": ("run7", 100), "late": ("run7", 250), "nostep": ("run7", None)}
+    named = make_plan(load_config(_config(tmp_path, series="vit-b16")), check=False, ready_only=False)
+    assert {e.name: (e.series, e.step) for e in named.config.encoders} == {
+        "ck-step100": ("vit-b16", None), "late": ("vit-b16", 250), "nostep": ("vit-b16", None)}
+    with pytest.raises(ConfigError, match=r"checkpoints\[0\]\.step_pattern: .*exactly once"):
+        load_config(_config(tmp_path, step_pattern="ck-step"))
+
+
+def test_newest_checkpoint_significantly_worse_than_the_best_is_flagged(tmp_path):
+    raw = _config(tmp_path, step_pattern="ck-step{step}")
+    out = _run(tmp_path, raw, [100, 200, 300])
+    cfg = make_plan(load_config(raw), check=False, ready_only=False).config
+    store = cfg.open_store(read_only=True)
+    records, _ = config_records(store, load_config(raw))
+    [series] = analyse_series(store, records, cfg)
+    assert [(p.encoder, p.step) for p in series.points] == [("ck-step100", 100), ("ck-step200", 200),
+                                                            ("ck-step300", 300)]
+    assert series.flagged and set(series.check.regressed) == {("knn", DATASET, "pre_logits"),
+                                                              ("few", DATASET, "pre_logits")}
+    by = {(r["model"], r["setting"]): r for r in records}
+    direct = {s: compare_records(store, by["ck-step300", s], by["ck-step200", s]) for s in ("knn", "few")}
+    low, high = sorted(d.p_value for d in direct.values())
+    adjusted = {low: min(2 * low, high), high: high}  # Benjamini-Hochberg over the series' two cells
+    for reg in series.regressions():
+        d = direct[reg["cell"].split("/")[0]]
+        assert reg["against"] == "ck-step200" and reg["best_step"] == 200 and reg["encoder"] == "ck-step300"
+        assert reg["difference"] == d.difference < 0
+        assert reg["p_adjusted"] == pytest.approx(adjusted[d.p_value], rel=1e-12)
+    # the summary beside the report says the same, for machines
+    summary = json.loads(Path(out["summary_path"]).read_text())
+    assert out["summary_path"] == summary_path(raw["report"]["path"])
+    assert {(r["encoder"], r["cell"], r["against"]) for r in summary["regressions"]} == {
+        ("ck-step300", f"knn/{DATASET}/pre_logits", "ck-step200"), ("ck-step300", f"few/{DATASET}/pre_logits",
+                                                                    "ck-step200")}
+    assert summary["evaluated"] == ["ck-step100", "ck-step200", "ck-step300"]
+    assert summary["encoders"]["ck-step200"]["cells"][f"knn/{DATASET}/pre_logits"]["score"] == by[
+        "ck-step200", "knn"]["metrics"]["score"]
+    assert [r["model"] for r in summary["leaderboard"]] == ["ck-step200", "ck-step100", "ck-step300"]
+    assert summary["series"][0]["flagged"] and summary["series"][0]["newest"] == {"encoder": "ck-step300",
+                                                                                 "step": 300}
+    payload = event_payload(summary, out["summary_path"])
+    assert payload["regressions"] == summary["regressions"] and "encoders" not in payload
+    json.dumps(payload)  # what the event carries is plain JSON
+
+
+def test_report_opens_with_failures_then_the_summary_and_shows_the_series(tmp_path):
+    raw = _config(tmp_path, step_pattern="ck-step{step}")
+    first = _run(tmp_path, raw, [100, 200])
+    text = Path(first["report"]).read_text(encoding="utf-8")
+    page = _page(text)
+    order = [text.index(f'<section id="{s}">') for s in ("failed", "summary", "overview", "series", "accuracy")]
+    assert order == sorted(order)
+    assert "No previous run summary beside this report" in page.section_text["summary"]
+    assert "No checkpoint series" not in page.section_text["series"]
+    assert "best so far" in text and "not significantly worse" in page.section_text["series"]
+    # the next night: a new, worse checkpoint; the report says what changed, and flags it
+    second = _run(tmp_path, raw, [100, 200, 300])
+    text = Path(second["report"]).read_text(encoding="utf-8")
+    page = _page(text)
+    summary_text = page.section_text["summary"]
+    assert "new encoders (1): ck-step300" in summary_text and "new regressions (2)" in summary_text
+    assert "2 regression(s)" in summary_text and "is worse than ck-step200" in summary_text
+    series_text = page.section_text["series"]
+    assert "newest checkpoint ck-step300 (step 300) is significantly worse than the best so far on 2 cell(s)" \
+        in series_text
+    assert text.count('class="violation"') >= 2 and "reference" in series_text
+    assert len([s for s in page.images if s.startswith("data:image/png;base64,")]) >= 2  # one plot per setting
+    changes = read_summary(second["summary_path"])["changes"]
+    assert changes["new_encoders"] == ["ck-step300"] and len(changes["regressions"]) == 2
+    # re-rendering the report does not move the previous-run mark
+    again = correlate_and_report(load_config(raw).open_store(), make_plan(load_config(raw), check=False,
+                                 ready_only=False).config, [], write_summary=False)
+    assert again["summary_path"] is None and read_summary(second["summary_path"])["changes"] == changes
+
+
+def test_a_series_without_a_better_earlier_checkpoint_is_not_flagged(tmp_path):
+    raw = _config(tmp_path, step_pattern="ck-step{step}")
+    out = _run(tmp_path, raw, [100, 200])  # the newest (200) is the best
+    summary = read_summary(out["summary_path"])
+    assert summary["regressions"] == [] and not summary["series"][0]["flagged"]
+    assert sorted(summary["series"][0]["newest_is_best"]) == [f"few/{DATASET}/pre_logits",
+                                                              f"knn/{DATASET}/pre_logits"]
+    assert len(Ledger(load_config(raw).open_store(read_only=True))) == 4
