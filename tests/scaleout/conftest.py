@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import uuid
 from pathlib import Path
 
@@ -26,6 +27,7 @@ def s3_endpoint(tmp_path_factory):
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per request otherwise
+    _atomic_conditional_puts()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -54,6 +56,25 @@ def s3_endpoint(tmp_path_factory):
         # so a later set-up in this process (pytest-xdist runs packages in pieces) starts empty
         httpx.post(f"{endpoint}/moto-api/reset", timeout=30)
         server.stop()
+
+
+def _atomic_conditional_puts() -> None:
+    """S3 decides ``If-None-Match: *`` and the write as one step; moto checks, then writes, so
+    two racing creators can both pass its check on a busy machine. One lock around moto's
+    object PUT gives the stand-in the guarantee the store relies on from the real service."""
+    from moto.s3.responses import S3Response
+
+    if getattr(S3Response.put_object, "_serialised", False):
+        return
+    lock = threading.Lock()
+    put_object = S3Response.put_object
+
+    def serialised(self, *args, **kwargs):
+        with lock:
+            return put_object(self, *args, **kwargs)
+
+    serialised._serialised = True
+    S3Response.put_object = serialised
 
 
 @pytest.fixture
