@@ -1,7 +1,7 @@
 """Shared helpers of the benchmark scripts: thread limits, timing, tables, machine line.
 
 Not a benchmark itself. The scripts put the repository root on ``sys.path`` before
-importing this module, so they run as ``PYTHONPATH=. .venv/bin/python benchmarks/x.py``
+importing this module, so they run as ``PYTHONPATH=. .venv/bin/python benchmarks/<script>.py``
 and also without PYTHONPATH.
 """
 

@@ -19,6 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before anything imports timm
 
 from flows.commands_cog import add_cog_parser  # noqa: E402
 from flows.commands_compare import add_compare_parser  # noqa: E402
+from flows.commands_registry import add_registry_commands  # noqa: E402
 from flows.commands_run import cmd_deploy, cmd_report, cmd_run, cmd_serve  # noqa: E402
 from flows.commands_store import (  # noqa: E402
     cmd_datasets_show, cmd_extract, cmd_import, cmd_ls, cmd_repair, cmd_results, cmd_verify,
@@ -97,14 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--dtype", choices=("float16", "float32"),
                      help="stored dtype (default: float16 features stay float16, others become float32)")
     imp.set_defaults(func=cmd_import)
-    dsp = sub.add_parser("datasets", help="inspect a dataset copy before a long run")
-    show = dsp.add_subparsers(dest="datasets_command", required=True).add_parser(
-        "show", help="splits, image counts, classes, metric, validation, skipped files and fingerprint")
-    show.add_argument("adapter", help="dataset adapter, e.g. aircraft, imagenet, webdataset, hf")
-    show.add_argument("--param", action="extend", nargs="+", default=[], help="adapter parameters as key=value")
-    show.add_argument("--name", help="dataset name (default: the adapter's)")
-    show.add_argument("--json", action="store_true", help="print the summary as JSON")
-    show.set_defaults(func=cmd_datasets_show)
+    add_registry_commands(sub, cmd_datasets_show)  # protocols, datasets [list|show]
 
     run = sub.add_parser("run", help="extract, evaluate, correlate and report what a config asks for")
     run.add_argument("config", help="benchmark config (YAML)")

@@ -6,13 +6,23 @@
 2. writes a benchmark config: those checkpoints (found by a checkpoint-folder scan) plus
    random-init timm encoders, datasets `digits` and `textures`, every protocol;
 3. runs the benchmark flow (Prefect + a local Dask cluster + the Zarr store) and prints
-   where the report is. Running it again reuses the store: nothing is recomputed.
+   the correlations, the best linear accuracy per dataset and where the report is.
+   Running it again reuses the store: nothing is recomputed.
+
+The figures it prints are the same on every machine: training is seeded, deterministic
+and runs on a fixed number of threads (``jobs.source_training``), and Dask's worker
+processes run numerical libraries on one thread each. Every figure is also written at
+full precision to ``figures.json`` beside the config (the reproducibility test compares
+two runs' files). ``REPEVAL_DEMO_SMALL=1`` (or ``main(small=True)``) runs the same steps
+at a size that takes a minute, for that test.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from flows.runtime import prepare_environment
@@ -21,34 +31,90 @@ prepare_environment()
 
 import yaml  # noqa: E402
 
-OUT = Path(os.environ.get("REPEVAL_DEMO_DIR", "demo-out")).resolve()
-SOURCE = {"adapter": "textures", "params": {"seed": 12345, "n_per_class": {"train": 300, "test": 100}}}
-# (architecture, seed) -> step counts at which a checkpoint is saved (batches of 32):
-# two training runs, seven encoders of graded quality, about two minutes on 2 cores.
-TRAINING = {("resnet18", 0): [5, 15, 40, 100], ("resnet18", 1): [10, 25, 60]}
 INPUT_SIZE = 32
+#: The setting whose best accuracy per dataset the demo prints.
+LINEAR = "linear"
 
 
-def demo_config() -> dict:
-    return {
-        "store": str(OUT / "store"),
+@dataclass(frozen=True)
+class DemoSize:
+    """How much the demo trains and evaluates.
+
+    Parameters
+    ----------
+    training : dict
+        (architecture, seed) -> step counts at which a checkpoint is saved (batches of 32).
+    source_per_class : dict
+        Source-task images per class, per split.
+    textures_per_class : dict
+        Downstream ``textures`` images per class, per split.
+    random_encoders : bool
+        Add the three random-init timm encoders.
+    all_protocols : bool
+        Every protocol setting (else the linear probe and k-NN only).
+    """
+
+    training: dict = field(default_factory=dict)
+    source_per_class: dict = field(default_factory=dict)
+    textures_per_class: dict = field(default_factory=dict)
+    random_encoders: bool = True
+    all_protocols: bool = True
+
+
+# Two training runs, seven encoders of graded quality, about two minutes on 2 cores.
+FULL = DemoSize(training={("resnet18", 0): [5, 15, 40, 100], ("resnet18", 1): [10, 25, 60]},
+                source_per_class={"train": 300, "test": 100}, textures_per_class={"train": 200, "test": 100})
+# The same steps at the size of a test: three trained encoders, two protocols.
+SMALL = DemoSize(training={("resnet18", 0): [2, 8], ("resnet18", 1): [4]},
+                 source_per_class={"train": 40, "test": 25}, textures_per_class={"train": 30, "test": 20},
+                 random_encoders=False, all_protocols=False)
+
+
+def demo_dir() -> Path:
+    """The demo's folder: ``$REPEVAL_DEMO_DIR``, else ``demo-out`` in the working folder.
+
+    Returns
+    -------
+    Path
+    """
+    return Path(os.environ.get("REPEVAL_DEMO_DIR", "demo-out")).resolve()
+
+
+def demo_config(out: Path | None = None, size: DemoSize = FULL) -> dict:
+    """The benchmark config the demo runs (plain data, as in a YAML file).
+
+    Parameters
+    ----------
+    out : Path, optional
+        The demo's folder (default :func:`demo_dir`).
+    size : DemoSize
+        ``FULL`` or ``SMALL``.
+
+    Returns
+    -------
+    dict
+    """
+    out = demo_dir() if out is None else out
+    random_encoders = [
+        {"name": "resnet18-random", "arch": "resnet18", "input_size": INPUT_SIZE, "seed": 0,
+         "layers": ["pre_logits", "block3"]},
+        {"name": "vit-tiny-random", "arch": "vit_tiny_patch16_224", "input_size": INPUT_SIZE, "seed": 0,
+         "layers": ["pre_logits", "block11.tokens"]},  # the tokens: for the attentive probe
+        {"name": "mobilenet-random", "arch": "mobilenetv3_small_050", "input_size": INPUT_SIZE, "seed": 0},
+    ]
+    config = {
+        "store": str(out / "store"),
         "dask": {"n_workers": 2, "threads_per_worker": 1},
         "extract": {"batch_size": 64, "chunk_batches": 4},
-        "encoders": [
-            {"name": "resnet18-random", "arch": "resnet18", "input_size": INPUT_SIZE, "seed": 0,
-             "layers": ["pre_logits", "block3"]},
-            {"name": "vit-tiny-random", "arch": "vit_tiny_patch16_224", "input_size": INPUT_SIZE, "seed": 0,
-             "layers": ["pre_logits", "block11.tokens"]},  # the tokens: for the attentive probe
-            {"name": "mobilenet-random", "arch": "mobilenetv3_small_050", "input_size": INPUT_SIZE, "seed": 0},
-        ],
+        "encoders": random_encoders if size.random_encoders else [],
         "checkpoints": [
-            {"path": str(OUT / "checkpoints"), "arch": "resnet18", "pattern": "seed*-resnet18-*.safetensors",
+            {"path": str(out / "checkpoints"), "arch": "resnet18", "pattern": "seed*-resnet18-*.safetensors",
              "input_size": INPUT_SIZE, "layers": ["pre_logits", "block3"],
              "settle_seconds": 0},  # written by the training above, before the run
         ],
         "datasets": [
             {"name": "digits", "adapter": "digits"},
-            {"name": "textures", "adapter": "textures", "params": {"n_per_class": {"train": 200, "test": 100}}},
+            {"name": "textures", "adapter": "textures", "params": {"n_per_class": dict(size.textures_per_class)}},
         ],
         "protocols": [
             {"name": "linear", "protocol": "logistic"},
@@ -74,52 +140,122 @@ def demo_config() -> dict:
             {"name": "k-NN", "protocol": "knn20", "datasets": ["digits", "textures"]},
             {"name": "few-shot", "protocol": "fewshot-5way-20shot", "datasets": ["digits"], "metric": "mean"},
         ], "bootstrap": 1000},
-        "report": {"path": str(OUT / "report" / "report.html"), "baseline": "resnet18-random"},
+        "report": {"path": str(out / "report" / "report.html"),
+                   "baseline": "resnet18-random" if size.random_encoders else None},
     }
+    if not size.all_protocols:
+        config["protocols"] = [p for p in config["protocols"] if p["name"] in (LINEAR, "knn20")]
+        config["correlation"]["settings"] = [s for s in config["correlation"]["settings"]
+                                             if s["protocol"] in (LINEAR, "knn20")]
+    return config
 
 
-def train_sources() -> None:
+def train_sources(out: Path, size: DemoSize) -> dict[str, float]:
+    """Train the demo's checkpoints (once: existing files are kept).
+
+    Parameters
+    ----------
+    out : Path
+        The demo's folder; checkpoints go to ``out/checkpoints``.
+    size : DemoSize
+        What to train.
+
+    Returns
+    -------
+    dict
+        Checkpoint file name -> its source-task accuracy (a fraction).
+    """
     from jobs.source_training import train_checkpoints
     from pipeline.datasets import make_dataset
 
-    source = make_dataset(SOURCE["adapter"], name="source", **SOURCE["params"])
-    for (arch, seed), steps in TRAINING.items():
+    folder = out / "checkpoints"
+    source = make_dataset("textures", name="source", seed=12345, n_per_class=dict(size.source_per_class))
+    accuracies = {}
+    for (arch, seed), steps in size.training.items():
         prefix = f"seed{seed}-"
-        if all((OUT / "checkpoints" / f"{prefix}{arch}-step{s:04d}.safetensors").exists() for s in steps):
-            continue
-        print(f"training {arch} (seed {seed}) on the source task for {max(steps)} steps ...", file=sys.stderr)
-        for ck in train_checkpoints(arch, source, steps, str(OUT / "checkpoints"), input_size=INPUT_SIZE,
-                                    batch_size=32, seed=seed, prefix=prefix):
-            print(f"  {Path(ck.path).name}: source accuracy {ck.source_accuracy:.3f}", file=sys.stderr)
+        files = [folder / f"{prefix}{arch}-step{s:04d}.safetensors" for s in steps]
+        if not all(f.exists() and f.with_suffix(".json").exists() for f in files):
+            print(f"training {arch} (seed {seed}) on the source task for {max(steps)} steps ...", file=sys.stderr)
+            train_checkpoints(arch, source, steps, str(folder), input_size=INPUT_SIZE, batch_size=32, seed=seed,
+                              prefix=prefix)
+        for f in files:
+            accuracies[f.stem] = float(json.loads(f.with_suffix(".json").read_text())["reference_score"])
+    return accuracies
 
 
-def main() -> int:
+def best_linear(cfg) -> dict[str, tuple[str, float]]:
+    """Dataset -> (encoder, accuracy) of the best ``linear`` cell of the run's records.
+
+    Parameters
+    ----------
+    cfg : BenchmarkConfig
+        The demo's config, as run.
+
+    Returns
+    -------
+    dict
+    """
+    from jobs.results import config_records
+
+    rows, _ = config_records(cfg.open_store(read_only=True), cfg)
+    best: dict[str, tuple[str, float]] = {}
+    for row in sorted(rows, key=lambda r: (r["dataset"], r["model"], r["layer"])):
+        score = (row.get("metrics") or {}).get("score")
+        if row["setting"] == LINEAR and score is not None and score > best.get(row["dataset"], ("", -1.0))[1]:
+            best[row["dataset"]] = (f"{row['model']} {row['layer']}", float(score))
+    return best
+
+
+def main(small: bool | None = None) -> int:
+    """Train, configure, run and print the demo's figures.
+
+    Parameters
+    ----------
+    small : bool, optional
+        The test-sized demo (default: ``REPEVAL_DEMO_SMALL=1`` in the environment).
+
+    Returns
+    -------
+    int
+        The exit status: 0, or 3 when some work failed.
+    """
     from flows.benchmark import run_benchmark
     from jobs.config import load_config
     from jobs.plan import make_plan
 
-    OUT.mkdir(parents=True, exist_ok=True)
-    train_sources()
-    config_path = OUT / "demo.yaml"
-    config_path.write_text(yaml.safe_dump(demo_config(), sort_keys=False))
+    small = os.environ.get("REPEVAL_DEMO_SMALL") == "1" if small is None else small
+    size, out = (SMALL if small else FULL), demo_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    sources = train_sources(out, size)
+    for name, accuracy in sources.items():
+        print(f"  {name}: source accuracy {accuracy:.3f}", file=sys.stderr)
+    config_path = out / "demo.yaml"
+    config_path.write_text(yaml.safe_dump(demo_config(out, size), sort_keys=False))
     cfg = load_config(config_path)
     plan = make_plan(cfg)
     summary = run_benchmark(cfg, plan=plan)
     print(f"encoders: {len(plan.config.encoders)}, cells: {summary['cells']} "
           f"({summary['computed']} computed, {summary['cached']} from the ledger), "
           f"{summary['images']} images extracted, {summary['seconds']:.0f} s")
+    figures: dict = {"source_accuracy": sources, "correlation": {}, "best_linear": {}}
     for setting in (summary.get("correlation") or {}).get("settings", []):
         if setting["status"] == "ok":
             r = setting["setting"]
+            figures["correlation"][setting["name"]] = {"pearson": r["pearson"], "spearman": r["spearman"],
+                                                       "n": setting["n"]}
             print(f"  {setting['name']}: Pearson r = {r['pearson']:.2f}, Spearman rho = {r['spearman']:.2f}, "
                   f"n = {setting['n']} encoders")
         else:
             print(f"  {setting['name']}: {setting['message']}")
+    for dataset, (encoder, accuracy) in best_linear(cfg).items():
+        figures["best_linear"][dataset] = {"encoder": encoder, "accuracy": accuracy}
+        print(f"  best {LINEAR} accuracy on {dataset}: {100 * accuracy:.1f} % ({encoder})")
     for failed in summary["failures"]:
         print(f"  failed {failed['kind']}: {failed['label']}: {failed['reason'][:160]}")
+    (out / "figures.json").write_text(json.dumps(figures, indent=1, sort_keys=True))
     print(f"config: {config_path}")
     print(f"report: {summary['report']}")
-    return 0
+    return 3 if summary["failures"] else 0
 
 
 if __name__ == "__main__":

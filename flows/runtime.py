@@ -32,6 +32,8 @@ def prepare_environment(verbose: bool = False) -> None:
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # Prefect gives its local server 20 s to start; a busy laptop (or a CI runner) needs more
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     os.environ.setdefault("PREFECT_HOME", str(repeval_home() / "prefect"))
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)  # Prefect makes only the leaf
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")

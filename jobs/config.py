@@ -347,6 +347,13 @@ class BenchmarkConfig:
         for enc in self.encoders:
             if enc.weights not in ("random", "pretrained") and not enc.weights.startswith("timm:"):
                 enc.weights = local(enc.weights)
+        from pipeline.datasets.catalog import path_parameters  # no torch: adapters' signatures only
+
+        for ds in self.datasets:  # root, csv_path, ...: the parameters annotated as paths
+            for key in path_parameters(ds.adapter):
+                value = ds.params.get(key)
+                if isinstance(value, str) and value.strip():
+                    ds.params[key] = local(os.path.expanduser(value))
         resolve_encoder_paths(self, local)
 
     def protocol_hash(self) -> str:
@@ -374,8 +381,9 @@ class BenchmarkConfig:
 def load_config(source: str | os.PathLike | dict) -> BenchmarkConfig:
     """Load and validate a benchmark config from a YAML file or a dict.
 
-    Relative paths in a file (store, checkpoints, reference csv, report) are taken
-    relative to the file's folder, so a config means the same from any working folder.
+    Relative paths in a file (store, checkpoints, encoder weights, dataset roots and other
+    path parameters of adapters, suite roots, reference csv, report) are taken relative
+    to the file's folder, so a config means the same from any working folder.
     """
     if isinstance(source, dict):
         data = source

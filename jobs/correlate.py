@@ -1,6 +1,6 @@
 """Correlation job: a benchmark's ledger records against a reference score per model.
 
-PROTOCOLS.md section 8 (Ericsson et al. 2021, A.7). For each correlation setting of the
+As in Ericsson et al. 2021 (appendix A.7). For each correlation setting of the
 config (a protocol setting, its datasets, a metric and a layer) the records' metric is
 collected per (model, dataset) and handed to :func:`pipeline.correlation.correlate_setting`:
 logit transform, mean over the setting's datasets per model, Pearson r and Spearman rho
@@ -200,8 +200,10 @@ def _correlate_one(records: list[dict], s: CorrelationSetting, reference: Mappin
 
     report = SettingReport(name=s.name, protocol=s.protocol, metric=s.metric, layer=s.layer,
                            datasets=list(s.datasets), status=INVALID)
-    mine = [r for r in records if r.get("setting") == s.protocol and r.get("layer") == s.layer
-            and r.get("dataset") in s.datasets]
+    # sorted: the ledger lists records in file-listing order, which varies between stores and
+    # runs; the models' order changes a sum's last bits and the bootstrap's resamples
+    mine = sorted((r for r in records if r.get("setting") == s.protocol and r.get("layer") == s.layer
+                   and r.get("dataset") in s.datasets), key=lambda r: (str(r.get("model")), str(r.get("dataset"))))
     try:
         scores = {(r["model"], r["dataset"]): _metric_value(r, s.metric) for r in mine}
     except DataValidationError as exc:

@@ -3,11 +3,20 @@
 The demo uses it to make encoders of graded quality from one architecture (more steps,
 better source accuracy), so that the transfer correlation has something to find. The
 source-task test accuracy is written beside the checkpoint as its reference score.
+
+Training is reproducible across machines as far as torch allows on a CPU: the initial
+weights and the batch order are seeded, deterministic kernels are requested, and torch
+runs on a fixed number of threads whatever the machine has (a floating-point sum split
+over another number of threads rounds differently, and a hundred optimiser steps amplify
+that into visibly different checkpoints). The caller's random state, thread count and
+deterministic-algorithms flag are restored afterwards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,11 +30,53 @@ from pipeline.datasets import DatasetAdapter, TorchImageDataset
 from pipeline.encoders import EncoderSpec, load_encoder
 
 
+#: Threads torch uses while training, on every machine (results depend on the count).
+TRAINING_THREADS = 1
+
+
 @dataclass
 class TrainedCheckpoint:
+    """A checkpoint written by :func:`train_checkpoints`.
+
+    Parameters
+    ----------
+    path : str
+        The ``.safetensors`` file.
+    steps : int
+        Optimiser steps taken before it was saved.
+    source_accuracy : float
+        Accuracy on the source task's test split (a fraction).
+    """
+
     path: str
     steps: int
     source_accuracy: float
+
+
+@contextlib.contextmanager
+def reproducible_torch(seed: int, threads: int = TRAINING_THREADS) -> Iterator[None]:
+    """Seeded, deterministic, fixed-thread torch on the CPU while the block runs.
+
+    Parameters
+    ----------
+    seed : int
+        Seeds torch's global generator (forked: the caller's state comes back after).
+    threads : int
+        Intra-op threads while the block runs.
+    """
+    previous_threads = torch.get_num_threads()
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        torch.set_num_threads(threads)
+        # warn_only: an op without a deterministic kernel warns instead of stopping the demo
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        try:
+            yield
+        finally:
+            torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+            torch.set_num_threads(previous_threads)
 
 
 def _batches(adapter: DatasetAdapter, split: str, transform, batch_size: int, seed: int):
@@ -47,13 +98,45 @@ def _accuracy(model: torch.nn.Module, adapter: DatasetAdapter, split: str, trans
 
 def train_checkpoints(arch: str, source: DatasetAdapter, steps: list[int], out_dir: str, *,
                       input_size: int = 32, batch_size: int = 64, lr: float = 2e-3, seed: int = 0,
-                      prefix: str = "") -> list[TrainedCheckpoint]:
-    """Train ``arch`` from a seeded random init, saving a checkpoint at each step count."""
+                      prefix: str = "", threads: int = TRAINING_THREADS) -> list[TrainedCheckpoint]:
+    """Train ``arch`` from a seeded random init, saving a checkpoint at each step count.
+
+    Parameters
+    ----------
+    arch : str
+        timm architecture.
+    source : DatasetAdapter
+        The source task (its ``train`` and ``test`` splits).
+    steps : list of int
+        Step counts at which a checkpoint is saved.
+    out_dir : str
+        Folder of the checkpoints (created); each gets a ``.json`` sidecar with its
+        ``reference_score``.
+    input_size, batch_size, lr : int, int, float
+        Image side, batch rows and AdamW learning rate.
+    seed : int
+        Seeds the initial weights and the batch order.
+    prefix : str
+        Start of the file names.
+    threads : int
+        torch threads while training (fixed, so every machine computes the same weights).
+
+    Returns
+    -------
+    list of TrainedCheckpoint
+        One per step count, in increasing order.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    # the frozen-encoder view of the same weights gives the exact evaluation transform
-    transform = load_encoder(EncoderSpec(name="source", arch=arch, input_size=input_size, seed=seed)).transform()
-    torch.manual_seed(seed)
+    with reproducible_torch(seed, threads):  # building an encoder seeds torch too: inside the guard
+        # the frozen-encoder view of the same weights gives the exact evaluation transform
+        transform = load_encoder(EncoderSpec(name="source", arch=arch, input_size=input_size, seed=seed)).transform()
+        torch.manual_seed(seed)
+        return _train(arch, source, steps, out, transform, input_size, batch_size, lr, seed, prefix)
+
+
+def _train(arch: str, source: DatasetAdapter, steps: list[int], out: Path, transform, input_size: int,
+           batch_size: int, lr: float, seed: int, prefix: str) -> list[TrainedCheckpoint]:
     kwargs = {"img_size": input_size} if "vit" in arch else {}
     model = timm.create_model(arch, pretrained=False, num_classes=len(source.class_names), **kwargs)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)

@@ -61,7 +61,17 @@ N_TEST, MAX_TRAIN = 50, 1300
 
 @dataclass(frozen=True)
 class ConceptGraph:
-    """The subgraph S: nodes in topological order (every parent before its children)."""
+    """The subgraph S: nodes in topological order (every parent before its children).
+
+    Parameters
+    ----------
+    nodes, index : tuple of str, dict
+        Concept ids in topological order, and each id's position in ``nodes``.
+    parents, ancestors : tuple
+        Positions of each node's parents, and of its ancestors (itself included).
+    root : int
+        Position of the root.
+    """
 
     nodes: tuple[str, ...]
     index: dict[str, int]
@@ -356,7 +366,21 @@ def sample_images(files: Sequence[str], concept: str, seed: int = 0, n_test: int
 
 @dataclass(frozen=True)
 class CogLevels:
-    """The levels (concept ids, most similar first) and what they were built from."""
+    """The levels (concept ids, most similar first) and what they were built from.
+
+    Parameters
+    ----------
+    levels : list of list of str
+        Concept ids of each level, L1 (most similar to the seen concepts) first.
+    similarity, nearest_seen : dict
+        Each ImageNet-21K concept's similarity to ImageNet-1K, and its nearest seen concept (or None).
+    eligible : list of str
+        The concepts that could enter a level, by decreasing similarity.
+    dropped : dict
+        Concept -> why it was left out (seen, an ancestor, too few images, ...).
+    summary : list of dict
+        Per level: number, size and similarity range (see :meth:`level_summary`).
+    """
 
     levels: list[list[str]]
     similarity: dict[str, float]  # every ImageNet-21K concept's similarity to ImageNet-1K

@@ -36,7 +36,19 @@ CELL_STATUSES = ("ok", "failed")
 
 @dataclass(frozen=True)
 class LeaderboardRow:
-    """One model's line: mean rank (None when left out), rank and score per setting."""
+    """One model's line: mean rank (None when left out), rank and score per setting.
+
+    Parameters
+    ----------
+    model : str
+        The encoder.
+    mean_rank : float or None
+        Its mean rank over the settings (None when left out).
+    ranks, scores : dict
+        Setting -> its rank and its score there.
+    missing : tuple of str
+        Settings it has no score for.
+    """
 
     model: str
     mean_rank: float | None
@@ -139,6 +151,21 @@ class RunChanges:
     tolerance; ``regressions`` regressions not reported by the previous run; ``failures``
     every failed cell now, each with ``new`` saying whether it failed before;
     ``recovered`` cells that failed before and succeed now.
+
+    Parameters
+    ----------
+    new_encoders, removed_encoders : list of str
+        Encoders only in the newer / only in the older summary.
+    new_cells : list of str
+        Cells no encoder had before.
+    changed_scores : list of dict
+        Same encoder and cell, a score that moved by more than the tolerance.
+    regressions : list of dict
+        Regressions the previous run did not report.
+    failures : list of dict
+        Every failed cell now, with ``new``.
+    recovered : list of dict
+        Cells that failed before and succeed now.
     """
 
     new_encoders: list[str]

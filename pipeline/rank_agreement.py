@@ -148,6 +148,27 @@ class PairAgreement:
     ``n`` encoders scored in both; ``n_pairs`` = n(n-1)/2; ``flips`` pairs ordered
     oppositely; ``tied_pairs`` tied in at least one setting; ``*_ci`` percentile bootstrap
     intervals (None without bootstrap) from ``n_bootstrap_used`` of ``n_bootstrap`` resamples.
+
+    Parameters
+    ----------
+    dataset, setting_a, setting_b : hashable or None
+        What was compared.
+    n : int
+        Encoders scored in both settings.
+    kendall_tau, spearman_rho : float
+        Rank correlations of the two rankings.
+    flips : int
+        Pairs ordered oppositely.
+    tied_pairs : int
+        Pairs tied in at least one setting.
+    n_pairs : int
+        n(n-1)/2.
+    kendall_ci, spearman_ci : tuple of float or None
+        Percentile bootstrap intervals.
+    n_bootstrap, n_bootstrap_used : int
+        Resamples asked for and those that could be used.
+    confidence : float
+        The intervals' level.
     """
 
     dataset: Hashable | None
@@ -281,7 +302,7 @@ def rank_agreement(scores: Mapping[tuple[Hashable, Hashable, Hashable], float], 
     Parameters
     ----------
     scores : mapping (encoder, dataset, setting) -> score
-    n_bootstrap, seed, confidence :
+    n_bootstrap, seed, confidence : int, int, float
         As ``pair_agreement`` (every pair uses the same seed).
     lower_is_better : collection of settings
         Settings whose metric improves downwards.
@@ -303,7 +324,17 @@ def rank_agreement(scores: Mapping[tuple[Hashable, Hashable, Hashable], float], 
 @dataclass(frozen=True)
 class RadarData:
     """Each encoder's rank on each axis (the reference first, then the settings): one radar
-    chart per encoder, or one polygon per encoder on a shared chart."""
+    chart per encoder, or one polygon per encoder on a shared chart.
+
+    Parameters
+    ----------
+    axes : tuple
+        The axes: the reference (when given), then the settings.
+    encoders : tuple
+        The encoders, in row order.
+    ranks : numpy.ndarray
+        (n_encoders, n_axes); 1 is the best.
+    """
 
     axes: tuple[Hashable, ...]
     encoders: tuple[Hashable, ...]
@@ -332,6 +363,8 @@ def radar_data(by_setting: Mapping[Hashable, Mapping[Hashable, float]],
         Every setting must score the same encoders.
     reference : mapping encoder -> score, optional
         Added as the first axis, named ``reference_name``; must cover the encoders.
+    reference_name : hashable
+        The reference axis's name.
     lower_is_better : collection of settings
         Settings ranked smallest-first.
 

@@ -57,6 +57,33 @@ class PairedComparison:
     ``randomization`` or ``paired-t``); ``n`` counts the paired units (examples or
     episodes). ``a_only`` / ``b_only`` count the examples only A / only B gets right
     (classification only). ``replicates`` holds the bootstrap differences.
+
+    Parameters
+    ----------
+    metric : str
+        The compared metric.
+    test : str
+        The test behind ``p_value``.
+    score_a, score_b : float
+        The two encoders' scores.
+    difference : float
+        ``score_a - score_b``.
+    ci_low, ci_high : float
+        Bootstrap confidence interval of the difference.
+    confidence : float
+        Its level (e.g. 0.95).
+    p_value : float
+        Two-sided p-value of "no difference".
+    n : int
+        Paired units (examples or episodes).
+    n_resamples, n_permutations : int
+        Bootstrap resamples and permutations used.
+    seed : int
+        Seed of the resampling.
+    a_only, b_only : int or None
+        Examples only A / only B gets right (classification only).
+    replicates : numpy.ndarray
+        The bootstrap differences.
     """
 
     metric: str

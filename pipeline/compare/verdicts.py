@@ -25,7 +25,19 @@ VERDICTS = ("better", "worse", "indistinguishable")
 
 @dataclass(frozen=True)
 class CellVerdict:
-    """One cell's comparison, its BH-adjusted p-value and the verdict for encoder A."""
+    """One cell's comparison, its BH-adjusted p-value and the verdict for encoder A.
+
+    Parameters
+    ----------
+    cell : hashable
+        The cell's key (e.g. dataset, layer, setting).
+    comparison : PairedComparison
+        A against B on the cell.
+    p_adjusted : float
+        The Benjamini-Hochberg adjusted p-value.
+    verdict : str
+        ``better``, ``worse`` or ``indistinguishable``.
+    """
 
     cell: Hashable
     comparison: PairedComparison
@@ -47,7 +59,19 @@ class CellVerdict:
 
 @dataclass(frozen=True)
 class SettingSummary:
-    """Counts of verdicts over a setting's cells and the mean difference A - B."""
+    """Counts of verdicts over a setting's cells and the mean difference A - B.
+
+    Parameters
+    ----------
+    setting : str
+        The protocol setting.
+    n_cells : int
+        Cells compared.
+    better, worse, indistinguishable : int
+        Cells with each verdict for encoder A.
+    mean_difference : float
+        Mean of ``score_a - score_b`` over the cells.
+    """
 
     setting: str
     n_cells: int

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 from PIL import Image
 
+from pipeline.datasets.hashing import Hasher
 from pipeline.errors import CorruptImageError, DatasetError, unknown_name
 from pipeline.names import validate_name
 
 IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".ppm", ".tif", ".tiff", ".webp")
-_HASH_BLOCK = 1 << 20
-
 
 METRICS = ("top1", "mean_per_class", "map11")
 #: Keys of ``describe()`` that are derived, not constructor parameters.
@@ -52,6 +49,13 @@ class DatasetAdapter(ABC):
     ``pooled_split``
         A split holding every sample of the official splits (few-shot episodes draw from
         all of a dataset), or None.
+
+    Parameters
+    ----------
+    name : str
+        The dataset's name in the store (validated: it becomes a key component).
+    mean_per_class : bool or None
+        Report mean per-class accuracy instead of top-1 (None: the class's ``metric``).
     """
 
     adapter: ClassVar[str] = ""  # set by @register_dataset
@@ -74,13 +78,32 @@ class DatasetAdapter(ABC):
         self.splits: tuple[str, ...] = ()
 
     def check_split(self, split: str) -> str:
-        """Return ``split`` if this dataset has it, else raise an error listing the splits."""
+        """Return ``split`` if this dataset has it, else raise an error listing the splits.
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        str
+            ``split``.
+        """
         if split not in self.splits:
             raise unknown_name(f"split of dataset {self.name!r}", split, self.splits)
         return split
 
     def num_samples(self, split: str) -> int:
-        """Number of (usable) samples in ``split``."""
+        """Number of (usable) samples in ``split``.
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        int
+        """
         return len(self.labels(split))
 
     @abstractmethod
@@ -92,49 +115,152 @@ class DatasetAdapter(ABC):
         as objects marked "difficult" (ignored for that class when fitting and scoring, as
         the VOC devkit does). ``labels == 1`` is the binary label array and
         ``labels < 0`` the difficult mask.
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        numpy.ndarray
         """
 
     @abstractmethod
     def sample_ids(self, split: str) -> list[str]:
-        """Stable string ids in sample order (relative path or index)."""
+        """Stable string ids in sample order (relative path or index).
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        list of str
+        """
 
     @abstractmethod
     def fingerprint(self, split: str) -> str:
-        """Content hash of the split: data, labels, class names and order."""
+        """Content hash of the split: data, labels, class names and order.
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        str
+            Hexadecimal SHA-256.
+        """
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:
-        """JSON-able parameters for provenance."""
+        """JSON-able parameters for provenance.
+
+        Returns
+        -------
+        dict
+            The derived keys plus the constructor parameters, from which
+            ``make_dataset`` rebuilds the dataset.
+        """
 
     def load_image(self, split: str, i: int) -> Image.Image:
-        """Sample ``i`` of ``split`` as an RGB image."""
+        """Sample ``i`` of ``split`` as an RGB image.
+
+        Parameters
+        ----------
+        split : str
+        i : int
+            Position in the split's sample order.
+
+        Returns
+        -------
+        PIL.Image.Image
+        """
         raise DatasetError(f"Dataset {self.name!r} ({self.adapter}) holds precomputed features, not images")
 
     def encoded_image(self, split: str, i: int) -> bytes:
         """The encoded file of sample ``i`` (JPEG, PNG... bytes), for decoding elsewhere
-        (on a GPU); only where ``has_image_files``."""
+        (on a GPU); only where ``has_image_files``.
+
+        Parameters
+        ----------
+        split : str
+        i : int
+            Position in the split's sample order.
+
+        Returns
+        -------
+        bytes
+        """
         raise DatasetError(f"Dataset {self.name!r} ({self.adapter}) has no image files to read as bytes")
 
     def features(self, split: str) -> np.ndarray:
-        """Precomputed features (n, d) of ``split``."""
+        """Precomputed features (n, d) of ``split``.
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         raise DatasetError(f"Dataset {self.name!r} ({self.adapter}) holds images, not precomputed features")
 
     def feature_shape(self, split: str) -> tuple[int, int]:
-        """(rows, width) of the precomputed features of ``split``."""
+        """(rows, width) of the precomputed features of ``split``.
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        tuple of (int, int)
+        """
         shape = self.features(split).shape
         return int(shape[0]), int(shape[1])
 
     def feature_dtype(self, split: str) -> np.dtype:
-        """The float dtype of the precomputed features of ``split`` (as ``feature_rows`` gives them)."""
+        """The float dtype of the precomputed features of ``split`` (as ``feature_rows`` gives them).
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        numpy.dtype
+        """
         return np.dtype(self.features(split).dtype)
 
     def feature_rows(self, split: str, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` of the precomputed features of ``split`` (an adapter that
-        reads them from disk reads only those)."""
+        reads them from disk reads only those).
+
+        Parameters
+        ----------
+        split : str
+        start, stop : int
+            The rows' range.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         return np.ascontiguousarray(self.features(split)[start:stop])
 
     def skipped(self, split: str) -> list[str]:
-        """Ids of samples dropped because they could not be read."""
+        """Ids of samples dropped because they could not be read.
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        list of str
+        """
         self.check_split(split)
         return []
 
@@ -154,6 +280,10 @@ class DatasetAdapter(ABC):
 
     def info(self, split: str) -> dict[str, Any]:
         """What ``repeval datasets show`` prints for one split (JSON-able).
+
+        Parameters
+        ----------
+        split : str
 
         Returns
         -------
@@ -186,7 +316,14 @@ class DatasetAdapter(ABC):
         return out
 
     def metadata(self) -> dict[str, Any]:
-        """What the rest of the system reads about the dataset, for provenance (JSON-able)."""
+        """What the rest of the system reads about the dataset, for provenance (JSON-able).
+
+        Returns
+        -------
+        dict
+            ``metric``, ``multi_label``, ``validation``, ``fingerprint_mode`` and the
+            train/val/test/pooled split names.
+        """
         return {"metric": self.metric, "multi_label": self.multi_label, "validation": self.validation,
                 "fingerprint_mode": self.fingerprint_mode, "train_split": self.train_split,
                 "val_split": self.val_split, "test_split": self.test_split, "pooled_split": self.pooled_split}
@@ -196,52 +333,20 @@ class DatasetAdapter(ABC):
         return f"{kind}(name={self.name!r}, splits={self.splits}, classes={len(self.class_names)})"
 
 
-class Hasher:
-    """SHA-256 with typed, length-delimited updates, so fields cannot run into each other."""
-
-    def __init__(self, kind: str) -> None:
-        self._h = hashlib.sha256()
-        self.text(kind)
-
-    def text(self, value: str) -> Hasher:
-        data = value.encode()
-        self._h.update(len(data).to_bytes(8, "little") + data)
-        return self
-
-    def texts(self, values: list[str]) -> Hasher:
-        self.text(str(len(values)))
-        for v in values:
-            self.text(v)
-        return self
-
-    def array(self, arr: np.ndarray) -> Hasher:
-        arr = np.ascontiguousarray(arr)
-        self.text(f"{arr.dtype.str}{arr.shape}")
-        self._h.update(memoryview(arr.reshape(-1).view(np.uint8)))
-        return self
-
-    def array_blocks(self, dtype: np.dtype, shape: tuple[int, ...], blocks: Iterable[np.ndarray]) -> Hasher:
-        """The digest :meth:`array` gives the array of that dtype and shape whose rows
-        ``blocks`` are, in order (read block by block, never whole)."""
-        self.text(f"{np.dtype(dtype).str}{tuple(shape)}")
-        for block in blocks:
-            self._h.update(memoryview(np.ascontiguousarray(block, dtype=dtype).reshape(-1).view(np.uint8)))
-        return self
-
-    def file(self, path: Path) -> Hasher:
-        """Stream the file's bytes (bounded memory)."""
-        self.text(str(path.stat().st_size))
-        with open(path, "rb") as fh:
-            while block := fh.read(_HASH_BLOCK):
-                self._h.update(block)
-        return self
-
-    def hexdigest(self) -> str:
-        return self._h.hexdigest()
-
-
 def validate_splits(splits: list[str] | tuple[str, ...], dataset: str) -> tuple[str, ...]:
-    """Split names become store keys: validate each, refuse duplicates and an empty list."""
+    """Split names become store keys: validate each, refuse duplicates and an empty list.
+
+    Parameters
+    ----------
+    splits : list or tuple of str
+        The split names.
+    dataset : str
+        The dataset's name, for messages.
+
+    Returns
+    -------
+    tuple of str
+    """
     if not splits:
         raise DatasetError(f"Dataset {dataset!r} has no splits")
     for split in splits:
@@ -253,7 +358,19 @@ def validate_splits(splits: list[str] | tuple[str, ...], dataset: str) -> tuple[
 
 def decode_rgb(source: Any, what: str) -> Image.Image:
     """Decode an image (a path or a binary file object) fully as RGB, or raise
-    CorruptImageError naming ``what``."""
+    CorruptImageError naming ``what``.
+
+    Parameters
+    ----------
+    source : str, Path or binary file object
+        The image.
+    what : str
+        How the error names it.
+
+    Returns
+    -------
+    PIL.Image.Image
+    """
     try:
         with Image.open(source) as img:
             img.load()  # decode now: a truncated file fails here, not later in a worker
@@ -263,7 +380,16 @@ def decode_rgb(source: Any, what: str) -> Image.Image:
 
 
 def open_rgb(path: Path) -> Image.Image:
-    """Decode an image file fully as RGB, or raise CorruptImageError naming the file."""
+    """Decode an image file fully as RGB, or raise CorruptImageError naming the file.
+
+    Parameters
+    ----------
+    path : Path
+
+    Returns
+    -------
+    PIL.Image.Image
+    """
     return decode_rgb(path, f"image {str(path)!r}")
 
 

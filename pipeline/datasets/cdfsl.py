@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.datasets._registry import register_dataset
-from pipeline.datasets.listing import Listing, PublishedDataset, require_file, scan_class_folders, under
+from pipeline.datasets.layout import require_file, scan_class_folders, under
+from pipeline.datasets.listing import Listing, PublishedDataset
 from pipeline.errors import DatasetError
 
 #: The seven single-finding classes CD-FSL keeps from ChestX-ray8, in its label order.

@@ -17,7 +17,8 @@ from PIL import Image
 
 from pipeline.datasets._registry import register_dataset
 from pipeline.datasets.base import FileBackedDataset, validate_splits
-from pipeline.datasets.listing import locate, require_file, stat_files
+from pipeline.datasets.layout import locate, require_file
+from pipeline.datasets.listing import stat_files
 from pipeline.errors import DatasetError
 
 # What numpy arrays need to be rebuilt from a pickle, in numpy 1 and numpy 2 spellings, and
@@ -36,7 +37,21 @@ class _ArraysOnlyUnpickler(pickle.Unpickler):
 
 
 def load_batch(path: Path, what: str) -> dict[str, Any]:
-    """One pickled CIFAR batch or meta file as a dict with str keys."""
+    """One pickled CIFAR batch or meta file as a dict with str keys.
+
+    Only numpy arrays are rebuilt: a file asking the unpickler for any other code is refused.
+
+    Parameters
+    ----------
+    path : Path
+        The batch or meta file.
+    what : str
+        How errors name it.
+
+    Returns
+    -------
+    dict
+    """
     require_file(path, what)
     try:
         with open(path, "rb") as fh:

@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 from pipeline.datasets._registry import register_dataset
-from pipeline.datasets.base import DatasetAdapter, Hasher
+from pipeline.datasets.base import DatasetAdapter
+from pipeline.datasets.hashing import Hasher
 from pipeline.errors import ConfigError
 
 
@@ -18,6 +19,17 @@ class DigitsDataset(DatasetAdapter):
     Fixed stratified split: ``test_size=0.25`` with ``random_state=seed`` (default 0) gives
     1,347 train and 450 test images. Samples are in ascending original index; ids are that
     index.
+
+    Parameters
+    ----------
+    name : str, optional
+        Dataset name in the store (default ``digits``).
+    test_size : float
+        Share of the images in ``test``, in (0, 1).
+    seed : int
+        Seed of the stratified split.
+    mean_per_class : bool
+        Report mean per-class accuracy instead of top-1.
     """
 
     def __init__(

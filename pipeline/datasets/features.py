@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.datasets._registry import register_dataset
-from pipeline.datasets.base import DatasetAdapter, Hasher, validate_splits
+from pipeline.datasets.base import DatasetAdapter, validate_splits
+from pipeline.datasets.hashing import Hasher
 from pipeline.errors import DataValidationError, DatasetError
 
 _FEATURES, _LABELS, _CLASS_NAMES = "_features", "_labels", "class_names"
@@ -30,7 +31,17 @@ _BLOCK_BYTES = 64 << 20  # rows read at a time from a mapped .npy
 
 @register_dataset("features")
 class PrecomputedFeaturesDataset(DatasetAdapter):
-    """Labelled feature vectors stored by another tool; ``has_images`` is False."""
+    """Labelled feature vectors stored by another tool; ``has_images`` is False.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        One ``.npz`` file or a folder of ``.npy`` files (see the module docstring).
+    name : str, optional
+        Dataset name in the store (default: the file's stem or the folder's name).
+    mean_per_class : bool
+        Report mean per-class accuracy instead of top-1.
+    """
 
     has_images = False
 

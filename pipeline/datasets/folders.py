@@ -9,7 +9,8 @@ from typing import Any
 
 from pipeline.datasets._registry import register_dataset
 from pipeline.datasets.base import validate_splits
-from pipeline.datasets.listing import ListedImageDataset, Listing, is_image_name
+from pipeline.datasets.layout import is_image_name
+from pipeline.datasets.listing import ListedImageDataset, Listing
 from pipeline.errors import DatasetError
 
 _MAX_LISTED = 10
@@ -23,6 +24,21 @@ class ImageFolderDataset(ListedImageDataset):
     folder (``cat/001.png``). Files without an image extension and hidden entries are ignored.
     With ``skip_bad``, unreadable images are dropped at construction and listed by
     ``skipped``; otherwise loading one raises CorruptImageError naming the file.
+
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The folder holding the split folders.
+    name : str, optional
+        Dataset name in the store (default: the root folder's name).
+    splits : list or tuple of str, optional
+        Split folders to read (default: every sub-folder).
+    skip_bad : bool
+        Leave out missing or undecodable images (named in ``skipped``) instead of failing.
+    mean_per_class : bool
+        Report mean per-class accuracy instead of top-1.
+    content_hash : bool
+        Fingerprint the files' bytes instead of their sizes and modification times.
     """
 
     def __init__(
@@ -78,6 +94,21 @@ class CsvManifestDataset(ListedImageDataset):
     (class names then ``"0".."K-1"`` unless ``class_names`` is given). Without
     ``class_names``, names are sorted. Missing files are an error at construction unless
     ``skip_bad``, which records them (and undecodable images) in ``skipped``.
+
+    Parameters
+    ----------
+    csv_path : str or os.PathLike
+        The manifest file.
+    name : str, optional
+        Dataset name in the store (default: the file name without its suffix).
+    class_names : list of str, optional
+        Class names in index order (default: from the labels).
+    skip_bad : bool
+        Leave out missing or undecodable images (named in ``skipped``) instead of failing.
+    mean_per_class : bool
+        Report mean per-class accuracy instead of top-1.
+    content_hash : bool
+        Fingerprint the files' bytes instead of their sizes and modification times.
     """
 
     REQUIRED_COLUMNS = ("path", "label", "split")

@@ -28,7 +28,8 @@ from PIL import Image
 
 from pipeline.datasets._registry import register_dataset
 from pipeline.datasets.base import FileBackedDataset, decode_rgb, validate_splits
-from pipeline.datasets.listing import require_file, stat_files
+from pipeline.datasets.layout import require_file
+from pipeline.datasets.listing import stat_files
 from pipeline.errors import CorruptImageError, DatasetError
 
 _HUB_NAME = re.compile(r"^(?P<split>[A-Za-z0-9_.]+?)-\d+-of-\d+")
@@ -43,7 +44,19 @@ def _read_json(path: Path) -> Any:
 
 
 def find_data_files(root: Path) -> dict[str, list[str]]:
-    """Split -> data files (relative to ``root``) of a saved dataset or a parquet tree."""
+    """Split -> data files (relative to ``root``) of a saved dataset or a parquet tree.
+
+    Parameters
+    ----------
+    root : Path
+        A ``save_to_disk`` folder (``dataset_dict.json`` or ``state.json``) or a folder of
+        parquet files.
+
+    Returns
+    -------
+    dict
+        Split name -> list of data file paths relative to ``root``.
+    """
     if (root / "dataset_dict.json").is_file():
         splits = _read_json(root / "dataset_dict.json").get("splits") or []
         return {s: [f"{s}/{f['filename']}" for f in _read_json(root / s / "state.json").get("_data_files", [])]
@@ -70,7 +83,15 @@ def find_data_files(root: Path) -> dict[str, list[str]]:
 
 
 def open_table(path: Path, columns: list[str] | None = None):
-    """A data file as a pyarrow Table (Arrow streams are memory-mapped, not read)."""
+    """A data file as a pyarrow Table (Arrow streams are memory-mapped, not read).
+
+    Parameters
+    ----------
+    path : Path
+        A ``.parquet`` file or an Arrow stream (``.arrow``).
+    columns : list of str, optional
+        Columns to read (default: all).
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -86,7 +107,13 @@ def open_table(path: Path, columns: list[str] | None = None):
 
 
 def read_schema(path: Path):
-    """A data file's pyarrow schema, without reading its rows."""
+    """A data file's pyarrow schema, without reading its rows.
+
+    Parameters
+    ----------
+    path : Path
+        A ``.parquet`` file or an Arrow stream (``.arrow``).
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -118,6 +145,23 @@ class HuggingFaceDataset(FileBackedDataset):
     the ``ClassLabel`` feature, else ``class_names``, else "0".."K-1") or class names
     (sorted, unless ``class_names`` orders them). A label outside the classes (``-1``
     marks an unlabelled row in ``datasets``) is an error naming the file and row.
+
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The ``save_to_disk`` folder or the folder holding the parquet files.
+    name : str, optional
+        Dataset name in the store (default: the root folder's name).
+    image_column, label_column : str
+        The columns holding the images and the labels.
+    class_names : list of str, optional
+        Class names in index order (default: from the ``ClassLabel`` feature).
+    splits : list or tuple of str, optional
+        Splits to read (default: all found).
+    mean_per_class : bool
+        Report mean per-class accuracy instead of top-1.
+    content_hash : bool
+        Fingerprint the files' bytes instead of their sizes and modification times.
     """
 
     def __init__(self, root: str | os.PathLike[str], name: str | None = None, image_column: str = "image",
@@ -223,7 +267,17 @@ class HuggingFaceDataset(FileBackedDataset):
         raise CorruptImageError(f"Cannot decode {where}: column {self.image_column!r} holds no image")
 
     def fingerprint(self, split: str) -> str:
-        """Class names, labels, columns and the data files' sizes and times (or bytes)."""
+        """Class names, labels, columns and the data files' sizes and times (or bytes).
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        str
+            Hexadecimal SHA-256.
+        """
         self.check_split(split)
         return self._file_fingerprint(split, str(self.root), self._files[split], self._stats[split],
                                       self._files[split], self._labels[split], [self.image_column, self.label_column])

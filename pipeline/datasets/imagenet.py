@@ -10,16 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.datasets._registry import register_dataset
-from pipeline.datasets.listing import (
-    Listing,
-    PublishedDataset,
-    is_image_name,
-    locate,
-    read_lines,
-    require_dir,
-    scan_class_folders,
-    under,
-)
+from pipeline.datasets.layout import is_image_name, locate, read_lines, require_dir, scan_class_folders, under
+from pipeline.datasets.listing import Listing, PublishedDataset
 from pipeline.datasets.oxford import load_mat
 from pipeline.errors import DatasetError
 
@@ -30,7 +22,17 @@ DEVKIT_TRUTH = "ILSVRC2012_validation_ground_truth.txt"
 
 
 def devkit_ids(meta: Path) -> dict[int, str]:
-    """ILSVRC2012_ID -> wnid of the 1,000 leaf classes in the devkit's ``meta.mat``."""
+    """ILSVRC2012_ID -> wnid of the 1,000 leaf classes in the devkit's ``meta.mat``.
+
+    Parameters
+    ----------
+    meta : Path
+        The devkit's ``meta.mat``.
+
+    Returns
+    -------
+    dict
+    """
     synsets = np.atleast_1d(load_mat(meta, "imagenet").get("synsets", np.array([])))
     fields = set(synsets.dtype.names or ())
     if not {"ILSVRC2012_ID", "WNID", "num_children"} <= fields:
@@ -52,6 +54,19 @@ class ImageNetDataset(PublishedDataset):
     the devkit's ``meta.mat`` when present, else the train folders): the index every
     ImageNet classifier uses. A missing or unknown class folder is an error, so a partial
     copy never shifts the indices. Scored on ``val``; no authors' validation split.
+
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The ILSVRC-2012 folder (or the Kaggle copy's root).
+    name : str, optional
+        Dataset name in the store (default ``imagenet``).
+    val_ground_truth : str or os.PathLike, optional
+        The ground-truth file of a flat ``val`` folder (default: found in ``root``).
+    skip_bad : bool
+        Leave out missing or undecodable images (named in ``skipped``) instead of failing.
+    content_hash : bool
+        Fingerprint the files' bytes instead of their sizes and modification times.
     """
 
     test_split = "val"

@@ -56,7 +56,17 @@ def _validation_text(validation: dict[str, Any]) -> str:
 
 
 def format_summary(summary: dict[str, Any]) -> str:
-    """The summary as the lines a terminal shows."""
+    """The summary as the lines a terminal shows.
+
+    Parameters
+    ----------
+    summary : dict
+        From :func:`dataset_summary`.
+
+    Returns
+    -------
+    str
+    """
     names = summary["class_names"]
     shown = ", ".join(names[:_SHOWN]) + (", ..." if len(names) > _SHOWN else "")
     mode = summary["splits"][0]["fingerprint_mode"] if summary["splits"] else ""

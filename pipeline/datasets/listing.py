@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from abc import abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from pipeline.datasets.base import IMAGE_EXTENSIONS, FileBackedDataset, open_rgb, validate_splits
+from pipeline.datasets.base import FileBackedDataset, open_rgb, validate_splits
 from pipeline.errors import ConfigError, CorruptImageError, DatasetError
 
 _SHOWN = 3  # missing files named in one error line
@@ -32,6 +32,17 @@ class Listing:
     ``files`` are paths relative to the adapter's root (or absolute); ``labels`` is (n,)
     class indices or (n, C) multi-label rows; ``source`` names what listed the samples
     (a split file) for error messages.
+
+    Parameters
+    ----------
+    ids : list of str
+        Sample ids, in sample order.
+    files : list of str
+        The image file of each sample.
+    labels : numpy.ndarray
+        Class indices (n,) or multi-label rows (n, C).
+    source : str
+        What listed the samples, for messages.
     """
 
     ids: list[str]
@@ -45,84 +56,6 @@ class Listing:
         if not len(self.ids) == len(self.files) == len(self.labels):
             raise DatasetError(f"{self.source}: {len(self.ids)} ids, {len(self.files)} files and "
                                f"{len(self.labels)} labels do not match")
-
-
-def is_image_name(name: str) -> bool:
-    """A visible file with an image extension (case-insensitive)."""
-    return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
-
-
-def scan_class_folders(directory: Path, what: str) -> tuple[list[str], list[tuple[str, str]]]:
-    """Class folders of ``directory`` (sorted) and every image below them.
-
-    Returns the class names and (path relative to ``directory``, class name) rows; images
-    may sit in sub-folders of a class folder. Hidden entries and non-images are ignored.
-    """
-    if not directory.is_dir():
-        raise DatasetError(f"{what}: folder {str(directory)!r} does not exist")
-    classes = sorted(e.name for e in os.scandir(directory) if e.is_dir() and not e.name.startswith("."))
-    if not classes:
-        raise DatasetError(f"{what}: {str(directory)!r} has no class folders")
-    rows: list[tuple[str, str]] = []
-    for cls in classes:
-        stack = [cls]
-        while stack:
-            rel = stack.pop()
-            with os.scandir(directory / rel) as entries:
-                for entry in entries:
-                    if entry.name.startswith("."):
-                        continue
-                    if entry.is_dir():
-                        stack.append(f"{rel}/{entry.name}")
-                    elif is_image_name(entry.name):
-                        rows.append((f"{rel}/{entry.name}", cls))
-    return classes, rows
-
-
-def read_lines(path: Path, what: str) -> list[str]:
-    """Non-empty, stripped lines of a text file; a missing file is named."""
-    if not path.is_file():
-        raise DatasetError(f"{what}: file {str(path)!r} is missing")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{what}: cannot read {str(path)!r} as UTF-8 text: {exc}") from None
-    return [line.strip() for line in text.splitlines() if line.strip()]
-
-
-def under(root: Path, base: Path) -> str:
-    """``base`` relative to ``root`` as a prefix for listed files ("." for the root)."""
-    return base.relative_to(root).as_posix()
-
-
-def require_file(path: Path, what: str) -> Path:
-    if not path.is_file():
-        raise DatasetError(f"{what}: file {str(path)!r} is missing")
-    return path
-
-
-def require_dir(path: Path, what: str) -> Path:
-    if not path.is_dir():
-        raise DatasetError(f"{what}: folder {str(path)!r} is missing")
-    return path
-
-
-def class_index(names: Sequence[str], what: str) -> dict[str, int]:
-    if len(set(names)) != len(names):
-        dup = sorted({n for n in names if list(names).count(n) > 1})
-        raise DatasetError(f"{what}: class names repeat: {dup[:5]}")
-    return {n: k for k, n in enumerate(names)}
-
-
-def stratified_pick(labels: np.ndarray, per_class: int, seed: int) -> np.ndarray:
-    """Boolean mask choosing ``per_class`` samples of every class at random (seeded);
-    a class with fewer samples gives all of them."""
-    rng = np.random.default_rng(seed)
-    chosen = np.zeros(len(labels), dtype=bool)
-    for k in np.unique(labels):
-        members = np.flatnonzero(labels == k)
-        chosen[rng.permutation(members)[:per_class]] = True
-    return chosen
 
 
 class ListedImageDataset(FileBackedDataset):
@@ -227,7 +160,17 @@ class ListedImageDataset(FileBackedDataset):
 
     def fingerprint(self, split: str) -> str:
         """Hash of class names, ids, labels, skipped ids and, per file, its size and
-        modification time (``content_hash``: its bytes instead); cached."""
+        modification time (``content_hash``: its bytes instead); cached.
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        str
+            Hexadecimal SHA-256.
+        """
         self.check_split(split)
         return self._file_fingerprint(split, self._root_dir, self._files[split], self._stats[split],
                                       self._ids[split], self._labels[split], self._skipped[split])
@@ -240,7 +183,20 @@ class ListedImageDataset(FileBackedDataset):
 
 
 def stat_files(root: str, files: Iterable[str]) -> tuple[np.ndarray, list[int]]:
-    """(n, 2) int64 [size, mtime_ns] per file (zeros where missing) and the missing indices."""
+    """(n, 2) int64 [size, mtime_ns] per file (zeros where missing) and the missing indices.
+
+    Parameters
+    ----------
+    root : str
+        The folder the files are relative to.
+    files : iterable of str
+        File paths.
+
+    Returns
+    -------
+    tuple
+        The (n, 2) array and the list of indices of missing files.
+    """
     files = list(files)
     stats = np.zeros((len(files), 2), dtype=np.int64)
     missing = []
@@ -263,23 +219,23 @@ def _readable(path: str) -> bool:
     return True
 
 
-def locate(root: Path, marker: str, prefixes: Sequence[str], what: str) -> Path:
-    """The folder under ``root`` (one of ``prefixes``, tried in order) that holds ``marker``;
-    when none does, the error names the file expected at the first prefix."""
-    for prefix in prefixes:
-        if (root / prefix / marker).exists():
-            return (root / prefix) if prefix not in ("", ".") else root
-    also = [str(Path(p) / marker) for p in prefixes[1:]]
-    alternatives = f" (looked also for {', '.join(repr(a) for a in also)} under the root)" if also else ""
-    raise DatasetError(f"{what}: {str(root / prefixes[0] / marker)!r} is missing{alternatives}")
-
-
 class PublishedDataset(ListedImageDataset):
     """A dataset in its publisher's layout under ``root``, with the publisher's splits.
 
     Subclasses implement ``_read(root)``: set ``class_names`` and return one ``Listing``
     per official split. Subclass-specific parameters are set before calling this
     ``__init__``. The pooled split (``pooled_split``, "all") joins the official ones.
+
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The folder holding the publisher's files.
+    name : str, optional
+        Dataset name in the store (default: the adapter's name).
+    skip_bad : bool
+        Leave out missing or undecodable images (named in ``skipped``) instead of failing.
+    content_hash : bool
+        Fingerprint the files' bytes instead of their sizes and modification times.
     """
 
     pooled_split = "all"
@@ -300,7 +256,21 @@ class PublishedDataset(ListedImageDataset):
 
 
 class PartitionedDataset(PublishedDataset):
-    """A published dataset whose authors give ten alternative splits (partitions 1..10)."""
+    """A published dataset whose authors give ten alternative splits (partitions 1..10).
+
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The folder holding the publisher's files.
+    name : str, optional
+        Dataset name in the store (default: the adapter's name).
+    partition : int
+        Which of the authors' partitions, 1 to 10.
+    skip_bad : bool
+        Leave out missing or undecodable images (named in ``skipped``) instead of failing.
+    content_hash : bool
+        Fingerprint the files' bytes instead of their sizes and modification times.
+    """
 
     def __init__(self, root: str | os.PathLike[str], name: str | None = None, partition: int = 1,
                  skip_bad: bool = False, content_hash: bool = False) -> None:

@@ -10,10 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.datasets._registry import register_dataset
-from pipeline.datasets.listing import (
-    Listing,
-    PartitionedDataset,
-    PublishedDataset,
+from pipeline.datasets.layout import (
     class_index,
     locate,
     read_lines,
@@ -22,6 +19,7 @@ from pipeline.datasets.listing import (
     stratified_pick,
     under,
 )
+from pipeline.datasets.listing import Listing, PartitionedDataset, PublishedDataset
 from pipeline.datasets.oxford import load_mat
 from pipeline.errors import ConfigError, DatasetError
 
@@ -36,6 +34,21 @@ class Caltech101Dataset(PublishedDataset):
     ``101_ObjectCategories`` folder itself. The ``BACKGROUND_Google`` clutter folder is
     not a class and is left out (101 classes). The draw is seeded (``seed``) over the
     images sorted by name, so a copy gives the same split anywhere.
+
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The folder holding ``101_ObjectCategories`` (or that folder).
+    name : str, optional
+        Dataset name in the store (default ``caltech101``).
+    train_per_class : int
+        Train images drawn per class.
+    seed : int
+        Seed of the draw.
+    skip_bad : bool
+        Leave out missing or undecodable images (named in ``skipped``) instead of failing.
+    content_hash : bool
+        Fingerprint the files' bytes instead of their sizes and modification times.
     """
 
     metric = "mean_per_class"

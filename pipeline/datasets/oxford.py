@@ -9,17 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.datasets._registry import register_dataset
-from pipeline.datasets.listing import (
-    Listing,
-    PartitionedDataset,
-    PublishedDataset,
-    class_index,
-    locate,
-    read_lines,
-    require_dir,
-    require_file,
-    under,
-)
+from pipeline.datasets.layout import class_index, locate, read_lines, require_dir, require_file, under
+from pipeline.datasets.listing import Listing, PartitionedDataset, PublishedDataset
 from pipeline.errors import DatasetError
 
 
@@ -29,7 +20,19 @@ def _unknown_class(source: Path, line: int, value: str, classes: list[str]) -> D
 
 
 def load_mat(path: Path, what: str) -> dict:
-    """A MATLAB .mat file as a dict of arrays (scipy), naming the file when it is unreadable."""
+    """A MATLAB .mat file as a dict of arrays (scipy), naming the file when it is unreadable.
+
+    Parameters
+    ----------
+    path : Path
+        The ``.mat`` file.
+    what : str
+        The adapter's name, for messages.
+
+    Returns
+    -------
+    dict
+    """
     from scipy.io import loadmat
     from scipy.io.matlab import MatReadError
 

@@ -16,7 +16,8 @@ import numpy as np
 from PIL import Image
 
 from pipeline.datasets._registry import register_dataset
-from pipeline.datasets.base import DatasetAdapter, Hasher, validate_splits
+from pipeline.datasets.base import DatasetAdapter, validate_splits
+from pipeline.datasets.hashing import Hasher
 from pipeline.errors import ConfigError
 
 SIZE = 32
@@ -27,7 +28,19 @@ _YY, _XX = np.mgrid[0:SIZE, 0:SIZE].astype(np.float32)
 
 
 def render_texture(label: int, rng: np.random.Generator) -> np.ndarray:
-    """One image of class ``label`` as float32 (32, 32) in [0, 1]."""
+    """One image of class ``label`` as float32 (32, 32) in [0, 1].
+
+    Parameters
+    ----------
+    label : int
+        Class index (disk, ring, bar, cross).
+    rng : numpy.random.Generator
+        Draws the elements and the noise.
+
+    Returns
+    -------
+    numpy.ndarray
+    """
     k = int(rng.integers(5, 10))
     half = rng.uniform(2.0, 4.0, k).astype(np.float32)[:, None, None]
     cx, cy = (rng.uniform(0.0, SIZE - 1.0, (2, k)).astype(np.float32)[:, :, None, None])
@@ -61,6 +74,17 @@ class TexturesDataset(DatasetAdapter):
 
     Samples are class-major (all disks, then rings, ...); ids are the index in the split.
     The fingerprint hashes the generator parameters and version, not the pixels.
+
+    Parameters
+    ----------
+    name : str, optional
+        Dataset name in the store (default ``textures``).
+    n_per_class : mapping, optional
+        Split -> images per class (default ``{"train": 200, "test": 100}``).
+    seed : int
+        Seed of the drawing.
+    mean_per_class : bool
+        Report mean per-class accuracy instead of top-1.
     """
 
     version = "1"
@@ -90,7 +114,18 @@ class TexturesDataset(DatasetAdapter):
         return [str(i) for i in range(self.num_samples(split))]
 
     def render(self, split: str, i: int) -> np.ndarray:
-        """Sample ``i`` of ``split`` as float32 (32, 32) in [0, 1]."""
+        """Sample ``i`` of ``split`` as float32 (32, 32) in [0, 1].
+
+        Parameters
+        ----------
+        split : str
+        i : int
+            Position in the split.
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         n = self.n_per_class[self.check_split(split)]
         if not 0 <= i < n * len(CLASS_NAMES):
             raise IndexError(
@@ -100,7 +135,16 @@ class TexturesDataset(DatasetAdapter):
         return render_texture(i // n, rng)
 
     def images(self, split: str) -> np.ndarray:
-        """Every sample of ``split`` as float32 (n, 32, 32)."""
+        """Every sample of ``split`` as float32 (n, 32, 32).
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         return np.stack([self.render(split, i) for i in range(self.num_samples(split))])
 
     def load_image(self, split: str, i: int) -> Image.Image:

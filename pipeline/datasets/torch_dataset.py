@@ -18,6 +18,17 @@ class TorchImageDataset(Dataset):
 
     ``indices`` selects samples (default all, in order); the returned index is the adapter's
     sample index, so batches can be written back in place.
+
+    Parameters
+    ----------
+    adapter : DatasetAdapter
+        An image dataset.
+    split : str
+        One of its splits.
+    transform : callable
+        PIL image -> tensor (the encoder's evaluation transform).
+    indices : sequence of int, optional
+        The samples to serve (default: all, in order).
     """
 
     def __init__(

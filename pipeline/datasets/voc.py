@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.datasets._registry import register_dataset
-from pipeline.datasets.listing import Listing, PublishedDataset, locate, read_lines, under
+from pipeline.datasets.layout import locate, read_lines, under
+from pipeline.datasets.listing import Listing, PublishedDataset
 from pipeline.errors import DatasetError
 
 #: The devkit's class list (VOCinit.m), in its order.
@@ -22,7 +23,20 @@ PRESENT, ABSENT, DIFFICULT = 1, 0, -1
 def image_labels(xml_file: Path, index: dict[str, int]) -> np.ndarray:
     """One image's row: 1 where a non-difficult object of the class is annotated, -1 where
     all of its objects of the class are marked difficult, 0 where there is none (the
-    devkit's classification ground truth, with its 0 and -1 swapped)."""
+    devkit's classification ground truth, with its 0 and -1 swapped).
+
+    Parameters
+    ----------
+    xml_file : Path
+        The image's annotation file.
+    index : dict
+        Class name -> column.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 (C,).
+    """
     try:
         tree = ET.parse(xml_file)
     except ET.ParseError as exc:

@@ -21,7 +21,8 @@ from PIL import Image
 
 from pipeline.datasets._registry import register_dataset
 from pipeline.datasets.base import FileBackedDataset, decode_rgb, validate_splits
-from pipeline.datasets.listing import read_lines, require_file, stat_files
+from pipeline.datasets.layout import read_lines, require_file
+from pipeline.datasets.listing import stat_files
 from pipeline.errors import CorruptImageError, DatasetError
 
 IMAGE_KEYS = ("webp", "png", "jpg", "jpeg")  # CLIP_benchmark's preference order
@@ -29,7 +30,18 @@ _BLOCK = 512
 
 
 def split_member_name(name: str) -> tuple[str, str]:
-    """webdataset's convention: the key is the path up to the first dot of the file name."""
+    """webdataset's convention: the key is the path up to the first dot of the file name.
+
+    Parameters
+    ----------
+    name : str
+        A member's path in the tar file.
+
+    Returns
+    -------
+    tuple of str
+        The sample key and the lower-case extension.
+    """
     folder, _, base = name.rpartition("/")
     stem, _, ext = base.partition(".")
     return (f"{folder}/{stem}" if folder else stem), ext.lower()
@@ -40,6 +52,15 @@ def index_shard(path: Path) -> dict[str, dict[str, tuple[int, int]]]:
 
     A member whose data runs past the end of the file, or a shard that does not end with
     the tar end-of-archive block (a cut or damaged header), is refused, naming the shard.
+
+    Parameters
+    ----------
+    path : Path
+        The shard.
+
+    Returns
+    -------
+    dict
     """
     size_on_disk = path.stat().st_size
     members: dict[str, dict[str, tuple[int, int]]] = {}
@@ -73,6 +94,19 @@ class WebDatasetShards(FileBackedDataset):
     ``splits`` defaults to every sub-folder of ``root`` holding ``nshards.txt``. Ids are
     the sample keys, which must be unique within a split. A ``root/dataset_type.txt`` other
     than ``classification`` (multilabel, retrieval) is refused.
+
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The folder holding ``classnames.txt`` and the split folders.
+    name : str, optional
+        Dataset name in the store (default: the root folder's name).
+    splits : list or tuple of str, optional
+        Split folders to read (default: all found).
+    mean_per_class : bool
+        Report mean per-class accuracy instead of top-1.
+    content_hash : bool
+        Fingerprint the shards' bytes instead of their sizes and modification times.
     """
 
     def __init__(self, root: str | os.PathLike[str], name: str | None = None,
@@ -174,7 +208,17 @@ class WebDatasetShards(FileBackedDataset):
         return decode_rgb(io.BytesIO(data), where)
 
     def fingerprint(self, split: str) -> str:
-        """Class names, keys, labels and the shards' sizes and times (``content_hash``: bytes)."""
+        """Class names, keys, labels and the shards' sizes and times (``content_hash``: bytes).
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        str
+            Hexadecimal SHA-256.
+        """
         self.check_split(split)
         return self._file_fingerprint(split, str(self.root), self._shards[split], self._stats[split],
                                       self._shards[split], self._ids[split], self._labels[split])

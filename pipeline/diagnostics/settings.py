@@ -119,7 +119,12 @@ class PerceptualNet:
             raise ConfigError(f"perceptual network input_size must be an integer >= 1, got {self.input_size!r}")
 
     def spec(self) -> EncoderSpec:
-        """The EncoderSpec that loads this network; refuses anything but a local file."""
+        """The EncoderSpec that loads this network; refuses anything but a local file.
+
+        Returns
+        -------
+        EncoderSpec
+        """
         spec = EncoderSpec(name="perceptual", arch=self.arch, weights=str(self.weights), input_size=self.input_size)
         if spec.weights_kind != "checkpoint":
             raise ConfigError(f"perceptual network weights must be a local checkpoint file, got {self.weights!r} "

@@ -190,14 +190,32 @@ class StepBatchSampler(Sampler[list[tuple[int, int]]]):
         self._epoch: tuple[int, np.ndarray] | None = None
 
     def epoch_order(self, epoch: int) -> np.ndarray:
-        """The permutation of sample indices in ``epoch``."""
+        """The permutation of sample indices in ``epoch``.
+
+        Parameters
+        ----------
+        epoch : int
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         if self._epoch is None or self._epoch[0] != epoch:
             gen = torch.Generator().manual_seed(derived_seed(self.seed, _ORDER_STREAM, epoch))
             self._epoch = (epoch, torch.randperm(self.n, generator=gen).numpy())
         return self._epoch[1]
 
     def batch(self, step: int) -> list[tuple[int, int]]:
-        """``(position, sample index)`` of every draw of ``step``."""
+        """``(position, sample index)`` of every draw of ``step``.
+
+        Parameters
+        ----------
+        step : int
+
+        Returns
+        -------
+        list of tuple of int
+        """
         out = []
         for position in range(step * self.batch_size, (step + 1) * self.batch_size):
             epoch, offset = divmod(position, self.n)

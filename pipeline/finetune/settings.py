@@ -134,12 +134,22 @@ class FinetuneSettings:
                               f"got {self.precision!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able settings (tuples as lists)."""
+        """JSON-able settings (tuples as lists).
+
+        Returns
+        -------
+        dict
+        """
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     def result_settings(self) -> dict[str, Any]:
         """The settings that decide the result: :meth:`to_dict` without ``save_every``,
-        ``eval_batch_size`` and ``num_workers`` (a record key must not change with them)."""
+        ``eval_batch_size`` and ``num_workers`` (a record key must not change with them).
+
+        Returns
+        -------
+        dict
+        """
         out = self.to_dict()
         for name in ("save_every", "eval_batch_size", "num_workers"):
             out.pop(name)
@@ -147,7 +157,17 @@ class FinetuneSettings:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FinetuneSettings:
-        """Inverse of :meth:`to_dict`; an unknown key is an error naming the valid ones."""
+        """Inverse of :meth:`to_dict`; an unknown key is an error naming the valid ones.
+
+        Parameters
+        ----------
+        data : mapping
+            Settings by name.
+
+        Returns
+        -------
+        FinetuneSettings
+        """
         fields = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(data) - set(fields))
         if unknown:
@@ -183,12 +203,27 @@ class GridPoint:
         object.__setattr__(self, "weight_decay", float(self.weight_decay))
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"lr", "weight_decay", "augmentation"}``."""
+        """``{"lr", "weight_decay", "augmentation"}``.
+
+        Returns
+        -------
+        dict
+        """
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GridPoint:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`.
+
+        Parameters
+        ----------
+        data : mapping
+            ``lr``, ``weight_decay`` and ``augmentation``.
+
+        Returns
+        -------
+        GridPoint
+        """
         return cls(**data)
 
 
@@ -241,5 +276,14 @@ class DatasetSplits:
     @classmethod
     def of(cls, dataset: Any) -> DatasetSplits:
         """``dataset`` itself if it is a DatasetSplits, else its default splits
-        (train / test, no validation split)."""
+        (train / test, no validation split).
+
+        Parameters
+        ----------
+        dataset : DatasetSplits or DatasetAdapter
+
+        Returns
+        -------
+        DatasetSplits
+        """
         return dataset if isinstance(dataset, DatasetSplits) else cls(dataset)

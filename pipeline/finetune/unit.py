@@ -55,7 +55,18 @@ class FinetuneClassifier(nn.Module):
         self.head = head
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Class logits of a batch of normalised images."""
+        """Class logits of a batch of normalised images.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Images (B, 3, H, W), normalised.
+
+        Returns
+        -------
+        torch.Tensor
+            Logits (B, classes).
+        """
         return self.head(self.backbone.forward_head(self.backbone.forward_features(x), pre_logits=True))
 
 

@@ -123,7 +123,25 @@ def attentive_logits(p: dict[str, torch.Tensor], xb: torch.Tensor, num_heads: in
 class StackedAttentive:
     """G attentive probes with identical initial weights, initialised as torch's modules
     are: query N(0, 0.02^2); Wq, Wk, Wv Xavier-uniform over the stacked (3d, d) in-projection;
-    Wo, Wc and bc uniform in +-1/sqrt(d); other biases zero; layer norm gain one."""
+    Wo, Wc and bc uniform in +-1/sqrt(d); other biases zero; layer norm gain one.
+
+    Parameters
+    ----------
+    G : int
+        Probes trained together (grid points).
+    d : int
+        Token feature width.
+    K : int
+        Classes.
+    num_heads : int
+        Attention heads (dividing ``d``).
+    generator : torch.Generator or None
+        Draws the initial weights.
+    device : torch.device
+        Where the parameters live.
+    params : dict, optional
+        The arrays of one fitted probe, to predict with (no initialisation then).
+    """
 
     decayed = frozenset({"query", "Wq", "Wk", "Wv", "Wo", "Wc"})
 

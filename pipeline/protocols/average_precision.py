@@ -22,7 +22,19 @@ RECALL_POINTS = np.arange(11) / 10.0
 
 
 def check_multilabel(labels: np.ndarray, name: str = "labels") -> np.ndarray:
-    """``labels`` as int64 (n, C) with values in {-1, 0, 1}, else DataValidationError."""
+    """``labels`` as int64 (n, C) with values in {-1, 0, 1}, else DataValidationError.
+
+    Parameters
+    ----------
+    labels : numpy.ndarray
+        Multi-label rows: 1 present, 0 absent, -1 difficult.
+    name : str
+        The array's name in messages.
+
+    Returns
+    -------
+    numpy.ndarray
+    """
     arr = np.asarray(labels)
     if arr.ndim != 2 or arr.dtype.kind not in "iub":
         raise DataValidationError(f"{name} must be an integer (n, C) multi-label array, got {arr.dtype} {arr.shape}")

@@ -51,7 +51,23 @@ DEFAULT_MLP_WEIGHT_DECAYS: tuple[float, ...] = (0.0, 1e-4, 1e-3, 1e-2, 1e-1)
 
 class StackedMLP:
     """G one-hidden-layer MLPs, parameters stacked along axis 0, identical initial weights
-    (torch.nn.Linear's default init: uniform in +-1/sqrt(fan_in) for weights and biases)."""
+    (torch.nn.Linear's default init: uniform in +-1/sqrt(fan_in) for weights and biases).
+
+    Parameters
+    ----------
+    G : int
+        Networks trained together (grid members).
+    d : int
+        Input feature width.
+    hidden : int
+        Hidden units.
+    K : int
+        Classes.
+    generator : torch.Generator
+        Draws the initial weights.
+    device : torch.device
+        Where the parameters live.
+    """
 
     decayed = frozenset({"W1", "W2"})
 

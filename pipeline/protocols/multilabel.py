@@ -43,7 +43,15 @@ def accepts_multilabel(protocol: Any) -> bool:
 
 
 def refuse_multilabel(protocol: Any, where: str = "") -> None:
-    """Raise a DataValidationError unless ``protocol`` can take (n, C) multi-label data."""
+    """Raise a DataValidationError unless ``protocol`` can take (n, C) multi-label data.
+
+    Parameters
+    ----------
+    protocol : str or Protocol
+        A registered protocol or its name.
+    where : str
+        Prefix of the message (the config entry that asks for it).
+    """
     from pipeline.protocols.registry import list_protocols
 
     if not accepts_multilabel(protocol):
@@ -107,7 +115,22 @@ class MultiLabelLogisticProbe:
         return np.column_stack([np.zeros(len(X)) if m is None else m.decision_function(X) for m in models])
 
     def fit(self, X: np.ndarray, Y: np.ndarray, val_mask: np.ndarray | None = None) -> MultiLabelLogisticProbe:
-        """Fit on features (n, d) and multi-label rows (n, K) in {1, 0, -1}."""
+        """Fit on features (n, d) and multi-label rows (n, K) in {1, 0, -1}.
+
+        Parameters
+        ----------
+        X : numpy.ndarray
+            Features (n, d).
+        Y : numpy.ndarray
+            Label rows (n, K): 1 present, 0 absent, -1 difficult (left out for that class).
+        val_mask : numpy.ndarray, optional
+            Boolean (n,): the rows that select C (default: a seeded ``val_fraction``).
+
+        Returns
+        -------
+        MultiLabelLogisticProbe
+            Itself, fitted.
+        """
         X = np.asarray(X, dtype=np.float64)
         Y = check_multilabel(Y, "Y")
         if len(X) != len(Y):
@@ -147,13 +170,29 @@ class MultiLabelLogisticProbe:
         return self
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:
-        """Scores (n, K): w_c . h + b_c per class."""
+        """Scores (n, K): w_c . h + b_c per class.
+
+        Parameters
+        ----------
+        X : numpy.ndarray
+            Features (n, d).
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         return np.asarray(X, dtype=np.float64) @ self.coef_.T + self.intercept_
 
 
 def check_multilabel_data(data: EvalData) -> None:
     """The multi-label counterpart of the registry's input checks: finite 2-D features of
-    one width, (n, K) rows in {1, 0, -1} matching them, the same K in every split."""
+    one width, (n, K) rows in {1, 0, -1} matching them, the same K in every split.
+
+    Parameters
+    ----------
+    data : EvalData
+        A cell's features and label rows.
+    """
     from pipeline.protocols.validation import check_features
 
     width, classes = None, None

@@ -126,6 +126,19 @@ class GridRecord:
     ``val_accuracy`` / ``val_loss`` are (G, epochs_run) with NaN after a member stopped;
     ``best_epoch`` counts epochs from 1; ``stopped_early`` marks members whose validation
     score had not improved for ``patience`` epochs before ``max_epochs``.
+
+    Parameters
+    ----------
+    val_accuracy, val_loss : numpy.ndarray
+        (G, epochs_run) validation accuracy and cross-entropy per epoch.
+    best_epoch : numpy.ndarray
+        (G,) each member's best epoch, from 1.
+    best_accuracy, best_loss : numpy.ndarray
+        (G,) the scores at that epoch.
+    stopped_early : numpy.ndarray
+        (G,) whether the member stopped before ``max_epochs``.
+    epochs_run : int
+        Epochs run by the longest member.
     """
 
     val_accuracy: np.ndarray

@@ -19,7 +19,17 @@ from pipeline.errors import DataValidationError
 
 @dataclass(frozen=True)
 class BestSoFar:
-    """At ``step``: the cell's ``score`` there and the best checkpoint up to it."""
+    """At ``step``: the cell's ``score`` there and the best checkpoint up to it.
+
+    Parameters
+    ----------
+    step : int
+        The checkpoint's step.
+    score : float
+        The cell's score at that step.
+    best_step, best_score : int, float
+        The best checkpoint up to ``step`` and its score.
+    """
 
     step: int
     score: float
@@ -100,6 +110,15 @@ class SeriesCheck:
     pairs to compare); ``regressed`` lists those whose verdict is ``worse``;
     ``unchecked`` those still without a verdict; ``newest_is_best`` the cells the newest
     checkpoint leads; ``missing`` the cells the newest checkpoint has no score for.
+
+    Parameters
+    ----------
+    newest_step : int
+        The newest checkpoint's step.
+    to_compare : dict
+        Cell -> the earlier step that is best there.
+    regressed, unchecked, newest_is_best, missing : tuple
+        Cells in each state (see above).
     """
 
     newest_step: int

@@ -32,7 +32,17 @@ _STEP_FIELD = "{step}"
 
 @dataclass(frozen=True)
 class CheckpointStep:
-    """A checkpoint's place in its series; ``source`` is ``name`` or ``metadata:<key>``."""
+    """A checkpoint's place in its series; ``source`` is ``name`` or ``metadata:<key>``.
+
+    Parameters
+    ----------
+    path : str
+        The checkpoint file.
+    step : int
+        Its training step.
+    source : str
+        Where the step was read: the file ``name`` or ``metadata:<key>``.
+    """
 
     path: str
     step: int

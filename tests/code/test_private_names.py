@@ -8,7 +8,7 @@ of every module of the packages and the benchmarks:
 * ``from M import _name`` and ``import M._private`` / ``from M._private import name``;
 * ``X._name`` where ``X`` was bound by an import (a module or an imported object).
 
-A package may keep private modules for its own modules (``pipeline/protocols/_validation.py``
+A package may keep private modules for its own modules (``pipeline/datasets/_registry.py``
 is imported by its siblings); nothing outside that package may import them.
 """
 

@@ -250,3 +250,10 @@ def test_relative_curve_needs_the_baseline_shots(tmp_path):
     page = _Page()
     page.feed(open(path, encoding="utf-8").read())
     assert f"{models[1]}: no relative curve" in page.section_text["lowshot"]
+
+
+def test_report_text_refers_to_no_missing_file(report):
+    from tests.helpers.docs import dead_references
+
+    dead = list(dead_references(report["text"], "report.html"))
+    assert not dead, "the report refers to files the repository does not hold:\n" + "\n".join(map(str, dead))

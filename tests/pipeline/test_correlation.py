@@ -1,4 +1,4 @@
-"""Correlations across models in logit space (PROTOCOLS.md section 8)."""
+"""Correlations across models in logit space (Ericsson et al. 2021, appendix A.7)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,79 @@
+"""``repeval protocols`` and ``repeval datasets``: what the registries hold, with defaults.
+
+Read from the protocol registry and the adapters' constructors only (no torch, no file
+read), so both answer at once; ``docs/protocols.md`` and ``docs/datasets.md`` explain
+each entry, and a test keeps them in step with the registries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any
+
+
+def add_registry_commands(sub: Any, show_dataset_command: Callable[[argparse.Namespace], int]) -> None:
+    """Add ``protocols`` and ``datasets`` (``list`` and ``show``) to the CLI's subcommands.
+
+    Parameters
+    ----------
+    sub : argparse subparsers
+        The CLI's subcommands (``add_subparsers()``).
+    show_dataset_command : callable
+        The ``datasets show`` command (it reads a dataset copy).
+    """
+    pro = sub.add_parser("protocols", help="the registered protocols and their settings, with defaults")
+    pro.add_argument("name", nargs="?", help="one protocol: its settings with defaults and valid values")
+    pro.add_argument("--json", action="store_true", help="print JSON")
+    pro.set_defaults(func=cmd_protocols)
+
+    dsp = sub.add_parser("datasets", help="the dataset adapters and their parameters; inspect a copy")
+    dsp.add_argument("--json", action="store_true", help="print the adapters as JSON")
+    dsp.set_defaults(func=cmd_datasets_list)
+    dsub = dsp.add_subparsers(dest="datasets_command")
+    lst = dsub.add_parser("list", help="every adapter: metric, splits, parameters with defaults (the default)")
+    lst.add_argument("--json", action="store_true", help="print JSON")
+    lst.set_defaults(func=cmd_datasets_list)
+    show = dsub.add_parser(
+        "show", help="splits, image counts, classes, metric, validation, skipped files and fingerprint")
+    show.add_argument("adapter", help="dataset adapter, e.g. aircraft, imagenet, webdataset, hf")
+    show.add_argument("--param", action="extend", nargs="+", default=[], help="adapter parameters as key=value")
+    show.add_argument("--name", help="dataset name (default: the adapter's)")
+    show.add_argument("--json", action="store_true", help="print the summary as JSON")
+    show.set_defaults(func=show_dataset_command)
+
+
+def cmd_protocols(args: argparse.Namespace) -> int:
+    """Every protocol with its settings' defaults, or one with their valid values too."""
+    from pipeline.encoder_protocols import list_encoder_protocols
+    from pipeline.errors import unknown_name
+    from pipeline.protocols import describe
+    from pipeline.protocols.registry import list_protocols
+
+    readout, encoder = list_protocols(), list_encoder_protocols()
+    if args.name is not None and args.name not in readout + encoder:
+        raise unknown_name("protocol", args.name, readout + encoder)
+    if args.json:
+        records = [describe.protocol_record(n) for n in readout] + \
+            [describe.encoder_protocol_record(n) for n in encoder]
+        print(json.dumps(next(r for r in records if r["name"] == args.name) if args.name else records, indent=1))
+    elif args.name:
+        print(describe.protocol_summary(args.name) if args.name in readout
+              else describe.encoder_protocol_summary(args.name))
+    else:
+        print(f"{describe.protocol_listing(readout)}\n\nEncoder protocols (they read an encoder's weights and a "
+              f"dataset's images, not stored features):\n{describe.encoder_protocol_listing()}")
+    return 0
+
+
+def cmd_datasets_list(args: argparse.Namespace) -> int:
+    """Every dataset adapter with its metric, splits and parameters."""
+    from pipeline.datasets import list_datasets
+    from pipeline.datasets.catalog import adapter_listing, adapter_record
+
+    if args.json:
+        print(json.dumps([adapter_record(a) for a in list_datasets()], indent=1))
+    else:
+        print(adapter_listing())
+    return 0

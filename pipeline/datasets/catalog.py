@@ -1,0 +1,135 @@
+"""The registered dataset adapters with their parameters and defaults (``repeval datasets``).
+
+Read from the registry and the adapters' constructors alone: no file is read, no adapter
+is built, so listing is instant and says exactly what a config's ``params:`` accepts.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.datasets import adapter_class, list_datasets
+
+__all__ = ["REQUIRED", "AdapterParameter", "adapter_listing", "adapter_parameters", "adapter_record", "path_parameters"]
+
+#: The default shown for a parameter that has none.
+REQUIRED = "(required)"
+
+
+@dataclass(frozen=True)
+class AdapterParameter:
+    """One constructor parameter of an adapter.
+
+    Parameters
+    ----------
+    name : str
+        The parameter's name in a config's ``params:`` (``name`` is the entry's own field).
+    default : object
+        Its default, or ``REQUIRED``.
+    """
+
+    name: str
+    default: Any
+
+    @property
+    def required(self) -> bool:
+        """Whether a config must give it."""
+        return self.default is REQUIRED
+
+
+def adapter_parameters(adapter: str, include_name: bool = False) -> list[AdapterParameter]:
+    """The constructor parameters of adapter ``adapter``, in their order.
+
+    Parameters
+    ----------
+    adapter : str
+        A registered adapter (UnknownNameError lists the valid names).
+    include_name : bool
+        Include ``name`` (a config gives it as the dataset entry's own ``name``, not
+        among its ``params``).
+
+    Returns
+    -------
+    list of AdapterParameter
+    """
+    signature = inspect.signature(adapter_class(adapter).__init__)
+    return [AdapterParameter(p.name, REQUIRED if p.default is inspect.Parameter.empty else p.default)
+            for p in signature.parameters.values()
+            if p.name not in ("self", *(() if include_name else ("name",)))
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def path_parameters(adapter: str) -> tuple[str, ...]:
+    """The parameters of ``adapter`` that name a file or folder (annotated ``os.PathLike``).
+
+    A config resolves their relative values against its own folder.
+
+    Parameters
+    ----------
+    adapter : str
+        An adapter name; an unknown one has none (the plan reports it with the valid names).
+
+    Returns
+    -------
+    tuple of str
+    """
+    if adapter not in list_datasets():
+        return ()
+    signature = inspect.signature(adapter_class(adapter).__init__)
+    return tuple(p.name for p in signature.parameters.values() if "PathLike" in str(p.annotation))
+
+
+def _default_text(value: Any) -> str:
+    if value is REQUIRED:
+        return value
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def adapter_record(adapter: str) -> dict[str, Any]:
+    """One adapter as JSON-able data (``repeval datasets --json``).
+
+    Parameters
+    ----------
+    adapter : str
+        A registered adapter.
+
+    Returns
+    -------
+    dict
+        ``adapter``, ``metric``, ``multi_label``, ``images`` (False for precomputed
+        features), the ``train``/``val``/``test``/``pooled`` split names and
+        ``parameters`` (name, default, required) that a config's ``params:`` takes.
+    """
+    cls = adapter_class(adapter)
+    return {"adapter": adapter, "metric": cls.metric, "multi_label": bool(cls.multi_label),
+            "images": bool(cls.has_images),
+            "splits": {"train": cls.train_split, "val": cls.val_split, "test": cls.test_split,
+                       "pooled": cls.pooled_split},
+            "parameters": [{"name": p.name, "default": None if p.required else p.default, "required": p.required}
+                           for p in adapter_parameters(adapter)]}
+
+
+def adapter_listing() -> str:
+    """Every registered adapter: metric, splits, and parameters with their defaults.
+
+    Returns
+    -------
+    str
+        The lines ``repeval datasets`` prints.
+    """
+    blocks = []
+    for adapter in list_datasets():
+        cls = adapter_class(adapter)
+        kind = ", multi-label" if cls.multi_label else "" if cls.has_images else ", precomputed features"
+        roles = f"train {cls.train_split!r}, validation " + (repr(cls.val_split) if cls.val_split else "20 % of train")
+        roles += f", test {cls.test_split!r}" + (f", pooled {cls.pooled_split!r}" if cls.pooled_split else "")
+        params = ", ".join(p.name + (" (required)" if p.required else f"={_default_text(p.default)}")
+                           for p in adapter_parameters(adapter))
+        blocks.append(f"{adapter}: metric {cls.metric}{kind}; {roles}\n  parameters: {params}")
+    return "\n".join(blocks) + ("\n\nparameters go under a dataset's params: in a config; "
+                                "repeval datasets show ADAPTER --param root=... reads a copy and prints its "
+                                "splits, counts and fingerprint")

@@ -1,0 +1,256 @@
+"""The settings of a registered protocol as rows and text: default, valid values, flags.
+
+What ``repeval protocols`` prints and what the docs' settings tables are checked against.
+Read from the registry alone (``Protocol.defaults``, ``.choices``, ``.bounds`` and the
+capability flags), so nothing here can disagree with what a config is validated by. The
+encoder protocols (fine-tuning, diagnostics) are listed from their own registry, with
+their defaults and metrics (their settings classes check the values).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.encoder_protocols import EncoderProtocol, get_encoder_protocol, list_encoder_protocols
+from pipeline.protocols.devices import DEVICE_CHOICES
+from pipeline.protocols.registry import Bound, Protocol, get_protocol, list_protocols
+
+__all__ = ["SettingRow", "encoder_protocol_listing", "encoder_protocol_record", "encoder_protocol_summary",
+           "format_number", "protocol_listing", "protocol_record", "protocol_summary", "range_text", "setting_rows"]
+
+
+@dataclass(frozen=True)
+class SettingRow:
+    """One setting of a protocol.
+
+    Parameters
+    ----------
+    name : str
+        The setting's name in a config.
+    default : object
+        Its default value.
+    valid : str
+        Its valid values in words (``>= 1``, ``cosine, euclidean``, ``integer``...).
+    """
+
+    name: str
+    default: Any
+    valid: str
+
+
+def format_number(value: float) -> str:
+    """A bound or default as a person writes it: ``4294967295``, ``0.07``, ``1e-06``.
+
+    Parameters
+    ----------
+    value : float
+
+    Returns
+    -------
+    str
+    """
+    if float(value).is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return f"{value:g}"
+
+
+def _bound_text(bound: Bound) -> str:
+    parts = []
+    if bound.low is not None:
+        parts.append(f"{'>' if bound.low_open else '>='} {format_number(bound.low)}")
+    if bound.high is not None:
+        parts.append(f"{'<' if bound.high_open else '<='} {format_number(bound.high)}")
+    return " and ".join(parts)
+
+
+def _kind(default: Any) -> str:
+    if isinstance(default, bool):
+        return "true, false"
+    if isinstance(default, int):
+        return "integer"
+    if isinstance(default, float):
+        return "number"
+    if default == "default":  # a grid setting: the built-in grid, a list, or null for one value
+        return "default, a list of numbers, or null"
+    if isinstance(default, (list, tuple)):
+        return "a list"
+    return "text"
+
+
+def range_text(protocol: Protocol, setting: str) -> str:
+    """The valid values of one setting, in words.
+
+    Parameters
+    ----------
+    protocol : Protocol
+        A registered protocol.
+    setting : str
+        One of its settings.
+
+    Returns
+    -------
+    str
+        Its choices, its range (with the kind of number), or its kind of value.
+    """
+    if setting in protocol.choices:
+        return ", ".join(str(c) for c in protocol.choices[setting])
+    if setting == "device":  # checked by the protocols' rule, the same everywhere
+        return ", ".join(DEVICE_CHOICES)
+    kind = _kind(protocol.defaults[setting])
+    if setting in protocol.bounds:
+        prefix = "integer " if kind == "integer" else ""
+        return prefix + _bound_text(protocol.bounds[setting])
+    return kind
+
+
+def setting_rows(name: str) -> list[SettingRow]:
+    """Every setting of protocol ``name``, in its registered order.
+
+    Parameters
+    ----------
+    name : str
+        A registered protocol (UnknownNameError lists the valid names).
+
+    Returns
+    -------
+    list of SettingRow
+    """
+    protocol = get_protocol(name)
+    return [SettingRow(k, v, range_text(protocol, k)) for k, v in protocol.defaults.items()]
+
+
+def _default_text(value: Any, inside: bool = False) -> str:
+    if isinstance(value, (list, tuple)):  # numbers as written (np.logspace's 1e-5 is 9.999999999999999e-06)
+        return "[" + ", ".join(_default_text(v, inside=True) for v in value) + "]"
+    if isinstance(value, bool) or value is None or (inside and isinstance(value, str)):
+        return json.dumps(value)
+    return format_number(value) if isinstance(value, (int, float)) else str(value)
+
+
+def _flags(protocol: Protocol) -> str:
+    yes = {True: "yes", False: "no"}
+    return f"streams train: {yes[protocol.streams_train]}; multi-label: {yes[protocol.multilabel]}"
+
+
+def protocol_summary(name: str) -> str:
+    """One protocol in full: description, flags and a table of its settings.
+
+    Parameters
+    ----------
+    name : str
+        A registered protocol.
+
+    Returns
+    -------
+    str
+    """
+    protocol = get_protocol(name)
+    rows = [("setting", "default", "valid values")] + [
+        (r.name, _default_text(r.default), r.valid) for r in setting_rows(name)]
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    lines = [f"{protocol.name} (version {protocol.version}): {protocol.description}", _flags(protocol), ""]
+    lines += [f"  {a:<{widths[0]}}  {b:<{widths[1]}}  {c}" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def protocol_listing(names: Sequence[str] | None = None) -> str:
+    """Every registered protocol (or ``names``): description, flags, settings with defaults.
+
+    Parameters
+    ----------
+    names : sequence of str, optional
+        Protocols to list (default: all, sorted).
+
+    Returns
+    -------
+    str
+    """
+    blocks = []
+    for name in names if names is not None else list_protocols():
+        protocol = get_protocol(name)
+        settings = ", ".join(f"{r.name}={_default_text(r.default)}" for r in setting_rows(name))
+        blocks.append(f"{name} (version {protocol.version}): {protocol.description}\n  {_flags(protocol)}\n"
+                      f"  settings: {settings}")
+    return "\n".join(blocks) + "\n\nrepeval protocols NAME shows one protocol's settings with their valid values"
+
+
+def protocol_record(name: str) -> dict[str, Any]:
+    """One protocol as JSON-able data (``repeval protocols --json``).
+
+    Parameters
+    ----------
+    name : str
+        A registered protocol.
+
+    Returns
+    -------
+    dict
+        ``name``, ``version``, ``description``, ``streams_train``, ``multilabel`` and
+        ``settings`` (name, default, valid values).
+    """
+    protocol = get_protocol(name)
+    return {"name": name, "version": protocol.version, "description": protocol.description,
+            "streams_train": protocol.streams_train, "multilabel": protocol.multilabel,
+            "settings": [{"name": r.name, "default": r.default, "valid": r.valid} for r in setting_rows(name)]}
+
+
+def _encoder_line(protocol: EncoderProtocol) -> str:
+    return (f"{protocol.name} (version {protocol.version}, encoder protocol): {protocol.summary}\n"
+            f"  multi-label: {'yes' if protocol.multilabel else 'no'}; metrics: {', '.join(protocol.metrics)}")
+
+
+def encoder_protocol_summary(name: str) -> str:
+    """One encoder protocol in full: what it measures, its metrics and its settings' defaults.
+
+    Parameters
+    ----------
+    name : str
+        A registered encoder protocol (UnknownNameError lists the valid names).
+
+    Returns
+    -------
+    str
+    """
+    protocol = get_encoder_protocol(name)
+    rows = [("setting", "default")] + [(k, _default_text(v)) for k, v in protocol.fields.items()]
+    width = max(len(a) for a, _ in rows)
+    ignored = f"\n  not part of a result's identity: {', '.join(protocol.ignored)}" if protocol.ignored else ""
+    return "\n".join([_encoder_line(protocol) + ignored, ""] + [f"  {a:<{width}}  {b}" for a, b in rows])
+
+
+def encoder_protocol_listing() -> str:
+    """Every encoder protocol: what it measures, its metrics, its settings with defaults.
+
+    Returns
+    -------
+    str
+    """
+    blocks = []
+    for name in list_encoder_protocols():
+        protocol = get_encoder_protocol(name)
+        settings = ", ".join(f"{k}={_default_text(v)}" for k, v in protocol.fields.items())
+        blocks.append(f"{_encoder_line(protocol)}\n  settings: {settings}")
+    return "\n".join(blocks)
+
+
+def encoder_protocol_record(name: str) -> dict[str, Any]:
+    """One encoder protocol as JSON-able data (``repeval protocols --json``).
+
+    Parameters
+    ----------
+    name : str
+        A registered encoder protocol.
+
+    Returns
+    -------
+    dict
+        ``name``, ``version``, ``description``, ``kind`` (``encoder``), ``multilabel``,
+        ``metrics``, ``ignored`` and ``settings`` (name, default).
+    """
+    protocol = get_encoder_protocol(name)
+    return {"name": name, "version": protocol.version, "description": protocol.summary, "kind": "encoder",
+            "multilabel": protocol.multilabel, "metrics": list(protocol.metrics), "ignored": list(protocol.ignored),
+            "settings": [{"name": k, "default": v} for k, v in protocol.fields.items()]}
