@@ -36,6 +36,25 @@ def _name(value: str, path: str) -> None:
 ENCODER_SOURCES = ("extract", "store")  # features computed by the run, or already in the store
 
 
+def layer_shorthands(data: dict, path: str) -> dict:
+    """``layers`` entries may be mappings, ``{layer: block11, tokens: true}``: that block's
+    token features (n, T, d) rather than pooled ones, i.e. the layer ``block11.tokens``."""
+    layers = data.get("layers")
+    if not isinstance(layers, list) or not any(isinstance(v, dict) for v in layers):
+        return data
+    names = []
+    for i, entry in enumerate(layers):
+        if not isinstance(entry, dict):
+            names.append(entry)
+            continue
+        unknown = sorted(set(entry) - {"layer", "tokens"})
+        if unknown or not isinstance(entry.get("layer"), str) or not isinstance(entry.get("tokens", False), bool):
+            raise ConfigError(f"{path}.layers[{i}]: {entry!r}; a layer is a name (e.g. block3) or a mapping "
+                              "{layer: <name>, tokens: true|false}")
+        names.append(entry["layer"] + (".tokens" if entry.get("tokens") else ""))
+    return {**data, "layers": names}
+
+
 @dataclass
 class EncoderConfig:
     """The config's fields of one encoder; :meth:`spec` builds the ``EncoderSpec`` that
@@ -58,6 +77,10 @@ class EncoderConfig:
     source: str = "extract"
     series: str | None = None  # a checkpoint series this encoder belongs to (set by a scan, or given)
     step: int | None = None  # its training step in that series
+
+    @staticmethod
+    def prepare_plain(data: dict, path: str) -> dict:
+        return layer_shorthands(data, path)
 
     def check(self, path: str) -> None:
         _name(self.name, f"{path}.name")
@@ -118,6 +141,10 @@ class CheckpointScan:
     done_suffix: str | None = None
     series: str | None = None
     step_pattern: str | None = None
+
+    @staticmethod
+    def prepare_plain(data: dict, path: str) -> dict:
+        return layer_shorthands(data, path)
 
     def check(self, path: str) -> None:
         if not self.path.strip() or not self.pattern.strip():

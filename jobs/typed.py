@@ -72,6 +72,9 @@ def from_plain(cls: type, data: Any, path: str = "config") -> Any:
     """Instantiate dataclass ``cls`` from ``data``, validating every field recursively."""
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping for {cls.__name__}, got {type(data).__name__} {data!r}")
+    prepare = getattr(cls, "prepare_plain", None)  # a class may accept shorthands of its fields
+    if callable(prepare):
+        data = prepare(data, path)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))

@@ -125,6 +125,15 @@ def test_token_layers_pair_only_with_token_protocols(tmp_path):
                                                                    ("block11.tokens", "att")}
 
 
+def test_a_layer_mapping_with_tokens_true_is_the_token_layer(tmp_path):
+    layers = ("pre_logits", {"layer": "block11", "tokens": True}, {"layer": "block3", "tokens": False})
+    cfg = load_config(_config(tmp_path, [{"name": "att", "protocol": "attentive"}], layers))
+    assert cfg.encoders[0].layers == ["pre_logits", "block11.tokens", "block3"]
+    with pytest.raises(ConfigError, match=r"encoders\[0\].layers\[1\]: \{'layer': 'block11', 'token': True\}; "
+                                          "a layer is a name"):
+        load_config(_config(tmp_path, [], ("pre_logits", {"layer": "block11", "token": True})))
+
+
 @pytest.mark.parametrize("protocols, layers, message", [
     ([{"name": "att", "protocol": "attentive"}], ("pre_logits",),
      r"protocols\[0\] \(att\): protocol 'attentive' reads token features, but no encoder extracts a token layer"),
