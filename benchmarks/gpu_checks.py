@@ -26,7 +26,7 @@ process (fresh process, features held, peak RSS growth and peak GPU memory).
 ``--smoke`` runs all of it at toy sizes on the CPU (``--device cpu``) in under a minute:
 the script is tested that way, and then only proves that it runs, not any speed. On a
 GPU machine: ``.venv/bin/python benchmarks/gpu_checks.py --out gpu-results`` (about 15
-minutes on one H200; ``--only knn extraction`` for less). ``results.md`` holds the tables.
+minutes on one H200; ``--only knn extraction`` for less). ``results.markdown`` holds the tables.
 """
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ def tables(results: dict) -> str:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True, help="folder for results.json, results.md and the machine line")
+    p.add_argument("--out", required=True, help="folder for results.json, results.markdown and the machine line")
     p.add_argument("--device", default=None, help="the device checked (default: cuda; cpu with --smoke)")
     p.add_argument("--only", nargs="+", choices=CHECKS, default=list(CHECKS))
     p.add_argument("--smoke", action="store_true", help="toy sizes (runs on the CPU in under a minute)")
@@ -246,7 +246,7 @@ def main(argv=None) -> dict:
         results[name] = value
         results.setdefault("seconds", {})[name] = time.perf_counter() - started
         (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-        (out / "results.md").write_text(f"# GPU checks\n\n{results['machine']}; device {device}"
+        (out / "results.markdown").write_text(f"# GPU checks\n\n{results['machine']}; device {device}"
                                         f"{' (' + results['gpu'] + ')' if results['gpu'] else ''}\n\n{tables(results)}")
         print(f"  {name}: done in {results['seconds'][name]:.0f} s", flush=True)
 

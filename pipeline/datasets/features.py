@@ -93,17 +93,44 @@ class PrecomputedFeaturesDataset(DatasetAdapter):
         self._fingerprints: dict[str, str] = {}
 
     def features(self, split: str) -> np.ndarray:
-        """The whole (n, d) array (a memory map for a folder of .npy files: prefer ``feature_rows``)."""
+        """The whole (n, d) array (a memory map for a folder of .npy files: prefer ``feature_rows``).
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        numpy.ndarray
+        """
         feats = self._features[self.check_split(split)]
         return feats if feats.dtype.kind == "f" else feats.astype(np.float32)
 
     def feature_shape(self, split: str) -> tuple[int, int]:
-        """(rows, width) of ``split``'s features, without reading them."""
+        """(rows, width) of ``split``'s features, without reading them.
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        tuple of (int, int)
+        """
         shape = self._features[self.check_split(split)].shape
         return int(shape[0]), int(shape[1])
 
     def feature_dtype(self, split: str) -> np.dtype:
-        """The dtype ``feature_rows`` returns: the stored one, float32 for integers."""
+        """The dtype ``feature_rows`` returns: the stored one, float32 for integers.
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        numpy.dtype
+        """
         dtype = self._features[self.check_split(split)].dtype
         return dtype if dtype.kind == "f" else np.dtype(np.float32)
 
@@ -112,6 +139,16 @@ class PrecomputedFeaturesDataset(DatasetAdapter):
 
         A memory-mapped file is read through a map of just these rows, closed afterwards,
         so reading a whole split block by block never holds more than one block.
+
+        Parameters
+        ----------
+        split : str
+        start, stop : int
+            The rows' range.
+
+        Returns
+        -------
+        numpy.ndarray
         """
         feats = self._features[self.check_split(split)]
         stop = min(stop, feats.shape[0])
@@ -126,7 +163,16 @@ class PrecomputedFeaturesDataset(DatasetAdapter):
         return rows if rows.dtype.kind == "f" else rows.astype(np.float32)
 
     def block_rows(self, split: str) -> int:
-        """Rows per block of about 64 MiB."""
+        """Rows per block of about 64 MiB.
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        int
+        """
         n, d = self.feature_shape(split)
         return max(1, min(n, _BLOCK_BYTES // max(1, d * self.feature_dtype(split).itemsize)))
 

@@ -69,6 +69,13 @@ class EncodedImageDataset(Dataset):
     For adapters whose samples are image files (``has_image_files``); DataLoader workers
     then only read files, and :func:`collate_encoded` keeps the variable-length bytes
     as a list.
+
+    Parameters
+    ----------
+    adapter : DatasetAdapter
+        A dataset of image files.
+    split : str
+        One of its splits.
     """
 
     def __init__(self, adapter: DatasetAdapter, split: str) -> None:

@@ -22,7 +22,7 @@ def test_gpu_checks_agreement_writes_its_results_and_agrees_with_itself_on_the_c
     assert {"ridge", "knn", "logistic", "fewshot", "lowshot"} <= set(rows)
     for row in rows.values():  # the CPU against itself: the same numbers, bitwise
         assert row["difference"] == 0 and row["agree"] is True and 0 < row["cpu_score"] <= 1
-    assert "| ridge |" in (tmp_path / "results.md").read_text()
+    assert "| ridge |" in (tmp_path / "results.markdown").read_text()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
