@@ -214,7 +214,10 @@ def _read_arrays(src: Path) -> dict[str, np.ndarray]:
             return {p.stem: np.load(p, allow_pickle=False, mmap_mode="r" if p.stem.endswith(_FEATURES) else None)
                     for p in files}
     except (OSError, ValueError) as exc:
-        raise DatasetError(f"Cannot read precomputed features from {str(src)!r}: {exc}") from exc
+        why = str(exc)
+        if "Python objects" in why:  # what a memory map says of an object array
+            why = "an array holds Python objects, which only pickle could load; pickle is never used"
+        raise DatasetError(f"Cannot read precomputed features from {str(src)!r}: {why}") from exc
     raise DatasetError(
         f"Precomputed features path {str(src)!r} is neither an .npz file nor a folder of .npy files"
     )
