@@ -167,7 +167,8 @@ def child(spec: dict) -> dict:
         warm = dict(settings, **({"Cs": None} if protocol == "logistic" else {}))
         proto(EvalData(y_train=y[:4000], X_test=X_te[:500], y_test=y_te[:500], n_classes=K, X_train=X[:4000]), warm)
     else:
-        _reference(protocol, X[:2000], y[:2000], X_te[:200], y_te[:200], K) if protocol != "lowshot" else None
+        warm = 6000 if protocol == "fewshot" else 2000  # episodes need n_shot + n_query rows of 5 classes
+        _reference(protocol, X[:warm], y[:warm], X_te[:200], y_te[:200], K) if protocol != "lowshot" else None
     cuda = torch.cuda.is_available() and spec["device"].startswith("cuda")
     if cuda:
         torch.cuda.synchronize()
