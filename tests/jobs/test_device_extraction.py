@@ -128,7 +128,7 @@ def test_default_cpu_extraction_keeps_its_fingerprint_and_is_deterministic(tmp_p
 def test_loader_settings_and_bad_values():
     assert loader_settings("auto", "auto", torch.device("cpu")) == (0, False)
     workers, pin = loader_settings("auto", "auto", torch.device("cuda"))
-    assert 1 <= workers <= 16 and pin is True
+    assert pin is True and 1 <= workers <= 16
     assert loader_settings(3, False, torch.device("cuda")) == (3, False)
     base = {"encoders": [{"name": "a", "arch": "resnet18"}], "datasets": [{"name": "d", "adapter": "digits"}],
             "protocols": [{"name": "k", "protocol": "knn"}]}
