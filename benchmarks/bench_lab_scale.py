@@ -173,7 +173,8 @@ def ledger_cell(store: Path, protocol: str) -> dict:
         if rec.get("setting") == protocol:
             metrics = rec.get("metrics") or {}
             score = metrics.get("score", (metrics.get("curve") or {}).get("all"))
-            return {"fit_s": (rec.get("timings") or {}).get("fit_s"), "score": score}
+            timings = rec.get("timings") or {}
+            return {"fit_s": timings.get("fit_s"), "threads": timings.get("threads"), "score": score}
     return {}
 
 
@@ -186,7 +187,8 @@ def parse_args(argv=None):
     p.add_argument("--logistic-rows", type=int, default=128_000, help="train rows of the logistic probe")
     p.add_argument("--only", nargs="+", choices=PROTOCOLS, default=list(PROTOCOLS))
     p.add_argument("--workers", type=int, default=1, help="Dask worker processes")
-    p.add_argument("--threads", type=int, default=2, help="threads per Dask worker")
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads per Dask worker: cells at once (each cell's math gets the cores left to it)")
     p.add_argument("--memory-limit", default="auto", help="memory of each Dask worker (bytes, 8GiB, auto)")
     p.add_argument("--device", default="cpu", help="the protocols' device setting (cpu, cuda, auto)")
     p.add_argument("--work", help="work folder (default: a temporary folder)")
@@ -233,18 +235,20 @@ def main(argv=None) -> list[dict]:
             rows.append(row)
             print(f"  {name}: {res['seconds']:.1f} s, peak RSS {res['peak_tree'] / MiB:.0f} MiB "
                   f"(largest process {res['peak_largest'] / MiB:.0f} MiB)"
-                  + (f", cell {row['fit_s']:.1f} s, score {row['score']:.4f}" if row.get("fit_s") is not None
+                  + (f", cell {row['fit_s']:.1f} s on {row['threads']} thread(s), score {row['score']:.4f}"
+                     if row.get("fit_s") is not None
                      and row.get("score") is not None else "") + ("" if res["rc"] == 0 else " FAILED"), flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     table = [[r["stage"], r["rows"], r["seconds"], r.get("fit_s") if r.get("fit_s") is not None else "-",
+              r.get("threads") or "-",
               r["peak_tree"] / MiB, r["peak_largest"] / MiB, r["peak_tree"] / (r["rows"] * args.dim * 2),
               f"{r['score']:.4f}" if r.get("score") is not None else "-", "ok" if r["rc"] == 0 else "FAILED"]
              for r in rows]
     print_tables(f"Lab-size run ({args.rows} x {args.dim} float16, {args.classes} classes, {args.test} test rows; "
                  "peak RSS sampled every 0.2 s over each stage's process tree)",
-                 ["stage", "train rows", "seconds", "cell s", "peak RSS MiB", "largest process MiB",
+                 ["stage", "train rows", "seconds", "cell s", "cell threads", "peak RSS MiB", "largest process MiB",
                   "peak / features", "score", "status"], table, args.markdown)
     print(f"\ntotal wall time: {time.perf_counter() - started:.0f} s")
     if args.json:

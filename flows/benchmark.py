@@ -199,7 +199,7 @@ def run_plan(plan: Plan, *, dask_address: str | None = None, reason: str = "run"
              new_encoders: list[str] | None = None) -> dict[str, Any]:
     """Run a plan's flow (on this process's Prefect API and a Dask cluster); its summary."""
     from flows.cluster_memory import cluster_memory, local_memory, local_worker_limit
-    from flows.runtime import gpu_count, local_workers, task_runner
+    from flows.runtime import gpu_count, local_workers, math_threads, task_runner, worker_math_threads
     from jobs.cell_memory import check_cells_fit
 
     cfg = plan.config
@@ -210,9 +210,12 @@ def run_plan(plan: Plan, *, dask_address: str | None = None, reason: str = "run"
     check_cells_fit(plan.cell_memory, memory.capacities, memory.where)  # before anything runs
     limit = None if address else local_worker_limit(cfg.dask, workers)
     runner = task_runner(address, cfg.dask.n_workers, cfg.dask.threads_per_worker, cfg.dask.processes, gpu, limit)
-    state = benchmark_flow.with_options(task_runner=runner)(
-        cfg.to_dict(), gpu_resources=gpu, reason=reason, notes=plan_notes(plan, new_encoders),
-        cell_memory=plan.cell_memory if memory.declared else None, return_state=True)
+    # the embedded cluster starts with the flow: its worker processes inherit these threads
+    threads = math_threads(cfg.dask.math_threads, workers, cfg.dask.threads_per_worker)
+    with worker_math_threads(threads):
+        state = benchmark_flow.with_options(task_runner=runner)(
+            cfg.to_dict(), gpu_resources=gpu, reason=reason, notes=plan_notes(plan, new_encoders),
+            cell_memory=plan.cell_memory if memory.declared else None, return_state=True)
     result = state.result(raise_on_failure=False)
     if isinstance(result, BaseException):  # the flow itself crashed: not a summary
         raise result

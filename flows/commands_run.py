@@ -23,6 +23,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from jobs.config import load_config
     from jobs.plan import make_plan
 
+    # SIGTERM (a scheduler's timeout, docker stop, kill) stops like Ctrl-C: the embedded Dask
+    # workers and Prefect server are shut down with the run instead of outliving it
+    signal.signal(signal.SIGTERM, _interrupt)
     cfg = load_config(args.config)
     plan = make_plan(cfg, retry_failed=args.retry_failed)
     from flows.benchmark import run_benchmark, say  # Prefect and Dask: once the config is known good

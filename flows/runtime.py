@@ -161,6 +161,46 @@ def local_workers(n_workers: int) -> int:
     return max(n_workers, gpu_count())
 
 
+_MATH_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def math_threads(setting: int | str, n_workers: int, threads_per_worker: int) -> int:
+    """Threads each task's torch/BLAS math may use in a local worker process.
+
+    ``auto``: OMP_NUM_THREADS where this process has it (the user or a test runner chose),
+    else this machine's cores shared by every worker thread, at least one.
+    """
+    if setting != "auto":
+        return int(setting)
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) >= 1:
+        return int(os.environ["OMP_NUM_THREADS"])
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, n_workers * threads_per_worker))
+
+
+@contextlib.contextmanager
+def worker_math_threads(threads: int) -> Iterator[None]:
+    """Local worker processes started inside start with ``threads`` OMP/MKL/OpenBLAS threads.
+
+    Dask's nanny exports OMP_NUM_THREADS=1 (and MKL's, OpenBLAS's) before it spawns a worker,
+    so that many one-thread tasks do not oversubscribe the cores; one large cell would then
+    use one core of many. The variables must be set before the worker imports numpy and
+    torch, hence the nanny's pre-spawn settings rather than its ``env``; and this process's
+    own variables too, since the nanny lets them override its settings.
+    """
+    import dask
+
+    key = "distributed.nanny.pre-spawn-environ"
+    previous = {name: os.environ.get(name) for name in _MATH_THREAD_VARIABLES}
+    os.environ.update({name: str(int(threads)) for name in _MATH_THREAD_VARIABLES})
+    try:
+        with dask.config.set({f"{key}.{name}": int(threads) for name in _MATH_THREAD_VARIABLES}):
+            yield
+    finally:
+        for name, value in previous.items():
+            _restore(name, value)
+
+
 def task_runner(address: str | None, n_workers: int = 2, threads_per_worker: int = 1, processes: bool = True,
                 gpu: bool = False, memory_limit: int | None = None):
     """prefect-dask's DaskTaskRunner on an existing scheduler or a new LocalCluster.

@@ -264,6 +264,10 @@ class DaskSettings:
     # memory shared by the workers). Each declares 75 % of it as its MEMORY resource, and
     # evaluation tasks ask for what their cells need (jobs.cell_memory).
     memory_limit: int | str = "auto"
+    # Threads of each task's math (torch, BLAS) in local worker processes. Dask starts them
+    # with OMP_NUM_THREADS=1, so one large cell would use one core of many. auto: the
+    # machine's cores shared by every worker thread, or OMP_NUM_THREADS where it is set.
+    math_threads: int | str = "auto"
 
     def check(self, path: str) -> None:
         if self.gpu not in ("auto", "always", "never"):
@@ -276,6 +280,9 @@ class DaskSettings:
             raise ConfigError(f"{path}: n_workers and threads_per_worker must be >= 1")
         if self.cells_per_task < 1:
             raise ConfigError(f"{path}.cells_per_task: {self.cells_per_task} must be >= 1")
+        if self.math_threads != "auto" and (isinstance(self.math_threads, bool)
+                                            or not isinstance(self.math_threads, int) or self.math_threads < 1):
+            raise ConfigError(f"{path}.math_threads: {self.math_threads!r} must be 'auto' or an integer >= 1")
 
 
 # Keys of fsspec storage options that hold credentials (s3fs, gcsfs, adlfs, botocore).

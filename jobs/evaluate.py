@@ -147,7 +147,8 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
         "warnings": result.warnings, "converged": bool(result.diagnostics.get("converged", True)),
         "n_train": int(train_feats.shape[0]), "n_test": int(test_feats.shape[0]), "dim": int(train_feats.shape[-1]),
         **({"n_tokens": int(train_feats.shape[1])} if len(train_feats.shape) == 3 else {}),
-        "timings": {"read_s": read_seconds, "fit_s": result.seconds},
+        # the fit's math threads: seconds mean little without them (Dask workers default to one)
+        "timings": {"read_s": read_seconds, "fit_s": result.seconds, "threads": _math_threads()},
         "provenance": {
             "arch": enc.get("arch"), "weights_fingerprint": enc.get("weights_fingerprint"),
             "weights": enc.get("weights"), "data_config": enc.get("data_config"),
@@ -269,6 +270,12 @@ def load_eval_data(arrays: dict[str, tuple[StoredArray, StoredArray]], cell: Cel
         X_val=val[0].read() if val else None, y_val=val[1].read() if val else None,
         mean_per_class=bool(train_labels.attrs.get("mean_per_class", False)),
     )
+
+
+def _math_threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
 
 
 def json_ready(value: Any) -> Any:

@@ -3,10 +3,14 @@ working folder without .env/prefect.toml so local settings files cannot leak in.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 _PREFECT_HOME = tempfile.mkdtemp(prefix="repeval-prefect-home-")
+# every session (and every xdist worker) makes its own: remove it, or /tmp fills run by run
+atexit.register(shutil.rmtree, _PREFECT_HOME, ignore_errors=True)
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["PREFECT_HOME"] = _PREFECT_HOME
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"

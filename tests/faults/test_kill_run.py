@@ -177,3 +177,51 @@ def test_sigkill_of_the_whole_run_then_rerun_computes_only_missing_cells(tmp_pat
     print(f"\nrepeval run SIGKILLed (process group) with {done} of 6 cells recorded: the rerun computed "
           f"{rerun['computed']} (the missing ones) and took {rerun['cached']} from the ledger; 6 records, "
           "none twice, none torn")
+
+
+def _session_processes(sid: int) -> list:
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getsid(p.pid) == sid:
+                found.append(p)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_sigterm_of_a_run_stops_its_dask_workers_and_prefect_server(tmp_path):
+    from flows.cli import EXIT_INTERRUPTED
+
+    config = _config(tmp_path, episodes=3000)
+    raw = yaml.safe_load(config.read_text())
+    raw["dask"]["processes"] = True  # worker processes, and the run's own Prefect server
+    config.write_text(yaml.safe_dump(raw))
+    env = {**cli_env(), "PREFECT_HOME": str(tmp_path / "prefect")}
+    env.pop("PREFECT_API_URL", None)
+    run = subprocess.Popen(_run_command(config), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           env=env, cwd=REPO, start_new_session=True)
+    try:
+        store = load_config(config).store
+        deadline = time.monotonic() + 300
+        while run.poll() is None and time.monotonic() < deadline and not _record_files(store):
+            time.sleep(0.05)
+        helpers = [p for p in _session_processes(run.pid) if p.pid != run.pid]
+        assert run.poll() is None and len(helpers) >= 3, "no worker processes and server caught running"
+        run.send_signal(signal.SIGTERM)  # the run's process only, as a scheduler's timeout would
+        _, err = run.communicate(timeout=120)
+        assert run.returncode == EXIT_INTERRUPTED, err[-3000:]
+        assert "repeval: interrupted" in err
+        deadline = time.monotonic() + 30  # the workers' nannies may take a moment to go
+        while _session_processes(run.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [" ".join(p.cmdline()[:4]) for p in _session_processes(run.pid)]
+        assert not left, f"processes outlived the run: {left}"
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        for p in _session_processes(run.pid):
+            p.kill()

@@ -32,6 +32,7 @@ def _run(raw: dict, tmp: Path) -> dict:
 def first_run(tmp_path_factory, prefect_harness):
     tmp = tmp_path_factory.mktemp("flow")
     raw = tiny_config(tmp)
+    raw["dask"]["math_threads"] = 2  # Dask alone would start its worker processes with one
     return tmp, raw, _run(raw, tmp)
 
 
@@ -51,6 +52,7 @@ def test_first_run_extracts_evaluates_and_reports(first_run):
     assert all(f["kind"] == "cell" and "n_way=5" in f["reason"] and f["attempts"] == 1 for f in failures)
     frame = ledger.to_frame()
     assert set(frame["setting"]) == {"knn20", "ridge", "few"} and set(frame["model"]) == {"r18a", "r18b", "mnv3"}
+    assert {rec["timings"]["threads"] for rec in ledger} == {2}  # the worker processes' torch threads
     corr = summary["correlation"]["settings"][0]
     assert corr["n"] == 3
     report = Path(summary["report"])

@@ -49,7 +49,7 @@ def test_lab_scale_bench_imports_float16_and_runs_a_protocol_through_repeval_run
                                  "--logistic-rows", "600", "--only", "knn", "--work", str(tmp_path), "--keep"])
     assert [r["stage"] for r in rows] == ["generate", "import lab", "import lab_logistic", "run knn"]
     assert all(r["rc"] == 0 and r["peak_tree"] > 0 for r in rows)
-    assert rows[-1]["score"] > 0.2 and rows[-1]["fit_s"] > 0
+    assert rows[-1]["score"] > 0.2 and rows[-1]["fit_s"] > 0 and rows[-1]["threads"] >= 1
     assert np.load(tmp_path / "lab" / "train_features.npy", mmap_mode="r").dtype == np.float16
     from storage_schema import FeatureStore
 

@@ -141,6 +141,7 @@ OUT_OF_RANGE = [
     (("extract", "num_workers"), -2, "config.extract"), (("extract", "lease_ttl"), 0.0, "config.extract"),
     (("extract", "lease_ttl"), -1.0, "config.extract"), (("extract", "lease_ttl"), float("nan"), "config.extract"),
     (("dask", "n_workers"), 0, "config.dask"), (("dask", "threads_per_worker"), -1, "config.dask"),
+    (("dask", "math_threads"), 0, "config.dask.math_threads"), (("dask", "math_threads"), "all", "config.dask"),
     (("encoders", 0, "input_size"), 0, "config.encoders[0]"), (("encoders", 0, "input_size"), -32, "config.encoders[0]"),
     (("encoders", 0, "layers"), [], "config.encoders[0]"),
     (("encoders", 0, "layers"), ["pre_logits", "pre_logits"], "config.encoders[0]"),
