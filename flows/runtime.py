@@ -167,15 +167,16 @@ _MATH_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_TH
 def math_threads(setting: int | str, n_workers: int, threads_per_worker: int) -> int:
     """Threads each task's torch/BLAS math may use in a local worker process.
 
-    ``auto``: OMP_NUM_THREADS where this process has it (the user or a test runner chose),
-    else this machine's cores shared by every worker thread, at least one.
+    ``auto``: this machine's cores shared by every worker thread (never more threads than
+    cores), at least one, and at most OMP_NUM_THREADS where this process has it (a limit
+    the user or a test runner chose).
     """
     if setting != "auto":
         return int(setting)
-    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) >= 1:
-        return int(os.environ["OMP_NUM_THREADS"])
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // max(1, n_workers * threads_per_worker))
+    share = max(1, cores // max(1, n_workers * threads_per_worker))
+    limit = os.environ.get("OMP_NUM_THREADS", "")
+    return min(share, int(limit)) if limit.isdigit() and int(limit) >= 1 else share
 
 
 @contextlib.contextmanager

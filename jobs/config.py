@@ -266,7 +266,7 @@ class DaskSettings:
     memory_limit: int | str = "auto"
     # Threads of each task's math (torch, BLAS) in local worker processes. Dask starts them
     # with OMP_NUM_THREADS=1, so one large cell would use one core of many. auto: the
-    # machine's cores shared by every worker thread, or OMP_NUM_THREADS where it is set.
+    # machine's cores shared by every worker thread, at most OMP_NUM_THREADS where it is set.
     math_threads: int | str = "auto"
 
     def check(self, path: str) -> None:

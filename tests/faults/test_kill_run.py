@@ -192,6 +192,19 @@ def _session_processes(sid: int) -> list:
     return found
 
 
+def _running_helpers(sid: int) -> bool:
+    """The run's Prefect server and both Dask worker processes are up."""
+    import psutil
+
+    lines = []
+    for p in _session_processes(sid):
+        try:
+            lines.append(" ".join(p.cmdline()))
+        except psutil.Error:  # ended meanwhile
+            continue
+    return any("uvicorn" in line for line in lines) and sum("spawn_main" in line for line in lines) >= 2
+
+
 @pytest.mark.slow
 def test_sigterm_of_a_run_stops_its_dask_workers_and_prefect_server(tmp_path):
     from flows.cli import EXIT_INTERRUPTED
@@ -205,12 +218,10 @@ def test_sigterm_of_a_run_stops_its_dask_workers_and_prefect_server(tmp_path):
     run = subprocess.Popen(_run_command(config), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                            env=env, cwd=REPO, start_new_session=True)
     try:
-        store = load_config(config).store
         deadline = time.monotonic() + 300
-        while run.poll() is None and time.monotonic() < deadline and not _record_files(store):
-            time.sleep(0.05)
-        helpers = [p for p in _session_processes(run.pid) if p.pid != run.pid]
-        assert run.poll() is None and len(helpers) >= 3, "no worker processes and server caught running"
+        while run.poll() is None and time.monotonic() < deadline and not _running_helpers(run.pid):
+            time.sleep(0.1)
+        assert run.poll() is None and _running_helpers(run.pid), "no worker processes and server caught running"
         run.send_signal(signal.SIGTERM)  # the run's process only, as a scheduler's timeout would
         _, err = run.communicate(timeout=120)
         assert run.returncode == EXIT_INTERRUPTED, err[-3000:]

@@ -37,9 +37,11 @@ def test_an_explicit_setting_wins(monkeypatch):
     assert math_threads(4, n_workers=2, threads_per_worker=2) == 4
 
 
-def test_auto_keeps_a_thread_count_the_environment_chose(monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert math_threads("auto", n_workers=1, threads_per_worker=1) == 3
+@pytest.mark.parametrize(("limit", "expected"), [("3", 3), ("1", 1), ("64", 16)])
+def test_auto_stays_within_the_limit_the_environment_chose(monkeypatch, limit, expected):
+    monkeypatch.setenv("OMP_NUM_THREADS", limit)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert math_threads("auto", n_workers=1, threads_per_worker=1) == expected
 
 
 @pytest.mark.parametrize(("workers", "threads", "expected"), [(1, 1, 16), (2, 1, 8), (2, 2, 4), (4, 8, 1)])
