@@ -32,7 +32,8 @@ def _run(raw: dict, tmp: Path) -> dict:
 def first_run(tmp_path_factory, prefect_harness):
     tmp = tmp_path_factory.mktemp("flow")
     raw = tiny_config(tmp)
-    raw["dask"]["math_threads"] = 2  # Dask alone would start its worker processes with one
+    # one worker process on both cores (Dask alone would start it with one math thread)
+    raw["dask"].update(n_workers=1, math_threads=2)
     return tmp, raw, _run(raw, tmp)
 
 
