@@ -43,6 +43,9 @@ def s3_endpoint(tmp_path_factory):
     for k in unset:
         os.environ.pop(k, None)
     os.environ.update(env)
+    # fsspec caches filesystems by their arguments, not by the endpoint they read from the
+    # environment: one cached by an earlier set-up in this process would call a stopped server
+    s3fs.S3FileSystem.clear_instance_cache()
     try:
         s3fs.S3FileSystem(skip_instance_cache=True).mkdir(BUCKET)
         yield endpoint
@@ -56,6 +59,7 @@ def s3_endpoint(tmp_path_factory):
         # so a later set-up in this process (pytest-xdist runs packages in pieces) starts empty
         httpx.post(f"{endpoint}/moto-api/reset", timeout=30)
         server.stop()
+        s3fs.S3FileSystem.clear_instance_cache()
 
 
 def _atomic_conditional_puts() -> None:
