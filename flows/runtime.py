@@ -171,17 +171,18 @@ def math_threads(setting: int | str, n_workers: int, threads_per_worker: int) ->
     cores), at least one, and at most OMP_NUM_THREADS where this process has it (a limit
     the user or a test runner chose).
     """
+    from pipeline.protocols.devices import available_cores
+
     if setting != "auto":
         return int(setting)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    share = max(1, cores // max(1, n_workers * threads_per_worker))
+    share = max(1, available_cores() // max(1, n_workers * threads_per_worker))
     limit = os.environ.get("OMP_NUM_THREADS", "")
     return min(share, int(limit)) if limit.isdigit() and int(limit) >= 1 else share
 
 
 @contextlib.contextmanager
 def worker_math_threads(threads: int) -> Iterator[None]:
-    """Local worker processes started inside start with ``threads`` OMP/MKL/OpenBLAS threads.
+    """Give local worker processes started within the block ``threads`` OMP/MKL/OpenBLAS threads.
 
     Dask's nanny exports OMP_NUM_THREADS=1 (and MKL's, OpenBLAS's) before it spawns a worker,
     so that many one-thread tasks do not oversubscribe the cores; one large cell would then

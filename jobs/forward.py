@@ -8,7 +8,6 @@ or repaired chunk is bitwise what a single run writes.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from pipeline.datasets.torch_dataset import EncodedImageDataset, collate_encoded
 from pipeline.encoders import Encoder, EncoderSpec
 from pipeline.encoders.device_preprocess import DevicePreprocess, device_transform_steps
 from pipeline.encoders.spec import TOKENS_DTYPE, is_token_layer
+from pipeline.protocols.devices import available_cores
 from storage_schema import array_fingerprint
 
 log = logging.getLogger(__name__)
@@ -95,8 +95,7 @@ def loader_settings(num_workers: int | str, pin_memory: bool | str, device: torc
     """
     gpu = device.type == "cuda"
     if num_workers == "auto":
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        num_workers = min(16, max(1, cores // max(1, torch.cuda.device_count()))) if gpu else 0
+        num_workers = min(16, max(1, available_cores() // max(1, torch.cuda.device_count()))) if gpu else 0
     return int(num_workers), (gpu if pin_memory == "auto" else bool(pin_memory))
 
 

@@ -8,12 +8,13 @@ runs; every probe runs the same torch code on either.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
 from pipeline.errors import ConfigError
 
-__all__ = ["DEVICE_CHOICES", "check_device_name", "resolve_device"]
+__all__ = ["DEVICE_CHOICES", "available_cores", "check_device_name", "resolve_device"]
 
 #: What the ``device`` setting accepts (``cuda:<i>`` with any index).
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:<i>")
@@ -80,3 +81,13 @@ def resolve_device(device: Any = "auto") -> Any:
         raise ConfigError(f"device={device!r}: only CPU and CUDA devices are supported; valid: "
                           f"{', '.join(DEVICE_CHOICES)}")
     return resolved
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity where the system has one).
+
+    Returns
+    -------
+    int
+    """
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
