@@ -1,8 +1,18 @@
-"""Reading local checkpoints safely and fingerprinting their tensors.
+"""Reading local checkpoints safely, finding the tensors inside, fingerprinting them.
 
-Only formats that cannot run code are accepted: safetensors, and PyTorch pickles loaded with
-``torch.load(weights_only=True)``. A pickle that needs arbitrary objects is refused with
-:class:`UnsafeCheckpointError` rather than loaded with ``weights_only=False``.
+Only formats that cannot run code are read: safetensors, and PyTorch files (zip archives,
+legacy pickles, legacy tar files) loaded with ``torch.load(weights_only=True)``. The
+format is told by the file's first bytes, not its name: a MoCo ``.pth.tar``, a Lightning
+``.ckpt`` or a ``.bin`` are all PyTorch files. A file named ``.safetensors`` is only ever
+read as safetensors. A pickle that needs arbitrary objects is refused with
+:class:`UnsafeCheckpointError`, naming them, rather than loaded with
+``weights_only=False``; a file in none of these formats says it is not a checkpoint.
+
+Besides tensors and plain Python values, training scripts store records of plain values
+that ``weights_only`` refuses by default: ``argparse.Namespace`` (DINO, MAE, timm's
+train.py save their ``args``), Lightning's ``AttributeDict`` (``hyper_parameters``) and
+numpy scalars (a metric). Those few names are read as inert stand-ins (a record of
+attributes, a dict, the numpy scalar): nothing of theirs runs.
 """
 
 from __future__ import annotations
@@ -12,9 +22,12 @@ import json
 import os
 import pickle
 import struct
+import tarfile
+import threading
+import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -22,31 +35,261 @@ from torch import Tensor, nn
 from pipeline.errors import CheckpointError, UnsafeCheckpointError
 
 SAFETENSORS_EXTENSIONS = (".safetensors",)
-PICKLE_EXTENSIONS = (".pth", ".pt", ".bin")
+PICKLE_EXTENSIONS = (".pth", ".pt", ".bin", ".ckpt", ".pth.tar", ".tar")
 CHECKPOINT_EXTENSIONS = SAFETENSORS_EXTENSIONS + PICKLE_EXTENSIONS
-# Training scripts commonly nest the weights under one of these keys.
-_NESTED_KEYS = ("state_dict", "model")
-_V = TypeVar("_V")
+#: Where training code usually puts the weights inside a checkpoint, most common first.
+USUAL_KEYS = ("state_dict", "model", "module", "teacher", "student", "model_ema", "state_dict_ema",
+              "ema", "ema_state_dict", "encoder", "backbone", "online_network_state_dict", "network",
+              "net", "weights", "params")
+# what torch's weights-only unpickler says about a torn file (anything else it refuses would need code)
+_DAMAGED = ("truncated", "invalid load key", "ran out of input", "stack underflow", "unexpected eof")
+_MAX_DEPTH = 3  # nesting levels searched for mappings of tensors (checkpoint -> state_dict -> model)
+_SHOWN = 5
 
 
-def load_state_dict(
-    path: str | os.PathLike[str],
-    strip_prefixes: Iterable[str] = ("module.",),
-) -> dict[str, Tensor]:
-    """Load a flat ``{name: tensor}`` state dict from a local checkpoint, on CPU.
+class ArgsRecord:
+    """What an ``argparse.Namespace`` in a checkpoint is read as: its attributes, nothing more."""
 
-    ``.safetensors`` files are read with safetensors; ``.pth``/``.pt``/``.bin`` with
-    ``torch.load(weights_only=True)``. A dict nested under ``state_dict`` or ``model`` is
-    unwrapped (other entries such as optimizer state or epoch are ignored).
+    def __init__(self, **attrs: Any) -> None:
+        self.__dict__.update(attrs)
 
-    Each prefix of ``strip_prefixes`` is removed, in order, only when *every* key carries it
-    (e.g. ``module.`` from DistributedDataParallel, ``backbone.`` from a detector); a prefix
-    that only some keys carry is left alone, so no key is renamed by accident.
+    def __repr__(self) -> str:
+        return f"ArgsRecord({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
+
+
+_RECORDS_LOCK = threading.Lock()
+_RECORDS_ALLOWED = False
+
+
+def _allow_plain_records() -> None:
+    """Map the plain records training scripts save to inert stand-ins (once per process)."""
+    global _RECORDS_ALLOWED
+    with _RECORDS_LOCK:
+        if _RECORDS_ALLOWED:
+            return
+        import numpy as np
+
+        records: list[Any] = [(ArgsRecord, "argparse.Namespace")]
+        records += [(dict, f"{m}.AttributeDict") for m in (
+            "lightning.fabric.utilities.data", "lightning_fabric.utilities.data",
+            "pytorch_lightning.utilities.parsing", "lightning.pytorch.utilities.parsing")]
+        scalar = np._core.multiarray.scalar if hasattr(np, "_core") else np.core.multiarray.scalar
+        records += [scalar, (scalar, "numpy.core.multiarray.scalar"), np.dtype]
+        records += sorted({type(np.dtype(c)) for c in "?bhilqBHILQefdgFD"}, key=str)
+        torch.serialization.add_safe_globals(records)
+        _RECORDS_ALLOWED = True
+
+
+def checkpoint_extension(name: str | os.PathLike[str]) -> str | None:
+    """The checkpoint extension a file name ends with (``.pth.tar`` before ``.tar``), or None.
+
+    Parameters
+    ----------
+    name : str or os.PathLike
+        A file name or path.
+
+    Returns
+    -------
+    str or None
+        One of :data:`CHECKPOINT_EXTENSIONS`, as written in the name (lower case).
+    """
+    lower = Path(name).name.lower()
+    return next((e for e in sorted(CHECKPOINT_EXTENSIONS, key=len, reverse=True) if lower.endswith(e)), None)
+
+
+def checkpoint_stem(name: str | os.PathLike[str]) -> str:
+    """The file name without its checkpoint extension (``moco.pth.tar`` -> ``moco``).
+
+    Parameters
+    ----------
+    name : str or os.PathLike
+        A file name or path.
+
+    Returns
+    -------
+    str
+        The name without the extension; without a known one, without its last suffix.
+    """
+    base = Path(name).name
+    ext = checkpoint_extension(base)
+    return base[:-len(ext)] if ext else Path(base).stem
+
+
+def container_format(path: str | os.PathLike[str]) -> str | None:
+    """What a file holds, from its first bytes: ``safetensors``, ``torch-zip`` (torch.save's
+    archive), ``pickle`` (a legacy torch.save or plain pickle), ``torch-tar`` or None.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+
+    Returns
+    -------
+    str or None
+        The format, or None when the file is none of them.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if head[:4] == b"PK\x03\x04":
+        return "torch-zip"
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return "pickle"
+    if len(head) >= 9 and head[8:9] == b"{" and struct.unpack("<Q", head[:8])[0] < min(size, 1 << 30):
+        return "safetensors"
+    if zipfile.is_zipfile(path):
+        return "torch-zip"
+    if size > 512 and tarfile.is_tarfile(path):
+        return "torch-tar"
+    return None
+
+
+def checked_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` as given (a symlink keeps its own name), refused unless it is an existing
+    file with a checkpoint extension.
 
     Parameters
     ----------
     path : str or os.PathLike
         The checkpoint file.
+
+    Returns
+    -------
+    pathlib.Path
+        The path, ``~`` expanded.
+    """
+    path = Path(path).expanduser()
+    if checkpoint_extension(path) is None:
+        suffix = "".join(path.suffixes[-2:]) or "(none)"
+        raise CheckpointError(
+            f"Checkpoint {str(path)!r} has unsupported extension {suffix!r}; "
+            f"valid extensions: {', '.join(CHECKPOINT_EXTENSIONS)}"
+        )
+    if not path.is_file():
+        target = f" (a link to {os.readlink(path)!r}, which is missing)" if path.is_symlink() else ""
+        raise CheckpointError(f"Checkpoint file {str(path)!r} does not exist{target}")
+    return path
+
+
+def read_checkpoint(path: str | os.PathLike[str], meta: bool = False) -> object:
+    """Everything a checkpoint file holds, read safely: a state dict, or the training
+    script's whole record (weights under some key, optimizer state, epoch, arguments).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The checkpoint file.
+    meta : bool
+        Put every tensor on the meta device (names, shapes and dtypes only). A PyTorch
+        archive is memory-mapped either way: tensor bytes are read only when used.
+
+    Returns
+    -------
+    object
+        A safetensors file gives its flat ``{name: tensor}``; a PyTorch file the object
+        it holds.
+
+    Raises
+    ------
+    CheckpointError
+        Missing, unreadable, truncated, or not a checkpoint at all.
+    UnsafeCheckpointError
+        A pickle that needs objects other than tensors and plain values to load.
+    """
+    path = checked_path(path)
+    try:
+        kind = container_format(path)
+    except OSError as exc:
+        raise CheckpointError(f"Cannot read checkpoint {path.name!r}: {exc}") from exc
+    named_safe = checkpoint_extension(path) in SAFETENSORS_EXTENSIONS
+    if kind is None:
+        raise CheckpointError(
+            f"{path.name!r} is not a checkpoint: its {path.stat().st_size} bytes are neither safetensors, "
+            "a PyTorch archive (torch.save) nor a pickle of tensors"
+        )
+    if named_safe and kind != "safetensors":
+        # a pickle under a safe name is never unpickled: the name promised it could not run code
+        raise CheckpointError(
+            f"{path.name!r} is named .safetensors but holds a PyTorch pickle ({kind}); it is not read as "
+            "one. Rename it to .pth if it is a torch.save file you mean to load (read with weights_only)"
+        )
+    if kind == "safetensors":
+        return _safetensors_meta(path) if meta else _load_safetensors(path)
+    # an archive is memory-mapped: tensor bytes are read when used (never, on the meta device)
+    return _load_pickle(path, meta=meta, mmap=kind == "torch-zip")
+
+
+def tensor_mappings(raw: object) -> dict[str, dict[str, Tensor]]:
+    """Every mapping inside a checkpoint that holds tensors under string keys, by where it is.
+
+    The top level is ``""``; a mapping under a key is that key (``teacher``), nested ones
+    are joined with ``/`` (``state_dict/model``). Only the tensor entries are kept;
+    searched ``_MAX_DEPTH`` levels deep.
+
+    Parameters
+    ----------
+    raw : object
+        What :func:`read_checkpoint` returned.
+
+    Returns
+    -------
+    dict
+        Location -> ``{name: tensor}``, in the checkpoint's order.
+    """
+    found: dict[str, dict[str, Tensor]] = {}
+
+    def walk(obj: Mapping, where: str, depth: int) -> None:
+        tensors = {k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, Tensor)}
+        if tensors:
+            found[where] = tensors
+        if depth >= _MAX_DEPTH:
+            return
+        for k, v in obj.items():
+            if isinstance(k, str) and isinstance(v, Mapping):
+                walk(v, f"{where}/{k}" if where else k, depth + 1)
+
+    if isinstance(raw, Mapping):
+        walk(raw, "", 0)
+    return found
+
+
+def location_label(where: str) -> str:
+    """How a location of :func:`tensor_mappings` is named in messages.
+
+    Parameters
+    ----------
+    where : str
+        A location (``""`` is the top level).
+
+    Returns
+    -------
+    str
+    """
+    return repr(where) if where else "the top level"
+
+
+def load_state_dict(
+    path: str | os.PathLike[str],
+    checkpoint_key: str | None = None,
+    strip_prefixes: Iterable[str] = ("module.",),
+) -> dict[str, Tensor]:
+    """A flat ``{name: tensor}`` state dict from a checkpoint, on CPU, without an architecture.
+
+    The weights are the only mapping of tensors in the file, or the one at
+    ``checkpoint_key`` (a key, or keys joined with ``/``). Each prefix of
+    ``strip_prefixes`` is removed, in order, only when *every* key carries it. Loading an
+    encoder matches the file to its architecture instead
+    (:func:`pipeline.encoders.matching.fit_checkpoint`), which also finds the key and
+    the prefix.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The checkpoint file.
+    checkpoint_key : str, optional
+        Where the weights are when the file holds several mappings of tensors.
     strip_prefixes : iterable of str
         Key prefixes to remove when every key carries them.
 
@@ -58,63 +301,53 @@ def load_state_dict(
     Raises
     ------
     CheckpointError
-        Unsupported extension, missing or unreadable file, or not a state dict.
+        Unreadable, not a state dict, or several candidates and no ``checkpoint_key``.
     UnsafeCheckpointError
         A pickle that would run code to load.
     """
-    path = _checked_path(path)
-    raw = _load_safetensors(path) if path.suffix.lower() in SAFETENSORS_EXTENSIONS else _load_pickle(path)
-    return _strip(_unwrap(raw, path), strip_prefixes)
+    path = checked_path(path)
+    found = tensor_mappings(read_checkpoint(path))
+    state = pick_mapping(found, checkpoint_key, path.name)
+    for prefix in strip_prefixes:
+        if prefix and state and all(k.startswith(prefix) for k in state):
+            state = {k[len(prefix):]: v for k, v in state.items()}
+    return state
 
 
-def checkpoint_shapes(
-    path: str | os.PathLike[str],
-    strip_prefixes: Iterable[str] = ("module.",),
-) -> dict[str, tuple[int, ...]]:
-    """The name and shape of every tensor of a checkpoint, without reading the tensors.
-
-    A ``.safetensors`` file's header is read; a pickle is opened with every tensor on the
-    meta device (memory-mapped where the format allows), under the same safety rules and
-    key handling as :func:`load_state_dict`.
+def pick_mapping(found: Mapping[str, dict[str, Tensor]], checkpoint_key: str | None, name: str) -> dict[str, Tensor]:
+    """The mapping at ``checkpoint_key``, else the only one; a one-line error otherwise.
 
     Parameters
     ----------
-    path : str or os.PathLike
-        The checkpoint file.
-    strip_prefixes : iterable of str
-        Key prefixes to remove when every key carries them.
+    found : mapping
+        From :func:`tensor_mappings`.
+    checkpoint_key : str or None
+        The location asked for.
+    name : str
+        The file's name, for messages.
 
     Returns
     -------
     dict
-        Tensor name -> shape.
     """
-    path = _checked_path(path)
-    if path.suffix.lower() in SAFETENSORS_EXTENSIONS:
-        shapes = _safetensors_shapes(path)
-    else:
-        shapes = {k: tuple(v.shape) for k, v in _unwrap(_load_pickle(path, meta=True), path).items()}
-    return _strip(shapes, strip_prefixes)
+    listed = ", ".join(f"{location_label(w)} ({len(t)} tensors)" for w, t in list(found.items())[:8])
+    if checkpoint_key is not None:
+        if checkpoint_key not in found:
+            raise CheckpointError(f"Checkpoint {name!r} has no tensors under checkpoint_key {checkpoint_key!r}; "
+                                  f"it holds tensors at: {listed or 'nowhere'}")
+        return dict(found[checkpoint_key])
+    if not found:
+        raise CheckpointError(f"Checkpoint {name!r} holds no tensors under string names: not a state dict")
+    if len(found) > 1:
+        raise CheckpointError(f"Checkpoint {name!r} holds several mappings of tensors ({listed}); "
+                              "say which with checkpoint_key")
+    return dict(next(iter(found.values())))
 
 
-def _checked_path(path: str | os.PathLike[str]) -> Path:
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in CHECKPOINT_EXTENSIONS:
-        raise CheckpointError(
-            f"Checkpoint {str(path)!r} has unsupported extension {suffix or '(none)'!r}; "
-            f"valid extensions: {', '.join(CHECKPOINT_EXTENSIONS)}"
-        )
-    if not path.is_file():
-        raise CheckpointError(f"Checkpoint file {str(path)!r} does not exist")
-    return path
-
-
-def _strip(entries: dict[str, _V], strip_prefixes: Iterable[str]) -> dict[str, _V]:
-    for prefix in strip_prefixes:
-        if prefix and entries and all(k.startswith(prefix) for k in entries):
-            entries = {k[len(prefix):]: v for k, v in entries.items()}
-    return entries
+def _dtype_of(code: str) -> torch.dtype:
+    names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+             "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+    return getattr(torch, names.get(code, "float32"))
 
 
 def _check_complete(path: Path) -> None:
@@ -136,13 +369,15 @@ def _check_complete(path: Path) -> None:
                               f"{needed} bytes, the file holds {size} (still being written?)")
 
 
-def _safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+def _safetensors_meta(path: Path) -> dict[str, Tensor]:
+    """The header's tensors as meta tensors: names, shapes, dtypes; no bytes read."""
     from safetensors import SafetensorError, safe_open
 
     _check_complete(path)
     try:
         with safe_open(str(path), framework="pt") as f:
-            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+            return {k: torch.empty(tuple(f.get_slice(k).get_shape()), dtype=_dtype_of(f.get_slice(k).get_dtype()),
+                                   device="meta") for k in f.keys()}
     except (SafetensorError, OSError, ValueError) as exc:
         raise CheckpointError(f"Cannot read safetensors checkpoint {path.name!r}: {exc}") from exc
 
@@ -158,46 +393,44 @@ def _load_safetensors(path: Path) -> dict[str, Tensor]:
         raise CheckpointError(f"Cannot read safetensors checkpoint {path.name!r}: {exc}") from exc
 
 
-def _load_pickle(path: Path, meta: bool = False) -> object:
+def _load_pickle(path: Path, meta: bool = False, mmap: bool = False) -> object:
+    _allow_plain_records()
     try:
-        if meta:
-            try:  # memory-mapped: no tensor bytes are read (zip-format files only)
-                return torch.load(path, map_location="meta", weights_only=True, mmap=True)
-            except RuntimeError:
-                return torch.load(path, map_location="meta", weights_only=True)
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="meta" if meta else "cpu", weights_only=True, mmap=mmap or None)
     except pickle.UnpicklingError as exc:
+        text = str(exc)
+        if any(s in text.lower() for s in _DAMAGED):
+            raise CheckpointError(f"Cannot read checkpoint {path.name!r}: a damaged pickle "
+                                  f"({_detail(text)})") from exc
         # weights_only refuses any global it does not know: the file would run code to load.
         raise UnsafeCheckpointError(
             f"Refusing to load checkpoint {path.name!r}: it is a pickle that needs arbitrary "
-            "code to load (torch.load(weights_only=True) rejected it). Re-save it as "
-            "safetensors (safetensors.torch.save_file) or as a plain state dict "
-            f"(torch.save(model.state_dict(), ...)). Detail: {str(exc).splitlines()[0]}"
+            f"code to load ({_unsafe_names(path, text)}; torch.load(weights_only=True) rejected it). "
+            "Re-save it as safetensors (safetensors.torch.save_file) or as a plain state dict "
+            "(torch.save(model.state_dict(), ...))"
         ) from exc
-    except (RuntimeError, OSError, EOFError, ValueError) as exc:
-        raise CheckpointError(f"Cannot read checkpoint {path.name!r}: {exc}") from exc
+    except (RuntimeError, OSError, EOFError, ValueError, tarfile.TarError) as exc:
+        raise CheckpointError(f"Cannot read checkpoint {path.name!r}: {_detail(str(exc))}") from exc
 
 
-def _unwrap(raw: object, path: Path) -> dict[str, Tensor]:
-    obj = raw
-    while isinstance(obj, Mapping):
-        nested = next((k for k in _NESTED_KEYS if isinstance(obj.get(k), Mapping)), None)
-        if nested is None:
-            break
-        obj = obj[nested]
-    if not isinstance(obj, Mapping):
-        raise CheckpointError(
-            f"Checkpoint {path.name!r} holds a {type(obj).__name__}, not a state dict "
-            f"(a mapping of names to tensors, optionally nested under {' or '.join(_NESTED_KEYS)})"
-        )
-    bad = [str(k) for k, v in obj.items() if not isinstance(k, str) or not isinstance(v, Tensor)]
-    if bad:
-        raise CheckpointError(
-            f"Checkpoint {path.name!r} has {len(bad)} entries that are not named tensors "
-            f"(e.g. {', '.join(bad[:5])}); expected a state dict, optionally nested under "
-            f"{' or '.join(_NESTED_KEYS)}"
-        )
-    return dict(obj)
+def _detail(text: str) -> str:
+    """The line of torch's message that says what went wrong."""
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text[text.index(marker) + len(marker):]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines or ["no detail"])[0][:300]
+
+
+def _unsafe_names(path: Path, text: str) -> str:
+    """The globals the pickle needs, as torch lists them (zip archives), else its message."""
+    try:
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # noqa: BLE001  a legacy pickle: the message names the first one
+        names = []
+    if names:
+        return f"it needs {', '.join(names[:_SHOWN])}" + (", ..." if len(names) > _SHOWN else "")
+    return _detail(text)
 
 
 def weights_fingerprint(weights: Mapping[str, Tensor] | nn.Module) -> str:

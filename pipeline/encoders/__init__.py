@@ -6,7 +6,9 @@
 * :mod:`~pipeline.encoders.encoder`: :class:`Encoder` and :func:`load_encoder`, weights and
   one-pass multi-layer features;
 * :mod:`~pipeline.encoders.hub`: pretrained weights from the local caches only;
-* :mod:`~pipeline.encoders.matching`: whether a checkpoint's tensors fit an architecture.
+* :mod:`~pipeline.encoders.fitting`: finding an architecture's weights in a checkpoint (the
+  inner key, the prefix, what is dropped, what timm resamples);
+* :mod:`~pipeline.encoders.matching`: whether a checkpoint fits, from its header, and loading it.
 
 The names below are importable from this package; all but the spec's are loaded on first
 use, so ``from pipeline.encoders import EncoderSpec`` does not import torch.

@@ -325,9 +325,8 @@ def load_encoder(spec: EncoderSpec, device: str | torch.device | None = None, au
             model = create_model(spec, **kwargs)
         check_layer_names(spec, available_layers(model))  # before reading a possibly large checkpoint
         info = {"source": "random", "seed": spec.seed}
-        if ckpt is not None:
-            load_checkpoint_into(model, ckpt, spec)
-            info = {"source": "checkpoint", "file": ckpt.name}
+        if ckpt is not None:  # what was taken from the file and done to it, for provenance
+            info = {"source": "checkpoint", "file": ckpt.name, **load_checkpoint_into(model, ckpt, spec).record()}
     model.eval()
     for param in model.parameters():
         param.requires_grad_(False)

@@ -91,7 +91,7 @@ class EncoderSpec:
         A timm architecture (``resnet50``, optionally with a pretrained tag).
     weights : str
         ``"random"`` (seeded init), a local checkpoint path (.safetensors, .pth, .pt,
-        .bin), ``"pretrained"`` (timm's default tag) or ``"timm:<tag>"``; the last two
+        .bin, .ckpt, .pth.tar, .tar), ``"pretrained"`` (timm's default tag) or ``"timm:<tag>"``; the last two
         only from the local hub cache.
     seed : int
         Seed of the random initialisation (also of the tensors a checkpoint lacks).
@@ -102,7 +102,12 @@ class EncoderSpec:
     input_size : int, optional
         Square input resolution overriding the model's default (ViTs are built for it).
     strip_prefixes : tuple of str
-        Key prefixes removed from a checkpoint when every key carries them.
+        Key prefix parts tried besides the usual ones (``module.``, ``backbone.``,
+        ``encoder_q.``, ...: :data:`pipeline.encoders.fitting.PREFIX_PARTS`) when a
+        checkpoint's tensor names are matched to the architecture.
+    checkpoint_key : str, optional
+        Where a checkpoint holding several state dicts keeps the weights (``teacher``,
+        ``state_dict_ema``; nested keys joined with ``/``); None: found from the architecture.
     """
 
     name: str
@@ -111,7 +116,8 @@ class EncoderSpec:
     seed: int = 0
     layers: tuple[str, ...] = (PRE_LOGITS,)
     input_size: int | None = None
-    strip_prefixes: tuple[str, ...] = ("module.",)
+    strip_prefixes: tuple[str, ...] = ()
+    checkpoint_key: str | None = None
 
     def __post_init__(self) -> None:
         validate_name(self.name, "encoder name")
@@ -124,6 +130,12 @@ class EncoderSpec:
         if not isinstance(self.arch, str) or not split_tag(self.arch)[0]:
             raise ConfigError(f"encoder {self.name!r}: arch must name a timm architecture, got {self.arch!r}")
         self._check_weights()
+        if self.checkpoint_key is not None and (not isinstance(self.checkpoint_key, str) or not self.checkpoint_key):
+            raise ConfigError(f"encoder {self.name!r}: checkpoint_key must be a key of the checkpoint (e.g. "
+                              f"'teacher') or None, got {self.checkpoint_key!r}")
+        if not all(isinstance(p, str) and p.endswith(".") for p in self.strip_prefixes):
+            raise ConfigError(f"encoder {self.name!r}: strip_prefixes entries are name prefixes ending in '.', "
+                              f"e.g. ['net.'], got {list(self.strip_prefixes)}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ConfigError(f"seed must be an int, got {self.seed!r}")
         if self.input_size is not None and (

@@ -6,7 +6,8 @@
   regular expression with a named group ``step`` (``r"iter_(?P<step>\\d+)"``), searched
   anywhere in the file name;
 - metadata: a safetensors header's ``__metadata__`` (read without loading any tensor), or
-  the top level of a PyTorch pickle (``torch.load(weights_only=True)``), under the first of
+  the top level of a PyTorch file (``torch.load(weights_only=True)``: a Lightning
+  ``.ckpt``'s ``global_step``), under the first of
   the keys ``step``, ``global_step``, ``epoch``. Steps and epochs are different units, so a
   series whose checkpoints disagree on the key is refused.
 """
@@ -15,16 +16,14 @@ from __future__ import annotations
 
 import math
 import os
-import pickle
 import re
-import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import CheckpointError, ConfigError, UnsafeCheckpointError
+from pipeline.errors import CheckpointError, ConfigError
 
 STEP_METADATA_KEYS = ("step", "global_step", "epoch")
 _STEP_FIELD = "{step}"
@@ -138,9 +137,9 @@ def read_step_metadata(path: str | os.PathLike[str]) -> tuple[int, str] | None:
     Parameters
     ----------
     path : str or path
-        A ``.safetensors`` file (its header's ``__metadata__`` is read) or a PyTorch pickle
-        ``.pth``/``.pt``/``.bin`` (its top-level entries are read with
-        ``torch.load(weights_only=True, mmap=True)``).
+        A safetensors file (its header's ``__metadata__`` is read) or a PyTorch file
+        (``.pth``, ``.pt``, ``.bin``, ``.ckpt``, ``.pth.tar``: its top-level entries, read
+        with ``torch.load(weights_only=True)``, an archive memory-mapped).
 
     Returns
     -------
@@ -149,18 +148,14 @@ def read_step_metadata(path: str | os.PathLike[str]) -> tuple[int, str] | None:
         file carries none of those keys.
     """
     # Imported here: pipeline.checkpoints imports torch, which a name pattern never needs.
-    from pipeline.checkpoints import CHECKPOINT_EXTENSIONS, SAFETENSORS_EXTENSIONS
+    from pipeline.checkpoints import checked_path, container_format, read_checkpoint
 
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in CHECKPOINT_EXTENSIONS:
-        raise CheckpointError(
-            f"Checkpoint {str(path)!r} has unsupported extension {suffix or '(none)'!r}; "
-            f"valid extensions: {', '.join(CHECKPOINT_EXTENSIONS)}"
-        )
-    if not path.is_file():
-        raise CheckpointError(f"Checkpoint file {str(path)!r} does not exist")
-    entries = _safetensors_metadata(path) if suffix in SAFETENSORS_EXTENSIONS else _pickle_top_level(path)
+    path = checked_path(path)
+    if container_format(path) == "safetensors":
+        entries = _safetensors_metadata(path)
+    else:  # an archive is memory-mapped: only the top-level values are read
+        loaded = read_checkpoint(path)
+        entries = loaded if isinstance(loaded, Mapping) else {}
     for key in STEP_METADATA_KEYS:
         if key in entries:
             return _as_step(entries[key], f"{path.name!r} metadata key {key!r}"), key
@@ -175,24 +170,6 @@ def _safetensors_metadata(path: Path) -> Mapping[str, object]:
             return handle.metadata() or {}
     except (SafetensorError, OSError, ValueError) as exc:
         raise CheckpointError(f"Cannot read the safetensors header of {path.name!r}: {exc}") from exc
-
-
-def _pickle_top_level(path: Path) -> Mapping[str, object]:
-    import torch
-
-    # mmap keeps the tensors on disk; files in the legacy (pre-zip) format cannot be mapped.
-    mmap = zipfile.is_zipfile(path)
-    try:
-        loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as exc:
-        raise UnsafeCheckpointError(
-            f"Refusing to read checkpoint {path.name!r}: it is a pickle that needs arbitrary code to "
-            "load (torch.load(weights_only=True) rejected it). Re-save it as safetensors with the "
-            "step in its metadata."
-        ) from exc
-    except (RuntimeError, OSError, EOFError, ValueError) as exc:
-        raise CheckpointError(f"Cannot read checkpoint {path.name!r}: {exc}") from exc
-    return loaded if isinstance(loaded, Mapping) else {}
 
 
 def checkpoint_step(path: str | os.PathLike[str], pattern: str | re.Pattern[str] | None = None) -> CheckpointStep:
@@ -281,6 +258,7 @@ def series_name(path: str | os.PathLike[str], declared: str | None = None) -> st
         if not isinstance(declared, str) or not declared.strip():
             raise ConfigError(f"series name must be a non-empty string, got {declared!r}")
         return declared
-    return Path(path).resolve().parent.name
+    # the folder the file was found in, as given: a link into another folder keeps its own
+    return Path(os.path.abspath(path)).parent.name
 
 

@@ -122,14 +122,26 @@ def test_missing_and_unexpected_keys_are_listed(source: torch.nn.Module, tmp_pat
     sd = dict(source.state_dict())
     dropped = "conv_stem.weight"
     del sd[dropped]
-    sd["extra_adapter.weight"] = torch.zeros(3)
+    sd["blocks.9.0.conv.weight"] = torch.zeros(3)  # inside the backbone's own `blocks`: a deeper model's
     path = tmp_path / "bad_keys.safetensors"
     save_file(sd, path)
     with pytest.raises(CheckpointError) as info:
         load_encoder(EncoderSpec("bad", ARCH, weights=str(path)), device="cpu")
     msg = str(info.value)
-    assert dropped in msg and "extra_adapter.weight" in msg
+    assert dropped in msg and "blocks.9.0.conv.weight" in msg
     assert "1 missing keys" in msg and "1 unexpected keys" in msg
+
+
+def test_tensors_of_parts_the_backbone_lacks_are_dropped_and_recorded(source: torch.nn.Module,
+                                                                     tmp_path: Path, batch: torch.Tensor) -> None:
+    sd = dict(source.state_dict())
+    sd.update({"decoder.0.weight": torch.zeros(3), "mask_token": torch.zeros(1, 4), "classifier.weight": torch.zeros(5, 8)})
+    path = tmp_path / "mae_like.safetensors"
+    save_file(sd, path)
+    enc = load_encoder(EncoderSpec("d", ARCH, weights=str(path), input_size=SIZE), device="cpu")
+    assert enc.weights_fingerprint == weights_fingerprint(source)
+    dropped = enc.provenance()["weights"]["dropped"]
+    assert dropped["count"] == 3 and dropped["groups"] == {"classifier.": 1, "decoder.": 1, "mask_token": 1}
 
 
 def test_shape_mismatch_is_listed(source: torch.nn.Module, tmp_path: Path) -> None:
@@ -148,12 +160,22 @@ def test_long_key_lists_are_truncated_with_counts(tmp_path: Path) -> None:
         load_encoder(EncoderSpec("bad", ARCH, weights=str(path)), device="cpu")
 
 
-def test_other_prefix_needs_strip_prefixes(source: torch.nn.Module, tmp_path: Path, batch: torch.Tensor) -> None:
+def test_usual_prefixes_are_found_and_an_unusual_one_is_named_with_a_line_that_works(
+        source: torch.nn.Module, tmp_path: Path) -> None:
     path = tmp_path / "detector.pth"
-    torch.save({f"backbone.{k}": v for k, v in source.state_dict().items()}, path)
-    with pytest.raises(CheckpointError, match="strip_prefixes"):
-        load_encoder(EncoderSpec("bb", ARCH, weights=str(path)), device="cpu")
-    spec = EncoderSpec("bb", ARCH, weights=str(path), strip_prefixes=("module.", "backbone."))
+    torch.save({f"module.backbone.{k}": v for k, v in source.state_dict().items()}, path)
+    enc = load_encoder(EncoderSpec("bb", ARCH, weights=str(path)), device="cpu")
+    assert enc.weights_fingerprint == weights_fingerprint(source)
+    assert enc.provenance()["weights"]["prefix_stripped"] == "module.backbone."
+    odd = tmp_path / "odd.pth"
+    torch.save({f"module.trunk_v2.{k}": v for k, v in source.state_dict().items()}, odd)
+    with pytest.raises(CheckpointError) as info:
+        check_checkpoint_fits(EncoderSpec("bb", ARCH, weights=str(odd)))
+    line = re.search(r"set `strip_prefixes: \[(.*?)\]`", str(info.value))
+    assert line and line.group(1) == "module.trunk_v2."
+    # the override adds to the usual parts: `trunk_v2.` alone composes with `module.`
+    spec = EncoderSpec("bb", ARCH, weights=str(odd), strip_prefixes=("trunk_v2.",))
+    check_checkpoint_fits(spec)
     assert load_encoder(spec, device="cpu").weights_fingerprint == weights_fingerprint(source)
 
 
@@ -215,7 +237,7 @@ def test_payload_is_live_so_the_refusal_test_means_something(tmp_path: Path) -> 
 
 
 def test_unknown_extension_lists_valid_ones(tmp_path: Path) -> None:
-    path = tmp_path / "weights.ckpt"
+    path = tmp_path / "weights.npz"
     path.write_bytes(b"x")
     with pytest.raises(CheckpointError) as info:
         load_state_dict(path)
@@ -240,9 +262,14 @@ def test_corrupt_files_and_non_tensor_entries(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="truncated.pth"):
         load_state_dict(truncated)
     odd = tmp_path / "odd.pth"
-    torch.save({"w": torch.zeros(1), "note": "hello"}, odd)
-    with pytest.raises(CheckpointError, match="not named tensors"):
+    torch.save({"note": "hello", "epoch": 3}, odd)
+    with pytest.raises(CheckpointError, match="holds no tensors"):
         load_state_dict(odd)
+    junk = tmp_path / "junk.pth"
+    junk.write_bytes(b"garbage")  # 7 bytes: not a checkpoint at all, not an unsafe pickle
+    with pytest.raises(CheckpointError, match=r"'junk.pth' is not a checkpoint: its 7 bytes") as info:
+        load_state_dict(junk)
+    assert not isinstance(info.value, UnsafeCheckpointError)
 
 
 # --- fitting a checkpoint to an architecture without loading it -----------------------------
@@ -275,7 +302,7 @@ def test_checkpoint_of_another_width_is_refused_in_one_line_naming_the_fit(tmp_p
     assert "\n" not in msg and msg.startswith(f"'ckpt.safetensors' does not fit {ARCH}: ")
     assert re.search(r": \d+ shape mismatches: blocks\.0\.0\.bn2\.bias \(checkpoint \(16,\), model \(8,\)\)", msg)
     assert "looks like mobilenetv3_small_075" in msg
-    with pytest.raises(CheckpointError, match="does not match architecture"):  # loading agrees
+    with pytest.raises(CheckpointError, match=f"does not fit {ARCH}"):  # loading agrees
         load_encoder(EncoderSpec("m", ARCH, weights=str(path)), device="cpu")
 
 
@@ -286,7 +313,7 @@ def test_pth_of_a_deeper_resnet_lists_missing_keys(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError) as info:
         check_checkpoint_fits(EncoderSpec("r", "resnet34", weights=str(path)))
     msg = str(info.value)
-    assert msg.startswith("'r18.pth' does not fit resnet34: ") and "missing keys: layer1.2." in msg
+    assert msg.startswith("'r18.pth' (under 'state_dict') does not fit resnet34: ") and "missing keys: layer1.2." in msg
     assert "looks like resnet18" in msg and "\n" not in msg
 
 
@@ -294,7 +321,7 @@ def test_checkpoint_fit_check_refuses_bad_files_and_passes_other_weights(tmp_pat
     with pytest.raises(CheckpointError, match="does not exist"):
         check_checkpoint_fits(EncoderSpec("m", ARCH, weights=str(tmp_path / "nope.safetensors")))
     with pytest.raises(CheckpointError, match="extension"):
-        check_checkpoint_fits(EncoderSpec("m", ARCH, weights="weights.ckpt"))
+        check_checkpoint_fits(EncoderSpec("m", ARCH, weights="weights.npz"))
     broken = tmp_path / "broken.safetensors"
     broken.write_bytes(b"\x00" * 5)
     with pytest.raises(CheckpointError, match="broken.safetensors"):

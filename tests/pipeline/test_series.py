@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 from pipeline.compare import compare_predictions, decide_verdicts
-from pipeline.errors import CheckpointError, ConfigError, DataValidationError, UnsafeCheckpointError
+from pipeline.errors import CheckpointError, ConfigError, DataValidationError
 from pipeline.series import (
     BestSoFar,
     best_checkpoints,
@@ -84,7 +84,7 @@ def test_step_from_safetensors_metadata(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"'step' must be a whole number >= 0, got '12a'"):
         read_step_metadata(path)
     path.write_bytes(b"not a safetensors file")
-    with pytest.raises(CheckpointError, match="Cannot read the safetensors header"):
+    with pytest.raises(CheckpointError, match="is not a checkpoint"):
         read_step_metadata(path)
 
 
@@ -101,10 +101,7 @@ def test_step_from_safetensors_metadata(tmp_path: Path) -> None:
 def test_step_from_pickle_top_level(tmp_path: Path, entries: dict, expected: tuple | None) -> None:
     path = tmp_path / "c.pth"
     torch.save(entries, path)
-    if isinstance(entries.get("global_step"), np.integer):  # numpy scalars are not weights_only-safe
-        with pytest.raises(UnsafeCheckpointError, match="Refusing"):
-            read_step_metadata(path)
-        return
+    # a numpy scalar is read as the plain number it is (pipeline.checkpoints: inert stand-ins)
     assert read_step_metadata(path) == expected
 
 
