@@ -48,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=0, help="seed of random-init weights")
     e.add_argument("--layers", nargs="+", default=["pre_logits"], help="pre_logits, block<i> and/or block<i>.tokens")
     e.add_argument("--input-size", type=int, help="override the model's input size")
+    e.add_argument("--checkpoint-key", help="where a checkpoint holding several state dicts keeps the weights "
+                                            "(e.g. teacher; default: found from the architecture)")
+    e.add_argument("--strip-prefixes", nargs="+", default=[],
+                   help="name prefixes tried besides the usual ones (module., backbone., encoder_q., ...)")
     e.add_argument("--dataset", required=True, help="dataset adapter: digits, textures, image_folder, ...")
     e.add_argument("--dataset-name", help="dataset name in the store (default: the adapter's)")
     e.add_argument("--param", nargs="*", default=[], help="adapter parameters as key=value")

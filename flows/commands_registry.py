@@ -36,11 +36,13 @@ def add_registry_commands(sub: Any, show_dataset_command: Callable[[argparse.Nam
     lst.add_argument("--json", action="store_true", help="print JSON")
     lst.set_defaults(func=cmd_datasets_list)
     show = dsub.add_parser(
-        "show", help="splits, image counts, classes, metric, validation, skipped files and fingerprint")
+        "show", help="splits, image counts, classes, metric, validation, skipped and undecodable files, "
+                     "warnings and fingerprint")
     show.add_argument("adapter", help="dataset adapter, e.g. aircraft, imagenet, webdataset, hf")
     show.add_argument("--param", action="extend", nargs="+", default=[], help="adapter parameters as key=value")
     show.add_argument("--name", help="dataset name (default: the adapter's)")
     show.add_argument("--json", action="store_true", help="print the summary as JSON")
+    show.add_argument("--no-decode", action="store_true", help="do not decode every image (a quick look)")
     show.set_defaults(func=show_dataset_command)
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 EXIT_CELLS_FAILED = 3  # `repeval run`: some cells, extractions, checkpoints or the correlation failed
 
@@ -15,7 +16,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Plan (one check of the config, before Prefect or Dask start), run, summarise.
 
     Exits 3 when something failed (listed in the summary and recorded for
-    ``repeval results --failed``), unless ``--allow-failures``.
+    ``repeval results --failed``), or a checkpoint of a ``checkpoints:`` folder was still
+    being written after waiting up to its ``settle_seconds`` (named), unless
+    ``--allow-failures``.
     """
     from flows.runtime import prepare_environment
 
@@ -27,21 +30,38 @@ def cmd_run(args: argparse.Namespace) -> int:
     # workers and Prefect server are shut down with the run instead of outliving it
     signal.signal(signal.SIGTERM, _interrupt)
     cfg = load_config(args.config)
+    if cfg.checkpoints:  # a file written just before this run is evaluated by it, once settled
+        from jobs.checkpoint_scan import wait_for_settled
+
+        wait_for_settled(cfg, say=_say)
     plan = make_plan(cfg, retry_failed=args.retry_failed)
     from flows.benchmark import run_benchmark, say  # Prefect and Dask: once the config is known good
 
     for rec in plan.checkpoint_failures:
         say("run", f"checkpoint refused: {rec['file']}: {rec['reason']}")
+    from pipeline.datasets.inspection import note_line
+
+    for note in plan.data_notes:  # an empty class is never learned from, or never scored
+        say("run", f"data warning: {note_line(note)}")
     summary = run_benchmark(cfg, dask_address=args.dask_address, plan=plan)
     if args.json:
         print(json.dumps({k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}, default=str))
     else:
         print(f"report: {summary['report']}")
-    if summary["failures"] and not args.allow_failures:
-        print(f"repeval: {len(summary['failures'])} failure(s); exit code {EXIT_CELLS_FAILED} "
-              "(--allow-failures exits 0)", file=sys.stderr)
+    left = list(plan.scan.waiting)
+    if left:
+        print(f"repeval: {len(left)} checkpoint(s) still being written after their settle_seconds were not "
+              f"evaluated: {', '.join(left)}", file=sys.stderr)
+    if (summary["failures"] or left) and not args.allow_failures:
+        what = f"{len(summary['failures'])} failure(s)" + (f", {len(left)} checkpoint(s) left out" if left else "")
+        print(f"repeval: {what}; exit code {EXIT_CELLS_FAILED} (--allow-failures exits 0)", file=sys.stderr)
         return EXIT_CELLS_FAILED
     return 0
+
+
+def _say(line: str) -> None:
+    """A progress line before the run starts, in the run's format."""
+    print(f"{time.strftime('%H:%M:%S')} [run] {line}", file=sys.stderr, flush=True)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -44,7 +44,8 @@ def cmd_extract(args: argparse.Namespace) -> int:
     from storage_schema import FeatureStore
 
     spec = EncoderSpec(name=args.name or args.arch, arch=args.arch, weights=args.weights, seed=args.seed,
-                       layers=tuple(args.layers), input_size=args.input_size)
+                       layers=tuple(args.layers), input_size=args.input_size,
+                       checkpoint_key=args.checkpoint_key, strip_prefixes=tuple(args.strip_prefixes))
     check_layers_available(spec)  # architecture and layers, before the store is touched
     check_weights(spec)
     dataset = make_dataset(args.dataset, name=args.dataset_name, **kv_pairs(args.param))
@@ -84,6 +85,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             "fingerprint": st.fingerprint[:12], "arch": enc.get("arch", ""),
             "weights": str(enc.get("weights_fingerprint", ""))[:12], "pooling": st.attrs.get("pooling", ""),
             "created": st.attrs.get("created", ""), "skipped": len(skipped), "skipped_ids": skipped,
+            **({"checkpoint": enc["weights"]} if (enc.get("weights") or {}).get("source") == "checkpoint" else {}),
         })
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -96,7 +98,23 @@ def cmd_ls(args: argparse.Namespace) -> int:
         if r["skipped"] and r["key"].startswith("datasets/"):
             shown = ", ".join(r["skipped_ids"][:10]) + (", ..." if r["skipped"] > 10 else "")
             print(f"{r['key']}: {r['skipped']} unreadable image(s) left out: {shown}")
+    _print_checkpoints(rows)
     return 0
+
+
+def _print_checkpoints(rows: list[dict]) -> None:
+    """What was done to each encoder's checkpoint file (inner key, prefix, dropped tensors,
+    resampling), once per encoder and file."""
+    from storage_schema.provenance import weights_summary
+
+    seen = set()
+    for r in rows:
+        ck = r.get("checkpoint")
+        model = r["key"].split("/")[1] if r["key"].startswith("features/") else r["key"]
+        if ck is None or (model, ck.get("file")) in seen:
+            continue
+        seen.add((model, ck.get("file")))
+        print(f"{model}: checkpoint {ck.get('file')}: {weights_summary(ck) or 'read as it is'}")
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -174,7 +192,8 @@ FAILURE_COLUMNS = ("kind", "label", "reason", "attempts", "first_failed", "recor
 def cmd_datasets_show(args: argparse.Namespace) -> int:
     from pipeline.datasets import show_dataset
 
-    print(show_dataset(args.adapter, kv_pairs(args.param), name=args.name, as_json=args.json))
+    print(show_dataset(args.adapter, kv_pairs(args.param), name=args.name, as_json=args.json,
+                       decode=not args.no_decode))
     return 0
 
 

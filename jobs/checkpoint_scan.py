@@ -1,7 +1,7 @@
 """Turn checkpoint folders into encoders: what the nightly schedule evaluates.
 
-Each file matching a scan's pattern becomes an encoder named ``<name_prefix><file stem>``,
-in the scan's series (its ``series:`` name, else the folder's), at the training step its
+Each file matching a scan's pattern becomes an encoder named ``<name_prefix><file name
+without its checkpoint extension>`` (``moco.pth.tar`` -> ``moco``), in the scan's series (its ``series:`` name, else the folder's), at the training step its
 name (``step_pattern``) or metadata gives.
 A sidecar ``<stem>.json`` may carry ``{"reference_score": 0.71}`` (e.g. the source-task
 accuracy the trainer measured), which becomes that encoder's reference score.
@@ -11,6 +11,13 @@ modification time is at least that old), or marked done by a ``<file><done_suffi
 marker when the scan names a suffix. A file that failed before (unreadable, another
 architecture) is not taken again while its size and modification time are unchanged,
 (nor the scan's architecture) unless a retry is asked for; it is reported as skipped instead.
+
+Names never collide silently: two files that would give one encoder name (``ck.pth`` and
+``ck.ckpt``, or the same stem in two folders) are refused together, each naming the other,
+and so is a file whose name an ``encoders:`` entry of another file already uses.
+
+A one-shot run waits for files still settling (:func:`wait_for_settled`), up to their
+``settle_seconds``, so checkpoints written just before it are evaluated by it.
 """
 
 from __future__ import annotations
@@ -24,7 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from jobs.config import BenchmarkConfig, CheckpointScan, EncoderConfig
+from jobs.failures import checkpoint_failure
+from pipeline.checkpoint_names import checkpoint_stem
 from pipeline.series.steps import series_name
+
+NAME_COLLISION = "NameCollision"  # error type of files refused for a name another file gives
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+=@-]")
 
@@ -52,13 +63,14 @@ class ScanResult:
     taken: list[ScannedFile] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)  # still being written: left for a later scan
     skipped: list[dict[str, Any]] = field(default_factory=list)  # failure records of unchanged bad files
+    collisions: list[dict[str, Any]] = field(default_factory=list)  # failure records: files sharing a name
 
     def signatures(self) -> dict[str, list[int]]:
         return {f.encoder.name: f.signature for f in self.taken}
 
 
 def encoder_name(scan: CheckpointScan, path: Path) -> str:
-    return _UNSAFE.sub("_", f"{scan.name_prefix}{path.stem}").lstrip(".-+=@") or "checkpoint"
+    return _UNSAFE.sub("_", f"{scan.name_prefix}{checkpoint_stem(path.name)}").lstrip(".-+=@") or "checkpoint"
 
 
 def _ready(scan: CheckpointScan, path: Path, mtime_ns: int, now: float) -> bool:
@@ -68,7 +80,7 @@ def _ready(scan: CheckpointScan, path: Path, mtime_ns: int, now: float) -> bool:
 
 
 def _sidecar_score(path: Path) -> float | None:
-    sidecar = path.with_suffix(".json")
+    sidecar = path.with_name(checkpoint_stem(path.name) + ".json")
     if not sidecar.is_file():
         return None
     try:
@@ -114,6 +126,7 @@ def scan_files(scan: CheckpointScan, *, ready_only: bool = True, now: float | No
             continue
         enc = EncoderConfig(name=encoder_name(scan, path), arch=scan.arch, weights=str(path),
                             layers=list(scan.layers), input_size=scan.input_size,
+                            strip_prefixes=list(scan.strip_prefixes), checkpoint_key=scan.checkpoint_key,
                             series=series_name(path, scan.series), step=scan_step(scan, path))
         taken.append(ScannedFile(enc, str(path), st.st_size, st.st_mtime_ns, _sidecar_score(path)))
     return taken, waiting
@@ -129,26 +142,79 @@ def scan_checkpoints(cfg: BenchmarkConfig, failed: dict[str, dict[str, Any]] | N
     """Every scan folder of ``cfg`` as a run sees it.
 
     ``failed`` maps a checkpoint's path to its failure record (``size``, ``mtime_ns``): an
-    unchanged file is skipped unless ``retry_failed``. Names the config already gives, and
-    a name an earlier folder gave, are not taken twice.
+    unchanged file is skipped unless ``retry_failed``. A file that names the checkpoint an
+    ``encoders:`` entry already gives is left to that entry; files that would share a name
+    are refused together (``collisions``), naming each other.
     """
     failed = failed or {}
-    names = {e.name for e in cfg.encoders}
+    given = {e.name: e for e in cfg.encoders}
     out = ScanResult()
+    by_name: dict[str, list[tuple[CheckpointScan, ScannedFile]]] = {}
     for scan in cfg.checkpoints:
         files, waiting = scan_files(scan, ready_only=ready_only, now=now)
         out.waiting.extend(waiting)
         for f in files:
-            if f.encoder.name in names:
-                continue
-            record = failed.get(f.path)
-            unchanged = record is not None and [record.get("size"), record.get("mtime_ns")] == f.signature
-            if unchanged and not retry_failed and record.get("arch", scan.arch) == scan.arch:
-                out.skipped.append(record)
-                continue
-            names.add(f.encoder.name)
-            out.taken.append(f)
+            by_name.setdefault(f.encoder.name, []).append((scan, f))
+    for name, found in by_name.items():
+        entry = given.get(name)
+        if entry is not None:
+            found = [(s, f) for s, f in found if not _same_file(entry.weights, f.path)]
+            if found:
+                others = [f"{f.path}" for _, f in found]
+                out.collisions += [_collision(f, f"encoder name {name!r} is already an encoders: entry "
+                                                 f"(weights {entry.weights}); also {', '.join(others[:3])}")
+                                   for _, f in found]
+            continue
+        if len(found) > 1:
+            paths = [f.path for _, f in found]
+            out.collisions += [_collision(f, f"files {', '.join(paths[:4])} all give encoder name {name!r}; "
+                                             "rename one, narrow the scan's pattern or set name_prefix")
+                               for _, f in found]
+            continue
+        scan, f = found[0]
+        record = failed.get(f.path)
+        unchanged = record is not None and [record.get("size"), record.get("mtime_ns")] == f.signature
+        if (unchanged and not retry_failed and record.get("arch", scan.arch) == scan.arch
+                and record.get("error_type") != NAME_COLLISION):
+            out.skipped.append(record)
+            continue
+        out.taken.append(f)
+    out.taken.sort(key=lambda f: f.path)
     return out
+
+
+def _same_file(weights: str, path: str) -> bool:
+    try:
+        return Path(weights).expanduser().samefile(path)
+    except OSError:
+        return False
+
+
+def _collision(f: ScannedFile, reason: str) -> dict[str, Any]:
+    return checkpoint_failure(f.path, f.size, f.mtime_ns, f.encoder.name, f.encoder.arch,
+                              f"{NAME_COLLISION}: {reason}", NAME_COLLISION)
+
+
+def wait_for_settled(cfg: BenchmarkConfig, say=None, *, clock=time.time, sleep=time.sleep) -> list[str]:
+    """Wait for the files of ``cfg``'s folders that are still settling, at most the longest
+    ``settle_seconds`` among their folders; return those still not ready (named by the run).
+
+    A file is ready once unchanged for its folder's ``settle_seconds`` (or, with
+    ``done_suffix``, once its marker exists): one written just before a one-shot run
+    is evaluated by that run. ``say`` gets one line when there is something to wait for.
+    """
+    start = clock()
+    waiting = scan_checkpoints(cfg, now=start).waiting
+    if not waiting:
+        return []
+    limit = max(s.settle_seconds for s in cfg.checkpoints)
+    if say is not None:
+        say(f"waiting up to {limit:g} s for {len(waiting)} checkpoint(s) still being written: "
+            + ", ".join(Path(p).name for p in waiting[:5]) + (", ..." if len(waiting) > 5 else ""))
+    while waiting and clock() - start < limit:
+        sleep(min(0.5, max(0.0, limit - (clock() - start))))
+        waiting = scan_checkpoints(cfg, now=clock()).waiting
+    return waiting
 
 
 def with_encoders(cfg: BenchmarkConfig, scanned: list[ScannedFile]) -> BenchmarkConfig:

@@ -21,6 +21,7 @@ import yaml
 from jobs.encoder_config import check_encoder_correlations, check_encoder_protocol, resolve_encoder_paths
 from jobs.extract_config import DECODERS, DTYPES, PRECISIONS, ExtractConfig  # noqa: F401  (re-exported)
 from jobs.typed import from_plain, to_plain
+from jobs.weights_check import check_checkpoint_fields
 from pipeline.errors import ConfigError, InvalidNameError, RepevalError
 from pipeline.names import validate_name
 from storage_schema.provenance import stable_hash
@@ -33,7 +34,8 @@ def _name(value: str, path: str) -> None:
         raise ConfigError(str(exc)) from None
 
 
-ENCODER_SOURCES = ("extract", "store")  # features computed by the run, or already in the store
+ENCODER_SOURCES = ("extract", "store")
+  # features computed by the run, or already in the store
 
 
 def layer_shorthands(data: dict, path: str) -> dict:
@@ -72,7 +74,8 @@ class EncoderConfig:
     seed: int = 0
     layers: list[str] = field(default_factory=lambda: ["pre_logits"])
     input_size: int | None = None
-    strip_prefixes: list[str] = field(default_factory=lambda: ["module."])
+    strip_prefixes: list[str] = field(default_factory=list)  # prefix parts tried besides the usual ones
+    checkpoint_key: str | None = None  # where a checkpoint holding several state dicts keeps the weights
     dtype: str | None = None  # None: extract.dtype
     source: str = "extract"
     series: str | None = None  # a checkpoint series this encoder belongs to (set by a scan, or given)
@@ -97,6 +100,7 @@ class EncoderConfig:
                               "source: store for features already in the store")
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ConfigError(f"{path}.dtype: {self.dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
+        check_checkpoint_fields(self, path)
 
     @property
     def extracted(self) -> bool:
@@ -113,7 +117,7 @@ class EncoderConfig:
 
         return EncoderSpec(name=self.name, arch=self.arch, weights=self.weights, seed=self.seed,
                            layers=tuple(self.layers), input_size=self.input_size,
-                           strip_prefixes=tuple(self.strip_prefixes))
+                           strip_prefixes=tuple(self.strip_prefixes), checkpoint_key=self.checkpoint_key)
 
 
 @dataclass
@@ -124,6 +128,8 @@ class CheckpointScan:
     modification time have not changed for ``settle_seconds``, or, with ``done_suffix``
     (e.g. ``.done``), only once a marker file ``<checkpoint file name><done_suffix>`` exists
     (a training script writes the checkpoint, then touches the marker).
+
+    ``checkpoint_key`` and ``strip_prefixes`` apply to every file, as an encoder's do.
 
     The folder's checkpoints form a series (named ``series``, else after the folder); each
     one's training step comes from its file name (``step_pattern``: ``"step{step}"`` or a
@@ -141,6 +147,8 @@ class CheckpointScan:
     done_suffix: str | None = None
     series: str | None = None
     step_pattern: str | None = None
+    checkpoint_key: str | None = None  # as an encoder's, for every file of the folder
+    strip_prefixes: list[str] = field(default_factory=list)
 
     @staticmethod
     def prepare_plain(data: dict, path: str) -> dict:
@@ -164,6 +172,7 @@ class CheckpointScan:
             raise ConfigError(f"{path}.done_suffix: {self.done_suffix!r} must be a file name suffix such as '.done'")
         for i, layer in enumerate(self.layers):
             _name(layer, f"{path}.layers[{i}]")
+        check_checkpoint_fields(self, path)
 
 
 @dataclass
@@ -372,15 +381,18 @@ class BenchmarkConfig:
         def local(p: str) -> str:
             return p if "://" in p or os.path.isabs(p) else str((base / p).resolve())
 
+        def as_given(p: str) -> str:  # a checkpoint link keeps its own name (last.pth -> last.ckpt)
+            return p if "://" in p or os.path.isabs(p) else os.path.normpath(os.path.join(base.resolve(), p))
+
         self.store = local(self.store)
         self.report.path = local(self.report.path)
         if self.reference.csv:
             self.reference.csv = local(self.reference.csv)
         for scan in self.checkpoints:
-            scan.path = local(scan.path)
+            scan.path = as_given(scan.path)
         for enc in self.encoders:
             if enc.weights not in ("random", "pretrained") and not enc.weights.startswith("timm:"):
-                enc.weights = local(enc.weights)
+                enc.weights = as_given(os.path.expanduser(enc.weights))
         from pipeline.datasets.catalog import path_parameters  # no torch: adapters' signatures only
 
         for ds in self.datasets:  # root, csv_path, ...: the parameters annotated as paths

@@ -1,6 +1,6 @@
 """What the dataset adapters tolerated, as read back from the store: unreadable images left
-out (``skip_bad``), classes without images in a split, and classes too small for few-shot
-episodes. Shown by the run's summary, ``repeval ls`` and the report."""
+out (``skip_bad``), classes without images in a split, folders the layout left out (hidden
+ones), and classes too small for few-shot episodes. Shown by the run's summary, ``repeval ls`` and the report."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from pipeline.errors import RepevalError
 
 def label_notes(store, datasets: Iterable[tuple[str, str]]) -> list[dict[str, Any]]:
     """Notes on the stored labels of each (dataset, split): images left out, empty classes."""
-    notes = []
+    notes: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
     for dataset, split in datasets:
         try:
             labels = store.labels(dataset, split)
@@ -32,6 +33,10 @@ def label_notes(store, datasets: Iterable[tuple[str, str]]) -> list[dict[str, An
             if empty:
                 notes.append({"where": where, "what": f"{len(empty)} class(es) without any image",
                               "items": empty, "kind": "empty_classes"})
+        for note in labels.attrs.get("layout_notes") or []:  # folders the adapter left out (hidden)
+            if (note.get("where"), note.get("what")) not in seen:
+                seen.add((note.get("where"), note.get("what")))
+                notes.append(dict(note))
     return notes
 
 

@@ -15,6 +15,8 @@ def labels_attrs(dataset: DatasetAdapter, split: str) -> dict:
         "mean_per_class": bool(dataset.mean_per_class), "dataset_params": dataset.describe(),
         **dataset.metadata(),  # metric, multi_label, validation source, fingerprint mode, split roles
         "skipped_ids": list(dataset.skipped(split)), "recorded": now_iso(),
+        # what the layout left out (hidden folders), for the report; empty classes come from the labels
+        "layout_notes": list(getattr(dataset, "layout_notes", list)()),
     }
 
 

@@ -52,7 +52,8 @@ class Plan:
     """A run's work: ``config`` holds the encoders of the config plus the scanned checkpoints
     taken this time; ``scan`` what the folders held (files still being written, bad files
     skipped); ``checkpoint_failures`` the scanned files refused by this plan's checks;
-    ``encoder_cells`` the encoder-protocol cells (they read weights and images, not features)."""
+    ``encoder_cells`` the encoder-protocol cells (they read weights and images, not features);
+    ``data_notes`` what the datasets' checks warn about (empty classes, folders left out)."""
 
     config: BenchmarkConfig
     units: list[ExtractUnit]
@@ -61,6 +62,7 @@ class Plan:
     checkpoint_failures: list[dict[str, Any]] = field(default_factory=list)
     cell_memory: dict[str, int | None] = field(default_factory=dict)  # cell label -> peak bytes (checked plans)
     encoder_cells: list[EncoderCell] = field(default_factory=list)
+    data_notes: list[dict[str, Any]] = field(default_factory=list)
 
 
 def make_adapter(dataset: DatasetConfig):
@@ -258,7 +260,7 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
     if store is not None:
         failed = {r.get("file"): r for r in FailureLog(store).records("checkpoint")}
     scan = scan_checkpoints(cfg, failed, ready_only=ready_only, retry_failed=retry_failed)
-    taken, refused = [], []
+    taken, refused = [], list(scan.collisions)  # files sharing a name: refused together, each naming the others
     for f in scan.taken:  # a scanned file is one checkpoint among many: refuse it alone
         try:
             if check:
@@ -271,7 +273,7 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
     if store is not None and record and refused:
         refused = sync_failures(store, checkpoints=refused) or refused
     full = with_encoders(cfg, taken)
-    scan = ScanResult(taken, scan.waiting, scan.skipped)
+    scan = ScanResult(taken, scan.waiting, scan.skipped, scan.collisions)
     cells = evaluation_cells(full)
     memory = {}
     if check:  # what each cell will need, from the store's shapes or the datasets and encoders
@@ -280,7 +282,16 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
         memory = estimate_cells(cells, full.encoders, adapters, store or _failure_store(cfg, writable=False),
                                 default_dtype=cfg.extract.dtype)
     return Plan(full, extraction_units(full), cells, scan, refused, cell_memory=memory,
-                encoder_cells=encoder_cells(full))
+                encoder_cells=encoder_cells(full), data_notes=_data_notes(adapters))
+
+
+def _data_notes(adapters: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the built datasets warn about (none built: nothing to read, no import)."""
+    if not adapters:
+        return []
+    from pipeline.datasets.inspection import dataset_notes
+
+    return [n for a in adapters.values() for n in dataset_notes(a)]
 
 
 def _failure_store(cfg: BenchmarkConfig, writable: bool):

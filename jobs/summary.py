@@ -19,8 +19,10 @@ EXTRACTED = ("extracted", "resumed")
 def build_summary(*, reason: str, units: int, cells: int, extractions: Sequence[Mapping[str, Any]],
                   outcomes: Sequence[Mapping[str, Any]], failures: Sequence[Mapping[str, Any]],
                   report: str | None, correlation: Any, started: float, new_encoders: Sequence[str] = (),
-                  waiting: Sequence[str] = (), skipped_checkpoints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """The summary dict of one run (JSON-able; ``failures`` are failure records)."""
+                  waiting: Sequence[str] = (), skipped_checkpoints: Sequence[Mapping[str, Any]] = (),
+                  data_notes: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The summary dict of one run (JSON-able; ``failures`` are failure records; ``data_notes``
+    what the datasets' checks warn about, e.g. a class without images in a split)."""
     skipped_images: dict[str, list[str]] = {}
     for ext in extractions:
         if ext.get("skipped_ids"):
@@ -38,7 +40,7 @@ def build_summary(*, reason: str, units: int, cells: int, extractions: Sequence[
         "failures": [dict(f) for f in failures],
         "new_encoders": list(new_encoders), "waiting_checkpoints": list(waiting),
         "skipped_checkpoints": [dict(s) for s in skipped_checkpoints],
-        "skipped_images": skipped_images,
+        "skipped_images": skipped_images, "data_warnings": [dict(n) for n in data_notes],
         "extractions": [dict(r) for r in extractions], "outcomes": [dict(o) for o in outcomes],
         "report": report, "correlation": correlation,
         "seconds": time.perf_counter() - started,
@@ -73,6 +75,10 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
     for where, ids in summary["skipped_images"].items():
         shown = ", ".join(ids[:5]) + (f", ... ({len(ids)} in all)" if len(ids) > 5 else "")
         lines.append(f"data: {len(ids)} unreadable image(s) left out of {where}: {shown}")
+    for n in summary.get("data_warnings") or []:
+        items = [str(i) for i in n.get("items") or []]
+        shown = ", ".join(items[:5]) + (f", ... ({len(items)} in all)" if len(items) > 5 else "")
+        lines.append(f"data warning: {n.get('where')}: {n.get('what')}" + (f": {shown}" if items else ""))
     if summary["failures"]:
         lines.append(f"FAILED ({len(summary['failures'])}):")
         lines.extend(f"  {f.get('kind')} {failure_line(f)}" for f in summary["failures"])

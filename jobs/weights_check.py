@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.errors import ConfigError
+
 
 def check_weights(spec: Any) -> None:
     """Raise a one-line error when ``spec``'s weights cannot be used; random weights pass.
@@ -28,3 +30,15 @@ def check_weights(spec: Any) -> None:
         from pipeline.encoders.hub import check_pretrained_available
 
         check_pretrained_available(spec)
+
+
+def check_checkpoint_fields(entry: Any, path: str) -> None:
+    """``checkpoint_key`` names a key (``teacher``); ``strip_prefixes`` holds name prefixes
+    ending in a dot (``net.``), tried besides the usual ones (docs/checkpoints.md)."""
+    if entry.checkpoint_key is not None and not entry.checkpoint_key.strip():
+        raise ConfigError(f"{path}.checkpoint_key: must not be empty; give the key holding the weights "
+                          "(e.g. teacher), or leave it out to find it")
+    bad = [p for p in entry.strip_prefixes if not p.endswith(".") or p.strip() != p or p == "."]
+    if bad:
+        raise ConfigError(f"{path}.strip_prefixes: {bad[0]!r} is not a name prefix ending in '.' "
+                          "(e.g. [net.])")

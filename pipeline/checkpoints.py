@@ -32,11 +32,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pipeline.checkpoint_names import (  # noqa: F401  (re-exported)
+    CHECKPOINT_EXTENSIONS, PICKLE_EXTENSIONS, SAFETENSORS_EXTENSIONS, checkpoint_extension, checkpoint_stem,
+)
 from pipeline.errors import CheckpointError, UnsafeCheckpointError
 
-SAFETENSORS_EXTENSIONS = (".safetensors",)
-PICKLE_EXTENSIONS = (".pth", ".pt", ".bin", ".ckpt", ".pth.tar", ".tar")
-CHECKPOINT_EXTENSIONS = SAFETENSORS_EXTENSIONS + PICKLE_EXTENSIONS
 #: Where training code usually puts the weights inside a checkpoint, most common first.
 USUAL_KEYS = ("state_dict", "model", "module", "teacher", "student", "model_ema", "state_dict_ema",
               "ema", "ema_state_dict", "encoder", "backbone", "online_network_state_dict", "network",
@@ -48,7 +48,13 @@ _SHOWN = 5
 
 
 class ArgsRecord:
-    """What an ``argparse.Namespace`` in a checkpoint is read as: its attributes, nothing more."""
+    """What an ``argparse.Namespace`` in a checkpoint is read as: its attributes, nothing more.
+
+    Parameters
+    ----------
+    **attrs
+        The namespace's attributes.
+    """
 
     def __init__(self, **attrs: Any) -> None:
         self.__dict__.update(attrs)
@@ -73,46 +79,12 @@ def _allow_plain_records() -> None:
         records += [(dict, f"{m}.AttributeDict") for m in (
             "lightning.fabric.utilities.data", "lightning_fabric.utilities.data",
             "pytorch_lightning.utilities.parsing", "lightning.pytorch.utilities.parsing")]
-        scalar = np._core.multiarray.scalar if hasattr(np, "_core") else np.core.multiarray.scalar
-        records += [scalar, (scalar, "numpy.core.multiarray.scalar"), np.dtype]
+        scalar = np.float64(0).__reduce__()[0]  # the function numpy pickles its scalars with
+        records += [scalar, (scalar, "numpy.core.multiarray.scalar"), (scalar, "numpy._core.multiarray.scalar"),
+                    np.dtype]
         records += sorted({type(np.dtype(c)) for c in "?bhilqBHILQefdgFD"}, key=str)
         torch.serialization.add_safe_globals(records)
         _RECORDS_ALLOWED = True
-
-
-def checkpoint_extension(name: str | os.PathLike[str]) -> str | None:
-    """The checkpoint extension a file name ends with (``.pth.tar`` before ``.tar``), or None.
-
-    Parameters
-    ----------
-    name : str or os.PathLike
-        A file name or path.
-
-    Returns
-    -------
-    str or None
-        One of :data:`CHECKPOINT_EXTENSIONS`, as written in the name (lower case).
-    """
-    lower = Path(name).name.lower()
-    return next((e for e in sorted(CHECKPOINT_EXTENSIONS, key=len, reverse=True) if lower.endswith(e)), None)
-
-
-def checkpoint_stem(name: str | os.PathLike[str]) -> str:
-    """The file name without its checkpoint extension (``moco.pth.tar`` -> ``moco``).
-
-    Parameters
-    ----------
-    name : str or os.PathLike
-        A file name or path.
-
-    Returns
-    -------
-    str
-        The name without the extension; without a known one, without its last suffix.
-    """
-    base = Path(name).name
-    ext = checkpoint_extension(base)
-    return base[:-len(ext)] if ext else Path(base).stem
 
 
 def container_format(path: str | os.PathLike[str]) -> str | None:

@@ -7,6 +7,7 @@ import json
 import platform
 from datetime import datetime, timezone
 from importlib import metadata
+from collections.abc import Mapping
 from typing import Any
 
 # Bump when the way features are computed changes (pooling, layer naming...): every
@@ -123,3 +124,36 @@ def now_iso() -> str:
         E.g. ``2025-01-01T12:00:00+00:00``.
     """
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def weights_summary(record: Mapping[str, Any]) -> str:
+    """One line saying what was done to a checkpoint's tensors, from the features' provenance
+    (``encoder.weights``, written by :meth:`pipeline.encoders.fitting.CheckpointFit.record`).
+
+    Parameters
+    ----------
+    record : mapping
+        A record (the ``weights`` provenance of a checkpoint encoder).
+
+    Returns
+    -------
+    str
+        E.g. ``under 'state_dict'; prefix 'module.encoder_q.' stripped; 44 tensors dropped
+        (module.encoder_k. 40, fc. 4)``; ``""`` when nothing was done.
+    """
+    parts = []
+    if record.get("checkpoint_key"):
+        how = "checkpoint_key" if record.get("checkpoint_key_from") == "config" else "found"
+        parts.append(f"under {record['checkpoint_key']!r} ({how})")
+    if record.get("prefix_stripped"):
+        parts.append(f"prefix {record['prefix_stripped']!r} stripped")
+    dropped = record.get("dropped") or {}
+    if dropped.get("count"):
+        groups = ", ".join(f"{g} {n}" for g, n in list((dropped.get("groups") or {}).items())[:6])
+        parts.append(f"{dropped['count']} tensors dropped ({groups})")
+    resampled = [f"{r['tensor']} {tuple(r['from'])} -> {tuple(r['to'])}" for r in record.get("resampled") or []]
+    if resampled:
+        parts.append(f"resampled {', '.join(resampled)} by {record.get('converted_by')}")
+    elif record.get("converted_by"):
+        parts.append(f"converted by {record['converted_by']}")
+    return "; ".join(parts)

@@ -64,4 +64,21 @@ def provenance_section(run: ReportRun) -> Markup:
                    note("Settings, feature fingerprints, encoder provenance, diagnostics and timings of "
                         "every record. An encoder whose weights equal another's shares its features' "
                         "record (same fingerprints), shown under each name; 'recorded_as' is the name "
-                        "it was first computed under."), blocks)
+                        "it was first computed under."), checkpoints_read(run), blocks)
+
+
+def checkpoints_read(run: ReportRun) -> Markup | str:
+    """What was done to each encoder's checkpoint file: the state dict's key, the prefix
+    stripped, the tensors dropped, the resampling (docs/checkpoints.md)."""
+    from storage_schema.provenance import weights_summary
+
+    rows: dict[tuple[str, str], str] = {}
+    for rec in run.records:
+        weights = (rec.get("provenance") or {}).get("weights") or {}
+        if weights.get("source") == "checkpoint":
+            rows.setdefault((str(rec.get("model")), str(weights.get("file"))),
+                            weights_summary(weights) or "read as it is")
+    if not rows:
+        return ""
+    return table(["encoder", "checkpoint file", "what was done to it"],
+                 [[m, f, what] for (m, f), what in sorted(rows.items())], class_="facts")

@@ -1,10 +1,15 @@
-"""What a dataset copy holds, for a check before a long run (``repeval datasets show``)."""
+"""What a dataset copy holds, for a check before a long run (``repeval datasets show``),
+and what a run warns about: classes without images in a split, folders left out, images
+that do not decode."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from pipeline.datasets.base import DatasetAdapter
+from pipeline.errors import DatasetError
 
 _METRIC_TEXT = {
     "top1": "top-1 accuracy",
@@ -19,12 +24,93 @@ _MODE_TEXT = {
 _SHOWN = 5
 
 
-def dataset_summary(dataset: DatasetAdapter) -> dict[str, Any]:
+def dataset_notes(dataset: DatasetAdapter) -> list[dict[str, Any]]:
+    """What a run, ``repeval datasets show`` and the report warn about for ``dataset``.
+
+    A class without any image in a split (an empty class folder, or a class that only
+    other splits have) can never be learned from, or never be scored on, that split; an
+    adapter's ``layout_notes()`` adds what its layout left out (hidden folders).
+
+    Parameters
+    ----------
+    dataset : a constructed adapter.
+
+    Returns
+    -------
+    list of dict
+        ``{"where", "what", "items", "kind"}``, ``where`` naming the dataset or
+        ``dataset/split``.
+    """
+    notes = []
+    for split in dataset.splits:
+        if split == dataset.pooled_split:  # the union of the others: said there
+            continue
+        labels = dataset.labels(split)
+        counts = (labels == 1).sum(axis=0) if labels.ndim == 2 else np.bincount(labels, minlength=len(dataset.class_names))
+        empty = [dataset.class_names[i] for i, c in enumerate(counts[:len(dataset.class_names)]) if c == 0]
+        if empty:
+            notes.append({"where": f"{dataset.name}/{split}", "kind": "empty_classes", "items": empty,
+                          "what": f"{len(empty)} class(es) without any image in split {split!r}"})
+    layout = getattr(dataset, "layout_notes", None)
+    return notes + (list(layout()) if callable(layout) else [])
+
+
+def note_line(note: dict[str, Any], shown: int = _SHOWN) -> str:
+    """One line of a note: where, what, and the first items named.
+
+    Parameters
+    ----------
+    note : dict
+        From :func:`dataset_notes`.
+    shown : int
+        Items named.
+
+    Returns
+    -------
+    str
+    """
+    items = [str(i) for i in note.get("items") or []]
+    more = f", ... ({len(items)} in all)" if len(items) > shown else ""
+    return f"{note['where']}: {note['what']}" + (f": {', '.join(items[:shown])}{more}" if items else "")
+
+
+def undecodable(dataset: DatasetAdapter) -> dict[str, list[str]]:
+    """Every image that does not decode, by split (ids; the pooled split is not read twice).
+
+    Each image is decoded in full, whether or not the adapter was built with ``skip_bad``
+    (then the ones it skipped are already named by ``skipped``).
+
+    Parameters
+    ----------
+    dataset : a constructed image adapter.
+
+    Returns
+    -------
+    dict
+        Split -> ids of the images that failed to decode (empty lists included).
+    """
+    out: dict[str, list[str]] = {}
+    for split in dataset.splits:
+        if split == dataset.pooled_split or not dataset.has_images:
+            continue
+        ids = dataset.sample_ids(split)
+        bad = []
+        for i in range(len(ids)):
+            try:
+                dataset.load_image(split, i)
+            except (DatasetError, OSError):
+                bad.append(ids[i])
+        out[split] = bad
+    return out
+
+
+def dataset_summary(dataset: DatasetAdapter, decode: bool = True) -> dict[str, Any]:
     """Everything ``repeval datasets show`` prints, JSON-able.
 
     Parameters
     ----------
     dataset : a constructed adapter (its files have been listed).
+    decode : decode every image and name those that fail (:func:`undecodable`).
 
     Returns
     -------
@@ -32,8 +118,9 @@ def dataset_summary(dataset: DatasetAdapter) -> dict[str, Any]:
         ``adapter``, ``name``, the adapter's ``metadata()`` (``metric``, ``multi_label``,
         ``validation``, ``fingerprint_mode`` ...), ``num_classes``, ``class_names``,
         ``roles`` (train/val/test/pooled split names),
-        ``params`` (the adapter's description without class names) and ``splits`` (one
-        ``DatasetAdapter.info`` dict per split).
+        ``params`` (the adapter's description without class names), ``splits`` (one
+        ``DatasetAdapter.info`` dict per split), ``notes`` (:func:`dataset_notes`) and
+        ``undecodable`` (split -> ids; None when not decoded).
     """
     params = {k: v for k, v in dataset.describe().items() if k != "class_names"}
     meta = dataset.metadata()
@@ -44,6 +131,7 @@ def dataset_summary(dataset: DatasetAdapter) -> dict[str, Any]:
         "num_classes": len(dataset.class_names), "class_names": list(dataset.class_names),
         "roles": {k: v for k, v in roles.items() if v in dataset.splits}, "params": params,
         "splits": [dataset.info(split) for split in dataset.splits],
+        "notes": dataset_notes(dataset), "undecodable": undecodable(dataset) if decode else None,
     }
 
 
@@ -93,10 +181,22 @@ def format_summary(summary: dict[str, Any]) -> str:
         if s["skipped"]:
             more = f", ... ({len(s['skipped'])} in all)" if len(s["skipped"]) > _SHOWN else ""
             lines.append(f"  skipped in {s['split']}: {', '.join(s['skipped'][:_SHOWN])}{more}")
+    bad = summary.get("undecodable")
+    if bad is None:
+        lines.append("  decoded      no (--no-decode)")
+    else:
+        total = sum(len(v) for v in bad.values())
+        lines.append(f"  decoded      every image: {total} undecodable" if total else
+                     "  decoded      every image: all decode")
+        for split, ids in bad.items():  # every one named: this is the check before a long run
+            if ids:
+                lines.append(f"  undecodable in {split}: {', '.join(ids)}")
+    lines += [f"  warning: {note_line(n)}" for n in summary.get("notes") or []]
     return "\n".join(lines)
 
 
-def show_dataset(adapter: str, params: dict[str, Any], name: str | None = None, as_json: bool = False) -> str:
+def show_dataset(adapter: str, params: dict[str, Any], name: str | None = None, as_json: bool = False,
+                 decode: bool = True) -> str:
     """Build ``adapter`` with ``params`` (reading its copy) and describe it as text or JSON.
 
     Parameters
@@ -105,6 +205,7 @@ def show_dataset(adapter: str, params: dict[str, Any], name: str | None = None, 
     params : its constructor parameters (``root`` ...).
     name : dataset name (default: the adapter's).
     as_json : JSON instead of the terminal layout.
+    decode : decode every image and name those that fail.
 
     Returns
     -------
@@ -115,5 +216,5 @@ def show_dataset(adapter: str, params: dict[str, Any], name: str | None = None, 
 
     from pipeline.datasets._registry import make_dataset
 
-    summary = dataset_summary(make_dataset(adapter, name=name, **params))
+    summary = dataset_summary(make_dataset(adapter, name=name, **params), decode=decode)
     return json.dumps(summary, indent=1) if as_json else format_summary(summary)

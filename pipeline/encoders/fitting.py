@@ -204,37 +204,6 @@ class CheckpointFit:
         return out
 
 
-def describe_record(record: Mapping[str, Any]) -> str:
-    """One line saying what :meth:`CheckpointFit.record` recorded.
-
-    Parameters
-    ----------
-    record : mapping
-        A record (the ``weights`` provenance of a checkpoint encoder).
-
-    Returns
-    -------
-    str
-        E.g. ``under 'state_dict'; prefix 'module.encoder_q.' stripped; 44 tensors dropped
-        (module.encoder_k. 40, fc. 4)``; ``""`` when nothing was done.
-    """
-    parts = []
-    if record.get("checkpoint_key"):
-        how = "checkpoint_key" if record.get("checkpoint_key_from") == "config" else "found"
-        parts.append(f"under {record['checkpoint_key']!r} ({how})")
-    if record.get("prefix_stripped"):
-        parts.append(f"prefix {record['prefix_stripped']!r} stripped")
-    dropped = record.get("dropped") or {}
-    if dropped.get("count"):
-        groups = ", ".join(f"{g} {n}" for g, n in list((dropped.get("groups") or {}).items())[:6])
-        parts.append(f"{dropped['count']} tensors dropped ({groups})")
-    for r in record.get("resampled") or []:
-        parts.append(f"{r['tensor']} resampled {tuple(r['from'])} -> {tuple(r['to'])}")
-    if record.get("converted_by") and not record.get("resampled"):
-        parts.append(f"converted by {record['converted_by']}")
-    return "; ".join(parts)
-
-
 def _composed(prefix: str, parts: tuple[str, ...], cache: dict[str, bool]) -> bool:
     if prefix not in cache:
         cache[prefix] = prefix == "" or any(prefix.startswith(p) and _composed(prefix[len(p):], parts, cache)
@@ -312,20 +281,27 @@ def _try(location: str, tensors: dict[str, Tensor], model: nn.Module, extra_part
             dropped[group] = dropped.get(group, 0) + 1
 
     drop([k for k in tensors if not k.startswith(prefix)])
-    state = inside
-    mismatch = compare({k: tuple(v.shape) for k, v in state.items()}, model)
+    mismatch = compare({k: tuple(v.shape) for k, v in inside.items()}, model)
+    drop(sorted(mismatch.dropped), prefix)
+    state = {k: v for k, v in inside.items() if k not in mismatch.dropped}
     converted, resampled = None, []
     if mismatch.mismatched or mismatch.missing:
-        filtered = _timm_filter(state, model)
-        if filtered is not None:
+        # the backbone's own tensors first (a decoder's mask_token must not pick a converter);
+        # then everything, for a converter that needs the original file's names
+        for given_state in (state, inside):
+            filtered = _timm_filter(given_state, model)
+            if filtered is None:
+                continue
             again = compare({k: tuple(v.shape) for k, v in filtered[0].items()}, model)
             if len(again.mismatched) + len(again.missing) < len(mismatch.mismatched) + len(mismatch.missing):
                 converted = filtered[1]
-                resampled = [{"tensor": k, "from": list(state[k].shape), "to": list(v.shape)}
-                             for k, v in filtered[0].items() if k in state and tuple(state[k].shape) != tuple(v.shape)]
-                state, mismatch = filtered[0], again
-    drop(sorted(mismatch.dropped), prefix)
-    state = {k: v for k, v in state.items() if k not in mismatch.dropped}
+                resampled = [{"tensor": k, "from": list(given_state[k].shape), "to": list(v.shape)}
+                             for k, v in filtered[0].items()
+                             if k in given_state and tuple(given_state[k].shape) != tuple(v.shape)]
+                state = {k: v for k, v in filtered[0].items() if k not in again.dropped}
+                mismatch = again
+            if not mismatch:
+                break
     problem = mismatch.summary(limit=3) if mismatch else ""
     fit = None if mismatch else CheckpointFit(state, location, given, prefix, dropped, examples, resampled, converted)
     shapes = {k: tuple(v.shape) for k, v in inside.items()}

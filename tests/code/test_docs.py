@@ -248,7 +248,7 @@ def test_config_reference_lists_the_suite_fields():
 def test_config_reference_says_how_paths_layers_and_checkpoint_names_work():
     text = " ".join((DOCS / "config.md").read_text(encoding="utf-8").split())
     for phrase in ("Relative paths resolve against the config file's folder", "every layer each encoder extracts",
-                   "<name_prefix><file name without its suffix>", "settle_seconds", "done_suffix"):
+                   "<name_prefix><file name without its checkpoint extension>", "settle_seconds", "done_suffix"):
         assert phrase in text, f"docs/config.md no longer explains {phrase!r}"
 
 
