@@ -32,7 +32,7 @@ from typing import Any
 
 from jobs.config import BenchmarkConfig, CheckpointScan, EncoderConfig
 from jobs.failures import checkpoint_failure
-from pipeline.checkpoint_names import checkpoint_stem
+from pipeline.checkpoint_names import checkpoint_extension, checkpoint_stem
 from pipeline.series.steps import series_name
 
 NAME_COLLISION = "NameCollision"  # error type of files refused for a name another file gives
@@ -120,6 +120,8 @@ def scan_files(scan: CheckpointScan, *, ready_only: bool = True, now: float | No
         except FileNotFoundError:  # removed while scanning
             continue
         if not path.is_file() or (scan.done_suffix and path.name.endswith(scan.done_suffix)):
+            continue
+        if checkpoint_extension(path.name) is None:  # a sidecar, a log, a marker: not a checkpoint
             continue
         if ready_only and not _ready(scan, path, st.st_mtime_ns, now):
             waiting.append(str(path))
