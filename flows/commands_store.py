@@ -85,7 +85,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             "fingerprint": st.fingerprint[:12], "arch": enc.get("arch", ""),
             "weights": str(enc.get("weights_fingerprint", ""))[:12], "pooling": st.attrs.get("pooling", ""),
             "created": st.attrs.get("created", ""), "skipped": len(skipped), "skipped_ids": skipped,
-            **({"checkpoint": enc["weights"]} if (enc.get("weights") or {}).get("source") == "checkpoint" else {}),
+            **({"checkpoint": enc["weights"]} if _from_checkpoint(enc.get("weights")) else {}),
         })
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -100,6 +100,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
             print(f"{r['key']}: {r['skipped']} unreadable image(s) left out: {shown}")
     _print_checkpoints(rows)
     return 0
+
+
+def _from_checkpoint(weights: object) -> bool:
+    return isinstance(weights, dict) and weights.get("source") == "checkpoint"
 
 
 def _print_checkpoints(rows: list[dict]) -> None:

@@ -253,7 +253,7 @@ def load_state_dict(
     ``checkpoint_key`` (a key, or keys joined with ``/``). Each prefix of
     ``strip_prefixes`` is removed, in order, only when *every* key carries it. Loading an
     encoder matches the file to its architecture instead
-    (:func:`pipeline.encoders.matching.fit_checkpoint`), which also finds the key and
+    (:func:`pipeline.encoders.fitting.fit_checkpoint`), which also finds the key and
     the prefix.
 
     Parameters

@@ -74,8 +74,8 @@ def checkpoints_read(run: ReportRun) -> Markup | str:
 
     rows: dict[tuple[str, str], str] = {}
     for rec in run.records:
-        weights = (rec.get("provenance") or {}).get("weights") or {}
-        if weights.get("source") == "checkpoint":
+        weights = (rec.get("provenance") or {}).get("weights")
+        if isinstance(weights, Mapping) and weights.get("source") == "checkpoint":
             rows.setdefault((str(rec.get("model")), str(weights.get("file"))),
                             weights_summary(weights) or "read as it is")
     if not rows:

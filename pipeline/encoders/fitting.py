@@ -285,7 +285,7 @@ def _try(location: str, tensors: dict[str, Tensor], model: nn.Module, extra_part
     drop(sorted(mismatch.dropped), prefix)
     state = {k: v for k, v in inside.items() if k not in mismatch.dropped}
     converted, resampled = None, []
-    if mismatch.mismatched or mismatch.missing:
+    if matched and (mismatch.mismatched or mismatch.missing):
         # the backbone's own tensors first (a decoder's mask_token must not pick a converter);
         # then everything, for a converter that needs the original file's names
         for given_state in (state, inside):

@@ -216,9 +216,9 @@ def test_identical_weights_under_another_name_share_one_forward_pass(tmp_path, t
         assert b.key == second.keys[layer] and b.attrs["alias_of"] == a.key
         assert b.attrs["model"] == "mine-ep2-pth" and a.attrs["model"] == "mine-ep2"
         assert b.attrs["encoder"]["name"] == "mine-ep2-pth"
-        assert b.attrs["encoder"]["weights"] == {"source": "checkpoint", "file": "mine-ep2.pth"}
+        assert b.attrs["encoder"]["weights"]["file"] == "mine-ep2.pth"
         assert b.attrs["encoder_spec"]["weights"] == str(pth_file.resolve())
-        assert a.attrs["encoder"]["weights"] == {"source": "checkpoint", "file": "mine-ep2.safetensors"}
+        assert a.attrs["encoder"]["weights"]["file"] == "mine-ep2.safetensors"
     listed = {st.key: st for st in store.list_arrays()}
     assert {second.keys[layer] for layer in layers} <= set(listed)
     assert all(listed[second.keys[layer]].complete for layer in layers)

@@ -275,7 +275,10 @@ def test_provenance_is_json_and_names_only_the_checkpoint_basename(tmp_path: Pat
     save_file(model.state_dict(), path)
     enc = load_encoder(EncoderSpec("ft", "resnet18", weights=str(path), layers=("pre_logits", "block3"), input_size=SIZE), "cpu")
     prov = json.loads(json.dumps(enc.provenance()))
-    assert prov["weights"] == {"source": "checkpoint", "file": "finetuned.safetensors"}
+    weights = prov["weights"]
+    assert (weights["source"], weights["file"]) == ("checkpoint", "finetuned.safetensors")
+    assert weights["dropped"] == {"count": 2, "groups": {"fc.": 2}, "examples": ["fc.bias"]}  # the 10-class head
+    assert weights["checkpoint_key"] is None and weights["prefix_stripped"] is None and weights["resampled"] == []
     assert "user_token_abc123" not in json.dumps(prov)
     assert prov["weights_fingerprint"] == enc.weights_fingerprint and len(prov["weights_fingerprint"]) == 64
     assert prov["arch"] == "resnet18" and prov["name"] == "ft"
