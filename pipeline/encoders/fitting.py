@@ -40,7 +40,7 @@ from pipeline.errors import CheckpointError
 
 #: Prefix parts tried in any combination (``module.backbone.``, ``model.encoder.`` ...).
 PREFIX_PARTS = ("module.", "model.", "_orig_mod.", "backbone.", "encoder.", "encoder_q.", "base_encoder.",
-                "online_network.", "student.", "teacher.", "trunk.", "net.", "network.", "image_encoder.")
+                "online_network.", "student.", "teacher.", "trunk.", "visual.", "net.", "network.", "image_encoder.")
 _WRAPPERS = ("module.", "model.", "_orig_mod.")  # parts that wrap a whole model, not a part of one
 _MAX_LISTED = 10
 _EXAMPLES = 5
@@ -285,10 +285,10 @@ def _try(location: str, tensors: dict[str, Tensor], model: nn.Module, extra_part
     drop(sorted(mismatch.dropped), prefix)
     state = {k: v for k, v in inside.items() if k not in mismatch.dropped}
     converted, resampled = None, []
-    if matched and (mismatch.mismatched or mismatch.missing):
+    if mismatch.mismatched or mismatch.missing:
         # the backbone's own tensors first (a decoder's mask_token must not pick a converter);
-        # then everything, for a converter that needs the original file's names
-        for given_state in (state, inside):
+        # then everything under the prefix, then the file's own names (a converter may need them)
+        for given_state in (state, inside, tensors) if prefix else (state, inside):
             filtered = _timm_filter(given_state, model)
             if filtered is None:
                 continue
