@@ -75,7 +75,8 @@ def _allow_plain_records() -> None:
             return
         import numpy as np
 
-        records: list[Any] = [(ArgsRecord, "argparse.Namespace")]
+        # ArgsRecord under its own name too: a file re-saved after being read here loads again
+        records: list[Any] = [(ArgsRecord, "argparse.Namespace"), ArgsRecord]
         records += [(dict, f"{m}.AttributeDict") for m in (
             "lightning.fabric.utilities.data", "lightning_fabric.utilities.data",
             "pytorch_lightning.utilities.parsing", "lightning.pytorch.utilities.parsing")]

@@ -319,8 +319,10 @@ def _advice(cand: _Candidate, model: nn.Module, guess: Callable[[dict], str | No
 
 def _shape_advice(problem: str, model: nn.Module) -> str:
     if "pos_embed" in problem or "relative_position" in problem:
-        return ("; the checkpoint was trained at another input size and timm ships no converter for "
-                f"{type(model).__name__}: set `input_size:` to its training size")
+        has = getattr(sys.modules.get(type(model).__module__), "checkpoint_filter_fn", None) is not None
+        why = "timm's converter could not resample it" if has else f"timm ships no converter for {type(model).__name__}"
+        return (f"; the checkpoint was trained at another input size and {why}: set `input_size:` to its "
+                "training size, or leave it unset")
     return "; the checkpoint is of another width (check `arch:`)"
 
 

@@ -92,8 +92,18 @@ def test_missing_backbone_tensors_are_refused_by_name(zoo, tmp_path: Path) -> No
         load_encoder(EncoderSpec("m", **{**zoo["moco"].spec_kwargs(), "weights": str(path)}), device="cpu")
 
 
-def test_a_vit_position_grid_timm_cannot_resample_is_refused_with_advice(zoo) -> None:
-    """A resnet's weights under a ViT: nothing to resample; refused, not half-loaded."""
-    with pytest.raises(CheckpointError, match="does not fit test_vit: .*missing keys"):
-        check_checkpoint_fits(EncoderSpec("v", "test_vit", weights=str(zoo["timm_safetensors"].path),
-                                          input_size=EVAL_SIZE))
+def test_other_shape_mismatches_are_refused_with_advice(zoo, tmp_path: Path) -> None:
+    raw = torch.load(zoo["mae_224_at_64"].path, weights_only=True)
+    raw["model"]["pos_embed"] = raw["model"]["pos_embed"][:, :14]  # 13 patches: no square grid to resample
+    path = tmp_path / "odd_grid.pth"
+    torch.save(raw, path)
+    with pytest.raises(CheckpointError) as info:
+        check_checkpoint_fits(EncoderSpec("v", **{**zoo["mae_224_at_64"].spec_kwargs(), "weights": str(path)}))
+    msg = str(info.value)
+    assert "1 shape mismatches: pos_embed (checkpoint (1, 14, 64), model (1, 17, 64))" in msg
+    assert "timm's converter could not resample it: set `input_size:` to its training size" in msg
+    sd = dict(zoo["timm_safetensors"].reference.state_dict())
+    sd["layer1.0.conv1.weight"] = torch.zeros(3, 3, 3, 3)
+    torch.save(sd, tmp_path / "wider.pth")
+    with pytest.raises(CheckpointError, match=r"layer1\.0\.conv1\.weight \(checkpoint \(3, 3, 3, 3\).*check `arch:`"):
+        load_encoder(EncoderSpec("r", "test_resnet", weights=str(tmp_path / "wider.pth"), input_size=EVAL_SIZE), "cpu")

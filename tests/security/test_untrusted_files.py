@@ -119,3 +119,23 @@ def test_a_symlink_planted_in_a_local_store_cannot_redirect_writes_outside(tmp_p
     with pytest.raises(StoreError, match="outside store"):
         import_features(store, "m", make_dataset("features", path=str(npz)), "train")
     assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["namespace", "ckpt"])
+def test_plain_records_read_as_stand_ins_never_carry_a_payload(tmp_path, where):
+    """argparse.Namespace and the other plain records are read as inert stand-ins
+    (pipeline.checkpoints); a payload inside one is still refused, and never runs."""
+    import argparse
+
+    from pipeline.checkpoints import ArgsRecord, read_checkpoint
+
+    marker = tmp_path / "pwned"
+    path = tmp_path / ("args.pth" if where == "namespace" else "last.ckpt")
+    torch.save({"state_dict": {"w": torch.zeros(2)}, "args": argparse.Namespace(lr=0.1, hook=WritesMarker(marker))},
+               path)
+    with pytest.raises(UnsafeCheckpointError, match="needs builtins.exec"):
+        read_checkpoint(path)
+    assert not marker.exists()
+    torch.save({"state_dict": {"w": torch.zeros(2)}, "args": argparse.Namespace(lr=0.1, arch="r18")}, path)
+    args = read_checkpoint(path)["args"]
+    assert type(args) is ArgsRecord and vars(args) == {"lr": 0.1, "arch": "r18"}
