@@ -34,8 +34,7 @@ def _name(value: str, path: str) -> None:
         raise ConfigError(str(exc)) from None
 
 
-ENCODER_SOURCES = ("extract", "store")
-  # features computed by the run, or already in the store
+ENCODER_SOURCES = ("extract", "store")  # features computed by the run, or already in the store
 
 
 def layer_shorthands(data: dict, path: str) -> dict:
