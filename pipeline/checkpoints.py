@@ -135,7 +135,7 @@ def checked_path(path: str | os.PathLike[str]) -> Path:
     """
     path = Path(path).expanduser()
     if checkpoint_extension(path) is None:
-        suffix = "".join(path.suffixes[-2:]) or "(none)"
+        suffix = path.suffix or "(none)"
         raise CheckpointError(
             f"Checkpoint {str(path)!r} has unsupported extension {suffix!r}; "
             f"valid extensions: {', '.join(CHECKPOINT_EXTENSIONS)}"
