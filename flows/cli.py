@@ -3,7 +3,8 @@
 Exit codes: 0 done; 1 ``verify``/``repair`` found damaged or incomplete arrays; 2 a mistake
 in the command, config, data or checkpoint (one line naming it, before any work); 3
 ``run`` finished but some cells, extractions, checkpoints or the correlation failed, or a
-checkpoint still being written was left out (they are listed; ``--allow-failures`` exits 0); 4 an unexpected internal error
+checkpoint still being written was left out (they are listed; ``--allow-failures`` exits 0);
+4 an unexpected internal error
 (one line; ``-v`` shows the traceback); 130 interrupted.
 """
 

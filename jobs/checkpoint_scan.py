@@ -1,8 +1,9 @@
 """Turn checkpoint folders into encoders: what the nightly schedule evaluates.
 
 Each file matching a scan's pattern becomes an encoder named ``<name_prefix><file name
-without its checkpoint extension>`` (``moco.pth.tar`` -> ``moco``), in the scan's series (its ``series:`` name, else the folder's), at the training step its
-name (``step_pattern``) or metadata gives.
+without its checkpoint extension>`` (``moco.pth.tar`` -> ``moco``), in the scan's series
+(its ``series:`` name, else the folder's), at the training step its name
+(``step_pattern``) or metadata gives.
 A sidecar ``<stem>.json`` may carry ``{"reference_score": 0.71}`` (e.g. the source-task
 accuracy the trainer measured), which becomes that encoder's reference score.
 

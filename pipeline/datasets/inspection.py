@@ -46,7 +46,8 @@ def dataset_notes(dataset: DatasetAdapter) -> list[dict[str, Any]]:
         if split == dataset.pooled_split:  # the union of the others: said there
             continue
         labels = dataset.labels(split)
-        counts = (labels == 1).sum(axis=0) if labels.ndim == 2 else np.bincount(labels, minlength=len(dataset.class_names))
+        n = len(dataset.class_names)
+        counts = (labels == 1).sum(axis=0) if labels.ndim == 2 else np.bincount(labels, minlength=n)
         empty = [dataset.class_names[i] for i, c in enumerate(counts[:len(dataset.class_names)]) if c == 0]
         if empty:
             notes.append({"where": f"{dataset.name}/{split}", "kind": "empty_classes", "items": empty,

@@ -3,7 +3,8 @@ forward pass the features must equal.
 
 Each writer follows the layout of a well-known training script (not its code): MoCo v2's
 ``checkpoint_XXXX.pth.tar``, DINO's teacher/student file with its ``args``, a Lightning
-``last.ckpt`` (and a ``.pth`` link to it), timm's train.py file with an EMA copy, a BYOL
+``last.ckpt`` (and a ``.pth`` link to it), timm's train.py file with an EMA copy,
+torchvision's reference-script file with its ``model_ema``, a BYOL
 online/target pair, MAE's ``model`` with its decoder at 224 px evaluated at 64, and plain
 timm, Hugging Face and torchvision state dicts. Tiny timm test models keep it fast.
 """
@@ -147,6 +148,17 @@ def write_zoo(folder: Path) -> list[ZooEntry]:
     entries.append(ZooEntry("timm_train_ema", folder / "model_best.pth.tar", RESNET, ema,
                             checkpoint_key="state_dict_ema", expect={"checkpoint_key": "state_dict_ema"}))
 
+    # torchvision's reference train.py: model, and model_ema as an AveragedModel (module. + n_averaged)
+    tv_ema = _net(RESNET, 10)
+    torch.save({"model": r.state_dict(), "model_ema": {**_prefixed(tv_ema.state_dict(), "module."),
+                                                       "n_averaged": torch.tensor(120)},
+                "optimizer": _optimizer_state(), "lr_scheduler": {"last_epoch": 3}, "epoch": 3,
+                "args": argparse.Namespace(model="resnet18", model_ema=True)}, folder / "checkpoint.pth")
+    entries.append(ZooEntry("torchvision_model_ema", folder / "checkpoint.pth", RESNET, tv_ema,
+                            checkpoint_key="model_ema", expect={
+                                "checkpoint_key": "model_ema", "prefix_stripped": "module.",
+                                "dropped_groups": {"n_averaged": 1}}))
+
     # BYOL: online network (encoder. + projection.) and its target copy
     online = _net(RESNET, 6)
     byol = {"online_network_state_dict": {**_prefixed(online.state_dict(), "encoder."),
@@ -166,7 +178,8 @@ def write_zoo(folder: Path) -> list[ZooEntry]:
     torch.save({"model": {**m.state_dict(), **decoder}, "optimizer": _optimizer_state(), "epoch": 799,
                 "scaler": {"scale": 65536.0}, "args": argparse.Namespace(model="mae_vit", input_size=224)},
                folder / "mae_checkpoint-799.pth")
-    entries.append(ZooEntry("mae_224_at_64", folder / "mae_checkpoint-799.pth", VIT, _timm_at(m, folder / "_mae_ref.pth"),
+    mae_ref = _timm_at(m, folder / "_mae_ref.pth")
+    entries.append(ZooEntry("mae_224_at_64", folder / "mae_checkpoint-799.pth", VIT, mae_ref,
                             expect={"checkpoint_key": "model", "resampled": ["pos_embed"],
                                     "dropped_groups": {"mask_token": 1, "decoder_embed.": 1, "decoder_blocks.": 1,
                                                        "decoder_pred.": 1}}))

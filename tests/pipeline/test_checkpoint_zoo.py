@@ -20,8 +20,8 @@ from storage_schema.provenance import weights_summary
 from pipeline.errors import CheckpointError
 from tests.helpers.zoo import EVAL_SIZE, ZooEntry, reference_features, write_zoo
 
-NAMES = ["moco", "dino", "lightning", "lightning_link", "timm_train_ema", "byol", "mae_224_at_64",
-         "timm_safetensors", "hf_bin", "torchvision"]
+NAMES = ["moco", "dino", "lightning", "lightning_link", "timm_train_ema", "torchvision_model_ema", "byol",
+         "mae_224_at_64", "timm_safetensors", "hf_bin", "torchvision"]
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_zoo_checkpoint_gives_timms_features_and_says_what_was_done(zoo, batch, 
         assert part is None or part in line
 
 
-@pytest.mark.parametrize("name", ["dino", "timm_train_ema"])
+@pytest.mark.parametrize("name", ["dino", "timm_train_ema", "torchvision_model_ema"])
 def test_several_fitting_state_dicts_are_listed_with_counts_and_the_line_that_picks_one(zoo, name: str) -> None:
     entry = zoo[name]
     with pytest.raises(CheckpointError) as info:
