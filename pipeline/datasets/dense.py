@@ -199,6 +199,17 @@ class DenseDataset(PublishedDataset):
         out.update(classes=len(self.class_names), task=self.dense_task)
         return out
 
+    @property
+    def validation(self) -> dict:
+        """Where hyperparameters are selected: the ``segmentation`` protocol holds out a
+        seeded share of the train images (its ``val_fraction``); ``normals`` selects nothing."""
+        if self.val_split is not None:
+            return {"source": "split", "split": self.val_split}
+        if self.dense_task == "segmentation":
+            return {"source": "train_fraction", "fraction": 0.1, "stratified": False, "seeded": True,
+                    "drawn_by": "the segmentation protocol (its val_fraction and seed settings)"}
+        return {"source": "none", "why": "the normals protocol trains with one learning rate"}
+
     def metadata(self) -> dict:
         """The adapter's metadata (see ``DatasetAdapter.metadata``) with ``dense_task`` and
         ``ignore_index``.
