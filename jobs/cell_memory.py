@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.encoders.spec import MAP_DTYPE, TOKENS_DTYPE, is_map_layer, layer_kind
 from pipeline.errors import CellTooLargeError, ConfigError
 
 log = logging.getLogger(__name__)
@@ -87,12 +88,15 @@ def declared_memory(memory_limit: int) -> int:
 
 @dataclass(frozen=True)
 class SplitShape:
-    """Rows, width and bytes per value of one split's features; classes of its labels."""
+    """Rows, width and bytes per value of one split's features; classes of its labels;
+    tokens (or map cells) per row; pixels of one image's per-pixel targets (dense)."""
 
     rows: int
     dim: int | None
     itemsize: int
     n_classes: int
+    n_tokens: int = 1
+    target_pixels: int = 0
 
 
 def stored_split_shape(store, model: str, dataset: str, split: str, layer: str) -> SplitShape | None:
@@ -110,14 +114,16 @@ def stored_split_shape(store, model: str, dataset: str, split: str, layer: str) 
     from storage_schema import feature_key
 
     feats = store.status(feature_key(model, dataset, split, layer))
-    if feats is None or len(feats.shape) != 2:
+    if feats is None or len(feats.shape) not in (2, 3, 4):
         return None
     labels_key = feats.attrs.get("labels")
     labels = store.status(labels_key) if labels_key else None
     if labels is None:
         return None
     n_classes = labels.shape[1] if len(labels.shape) == 2 else len(labels.attrs.get("class_names") or ()) or 2
-    return SplitShape(int(feats.shape[0]), int(feats.shape[1]), np.dtype(feats.dtype).itemsize, int(n_classes))
+    pixels = int(np.prod(labels.shape[1:3])) if labels.attrs.get("kind") == "targets" else 0
+    return SplitShape(int(feats.shape[0]), int(feats.shape[-1]), np.dtype(feats.dtype).itemsize, int(n_classes),
+                      int(np.prod(feats.shape[1:-1])), pixels)
 
 
 def cell_bytes(cell, shapes: Mapping[str, SplitShape]) -> int | None:
@@ -141,7 +147,8 @@ def cell_bytes(cell, shapes: Mapping[str, SplitShape]) -> int | None:
         return None
     return get_protocol(cell.protocol).memory_bytes(
         train.rows, test.rows, val.rows if val else 0, train.dim, max(train.n_classes, test.n_classes),
-        max(train.itemsize, test.itemsize), cell.settings)
+        max(train.itemsize, test.itemsize), cell.settings, n_tokens=train.n_tokens,
+        target_pixels=max(train.target_pixels, test.target_pixels))
 
 
 def estimate_cells(cells: Sequence, encoders: Iterable, adapters: Mapping[str, Any], store=None,
@@ -166,7 +173,7 @@ def estimate_cells(cells: Sequence, encoders: Iterable, adapters: Mapping[str, A
         Cell label -> bytes, or None where a width could not be known before extraction.
     """
     by_name = {e.name: e for e in encoders}
-    widths: dict[tuple, dict[str, int] | None] = {}  # by architecture: checkpoints of one share it
+    widths: dict[tuple, tuple | None] = {}  # by architecture: checkpoints of one share it
     shapes: dict[tuple[str, str, str, str], SplitShape | None] = {}
 
     def shape(model: str, dataset: str, split: str, layer: str) -> SplitShape | None:
@@ -178,9 +185,13 @@ def estimate_cells(cells: Sequence, encoders: Iterable, adapters: Mapping[str, A
                 arch = (enc.arch, tuple(enc.layers), enc.input_size)
                 if arch not in widths:
                     widths[arch] = _meta_widths(enc)
-                dim = (widths[arch] or {}).get(layer)
-                itemsize = np.dtype(enc.dtype or default_dtype).itemsize
-                shapes[key] = SplitShape(adapter.num_samples(split), dim, itemsize, len(adapter.class_names))
+                layer_shapes, crop = widths[arch] or ({}, (0, 0))
+                shape = layer_shapes.get(layer)
+                stored = {"tokens": TOKENS_DTYPE, "map": MAP_DTYPE}.get(layer_kind(layer), enc.dtype or default_dtype)
+                itemsize = np.dtype(stored).itemsize
+                pixels = crop[0] * crop[1] if is_map_layer(layer) and adapter.dense_task else 0
+                shapes[key] = SplitShape(adapter.num_samples(split), None if shape is None else shape[-1], itemsize,
+                                         len(adapter.class_names), int(np.prod(shape[:-1])) if shape else 1, pixels)
         return shapes[key]
 
     out: dict[str, int | None] = {}
@@ -190,11 +201,15 @@ def estimate_cells(cells: Sequence, encoders: Iterable, adapters: Mapping[str, A
     return out
 
 
-def _meta_widths(encoder) -> dict[str, int] | None:
-    from pipeline.encoders import meta_feature_dims
+def _meta_widths(encoder) -> tuple[dict[str, tuple[int, ...]], tuple[int, int]] | None:
+    """(shape of one image's features per layer, input crop (H, W)) on the meta device."""
+    from pipeline.encoders import meta_encoder
 
     try:
-        return meta_feature_dims(encoder.spec())
+        meta = meta_encoder(encoder.spec())
+        if meta is None:
+            return None
+        return meta.feature_shapes(), tuple(int(v) for v in meta.data_config["input_size"][1:])
     except Exception as exc:  # noqa: BLE001  unknown widths are sized once extracted, not refused
         log.info("feature widths of %s not known before extraction: %s", encoder.name, exc)
         return None

@@ -3,8 +3,8 @@ the newest checkpoint of a series against its best).
 
 Two records pair up when they are the same cell but for the encoder: same protocol
 setting (name, protocol, settings hash, protocol version), dataset and layer, and their
-evidence fingerprints agree (the same test labels in the same order, or the same
-episodes). Each pair gives a :class:`~pipeline.compare.PairedComparison`; all the pairs
+evidence fingerprints agree (the same test labels in the same order, the same episodes,
+or the same per-pixel test targets). Each pair gives a :class:`~pipeline.compare.PairedComparison`; all the pairs
 of one comparison form one family whose p-values are adjusted together
 (Benjamini-Hochberg) before each cell gets its verdict.
 """
@@ -169,6 +169,13 @@ def compare_records(store, rec_a: Mapping[str, Any], rec_b: Mapping[str, Any],
         check_paired(ea.get("episodes_fingerprint"), eb.get("episodes_fingerprint"), "episodes")
         return compare_episodes(read_evidence(store, ea, what), read_evidence(store, eb, what),
                                 n_resamples=options.n_resamples, confidence=options.confidence, seed=options.seed)
+    if kind == "pixel_counts":  # dense cells: the same test targets, image by image
+        from pipeline.compare.pixels import compare_pixel_counts
+
+        check_paired(ea.get("targets_fingerprint"), eb.get("targets_fingerprint"), "test targets")
+        return compare_pixel_counts(read_evidence(store, ea, what), read_evidence(store, eb, what), ea["metric"],
+                                    n_resamples=options.n_resamples, n_permutations=options.n_permutations,
+                                    confidence=options.confidence, seed=options.seed)
     check_paired(ea.get("labels_fingerprint"), eb.get("labels_fingerprint"), "test labels")
     y = _labels(store, ea, ea["labels_fingerprint"], what)
     va, vb = read_evidence(store, ea, what), read_evidence(store, eb, what)

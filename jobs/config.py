@@ -238,6 +238,12 @@ class CorrelationSetting:
     bounded: bool = True  # a metric in [0, 1] (accuracy, ECE): logit-transformed
     lower_is_better: bool = False  # e.g. ECE: negated before correlating
 
+    @staticmethod
+    def prepare_plain(data: dict, path: str) -> dict:  # angular errors: raw and negated by default
+        from jobs.dense_plan import dense_correlation_defaults
+
+        return dense_correlation_defaults(data, path)
+
 
 @dataclass
 class CorrelationConfig:

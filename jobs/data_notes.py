@@ -27,7 +27,7 @@ def label_notes(store, datasets: Iterable[tuple[str, str]]) -> list[dict[str, An
             notes.append({"where": where, "what": f"{len(skipped)} unreadable image(s) left out (skip_bad)",
                           "items": skipped, "kind": "skipped"})
         names = list(labels.attrs.get("class_names") or [])
-        if names:
+        if names and not labels.attrs.get("dense_task"):  # a dense split's image labels are all 0: no class count
             counts = _class_counts(labels.read(), len(names))
             empty = [names[i] for i, c in enumerate(counts) if c == 0]
             if empty:

@@ -134,7 +134,12 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
     if record:
         store.check_writable()  # a read-only store answers recorded cells; it must not compute others
     t0 = time.perf_counter()
-    data = load_eval_data(arrays, cell, protocol, block_rows=block_rows)
+    if protocol.dense:  # maps and per-pixel targets; training resumes from the cell's scratch folder
+        from jobs.dense_cells import dense_scratch, load_dense_data
+
+        data = load_dense_data(arrays, cell, protocol, dense_scratch(store, cid) if record else None)
+    else:
+        data = load_eval_data(arrays, cell, protocol, block_rows=block_rows)
     read_seconds = time.perf_counter() - t0
     result = protocol(data, settings)
     train_feats, test_feats = arrays[cell.train_split][0], arrays[cell.test_split][0]
@@ -147,6 +152,7 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
         "warnings": result.warnings, "converged": bool(result.diagnostics.get("converged", True)),
         "n_train": int(train_feats.shape[0]), "n_test": int(test_feats.shape[0]), "dim": int(train_feats.shape[-1]),
         **({"n_tokens": int(train_feats.shape[1])} if len(train_feats.shape) == 3 else {}),
+        **({"grid": [int(v) for v in train_feats.shape[1:3]]} if len(train_feats.shape) == 4 else {}),
         # the fit's math threads: seconds mean little without them (Dask workers default to one)
         "timings": {"read_s": read_seconds, "fit_s": result.seconds, "threads": _math_threads()},
         "provenance": {
@@ -162,7 +168,11 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
     if result.evidence is None:
         stored = ledger.put(rec)
     else:
-        stored = _put_with_evidence(store, ledger, rec, result.evidence, arrays[cell.test_split][1].key)
+        stored = _put_with_evidence(store, ledger, rec, result.evidence, arrays[cell.test_split][1].key, result.maps)
+    if protocol.dense:
+        from jobs.dense_cells import remove_dense_scratch
+
+        remove_dense_scratch(store, cid)
     if not stored:
         log.info("cell %s was recorded by another process meanwhile", cid)
         return CellOutcome(cid, "cached", ledger.get(cid))
@@ -170,12 +180,13 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
 
 
 def _put_with_evidence(store: FeatureStore, ledger: Ledger, rec: dict[str, Any], evidence: Any,
-                       labels_key: str) -> bool:
-    """Store the cell's evidence, then its record (a record never names evidence that is not
-    there), both under the cell's evidence lease: a second process evaluating the same cell
-    finds the record once it gets the lease and leaves the evidence alone. ``labels_key``:
-    the test labels the evidence pairs on (a comparison reads them back)."""
-    from storage_schema.evidence import write_evidence
+                       labels_key: str, maps: Any = None) -> bool:
+    """Store the cell's evidence (and a dense cell's predicted test maps), then its record (a
+    record never names evidence that is not there), both under the cell's evidence lease: a
+    second process evaluating the same cell finds the record once it gets the lease and
+    leaves the evidence alone. ``labels_key``: the test labels the evidence pairs on (a
+    comparison reads them back)."""
+    from storage_schema.evidence import write_evidence, write_predicted_maps
     from storage_schema.keys import evidence_group_key
 
     cid = rec["cell_id"]
@@ -183,6 +194,8 @@ def _put_with_evidence(store: FeatureStore, ledger: Ledger, rec: dict[str, Any],
         if ledger.has(cid):
             return False
         rec["evidence"] = {**write_evidence(store, lease, cid, evidence), "labels": labels_key}
+        if maps is not None:
+            rec["predicted_maps"] = write_predicted_maps(store, lease, cid, maps)
         return ledger.put(rec)
 
 

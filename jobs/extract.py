@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from tqdm.auto import tqdm
 
 from jobs.forward import (
-    decode_mode, forward_chunks, layer_dtype, layer_fingerprints, loader_settings, recorded_spec,
+    decode_mode, forward_chunks, layer_dtype, layer_fingerprints, loader_settings, map_attrs, recorded_spec,
 )
 from jobs.labels import store_labels
 from pipeline.datasets import DatasetAdapter
@@ -111,7 +111,7 @@ def extract(
 
     if not pending():
         return report
-    labels_key = store_labels(store, dataset, split, lease_ttl=config.lease_ttl)
+    labels_keys = _labels_keys(store, encoder, dataset, split, config)
     lease = store.lease(group, ttl=config.lease_ttl)
     if not lease.acquire(wait=config.wait):
         report.status = "busy"
@@ -124,10 +124,24 @@ def extract(
         if not todo_status:
             report.status = "aliased"
             return report
-        _run(store, lease, encoder, dataset, split, config, report, todo_status, labels_key, decode)
+        _run(store, lease, encoder, dataset, split, config, report, todo_status, labels_keys, decode)
     finally:
         lease.release()
     return report
+
+
+def _labels_keys(store: FeatureStore, encoder: Encoder, dataset: DatasetAdapter, split: str,
+                 config: ExtractConfig) -> dict[str, str]:
+    """The labels each layer's array names: the split's labels, or for a map layer of a dense
+    dataset its per-pixel targets at the encoder's input geometry (both stored here)."""
+    from jobs.dense_targets import store_targets
+    from pipeline.encoders.spec import is_map_layer
+
+    labels = store_labels(store, dataset, split, lease_ttl=config.lease_ttl)
+    maps = [layer for layer in encoder.layers if is_map_layer(layer)]
+    targets = store_targets(store, dataset, split, encoder.data_config, config.lease_ttl) \
+        if maps and dataset.dense_task else labels
+    return {layer: targets if layer in maps else labels for layer in encoder.layers}
 
 
 def _alias_identical(store: FeatureStore, lease: Lease, encoder: Encoder, report: ExtractionReport,
@@ -149,7 +163,7 @@ def _alias_identical(store: FeatureStore, lease: Lease, encoder: Encoder, report
 
 def _run(store: FeatureStore, lease: Lease, encoder: Encoder, dataset: DatasetAdapter, split: str,
          config: ExtractConfig, report: ExtractionReport, todo_status: dict[str, ArrayStatus | None],
-         labels_key: str, decode: str) -> None:
+         labels_keys: dict[str, str], decode: str) -> None:
     n = report.rows
     chunk_rows = config.batch_size * config.chunk_batches
     shapes = encoder.feature_shapes()
@@ -159,7 +173,8 @@ def _run(store: FeatureStore, lease: Lease, encoder: Encoder, dataset: DatasetAd
         attrs = {
             "fingerprint": report.fingerprints[layer], "kind": "features", "model": report.model,
             "dataset": report.dataset, "split": split, "layer": layer, "pooling": pooling[layer],
-            "dtype": layer_dtype(layer, config.dtype), "chunk_rows": chunk_rows, "batch_size": config.batch_size, "labels": labels_key,
+            "dtype": layer_dtype(layer, config.dtype), "chunk_rows": chunk_rows, "batch_size": config.batch_size,
+            "labels": labels_keys[layer], **map_attrs(layer, shapes[layer], encoder.data_config),
             "encoder": encoder.provenance(), "encoder_spec": recorded_spec(encoder.spec),
             "dataset_fingerprint": dataset.fingerprint(split), "dataset_params": dataset.describe(),
             "skipped_ids": report.skipped_ids, "libraries": library_versions(), "decode": decode,

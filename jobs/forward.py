@@ -19,7 +19,7 @@ from pipeline.datasets import DatasetAdapter, TorchImageDataset
 from pipeline.datasets.torch_dataset import EncodedImageDataset, collate_encoded
 from pipeline.encoders import Encoder, EncoderSpec
 from pipeline.encoders.device_preprocess import DevicePreprocess, device_transform_steps
-from pipeline.encoders.spec import TOKENS_DTYPE, is_token_layer
+from pipeline.encoders.spec import MAP_DTYPE, TOKENS_DTYPE, is_map_layer, is_token_layer
 from pipeline.protocols.devices import available_cores
 from storage_schema import array_fingerprint
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def layer_dtype(layer: str, dtype: str) -> str:
-    """The stored dtype of ``layer``: the extraction's, or float16 for token features.
+    """The stored dtype of ``layer``: the extraction's, or float16 for token features and maps.
 
     Parameters
     ----------
@@ -40,7 +40,31 @@ def layer_dtype(layer: str, dtype: str) -> str:
     -------
     str
     """
-    return TOKENS_DTYPE if is_token_layer(layer) else dtype
+    return TOKENS_DTYPE if is_token_layer(layer) else MAP_DTYPE if is_map_layer(layer) else dtype
+
+
+def map_attrs(layer: str, shape: Sequence[int], data_config: dict) -> dict:
+    """What a map layer's array records beside its provenance: its grid (h, w), the input it
+    covers (H, W) and the stride between grid cells in input pixels; nothing for other layers.
+
+    Parameters
+    ----------
+    layer : str
+        A layer name.
+    shape : sequence of int
+        One image's features, ``(h, w, d)`` for a map layer.
+    data_config : dict
+        The encoder's data config (its ``input_size``).
+
+    Returns
+    -------
+    dict
+    """
+    if not is_map_layer(layer):
+        return {}
+    h, w = int(shape[0]), int(shape[1])
+    height, width = int(data_config["input_size"][1]), int(data_config["input_size"][2])
+    return {"grid": [h, w], "input_size": [height, width], "stride": [height / h, width / w]}
 
 
 def layer_fingerprints(encoder: Encoder, dataset_fingerprint: str, split: str, dtype: str,

@@ -15,6 +15,7 @@ from typing import Any
 
 from jobs.checkpoint_scan import ScanResult, scan_checkpoints, with_encoders
 from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
+from jobs.dense_plan import check_dense_pairs
 from jobs.encoder_cells import EncoderCell, encoder_cells, needs_features
 from jobs.encoder_config import check_encoder_work
 from jobs.evaluate import Cell
@@ -82,21 +83,24 @@ def extraction_units(cfg: BenchmarkConfig) -> list[ExtractUnit]:
 def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
     """Every (encoder, dataset, layer, protocol setting) the config asks for: each protocol
     on every layer its encoders extract, or on the protocol's ``layers`` among them; token
-    layers (``block<i>.tokens``) only with the protocols that read tokens, and pooled layers
-    only with the others."""
-    from pipeline.encoders.spec import is_token_layer
+    layers (``block<i>.tokens``) only with the protocols that read tokens, map layers
+    (``block<i>.map``) and dense datasets only with the dense protocols of their task, and
+    pooled layers only with the others."""
+    from jobs.dense_plan import pairs_with_dataset
+    from pipeline.encoders.spec import layer_kind
     from pipeline.protocols.registry import get_protocol
 
     cells = []
     for p in cfg.protocols:
         if is_encoder_protocol(p.protocol):  # weights + images, not features: jobs.encoder_cells
             continue
-        datasets = [d for d in cfg.datasets if p.datasets is None or d.name in p.datasets]
-        tokens = get_protocol(p.protocol).tokens
+        entry = get_protocol(p.protocol)
+        datasets = [d for d in cfg.datasets if (p.datasets is None or d.name in p.datasets)
+                    and pairs_with_dataset(entry, d)]
         for d in datasets:
             for e in cfg.encoders:
                 for layer in e.layers:
-                    if (p.layers is None or layer in p.layers) and is_token_layer(layer) == tokens:
+                    if (p.layers is None or layer in p.layers) and layer_kind(layer) == entry.reads:
                         cells.append(Cell(e.name, d.name, layer, p.name, p.protocol, dict(p.settings),
                                           d.train_split, d.test_split, d.val_split))
     return cells
@@ -118,6 +122,7 @@ def check_plan(cfg: BenchmarkConfig) -> dict[str, Any]:
                               f"extracted layers: {', '.join(sorted(provided))}")
         if not is_encoder_protocol(p.protocol):
             check_token_layers(p, i, provided)
+    check_dense_pairs(cfg)
     check_multilabel_protocols(cfg)
     check_encoder_work(cfg)
     extracts = bool(cfg.checkpoints) or any(e.extracted for e in cfg.encoders)
@@ -176,22 +181,28 @@ def check_stored_features(cfg: BenchmarkConfig) -> None:
 
 
 def check_token_layers(p: ProtocolConfig, i: int, provided: set[str]) -> None:
-    """A protocol that reads token features needs a ``block<i>.tokens`` layer, and its
-    ``layers`` list names layers of its kind only: else it would silently have no cells."""
-    from pipeline.encoders.spec import TOKENS_SUFFIX, is_token_layer
+    """A protocol that reads token features (or maps) needs a ``block<i>.tokens`` (or
+    ``block<i>.map``) layer, and its ``layers`` list names layers of its kind only: else it
+    would silently have no cells."""
+    from pipeline.encoders.spec import MAP_SUFFIX, TOKENS_SUFFIX, layer_kind
     from pipeline.protocols.registry import get_protocol
 
-    tokens = get_protocol(p.protocol).tokens
-    wrong = [layer for layer in p.layers or () if is_token_layer(layer) != tokens]
+    reads = get_protocol(p.protocol).reads
+    names = {"pooled": "pooled", "tokens": "token", "map": "map"}
+    wrong = [layer for layer in p.layers or () if layer_kind(layer) != reads]
     if wrong:
-        kind = "pooled" if tokens else "token"
+        kind = names[layer_kind(wrong[0])]
         raise ConfigError(f"config.protocols[{i}].layers: {wrong[0]!r} is a {kind} layer, which protocol "
                           f"{p.protocol!r} ({p.name}) cannot read; "
-                          + (f"it reads token layers 'block<i>{TOKENS_SUFFIX}'" if tokens else
-                             "token layers are read by the protocols that take tokens"))
-    if tokens and not any(is_token_layer(layer) for layer in provided):
-        raise ConfigError(f"config.protocols[{i}] ({p.name}): protocol {p.protocol!r} reads token features, but no "
-                          f"encoder extracts a token layer; add e.g. 'block11{TOKENS_SUFFIX}' to an encoder's layers")
+                          + (f"it reads token layers 'block<i>{TOKENS_SUFFIX}'" if reads == "tokens" else
+                             f"it reads map layers 'block<i>{MAP_SUFFIX}'" if reads == "map" else
+                             f"{kind} layers are read by the protocols that take "
+                             f"{'tokens' if kind == 'token' else 'maps'}"))
+    if reads != "pooled" and not any(layer_kind(layer) == reads for layer in provided):
+        what, example = ("token features", f"block11{TOKENS_SUFFIX}") if reads == "tokens" else \
+            ("spatial maps", f"block3{MAP_SUFFIX}")
+        raise ConfigError(f"config.protocols[{i}] ({p.name}): protocol {p.protocol!r} reads {what}, but no "
+                          f"encoder extracts a {names[reads]} layer; add e.g. '{example}' to an encoder's layers")
 
 
 def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:

@@ -125,8 +125,12 @@ def repair(store: FeatureStore, keys: list[str] | None = None, *, weights: str |
         groups[(group_of(key), _recipe(store.status(key).attrs))].append(key)
     for (group, _), group_keys in groups.items():
         try:
-            if store.status(group_keys[0]).attrs.get("kind") == "labels":
+            kind = store.status(group_keys[0]).attrs.get("kind")
+            if kind == "labels":
                 _repair_labels(store, group_keys[0], lease_ttl, summary)
+            elif kind == "targets":
+                for key in group_keys:
+                    _repair_targets(store, key, lease_ttl, summary)
             else:
                 _repair_features(store, group, group_keys, weights, device, lease_ttl, num_workers, summary)
         except RepevalError as exc:
@@ -276,6 +280,25 @@ def _repair_labels(store: FeatureStore, key: str, lease_ttl: float, summary: Rep
         store.write_arrays(lease, [ArraySpec.of(st)],
                            lambda todo: ((c, {key: labels[c * rows:(c + 1) * rows]}) for c in sorted(todo[key])),
                            chunks={key: bad})
+    _check_repaired(store, key, bad, summary)
+
+
+def _repair_targets(store: FeatureStore, key: str, lease_ttl: float, summary: RepairSummary) -> None:
+    """A dense split's targets, recomputed from its dataset at their recorded geometry."""
+    from jobs.dense_targets import target_chunks
+
+    st = store.status(key)
+    split = st.attrs["split"]
+    dataset = _dataset(st.attrs, key)
+    if dataset.fingerprint(split) != st.attrs.get("dataset_fingerprint"):
+        raise StaleArrayError(f"cannot repair {key!r}: the rebuilt dataset has fingerprint "
+                              f"{dataset.fingerprint(split)[:12]}, the targets were made from "
+                              f"{str(st.attrs.get('dataset_fingerprint'))[:12]}")
+    with store.lease(group_of(key), ttl=lease_ttl) as lease:
+        bad = store.damaged_chunks(key)
+        store.write_arrays(lease, [ArraySpec.of(st)], lambda todo: (
+            (c, {key: rows}) for c, rows in target_chunks(dataset, split, st.attrs["geometry"], st.chunk_rows,
+                                                          sorted(todo[key]))), chunks={key: bad})
     _check_repaired(store, key, bad, summary)
 
 

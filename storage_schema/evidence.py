@@ -5,7 +5,9 @@ predictions of every low-shot fit) is one small single-chunk Zarr array under
 ``evidence/<cell id[:2]>/<cell id>/<kind>``, written through the store's one write path by
 the holder of the cell's evidence lease. The ledger record's ``evidence`` entry names the
 key and the SHA-256 of the array (dtype, shape and bytes); a reader recomputes it, so
-evidence changed or replaced since the record was made is refused, not compared.
+evidence changed or replaced since the record was made is refused, not compared. A dense
+cell also keeps its predicted test maps there (``.../maps``, chunked by images), named by
+the record's ``predicted_maps`` entry.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from storage_schema.leases import Lease
 from storage_schema.provenance import stable_hash
 from storage_schema.writing import ArraySpec
 
-__all__ = ["EvidenceProblem", "iter_evidence_keys", "read_evidence", "verify_evidence", "write_evidence"]
+__all__ = ["MAP_CHUNK_ROWS", "EvidenceProblem", "iter_evidence_keys", "read_evidence", "verify_evidence",
+           "write_evidence", "write_predicted_maps"]
 
 
 def write_evidence(store, lease: Lease, cell_id: str, evidence: Evidence) -> dict[str, Any]:
@@ -188,3 +191,42 @@ def verify_evidence(store, records: Iterable[Mapping[str, Any]]) -> tuple[int, l
         except ArrayNotFoundError as exc:
             problems.append(EvidenceProblem(key, cid, "missing", str(exc)))
     return checked, problems
+
+
+#: Test images per chunk of a dense cell's predicted maps.
+MAP_CHUNK_ROWS = 16
+
+
+def write_predicted_maps(store, lease: Lease, cell_id: str, maps: np.ndarray) -> dict[str, Any]:
+    """Store a dense cell's predicted test maps beside its evidence; the record's entry.
+
+    Chunked by :data:`MAP_CHUNK_ROWS` images (they are as large as the test targets), through
+    the store's one write path by the holder of the cell's evidence lease.
+
+    Parameters
+    ----------
+    store : FeatureStore
+        A writable store.
+    lease : Lease
+        The held lease of ``keys.evidence_group_key(cell_id)``.
+    cell_id : str
+        The cell.
+    maps : numpy.ndarray
+        (n_test, H, W) class maps or (n_test, H, W, 3) normals, in test order.
+
+    Returns
+    -------
+    dict
+        ``key``, ``sha256`` (``evidence_sha256`` of the maps), ``shape`` and ``dtype``.
+    """
+    values = np.ascontiguousarray(maps)
+    if values.ndim < 3 or values.shape[0] == 0:
+        raise StoreError(f"predicted maps of cell {cell_id} have shape {values.shape}; nothing to store")
+    key = keys.evidence_key(cell_id, "maps")
+    sha = evidence_sha256(values)
+    attrs = {"fingerprint": stable_hash([cell_id, "maps", sha]), "cell_id": cell_id, "kind": "maps", "sha256": sha}
+    rows = min(MAP_CHUNK_ROWS, values.shape[0])
+    spec = ArraySpec(key, values.shape, rows, str(values.dtype), attrs)
+    store.write_arrays(lease, [spec], lambda todo: ((c, {key: values[c * rows:(c + 1) * rows]})
+                                                    for c in sorted(todo[key])))
+    return {"key": key, "sha256": sha, "shape": list(values.shape), "dtype": str(values.dtype)}

@@ -6,9 +6,12 @@ layout can be read (and changed) in one place.
 Zarr nodes (read by any Zarr client):
 
 * ``datasets/<dataset>/<split>/labels``: the labels of a split;
+* ``datasets/<dataset>/<split>/targets-<geometry>``: the per-pixel targets of a dense
+  dataset's split, laid over one input geometry (resize and crop);
 * ``features/<model>/<dataset>/<split>/<layer>``: one layer of one encoder on one split;
 * ``evidence/<cell id[:2]>/<cell id>/<name>``: what an evaluated cell keeps for paired
-  comparisons (test predictions, multi-label scores, per-episode accuracies).
+  comparisons (test predictions, multi-label scores, per-episode accuracies, per-image
+  pixel counts) and a dense cell's predicted test maps.
 
 Bookkeeping beside them, under ``_repeval/`` (never a Zarr node):
 
@@ -40,6 +43,7 @@ FEATURES = "features"
 DATASETS = "datasets"
 EVIDENCE = "evidence"
 LABELS = "labels"
+TARGETS = "targets"  # prefix of a dense split's target arrays: targets-<geometry>
 LEDGER = f"{SIDE}/ledger"
 ZARR_METADATA = "zarr.json"  # a Zarr v3 node's metadata document
 _STATE = f"{SIDE}/state"
@@ -119,6 +123,24 @@ def labels_key(dataset: str, split: str) -> str:
         ``datasets/<dataset>/<split>/labels``.
     """
     return f"{labels_group_key(dataset, split)}/{LABELS}"
+
+
+def targets_key(dataset: str, split: str, geometry: str) -> str:
+    """The per-pixel targets of one split of a dense dataset, laid over one input geometry.
+
+    Parameters
+    ----------
+    dataset, split : str
+        Names of the dataset and the split (validated).
+    geometry : str
+        The geometry's tag (``r73-c64x64``; validated).
+
+    Returns
+    -------
+    str
+        ``datasets/<dataset>/<split>/targets-<geometry>``.
+    """
+    return f"{labels_group_key(dataset, split)}/{validate_name(f'{TARGETS}-{geometry}', 'targets name')}"
 
 
 def group_of(key: str) -> str:

@@ -378,7 +378,7 @@ class FeatureStore:
                             yield key
 
     def iter_label_keys(self) -> Iterator[str]:
-        """Every labels key of the store.
+        """Every labels key of the store, and every dense split's targets after its labels.
 
         Returns
         -------
@@ -388,9 +388,12 @@ class FeatureStore:
         b = self.backend
         for dataset in b.list(keys.datasets_prefix(), dirs_only=True):
             for split in b.list(keys.datasets_prefix(dataset), dirs_only=True):
-                key = keys.datasets_prefix(dataset, split, keys.LABELS)
-                if b.exists(keys.node_metadata_key(key)):
-                    yield key
+                targets = sorted(n for n in b.list(keys.datasets_prefix(dataset, split), dirs_only=True)
+                                 if n.startswith(f"{keys.TARGETS}-"))
+                for name in (keys.LABELS, *targets):
+                    key = keys.datasets_prefix(dataset, split, name)
+                    if b.exists(keys.node_metadata_key(key)):
+                        yield key
 
     def list_arrays(self) -> list[ArrayStatus]:
         """The status of every array: labels first, then features (aliases included).

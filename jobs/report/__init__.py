@@ -7,7 +7,8 @@ setting and layer (best per column marked), the best layer per encoder, low-shot
 level (when the run has level datasets), correlation scatters
 against the reference (Ericsson et al. 2021, figure 1), the rank agreement between protocol
 settings (figure 7: Kendall's tau matrix, flips, radar charts), the invariance audit, calibration,
-solver warnings and, one click from every number, each record's provenance.
+the dense readouts (segmentation and surface normals, with predicted maps), solver warnings
+and, one click from every number, each record's provenance.
 
 Where to look: ``html`` (escaping building blocks), ``plots`` (matplotlib figures),
 ``model`` (what the report is built from), ``summary``, ``series``, ``scores``,
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from jobs.report.audits import VIOLATION_MARKER, data_section, failed_section, invariance_section, warnings_section
 from jobs.report.cog import cog_section
 from jobs.report.correlation import correlation_section
+from jobs.report.dense import dense_section
 from jobs.report.encoder import encoder_sections
 from jobs.report.files import write_atomic
 from jobs.report.html import page
@@ -76,6 +78,7 @@ def write_report(records: list[dict], correlation: CorrelationReport | None, con
                       config.correlation.bootstrap, config.correlation.seed),
         invariance_section(run),
         calibration_section(run),
+        dense_section(run, config),  # segmentation and surface normals: tables and predicted maps
         *encoder_sections(run, config),  # fine-tuning, saliency, colour detail
         warnings_section(run),
         provenance_section(run),

@@ -55,7 +55,9 @@ def _accuracy_table(run: ReportRun, recs: list[dict], table_id: str) -> Markup:
 
 
 def accuracy_section(run: ReportRun) -> Markup:
-    groups = run.group(has_score)
+    from jobs.report.dense import is_dense  # dense readouts have their own tables
+
+    groups = run.group(lambda r: has_score(r) and not is_dense(r))
     body: list[Any] = [note(
         f"Test accuracy in %: the dataset's headline score (top-1, or mean per-class accuracy where the "
         f"dataset declares it); few-shot cells are the mean over episodes \u00b1 the 95 % confidence "

@@ -4,10 +4,12 @@ Generic: ``image_folder``, ``csv_manifest``, ``digits``, ``textures``, ``feature
 ``webdataset`` (tar shards), ``hf`` (Hugging Face datasets on disk). Published layouts:
 ``aircraft``, ``caltech101``, ``cars``, ``cifar10``, ``cifar100``, ``dtd``, ``flowers102``,
 ``food101``, ``pets``, ``sun397``, ``voc2007`` (multi-label), ``imagenet``, and the CD-FSL
-domains ``cropdiseases``, ``eurosat``, ``isic2018``, ``chestx``.
+domains ``cropdiseases``, ``eurosat``, ``isic2018``, ``chestx``. Per-pixel targets (dense
+readouts): ``ade20k``, ``voc2012_segmentation`` and ``nyuv2_normals``.
 """
 
 from pipeline.datasets._registry import adapter_class, list_datasets, make_dataset, register_dataset
+from pipeline.datasets.ade20k import Ade20kDataset
 from pipeline.datasets.base import IMAGE_EXTENSIONS, METRICS, DatasetAdapter
 from pipeline.datasets.cdfsl import ChestXDataset, CropDiseasesDataset, EuroSatDataset, Isic2018Dataset
 from pipeline.datasets.cifar import Cifar10Dataset, Cifar100Dataset
@@ -18,10 +20,13 @@ from pipeline.datasets.hf import HuggingFaceDataset
 from pipeline.datasets.imagenet import ImageNetDataset
 from pipeline.datasets.inspection import dataset_summary, format_summary, show_dataset
 from pipeline.datasets.listing import ListedImageDataset, Listing, PublishedDataset
+from pipeline.datasets.dense import DenseDataset
 from pipeline.datasets.natural import Caltech101Dataset, CarsDataset, Food101Dataset, Sun397Dataset
+from pipeline.datasets.nyuv2 import Nyuv2NormalsDataset
 from pipeline.datasets.oxford import AircraftDataset, DtdDataset, Flowers102Dataset, PetsDataset
 from pipeline.datasets.textures import TexturesDataset, render_texture
 from pipeline.datasets.voc import VOC_CLASSES, Voc2007Dataset
+from pipeline.datasets.voc_segmentation import VocSegmentationDataset
 from pipeline.datasets.webdataset import WebDatasetShards
 
 
@@ -76,4 +81,8 @@ __all__ = [
     "EuroSatDataset",
     "Isic2018Dataset",
     "ChestXDataset",
+    "DenseDataset",
+    "Ade20kDataset",
+    "VocSegmentationDataset",
+    "Nyuv2NormalsDataset",
 ]

@@ -16,7 +16,7 @@ from pipeline.names import validate_name
 
 IMAGE_EXTENSIONS = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".ppm", ".tif", ".tiff", ".webp")
 
-METRICS = ("top1", "mean_per_class", "map11")
+METRICS = ("top1", "mean_per_class", "map11", "miou", "angular")
 #: Keys of ``describe()`` that are derived, not constructor parameters.
 DESCRIBED_ONLY = ("adapter", "version", "name", "class_names", "splits", "feature_dim")
 #: Where a dataset without an authors' validation split gets one: a share of train.
@@ -49,6 +49,9 @@ class DatasetAdapter(ABC):
     ``pooled_split``
         A split holding every sample of the official splits (few-shot episodes draw from
         all of a dataset), or None.
+    ``dense_task``
+        ``"segmentation"`` or ``"normals"`` for a dataset with per-pixel targets (metric
+        ``miou`` or ``angular``; see :mod:`pipeline.datasets.dense`), else None.
 
     Parameters
     ----------
@@ -68,6 +71,7 @@ class DatasetAdapter(ABC):
     val_split: ClassVar[str | None] = None
     test_split: ClassVar[str] = "test"
     pooled_split: ClassVar[str | None] = None
+    dense_task: ClassVar[str | None] = None
 
     def __init__(self, name: str, mean_per_class: bool | None = None) -> None:
         self.name = validate_name(name, "dataset name")

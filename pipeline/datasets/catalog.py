@@ -125,7 +125,10 @@ def adapter_listing() -> str:
     for adapter in list_datasets():
         cls = adapter_class(adapter)
         kind = ", multi-label" if cls.multi_label else "" if cls.has_images else ", precomputed features"
-        roles = f"train {cls.train_split!r}, validation " + (repr(cls.val_split) if cls.val_split else "20 % of train")
+        kind += f", per-pixel {cls.dense_task} targets" if cls.dense_task else ""
+        held_out = {"segmentation": "a share of train drawn by the protocol", "normals": "none"}.get(
+            cls.dense_task, "20 % of train")
+        roles = f"train {cls.train_split!r}, validation " + (repr(cls.val_split) if cls.val_split else held_out)
         roles += f", test {cls.test_split!r}" + (f", pooled {cls.pooled_split!r}" if cls.pooled_split else "")
         params = ", ".join(p.name + (" (required)" if p.required else f"={_default_text(p.default)}")
                            for p in adapter_parameters(adapter))

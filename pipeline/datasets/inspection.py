@@ -15,6 +15,8 @@ _METRIC_TEXT = {
     "top1": "top-1 accuracy",
     "mean_per_class": "mean per-class accuracy",
     "map11": "11-point mean average precision (VOC 2007 devkit)",
+    "miou": "mean IoU over the test set's confusion matrix, and pixel accuracy",
+    "angular": "angular error of surface normals: mean, median, % of pixels within 11.25 / 22.5 / 30 degrees",
 }
 _MODE_TEXT = {
     "stat": "file list with sizes and modification times",
@@ -139,9 +141,19 @@ def dataset_summary(dataset: DatasetAdapter, decode: bool = True) -> dict[str, A
 def _validation_text(validation: dict[str, Any]) -> str:
     if validation.get("source") == "split":
         return f"the authors' split {validation['split']!r}"
+    if validation.get("source") == "none":
+        return f"none: {validation.get('why', 'nothing is selected')}"
     kind = "stratified, " if validation.get("stratified") else ""
     return (f"{100 * validation.get('fraction', 0.2):g} % of train ({kind}seeded), drawn by "
             f"{validation.get('drawn_by', 'the probe')}")
+
+
+def _labels_text(summary: dict[str, Any]) -> str:
+    if summary.get("dense_task") == "segmentation":
+        return f"per-pixel class maps beside the images; {summary.get('ignore_index', 255)} is ignored"
+    if summary.get("dense_task") == "normals":
+        return "per-pixel unit normals beside the images; the zero vector where invalid"
+    return "multi-label (n, C); -1 marks difficult" if summary["multi_label"] else "one class per image"
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -166,7 +178,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines += [
         f"  classes      {summary['num_classes']} ({shown})",
         f"  metric       {summary['metric']}: {_METRIC_TEXT.get(summary['metric'], summary['metric'])}",
-        f"  labels       {'multi-label (n, C); -1 marks difficult' if summary['multi_label'] else 'one class per image'}",
+        f"  labels       {_labels_text(summary)}",
         f"  validation   {_validation_text(summary['validation'])}",
         f"  fingerprint  {mode}: {_MODE_TEXT.get(mode, mode)}",
         "",

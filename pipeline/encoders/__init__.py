@@ -30,16 +30,21 @@ _LAZY = {
     "Encoder": "pipeline.encoders.encoder",
     "load_encoder": "pipeline.encoders.encoder",
     "meta_feature_dims": "pipeline.encoders.encoder",
+    "meta_feature_shapes": "pipeline.encoders.encoder",
+    "meta_encoder": "pipeline.encoders.encoder",
     "check_layers_available": "pipeline.encoders.building",
     "check_checkpoint_fits": "pipeline.encoders.matching",
 }
 
 __all__ = ["PRE_LOGITS", "Encoder", "EncoderSpec", "check_architecture", "check_checkpoint_fits",
-           "check_layers_available", "list_architectures", "load_encoder", "meta_feature_dims"]
+           "check_layers_available", "list_architectures", "load_encoder", "meta_encoder",
+           "meta_feature_dims", "meta_feature_shapes"]
 
 if TYPE_CHECKING:
     from pipeline.encoders.building import check_layers_available
-    from pipeline.encoders.encoder import Encoder, load_encoder, meta_feature_dims
+    from pipeline.encoders.encoder import (
+        Encoder, load_encoder, meta_encoder, meta_feature_dims, meta_feature_shapes,
+    )
     from pipeline.encoders.matching import check_checkpoint_fits
 
 

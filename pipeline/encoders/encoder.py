@@ -7,6 +7,9 @@ reports it; ViT blocks), pooled to one vector per image: the class token where t
 has one, else the mean over patch tokens or over the spatial map. ``block{i}.tokens`` is
 the same output unpooled, (T, d) per image: the prefix tokens (class token first) where
 the model reports them, then one token per patch or spatial position, row-major.
+``block{i}.map`` is that output as a spatial map, (h, w, d) per image: a CNN stage's
+feature map, a ViT's patch tokens on their grid (prefix tokens left out), for dense
+readouts.
 """
 
 from __future__ import annotations
@@ -29,9 +32,12 @@ from pipeline.encoders.building import (
     INIT_LOCK, available_layers, build_on_meta, check_layer_names, create_model, model_kwargs,
 )
 from pipeline.encoders.hub import create_pretrained
+from pipeline.encoders.outputs import grid_map, pooled, tokens_of
+from pipeline.encoders.precision import PRECISIONS, autocast_dtype  # noqa: F401  (re-exported)
 from pipeline.encoders.matching import checkpoint_path, load_checkpoint_into
 from pipeline.encoders.spec import (
-    PRE_LOGITS, TOKENS_SUFFIX, EncoderSpec, base_layer, check_architecture, is_token_layer,
+    MAP_SUFFIX, PRE_LOGITS, TOKENS_SUFFIX, EncoderSpec, base_layer, check_architecture, is_map_layer,
+    is_token_layer, layer_kind,
 )
 from pipeline.errors import ConfigError
 
@@ -118,6 +124,10 @@ class Encoder:
             if getattr(self.model, "num_prefix_tokens", None) is not None:
                 return "tokens: patch tokens"
             return "tokens: spatial positions"
+        if is_map_layer(layer):
+            if getattr(self.model, "num_prefix_tokens", None) is not None:
+                return "map: patch tokens on their grid"
+            return "map: spatial feature map"
         if layer == PRE_LOGITS:
             pool = _head_pool_type(self.model)
             return "forward_head(pre_logits=True)" + (f", global_pool={pool}" if pool else "")
@@ -158,7 +168,8 @@ class Encoder:
         Returns
         -------
         dict
-            Layer name -> float32 array of shape ``(n, d)``, or ``(n, T, d)`` for a token layer.
+            Layer name -> float32 array of shape ``(n, d)``, ``(n, T, d)`` for a token layer,
+            or ``(n, h, w, d)`` for a map layer.
         """
         return {layer: t.float().cpu().numpy() for layer, t in self.forward_tensors(x).items()}
 
@@ -178,7 +189,8 @@ class Encoder:
         Returns
         -------
         dict
-            Layer name -> tensor of shape ``(n, d)``, or ``(n, T, d)`` for a token layer.
+            Layer name -> tensor of shape ``(n, d)``, ``(n, T, d)`` for a token layer, or
+            ``(n, h, w, d)`` for a map layer.
         """
         blocks = sorted({int(base_layer(layer)[len("block"):]) for layer in self.layers if layer != PRE_LOGITS})
         want_pre = PRE_LOGITS in self.layers
@@ -198,10 +210,12 @@ class Encoder:
                 for index, (spatial, prefix) in zip(blocks, inters):
                     name = f"block{index}"
                     if name in self.layers:
-                        out[name] = prefix[:, 0] if self._class_token else _pool(spatial)
+                        out[name] = prefix[:, 0] if self._class_token else pooled(spatial)
                     if name + TOKENS_SUFFIX in self.layers:
-                        out[name + TOKENS_SUFFIX] = _tokens(spatial, prefix)
-        return {layer: out[layer] if is_token_layer(layer) else out[layer].reshape(x.shape[0], -1)
+                        out[name + TOKENS_SUFFIX] = tokens_of(spatial, prefix)
+                    if name + MAP_SUFFIX in self.layers:
+                        out[name + MAP_SUFFIX] = grid_map(spatial, name + MAP_SUFFIX)
+        return {layer: out[layer] if layer_kind(layer) != "pooled" else out[layer].reshape(x.shape[0], -1)
                 for layer in self.layers}
 
     def _intermediates(self, x: Tensor, blocks: list[int],
@@ -220,8 +234,8 @@ class Encoder:
         return (None if intermediates_only else result[0]), pairs
 
     def feature_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Shape of one image's features per requested layer: ``(d,)``, or ``(T, d)`` for a
-        token layer (one dummy forward of batch 1, cached).
+        """Shape of one image's features per requested layer: ``(d,)``, ``(T, d)`` for a
+        token layer or ``(h, w, d)`` for a map layer (one dummy forward of batch 1, cached).
 
         Returns
         -------
@@ -338,33 +352,42 @@ def load_encoder(spec: EncoderSpec, device: str | torch.device | None = None, au
     return Encoder(spec, model, device, fingerprint, amp_dtype, info, channels_last=last)
 
 
-PRECISIONS = ("auto", "float32", "float16", "bfloat16")
-
-
-def autocast_dtype(precision: str | None, device: torch.device, autocast: bool | None = None) -> torch.dtype | None:
-    """The autocast dtype of ``precision`` on ``device`` (None: float32 throughout).
+def meta_encoder(spec: EncoderSpec) -> Encoder | None:
+    """``spec``'s encoder on the meta device: its data config and feature shapes, without
+    reading weights or using memory (to size the evaluation of its features).
 
     Parameters
     ----------
-    precision : str or None
-        One of :data:`PRECISIONS`; None: the legacy ``autocast`` flag decides.
-    device : torch.device
-        The forward pass's device.
-    autocast : bool or None
-        Legacy flag: float16 on CUDA (None: on CUDA by default).
+    spec : EncoderSpec
+        The encoder.
 
     Returns
     -------
-    torch.dtype or None
+    Encoder or None
+        None when timm cannot build the model without the hub.
     """
-    if precision is None:
-        on = device.type == "cuda" if autocast is None else bool(autocast and device.type == "cuda")
-        return torch.float16 if on else None
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
-    if precision == "auto":
-        return torch.float16 if device.type == "cuda" else None
-    return None if precision == "float32" else getattr(torch, precision)
+    model = build_on_meta(spec)
+    if model is None:
+        return None
+    model.eval()
+    return Encoder(spec, model, torch.device("meta"), "", None, {})
+
+
+def meta_feature_shapes(spec: EncoderSpec) -> dict[str, tuple[int, ...]] | None:
+    """Shape of one image's features per layer of ``spec`` (:meth:`Encoder.feature_shapes`),
+    from a forward pass on the meta device; None when timm cannot build it without the hub.
+
+    Parameters
+    ----------
+    spec : EncoderSpec
+        The encoder.
+
+    Returns
+    -------
+    dict or None
+    """
+    encoder = meta_encoder(spec)
+    return None if encoder is None else encoder.feature_shapes()
 
 
 def meta_feature_dims(spec: EncoderSpec) -> dict[str, int] | None:
@@ -383,12 +406,8 @@ def meta_feature_dims(spec: EncoderSpec) -> dict[str, int] | None:
     dict or None
         Layer name -> width; None when timm cannot build the model without the hub.
     """
-    model = build_on_meta(spec)
-    if model is None:
-        return None
-    model.eval()
-    encoder = Encoder(spec, model, torch.device("meta"), "", None, {})
-    return encoder.feature_dims()
+    shapes = meta_feature_shapes(spec)
+    return None if shapes is None else {layer: shape[-1] for layer, shape in shapes.items()}
 
 
 def _has_conv2d(model: nn.Module) -> bool:
@@ -417,24 +436,6 @@ def _head_pool_type(model: nn.Module) -> str | None:
         if pool is not None and isinstance(getattr(pool, "pool_type", None), str):
             return pool.pool_type or None
     return None
-
-
-def _pool(t: Tensor) -> Tensor:
-    """One vector per image: spatial mean of NCHW maps, token mean of NLC, as-is for (n, d)."""
-    if t.ndim == 4:
-        return t.mean(dim=(2, 3))
-    if t.ndim == 3:
-        return t.mean(dim=1)
-    return t
-
-
-def _tokens(spatial: Tensor, prefix: Tensor | None) -> Tensor:
-    """(n, T, d) tokens: the prefix tokens, then NCHW maps as H*W tokens (row-major), NLC as is."""
-    if spatial.ndim == 4:
-        spatial = spatial.flatten(2).transpose(1, 2)
-    elif spatial.ndim == 2:
-        spatial = spatial[:, None]
-    return spatial if prefix is None else torch.cat([prefix, spatial], dim=1)
 
 
 def _jsonable(value: Any) -> Any:

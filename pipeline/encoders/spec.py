@@ -23,6 +23,12 @@ PRETRAINED_PREFIX = "timm:"
 TOKENS_SUFFIX = ".tokens"
 #: The dtype token features are stored in, whatever the extraction's dtype (T times the pooled size).
 TOKENS_DTYPE = "float16"
+#: Suffix of a layer stored as a spatial map, (n, h, w, d), for dense readouts: ``block3.map``.
+MAP_SUFFIX = ".map"
+#: The dtype spatial maps are stored in (h x w times the pooled size), as token features.
+MAP_DTYPE = "float16"
+#: What a layer holds per image: one pooled vector, its tokens, or its spatial map.
+LAYER_KINDS = ("pooled", "tokens", "map")
 _BLOCK_RE = re.compile(r"^block(0|[1-9][0-9]*)$")
 
 
@@ -41,8 +47,39 @@ def is_token_layer(layer: str) -> bool:
     return layer.endswith(TOKENS_SUFFIX)
 
 
+def is_map_layer(layer: str) -> bool:
+    """Whether ``layer`` names a block's spatial map (``block<i>.map``).
+
+    Parameters
+    ----------
+    layer : str
+        A layer name.
+
+    Returns
+    -------
+    bool
+    """
+    return layer.endswith(MAP_SUFFIX)
+
+
+def layer_kind(layer: str) -> str:
+    """What ``layer`` stores per image: ``pooled`` (d,), ``tokens`` (T, d) or ``map`` (h, w, d).
+
+    Parameters
+    ----------
+    layer : str
+        A layer name.
+
+    Returns
+    -------
+    str
+        One of :data:`LAYER_KINDS`.
+    """
+    return "tokens" if is_token_layer(layer) else "map" if is_map_layer(layer) else "pooled"
+
+
 def base_layer(layer: str) -> str:
-    """The block a layer name reads: ``block3`` for ``block3`` and ``block3.tokens``.
+    """The block a layer name reads: ``block3`` for ``block3``, ``block3.tokens`` and ``block3.map``.
 
     Parameters
     ----------
@@ -53,7 +90,10 @@ def base_layer(layer: str) -> str:
     -------
     str
     """
-    return layer[:-len(TOKENS_SUFFIX)] if is_token_layer(layer) else layer
+    for suffix in (TOKENS_SUFFIX, MAP_SUFFIX):
+        if layer.endswith(suffix):
+            return layer[:-len(suffix)]
+    return layer
 
 
 def split_tag(arch: str) -> tuple[str, str]:
@@ -98,7 +138,8 @@ class EncoderSpec:
     layers : tuple of str
         ``pre_logits`` and/or ``block<i>`` (the i-th output of timm's
         ``forward_intermediates``, pooled to one vector per image) and/or
-        ``block<i>.tokens`` (that output's tokens, (T, d) per image, stored as float16).
+        ``block<i>.tokens`` (that output's tokens, (T, d) per image, stored as float16)
+        and/or ``block<i>.map`` (that output as a spatial map, (h, w, d) per image, float16).
     input_size : int, optional
         Square input resolution overriding the model's default (ViTs are built for it).
     strip_prefixes : tuple of str
@@ -164,8 +205,8 @@ class EncoderSpec:
         for layer in self.layers:
             if not isinstance(layer, str) or (layer != PRE_LOGITS and not _BLOCK_RE.match(base_layer(layer))):
                 raise ConfigError(
-                    f"encoder {self.name!r}: layer {layer!r} is not {PRE_LOGITS!r}, 'block<i>' (e.g. 'block3') or "
-                    f"'block<i>{TOKENS_SUFFIX}' (that block's tokens)"
+                    f"encoder {self.name!r}: layer {layer!r} is not {PRE_LOGITS!r}, 'block<i>' (e.g. 'block3'), "
+                    f"'block<i>{TOKENS_SUFFIX}' (that block's tokens) or 'block<i>{MAP_SUFFIX}' (its spatial map)"
                 )
         if len(set(self.layers)) != len(self.layers):
             raise ConfigError(f"encoder {self.name!r}: duplicate layers in {list(self.layers)}")

@@ -109,13 +109,14 @@ def save_state(scratch_dir: Path, state: dict[str, Any]) -> None:
         os.close(dir_fd)
 
 
-def load_state(scratch_dir: Path, identity: str) -> dict[str, Any] | None:
+def load_state(scratch_dir: Path, identity: str, what: str = "fine-tuning") -> dict[str, Any] | None:
     """The saved state of the run ``identity``, or None when ``scratch_dir`` holds none.
 
     Parameters
     ----------
     scratch_dir : the run's folder.
     identity : :func:`run_identity` of the run asking.
+    what : the kind of run, for messages (the dense heads' training shares this format).
 
     Returns
     -------
@@ -133,13 +134,13 @@ def load_state(scratch_dir: Path, identity: str) -> dict[str, Any] | None:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for a damaged file
-        raise CheckpointError(f"Saved fine-tuning state {str(path)!r} cannot be read: {exc}") from exc
+        raise CheckpointError(f"Saved {what} state {str(path)!r} cannot be read: {exc}") from exc
     if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise CheckpointError(f"Saved fine-tuning state {str(path)!r} has an unknown format "
+        raise CheckpointError(f"Saved {what} state {str(path)!r} has an unknown format "
                               f"{state.get('format') if isinstance(state, dict) else type(state).__name__!r}")
     if state.get("identity") != identity:
         raise CheckpointError(
-            f"Scratch folder {str(scratch_dir)!r} holds the state of another fine-tuning run "
+            f"Scratch folder {str(scratch_dir)!r} holds the state of another {what} run "
             f"(identity {str(state.get('identity'))[:12]}..., this run {identity[:12]}...): other weights, "
             "data, settings or grid point. Give each run its own scratch folder, or delete the old state."
         )

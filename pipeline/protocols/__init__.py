@@ -15,7 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from pipeline.protocols import builtin, builtin_nets  # noqa: F401  (register the built-in protocols)
+# register the built-in protocols
+from pipeline.protocols import builtin, builtin_dense, builtin_nets  # noqa: F401
 from pipeline.protocols.registry import EvalData, Protocol, ProtocolResult, get_protocol, list_protocols, resolve_settings
 
 _LAZY = {

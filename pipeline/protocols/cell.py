@@ -105,6 +105,9 @@ class ProtocolResult:
         accuracies (``of_episodes``) or every low-shot fit's predictions (``of_fits``).
         Optional: a protocol that returns none (the invariance audit) still records its
         cell, which comparisons then leave out, saying why.
+    maps : numpy.ndarray or None
+        A dense protocol's predictions for every test image at the targets' resolution
+        (class maps or unit normals), stored beside the evidence.
     """
 
     metrics: dict[str, Any]
@@ -112,6 +115,7 @@ class ProtocolResult:
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     evidence: Evidence | None = None
+    maps: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,10 @@ class CellShape:
     itemsize : int
         Bytes per stored feature value (2 for float16, 4 for float32).
     n_tokens : int
-        Tokens per row: 1 for pooled features, T for token features (n, T, dim).
+        Tokens per row: 1 for pooled features, T for token features (n, T, dim), h x w
+        for spatial maps (n, h, w, dim).
+    target_pixels : int
+        Pixels of one image's per-pixel targets (H x W) for a dense cell, else 0.
     """
 
     n_train: int
@@ -139,6 +146,7 @@ class CellShape:
     n_classes: int
     itemsize: int
     n_tokens: int = 1
+    target_pixels: int = 0
 
     @property
     def feature_bytes(self) -> int:

@@ -132,7 +132,9 @@ def _default_text(value: Any, inside: bool = False) -> str:
 
 def _flags(protocol: Protocol) -> str:
     yes = {True: "yes", False: "no"}
-    return f"streams train: {yes[protocol.streams_train]}; multi-label: {yes[protocol.multilabel]}"
+    reads = {"pooled": "pooled features", "tokens": "token features (block<i>.tokens)",
+             "map": f"spatial maps (block<i>.map) and {protocol.dense} targets"}[protocol.reads]
+    return f"streams train: {yes[protocol.streams_train]}; multi-label: {yes[protocol.multilabel]}; reads: {reads}"
 
 
 def protocol_summary(name: str) -> str:
@@ -188,12 +190,14 @@ def protocol_record(name: str) -> dict[str, Any]:
     Returns
     -------
     dict
-        ``name``, ``version``, ``description``, ``streams_train``, ``multilabel`` and
-        ``settings`` (name, default, valid values).
+        ``name``, ``version``, ``description``, ``streams_train``, ``multilabel``,
+        ``reads`` (``pooled``, ``tokens`` or ``map``), ``dense`` (the targets' task or None)
+        and ``settings`` (name, default, valid values).
     """
     protocol = get_protocol(name)
     return {"name": name, "version": protocol.version, "description": protocol.description,
             "streams_train": protocol.streams_train, "multilabel": protocol.multilabel,
+            "reads": protocol.reads, "dense": protocol.dense,
             "settings": [{"name": r.name, "default": r.default, "valid": r.valid} for r in setting_rows(name)]}
 
 

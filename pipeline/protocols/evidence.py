@@ -7,11 +7,15 @@ example: its evidence.
   is computed from these very float16 values, so a comparison and the record agree);
 - ``episodes``: few-shot accuracy of every episode (float64: a few kilobytes, and their
   mean is exactly the cell's score);
-- ``fits``: low-shot predictions of every fit, one row per (N, repetition) (int16/int32).
+- ``fits``: low-shot predictions of every fit, one row per (N, repetition) (int16/int32);
+- ``pixel_counts``: a dense cell's per-test-image counts (int64): true positives, false
+  positives and false negatives per class (segmentation), or valid pixels and pixels
+  within each angle (normals); summed over images they give the cell's metric exactly.
 
 The evidence carries the fingerprint that says what it can be paired with: the test
 labels' (classification, low-shot: same examples in the same order) or the episodes'
-(few-shot: same sampler, seed, labels and episode shape). A protocol that keeps none
+(few-shot: same sampler, seed, labels and episode shape) or the test targets' (dense:
+the SHA-256 of the per-pixel targets). A protocol that keeps none
 (the invariance audit) returns ``evidence=None``; a registered protocol may do the same
 and its cells are then left out of comparisons.
 """
@@ -28,7 +32,7 @@ from pipeline.errors import DataValidationError
 
 __all__ = ["EVIDENCE_KINDS", "Evidence", "float16_scores", "headline_rows", "prediction_dtype"]
 
-EVIDENCE_KINDS = ("predictions", "scores", "episodes", "fits")
+EVIDENCE_KINDS = ("predictions", "scores", "episodes", "fits", "pixel_counts")
 #: Largest class index an int16 prediction holds.
 INT16_CLASSES = int(np.iinfo(np.int16).max)
 _FLOAT16_MAX = float(np.finfo(np.float16).max)
@@ -90,10 +94,12 @@ class Evidence:
     values : numpy.ndarray
         The array to store (its dtype is the stored dtype).
     fingerprint : str
-        ``labels_fingerprint`` of the test labels, or ``episodes_fingerprint``.
+        ``labels_fingerprint`` of the test labels, ``episodes_fingerprint``, or the test
+        targets' ``evidence_sha256`` (pixel counts).
     metric : str
         What the cell's comparison tests: ``top1``, ``mean_per_class``, ``mAP``,
-        ``episode_accuracy`` or ``top1`` over fits.
+        ``episode_accuracy``, ``top1`` over fits, or a dense metric (``miou``,
+        ``within_11_25``).
     fits : tuple of str
         For ``fits``: each row's ``"<N>/<repetition>"``.
     headline : str or None
@@ -109,8 +115,9 @@ class Evidence:
 
     @property
     def fingerprint_of(self) -> str:
-        """``episodes`` for few-shot evidence, ``labels`` otherwise (the record's key)."""
-        return "episodes" if self.kind == "episodes" else "labels"
+        """``episodes`` for few-shot evidence, ``targets`` for pixel counts, ``labels``
+        otherwise (the record's key)."""
+        return {"episodes": "episodes", "pixel_counts": "targets"}.get(self.kind, "labels")
 
     def record(self, key: str, sha256: str) -> dict[str, Any]:
         """The ledger record's ``evidence`` entry once the array is stored at ``key``.
@@ -125,8 +132,8 @@ class Evidence:
         Returns
         -------
         dict
-            ``key``, ``kind``, ``sha256``, ``labels_fingerprint`` or
-            ``episodes_fingerprint``, ``metric``, ``shape``, ``dtype`` (and ``fits``,
+            ``key``, ``kind``, ``sha256``, ``labels_fingerprint``,
+            ``episodes_fingerprint`` or ``targets_fingerprint``, ``metric``, ``shape``, ``dtype`` (and ``fits``,
             ``headline`` for low-shot).
         """
         out: dict[str, Any] = {"key": key, "kind": self.kind, "sha256": sha256,
@@ -245,6 +252,31 @@ class Evidence:
         values = _predictions(np.stack([np.asarray(p) for _, _, p in fits]), n_classes, y.shape[0], "fit predictions")
         return cls("fits", values, labels_fingerprint(y), "top1", names, str(headline))
 
+    @classmethod
+    def of_pixel_counts(cls, y_test: Any, counts: Any, metric: str) -> Evidence:
+        """Evidence of a dense cell: per-image pixel counts (see the module doc).
+
+        Parameters
+        ----------
+        y_test : array-like
+            The test targets (their SHA-256 is what the evidence pairs on).
+        counts : array-like of int, shape (n, K, 3) or (n, 4)
+            Per-image counts, one row per test image in stored order.
+        metric : str
+            The cell's headline metric, computed from the summed counts.
+
+        Returns
+        -------
+        Evidence
+        """
+        from pipeline.compare.evidence import evidence_sha256
+
+        values = np.asarray(counts)
+        y = np.asarray(y_test)
+        if values.shape[:1] != y.shape[:1] or values.dtype.kind not in "iu" or values.ndim < 2:
+            raise DataValidationError(f"pixel counts must be integers, one row per test image ({y.shape[0]}), got "
+                                      f"{values.dtype} {values.shape}")
+        return cls("pixel_counts", values.astype(np.int64), evidence_sha256(y), metric)
 
 
 def headline_rows(fits: Sequence[str], headline: str) -> np.ndarray:

@@ -11,6 +11,8 @@ version, what it can take and what it needs:
 - ``multilabel``: it accepts (n, C) label arrays (1 present, 0 absent, -1 difficult);
 - ``tokens``: it reads token features (n, T, d) (a layer stored with its tokens) instead
   of pooled (n, d) features;
+- ``dense``: the task of its per-pixel targets (``segmentation``, ``normals``): it reads a
+  dense dataset's spatial maps (n, h, w, d) and targets (``DenseData``), and only it does;
 - ``memory_bytes(...)``: the peak host memory of one cell, the features it holds
   included, from the shapes alone (for scheduling).
 
@@ -127,6 +129,8 @@ class Protocol:
         ``memory(CellShape, full_settings) -> int``: peak bytes of one cell.
     tokens : bool
         Reads token features (n, T, d) instead of pooled (n, d) features.
+    dense : str or None
+        The task of the per-pixel targets it reads with spatial maps (``DenseData``).
     """
 
     name: str
@@ -141,6 +145,12 @@ class Protocol:
     multilabel: bool = False
     memory: Callable[[CellShape, Mapping[str, Any]], int] | None = None
     tokens: bool = False
+    dense: str | None = None
+
+    @property
+    def reads(self) -> str:
+        """The layer kind it reads: ``map`` (dense), ``tokens`` or ``pooled``."""
+        return "map" if self.dense else "tokens" if self.tokens else "pooled"
 
     def __call__(self, data: EvalData, settings: Mapping[str, Any] | None = None) -> ProtocolResult:
         """Run on ``data`` with ``settings`` (overlaid on the defaults, checked first).
@@ -165,7 +175,7 @@ class Protocol:
         return result
 
     def memory_bytes(self, n_train: int, n_test: int, n_val: int, dim: int, n_classes: int, itemsize: int,
-                     settings: Mapping[str, Any] | None = None, n_tokens: int = 1) -> int:
+                     settings: Mapping[str, Any] | None = None, n_tokens: int = 1, target_pixels: int = 0) -> int:
         """Peak host memory of one cell in bytes, the features it holds included.
 
         A protocol that ``streams_train`` holds one block of the train features at a
@@ -184,7 +194,10 @@ class Protocol:
         settings : mapping or None
             The cell's settings (overlaid on the defaults).
         n_tokens : int
-            Tokens per row (token features: each row is ``n_tokens`` x ``dim``).
+            Tokens per row (token features: each row is ``n_tokens`` x ``dim``; a map of
+            h x w cells: h x w).
+        target_pixels : int
+            Pixels of one image's per-pixel targets (dense protocols).
 
         Returns
         -------
@@ -192,7 +205,7 @@ class Protocol:
         """
         full = resolve_settings(self.name, settings or {})
         shape = CellShape(int(n_train), int(n_test), int(n_val), int(dim), int(n_classes), int(itemsize),
-                          int(n_tokens))
+                          int(n_tokens), int(target_pixels))
         if self.memory is None:  # a protocol without a model: twice its features
             return 2 * shape.feature_bytes
         return int(self.memory(shape, full))
@@ -214,8 +227,16 @@ def check_eval_data(data: EvalData, protocol: Protocol | None = None) -> None:
         The protocol that will run (multi-label labels need ``protocol.multilabel``).
     """
     from pipeline.protocols.average_precision import check_multilabel
+    from pipeline.protocols.dense.data import DenseData, check_dense_data
     from pipeline.protocols.validation import check_class_indices, check_min_classes
 
+    if protocol is not None and protocol.dense:
+        check_dense_data(data, protocol.name, protocol.dense)
+        return
+    if isinstance(data, DenseData):
+        able = ", ".join(n for n in list_protocols() if _REGISTRY[n].dense)
+        raise DataValidationError(f"protocol {getattr(protocol, 'name', None)!r} cannot read spatial maps and "
+                                  f"per-pixel targets; protocols that do: {able}")
     if data.multilabel and not (protocol is not None and protocol.multilabel):
         able = ", ".join(n for n in list_protocols() if _REGISTRY[n].multilabel)
         raise DataValidationError(
@@ -259,6 +280,10 @@ def _checked_features(X: Any, name: str, protocol: Protocol | None) -> np.ndarra
     from pipeline.protocols.validation import check_features
 
     tokens = protocol is not None and protocol.tokens
+    if np.ndim(X) == 4:
+        able = ", ".join(n for n in list_protocols() if _REGISTRY[n].dense)
+        raise DataValidationError(f"{name} has shape {np.shape(X)}: spatial maps, which protocol "
+                                  f"{getattr(protocol, 'name', None)!r} cannot take; protocols that read maps: {able}")
     if np.ndim(X) == 3 and not tokens:
         able = ", ".join(n for n in list_protocols() if _REGISTRY[n].tokens)
         raise DataValidationError(f"{name} has shape {np.shape(X)}: token features, which protocol "
@@ -282,7 +307,8 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
                       check: Callable[[Mapping[str, Any]], None] | None = None,
                       bounds: Mapping[str, Bound] | None = None, *, streams_train: bool = False,
                       multilabel: bool = False,
-                      memory: Callable[[CellShape, Mapping[str, Any]], int] | None = None, tokens: bool = False):
+                      memory: Callable[[CellShape, Mapping[str, Any]], int] | None = None, tokens: bool = False,
+                      dense: str | None = None):
     """Decorator registering ``run(data, settings) -> ProtocolResult`` under ``name``.
 
     Parameters
@@ -295,7 +321,7 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
         Every setting with its default.
     description : str
         One line for listings.
-    choices, check, bounds, streams_train, multilabel, memory, tokens
+    choices, check, bounds, streams_train, multilabel, memory, tokens, dense
         See ``Protocol``.
 
     Returns
@@ -307,7 +333,7 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
         if name in _REGISTRY:
             warnings.warn(f"protocol {name!r} registered twice; the later one wins", stacklevel=2)
         _REGISTRY[name] = Protocol(name, version, dict(defaults), fn, description, dict(choices or {}), check,
-                                   dict(bounds or {}), streams_train, multilabel, memory, tokens)
+                                   dict(bounds or {}), streams_train, multilabel, memory, tokens, dense)
         return fn
 
     return wrap

@@ -43,9 +43,9 @@ def store(tmp_path_factory):
     return st
 
 
-# pooled features here (token protocols: test_token_features_*); the invariance audit fits ~50 probes: minutes
+# pooled features here (token protocols: test_token_features_*, dense ones: test_dense_*); the invariance audit fits ~50 probes: minutes
 @pytest.mark.parametrize("protocol", [pytest.param(p, marks=pytest.mark.slow) if p == "invariance" else p
-                                      for p in list_protocols() if not get_protocol(p).tokens])
+                                      for p in list_protocols() if get_protocol(p).reads == "pooled"])
 def test_every_protocol_runs_on_the_store_and_is_recorded(store, protocol):
     cell = Cell("pixels", "digitsnpz", "pre_logits", f"{protocol}-quick", protocol, QUICK.get(protocol, {}))
     first = evaluate_cell(store, cell)

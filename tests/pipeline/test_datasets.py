@@ -20,6 +20,7 @@ from timm.data import create_transform
 from pipeline.datasets.base import DESCRIBED_ONLY
 from pipeline.datasets import METRICS, DatasetAdapter, TorchImageDataset, list_datasets, make_dataset, register_dataset
 from pipeline.datasets import _registry
+from tests.helpers.dense_layouts import write_ade20k, write_nyuv2, write_voc_segmentation
 from tests.pipeline.datasets.layouts import FIXED_NS, freeze_times
 from tests.pipeline.datasets.layouts_more import LAYOUTS, build
 from pipeline.errors import (
@@ -88,8 +89,12 @@ BUILDERS: dict[str, Callable[[Path], DatasetAdapter]] = {
     "digits": lambda tmp: make_dataset("digits"),
     "textures": lambda tmp: make_dataset("textures", n_per_class={"train": 6, "test": 3}),
     "features": lambda tmp: make_dataset("features", path=_features_npz(tmp / "feats.npz")),
-    # the publishers' layouts, built tiny (tests/pipeline/datasets/layouts*.py)
+    # the publishers' layouts, built tiny (tests/pipeline/datasets/layouts*.py; dense ones: tests/helpers)
     **{name: (lambda tmp, name=name: build(name, tmp)[0]) for name in LAYOUTS},
+    "ade20k": lambda tmp: make_dataset("ade20k", root=str(write_ade20k(tmp / "ade", n_train=2, n_val=2))),
+    "voc2012_segmentation": lambda tmp: make_dataset("voc2012_segmentation",
+                                                     root=str(write_voc_segmentation(tmp / "voc", 2, 2))),
+    "nyuv2_normals": lambda tmp: make_dataset("nyuv2_normals", root=str(write_nyuv2(tmp / "nyu", (1, 3), (2,)))),
 }
 
 

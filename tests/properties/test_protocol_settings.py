@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.protocols.registry import EvalData, get_protocol, list_protocols, resolve_settings
-from tests.helpers.protocols import CHEAP, as_tokens
+from tests.helpers.protocols import CHEAP, as_tokens, dense_data
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -44,10 +44,12 @@ def _data() -> EvalData:
 
 DATA = _data()
 TOKEN_DATA = as_tokens(DATA)  # for the protocols that read token features
+DENSE_DATA = {task: dense_data(task) for task in ("segmentation", "normals")}  # spatial maps, per-pixel targets
 
 
 def _data_for(name: str) -> EvalData:
-    return TOKEN_DATA if get_protocol(name).tokens else DATA
+    proto = get_protocol(name)
+    return DENSE_DATA[proto.dense] if proto.dense else TOKEN_DATA if proto.tokens else DATA
 
 
 @st.composite
