@@ -18,7 +18,7 @@ from storage_schema.ledger import FailureLog, Ledger
 from tests.helpers.configs import tiny_config
 from tests.helpers.html import parse_strict
 from prefect.client.schemas.filters import (
-    ArtifactCollectionFilter, ArtifactCollectionFilterKey, LogFilter, LogFilterFlowRunId,
+    ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterFlowRunId,
 )
 
 
@@ -69,20 +69,21 @@ def test_first_run_extracts_evaluates_and_reports(first_run):
 
 def test_flow_run_of_a_run_with_failures_ends_failed_with_the_reason(first_run):
     from prefect import get_client
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
-    from prefect.client.schemas.sorting import FlowRunSort
 
+    _, _, summary = first_run
+    # this run's own flow run, named by its summary: the session's API holds other files' runs too
     with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["repeval-benchmark"])),
-                                     sort=FlowRunSort.START_TIME_DESC, limit=20)
-        failed = [r for r in runs if r.state and r.state.is_failed()]
-        assert failed, [r.state for r in runs]
-        assert "3 cells failed" in failed[0].state.message and "few5" in failed[0].state.message
-        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[failed[0].id])))
+        run = client.read_flow_run(summary["flow_run_id"])
+        assert run.flow_id == client.read_flow_by_name("repeval-benchmark").id
+        assert run.state.is_failed(), run.state
+        assert "3 cells failed" in run.state.message and "few5" in run.state.message
+        # the run's end waits for its log lines to be stored: read once, no polling
+        logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
         assert any("evaluated 9 of 12 cells" in log.message for log in logs)  # the summary, kept with the run
-        artifact = client.read_latest_artifacts(artifact_filter=ArtifactCollectionFilter(
-            key=ArtifactCollectionFilterKey(any_=["repeval-run-summary"])))
-        assert artifact and artifact[0].type == "table"
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["repeval-run-summary"])),
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
+        assert [a.type for a in artifacts] == ["table"]
 
 
 @pytest.mark.slow
