@@ -40,8 +40,11 @@ log = logging.getLogger("repeval")
 
 
 def say(reason: str, line: str) -> None:
-    """A timestamped progress line on stderr, tagged with why the run started."""
-    print(f"{time.strftime('%H:%M:%S')} [{reason}] {line}", file=sys.stderr, flush=True)
+    """A timestamped progress line on stderr, tagged with why the run started (one line:
+    names from data in it are printed escaped)."""
+    from pipeline.terminal import printable
+
+    print(f"{time.strftime('%H:%M:%S')} [{printable(reason)}] {printable(line)}", file=sys.stderr, flush=True)
 
 
 def _progress(reason: str, kind: str, done: int, total: int, started: float, extra: str = "") -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.datasets.base import DatasetAdapter
+from pipeline.terminal import printable
 
 _METRIC_TEXT = {
     "top1": "top-1 accuracy",
@@ -66,14 +67,15 @@ def format_summary(summary: dict[str, Any]) -> str:
     Returns
     -------
     str
+        Names from the copy (classes, skipped files, the root) printed escaped.
     """
     names = summary["class_names"]
-    shown = ", ".join(names[:_SHOWN]) + (", ..." if len(names) > _SHOWN else "")
+    shown = ", ".join(map(printable, names[:_SHOWN])) + (", ..." if len(names) > _SHOWN else "")
     mode = summary["splits"][0]["fingerprint_mode"] if summary["splits"] else ""
     where = summary["params"].get("root") or summary["params"].get("csv_path") or summary["params"].get("path")
     lines = [f"dataset {summary['name']} (adapter {summary['adapter']})"]
     if where:
-        lines.append(f"  root         {where}")
+        lines.append(f"  root         {printable(where)}")
     lines += [
         f"  classes      {summary['num_classes']} ({shown})",
         f"  metric       {summary['metric']}: {_METRIC_TEXT.get(summary['metric'], summary['metric'])}",
@@ -92,7 +94,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     for s in summary["splits"]:
         if s["skipped"]:
             more = f", ... ({len(s['skipped'])} in all)" if len(s["skipped"]) > _SHOWN else ""
-            lines.append(f"  skipped in {s['split']}: {', '.join(s['skipped'][:_SHOWN])}{more}")
+            lines.append(f"  skipped in {s['split']}: {', '.join(map(printable, s['skipped'][:_SHOWN]))}{more}")
     return "\n".join(lines)
 
 
