@@ -181,7 +181,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     except RepevalError as exc:
         if args.verbose:
             logging.getLogger("repeval").exception("the error's traceback")
-        print(f"repeval: error: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines() or [""]:  # a config's mistakes: one line each, all at once
+            print(f"repeval: error: {line}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("repeval: interrupted", file=sys.stderr)
