@@ -38,7 +38,7 @@ check: $(STAMP)
 # .ci/run runs its fast tier after `make test`; ORDER_MARK= runs the slow tests too.
 PREFECT_TESTS := tests/scaleout/test_shared_store.py tests/pipeline/datasets/test_run_flow.py \
 	tests/load/test_many_cells.py tests/flows/test_series_run.py tests/flows/test_schedules.py \
-	tests/flows/test_names.py tests/flows/test_memory_resources.py tests/flows/test_encoder_flow.py tests/flows/test_dask_cluster.py \
+	tests/flows/test_rerun.py tests/flows/test_names.py tests/flows/test_memory_resources.py tests/flows/test_encoder_flow.py tests/flows/test_dask_cluster.py \
 	tests/flows/test_benchmark_flow.py tests/faults/test_kill_run.py
 ORDER_MARK ?= not slow
 
