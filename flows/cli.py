@@ -182,7 +182,7 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         if args.verbose:
             logging.getLogger("repeval").exception("the error's traceback")
         for line in str(exc).splitlines() or [""]:  # a config's mistakes: one line each, all at once
-            print(f"repeval: error: {line}", file=sys.stderr)
+            print(f"repeval: error: {_cut(line)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("repeval: interrupted", file=sys.stderr)
@@ -191,9 +191,14 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         if args.verbose:
             logging.getLogger("repeval").exception("internal error")
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        print(f"repeval: internal error: {type(exc).__name__}: {first[:500]} (run with -v for the traceback)",
+        print(f"repeval: internal error: {type(exc).__name__}: {_cut(first, 500)} (run with -v for the traceback)",
               file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _cut(line: str, limit: int = 1000) -> str:
+    """A message line as printed: a value quoted whole (up to 4,096 characters in a config) is cut."""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _silence_closed_pipes(streams) -> None:

@@ -142,3 +142,14 @@ def test_a_huge_value_or_file_is_refused_and_quoted_values_are_cut(tmp_path):
     big.write_text(yaml.safe_dump(raw) + "#" * MAX_FILE_BYTES)
     with pytest.raises(ConfigError, match=r"big.yaml: 1,0\d\d,\d\d\d bytes; a config file holds at most"):
         load_config(big)
+
+
+def test_a_long_value_quoted_by_a_check_is_cut_on_the_terminal(tmp_path, capsys):
+    raw = tiny_config(tmp_path)
+    raw["encoders"][0]["source"] = "s" * MAX_STRING  # within the bounds; its check quotes it whole
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(path)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("repeval: error: config.encoders[0].source: 'sss") and line.endswith("...")
+    assert len(line) <= 1000 + len("repeval: error: ")
