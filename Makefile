@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: install demo test check bench clean
+.PHONY: install demo test check test-order bench clean
 
 install: $(STAMP)
 
@@ -31,6 +31,19 @@ test: $(STAMP)
 
 check: $(STAMP)
 	$(PYTEST) -m "not slow"
+
+# The test files whose flows share the session's Prefect API (tests/conftest.py's
+# prefect_harness), in the reverse of pytest's order, in one process: every test must find
+# its own runs whatever ran before it (tests/code/test_test_order.py keeps the list whole).
+# .ci/run runs its fast tier after `make test`; ORDER_MARK= runs the slow tests too.
+PREFECT_TESTS := tests/scaleout/test_shared_store.py tests/pipeline/datasets/test_run_flow.py \
+	tests/load/test_many_cells.py tests/flows/test_series_run.py tests/flows/test_schedules.py \
+	tests/flows/test_rerun.py tests/flows/test_names.py tests/flows/test_memory_resources.py tests/flows/test_encoder_flow.py tests/flows/test_dask_cluster.py \
+	tests/flows/test_benchmark_flow.py tests/faults/test_kill_run.py
+ORDER_MARK ?= not slow
+
+test-order: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "$(ORDER_MARK)" $(PREFECT_TESTS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_protocols.py --markdown

@@ -10,10 +10,13 @@ command then runs as users type it, in a fresh process, timed from start to exit
 * ``repeval results --config C``: the config's current settings under its names;
 * config errors: ``repeval run`` on a config with a field of the wrong type, and with a
   misspelled protocol setting (which needs the protocol registry's settings);
+* ``repeval run R`` with nothing to do: R names the same 200 cells (its encoders
+  ``source: store``), run once while building; the rerun is answered from the ledger;
 * ``repeval report C``: 200 cells, accuracy tables, low-shot plots, correlation scatters.
 
 Beside each: whether the process imported torch, and a bare ``python -c pass`` start
-for reference. Targets (issue): results and a config error under 2 s, the report under 5 s.
+for reference. Targets (issues): results and a config error under 2 s, the no-op rerun
+under 3 s, the report under 5 s.
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_cli.py [--repeats 3] [--root DIR]``.
 """
@@ -102,6 +105,11 @@ def build(root: Path) -> Path:
     (root / "bad.yaml").write_text(yaml.safe_dump(bad))
     typo = dict(raw, encoders=[dict(raw["encoders"][0], seed="zero")] + raw["encoders"][1:])
     (root / "typo.yaml").write_text(yaml.safe_dump(typo))
+    stored = dict(raw, encoders=[{"name": m, "source": "store"} for m in encoders], dask={"n_workers": 1})
+    (root / "run.yaml").write_text(yaml.safe_dump(stored))
+    print("building the store: one full `repeval run` of run.yaml (every cell from the ledger)", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "flows.cli", "run", str(root / "run.yaml")], check=True, cwd=ROOT,
+                   env=dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1"), stdout=subprocess.DEVNULL)
     return config
 
 
@@ -140,6 +148,7 @@ def main() -> int:
         ("results --config", ["results", "--config", str(config)], 2.0),
         ("config error: a field's type (run)", ["run", str(root / "typo.yaml")], 2.0),
         ("config error: a protocol setting (run)", ["run", str(root / "bad.yaml")], 2.0),
+        ("run with nothing to do, 200 cells", ["run", str(root / "run.yaml")], 3.0),
         ("report, 200 cells", ["report", str(config)], 5.0),
     ]
     print(f"python -c pass: {bare:.2f} s (interpreter start, for reference)")

@@ -40,8 +40,11 @@ log = logging.getLogger("repeval")
 
 
 def say(reason: str, line: str) -> None:
-    """A timestamped progress line on stderr, tagged with why the run started."""
-    print(f"{time.strftime('%H:%M:%S')} [{reason}] {line}", file=sys.stderr, flush=True)
+    """A timestamped progress line on stderr, tagged with why the run started (one line:
+    names from data in it are printed escaped)."""
+    from pipeline.terminal import printable
+
+    print(f"{time.strftime('%H:%M:%S')} [{printable(reason)}] {printable(line)}", file=sys.stderr, flush=True)
 
 
 def _progress(reason: str, kind: str, done: int, total: int, started: float, extra: str = "") -> None:
@@ -119,6 +122,7 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: 
         new_encoders=notes.get("new_encoders") or (), waiting=notes.get("waiting") or (),
         skipped_checkpoints=notes.get("skipped") or (), data_notes=notes.get("data_notes") or ())
     summary["events"] = emitted
+    summary["flow_run_id"] = _flow_run_id()  # which Prefect run this summary is the summary of
     summary["regressions"] = list((final or {}).get("summary", {}).get("regressions") or [])
     summary["summary_path"] = (final or {}).get("summary_path")
     publish_summary(summary)
@@ -142,6 +146,13 @@ def publish_summary(summary: dict[str, Any]) -> None:
         logger.info(line)
     create_table_artifact(table=summary_table(summary), key="repeval-run-summary",
                           description=f"repeval run ({summary['reason']}): " + lines[0])
+
+
+def _flow_run_id() -> str | None:
+    from prefect.runtime import flow_run
+
+    run_id = flow_run.get_id()
+    return str(run_id) if run_id else None
 
 
 def _extraction_outcome(fut, unit) -> dict[str, Any]:
@@ -200,7 +211,9 @@ def run_plan(plan: Plan, *, dask_address: str | None = None, reason: str = "run"
              new_encoders: list[str] | None = None) -> dict[str, Any]:
     """Run a plan's flow (on this process's Prefect API and a Dask cluster); its summary."""
     from flows.cluster_memory import cluster_memory, local_memory, local_worker_limit
-    from flows.runtime import gpu_count, local_workers, math_threads, task_runner, worker_math_threads
+    from flows.runtime import (
+        flush_run_logs, gpu_count, local_workers, math_threads, task_runner, worker_math_threads,
+    )
     from jobs.cell_memory import check_cells_fit
 
     cfg = plan.config
@@ -213,10 +226,13 @@ def run_plan(plan: Plan, *, dask_address: str | None = None, reason: str = "run"
     runner = task_runner(address, cfg.dask.n_workers, cfg.dask.threads_per_worker, cfg.dask.processes, gpu, limit)
     # the embedded cluster starts with the flow: its worker processes inherit these threads
     threads = math_threads(cfg.dask.math_threads, workers, cfg.dask.threads_per_worker)
-    with worker_math_threads(threads):
-        state = benchmark_flow.with_options(task_runner=runner)(
-            cfg.to_dict(), gpu_resources=gpu, reason=reason, notes=plan_notes(plan, new_encoders),
-            cell_memory=plan.cell_memory if memory.declared else None, return_state=True)
+    try:
+        with worker_math_threads(threads):
+            state = benchmark_flow.with_options(task_runner=runner)(
+                cfg.to_dict(), gpu_resources=gpu, reason=reason, notes=plan_notes(plan, new_encoders),
+                cell_memory=plan.cell_memory if memory.declared else None, return_state=True)
+    finally:
+        flush_run_logs()  # the summary lines are stored with the run before anyone reads them
     result = state.result(raise_on_failure=False)
     if isinstance(result, BaseException):  # the flow itself crashed: not a summary
         raise result

@@ -3,9 +3,10 @@
 Exit codes: 0 done; 1 ``verify``/``repair`` found damaged or incomplete arrays; 2 a mistake
 in the command, config, data or checkpoint (one line naming it, before any work); 3
 ``run`` finished but some cells, extractions, checkpoints or the correlation failed, or a
-checkpoint still being written was left out (they are listed; ``--allow-failures`` exits 0);
-4 an unexpected internal error
-(one line; ``-v`` shows the traceback); 130 interrupted.
+checkpoint still being written was left out (they are listed and recorded; ``--allow-failures``
+exits 0); 4 an unexpected internal error (one line; ``-v`` shows the traceback); 130
+interrupted; 141 the output's reader went away (``| head``: the command stops quietly, as
+Unix tools do).
 """
 
 from __future__ import annotations
@@ -23,26 +24,28 @@ from flows.commands_compare import add_compare_parser  # noqa: E402
 from flows.commands_registry import add_registry_commands  # noqa: E402
 from flows.commands_run import cmd_deploy, cmd_report, cmd_run, cmd_serve  # noqa: E402
 from flows.commands_store import (  # noqa: E402
-    cmd_datasets_show, cmd_extract, cmd_import, cmd_ls, cmd_repair, cmd_results, cmd_verify,
+    add_store_options, cmd_datasets_show, cmd_extract, cmd_import, cmd_ls, cmd_repair, cmd_results, cmd_verify,
 )
 from pipeline.errors import RepevalError  # noqa: E402
+from pipeline.terminal import TerminalStream  # noqa: E402
 from storage_schema.leases import DEFAULT_TTL  # noqa: E402
-from storage_schema.store import DEFAULT_STORE  # noqa: E402
 
 EXIT_ERROR = 2
 EXIT_INTERNAL = 4
 EXIT_INTERRUPTED = 130
+EXIT_PIPE = 128 + 13  # SIGPIPE's: the reader of the output went away (`| head`), as Unix tools exit
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="repeval", description="Judge frozen image encoders from a feature store.",
                                 epilog="exit codes: 0 done, 1 verify/repair found problems, 2 a mistake (config, "
-                                       "data, arguments), 3 run finished with failures, 4 internal error")
+                                       "data, arguments), 3 run finished with failures, 4 internal error, 141 the "
+                                       "output's reader went away (| head)")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level, show tracebacks")
     sub = p.add_subparsers(dest="command", required=True)
 
     e = sub.add_parser("extract", help="extract an encoder's features on a dataset into the store")
-    e.add_argument("--store", default=DEFAULT_STORE, help="store path or fsspec URL (default %(default)s)")
+    add_store_options(e, "a config whose store (and storage options) to extract into")
     e.add_argument("--arch", required=True, help="timm architecture, e.g. resnet18")
     e.add_argument("--name", help="encoder name in the store (default: the architecture)")
     e.add_argument("--weights", default="random", help="'random', a checkpoint path, or 'pretrained'")
@@ -73,18 +76,18 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_extract)
 
     ls = sub.add_parser("ls", help="list what the store holds (and the images adapters left out)")
-    ls.add_argument("--store", default=DEFAULT_STORE)
+    add_store_options(ls)
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_ls)
 
     ver = sub.add_parser("verify", help="read every chunk: report damaged (checksum) or incomplete arrays, "
                                         "and evidence that differs from its record")
-    ver.add_argument("--store", default=DEFAULT_STORE)
+    add_store_options(ver)
     ver.add_argument("--all", dest="verbose_ok", action="store_true", help="also list the arrays that are fine")
     ver.set_defaults(func=cmd_verify)
 
     rp = sub.add_parser("repair", help="recompute exactly the chunks that fail their checksum, then verify")
-    rp.add_argument("--store", default=DEFAULT_STORE)
+    add_store_options(rp)
     rp.add_argument("--key", nargs="*", help="arrays to repair (default: every array of the store)")
     rp.add_argument("--weights", help="checkpoint to use where an array's recorded one moved (same weights)")
     rp.add_argument("--device", help="torch device (default: the device type of the extraction)")
@@ -94,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(func=cmd_repair)
 
     imp = sub.add_parser("import-features", help="import precomputed features from .npz/.npy")
-    imp.add_argument("--store", default=DEFAULT_STORE)
+    add_store_options(imp, "a config whose store (and storage options) to import into")
     imp.add_argument("--model", required=True, help="encoder name to file the features under")
     imp.add_argument("--path", required=True, help=".npz file or folder of .npy files")
     imp.add_argument("--dataset-name", required=True)
@@ -116,8 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     res = sub.add_parser("results", help="the results of the current settings as a table, CSV or Parquet")
-    res.add_argument("--store", default=DEFAULT_STORE)
-    res.add_argument("--config", help="the config's store, its names and its current settings")
+    add_store_options(res, "the config's store, its names and its current settings")
     res.add_argument("--all", action="store_true", help="every record, with 'current', 'settings', 'recorded'")
     res.add_argument("--failed", action="store_true", help="what failed (cells, extractions, checkpoints)")
     res.add_argument("--ranks", action="store_true",
@@ -153,6 +155,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit code. What it prints passes through pipeline.terminal
+    (control characters from data escaped), and a closed pipe (``repeval ls | head -1``)
+    ends it quietly, as Unix tools end: exit 141, nothing on stderr."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = TerminalStream(sys.stdout), TerminalStream(sys.stderr)
+    try:
+        try:
+            return _dispatch(argv)
+        finally:
+            sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
+            sys.stderr.flush()
+    except BrokenPipeError:
+        _silence_closed_pipes(streams)
+        return EXIT_PIPE
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.INFO if args.verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
@@ -160,10 +181,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler.setLevel(level)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        raise
     except RepevalError as exc:
         if args.verbose:
             logging.getLogger("repeval").exception("the error's traceback")
-        print(f"repeval: error: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines() or [""]:  # a config's mistakes: one line each, all at once
+            print(f"repeval: error: {_cut(line)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("repeval: interrupted", file=sys.stderr)
@@ -172,9 +196,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verbose:
             logging.getLogger("repeval").exception("internal error")
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        print(f"repeval: internal error: {type(exc).__name__}: {first} (run with -v for the traceback)",
+        print(f"repeval: internal error: {type(exc).__name__}: {_cut(first, 500)} (run with -v for the traceback)",
               file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _cut(line: str, limit: int = 1000) -> str:
+    """A message line as printed: a value quoted whole (up to 4,096 characters in a config) is cut."""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _silence_closed_pipes(streams) -> None:
+    """Point whichever of ``streams`` lost its reader at /dev/null, so that what is left in
+    its buffer (and the interpreter's flush at exit) goes nowhere instead of failing again."""
+    for stream in streams:
+        try:
+            stream.flush()
+            continue
+        except BrokenPipeError:
+            pass
+        except (OSError, ValueError):
+            continue
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
 
 
 if __name__ == "__main__":

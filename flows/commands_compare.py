@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from storage_schema.store import DEFAULT_STORE
+from pipeline.terminal import printable
 
 
 def add_compare_parser(sub) -> None:
@@ -22,8 +22,9 @@ def add_compare_parser(sub) -> None:
                                    "controlled over the cells compared (Benjamini-Hochberg).")
     c.add_argument("a", help="encoder A (judged against B)")
     c.add_argument("b", help="encoder B")
-    c.add_argument("--config", help="the config's store and its names and current settings")
-    c.add_argument("--store", default=DEFAULT_STORE, help="store path or fsspec URL (default %(default)s)")
+    from flows.commands_store import add_store_options
+
+    add_store_options(c, "the config's store and its names and current settings")
     c.add_argument("--setting", action="append", help="only this protocol setting (repeatable)")
     c.add_argument("--alpha", type=float, default=0.05, help="false discovery rate (default %(default)s)")
     c.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default %(default)s)")
@@ -76,5 +77,5 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"{s.setting}: {args.a} better on {s.better}, worse on {s.worse}, indistinguishable on "
               f"{s.indistinguishable} of {s.n_cells} cell(s); mean difference {_pct(s.mean_difference)} points")
     for n in result.not_compared:
-        print(f"not compared: {n['cell']}: {n['reason']}")
+        print(f"not compared: {n['cell']}: {printable(n['reason'])}")
     return 0

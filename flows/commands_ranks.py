@@ -8,6 +8,7 @@ import argparse
 from typing import Any
 
 from pipeline.errors import RepevalError
+from pipeline.terminal import printable
 
 RANK_COLUMNS = ("dataset", "setting", "rank", "model", "layer", "score")
 PAIR_COLUMNS = ("dataset", "settings", "n", "kendall_tau", "kendall_ci", "spearman_rho", "spearman_ci", "flips")
@@ -72,5 +73,5 @@ def print_ranks(records: list[dict[str, Any]], args: argparse.Namespace, correla
     if skipped:
         print("not compared:")
         for line in skipped:
-            print(f"  {line}")
+            print(f"  {printable(line)}")
     return 0

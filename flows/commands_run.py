@@ -13,18 +13,22 @@ EXIT_CELLS_FAILED = 3  # `repeval run`: some cells, extractions, checkpoints or 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Plan (one check of the config, before Prefect or Dask start), run, summarise.
+    """Plan (one check of the config, before Prefect or Dask start), run, summarise; end with
+    the correlation figures and the report's path.
 
     Exits 3 when something failed (listed in the summary and recorded for
     ``repeval results --failed``), or a checkpoint of a ``checkpoints:`` folder was still
     being written after waiting up to its ``settle_seconds`` (named), unless
-    ``--allow-failures``.
+    ``--allow-failures``. A rerun with nothing to do is answered from the store and the
+    ledger (``jobs.rerun``) without Prefect, Dask or torch.
     """
     from flows.runtime import prepare_environment
 
     prepare_environment(args.verbose)
     from jobs.config import load_config
     from jobs.plan import make_plan
+    from jobs.rerun import ledger_answer, record_run
+    from pipeline.terminal import printable
 
     # SIGTERM (a scheduler's timeout, docker stop, kill) stops like Ctrl-C: the embedded Dask
     # workers and Prefect server are shut down with the run instead of outliving it
@@ -34,6 +38,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         from jobs.checkpoint_scan import wait_for_settled
 
         wait_for_settled(cfg, say=_say)
+    answer = None if args.retry_failed else ledger_answer(cfg)
+    if answer is not None:
+        if args.json:
+            print(json.dumps(answer.summary(), default=str))
+        else:
+            print(printable(answer.line()))
+            for line in answer.figures:
+                print(printable(line))
+        return 0
     plan = make_plan(cfg, retry_failed=args.retry_failed)
     from flows.benchmark import run_benchmark, say  # Prefect and Dask: once the config is known good
 
@@ -44,14 +57,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     for note in plan.data_notes:  # an empty class is never learned from, or never scored
         say("run", f"data warning: {note_line(note)}")
     summary = run_benchmark(cfg, dask_address=args.dask_address, plan=plan)
+    _note_clean_run(cfg, summary, record_run)
     if args.json:
         print(json.dumps({k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}, default=str))
     else:
-        print(f"report: {summary['report']}")
+        from jobs.correlate import figure_lines
+
+        for line in figure_lines(summary.get("correlation")):  # what the run found, as the demo prints it
+            print(printable(line))
+        print(f"report: {printable(summary['report'])}")
     left = list(plan.scan.waiting)
     if left:
         print(f"repeval: {len(left)} checkpoint(s) still being written after their settle_seconds were not "
-              f"evaluated: {', '.join(left)}", file=sys.stderr)
+              f"evaluated: {printable(', '.join(left))}", file=sys.stderr)
     if (summary["failures"] or left) and not args.allow_failures:
         what = f"{len(summary['failures'])} failure(s)" + (f", {len(left)} checkpoint(s) left out" if left else "")
         print(f"repeval: {what}; exit code {EXIT_CELLS_FAILED} (--allow-failures exits 0)", file=sys.stderr)
@@ -61,7 +79,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _say(line: str) -> None:
     """A progress line before the run starts, in the run's format."""
-    print(f"{time.strftime('%H:%M:%S')} [run] {line}", file=sys.stderr, flush=True)
+    from pipeline.terminal import printable
+
+    print(printable(f"{time.strftime('%H:%M:%S')} [run] {line}"), file=sys.stderr, flush=True)
+
+
+def _note_clean_run(cfg, summary: dict, record_run) -> None:
+    """Note a run without failures for the next rerun; a store that refuses the note only
+    costs that rerun its full check."""
+    import logging
+
+    from pipeline.errors import RepevalError
+
+    try:
+        record_run(cfg, summary)
+    except (RepevalError, OSError) as exc:
+        logging.getLogger("repeval").warning("the run's note for a rerun was not written: %s", exc)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -9,8 +9,19 @@ import json
 from collections.abc import Sequence
 
 from pipeline.errors import RepevalError
+from pipeline.terminal import printable
 
 EXIT_PROBLEMS = 1  # verify / repair: damaged or incomplete arrays remain
+
+
+def add_store_options(parser: argparse.ArgumentParser, config_help: str | None = None) -> None:
+    """``--store`` and ``--config`` (the config's ``store:``, with its storage options): every
+    command that reads or writes the store takes both; a config wins over ``--store``."""
+    from storage_schema.store import DEFAULT_STORE
+
+    parser.add_argument("--store", default=DEFAULT_STORE,
+                        help="store path or fsspec URL, when no --config is given (default %(default)s)")
+    parser.add_argument("--config", help=config_help or "a config whose store (and storage options) to read")
 
 
 def kv_pairs(pairs: Sequence[str]) -> dict:
@@ -28,7 +39,8 @@ def kv_pairs(pairs: Sequence[str]) -> dict:
 
 
 def print_table(rows: list[dict], cols: Sequence[str]) -> None:
-    table = [[str(r.get(c, "")) for c in cols] for r in rows]
+    """Rows as aligned columns; every value printable (names from data may hold escapes)."""
+    table = [[printable(r.get(c, "")) for c in cols] for r in rows]
     widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip())
     for t in table:
@@ -41,7 +53,6 @@ def cmd_extract(args: argparse.Namespace) -> int:
     from pipeline.datasets import make_dataset
     from jobs.weights_check import check_weights
     from pipeline.encoders import EncoderSpec, check_layers_available, load_encoder
-    from storage_schema import FeatureStore
 
     spec = EncoderSpec(name=args.name or args.arch, arch=args.arch, weights=args.weights, seed=args.seed,
                        layers=tuple(args.layers), input_size=args.input_size,
@@ -58,7 +69,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     bad = [s for s in splits if s not in dataset.splits]
     if bad:
         raise RepevalError(f"dataset {dataset.name!r} has no split {bad[0]!r}; splits: {', '.join(dataset.splits)}")
-    store = FeatureStore(args.store)
+    _, store = open_store_of(args, read_only=False)
     encoder = load_encoder(spec, device=args.device, precision=config.precision, channels_last=config.channels_last)
     for split in splits:
         report = extract(store, encoder, dataset, split, config)
@@ -67,14 +78,12 @@ def cmd_extract(args: argparse.Namespace) -> int:
               f"{report.forward_batches} batches, {report.images_per_s:.0f} img/s")
         if report.skipped_ids and not args.json:
             print(f"          {len(report.skipped_ids)} unreadable image(s) left out: "
-                  f"{', '.join(report.skipped_ids[:5])}{', ...' if len(report.skipped_ids) > 5 else ''}")
+                  f"{', '.join(map(printable, report.skipped_ids[:5]))}{', ...' if len(report.skipped_ids) > 5 else ''}")
     return 0
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from storage_schema import FeatureStore
-
-    store = FeatureStore(args.store, read_only=True)
+    _, store = open_store_of(args)
     rows = []
     for st in store.list_arrays():
         enc = st.attrs.get("encoder", {})
@@ -96,7 +105,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     print_table(rows, ["key", "shape", "dtype", "status", "arch", "weights", "pooling", "skipped", "fingerprint"])
     for r in rows:  # the data a dataset adapter left out is named, not only counted
         if r["skipped"] and r["key"].startswith("datasets/"):
-            shown = ", ".join(r["skipped_ids"][:10]) + (", ..." if r["skipped"] > 10 else "")
+            shown = ", ".join(map(printable, r["skipped_ids"][:10])) + (", ..." if r["skipped"] > 10 else "")
             print(f"{r['key']}: {r['skipped']} unreadable image(s) left out: {shown}")
     _print_checkpoints(rows)
     return 0
@@ -123,9 +132,7 @@ def _print_checkpoints(rows: list[dict]) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Read every chunk of every array; exit 1 if any is damaged or incomplete."""
-    from storage_schema import FeatureStore
-
-    store = FeatureStore(args.store, read_only=True)
+    _, store = open_store_of(args)
     problems = 0
     for st in store.list_arrays():
         if not st.complete:
@@ -144,7 +151,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     # each cell's evidence: chunks intact and still the bytes its record was made from
     checked, wrong = verify_evidence(store, Ledger(store))
     for problem in wrong:
-        print(problem.line())
+        print(printable(problem.line()))
     if args.verbose_ok and checked:
         print(f"ok         {checked - len(wrong)} of {checked} cells' evidence (predictions, scores, episodes)")
     problems += len(wrong)
@@ -155,9 +162,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_repair(args: argparse.Namespace) -> int:
     """Recompute the chunks that fail their checksum; exit 1 if incomplete arrays remain."""
     from jobs.repair import repair
-    from storage_schema import FeatureStore
 
-    store = FeatureStore(args.store)
+    _, store = open_store_of(args, read_only=False)
     summary = repair(store, args.key or None, weights=args.weights, device=args.device, lease_ttl=args.lease_ttl)
     if args.json:
         print(json.dumps(summary.to_dict()))
@@ -167,7 +173,7 @@ def cmd_repair(args: argparse.Namespace) -> int:
         for key in summary.incomplete:
             print(f"incomplete {key}: not repaired; rerun its extraction to resume it")
         for failure in summary.failed:
-            print(f"failed     {failure}")
+            print(f"failed     {printable(failure)}")
         print(f"{summary.chunks} chunk(s) of {len(summary.repaired)} array(s) recomputed and verified "
               f"({summary.forward_batches} forward batches); {summary.checked} array(s) checked in {store.url}")
     if summary.failed:
@@ -178,10 +184,9 @@ def cmd_repair(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from jobs.import_features import import_features
     from pipeline.datasets import make_dataset
-    from storage_schema import FeatureStore
 
     dataset = make_dataset("features", name=args.dataset_name, path=args.path)
-    store = FeatureStore(args.store)
+    _, store = open_store_of(args, read_only=False)
     for split in args.split or dataset.splits:
         rep = import_features(store, args.model, dataset, split, layer=args.layer, dtype=args.dtype)
         print(f"{rep.status:8s} {rep.key}: {rep.rows} x {rep.dim}")
@@ -236,7 +241,7 @@ def cmd_results(args: argparse.Namespace) -> int:
     if "recorded_as" in frame and frame["recorded_as"].notna().any():
         cols.append("recorded_as")  # a name sharing the record of identical weights
     cols += [c for c in HISTORY_COLUMNS if args.all and c in frame] + ["cell_id"]
-    print(frame[cols].to_string(index=False))
+    print(frame[cols].map(lambda v: printable(v) if isinstance(v, str) else v).to_string(index=False))
     if missing:
         print(f"{missing} cell(s) of the config not evaluated yet (or failed: repeval results --failed)")
     return 0
@@ -259,13 +264,21 @@ def _failed(store, cfg, args: argparse.Namespace) -> int:
     return 0
 
 
-def open_store_of(args: argparse.Namespace):
-    """(config or None, store): ``--config``'s store (with its storage options), else ``--store``; read-only."""
+def open_store_of(args: argparse.Namespace, read_only: bool = True):
+    """(config or None, store): ``--config``'s store (with its storage options), else ``--store``."""
     if getattr(args, "config", None):
         from jobs.config import load_config
 
         cfg = load_config(args.config)
-        return cfg, cfg.open_store(read_only=True)
+        return cfg, cfg.open_store(read_only=read_only)
+    from pipeline.errors import ArrayNotFoundError
     from storage_schema import FeatureStore
+    from storage_schema.store import DEFAULT_STORE
 
-    return None, FeatureStore(args.store, read_only=True)
+    try:
+        return None, FeatureStore(args.store, read_only=read_only)
+    except ArrayNotFoundError:
+        if args.store != DEFAULT_STORE:
+            raise
+        raise ArrayNotFoundError(f"no repeval store at {DEFAULT_STORE!r} (the default); name one with "
+                                 "--store PATH or --config CONFIG (its store:)") from None

@@ -221,6 +221,7 @@ def main(small: bool | None = None) -> int:
     """
     from flows.benchmark import run_benchmark
     from jobs.config import load_config
+    from jobs.correlate import figure_lines
     from jobs.plan import make_plan
 
     small = os.environ.get("REPEVAL_DEMO_SMALL") == "1" if small is None else small
@@ -243,10 +244,8 @@ def main(small: bool | None = None) -> int:
             r = setting["setting"]
             figures["correlation"][setting["name"]] = {"pearson": r["pearson"], "spearman": r["spearman"],
                                                        "n": setting["n"]}
-            print(f"  {setting['name']}: Pearson r = {r['pearson']:.2f}, Spearman rho = {r['spearman']:.2f}, "
-                  f"n = {setting['n']} encoders")
-        else:
-            print(f"  {setting['name']}: {setting['message']}")
+    for line in figure_lines(summary.get("correlation")):  # as `repeval run` ends
+        print(line)
     for dataset, (encoder, accuracy) in best_linear(cfg).items():
         figures["best_linear"][dataset] = {"encoder": encoder, "accuracy": accuracy}
         print(f"  best {LINEAR} accuracy on {dataset}: {100 * accuracy:.1f} % ({encoder})")

@@ -66,6 +66,7 @@ def prefect_api(scheduler: bool = False) -> Iterator[str]:
         try:
             yield current
         finally:
+            flush_run_logs()  # whichever API: the run's last lines are stored with it
             _restore("PREFECT_API_URL", previous)
         return
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
@@ -76,15 +77,29 @@ def prefect_api(scheduler: bool = False) -> Iterator[str]:
                 try:
                     yield url
                 finally:
-                    _flush_logs()  # the run's last log lines reach the API before it stops
+                    flush_run_logs()  # the run's last log lines reach the API before it stops
         finally:
             os.environ.pop("PREFECT_API_URL", None)
 
 
-def _flush_logs() -> None:
-    from prefect.logging.handlers import APILogHandler
+def flush_run_logs(timeout: float = 60.0) -> None:
+    """Block until this process's queued run logs are stored by the Prefect API.
 
-    APILogHandler().flush()
+    Prefect ships run logs from a background worker in batches (every 2 s by default), so
+    without this the last lines of a run (its summary) may reach the API after the caller
+    has moved on, or never, when the API stops first. Outside an event loop only (a
+    flow's own code, and the CLI, run none); ``timeout`` bounds a stuck API.
+    """
+    import asyncio
+
+    from prefect.logging.handlers import APILogHandler, APILogWorker
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop in this thread: wait for the drain, as long as it takes
+        APILogWorker.drain_all(timeout=timeout)
+        return
+    APILogHandler().flush()  # inside a loop: Prefect drains in a thread of its own
 
 
 @contextlib.contextmanager

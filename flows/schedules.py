@@ -3,6 +3,9 @@ watcher that reruns the benchmark when the config's protocol settings change.
 
 Both only start the benchmark flow; what it computes is decided by the store and the
 ledger, so a scheduled run evaluates exactly the new encoders or the changed settings.
+One scheduled run at a time evaluates a store (the lease ``jobs.watch.SCHEDULE_LEASE``):
+the scan waits for a watcher's run, the watcher leaves its work to a scan in progress and
+runs only when the settings differ from those of a recorded run.
 Prefect runs each scheduled flow run in a process of its own, so the serving process
 does not accumulate the memory of the runs (torch, the Dask cluster, features).
 """
@@ -16,7 +19,7 @@ from prefect.events import emit_event
 from prefect.states import Failed
 
 from jobs.config import load_config
-from jobs.watch import detect_changes, save_state, watch_key
+from jobs.watch import SCHEDULE_LEASE, detect_changes, save_state, watch_key
 from storage_schema.provenance import stable_hash
 
 CHANGED_EVENT = "repeval.config.protocols-changed"
@@ -73,29 +76,59 @@ def run_or_fail(config_path: str, reason: str, new_encoders: list[str] | None = 
         return Failed(message=f"{reason}: {exc}")
 
 
-@flow(name="repeval-scan-checkpoints")
-def scan_checkpoints_flow(config_path: str) -> dict[str, Any]:
-    """Scheduled (cron): evaluate every checkpoint that appeared since the last run."""
+def schedule_lease(config_path: str):
+    """The lease that lets one scheduled run at a time evaluate the config's store (not acquired)."""
+    return load_config(config_path).open_store().lease(SCHEDULE_LEASE)
+
+
+def _note(reason: str, line: str) -> None:
     from flows.benchmark import say
 
-    _, changes = _changes(config_path)
-    if not changes.any:
-        say("scan", "no new checkpoints and no protocol change")
-        get_run_logger().info("no new checkpoints and no protocol change")
-        return {"ran": False, "new_encoders": []}
-    why = "scan: new checkpoints" if changes.new_encoders else "scan: protocol settings changed"
-    return run_or_fail(config_path, why, changes.new_encoders)
+    say(reason, line)
+    get_run_logger().info(line)
+
+
+@flow(name="repeval-scan-checkpoints")
+def scan_checkpoints_flow(config_path: str) -> dict[str, Any]:
+    """Scheduled (cron): evaluate every checkpoint that appeared since the last run. A
+    watcher's run in progress is waited for, then the changes are read again (it may have
+    done the work)."""
+    lease = schedule_lease(config_path)
+    lease.acquire(wait=True)
+    try:
+        _, changes = _changes(config_path)
+        if not changes.any:
+            _note("scan", "no new checkpoints and no protocol change")
+            return {"ran": False, "new_encoders": []}
+        why = "scan: new checkpoints" if changes.new_encoders else "scan: protocol settings changed"
+        return run_or_fail(config_path, why, changes.new_encoders)
+    finally:
+        lease.release()
 
 
 @flow(name="repeval-watch-protocols")
 def watch_protocols_flow(config_path: str) -> dict[str, Any]:
-    """Polled: when the protocol settings' hash changed, emit an event and rerun."""
+    """Polled: when the protocol settings differ from those of the runs recorded, emit an
+    event and rerun. Before any run is recorded the scan evaluates the config; while a
+    scan runs, the watcher leaves its work to it (the scan records the settings it used,
+    so an edit made during the scan is seen at the next poll)."""
     cfg, changes = _changes(config_path)
-    if not changes.protocols_changed:
-        return {"ran": False}
-    emit_event(event=CHANGED_EVENT, resource={"prefect.resource.id": config_resource_id(config_path)},
-               payload={"config": config_path, "protocol_hash": cfg.protocol_hash()})
-    return run_or_fail(config_path, "watch: protocol settings changed", changes.new_encoders)
+    if not changes.settings_edited:
+        return {"ran": False, "reason": "unchanged" if changes.recorded else "no run recorded yet (the scan evaluates first)"}
+    lease = schedule_lease(config_path)
+    if not lease.acquire(wait=False):
+        _note("watch", "protocol settings changed; a scheduled run in progress holds the store: left to it "
+                       "and the next poll")
+        return {"ran": False, "reason": "busy"}
+    try:
+        cfg, changes = _changes(config_path)  # again, holding the store: a scan may just have run them
+        if not changes.settings_edited:
+            return {"ran": False, "reason": "unchanged"}
+        emit_event(event=CHANGED_EVENT, resource={"prefect.resource.id": config_resource_id(config_path)},
+                   payload={"config": config_path, "protocol_hash": cfg.protocol_hash()})
+        return run_or_fail(config_path, "watch: protocol settings changed", changes.new_encoders)
+    finally:
+        lease.release()
 
 
 def serve_schedules(config_path: str, cron: str | None = DEFAULT_CRON, interval: float | None = None,

@@ -18,12 +18,14 @@ from typing import Any
 
 import yaml
 
+from jobs.config_check import Mistakes, check_bounds, check_file_size, check_no_credentials
 from jobs.encoder_config import check_encoder_correlations, check_encoder_protocol, resolve_encoder_paths
 from jobs.extract_config import DECODERS, DTYPES, PRECISIONS, ExtractConfig  # noqa: F401  (re-exported)
 from jobs.typed import from_plain, to_plain
 from jobs.weights_check import check_checkpoint_fields
 from pipeline.errors import ConfigError, InvalidNameError, RepevalError
 from pipeline.names import validate_name
+from pipeline.terminal import short
 from storage_schema.provenance import stable_hash
 
 
@@ -299,32 +301,6 @@ class DaskSettings:
             raise ConfigError(f"{path}.math_threads: {self.math_threads!r} must be 'auto' or an integer >= 1")
 
 
-# Keys of fsspec storage options that hold credentials (s3fs, gcsfs, adlfs, botocore).
-_SECRET_OPTIONS = ("key", "access_key", "access_key_id", "account_key", "passwd", "connection_string")
-
-
-def _no_credentials(store: str, storage_options: dict[str, Any], path: str) -> None:
-    """The config travels to Prefect (flow parameters, kept in its database) and into the
-    report: credentials must come from the environment, never from the config."""
-    from storage_schema.backend import redact_url, url_has_password
-
-    if url_has_password(store):
-        raise ConfigError(f"{path}.store: {redact_url(store)!r} carries a password in its URL; remove it "
-                          "and give credentials through the environment (for S3: AWS_ACCESS_KEY_ID, "
-                          "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)")
-
-    def walk(options: Any, where: str) -> None:
-        for k, v in (options.items() if isinstance(options, dict) else ()):
-            name = str(k).lower().removeprefix("aws_")
-            if name in _SECRET_OPTIONS or "secret" in name or "password" in name or name.endswith("token"):
-                raise ConfigError(f"{where}.{k}: credentials are not accepted in the config (it is "
-                                  "stored with each run); set them in the environment instead (for S3: "
-                                  "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN)")
-            walk(v, f"{where}.{k}")
-
-    walk(storage_options, f"{path}.storage_options")
-
-
 @dataclass(kw_only=True)
 class BenchmarkConfig:
     encoders: list[EncoderConfig] = field(default_factory=list)  # a checkpoints: folder may be all
@@ -340,46 +316,52 @@ class BenchmarkConfig:
     report: ReportConfig = field(default_factory=ReportConfig)
 
     def check(self, path: str) -> None:
-        _no_credentials(self.store, self.storage_options, path)
+        """Cross-field checks, every mistake reported (a new one: ``jobs.config_check``)."""
+        mistakes = Mistakes()
+        with mistakes.collect():
+            check_no_credentials(self.store, self.storage_options, path)
         for where, value in (("store", self.store), ("report.path", self.report.path)):
             if not value.strip():  # '' would resolve to the config's own folder
-                raise ConfigError(f"{path}.{where}: must not be empty")
+                mistakes.add(ConfigError(f"{path}.{where}: must not be empty"))
         if not self.encoders and not self.checkpoints:
-            raise ConfigError(f"{path}.encoders: no encoders and no checkpoints folder; give at least one")
+            mistakes.add(ConfigError(f"{path}.encoders: no encoders and no checkpoints folder; give at least one"))
         for what, items in (("encoders", self.encoders), ("datasets", self.datasets),
                             ("protocols", self.protocols)):
             seen: dict[str, int] = {}
             for i, item in enumerate(items):
                 if item.name in seen:
-                    raise ConfigError(f"{path}.{what}[{i}].name: {item.name!r} repeats {what}[{seen[item.name]}]")
-                seen[item.name] = i
+                    mistakes.add(ConfigError(f"{path}.{what}[{i}].name: {item.name!r} repeats "
+                                             f"{what}[{seen[item.name]}]"))
+                seen.setdefault(item.name, i)
         datasets = {d.name for d in self.datasets}
         protocols = {p.name for p in self.protocols}
         for i, p in enumerate(self.protocols):
             for j, d in enumerate(p.datasets or []):
                 if d not in datasets:
-                    raise ConfigError(f"{path}.protocols[{i}].datasets[{j}]: unknown dataset {d!r}; "
-                                      f"datasets: {', '.join(sorted(datasets))}")
+                    mistakes.add(ConfigError(f"{path}.protocols[{i}].datasets[{j}]: unknown dataset {d!r}; "
+                                             f"datasets: {', '.join(sorted(datasets))}"))
         for i, s in enumerate(self.correlation.settings):
             if s.protocol not in protocols:
-                raise ConfigError(f"{path}.correlation.settings[{i}].protocol: unknown protocol setting "
-                                  f"{s.protocol!r}; protocols: {', '.join(sorted(protocols))}")
+                mistakes.add(ConfigError(f"{path}.correlation.settings[{i}].protocol: unknown protocol setting "
+                                         f"{s.protocol!r}; protocols: {', '.join(sorted(protocols))}"))
             for j, d in enumerate(s.datasets):
                 if d not in datasets:
-                    raise ConfigError(f"{path}.correlation.settings[{i}].datasets[{j}]: unknown dataset "
-                                      f"{d!r}; datasets: {', '.join(sorted(datasets))}")
+                    mistakes.add(ConfigError(f"{path}.correlation.settings[{i}].datasets[{j}]: unknown dataset "
+                                             f"{d!r}; datasets: {', '.join(sorted(datasets))}"))
         ref = self.reference
         if ref.protocol is not None and ref.protocol not in protocols:
-            raise ConfigError(f"{path}.reference.protocol: unknown protocol setting {ref.protocol!r}; "
-                              f"protocols: {', '.join(sorted(protocols))}")
+            mistakes.add(ConfigError(f"{path}.reference.protocol: unknown protocol setting {ref.protocol!r}; "
+                                     f"protocols: {', '.join(sorted(protocols))}"))
         if ref.dataset is not None and ref.dataset not in datasets:
-            raise ConfigError(f"{path}.reference.dataset: unknown dataset {ref.dataset!r}; "
-                              f"datasets: {', '.join(sorted(datasets))}")
+            mistakes.add(ConfigError(f"{path}.reference.dataset: unknown dataset {ref.dataset!r}; "
+                                     f"datasets: {', '.join(sorted(datasets))}"))
         for model, score in ref.scores.items():
             if not 0.0 <= score <= 1.0:
-                raise ConfigError(f"{path}.reference.scores.{model}: {score} is not a fraction in [0, 1] "
-                                  "(give 0.765, not 76.5)")
-        check_encoder_correlations(self, path)
+                mistakes.add(ConfigError(f"{path}.reference.scores.{model}: {score} is not a fraction in [0, 1] "
+                                         "(give 0.765, not 76.5)"))
+        with mistakes.collect():
+            check_encoder_correlations(self, path)
+        mistakes.raise_any()
 
     # -- helpers ------------------------------------------------------------------------
     def resolve_paths(self, base: Path) -> None:
@@ -434,7 +416,9 @@ def load_config(source: str | os.PathLike | dict) -> BenchmarkConfig:
 
     Relative paths in a file (store, checkpoints, encoder weights, dataset roots and other
     path parameters of adapters, suite roots, reference csv, report) are taken relative
-    to the file's folder, so a config means the same from any working folder.
+    to the file's folder, so a config means the same from any working folder. Oversized
+    input is refused first (``jobs.config_check``); then every mistake found is reported
+    at once, one line each.
     """
     if isinstance(source, dict):
         data = source
@@ -443,11 +427,13 @@ def load_config(source: str | os.PathLike | dict) -> BenchmarkConfig:
         path = Path(source)
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
+        check_file_size(path, path.stat().st_size)
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+            raise ConfigError(f"{path}: not valid YAML: {short(str(exc), 400)}") from None
         base = path.resolve().parent
+    check_bounds(data)  # before anything walks it: an alias bomb is a few lines of YAML
     from jobs.suites import expand_suite
 
     cfg = from_plain(BenchmarkConfig, expand_suite(data, base), "config")  # `suite:` -> its entries

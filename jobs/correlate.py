@@ -257,3 +257,20 @@ def _usable_models(report: SettingReport, reference: Mapping[str, float]) -> lis
         else:
             usable.append(model)
     return usable
+
+
+def figure_lines(correlation: Mapping[str, Any] | None) -> list[str]:
+    """The figures a run prints at its end: per correlation setting, Pearson's r and
+    Spearman's rho with the number of encoders, or why there are none.
+
+    ``correlation`` is a run summary's (``CorrelationReport.to_dict()``), or None.
+    """
+    lines = []
+    for s in (correlation or {}).get("settings", []):
+        r = s.get("setting") or {}
+        if s.get("status") == OK and "pearson" in r and "spearman" in r:
+            lines.append(f"  {s['name']}: Pearson r = {r['pearson']:.2f}, Spearman rho = {r['spearman']:.2f}, "
+                         f"n = {s['n']} encoders")
+        else:
+            lines.append(f"  {s.get('name')}: {s.get('message') or s.get('status')}")
+    return lines

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.checkpoint_scan import ScanResult, scan_checkpoints, with_encoders
+from jobs.config_check import Mistakes
 from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
 from jobs.dense_plan import check_dense_pairs
 from jobs.encoder_cells import EncoderCell, encoder_cells, needs_features
@@ -108,51 +109,62 @@ def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
 
 def check_plan(cfg: BenchmarkConfig) -> dict[str, Any]:
     """Config problems that need the registries (adapters, architectures, checkpoints) or
-    the store (features of ``source: store`` encoders): one ConfigError naming the field,
-    before any work. Returns the dataset adapters built, by dataset name (a dataset that
-    only ``source: store`` encoders use is not built: its features are in the store)."""
+    the store (features of ``source: store`` encoders): every one found, each naming its
+    field (one ConfigError; ``jobs.config_check``), before any work. Returns the dataset
+    adapters built, by dataset name (a dataset that only ``source: store`` encoders use is
+    not built: its features are in the store)."""
     from pipeline.datasets import adapter_class
 
+    mistakes = Mistakes()
     provided = {layer for e in cfg.encoders for layer in e.layers} | {
         layer for s in cfg.checkpoints for layer in s.layers}
     for i, p in enumerate(cfg.protocols):
-        missing = [layer for layer in p.layers or () if layer not in provided and not is_encoder_protocol(p.protocol)]
-        if missing:
-            raise ConfigError(f"config.protocols[{i}].layers: no encoder extracts {missing[0]!r}; "
-                              f"extracted layers: {', '.join(sorted(provided))}")
-        if not is_encoder_protocol(p.protocol):
-            check_token_layers(p, i, provided)
-    check_dense_pairs(cfg)
-    check_multilabel_protocols(cfg)
-    check_encoder_work(cfg)
+        with mistakes.collect():
+            missing = [layer for layer in p.layers or ()
+                       if layer not in provided and not is_encoder_protocol(p.protocol)]
+            if missing:
+                raise ConfigError(f"config.protocols[{i}].layers: no encoder extracts {missing[0]!r}; "
+                                  f"extracted layers: {', '.join(sorted(provided))}")
+            if not is_encoder_protocol(p.protocol):
+                check_token_layers(p, i, provided)
+    with mistakes.collect():
+        check_dense_pairs(cfg)
+    with mistakes.collect():
+        check_multilabel_protocols(cfg)
+    with mistakes.collect():
+        check_encoder_work(cfg)
     extracts = bool(cfg.checkpoints) or any(e.extracted for e in cfg.encoders)
     adapters = {}
     for i, d in enumerate(cfg.datasets):
-        try:
-            if not extracts:
-                adapter_class(d.adapter)  # the name is checked; the features come from the store
-                continue
-            adapter = make_adapter(d)
-        except RepevalError as exc:
-            raise ConfigError(f"config.datasets[{i}]: {exc}") from None
-        bad = [s for s in d.splits() if s not in adapter.splits]
-        if bad:
-            raise ConfigError(f"config.datasets[{i}]: dataset {d.name!r} has no split {bad[0]!r}; "
-                              f"splits: {', '.join(adapter.splits)}")
-        if not adapter.has_images:
-            raise ConfigError(f"config.datasets[{i}]: adapter {d.adapter!r} holds precomputed features; "
-                              "import them with `repeval import-features` and name their encoder with "
-                              "`source: store` (a config whose encoders are all `source: store` may list it)")
-        adapters[d.name] = adapter
+        with mistakes.collect():
+            try:
+                if not extracts:
+                    adapter_class(d.adapter)  # the name is checked; the features come from the store
+                    continue
+                adapter = make_adapter(d)
+            except RepevalError as exc:
+                raise ConfigError(f"config.datasets[{i}]: {exc}") from None
+            bad = [s for s in d.splits() if s not in adapter.splits]
+            if bad:
+                raise ConfigError(f"config.datasets[{i}]: dataset {d.name!r} has no split {bad[0]!r}; "
+                                  f"splits: {', '.join(adapter.splits)}")
+            if not adapter.has_images:
+                raise ConfigError(f"config.datasets[{i}]: adapter {d.adapter!r} holds precomputed features; "
+                                  "import them with `repeval import-features` and name their encoder with "
+                                  "`source: store` (a config whose encoders are all `source: store` may list it)")
+            adapters[d.name] = adapter
     for i, e in enumerate(cfg.encoders):
         if not e.extracted:
             continue
-        try:
-            check_encoder(e)
-        except RepevalError as exc:
-            field_ = ".weights" if isinstance(exc, (CheckpointError, HubUnavailableError)) else ""
-            raise ConfigError(f"config.encoders[{i}]{field_}: {exc}") from None
-    check_stored_features(cfg)
+        with mistakes.collect():
+            try:
+                check_encoder(e)
+            except RepevalError as exc:
+                field_ = ".weights" if isinstance(exc, (CheckpointError, HubUnavailableError)) else ""
+                raise ConfigError(f"config.encoders[{i}]{field_}: {exc}") from None
+    with mistakes.collect():
+        check_stored_features(cfg)
+    mistakes.raise_any()
     return adapters
 
 
@@ -165,6 +177,7 @@ def check_stored_features(cfg: BenchmarkConfig) -> None:
         return
     store = _failure_store(cfg, writable=False)
     used = [d for d in cfg.datasets if any(p.datasets is None or d.name in p.datasets for p in cfg.protocols)]
+    mistakes = Mistakes()
     for i, e in stored:
         for d in used:
             for split in d.splits():
@@ -173,11 +186,12 @@ def check_stored_features(cfg: BenchmarkConfig) -> None:
                     st = store.status(key) if store is not None else None
                     if st is None or not st.complete:
                         state = "is incomplete" if st is not None else "is not there"
-                        raise ConfigError(
+                        mistakes.add(ConfigError(
                             f"config.encoders[{i}] ({e.name}, source: store): {key} {state} in the store "
                             f"{cfg.store}; import it first: repeval import-features --store {cfg.store} "
                             f"--model {e.name} --dataset-name {d.name} --layer {layer} --path <.npz or folder "
-                            "of .npy>")
+                            "of .npy>"))
+    mistakes.raise_any()
 
 
 def check_token_layers(p: ProtocolConfig, i: int, provided: set[str]) -> None:
@@ -211,6 +225,7 @@ def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:
     from pipeline.datasets import adapter_class
     from pipeline.protocols.multilabel import refuse_multilabel
 
+    mistakes = Mistakes()
     for i, p in enumerate(cfg.protocols):
         if is_encoder_protocol(p.protocol):
             continue  # an encoder protocol: jobs.encoder_config.check_encoder_work
@@ -223,8 +238,9 @@ def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:
                 try:
                     refuse_multilabel(p.protocol)
                 except RepevalError as exc:
-                    raise ConfigError(f"config.protocols[{i}] ({p.name}): dataset {d.name!r} ({d.adapter}) is "
-                                      f"multi-label: {exc}; restrict the protocol with its datasets list") from None
+                    mistakes.add(ConfigError(f"config.protocols[{i}] ({p.name}): dataset {d.name!r} ({d.adapter}) "
+                                             f"is multi-label: {exc}; restrict the protocol with its datasets list"))
+    mistakes.raise_any()
 
 
 def check_encoder(encoder: EncoderConfig) -> None:

@@ -5,6 +5,10 @@ settings and the encoders a run completed (with their checkpoint file's size and
 modification time), so a schedule can tell "new checkpoints" and "protocol settings
 changed" apart from "nothing to do" without running anything. Only what a run actually
 planned and extracted is recorded: a file that arrived during the run, or failed, stays new.
+
+The schedules evaluate one at a time per store: each holds the store's
+:data:`SCHEDULE_LEASE` while it looks for changes and runs (a lease, so a killed run's
+hold ends with it).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from storage_schema.keys import watch_key
 from storage_schema.ledger import FailureLog
 from storage_schema.provenance import now_iso
 
+SCHEDULE_LEASE = "schedules/evaluation"  # held by the scheduled run evaluating a store
+
 
 @dataclass
 class WatchState:
@@ -30,12 +36,21 @@ class WatchState:
 
 @dataclass(frozen=True)
 class Changes:
+    """What changed since the runs recorded; ``recorded``: whether any run was (before the
+    first, everything is new and the settings count as changed)."""
+
     new_encoders: list[str]
     protocols_changed: bool
+    recorded: bool = True
 
     @property
     def any(self) -> bool:
         return bool(self.new_encoders) or self.protocols_changed
+
+    @property
+    def settings_edited(self) -> bool:
+        """The protocol settings differ from those a recorded run used (the watcher's cue)."""
+        return self.recorded and self.protocols_changed
 
 
 def load_state(store: FeatureStore, key: str) -> WatchState | None:
@@ -54,7 +69,7 @@ def detect_changes(store: FeatureStore, cfg: BenchmarkConfig, key: str) -> Chang
     scan = scan_checkpoints(cfg, failed)
     names = [e.name for e in cfg.encoders] + [f.encoder.name for f in scan.taken]
     if state is None:
-        return Changes(names, True)
+        return Changes(names, True, recorded=False)
     new = [n for n in names if n not in state.encoders]
     new += [f.encoder.name for f in scan.taken
             if f.encoder.name in state.encoders and state.files.get(f.encoder.name, f.signature) != f.signature]

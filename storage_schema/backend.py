@@ -63,6 +63,43 @@ def write_errors(url: str, what: str) -> Iterator[None]:
         raise
 
 
+_NO_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError")  # botocore's (s3fs), by name: no import
+
+
+@contextlib.contextmanager
+def credential_errors(url: str) -> Iterator[None]:
+    """Turn an object store's "no credentials" into a StoreError naming the host and process.
+
+    A Dask or Prefect worker started without the store's credentials otherwise fails with
+    botocore's ``Unable to locate credentials``, which says neither where nor what to set.
+
+    Parameters
+    ----------
+    url : str
+        The store's URL, redacted (it goes into the message).
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        A block inside which the credentials error is translated.
+    """
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001  re-raised unless it is the credentials error
+        cause: BaseException | None = exc
+        while cause is not None and type(cause).__name__ not in _NO_CREDENTIALS:
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        import socket
+
+        raise StoreError(
+            f"no credentials for the object store {url!r} on host {socket.gethostname()} (process {os.getpid()}): "
+            f"{type(cause).__name__}: {str(cause)[:200]}; every process that opens the store needs them in its "
+            "environment (this one may be a Dask or Prefect worker): AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+            "or AWS_PROFILE") from None
+
+
 def redact_url(url: str) -> str:
     """``url`` without the user info (``user:password@``) of its authority.
 

@@ -26,7 +26,9 @@ Bookkeeping beside them, under ``_repeval/`` (never a Zarr node):
   cell of these names last used (found without loading the encoder);
 * ``examples/<cell id[:2]>/<cell id>.png``: example pictures of an encoder-protocol cell;
 * ``scratch/<kind>/<run id>/<part>/``: resumable training state, deleted once recorded;
-* ``watch/<hash of a config path>.json``: what a schedule saw last.
+* ``watch/<hash of a config path>.json``: what a schedule saw last;
+* ``runs/<hash of a planned config>.json``: what the last run of it without failures
+  covered (a rerun with nothing to do is answered from it).
 
 Names that become key components are validated, so no key can leave its folder.
 This module is longer than 450 lines because every key is built here, each with its
@@ -52,6 +54,7 @@ _ALIASES = f"{SIDE}/aliases"
 _FINGERPRINTS = f"{SIDE}/fingerprints"
 _FAILURES = f"{SIDE}/failures"
 _WATCH = f"{SIDE}/watch"
+_RUNS = f"{SIDE}/runs"
 _ENCODER_CELLS = f"{SIDE}/encoder_cells"
 _EXAMPLES = f"{SIDE}/examples"
 SCRATCH = f"{SIDE}/scratch"
@@ -588,3 +591,19 @@ def watch_key(config_path: str) -> str:
         ``_repeval/watch/<16 hex digits of the path's hash>.json``.
     """
     return f"{_WATCH}/{stable_hash(str(config_path), 16)}.json"
+
+
+def run_memo_key(config_hash: str) -> str:
+    """What the last run without failures of one planned config covered (``jobs.rerun``).
+
+    Parameters
+    ----------
+    config_hash : str
+        The hash of the planned config (its scanned checkpoints included).
+
+    Returns
+    -------
+    str
+        ``_repeval/runs/<config_hash>.json``.
+    """
+    return f"{_RUNS}/{validate_name(config_hash, 'config hash')}.json"

@@ -31,7 +31,7 @@ from pipeline.errors import (
 )
 from storage_schema import keys
 from storage_schema.arrays import ArrayStatus, StoredArray, damaged_chunks
-from storage_schema.backend import Backend, write_errors
+from storage_schema.backend import Backend, credential_errors, write_errors
 from storage_schema.leases import DEFAULT_TTL, Lease
 from storage_schema.provenance import now_iso
 from storage_schema.writing import ArraySpec, ArrayWriter, Produce, WriteResult
@@ -61,7 +61,8 @@ class FeatureStore:
         self.read_only = read_only
         self.url = self.backend.redacted_url()
         self._zstore = self.backend.zarr_store()
-        self.root = self._open_root()
+        with credential_errors(self.url):  # the first read of an object store: a worker without its keys
+            self.root = self._open_root()
         self._writer = ArrayWriter(self.backend, self._zstore, self._stored_status)
 
     # -- opening ------------------------------------------------------------------------

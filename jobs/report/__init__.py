@@ -8,7 +8,9 @@ level (when the run has level datasets), correlation scatters
 against the reference (Ericsson et al. 2021, figure 1), the rank agreement between protocol
 settings (figure 7: Kendall's tau matrix, flips, radar charts), the invariance audit, calibration,
 the dense readouts (segmentation and surface normals, with predicted maps), solver warnings
-and, one click from every number, each record's provenance.
+and, one click from every number, each record's provenance. The overview's table of contents
+lists the sections with content (``html.section(..., empty=True)`` marks one that only says
+there is nothing to show).
 
 Where to look: ``html`` (escaping building blocks), ``plots`` (matplotlib figures),
 ``model`` (what the report is built from), ``summary``, ``series``, ``scores``,
@@ -29,7 +31,7 @@ from jobs.report.encoder import encoder_sections
 from jobs.report.files import write_atomic
 from jobs.report.html import page
 from jobs.report.model import build_run
-from jobs.report.overview import overview_section, provenance_section
+from jobs.report.overview import contents, overview_section, provenance_section
 from jobs.report.ranks import ranks_section
 from jobs.report.scores import (
     BEST_MARKER, accuracy_section, best_layer_section, calibration_section, lowshot_section,
@@ -66,7 +68,6 @@ def write_report(records: list[dict], correlation: CorrelationReport | None, con
     sections = [
         failed_section(run),
         summary_section(run),
-        overview_section(run),
         series_section(run),
         data_section(run),
         accuracy_section(run),
@@ -83,6 +84,7 @@ def write_report(records: list[dict], correlation: CorrelationReport | None, con
         warnings_section(run),
         provenance_section(run),
     ]
+    sections.insert(2, overview_section(run, contents(sections)))  # its contents: the sections with content
     out = Path(path)
     write_atomic(out, page("repeval benchmark report", sections))
     return str(out)

@@ -19,7 +19,7 @@ def failed_section(run: ReportRun) -> Markup:
     fails = run.failures
     if not fails:
         return section("failed", "Failed cells", note("Nothing failed: every cell, extraction and checkpoint "
-                                                      "of this config succeeded when last run."))
+                                                      "of this config succeeded when last run."), empty=True)
     rows = [[_KIND_TITLE.get(str(f.get("kind")), str(f.get("kind"))), f.get("label", "?"), f.get("reason", ""),
              f.get("attempts", 1), f.get("first_failed", ""), f.get("recorded", "")] for f in fails]
     return section("failed", "Failed cells",
@@ -42,7 +42,8 @@ def data_section(run: ReportRun) -> Markup:
     for path in run.waiting:
         body.append(note(f"checkpoint {path} is still being written; a later scan evaluates it"))
     if not body:
-        body.append(note("No image was left out and no class was too small for a protocol."))
+        return section("data", "Data problems", note("No image was left out and no class was too small for a "
+                                                      "protocol."), empty=True)
     return section("data", "Data problems", body)
 
 
@@ -78,7 +79,7 @@ def invariance_section(run: ReportRun) -> Markup:
                             "the protocol is expected to ignore it. A cell expected invariant whose "
                             f"predictions changed is a violation ({VIOLATION_MARKER}).")]
     if not recs:
-        body.append(note("No invariance audit in this run."))
+        return section("invariance", "Invariance audit", body, note("No invariance audit in this run."), empty=True)
     for rec in recs:
         n_bad = rec["metrics"].get("violations", 0)
         body += [el("h3", link(rec, label_of(rec))),
@@ -97,7 +98,7 @@ def warnings_section(run: ReportRun) -> Markup:
     body: list[Any] = [notice(p) for p in run.problems]
     if not shown:
         body.append(note("Every fit converged and no record carries a warning."))
-        return section("warnings", "Solver warnings", body)
+        return section("warnings", "Solver warnings", body, empty=not run.problems)
     body.append(notice(f"{len(shown)} record(s) did not converge or carry warnings:"))
     rows = []
     for rec, aside in shown:

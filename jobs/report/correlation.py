@@ -75,7 +75,7 @@ def correlation_section(run: ReportRun, correlation: CorrelationReport | None,
         body.append(note("No correlation was computed for this run."))
         if reference:
             body.append(_reference_table(reference))
-        return section("correlation", "Correlation", body)
+        return section("correlation", "Correlation", body, empty=not reference)
     if not correlation.settings:
         body.append(note("The config names no correlation setting."))
     body += [_setting(s, correlation, run) for s in correlation.settings]

@@ -164,7 +164,7 @@ def dense_section(run: ReportRun, config: Any = None, read: Callable[[str], np.n
         "normals: mean and median angular error in degrees over valid pixels (lower is better) and % of pixels "
         "within 11.25, 22.5 and 30 degrees. Seconds per epoch: the final training run, on its device.")]
     if not seg and not nrm:
-        return section("dense", "Dense readouts", body + [note("No dense records.")])
+        return section("dense", "Dense readouts", body + [note("No dense records.")], empty=True)
     if seg:
         body += [el("h3", "Semantic segmentation"),
                  table(["encoder", "dataset", "layer", "mIoU (%)", "pixel accuracy (%)", "classes scored",

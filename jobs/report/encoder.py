@@ -64,7 +64,7 @@ def finetune_section(run: ReportRun) -> Markup:
         f"fitted on the selected point's validation logits). Steps/s: training steps per second over the runs "
         f"this record trained; peak memory: on CUDA only.")]
     if not recs:
-        return section("finetune", "Fine-tuning", body + [note("No fine-tuning records.")])
+        return section("finetune", "Fine-tuning", body + [note("No fine-tuning records.")], empty=True)
     rows = []
     for r in recs:
         m, d, gpu = r.get("metrics") or {}, r.get("diagnostics") or {}, r.get("gpu") or {}
@@ -114,7 +114,7 @@ def diagnostics_section(run: ReportRun, read_examples) -> Markup:
         "images and images reconstructed from the features (RGB in [0, 1]); perceptual distance only with a "
         "local perceptual network. Correlations read these raw, without the logit transform.")]
     if not saliency and not colour:
-        return section("diagnostics", "Encoder diagnostics", body + [note("No diagnostics records.")])
+        return section("diagnostics", "Encoder diagnostics", body + [note("No diagnostics records.")], empty=True)
     if saliency:
         body.append(el("h3", "Attentive diffusion"))
         body.append(table(["encoder", "dataset", "setting", "method", "images", "attentive diffusion (%)", "device"],

@@ -54,8 +54,19 @@ def table(header: Sequence[Any], rows: Iterable[Sequence[Any]], class_: str | No
     return el("table", head, body, class_=class_)
 
 
-def section(sid: str, title: str, *body: Any) -> Markup:
-    return el("section", el("h2", title), *body, id=sid)
+class Section(Markup):
+    """A rendered ``<section>`` that remembers its id and title (for the table of contents)
+    and whether it has content (``empty``: only its note that there is nothing to show)."""
+
+    sid: str = ""
+    title: str = ""
+    empty: bool = False
+
+
+def section(sid: str, title: str, *body: Any, empty: bool = False) -> Section:
+    out = Section(el("section", el("h2", title), *body, id=sid))
+    out.sid, out.title, out.empty = sid, title, empty
+    return out
 
 
 def note(text: Any) -> Markup:

@@ -4,22 +4,20 @@ provenance of every record (settings, fingerprints, encoder, diagnostics, timing
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jobs.report.html import Markup, el, label_of, anchor, note, section, table
+from jobs.report.html import Markup, Section, el, label_of, anchor, note, section, table
 from jobs.report.model import ReportRun
 from storage_schema.provenance import now_iso
 
-CONTENTS = [("failed", "Failed cells"), ("summary", "Summary"), ("series", "Checkpoint series"),
-            ("data", "Data problems"), ("accuracy", "Accuracy"),
-            ("layers", "Best layer per encoder"), ("lowshot", "Low-shot curves"), ("correlation", "Correlation"),
-            ("invariance", "Invariance audit"), ("calibration", "Calibration"), ("finetune", "Fine-tuning"),
-            ("diagnostics", "Encoder diagnostics"), ("warnings", "Solver warnings"),
-            ("provenance", "Provenance")]
+def contents(sections: Sequence[Any]) -> list[tuple[str, str]]:
+    """(id, title) of each section that has content, in page order: the table of contents."""
+    return [(s.sid, s.title) for s in sections if isinstance(s, Section) and not s.empty]
 
 
-def overview_section(run: ReportRun) -> Markup:
+def overview_section(run: ReportRun, listed: Sequence[tuple[str, str]] = ()) -> Markup:
+    """The run's facts and the table of contents: ``listed``, the sections with content."""
     facts = [
         ("generated", now_iso()),
         ("records shown (current settings, latest per cell)", len(run.records)),
@@ -34,7 +32,7 @@ def overview_section(run: ReportRun) -> Markup:
     return section(
         "overview", "Overview",
         table(["", ""], facts, class_="facts"),
-        el("nav", el("ul", [el("li", el("a", title, href=f"#{sid}")) for sid, title in CONTENTS])),
+        el("nav", el("ul", [el("li", el("a", title, href=f"#{sid}")) for sid, title in listed])),
     )
 
 
@@ -64,7 +62,7 @@ def provenance_section(run: ReportRun) -> Markup:
                    note("Settings, feature fingerprints, encoder provenance, diagnostics and timings of "
                         "every record. An encoder whose weights equal another's shares its features' "
                         "record (same fingerprints), shown under each name; 'recorded_as' is the name "
-                        "it was first computed under."), checkpoints_read(run), blocks)
+                        "it was first computed under."), checkpoints_read(run), blocks, empty=not blocks)
 
 
 def checkpoints_read(run: ReportRun) -> Markup | str:

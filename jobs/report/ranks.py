@@ -128,8 +128,9 @@ def ranks_section(run: ReportRun, reference: Mapping[str, float] | None, n_boots
                  "`repeval results --ranks` prints the ranks.")
     agreements = rank_agreement_of(run.records, n_bootstrap, seed)
     if not agreements:
-        return section("ranks", "Rank agreement", intro, note("No scored records to rank."))
+        return section("ranks", "Rank agreement", intro, note("No scored records to rank."), empty=True)
     body: list[Any] = [intro]
     for agreement in agreements:
         body += _dataset(agreement, reference)
-    return section("ranks", "Rank agreement", body)
+    # one setting per dataset: nothing to compare, nothing to list in the contents
+    return section("ranks", "Rank agreement", body, empty=not any(a.pairs or a.skipped for a in agreements))

@@ -65,7 +65,7 @@ def accuracy_section(run: ReportRun) -> Markup:
         f"largest N. One table per protocol setting and layer. Bold with {BEST_MARKER}: best in its "
         f"column. Each number links to its provenance.")]
     if not groups:
-        body.append(note("No scored records."))
+        return section("accuracy", "Accuracy", body, note("No scored records."), empty=True)
     for setting, layer, recs in groups:
         table_id = f"{setting}@{layer}"
         body += [el("h3", run.heading(setting, layer), id=f"acc-{setting}-{layer}".replace(" ", "_")),
@@ -101,7 +101,7 @@ def best_layer_section(run: ReportRun) -> Markup:
                  table(["encoder"] + datasets, rows, class_="scores best-layer")]
     if not shown:
         body.append(note("No protocol setting was evaluated on more than one layer."))
-    return section("layers", "Best layer per encoder", body)
+    return section("layers", "Best layer per encoder", body, empty=not shown)
 
 
 def _is_shot(key: str) -> bool:
@@ -179,7 +179,7 @@ def lowshot_section(run: ReportRun) -> Markup:
                             "tables) against train images per class; right: minus the baseline "
                             "encoder's accuracy, in percentage points (ImageNet-CoG).")]
     if not groups:
-        body.append(note("No low-shot records."))
+        return section("lowshot", "Low-shot curves", body, note("No low-shot records."), empty=True)
     for setting, layer, recs in groups:
         body.append(el("h3", run.heading(setting, layer)))
         for d in [d for d in run.datasets if any(r["dataset"] == d for r in recs)]:
@@ -201,7 +201,7 @@ def calibration_section(run: ReportRun) -> Markup:
                             "(Ericsson et al. 2021). Lower is better.")]
     if not recs:
         body.append(note("No calibration results (no logistic probe with a validation split)."))
-        return section("calibration", "Calibration", body)
+        return section("calibration", "Calibration", body, empty=True)
     rank = {m: i for i, m in enumerate(run.models)}
     recs.sort(key=lambda r: (str(r.get("setting")), str(r.get("layer")), rank.get(r.get("model"), len(rank)),
                              str(r.get("dataset"))))

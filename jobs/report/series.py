@@ -111,7 +111,7 @@ def series_section(run: ReportRun) -> Markup:
         "that best.")]
     if not run.series:
         body.append(note("No checkpoint series in this config."))
-        return section("series", "Checkpoint series", body)
+        return section("series", "Checkpoint series", body, empty=True)
     reference = run.reference or {}
     for analysis in run.series:
         body.append(el("h3", f"Series {analysis.name}: {len(analysis.points)} checkpoint(s)"))

@@ -10,6 +10,7 @@ import numpy as np
 
 from pipeline.datasets.base import DatasetAdapter
 from pipeline.errors import DatasetError
+from pipeline.terminal import printable
 
 _METRIC_TEXT = {
     "top1": "top-1 accuracy",
@@ -167,14 +168,15 @@ def format_summary(summary: dict[str, Any]) -> str:
     Returns
     -------
     str
+        Names from the copy (classes, skipped files, the root) printed escaped.
     """
     names = summary["class_names"]
-    shown = ", ".join(names[:_SHOWN]) + (", ..." if len(names) > _SHOWN else "")
+    shown = ", ".join(map(printable, names[:_SHOWN])) + (", ..." if len(names) > _SHOWN else "")
     mode = summary["splits"][0]["fingerprint_mode"] if summary["splits"] else ""
     where = summary["params"].get("root") or summary["params"].get("csv_path") or summary["params"].get("path")
     lines = [f"dataset {summary['name']} (adapter {summary['adapter']})"]
     if where:
-        lines.append(f"  root         {where}")
+        lines.append(f"  root         {printable(where)}")
     lines += [
         f"  classes      {summary['num_classes']} ({shown})",
         f"  metric       {summary['metric']}: {_METRIC_TEXT.get(summary['metric'], summary['metric'])}",
@@ -193,7 +195,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     for s in summary["splits"]:
         if s["skipped"]:
             more = f", ... ({len(s['skipped'])} in all)" if len(s["skipped"]) > _SHOWN else ""
-            lines.append(f"  skipped in {s['split']}: {', '.join(s['skipped'][:_SHOWN])}{more}")
+            lines.append(f"  skipped in {s['split']}: {', '.join(map(printable, s['skipped'][:_SHOWN]))}{more}")
     bad = summary.get("undecodable")
     if bad is None:
         lines.append("  decoded      no (--no-decode)")
@@ -203,8 +205,8 @@ def format_summary(summary: dict[str, Any]) -> str:
                      "  decoded      every image: all decode")
         for split, ids in bad.items():  # every one named: this is the check before a long run
             if ids:
-                lines.append(f"  undecodable in {split}: {', '.join(ids)}")
-    lines += [f"  warning: {note_line(n)}" for n in summary.get("notes") or []]
+                lines.append(f"  undecodable in {split}: {', '.join(map(printable, ids))}")
+    lines += [f"  warning: {printable(note_line(n))}" for n in summary.get("notes") or []]
     return "\n".join(lines)
 
 

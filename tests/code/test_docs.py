@@ -16,7 +16,8 @@ file, section and row:
 * docs/cli.md: a ``## repeval <command>`` section per subcommand naming each option with
   the parser's default, and every exit code;
 * docs/store.md: a layout row for every folder the store's keys are built under;
-* README.md: a "Documentation" section linking every file of docs/.
+* README.md: a "Documentation" section linking every file of docs/, and scale-out steps
+  whose workers declare ``MEMORY`` and get the store's credentials.
 """
 
 from __future__ import annotations
@@ -342,6 +343,19 @@ def test_readme_points_to_every_document():
     body = sections(REPO / "README.md").get("Documentation", "")
     missing = [p.name for p in sorted(DOCS.glob("*.md")) if f"docs/{p.name}" not in body]
     assert not missing, f"README.md's '## Documentation' section does not link docs/{missing}"
+
+
+def test_readme_scale_out_says_what_workers_need():
+    """The scale-out steps as a lab follows them: workers that declare ``MEMORY`` (else every
+    run warns), ``repeval run`` on the server ``PREFECT_API_URL`` names, and the object
+    store's credentials on every worker too."""
+    body = " ".join(sections(REPO / "README.md")["Scaling out"].split())
+    workers = [c for doc in (REPO / "README.md", DOCS / "scale.md")
+               for block in re.findall(r"```bash\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)
+               for c in block.replace("\\\n", " ").splitlines() if re.search(r"\bdask worker\b", c)]
+    assert workers and all(re.search(r'--resources "?[^ ]*MEMORY=', w) for w in workers), workers
+    assert "`repeval run` reports there too" in body
+    assert "each Dask worker" in body and "each Prefect worker" in body and "no credentials for the object store" in body
 
 
 # -- the checks themselves -------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Checkpoint scans and change detection: files still being written, bad files, what a run
-records as done, folder-only configs. (`repeval serve` itself: test_serve.py.)"""
+records as done, folder-only configs, one scheduled evaluation at a time per store.
+(`repeval serve` itself: test_serve.py.)"""
 
 from __future__ import annotations
 
@@ -121,3 +122,42 @@ def test_a_folder_only_config_is_accepted(tmp_path):
     assert {(c.model, c.layer, c.setting) for c in plan.cells if c.setting == "knn20"} == {("ep1", "block3", "knn20")}
     with pytest.raises(ConfigError, match="config.encoders: no encoders and no checkpoints folder"):
         load_config({k: v for k, v in raw.items() if k != "checkpoints"})
+
+
+@pytest.mark.slow  # five flow runs on the session's Prefect API
+def test_the_watcher_runs_only_on_edited_settings_and_never_beside_a_scan(tmp_path, prefect_harness):
+    import threading
+
+    import yaml
+
+    from flows.schedules import schedule_lease, scan_checkpoints_flow, watch_protocols_flow
+
+    raw = tiny_config(tmp_path)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    config = str(path)
+    # serve's first cycle: nothing recorded yet, so the scan evaluates; the watcher does not too
+    assert watch_protocols_flow(config) == {"ran": False, "reason": "no run recorded yet (the scan evaluates first)"}
+
+    def record_a_run() -> None:
+        cfg = load_config(config)
+        save_state(cfg.open_store(), make_plan(cfg, check=False).config, watch_key(config))
+
+    record_a_run()
+    assert watch_protocols_flow(config) == {"ran": False, "reason": "unchanged"}
+    raw["protocols"][0]["settings"] = {"n_neighbors": 7}  # edited while a scan runs
+    path.write_text(yaml.safe_dump(raw))
+    with schedule_lease(config):  # the scan in progress holds the store
+        assert watch_protocols_flow(config) == {"ran": False, "reason": "busy"}  # left to it: no second run
+
+    record_a_run()  # the scan ran the edited settings: nothing left to do
+    held = schedule_lease(config)
+    held.acquire()  # now a watcher's run in progress: the next scan waits for it
+    results = []
+    scan = threading.Thread(target=lambda: results.append(scan_checkpoints_flow(config)))
+    scan.start()
+    scan.join(timeout=1)
+    assert scan.is_alive() and not results  # waiting on the store, not evaluating beside the watcher
+    held.release()
+    scan.join(timeout=120)
+    assert results == [{"ran": False, "new_encoders": []}]  # it looked again once the store was free

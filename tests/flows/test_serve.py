@@ -153,14 +153,17 @@ def test_good_checkpoints_are_evaluated_and_the_bad_one_recorded_once(served):
 
 def test_the_run_summary_is_in_prefect_logs_and_artifacts(served):
     from prefect.client.schemas.filters import (
-        ArtifactCollectionFilter, ArtifactCollectionFilterKey, FlowFilter, FlowFilterName, LogFilter,
+        ArtifactFilter, ArtifactFilterKey, FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterId, LogFilter,
         LogFilterFlowRunId,
     )
+    from prefect.client.schemas.sorting import FlowRunSort
 
     _wait("the first run", lambda: _models(served["store"]) >= {"good1", "good2"}, served)
     with _client(served) as client:
-        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["repeval-benchmark"])))
-        first = [r for r in runs if r.state and r.state.is_final()][-1]
+        # the serve's first benchmark run (this module's server holds only the serve's runs)
+        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["repeval-benchmark"])),
+                                     sort=FlowRunSort.START_TIME_ASC)
+        first = [r for r in runs if r.state and r.state.is_final()][0]
         assert first.state.is_failed() and "checkpoint" in first.state.message  # the bad file, named
 
         def run_log() -> str:
@@ -172,9 +175,10 @@ def test_the_run_summary_is_in_prefect_logs_and_artifacts(served):
                      served, timeout=60)
         assert "scan: new checkpoints: extracted" in text and "new encoders: good1, good2" in text
         assert "bad.safetensors" in text and "report:" in text
-        artifacts = client.read_latest_artifacts(artifact_filter=ArtifactCollectionFilter(
-            key=ArtifactCollectionFilterKey(any_=["repeval-run-summary"])))
-        assert artifacts and artifacts[0].type == "table"
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["repeval-run-summary"])),
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[first.id])))
+        assert [a.type for a in artifacts] == ["table"]
         rows = json.loads(artifacts[0].data) if isinstance(artifacts[0].data, str) else artifacts[0].data
         assert {"item": "why it ran", "value": "scan: new checkpoints"} in rows
     # the terminal got the same summary, timestamped and tagged with why the run started

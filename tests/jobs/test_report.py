@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 from html.parser import HTMLParser
 
 import pytest
@@ -151,6 +152,29 @@ def test_sections_say_what_they_should(report):
     assert "violation" in text["invariance"] and "violations: 1" in text["invariance"]
     assert "ECE" in text["calibration"] and "1.400" in text["calibration"]
     assert 'class="violation"' in report["text"]
+
+
+def _contents(text: str) -> list[str]:
+    nav = text[text.index("<nav>"):text.index("</nav>")]
+    return re.findall(r'href="#([^"]+)"', nav)
+
+
+def test_the_contents_list_the_sections_with_content_and_each_link_lands(report):
+    listed = _contents(report["text"])
+    assert all(sid in report["page"].ids for sid in listed)
+    assert listed == ["summary", "accuracy", "layers", "lowshot", "correlation", "ranks", "invariance",
+                      "calibration", "warnings", "provenance"]  # in page order; nothing failed, no series
+
+
+def test_the_contents_leave_out_empty_sections(tmp_path):
+    models = MODELS[:2]
+    recs = [make_record(m, "pets", "knn20", {"top1": s, "mean_per_class": s, "score": s})
+            for m, s in zip(models, (0.5, 0.7))]
+    path = write_report(recs, None, make_config(models, correlation={"settings": []}), str(tmp_path / "r.html"))
+    text = open(path, encoding="utf-8").read()
+    assert _contents(text) == ["summary", "accuracy", "provenance"]
+    for empty in ("lowshot", "invariance", "finetune", "diagnostics", "calibration", "warnings", "failed"):
+        assert f'<section id="{empty}">' in text  # still on the page, saying there is nothing, but not listed
 
 
 def test_non_converged_record_is_listed(report):

@@ -177,7 +177,7 @@ def _wait_completed(client, stack: Stack, deployment_id, pick, what: str, timeou
         time.sleep(1)
     state = run.state.type.value if run is not None else "no run"
     if run is None or not run.state.is_completed():
-        logs = "\n".join(r.message for r in client.read_logs()[-40:]) if run is not None else ""
+        logs = _run_logs(client, run)[-4000:] if run is not None else ""
         pytest.fail(f"{what}: {state} after {timeout} s\nrun logs:\n{logs}\nworker log:\n{stack.log('worker')}")
     return run
 
@@ -186,14 +186,19 @@ def _by_automation(run) -> bool:
     return run.created_by is not None and run.created_by.type == "AUTOMATION"
 
 
-def _wait_for_log(client, run, text: str, timeout: float = 30) -> str:
-    """The run's logs once they hold ``text`` (they reach the server in batches, after the state)."""
+def _run_logs(client, run) -> str:
+    """The log lines of ``run`` (its own, never the server's latest)."""
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 
+    return "\n".join(r.message for r in client.read_logs(
+        log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id]))))
+
+
+def _wait_for_log(client, run, text: str, timeout: float = 30) -> str:
+    """The run's logs once they hold ``text`` (they reach the server in batches, after the state)."""
     deadline = time.monotonic() + timeout
     while True:
-        logs = "\n".join(r.message for r in client.read_logs(
-            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id]))))
+        logs = _run_logs(client, run)
         if text in logs or time.monotonic() > deadline:
             return logs
         time.sleep(1)

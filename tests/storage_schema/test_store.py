@@ -224,3 +224,24 @@ def test_a_real_array_replaces_an_alias(store_url):
     st = store.status(alias)
     assert st.alias_of is None and st.fingerprint == "own" and st.complete
     np.testing.assert_array_equal(store.open_array(alias).read(), np.ones((2, 3)))
+
+
+def test_an_object_store_without_credentials_names_the_host_and_what_to_set(monkeypatch):
+    """A Dask or Prefect worker started without the store's keys: botocore alone says only
+    'Unable to locate credentials'."""
+    import os
+    import socket
+
+    pytest.importorskip("s3fs")
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-metadata lookup either
+    options = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9"}}  # never reached: signing fails first
+    with pytest.raises(StoreError) as info:
+        FeatureStore("s3://bucket/no-keys", read_only=True, storage_options=options)
+    message = str(info.value)
+    assert message.startswith(f"no credentials for the object store 's3://bucket/no-keys' on host "
+                              f"{socket.gethostname()} (process {os.getpid()}): NoCredentialsError")
+    assert "AWS_ACCESS_KEY_ID" in message and "Dask or Prefect worker" in message

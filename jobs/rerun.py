@@ -1,0 +1,217 @@
+"""A rerun with nothing to do, answered from the store: no Prefect, no Dask, no torch.
+
+Whether an extraction is up to date is decided by comparing the stored array's
+fingerprint with the one the encoder would give, and that needs the encoder (torch,
+timm). So after a run in which nothing failed, :func:`record_run` writes a note under
+``_repeval/runs/`` (keyed by the hash of the planned config): what the run's results
+depend on besides the config (every weights, reference and perceptual-network file's size
+and modification time, the versions of the libraries that build encoders, this machine's
+host name and GPU devices), each array's fingerprint, and every cell id.
+
+:func:`ledger_answer` plans the config again without checking it against the registries
+(``make_plan(check=False)``: no torch) and answers only when all of this still holds:
+
+- the note of this planned config exists, and its inputs are unchanged;
+- every array the plan reads is complete with the noted fingerprint, and each split's
+  images fingerprint (listed now, torch-free) is the one its labels were stored with;
+- every cell id, computed from the stored fingerprints and the current settings, is the
+  noted one and in the ledger; no failure of this config's work is on record;
+- the report is there, and no checkpoint is waiting or skipped in its folders.
+
+Anything else (a changed setting or file, hub weights, whose cache is not checked without
+timm, ``--retry-failed``) takes the full run, which decides as before.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.metadata
+import json
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.config import BenchmarkConfig
+from storage_schema.keys import run_memo_key
+from storage_schema.provenance import now_iso, stable_hash
+
+MEMO_VERSION = 1
+# distributions whose versions can change what an encoder computes (random init, data config)
+_LIBRARIES = ("torch", "torchvision", "timm", "safetensors", "numpy", "pillow")
+_HUB = ("pretrained",)
+
+
+@dataclass
+class Answer:
+    """A no-op rerun's answer: counts, the report and the figures of the run that made them."""
+
+    units: int
+    cells: int
+    report: str
+    figures: list[str] = field(default_factory=list)
+    correlation: dict[str, Any] | None = None
+    recorded: str = ""
+
+    def line(self) -> str:
+        """The one line a no-op rerun prints."""
+        return (f"nothing to do: all {self.cells} cells and {self.units} extractions are in the ledger and the "
+                f"store (run of {self.recorded}); report: {self.report}")
+
+    def summary(self) -> dict[str, Any]:
+        """The keys of a run summary (``repeval run --json``), for a run that did nothing."""
+        return {"nothing_to_do": True, "units": self.units, "cells": self.cells, "extracted": 0,
+                "forward_batches": 0, "images": 0, "computed": 0, "cached": self.cells, "failed": [],
+                "failed_extractions": [], "failures": [], "report": self.report, "correlation": self.correlation,
+                "seconds": 0.0}
+
+
+def _stat(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _inputs(cfg: BenchmarkConfig) -> dict[str, Any] | None:
+    """What the results depend on besides the planned config; None where it cannot be read
+    without torch (hub weights)."""
+    files: dict[str, list[int] | None] = {}
+    for e in cfg.encoders:
+        if not e.extracted or e.weights == "random":
+            continue
+        if e.weights in _HUB or e.weights.startswith("timm:"):
+            return None
+        files[e.weights] = _stat(e.weights)
+    if cfg.reference.csv:
+        files[cfg.reference.csv] = _stat(cfg.reference.csv)
+    for p in cfg.protocols:  # a perceptual network's checkpoint (colour_detail)
+        net = p.settings.get("perceptual") if isinstance(p.settings, dict) else None
+        if isinstance(net, dict) and isinstance(net.get("weights"), str):
+            files[net["weights"]] = _stat(net["weights"])
+    versions = {}
+    for name in _LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    machine = {"host": socket.gethostname(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+               "gpus": sorted(glob.glob("/dev/nvidia[0-9]*"))}
+    return {"files": files, "versions": versions, "machine": machine}
+
+
+def _observe(cfg: BenchmarkConfig, store) -> dict[str, Any] | None:
+    """The planned config's key, inputs, arrays and cell ids as the store holds them now;
+    None when something is left to do or cannot be told without the full run."""
+    from jobs.encoder_cells import recorded_encoder_cells
+    from jobs.evaluate import identify_cells
+    from jobs.plan import make_plan
+    from jobs.report_inputs import config_failures
+    from storage_schema import feature_key
+    from storage_schema.ledger import Ledger
+
+    plan = make_plan(cfg, record=False, store=store, check=False)
+    if plan.scan.waiting or plan.scan.skipped:
+        return None
+    inputs = _inputs(plan.config)
+    if inputs is None:
+        return None
+    arrays, labels = {}, {}
+    for unit in plan.units:
+        for layer in unit.encoder.layers:
+            key = feature_key(unit.encoder.name, unit.dataset.name, unit.split, layer)
+            st = store.status(key)
+            if st is None or not st.complete:
+                return None
+            arrays[key] = st.fingerprint
+            labels[(unit.dataset.name, unit.split)] = st.attrs.get("labels")
+    ids = identify_cells(store, plan.cells)
+    enc_found, enc_missing = recorded_encoder_cells(store, plan.encoder_cells)
+    ledger = Ledger(store)
+    if None in ids or enc_missing or not all(ledger.has(cid) for cid in ids):
+        return None
+    if config_failures(store, plan.config, [*plan.cells, *plan.encoder_cells], plan.units):
+        return None
+    return {"key": stable_hash(plan.config.to_dict(), 16), "inputs": inputs, "arrays": arrays,
+            "labels": labels, "plan": plan,
+            "cells": sorted(set(ids) | {r["cell_id"] for r in enc_found})}
+
+
+def _images_unchanged(cfg: BenchmarkConfig, store, labels: dict[tuple[str, str], str | None]) -> bool:
+    """Each extracted split's images fingerprint, listed now, is the one its labels hold."""
+    from jobs.plan import make_adapter
+
+    by_name = {d.name: d for d in cfg.datasets}
+    adapters: dict[str, Any] = {}
+    for (dataset, split), labels_key in labels.items():
+        st = store.status(labels_key) if labels_key else None
+        if st is None or not st.complete:
+            return False
+        if dataset not in adapters:
+            adapters[dataset] = make_adapter(by_name[dataset])
+        if adapters[dataset].fingerprint(split) != st.fingerprint:
+            return False
+    return True
+
+
+def record_run(cfg: BenchmarkConfig, summary: dict[str, Any]) -> bool:
+    """After a run of ``cfg`` in which nothing failed: note what it covered, so an unchanged
+    rerun is answered from the ledger. Returns whether a note was written.
+
+    Parameters
+    ----------
+    cfg : the loaded config (as given to the run).
+    summary : the run's summary.
+    """
+    from jobs.correlate import figure_lines
+
+    if summary.get("failures") or not summary.get("report"):
+        return False
+    store = cfg.open_store()
+    seen = _observe(cfg, store)
+    if seen is None:
+        return False
+    memo = {"version": MEMO_VERSION, "inputs": seen["inputs"], "arrays": seen["arrays"], "cells": seen["cells"],
+            "units": len(seen["plan"].units), "n_cells": len(seen["plan"].cells) + len(seen["plan"].encoder_cells),
+            "report": summary["report"],
+            "figures": figure_lines(summary.get("correlation")), "correlation": summary.get("correlation"),
+            "recorded": now_iso()}
+    store.check_writable()
+    store.backend.write_atomic(run_memo_key(seen["key"]), json.dumps(memo, default=str).encode())
+    return True
+
+
+def ledger_answer(cfg: BenchmarkConfig) -> Answer | None:
+    """The answer of a rerun of ``cfg`` with nothing to do, or None (the full run decides).
+
+    Parameters
+    ----------
+    cfg : the loaded config.
+
+    Returns
+    -------
+    Answer or None
+    """
+    from pipeline.errors import RepevalError
+
+    try:
+        store = cfg.open_store(read_only=True)
+        seen = _observe(cfg, store)
+    except (RepevalError, OSError):  # no store yet, or a state the full run's checks explain
+        return None
+    if seen is None:
+        return None
+    raw = store.backend.read(run_memo_key(seen["key"]))
+    memo = json.loads(raw) if raw is not None else None
+    if not memo or memo.get("version") != MEMO_VERSION or memo.get("inputs") != json.loads(
+            json.dumps(seen["inputs"])):
+        return None
+    if memo.get("arrays") != seen["arrays"] or memo.get("cells") != seen["cells"]:
+        return None
+    if not os.path.isfile(memo.get("report") or "") or not _images_unchanged(seen["plan"].config, store,
+                                                                              seen["labels"]):
+        return None
+    return Answer(units=memo["units"], cells=memo["n_cells"], report=memo["report"],
+                  figures=list(memo.get("figures") or []), correlation=memo.get("correlation"),
+                  recorded=str(memo.get("recorded", ""))[:19])
