@@ -34,12 +34,11 @@ check: $(STAMP)
 
 # The test files whose flows share the session's Prefect API (tests/conftest.py's
 # prefect_harness), in the reverse of pytest's order, in one process: every test must find
-# its own runs whatever ran before it (tests/code/test_test_order.py keeps the list whole).
+# its own runs whatever ran before it (found by their fixtures; tests/code/test_test_order.py
+# checks the target runs every one of them, reversed).
 # .ci/run runs its fast tier after `make test`; ORDER_MARK= runs the slow tests too.
-PREFECT_TESTS := tests/scaleout/test_shared_store.py tests/pipeline/datasets/test_run_flow.py \
-	tests/load/test_many_cells.py tests/flows/test_series_run.py tests/flows/test_schedules.py \
-	tests/flows/test_rerun.py tests/flows/test_names.py tests/flows/test_memory_resources.py tests/flows/test_encoder_flow.py tests/flows/test_dask_cluster.py \
-	tests/flows/test_benchmark_flow.py tests/faults/test_kill_run.py
+PREFECT_TESTS = $(shell grep -rlE --include='test_*.py' '\b(prefect_harness|prefect_api)\b' tests \
+	| grep -v '^tests/code/' | LC_ALL=C sort -r)
 ORDER_MARK ?= not slow
 
 test-order: $(STAMP)
