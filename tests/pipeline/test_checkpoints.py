@@ -272,6 +272,19 @@ def test_corrupt_files_and_non_tensor_entries(tmp_path: Path) -> None:
     assert not isinstance(info.value, UnsafeCheckpointError)
 
 
+def test_torch_archive_cut_short_says_truncated(source: torch.nn.Module, tmp_path: Path) -> None:
+    whole = tmp_path / "whole.pth"
+    torch.save({"state_dict": source.state_dict(), "epoch": 3}, whole)
+    cut = tmp_path / "cut.pth"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])  # a copy or a save interrupted
+    with pytest.raises(CheckpointError) as info:
+        load_state_dict(cut)
+    msg = str(info.value)
+    assert msg.startswith(f"'cut.pth' is a truncated PyTorch archive: its {cut.stat().st_size} bytes end before")
+    assert "miniz" not in msg and "\n" not in msg
+    assert load_state_dict(whole, strip_prefixes=()).keys() == source.state_dict().keys()
+
+
 # --- fitting a checkpoint to an architecture without loading it -----------------------------
 
 def test_fitting_checkpoints_pass_in_every_layout(files: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
