@@ -339,6 +339,10 @@ def _timm_filter(state: dict[str, Tensor], model: nn.Module) -> tuple[dict[str, 
         return None
 
 
+def _usual_rank(location: str) -> tuple[int, ...]:
+    return tuple(USUAL_KEYS.index(p) if p in USUAL_KEYS else len(USUAL_KEYS) for p in location.split("/") if p)
+
+
 def _usual(location: str) -> bool:
     return location == "" or all(part in USUAL_KEYS for part in location.split("/"))
 
@@ -407,7 +411,9 @@ def fit_checkpoint(raw: object, model: nn.Module, name: str, arch: str, checkpoi
         fit.also_fits = [c.location for c in fitting if c is not chosen[0]]
         return fit
     if len(chosen) > 1:
-        key = chosen[0].location
+        # the line offered names the usual first choice (DINO writes its student first, but the
+        # teacher is the one evaluated; timm's state_dict before its EMA), whatever the file's order
+        key = min(chosen, key=lambda c: _usual_rank(c.location)).location
         raise CheckpointError(f"{name!r} holds several state dicts that fit {arch}: {listing(chosen)}; say which "
                               f"with `checkpoint_key: {key}` (repeval extract: --checkpoint-key {key})")
     best = max(cands, key=lambda c: c.matched)

@@ -179,6 +179,22 @@ def test_usual_prefixes_are_found_and_an_unusual_one_is_named_with_a_line_that_w
     assert load_encoder(spec, device="cpu").weights_fingerprint == weights_fingerprint(source)
 
 
+def test_the_line_offered_for_several_fits_names_the_usual_choice_whatever_the_file_order(
+        source: torch.nn.Module) -> None:
+    from pipeline.encoders.fitting import fit_checkpoint
+
+    backbone = {f"backbone.{k}": v for k, v in source.state_dict().items()}
+    model = _model()
+    # DINO's main_dino.py saves the student first; the teacher is the network it evaluates
+    dino = {"student": dict(backbone), "teacher": dict(backbone), "epoch": 100}
+    timm_train = {"state_dict_ema": dict(source.state_dict()), "state_dict": dict(source.state_dict())}
+    for raw, key in ((dino, "teacher"), (timm_train, "state_dict")):
+        with pytest.raises(CheckpointError) as info:
+            fit_checkpoint(raw, model, "ck.pth", ARCH)
+        assert f"`checkpoint_key: {key}` (repeval extract: --checkpoint-key {key})" in str(info.value)
+        assert fit_checkpoint(raw, model, "ck.pth", ARCH, checkpoint_key=key).location == key
+
+
 def test_prefix_is_stripped_only_when_every_key_has_it(tmp_path: Path) -> None:
     path = tmp_path / "mixed.safetensors"
     save_file({"module.a": torch.zeros(1), "b": torch.ones(1)}, path)
