@@ -195,6 +195,27 @@ def test_the_line_offered_for_several_fits_names_the_usual_choice_whatever_the_f
         assert fit_checkpoint(raw, model, "ck.pth", ARCH, checkpoint_key=key).location == key
 
 
+def test_a_file_of_another_architecture_says_to_check_arch() -> None:
+    from pipeline.encoders.building import build_on_meta
+    from pipeline.encoders.fitting import fit_checkpoint
+
+    def meta(arch: str) -> torch.nn.Module:
+        return build_on_meta(EncoderSpec("m", arch, input_size=SIZE))
+
+    vit = {"model": meta("vit_tiny_patch16_224").state_dict(), "epoch": 3}  # no name in common with a ResNet
+    with pytest.raises(CheckpointError) as info:
+        fit_checkpoint(vit, meta("resnet18"), "vit.pth", "resnet18")
+    n = len(vit["model"])
+    assert f"; none of its {n} tensors has a name resnet18 has: a file of another architecture? check `arch:`" in str(
+        info.value)
+    deeper = meta("resnet18").state_dict()  # the names of resnet50's stages, other shapes and fewer blocks
+    with pytest.raises(CheckpointError) as info:
+        fit_checkpoint(deeper, meta("resnet50"), "r18.pth", "resnet50")
+    msg = str(info.value)
+    assert "missing keys" in msg and "shape mismatches" in msg
+    assert msg.endswith("; its tensors are of another architecture: check `arch:`")
+
+
 def test_prefix_is_stripped_only_when_every_key_has_it(tmp_path: Path) -> None:
     path = tmp_path / "mixed.safetensors"
     save_file({"module.a": torch.zeros(1), "b": torch.ones(1)}, path)
