@@ -41,6 +41,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     from pipeline.datasets import make_dataset
     from jobs.weights_check import check_weights
     from pipeline.encoders import EncoderSpec, check_layers_available, load_encoder
+    from pipeline.errors import CorruptImageError
     from storage_schema import FeatureStore
 
     spec = EncoderSpec(name=args.name or args.arch, arch=args.arch, weights=args.weights, seed=args.seed,
@@ -61,7 +62,13 @@ def cmd_extract(args: argparse.Namespace) -> int:
     store = FeatureStore(args.store)
     encoder = load_encoder(spec, device=args.device, precision=config.precision, channels_last=config.channels_last)
     for split in splits:
-        report = extract(store, encoder, dataset, split, config)
+        try:
+            report = extract(store, encoder, dataset, split, config)
+        except CorruptImageError as exc:
+            if dataset.describe().get("skip_bad") is False:  # an adapter that can leave them out
+                raise CorruptImageError(f"{exc}; to leave unreadable images out, add --param skip_bad=true "
+                                        "(`repeval datasets show` names every one)") from exc
+            raise
         print(json.dumps(report.to_dict()) if args.json else
               f"{report.status:9s} {report.model}/{report.dataset}/{split}: {report.images} images, "
               f"{report.forward_batches} batches, {report.images_per_s:.0f} img/s")
