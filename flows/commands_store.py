@@ -69,9 +69,15 @@ def cmd_extract(args: argparse.Namespace) -> int:
                 raise CorruptImageError(f"{exc}; to leave unreadable images out, add --param skip_bad=true "
                                         "(`repeval datasets show` names every one)") from exc
             raise
-        print(json.dumps(report.to_dict()) if args.json else
-              f"{report.status:9s} {report.model}/{report.dataset}/{split}: {report.images} images, "
-              f"{report.forward_batches} batches, {report.images_per_s:.0f} img/s")
+        if args.json:
+            print(json.dumps(report.to_dict()))
+        elif report.status in ("cached", "aliased"):  # no forward pass: "0 images" would read as an empty split
+            same = sorted(set(report.aliases.values()))
+            print(f"{report.status:9s} {report.model}/{report.dataset}/{split}: {report.rows} images already in "
+                  "the store" + (f" (identical weights: {same[0].split('/')[1]}'s features)" if same else ""))
+        else:
+            print(f"{report.status:9s} {report.model}/{report.dataset}/{split}: {report.images} images, "
+                  f"{report.forward_batches} batches, {report.images_per_s:.0f} img/s")
         if report.skipped_ids and not args.json:
             print(f"          {len(report.skipped_ids)} unreadable image(s) left out: "
                   f"{', '.join(report.skipped_ids[:5])}{', ...' if len(report.skipped_ids) > 5 else ''}")

@@ -50,6 +50,15 @@ def test_extract_takes_checkpoint_key_and_strip_prefixes_and_ls_says_what_was_do
     assert main(odd + DATA) == 2
     assert "--strip-prefixes module.trunk_v2." in capsys.readouterr().err
     assert main(odd + ["--strip-prefixes", "trunk_v2."] + DATA) == 0
+    capsys.readouterr()
+    (tmp_path / "teacher.pth").symlink_to(tmp_path / "dino.pth")  # the same file under a link's name
+    link = ["extract", "--store", store, "--arch", ARCH, "--name", "link", "--weights", str(tmp_path / "teacher.pth"),
+            "--checkpoint-key", "teacher"]
+    assert main(link + DATA) == 0
+    out = capsys.readouterr().out  # no forward pass, and not "0 images"
+    assert "aliased   link/textures/train: 16 images already in the store (identical weights: dino's features)" in out
+    assert main(link + DATA) == 0
+    assert "cached    link/textures/test: 16 images already in the store" in capsys.readouterr().out
 
 
 def test_extract_stopped_by_an_undecodable_image_names_the_option_that_leaves_it_out(tmp_path: Path, capsys) -> None:
