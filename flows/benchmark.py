@@ -120,7 +120,8 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: 
         outcomes=outcomes,
         failures=failures, report=report, correlation=correlation, started=started,
         new_encoders=notes.get("new_encoders") or (), waiting=notes.get("waiting") or (),
-        skipped_checkpoints=notes.get("skipped") or (), data_notes=notes.get("data_notes") or ())
+        skipped_checkpoints=notes.get("skipped") or (), data_notes=notes.get("data_notes") or (),
+        scan_notes=notes.get("scan_notes") or ())
     summary["events"] = emitted
     summary["flow_run_id"] = _flow_run_id()  # which Prefect run this summary is the summary of
     summary["regressions"] = list((final or {}).get("summary", {}).get("regressions") or [])
@@ -203,7 +204,7 @@ def plan_notes(plan: Plan, new_encoders: list[str] | None = None) -> dict[str, A
     """What the flow's summary says about the plan (plain values: a flow parameter)."""
     return {"new_encoders": list(new_encoders or []), "waiting": list(plan.scan.waiting),
             "skipped": list(plan.scan.skipped), "checkpoint_failures": list(plan.checkpoint_failures),
-            "data_notes": list(plan.data_notes),
+            "data_notes": list(plan.data_notes), "scan_notes": list(plan.scan.notes),
             "scanned": {f.encoder.name: f.signature for f in plan.scan.taken}}
 
 

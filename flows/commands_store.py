@@ -53,6 +53,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     from pipeline.datasets import make_dataset
     from jobs.weights_check import check_weights
     from pipeline.encoders import EncoderSpec, check_layers_available, load_encoder
+    from pipeline.errors import CorruptImageError
 
     spec = EncoderSpec(name=args.name or args.arch, arch=args.arch, weights=args.weights, seed=args.seed,
                        layers=tuple(args.layers), input_size=args.input_size,
@@ -72,10 +73,22 @@ def cmd_extract(args: argparse.Namespace) -> int:
     _, store = open_store_of(args, read_only=False)
     encoder = load_encoder(spec, device=args.device, precision=config.precision, channels_last=config.channels_last)
     for split in splits:
-        report = extract(store, encoder, dataset, split, config)
-        print(json.dumps(report.to_dict()) if args.json else
-              f"{report.status:9s} {report.model}/{report.dataset}/{split}: {report.images} images, "
-              f"{report.forward_batches} batches, {report.images_per_s:.0f} img/s")
+        try:
+            report = extract(store, encoder, dataset, split, config)
+        except CorruptImageError as exc:
+            if dataset.describe().get("skip_bad") is False:  # an adapter that can leave them out
+                raise CorruptImageError(f"{exc}; to leave unreadable images out, add --param skip_bad=true "
+                                        "(`repeval datasets show` names every one)") from exc
+            raise
+        if args.json:
+            print(json.dumps(report.to_dict()))
+        elif report.status in ("cached", "aliased"):  # no forward pass: "0 images" would read as an empty split
+            same = sorted(set(report.aliases.values()))
+            print(f"{report.status:9s} {report.model}/{report.dataset}/{split}: {report.rows} images already in "
+                  "the store" + (f" (identical weights: {same[0].split('/')[1]}'s features)" if same else ""))
+        else:
+            print(f"{report.status:9s} {report.model}/{report.dataset}/{split}: {report.images} images, "
+                  f"{report.forward_batches} batches, {report.images_per_s:.0f} img/s")
         if report.skipped_ids and not args.json:
             print(f"          {len(report.skipped_ids)} unreadable image(s) left out: "
                   f"{', '.join(map(printable, report.skipped_ids[:5]))}{', ...' if len(report.skipped_ids) > 5 else ''}")

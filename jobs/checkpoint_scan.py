@@ -65,6 +65,7 @@ class ScanResult:
     waiting: list[str] = field(default_factory=list)  # still being written: left for a later scan
     skipped: list[dict[str, Any]] = field(default_factory=list)  # failure records of unchanged bad files
     collisions: list[dict[str, Any]] = field(default_factory=list)  # failure records: files sharing a name
+    notes: list[str] = field(default_factory=list)  # folders that gave nothing, and why (scan_note)
 
     def signatures(self) -> dict[str, list[int]]:
         return {f.encoder.name: f.signature for f in self.taken}
@@ -101,6 +102,23 @@ def scan_step(scan: CheckpointScan, path: Path) -> int | None:
         return checkpoint_step(path, scan.step_pattern).step
     except CheckpointError:  # no step, or an unreadable file: the checkpoint is still evaluated
         return None
+
+
+def scan_note(scan: CheckpointScan) -> str:
+    """Why a folder gave no file: it does not exist, or none of its files matches the
+    pattern (naming the checkpoint files it does hold, with a pattern that takes them)."""
+    folder = Path(scan.path)
+    if not folder.is_dir():
+        return f"checkpoints folder {scan.path!r} does not exist: nothing taken from it"
+    others = sorted(p.name for p in folder.iterdir() if p.is_file() and checkpoint_extension(p.name)
+                    and not (scan.done_suffix and p.name.endswith(scan.done_suffix)))
+    line = f"checkpoints folder {scan.path!r}: no file matches pattern {scan.pattern!r}"
+    if not others:
+        return line + " (no checkpoint file in it yet)"
+    extensions = {checkpoint_extension(n) for n in others}
+    pattern = f"*{next(iter(extensions))}" if len(extensions) == 1 else "*"
+    shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+    return line + f"; it holds {len(others)} other checkpoint file(s) ({shown}): set `pattern: \"{pattern}\"`"
 
 
 def scan_files(scan: CheckpointScan, *, ready_only: bool = True, now: float | None = None,
@@ -156,6 +174,8 @@ def scan_checkpoints(cfg: BenchmarkConfig, failed: dict[str, dict[str, Any]] | N
     for scan in cfg.checkpoints:
         files, waiting = scan_files(scan, ready_only=ready_only, now=now)
         out.waiting.extend(waiting)
+        if not files and not waiting:  # a wrong path or pattern would otherwise evaluate nothing, silently
+            out.notes.append(scan_note(scan))
         for f in files:
             by_name.setdefault(f.encoder.name, []).append((scan, f))
     for name, found in by_name.items():

@@ -300,7 +300,7 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
     if store is not None and record and refused:
         refused = sync_failures(store, checkpoints=refused) or refused
     full = with_encoders(cfg, taken)
-    scan = ScanResult(taken, scan.waiting, scan.skipped, scan.collisions)
+    scan = ScanResult(taken, scan.waiting, scan.skipped, scan.collisions, scan.notes)
     cells = evaluation_cells(full)
     memory = {}
     if check:  # what each cell will need, from the store's shapes or the datasets and encoders

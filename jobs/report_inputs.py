@@ -32,9 +32,14 @@ def named(record: Mapping[str, Any], names: Mapping[str, Any]) -> dict[str, Any]
 
 
 def run_records(store: FeatureStore, cells: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Ledger records of this run's cells (``cell_id`` plus the cell's names), one per name."""
+    """Ledger records of this run's cells (``cell_id`` plus the cell's names), one per name.
+
+    A name sharing a record computed under another name keeps its own checkpoint file in
+    the record's provenance (``runs/moco_ep10.pth.tar``, not the other name's
+    ``moco.pth.tar``): its feature arrays, aliases of the other's, record it."""
     ledger = Ledger(store)
     cache: dict[str, dict[str, Any]] = {}
+    own: dict[tuple, Mapping[str, Any] | None] = {}
     out, seen = [], set()
     for c in cells:
         key = (c["cell_id"],) + tuple(c.get(k) for k in NAME_FIELDS)
@@ -43,8 +48,35 @@ def run_records(store: FeatureStore, cells: Iterable[Mapping[str, Any]]) -> list
         seen.add(key)
         if c["cell_id"] not in cache:
             cache[c["cell_id"]] = ledger.get(c["cell_id"])
-        out.append(named(cache[c["cell_id"]], c))
+        rec = named(cache[c["cell_id"]], c)
+        prov = rec.get("provenance")
+        if rec.get("recorded_as") and isinstance(prov, Mapping) and _from_checkpoint(prov.get("weights")):
+            where = (rec.get("model"), rec.get("dataset"), rec.get("layer"))
+            if where not in own:
+                own[where] = _own_weights(store, rec)
+            if own[where] is not None:
+                rec["provenance"] = {**prov, "weights": dict(own[where])}
+        out.append(rec)
     return out
+
+
+def _from_checkpoint(weights: object) -> bool:
+    return isinstance(weights, Mapping) and weights.get("source") == "checkpoint"
+
+
+def _own_weights(store: FeatureStore, rec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The weights record of ``rec``'s own feature arrays (its name's), when from a checkpoint."""
+    from storage_schema.keys import feature_key
+
+    splits = list((rec["provenance"].get("feature_keys") or {}))
+    if not splits:
+        return None
+    try:
+        st = store.status(feature_key(str(rec["model"]), str(rec["dataset"]), splits[0], str(rec["layer"])))
+    except (RepevalError, ValueError):  # a name that is no key: the shared record stands
+        return None
+    weights = ((st.attrs.get("encoder") or {}).get("weights")) if st is not None else None
+    return weights if _from_checkpoint(weights) else None
 
 
 def history(store: FeatureStore, cfg: BenchmarkConfig, shown: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

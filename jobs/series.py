@@ -37,8 +37,9 @@ class SeriesAnalysis:
     ``scores`` maps each cell to its score by step; ``running`` the best so far at each
     step; ``verdicts`` the newest checkpoint against each cell's best (where an earlier one
     is best); ``not_compared`` the cells whose comparison was refused, with the reason;
-    ``unplaced`` the encoders of the series without a step; ``problem`` why the series could
-    not be ordered at all.
+    ``unplaced`` the encoders of the series without a step, or with the step and the weights
+    of another member (a copy or a link: one point); ``problem`` why the series could not be
+    ordered at all (two members with one step and different weights).
     """
 
     name: str
@@ -138,8 +139,12 @@ def analyse_series(store, records: Iterable[Mapping[str, Any]], cfg: BenchmarkCo
         In series name order.
     """
     by_model: dict[str, dict[CellKey, Mapping[str, Any]]] = {}
+    weights: dict[str, str] = {}  # encoder -> weights fingerprint, from its records
     for rec in records:
         by_model.setdefault(str(rec.get("model")), {})[cell_key(rec)] = rec
+        fingerprint = (rec.get("provenance") or {}).get("weights_fingerprint")
+        if fingerprint:
+            weights.setdefault(str(rec.get("model")), str(fingerprint))
     out = []
     for name, members in sorted(series_members(cfg).items()):
         analysis = SeriesAnalysis(name)
@@ -149,6 +154,11 @@ def analyse_series(store, records: Iterable[Mapping[str, Any]], cfg: BenchmarkCo
                 analysis.unplaced.append({"encoder": encoder, "reason": "no training step: the scan's step_pattern "
                                           "does not match its file name and its metadata has no step, global_step "
                                           "or epoch"})
+            elif step in steps and weights.get(encoder) is not None and weights.get(encoder) == weights.get(
+                    steps[step]):
+                # a copy or a link of one checkpoint (Lightning's last.ckpt beside epoch=9-step=1200.ckpt)
+                analysis.unplaced.append({"encoder": encoder, "reason": f"the same weights as {steps[step]} "
+                                          f"(step {step}), which stands for both"})
             elif step in steps:
                 analysis.problem = (f"{steps[step]} and {encoder} both have step {step}; a series needs one "
                                     "checkpoint per step")

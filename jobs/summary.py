@@ -20,9 +20,10 @@ def build_summary(*, reason: str, units: int, cells: int, extractions: Sequence[
                   outcomes: Sequence[Mapping[str, Any]], failures: Sequence[Mapping[str, Any]],
                   report: str | None, correlation: Any, started: float, new_encoders: Sequence[str] = (),
                   waiting: Sequence[str] = (), skipped_checkpoints: Sequence[Mapping[str, Any]] = (),
-                  data_notes: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+                  data_notes: Sequence[Mapping[str, Any]] = (), scan_notes: Sequence[str] = ()) -> dict[str, Any]:
     """The summary dict of one run (JSON-able; ``failures`` are failure records; ``data_notes``
-    what the datasets' checks warn about, e.g. a class without images in a split)."""
+    what the datasets' checks warn about, e.g. a class without images in a split;
+    ``scan_notes`` the checkpoint folders that gave no file, and why)."""
     skipped_images: dict[str, list[str]] = {}
     for ext in extractions:
         if ext.get("skipped_ids"):
@@ -38,7 +39,7 @@ def build_summary(*, reason: str, units: int, cells: int, extractions: Sequence[
         "failed": [dict(o) for o in outcomes if o.get("status") == FAILED],
         "failed_extractions": [dict(r) for r in extractions if r.get("status") == FAILED],
         "failures": [dict(f) for f in failures],
-        "new_encoders": list(new_encoders), "waiting_checkpoints": list(waiting),
+        "new_encoders": list(new_encoders), "waiting_checkpoints": list(waiting), "scan_notes": list(scan_notes),
         "skipped_checkpoints": [dict(s) for s in skipped_checkpoints],
         "skipped_images": skipped_images, "data_warnings": [dict(n) for n in data_notes],
         "extractions": [dict(r) for r in extractions], "outcomes": [dict(o) for o in outcomes],
@@ -67,6 +68,8 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
              f"({summary['cached']} from the ledger, {len(summary['failed'])} failed) in {summary['seconds']:.1f} s"]
     if summary["new_encoders"]:
         lines.append(f"new encoders: {', '.join(summary['new_encoders'])}")
+    for line in summary.get("scan_notes") or []:
+        lines.append(line)
     for path in summary["waiting_checkpoints"]:
         lines.append(f"waiting: {path} is still being written; a later scan takes it")
     for rec in summary["skipped_checkpoints"]:

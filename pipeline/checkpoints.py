@@ -190,6 +190,13 @@ def read_checkpoint(path: str | os.PathLike[str], meta: bool = False) -> object:
         )
     if kind == "safetensors":
         return _safetensors_meta(path) if meta else _load_safetensors(path)
+    if kind == "torch-zip" and not zipfile.is_zipfile(path):
+        # a zip's directory is written last: without it the file was cut short (torch's own
+        # message about miniz's central directory says nothing a user can act on)
+        raise CheckpointError(
+            f"{path.name!r} is a truncated PyTorch archive: its {path.stat().st_size} bytes end before the "
+            "archive's directory (still being written or copied?); use it once it is complete"
+        )
     # an archive is memory-mapped: tensor bytes are read when used (never, on the meta device)
     return _load_pickle(path, meta=meta, mmap=kind == "torch-zip")
 

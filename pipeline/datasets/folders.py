@@ -102,8 +102,9 @@ class ImageFolderDataset(ListedImageDataset):
                 shown = ", ".join(direct[:_MAX_LISTED]) + (", ..." if len(direct) > _MAX_LISTED else "")
                 raise DatasetError(
                     f"Image folder {str(root_path)!r} holds class folders with images directly inside ({shown}), "
-                    "not split folders root/<split>/<class>/: give test_fraction (e.g. 0.25) for a seeded, "
-                    "stratified split into train and test, or arrange the images as root/<split>/<class>/"
+                    "not split folders root/<split>/<class>/: for a seeded, stratified split into train and "
+                    "test set `test_fraction: 0.25` in the dataset's params (repeval datasets show, repeval "
+                    "extract: --param test_fraction=0.25), or arrange the images as root/<split>/<class>/"
                 )
             raise DatasetError(f"Image folder {str(root_path)!r} has no class folders under {list(splits)}")
         index = {c: k for k, c in enumerate(self.class_names)}

@@ -206,6 +206,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         for split, ids in bad.items():  # every one named: this is the check before a long run
             if ids:
                 lines.append(f"  undecodable in {split}: {', '.join(map(printable, ids))}")
+        if total and summary["params"].get("skip_bad") is False:  # an adapter that can leave them out
+            lines.append("  an extraction stops at the first of these; `skip_bad: true` in the dataset's params "
+                         "(--param skip_bad=true) leaves them out")
     lines += [f"  warning: {printable(note_line(n))}" for n in summary.get("notes") or []]
     return "\n".join(lines)
 

@@ -308,12 +308,19 @@ def _try(location: str, tensors: dict[str, Tensor], model: nn.Module, extra_part
     return _Candidate(location, prefix, matched, fit, problem, hint, shapes)
 
 
-def _advice(cand: _Candidate, model: nn.Module, guess: Callable[[dict], str | None] | None) -> str:
+def _advice(cand: _Candidate, model: nn.Module, guess: Callable[[dict], str | None] | None, arch: str,
+            n_tensors: int) -> str:
     looks = guess(cand.shapes) if guess is not None and cand.matched else None
     if looks:
         return f"; it looks like {looks}: set `arch: {looks}`"
     if "shape mismatches" in cand.problem and "missing keys" not in cand.problem:
         return _shape_advice(cand.problem, model)
+    if cand.hint:  # the names match under a prefix of other parts: the hint says which line
+        return ""
+    if not cand.matched:
+        return f"; none of its {n_tensors} tensors has a name {arch} has: a file of another architecture? check `arch:`"
+    if "shape mismatches" in cand.problem:
+        return "; its tensors are of another architecture: check `arch:`"
     return ""
 
 
@@ -337,6 +344,10 @@ def _timm_filter(state: dict[str, Tensor], model: nn.Module) -> tuple[dict[str, 
         return dict(fn(dict(state), model)), f"{module}.checkpoint_filter_fn"
     except Exception:  # noqa: BLE001  a converter meant for other files: the mismatch stands as it was
         return None
+
+
+def _usual_rank(location: str) -> tuple[int, ...]:
+    return tuple(USUAL_KEYS.index(p) if p in USUAL_KEYS else len(USUAL_KEYS) for p in location.split("/") if p)
 
 
 def _usual(location: str) -> bool:
@@ -396,7 +407,7 @@ def fit_checkpoint(raw: object, model: nn.Module, name: str, arch: str, checkpoi
         cand = _try(checkpoint_key, found[checkpoint_key], model, strip_prefixes, True)
         if cand.fit is None:
             raise CheckpointError(f"{name!r} under {checkpoint_key!r} does not fit {arch}: {cand.problem}"
-                                  f"{_advice(cand, model, guess)}{cand.hint}")
+                                  f"{_advice(cand, model, guess, arch, len(found[checkpoint_key]))}{cand.hint}")
         return cand.fit
     cands = [_try(w, t, model, strip_prefixes, False) for w, t in found.items()]
     fitting = [c for c in cands if c.fit is not None]
@@ -407,12 +418,14 @@ def fit_checkpoint(raw: object, model: nn.Module, name: str, arch: str, checkpoi
         fit.also_fits = [c.location for c in fitting if c is not chosen[0]]
         return fit
     if len(chosen) > 1:
-        key = chosen[0].location
+        # the line offered names the usual first choice (DINO writes its student first, but the
+        # teacher is the one evaluated; timm's state_dict before its EMA), whatever the file's order
+        key = min(chosen, key=lambda c: _usual_rank(c.location)).location
         raise CheckpointError(f"{name!r} holds several state dicts that fit {arch}: {listing(chosen)}; say which "
                               f"with `checkpoint_key: {key}` (repeval extract: --checkpoint-key {key})")
     best = max(cands, key=lambda c: c.matched)
     others = [c for c in cands if c is not best]
     where = f" (under {best.location!r})" if best.location else ""
     also = f"; it also holds tensors at: {listing(others)}" if others else ""
-    raise CheckpointError(f"{name!r}{where} does not fit {arch}: {best.problem}{_advice(best, model, guess)}"
-                          f"{best.hint}{also}")
+    advice = _advice(best, model, guess, arch, len(found[best.location]))
+    raise CheckpointError(f"{name!r}{where} does not fit {arch}: {best.problem}{advice}{best.hint}{also}")

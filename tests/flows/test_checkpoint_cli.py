@@ -1,5 +1,6 @@
 """``repeval extract`` takes a lab's checkpoint with the one option its message names, and
-``repeval ls`` says what was done to the file."""
+``repeval ls`` says what was done to the file; an image it cannot decode names the option
+that leaves it out."""
 
 from __future__ import annotations
 
@@ -49,3 +50,30 @@ def test_extract_takes_checkpoint_key_and_strip_prefixes_and_ls_says_what_was_do
     assert main(odd + DATA) == 2
     assert "--strip-prefixes module.trunk_v2." in capsys.readouterr().err
     assert main(odd + ["--strip-prefixes", "trunk_v2."] + DATA) == 0
+    capsys.readouterr()
+    (tmp_path / "teacher.pth").symlink_to(tmp_path / "dino.pth")  # the same file under a link's name
+    link = ["extract", "--store", store, "--arch", ARCH, "--name", "link", "--weights", str(tmp_path / "teacher.pth"),
+            "--checkpoint-key", "teacher"]
+    assert main(link + DATA) == 0
+    out = capsys.readouterr().out  # no forward pass, and not "0 images"
+    assert "aliased   link/textures/train: 16 images already in the store (identical weights: dino's features)" in out
+    assert main(link + DATA) == 0
+    assert "cached    link/textures/test: 16 images already in the store" in capsys.readouterr().out
+
+
+def test_extract_stopped_by_an_undecodable_image_names_the_option_that_leaves_it_out(tmp_path: Path, capsys) -> None:
+    from tests.pipeline.datasets.layouts import write_image
+
+    root = tmp_path / "mine"
+    for split in ("train", "test"):
+        for cls in ("a", "b"):
+            write_image(root / split / cls / "0.png", 40 + len(cls))
+    (root / "train" / "a" / "bad.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    base = ["extract", "--store", str(tmp_path / "store"), "--arch", ARCH, "--dataset", "image_folder",
+            "--split", "train", "--input-size", "32", "--quiet", "--param", f"root={root}"]
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "bad.jpg" in err and err.rstrip().endswith(
+        "; to leave unreadable images out, add --param skip_bad=true (`repeval datasets show` names every one)")
+    assert main(base + ["skip_bad=true"]) == 0
+    assert "1 unreadable image(s) left out: a/bad.jpg" in capsys.readouterr().out

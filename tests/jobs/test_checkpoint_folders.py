@@ -125,3 +125,30 @@ def test_a_one_shot_run_waits_for_settling_files_up_to_settle_seconds(tmp_path: 
     _age(fresh, 31)
     (tmp_path / "marked" / "m.pth.done").touch()
     assert wait_for_settled(cfg, said.append) == [] and len(said) == 1  # nothing to wait for: silent
+
+
+def test_a_folder_that_gives_no_file_says_why_with_a_pattern_that_takes_its_files(tmp_path: Path) -> None:
+    from jobs.summary import build_summary, summary_lines
+
+    raw = _config(tmp_path, pattern="*.safetensors")  # the default pattern, beside a lab's .ckpt files
+    (tmp_path / "ck").mkdir()
+    assert scan_checkpoints(load_config(raw)).notes == [
+        f"checkpoints folder {str(tmp_path / 'ck')!r}: no file matches pattern '*.safetensors' "
+        "(no checkpoint file in it yet)"]
+    for name in ("epoch=0-step=100.ckpt", "epoch=1-step=200.ckpt", "last.ckpt"):
+        (tmp_path / "ck" / name).write_bytes(b"x")
+    (tmp_path / "ck" / "metrics.json").write_text("{}")  # not a checkpoint: never offered
+    plan = make_plan(load_config(raw), check=False)
+    assert plan.config.encoders == [] and plan.scan.notes == [
+        f"checkpoints folder {str(tmp_path / 'ck')!r}: no file matches pattern '*.safetensors'; it holds 3 other "
+        "checkpoint file(s) (epoch=0-step=100.ckpt, epoch=1-step=200.ckpt, last.ckpt): set `pattern: \"*.ckpt\"`"]
+    (tmp_path / "ck" / "moco.pth.tar").write_bytes(b"x")  # two kinds: every checkpoint file
+    assert scan_checkpoints(load_config(raw)).notes[0].endswith(": set `pattern: \"*\"`")
+    missing = _config(tmp_path)
+    missing["checkpoints"][0]["path"] = str(tmp_path / "typo")
+    notes = scan_checkpoints(load_config(missing)).notes
+    assert notes == [f"checkpoints folder {str(tmp_path / 'typo')!r} does not exist: nothing taken from it"]
+    summary = build_summary(reason="run", units=0, cells=0, extractions=[], outcomes=[], failures=[], report=None,
+                            correlation=None, started=0.0, scan_notes=notes)
+    assert notes[0] in summary_lines(summary)  # said in the run's summary (run and serve)
+    assert scan_checkpoints(load_config(_config(tmp_path))).notes == []  # files taken: nothing to say

@@ -174,3 +174,24 @@ def test_a_series_without_a_better_earlier_checkpoint_is_not_flagged(tmp_path):
     assert sorted(summary["series"][0]["newest_is_best"]) == [f"few/{DATASET}/pre_logits",
                                                               f"knn/{DATASET}/pre_logits"]
     assert len(Ledger(load_config(raw).open_store(read_only=True))) == 4
+
+
+def test_a_copy_or_link_of_a_checkpoint_at_its_step_is_one_point_of_the_series(tmp_path):
+    # Lightning's save_last writes last.ckpt beside epoch=1-step=200.ckpt: one step, the same weights
+    names = {"epoch=0-step=100": (100, "a"), "epoch=1-step=200": (200, "b"), "last": (200, "b"), "other": (200, "c")}
+    raw = {**_config(tmp_path), "checkpoints": [], "encoders": [
+        {"name": n, "arch": "resnet18", "series": "runs", "step": step} for n, (step, _) in names.items()
+        if n != "other"]}
+    cfg = load_config(raw)
+    records = [{"model": n, "dataset": DATASET, "layer": "pre_logits", "setting": "knn",
+                "metrics": {"score": step / 1000}, "provenance": {"weights_fingerprint": fp}}
+               for n, (step, fp) in names.items()]
+    [series] = analyse_series(None, records, cfg)  # the newest is best: nothing to compare, no store read
+    assert series.problem is None and [(p.encoder, p.step) for p in series.points] == [
+        ("epoch=0-step=100", 100), ("epoch=1-step=200", 200)]
+    assert series.unplaced == [{"encoder": "last", "reason": "the same weights as epoch=1-step=200 (step 200), "
+                                                             "which stands for both"}]
+    cfg = load_config({**raw, "encoders": raw["encoders"] + [
+        {"name": "other", "arch": "resnet18", "series": "runs", "step": 200}]})
+    [series] = analyse_series(None, records, cfg)  # other weights at one step: the series cannot be ordered
+    assert series.problem == "epoch=1-step=200 and other both have step 200; a series needs one checkpoint per step"

@@ -179,6 +179,43 @@ def test_usual_prefixes_are_found_and_an_unusual_one_is_named_with_a_line_that_w
     assert load_encoder(spec, device="cpu").weights_fingerprint == weights_fingerprint(source)
 
 
+def test_the_line_offered_for_several_fits_names_the_usual_choice_whatever_the_file_order(
+        source: torch.nn.Module) -> None:
+    from pipeline.encoders.fitting import fit_checkpoint
+
+    backbone = {f"backbone.{k}": v for k, v in source.state_dict().items()}
+    model = _model()
+    # DINO's main_dino.py saves the student first; the teacher is the network it evaluates
+    dino = {"student": dict(backbone), "teacher": dict(backbone), "epoch": 100}
+    timm_train = {"state_dict_ema": dict(source.state_dict()), "state_dict": dict(source.state_dict())}
+    for raw, key in ((dino, "teacher"), (timm_train, "state_dict")):
+        with pytest.raises(CheckpointError) as info:
+            fit_checkpoint(raw, model, "ck.pth", ARCH)
+        assert f"`checkpoint_key: {key}` (repeval extract: --checkpoint-key {key})" in str(info.value)
+        assert fit_checkpoint(raw, model, "ck.pth", ARCH, checkpoint_key=key).location == key
+
+
+def test_a_file_of_another_architecture_says_to_check_arch() -> None:
+    from pipeline.encoders.building import build_on_meta
+    from pipeline.encoders.fitting import fit_checkpoint
+
+    def meta(arch: str) -> torch.nn.Module:
+        return build_on_meta(EncoderSpec("m", arch, input_size=SIZE))
+
+    vit = {"model": meta("vit_tiny_patch16_224").state_dict(), "epoch": 3}  # no name in common with a ResNet
+    with pytest.raises(CheckpointError) as info:
+        fit_checkpoint(vit, meta("resnet18"), "vit.pth", "resnet18")
+    n = len(vit["model"])
+    assert f"; none of its {n} tensors has a name resnet18 has: a file of another architecture? check `arch:`" in str(
+        info.value)
+    deeper = meta("resnet18").state_dict()  # the names of resnet50's stages, other shapes and fewer blocks
+    with pytest.raises(CheckpointError) as info:
+        fit_checkpoint(deeper, meta("resnet50"), "r18.pth", "resnet50")
+    msg = str(info.value)
+    assert "missing keys" in msg and "shape mismatches" in msg
+    assert msg.endswith("; its tensors are of another architecture: check `arch:`")
+
+
 def test_prefix_is_stripped_only_when_every_key_has_it(tmp_path: Path) -> None:
     path = tmp_path / "mixed.safetensors"
     save_file({"module.a": torch.zeros(1), "b": torch.ones(1)}, path)
@@ -270,6 +307,19 @@ def test_corrupt_files_and_non_tensor_entries(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"'junk.pth' is not a checkpoint: its 7 bytes") as info:
         load_state_dict(junk)
     assert not isinstance(info.value, UnsafeCheckpointError)
+
+
+def test_torch_archive_cut_short_says_truncated(source: torch.nn.Module, tmp_path: Path) -> None:
+    whole = tmp_path / "whole.pth"
+    torch.save({"state_dict": source.state_dict(), "epoch": 3}, whole)
+    cut = tmp_path / "cut.pth"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])  # a copy or a save interrupted
+    with pytest.raises(CheckpointError) as info:
+        load_state_dict(cut)
+    msg = str(info.value)
+    assert msg.startswith(f"'cut.pth' is a truncated PyTorch archive: its {cut.stat().st_size} bytes end before")
+    assert "miniz" not in msg and "\n" not in msg
+    assert load_state_dict(whole, strip_prefixes=()).keys() == source.state_dict().keys()
 
 
 # --- fitting a checkpoint to an architecture without loading it -----------------------------

@@ -31,7 +31,9 @@ def test_a_root_of_class_folders_says_what_was_found_and_splits_on_request(tmp_p
     with pytest.raises(DatasetError) as info:
         make_dataset("image_folder", root=str(root))
     msg = str(info.value)
-    assert "class folders with images directly inside (a, b, c, d)" in msg and "test_fraction" in msg
+    assert "class folders with images directly inside (a, b, c, d)" in msg
+    # the line that works, in a config and on the command line
+    assert "set `test_fraction: 0.25` in the dataset's params" in msg and "--param test_fraction=0.25" in msg
     assert "no class folders under" not in msg  # the classes are not taken for splits
 
     ds = make_dataset("image_folder", root=str(root), test_fraction=0.25, seed=3)
@@ -111,10 +113,11 @@ def test_datasets_show_decodes_and_names_every_undecodable_file(tmp_path: Path, 
     out = capsys.readouterr().out
     if skip_bad:  # left out at construction, and named as skipped
         assert "skipped in train: a/bad.jpg" in out and "skipped in test: a/cut.png" in out
-        assert "every image: all decode" in out
-    else:  # every one named, not "0 skipped"
+        assert "every image: all decode" in out and "skip_bad: true" not in out
+    else:  # every one named, not "0 skipped", with the line that leaves them out
         assert "undecodable in train: a/bad.jpg" in out and "undecodable in test: a/cut.png" in out
         assert "every image: 2 undecodable" in out
+        assert "`skip_bad: true` in the dataset's params (--param skip_bad=true) leaves them out" in out
     assert "warning: tree: 1 hidden folder(s) left out (names starting with '.'): test/.hidden" in out
     assert main(argv + ["--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
