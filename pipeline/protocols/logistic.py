@@ -45,6 +45,9 @@ __all__ = ["DEFAULT_CS", "LogisticProbe"]
 
 #: The C grid of the logistic protocol: lambda = 1 / C, 45 values log-spaced 1e-6 .. 1e5 (C ascending).
 DEFAULT_CS: np.ndarray = 1.0 / np.logspace(5, -6, 45)
+# The reported fit runs on while the solver's model of the objective expects to lower it by
+# more than this share of its value (see LogisticProbe._refine).
+_F_RTOL = 1e-3
 
 
 class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
@@ -59,8 +62,10 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         log-spaced 1e-6..1e5). The grid is fitted on the train part of a split, from the
         largest lambda down, each fit warm-started from the previous one; ``C_``
         maximises validation accuracy (mean average precision for multi-label targets;
-        ties: the smaller C, i.e. the stronger penalty); the final model is refitted on
-        all rows.
+        ties: the larger C, i.e. the weaker penalty, as Ericsson et al.'s code walks
+        lambda upwards keeping strictly better scores); the final model is refitted on
+        all rows. A refit that collapses (see ``selection_moves_``) moves the choice to
+        the best of the weaker penalties.
     val_fraction : float
         Share of the rows held out for selection when ``Cs`` is given and no
         validation rows are: a stratified draw (a plain random one for multi-label).
@@ -94,6 +99,12 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         Iterations of the final fit.
     grid_n_iter_ : numpy.ndarray
         Iterations per ``Cs_``.
+    selection_moves_ : list of tuple
+        (C left, C taken, why) for each time the refit on all rows of a single-label
+        grid choice collapsed (one class for nearly every row, or less than half of the
+        validated margin over the majority rate kept on its own rows); the choice then
+        moves to the weaker penalties and the seed's rule picks among them. Empty
+        normally.
     converged_ : bool
         Every fit, grid and final, reached tol.
     multilabel_ : bool
@@ -253,14 +264,16 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
                 if it or not scores:  # an unmoved iterate keeps its validation score
                     score = self._val_score(val_rows, val_labels, state.theta, device)
                 scores.append(score)
-                if best is None or scores[-1] > scores[best[0]]:
-                    # strictly better only: ties keep the smaller C (stronger penalty)
+                if best is None or scores[-1] >= scores[best[0]]:
+                    # Ericsson et al.'s rule: of the values with the best validation score, the
+                    # weakest penalty (they walk lambda upwards keeping strictly better scores)
                     best = (len(scores) - 1, state.theta.clone(), memory.snapshot(), reg)
             self.Cs_, self.val_scores_ = grid, np.array(scores)
             self.grid_n_iter_ = np.array(iters)
             j, theta, snap, reg_from = best
             C = float(grid[j])
             memory.restore(snap)
+            val_chance = _majority_rate(val_labels) if not multilabel else None
 
         # Final model on all rows, from the selected grid solution. The kept curvature
         # pairs and the preconditioner came from the train part only: they shape the
@@ -271,6 +284,25 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         memory.shift_penalty(reg - reg_from, mask)
         state = SolverState.at(final, theta, reg, fast=True)
         state, it, status = self._solve(final, state, memory, precond, reg, final=True)
+        self.selection_moves_ = []
+        while grid is not None and not multilabel:
+            # A validated model can collapse when refitted: near-zero weights (strong
+            # penalties tie on a small validation split) leave the intercepts, which the
+            # refit's unequal class counts set apart, to decide every prediction.
+            why = _collapse(self._predict_labels(rows, state.theta, device), labels, self.val_scores_[j], val_chance)
+            weaker = np.arange(j + 1, grid.size)
+            if why is None or weaker.size == 0:
+                break
+            # the seed's rule among the weaker penalties; followed there along the grid
+            nxt = int(weaker[np.flatnonzero(self.val_scores_[weaker] == self.val_scores_[weaker].max())[-1]])
+            self.selection_moves_.append((C, float(grid[nxt]), why))
+            for k in range(j + 1, nxt + 1):
+                reg_next = 1.0 / (float(grid[k]) * n)
+                memory.shift_penalty(reg_next - reg, mask)
+                reg = reg_next
+                state, it_k, status = self._solve(final, state, memory, precond, reg, final=k == nxt)
+                it += it_k
+            j, C = nxt, float(grid[nxt])
         statuses.append((C, status))
         self.C_, self.n_iter_ = C, np.array([it])
         self.converged_ = all(s == "converged" for _, s in statuses)
@@ -300,16 +332,52 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
             state = SolverState.at(loss, state.theta, reg, fast=False)
             it2, status = minimize(loss, state, memory, precond, self.tol, max(self.max_iter - it, 0))
             it += it2
+        if final and status == "converged":
+            it += self._refine(loss, state, memory, precond, max(self.max_iter - it, 0))
         return state, it, status
+
+    @staticmethod
+    def _refine(loss: LinearLoss, state: SolverState, memory: LBFGSMemory, precond: Preconditioner,
+                budget: int) -> int:
+        """Iterations spent taking a converged reported fit on to its optimum where tol is loose.
+
+        A weak penalty barely curves a flat loss (separable rows): max|grad| <= tol then
+        holds far from the optimum, wherever the path entered the flat region, and the
+        predictions depend on the start. While the quasi-Newton model predicts a decrease
+        -g.H g / 2 above ``_F_RTOL`` of the objective, the gradient tolerance is cut tenfold
+        and the fit goes on (never beyond the max_iter budget; a step that leaves max|grad|
+        above tol is undone). On a curved loss the first test passes: nothing changes.
+        """
+        spent, target = 0, float(state.g.abs().max())
+        while spent < budget:
+            direction = memory.direction(state.g, precond)
+            if -0.5 * float(torch.sum(state.g * direction)) <= _F_RTOL * abs(state.f):
+                break
+            kept = state.theta.clone(), state.f, state.g.clone(), state.curvature
+            target /= 10.0
+            it, status = minimize(loss, state, memory, precond, target, budget - spent)
+            spent += it
+            if float(state.g.abs().max()) > kept[2].abs().max():  # L-BFGS gradients are not monotone
+                state.theta, state.f, state.g, state.curvature = kept
+                break
+            if status != "converged" or it == 0:
+                break
+        return spent
 
     def _val_score(self, rows: FeatureRows, labels: np.ndarray, theta: torch.Tensor, device) -> float:
         """Validation accuracy (mean average precision for multi-label) of theta."""
+        if self.multilabel_:
+            theta_np = theta.cpu().numpy()
+            blocks = linear_score_blocks(rows, theta_np[:, :-1], theta_np[:, -1], device, torch.float32)
+            return mean_average_precision(labels, np.concatenate([z.cpu().numpy() for z, _ in blocks]))
+        return float(np.mean(self._predict_labels(rows, theta, device) == labels))
+
+    @staticmethod
+    def _predict_labels(rows: FeatureRows, theta: torch.Tensor, device) -> np.ndarray:
+        """Class positions (0 .. K-1) that theta predicts for ``rows`` (float32 products)."""
         theta_np = theta.cpu().numpy()
         blocks = linear_score_blocks(rows, theta_np[:, :-1], theta_np[:, -1], device, torch.float32)
-        if self.multilabel_:
-            return mean_average_precision(labels, np.concatenate([z.cpu().numpy() for z, _ in blocks]))
-        hits = sum(int((torch.argmax(z, dim=1).cpu().numpy() == labels[s:s + len(z)]).sum()) for z, s in blocks)
-        return hits / len(labels)
+        return np.concatenate([torch.argmax(z, dim=1).cpu().numpy() for z, _ in blocks])
 
     # -- prediction --------------------------------------------------------------------
     def score_blocks(self, rows: FeatureRows) -> Iterator[tuple[torch.Tensor, int]]:
@@ -381,3 +449,29 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         if self.multilabel_:
             return (Z > 0).astype(np.int64)
         return self.classes_[np.argmax(Z, axis=1)]
+
+
+def _majority_rate(labels: np.ndarray) -> float:
+    return float(np.bincount(labels).max()) / len(labels) if len(labels) else float("nan")
+
+
+def _collapse(predicted: np.ndarray, labels: np.ndarray, val_score: float, val_chance: float) -> str | None:
+    """Why a refitted model does not keep what validation saw in it; None when it does.
+
+    Only a model that validated above chance is judged. On the very rows it was fitted
+    on, the refit must not give (nearly) one class to every row, must beat the majority
+    rate, and must keep at least half of the validated margin over chance; a healthy fit
+    does far better on its own rows than on held-out ones.
+    """
+    from pipeline.protocols.fit_warnings import class_share_collapsed
+
+    if not val_score > val_chance:
+        return None
+    own, chance = float(np.mean(predicted == labels)), _majority_rate(labels)
+    if class_share_collapsed(predicted, labels):
+        share = np.bincount(predicted).max() / len(predicted)
+        return f"it predicts one class for {share:.0%} of the rows it was fitted on"
+    if own - chance < 0.5 * (val_score - val_chance):
+        return (f"its accuracy on the rows it was fitted on ({own:.3f}) keeps less than half of the validated "
+                f"margin over chance ({val_score:.3f} against {val_chance:.3f})")
+    return None

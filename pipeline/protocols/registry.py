@@ -12,7 +12,15 @@ version, what it can take and what it needs:
 - ``tokens``: it reads token features (n, T, d) (a layer stored with its tokens) instead
   of pooled (n, d) features;
 - ``memory_bytes(...)``: the peak host memory of one cell, the features it holds
-  included, from the shapes alone (for scheduling).
+  included, from the shapes alone (for scheduling);
+- ``metrics``: the scalar metrics its records can carry, ``primary_metric`` the one a
+  correlation reads unless told otherwise, ``unbounded`` those that are not fractions in
+  [0, 1] (read raw, never logit-transformed).
+
+A result's ``warnings`` are ``{"code", "message"}`` dicts (``fit_warnings``): a runner adds
+what its fit knows (a grid edge, a plateau, a temperature at its bound); the entry adds
+those of the test predictions it returns as evidence (one class, chance level) and every
+Python warning raised while it ran.
 
 The results ledger keys a cell by (features, protocol, hash of the full settings,
 version), so bump ``version`` whenever an entry's numbers would change for the same
@@ -127,6 +135,13 @@ class Protocol:
         ``memory(CellShape, full_settings) -> int``: peak bytes of one cell.
     tokens : bool
         Reads token features (n, T, d) instead of pooled (n, d) features.
+    metrics : tuple of str
+        The scalar metrics its records can carry (which of them depends on the data:
+        ``map11`` for multi-label rows, ``top1`` otherwise).
+    primary_metric : str
+        What a correlation setting reads when it names no metric.
+    unbounded : tuple of str
+        Metrics that are not fractions in [0, 1].
     """
 
     name: str
@@ -141,6 +156,9 @@ class Protocol:
     multilabel: bool = False
     memory: Callable[[CellShape, Mapping[str, Any]], int] | None = None
     tokens: bool = False
+    metrics: tuple[str, ...] = ("score",)
+    primary_metric: str = "score"
+    unbounded: tuple[str, ...] = ()
 
     def __call__(self, data: EvalData, settings: Mapping[str, Any] | None = None) -> ProtocolResult:
         """Run on ``data`` with ``settings`` (overlaid on the defaults, checked first).
@@ -160,7 +178,11 @@ class Protocol:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = self.run(data, full)
-        result.warnings.extend(sorted({f"{w.category.__name__}: {w.message}" for w in caught}))
+        from pipeline.protocols.fit_warnings import evidence_warnings, merge_warnings, python_warning
+
+        raised = [python_warning(w.category.__name__, str(w.message)) for w in caught]
+        result.warnings = merge_warnings(result.warnings, evidence_warnings(data, result),
+                                         sorted(raised, key=lambda w: w["message"]))
         result.seconds = time.perf_counter() - started
         return result
 
@@ -282,7 +304,9 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
                       check: Callable[[Mapping[str, Any]], None] | None = None,
                       bounds: Mapping[str, Bound] | None = None, *, streams_train: bool = False,
                       multilabel: bool = False,
-                      memory: Callable[[CellShape, Mapping[str, Any]], int] | None = None, tokens: bool = False):
+                      memory: Callable[[CellShape, Mapping[str, Any]], int] | None = None, tokens: bool = False,
+                      metrics: tuple[str, ...] = ("score",), primary_metric: str = "score",
+                      unbounded: tuple[str, ...] = ()):
     """Decorator registering ``run(data, settings) -> ProtocolResult`` under ``name``.
 
     Parameters
@@ -295,7 +319,7 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
         Every setting with its default.
     description : str
         One line for listings.
-    choices, check, bounds, streams_train, multilabel, memory, tokens
+    choices, check, bounds, streams_train, multilabel, memory, tokens, metrics, primary_metric, unbounded
         See ``Protocol``.
 
     Returns
@@ -306,8 +330,12 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
     def wrap(fn: Callable[[EvalData, Mapping[str, Any]], ProtocolResult]):
         if name in _REGISTRY:
             warnings.warn(f"protocol {name!r} registered twice; the later one wins", stacklevel=2)
+        if primary_metric not in metrics:
+            raise ConfigError(f"protocol {name!r}: primary_metric {primary_metric!r} is not one of its metrics "
+                              f"{', '.join(metrics)}")
         _REGISTRY[name] = Protocol(name, version, dict(defaults), fn, description, dict(choices or {}), check,
-                                   dict(bounds or {}), streams_train, multilabel, memory, tokens)
+                                   dict(bounds or {}), streams_train, multilabel, memory, tokens, tuple(metrics),
+                                   primary_metric, tuple(unbounded))
         return fn
 
     return wrap
