@@ -1,6 +1,6 @@
 """The benchmark report: one static HTML file with its plots embedded.
 
-Sections: failures (at the top, never hidden), the summary (leaderboard, regressions, what
+Sections: failures and fit warnings (at the top, never hidden), the summary (leaderboard, regressions, what
 changed since the previous run), checkpoint series, data problems, accuracy tables per protocol
 setting and layer (best per column marked), the best layer per encoder, low-shot curves
 (absolute and relative to a baseline encoder, ImageNet-CoG style), accuracy per ImageNet-CoG
@@ -20,7 +20,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs.report.audits import VIOLATION_MARKER, data_section, failed_section, invariance_section, warnings_section
+from jobs.report.audits import (
+    VIOLATION_MARKER, data_section, failed_section, flagged_section, invariance_section, warnings_section,
+)
 from jobs.report.cog import cog_section
 from jobs.report.correlation import correlation_section
 from jobs.report.encoder import encoder_sections
@@ -63,6 +65,7 @@ def write_report(records: list[dict], correlation: CorrelationReport | None, con
     run.reference = dict(reference or {})
     sections = [
         failed_section(run),
+        flagged_section(run),
         summary_section(run),
         overview_section(run),
         series_section(run),

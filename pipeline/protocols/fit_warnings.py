@@ -9,8 +9,13 @@ summary show them. Each code has a severity:
   comparison or series verdict is drawn from it (``one_class``, ``at_chance``,
   ``grid_edge``);
 - ``caution``: worth knowing, but the score stands (``plateau``, ``selection_moved``,
-  ``temperature_edge`` (calibration metrics only), ``undefined_ap``, ``not_converged``,
-  ``runtime``).
+  ``temperature_edge`` (calibration metrics only), ``collapsed_features``,
+  ``undefined_ap``, ``not_converged``, ``runtime``).
+
+A chance score from collapsed features (every image mapped to one vector, a classic
+failure of self-supervised training) is the encoder's own result: the record says
+``collapsed_features`` instead of ``one_class`` / ``at_chance``, and a regression from it
+is a true one.
 
 Nothing here imports torch or scikit-learn.
 """
@@ -24,7 +29,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["ONE_CLASS_SHARE", "WARNING_CODES", "at_chance_warning", "chance_level", "class_share_collapsed",
-           "evidence_warnings", "fit_warning", "grid_warnings", "merge_warnings", "prediction_warnings", "python_warning",
+           "evidence_warnings", "features_collapsed", "fit_warning", "grid_warnings", "merge_warnings", "prediction_warnings", "python_warning",
            "record_warnings", "unreliable_reasons", "warning_codes"]
 
 UNRELIABLE = "unreliable"
@@ -41,6 +46,8 @@ WARNING_CODES: dict[str, tuple[str, str]] = {
                                  "was taken instead"),
     "temperature_edge": (CAUTION, "the calibration temperature is at an end of its search range (the "
                                   "temperature-scaled calibration metrics only)"),
+    "collapsed_features": (CAUTION, "every test example has the same features: the representation itself has "
+                                    "collapsed, so a chance score is the encoder's true result, not a fit's fault"),
     "undefined_ap": (CAUTION, "a class has no present test image: its AP is undefined (map11 counts it as 1/11, as "
                               "the seed's code does; map11_devkit leaves it out)"),
     "not_converged": (CAUTION, "a fit stopped at its iteration limit before its tolerance"),
@@ -319,13 +326,37 @@ def merge_warnings(*groups: Iterable[Mapping[str, str]]) -> list[dict[str, str]]
     return out
 
 
+#: Features whose spread over the rows is within this share of their magnitude are one vector.
+COLLAPSE_RTOL = 1e-5
+
+
+def features_collapsed(X: Any) -> bool:
+    """Whether every row of ``X`` (n, ...) is the same vector, to ``COLLAPSE_RTOL``.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, d) or (n, T, d)
+
+    Returns
+    -------
+    bool
+    """
+    if X is None or len(X) < 2:
+        return False
+    rows = np.asarray(X).reshape(len(X), -1)
+    spread = float(np.max(np.max(rows, axis=0).astype(np.float64) - np.min(rows, axis=0)))
+    return spread <= COLLAPSE_RTOL * max(float(np.max(np.abs(rows))), 1e-30)
+
+
 def evidence_warnings(data: Any, result: Any) -> list[dict[str, str]]:
     """``one_class`` / ``at_chance`` of the test predictions a result keeps as evidence.
 
     Single-label predictions (k-NN, the probes, the nets) are judged with the record's
     ``score``; low-shot fits by the headline N's fits (one-class when any of them is) and
-    the mean score. Episodes (few-shot: chance is 1/n_way, which its runner knows) and
-    multi-label scores are left to their runners.
+    the mean score; multi-label cells by their test columns without a present image
+    (``undefined_ap``). Collapsed test features (``features_collapsed``) give
+    ``collapsed_features`` instead: the chance score is then the encoder's. Episodes
+    (few-shot: chance is 1/n_way, which its runner knows) are left to their runner.
 
     Parameters
     ----------
@@ -349,6 +380,10 @@ def evidence_warnings(data: Any, result: Any) -> list[dict[str, str]]:
                                             "each as 1/11, map11_devkit leaves them out")] if len(empty) else []
     if ev is None or not isinstance(score, (int, float)) or isinstance(score, bool):
         return []
+    if features_collapsed(data.X_test):
+        return [fit_warning("collapsed_features", f"all {len(data.X_test)} test examples have the same features "
+                                                  f"(to {COLLAPSE_RTOL:g} of their magnitude): the encoder maps "
+                                                  f"every image to one vector; score {float(score):.4g}")]
     if ev.kind == "predictions":
         return prediction_warnings(y, ev.values, float(score), ev.metric == "mean_per_class", data.n_classes)
     if ev.kind != "fits":

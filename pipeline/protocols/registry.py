@@ -178,11 +178,13 @@ class Protocol:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = self.run(data, full)
-        from pipeline.protocols.fit_warnings import evidence_warnings, merge_warnings, python_warning
+        from pipeline.protocols.fit_warnings import WARNING_CODES, evidence_warnings, merge_warnings, python_warning
 
         raised = [python_warning(w.category.__name__, str(w.message)) for w in caught]
-        result.warnings = merge_warnings(result.warnings, evidence_warnings(data, result),
-                                         sorted(raised, key=lambda w: w["message"]))
+        found = evidence_warnings(data, result)
+        if any(w["code"] == "collapsed_features" for w in found):  # the chance score is the encoder's, not the fit's
+            result.warnings = [w for w in result.warnings if WARNING_CODES[w["code"]][0] != "unreliable"]
+        result.warnings = merge_warnings(result.warnings, found, sorted(raised, key=lambda w: w["message"]))
         result.seconds = time.perf_counter() - started
         return result
 
