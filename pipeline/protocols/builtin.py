@@ -134,6 +134,7 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     warnings = []
     if s["Cs"] is not None:
         diagnostics["val_scores"] = [float(v) for v in probe.val_scores_]
+        diagnostics["grid_n_iter"] = [int(i) for i in probe.grid_n_iter_]
         warnings = _selection_warnings(probe)
         if probe.selection_moves_:
             diagnostics["selection_moves"] = [{"from_C": a, "to_C": b, "why": why} for a, b, why in probe.selection_moves_]

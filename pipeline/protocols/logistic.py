@@ -36,6 +36,7 @@ from pipeline.protocols.blocks import FeatureRows, RowsPredictMixin
 from pipeline.protocols.devices import resolve_device
 from pipeline.protocols.lbfgs import LBFGSMemory, Preconditioner, SolverState, minimize
 from pipeline.protocols.linear_loss import LinearLoss, gram_matrix, linear_score_blocks
+from pipeline.protocols.logistic_checks import majority_rate, refine_to_optimum, refit_collapse
 from pipeline.protocols.metrics import mean_average_precision
 from pipeline.protocols.validation import (
     check_number, encode_targets, validate_features,
@@ -45,9 +46,6 @@ __all__ = ["DEFAULT_CS", "LogisticProbe"]
 
 #: The C grid of the logistic protocol: lambda = 1 / C, 45 values log-spaced 1e-6 .. 1e5 (C ascending).
 DEFAULT_CS: np.ndarray = 1.0 / np.logspace(5, -6, 45)
-# The reported fit runs on while the solver's model of the objective expects to lower it by
-# more than this share of its value (see LogisticProbe._refine).
-_F_RTOL = 1e-3
 
 
 class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
@@ -63,7 +61,8 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         largest lambda down, each fit warm-started from the previous one; ``C_``
         maximises validation accuracy (mean average precision for multi-label targets;
         ties: the larger C, i.e. the weaker penalty, as Ericsson et al.'s code walks
-        lambda upwards keeping strictly better scores); the final model is refitted on
+        lambda upwards keeping strictly better scores, among the values whose fit moved
+        from the previous one); the final model is refitted on
         all rows. A refit that collapses (see ``selection_moves_``) moves the choice to
         the best of the weaker penalties.
     val_fraction : float
@@ -264,16 +263,18 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
                 if it or not scores:  # an unmoved iterate keeps its validation score
                     score = self._val_score(val_rows, val_labels, state.theta, device)
                 scores.append(score)
-                if best is None or scores[-1] >= scores[best[0]]:
+                if best is None or scores[-1] > scores[best[0]] or (scores[-1] == scores[best[0]] and it):
                     # Ericsson et al.'s rule: of the values with the best validation score, the
-                    # weakest penalty (they walk lambda upwards keeping strictly better scores)
+                    # weakest penalty (they walk lambda upwards keeping strictly better scores).
+                    # An unmoved iterate is the previous value's model (tol already held at the
+                    # weaker penalty): a nominally weaker copy of it does not win the tie.
                     best = (len(scores) - 1, state.theta.clone(), memory.snapshot(), reg)
             self.Cs_, self.val_scores_ = grid, np.array(scores)
             self.grid_n_iter_ = np.array(iters)
             j, theta, snap, reg_from = best
             C = float(grid[j])
             memory.restore(snap)
-            val_chance = _majority_rate(val_labels) if not multilabel else None
+            val_chance = majority_rate(val_labels) if not multilabel else None
 
         # Final model on all rows, from the selected grid solution. The kept curvature
         # pairs and the preconditioner came from the train part only: they shape the
@@ -289,7 +290,8 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
             # A validated model can collapse when refitted: near-zero weights (strong
             # penalties tie on a small validation split) leave the intercepts, which the
             # refit's unequal class counts set apart, to decide every prediction.
-            why = _collapse(self._predict_labels(rows, state.theta, device), labels, self.val_scores_[j], val_chance)
+            why = refit_collapse(self._predict_labels(rows, state.theta, device), labels, self.val_scores_[j],
+                                 val_chance)
             weaker = np.arange(j + 1, grid.size)
             if why is None or weaker.size == 0:
                 break
@@ -333,36 +335,8 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
             it2, status = minimize(loss, state, memory, precond, self.tol, max(self.max_iter - it, 0))
             it += it2
         if final and status == "converged":
-            it += self._refine(loss, state, memory, precond, max(self.max_iter - it, 0))
+            it += refine_to_optimum(loss, state, memory, precond, max(self.max_iter - it, 0))
         return state, it, status
-
-    @staticmethod
-    def _refine(loss: LinearLoss, state: SolverState, memory: LBFGSMemory, precond: Preconditioner,
-                budget: int) -> int:
-        """Iterations spent taking a converged reported fit on to its optimum where tol is loose.
-
-        A weak penalty barely curves a flat loss (separable rows): max|grad| <= tol then
-        holds far from the optimum, wherever the path entered the flat region, and the
-        predictions depend on the start. While the quasi-Newton model predicts a decrease
-        -g.H g / 2 above ``_F_RTOL`` of the objective, the gradient tolerance is cut tenfold
-        and the fit goes on (never beyond the max_iter budget; a step that leaves max|grad|
-        above tol is undone). On a curved loss the first test passes: nothing changes.
-        """
-        spent, target = 0, float(state.g.abs().max())
-        while spent < budget:
-            direction = memory.direction(state.g, precond)
-            if -0.5 * float(torch.sum(state.g * direction)) <= _F_RTOL * abs(state.f):
-                break
-            kept = state.theta.clone(), state.f, state.g.clone(), state.curvature
-            target /= 10.0
-            it, status = minimize(loss, state, memory, precond, target, budget - spent)
-            spent += it
-            if float(state.g.abs().max()) > kept[2].abs().max():  # L-BFGS gradients are not monotone
-                state.theta, state.f, state.g, state.curvature = kept
-                break
-            if status != "converged" or it == 0:
-                break
-        return spent
 
     def _val_score(self, rows: FeatureRows, labels: np.ndarray, theta: torch.Tensor, device) -> float:
         """Validation accuracy (mean average precision for multi-label) of theta."""
@@ -450,28 +424,3 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
             return (Z > 0).astype(np.int64)
         return self.classes_[np.argmax(Z, axis=1)]
 
-
-def _majority_rate(labels: np.ndarray) -> float:
-    return float(np.bincount(labels).max()) / len(labels) if len(labels) else float("nan")
-
-
-def _collapse(predicted: np.ndarray, labels: np.ndarray, val_score: float, val_chance: float) -> str | None:
-    """Why a refitted model does not keep what validation saw in it; None when it does.
-
-    Only a model that validated above chance is judged. On the very rows it was fitted
-    on, the refit must not give (nearly) one class to every row, must beat the majority
-    rate, and must keep at least half of the validated margin over chance; a healthy fit
-    does far better on its own rows than on held-out ones.
-    """
-    from pipeline.protocols.fit_warnings import class_share_collapsed
-
-    if not val_score > val_chance:
-        return None
-    own, chance = float(np.mean(predicted == labels)), _majority_rate(labels)
-    if class_share_collapsed(predicted, labels):
-        share = np.bincount(predicted).max() / len(predicted)
-        return f"it predicts one class for {share:.0%} of the rows it was fitted on"
-    if own - chance < 0.5 * (val_score - val_chance):
-        return (f"its accuracy on the rows it was fitted on ({own:.3f}) keeps less than half of the validated "
-                f"margin over chance ({val_score:.3f} against {val_chance:.3f})")
-    return None

@@ -23,3 +23,14 @@ def as_tokens(data, n_tokens: int = 2):
         return None if X is None else np.repeat(np.asarray(X)[:, None], n_tokens, axis=1)
 
     return dataclasses.replace(data, X_train=tok(data.X_train), X_test=tok(data.X_test), X_val=tok(data.X_val))
+
+
+def seed_choice(scores, iters) -> int:
+    """The C grid position the logistic tie rule keeps: walking C upwards, a better validation
+    score, or an equal one whose fit moved (0 iterations: the previous value's model),
+    replaces the choice (Ericsson et al.: the weakest penalty among the best)."""
+    best = 0
+    for j in range(1, len(scores)):
+        if scores[j] > scores[best] or (scores[j] == scores[best] and iters[j] > 0):
+            best = j
+    return best
