@@ -36,7 +36,7 @@ from pipeline.protocols.blocks import FeatureRows, RowsPredictMixin
 from pipeline.protocols.devices import resolve_device
 from pipeline.protocols.lbfgs import LBFGSMemory, Preconditioner, SolverState, minimize
 from pipeline.protocols.linear_loss import LinearLoss, gram_matrix, linear_score_blocks
-from pipeline.protocols.logistic_checks import majority_rate, refine_to_optimum, refit_collapse
+from pipeline.protocols.logistic_checks import majority_rate, refine_to_optimum, refit_collapse, tie_rule_choice
 from pipeline.protocols.metrics import mean_average_precision
 from pipeline.protocols.validation import (
     check_number, encode_targets, validate_features,
@@ -296,7 +296,7 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
             if why is None or weaker.size == 0:
                 break
             # the seed's rule among the weaker penalties; followed there along the grid
-            nxt = int(weaker[np.flatnonzero(self.val_scores_[weaker] == self.val_scores_[weaker].max())[-1]])
+            nxt = tie_rule_choice(self.val_scores_, self.grid_n_iter_, start=j + 1)
             self.selection_moves_.append((C, float(grid[nxt]), why))
             for k in range(j + 1, nxt + 1):
                 reg_next = 1.0 / (float(grid[k]) * n)
@@ -423,4 +423,3 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         if self.multilabel_:
             return (Z > 0).astype(np.int64)
         return self.classes_[np.argmax(Z, axis=1)]
-

@@ -15,7 +15,7 @@ import torch
 
 from pipeline.protocols.lbfgs import LBFGSMemory, Preconditioner, SolverState, minimize
 
-__all__ = ["F_RTOL", "majority_rate", "refine_to_optimum", "refit_collapse"]
+__all__ = ["F_RTOL", "majority_rate", "refine_to_optimum", "refit_collapse", "tie_rule_choice"]
 
 #: A reported fit runs on while the solver's model of the objective expects to lower it by
 #: more than this share of its value.
@@ -36,6 +36,33 @@ def majority_rate(labels: np.ndarray) -> float:
         NaN for no rows.
     """
     return float(np.bincount(labels).max()) / len(labels) if len(labels) else float("nan")
+
+
+def tie_rule_choice(scores: np.ndarray, iterations: np.ndarray, start: int = 0) -> int:
+    """The grid position Ericsson et al.'s rule keeps among ``start`` and the weaker penalties.
+
+    Walking C upwards (ascending grid), a value replaces the choice when its validation
+    score is higher, or equal and its warm-started fit moved (0 iterations: the previous
+    value's model under a nominally weaker penalty).
+
+    Parameters
+    ----------
+    scores : numpy.ndarray
+        Validation score per grid value, C ascending.
+    iterations : numpy.ndarray
+        Iterations of each grid fit.
+    start : int
+        First position considered.
+
+    Returns
+    -------
+    int
+    """
+    best = start
+    for k in range(start + 1, len(scores)):
+        if scores[k] > scores[best] or (scores[k] == scores[best] and iterations[k] > 0):
+            best = k
+    return best
 
 
 def refit_collapse(predicted: np.ndarray, labels: np.ndarray, val_score: float, val_chance: float) -> str | None:
