@@ -132,7 +132,8 @@ def _default_text(value: Any, inside: bool = False) -> str:
 
 def _flags(protocol: Protocol) -> str:
     yes = {True: "yes", False: "no"}
-    return f"streams train: {yes[protocol.streams_train]}; multi-label: {yes[protocol.multilabel]}"
+    return (f"streams train: {yes[protocol.streams_train]}; multi-label: {yes[protocol.multilabel]}; "
+            f"metrics: {', '.join(protocol.metrics)} (primary: {protocol.primary_metric})")
 
 
 def protocol_summary(name: str) -> str:
@@ -188,12 +189,15 @@ def protocol_record(name: str) -> dict[str, Any]:
     Returns
     -------
     dict
-        ``name``, ``version``, ``description``, ``streams_train``, ``multilabel`` and
-        ``settings`` (name, default, valid values).
+        ``name``, ``version``, ``description``, ``streams_train``, ``multilabel``,
+        ``metrics``, ``primary_metric``, ``unbounded`` and ``settings`` (name, default,
+        valid values).
     """
     protocol = get_protocol(name)
     return {"name": name, "version": protocol.version, "description": protocol.description,
             "streams_train": protocol.streams_train, "multilabel": protocol.multilabel,
+            "metrics": list(protocol.metrics), "primary_metric": protocol.primary_metric,
+            "unbounded": list(protocol.unbounded),
             "settings": [{"name": r.name, "default": r.default, "valid": r.valid} for r in setting_rows(name)]}
 
 
