@@ -214,7 +214,9 @@ def calibration_section(run: ReportRun) -> Markup:
     recs = [r for r in run.records if "ece" in (r.get("metrics") or {})]
     body: list[Any] = [note("Expected calibration error (equal-width confidence bins) of the logistic probe "
                             "on test, before and after temperature scaling fitted on validation "
-                            "(Ericsson et al. 2021). Lower is better.")]
+                            "(Ericsson et al. 2021). Lower is better. A temperature at its search bound "
+                            f"({WARNING_MARKER}) means the validation likelihood had no optimum inside it: the ECE "
+                            "after T is then the bound's.")]
     if not recs:
         body.append(note("No calibration results (no logistic probe with a validation split)."))
         return section("calibration", "Calibration", body)
@@ -225,10 +227,12 @@ def calibration_section(run: ReportRun) -> Markup:
     for r in recs:
         m, dg = r["metrics"], r.get("diagnostics") or {}
         temperature = dg.get("temperature")
+        at_bound = [f" {WARNING_MARKER} at its search bound"] if dg.get("temperature_at_bound") else []
         rows.append([row_head(r["model"]), r["dataset"], r["layer"], r["setting"],
-                     link(r, pct(m.get("score"))), link(r, pct(m.get("ece"), 2)),
+                     el("td", link(r, pct(m.get("score"))), *_warned(r)), link(r, pct(m.get("ece"), 2)),
                      link(r, pct(m.get("ece_temperature_scaled"), 2)),
-                     f"{temperature:.3f}" if is_number(temperature) else "n/a"])
+                     el("td", f"{temperature:.3f}" if is_number(temperature) else "n/a", *at_bound,
+                        class_="violation" if at_bound else None)])
     body.append(table(["encoder", "dataset", "layer", "setting", "accuracy (%)", "ECE (%)",
                        "ECE after T (%)", "temperature T"], rows, class_="scores"))
     return section("calibration", "Calibration", body)
