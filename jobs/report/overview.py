@@ -11,7 +11,8 @@ from jobs.report.html import Markup, el, label_of, anchor, note, section, table
 from jobs.report.model import ReportRun
 from storage_schema.provenance import now_iso
 
-CONTENTS = [("failed", "Failed cells"), ("flags", "Warnings"), ("summary", "Summary"), ("series", "Checkpoint series"),
+CONTENTS = [("failed", "Failed cells"), ("flags", "Warnings"), ("summary", "Summary"),
+            ("series", "Checkpoint series"),
             ("data", "Data problems"), ("accuracy", "Accuracy"),
             ("layers", "Best layer per encoder"), ("lowshot", "Low-shot curves"), ("correlation", "Correlation"),
             ("invariance", "Invariance audit"), ("calibration", "Calibration"), ("finetune", "Fine-tuning"),

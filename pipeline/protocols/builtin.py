@@ -137,7 +137,8 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         diagnostics["grid_n_iter"] = [int(i) for i in probe.grid_n_iter_]
         warnings = _selection_warnings(probe)
         if probe.selection_moves_:
-            diagnostics["selection_moves"] = [{"from_C": a, "to_C": b, "why": why} for a, b, why in probe.selection_moves_]
+            diagnostics["selection_moves"] = [{"from_C": a, "to_C": b, "why": why}
+                                              for a, b, why in probe.selection_moves_]
     if s["Cs"] is not None and not data.multilabel:
         # Calibration (Ericsson 4.7): T is fitted by NLL on the probe's validation split,
         # with a model that did not see it (the selected C on the probe's train part),

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["ONE_CLASS_SHARE", "WARNING_CODES", "at_chance_warning", "chance_level", "class_share_collapsed",
-           "evidence_warnings", "features_collapsed", "fit_warning", "grid_warnings", "merge_warnings", "prediction_warnings", "python_warning",
-           "record_warnings", "unreliable_reasons", "warning_codes"]
+           "evidence_warnings", "features_collapsed", "fit_warning", "grid_warnings", "merge_warnings",
+           "prediction_warnings", "python_warning", "record_warnings", "unreliable_reasons", "warning_codes"]
 
 UNRELIABLE = "unreliable"
 CAUTION = "caution"

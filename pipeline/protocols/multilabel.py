@@ -8,8 +8,9 @@ from a grid by the 11-point mean average precision ``map11`` (Ericsson et al.'s
 computation, ``average_precision``) on a validation split (the dataset's, else a seeded
 random share of train: stratifying on label sets is not defined), each fit
 warm-started from the previous C, ties to the weaker penalty as in their code; the probe
-is then refitted on train + validation and scored on test. Fits use sklearn's ``LogisticRegression`` (lbfgs), so every number
-is the reference implementation's; a fit that stops at ``max_iter`` is reported.
+is then refitted on train + validation and scored on test. Fits use sklearn's
+``LogisticRegression`` (lbfgs), so every number is the reference implementation's; a fit
+that stops at ``max_iter`` is reported.
 """
 
 from __future__ import annotations
