@@ -111,6 +111,7 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: 
                                           list(notes.get("waiting") or []))
         report, correlation = final["report"], final["correlation"]
         sync_failures(st, report_path=cfg.report.path)
+        failures += list(final.get("correlation_failures") or [])  # settings that could not be computed
     except Exception as exc:  # noqa: BLE001  the run's results stay in the ledger; say what failed
         failures += sync_failures(st, correlation=correlation_failure(cfg.report.path, exc))
     # always `evaluated`, and `regressed` when a series' newest checkpoint got worse: for automations
@@ -125,6 +126,7 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: 
     summary["events"] = emitted
     summary["flow_run_id"] = _flow_run_id()  # which Prefect run this summary is the summary of
     summary["regressions"] = list((final or {}).get("summary", {}).get("regressions") or [])
+    summary["warnings"] = list((final or {}).get("summary", {}).get("warnings") or [])  # records with fit warnings
     summary["summary_path"] = (final or {}).get("summary_path")
     publish_summary(summary)
     message = failure_message(summary)

@@ -68,14 +68,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
         rows.append({"setting": setting, "dataset": dataset, "layer": layer, "metric": c.metric,
                      "A %": _pct(c.score_a), "B %": _pct(c.score_b), "A-B": _pct(c.difference),
                      f"{100 * c.confidence:g}% interval": f"[{_pct(c.ci_low)}, {_pct(c.ci_high)}]",
-                     "test": c.test, "p": f"{c.p_value:.3g}", "p adj": f"{v.p_adjusted:.3g}", "verdict": v.verdict})
+                     "test": c.test, "p": f"{c.p_value:.3g}",
+                     "p adj": "\u2013" if v.verdict == "unreliable" else f"{v.p_adjusted:.3g}",
+                     "verdict": v.verdict})
     print(f"{args.a} (A) against {args.b} (B): {len(rows)} cell(s), false discovery rate {args.alpha:g} "
           "(Benjamini-Hochberg over these cells)")
     print_table(rows, list(rows[0]))
     print()
     for s in result.settings.values():
         print(f"{s.setting}: {args.a} better on {s.better}, worse on {s.worse}, indistinguishable on "
-              f"{s.indistinguishable} of {s.n_cells} cell(s); mean difference {_pct(s.mean_difference)} points")
+              f"{s.indistinguishable} of {s.n_cells} cell(s)" + (f", no verdict on {s.unreliable} (unreliable)"
+                                                                  if s.unreliable else "")
+              + f"; mean difference {_pct(s.mean_difference)} points")
+    for (setting, dataset, layer), v in result.verdicts.items():
+        if v.verdict == "unreliable":  # a side's score is not to be trusted: say why, claim nothing
+            print(f"{setting}/{dataset}/{layer}: {v.text}")
     for n in result.not_compared:
         print(f"not compared: {n['cell']}: {printable(n['reason'])}")
     return 0

@@ -206,7 +206,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-RESULT_COLUMNS = ("model", "dataset", "layer", "setting", "metric.score", "metric.top1", "converged")
+RESULT_COLUMNS = ("model", "dataset", "layer", "setting", "metric.score", "metric.top1", "converged", "warnings")
 HISTORY_COLUMNS = ("current", "settings", "recorded")
 FAILURE_COLUMNS = ("kind", "label", "reason", "attempts", "first_failed", "recorded")
 
@@ -255,6 +255,13 @@ def cmd_results(args: argparse.Namespace) -> int:
         cols.append("recorded_as")  # a name sharing the record of identical weights
     cols += [c for c in HISTORY_COLUMNS if args.all and c in frame] + ["cell_id"]
     print(frame[cols].map(lambda v: printable(v) if isinstance(v, str) else v).to_string(index=False))
+    from pipeline.protocols.fit_warnings import unreliable_reasons
+
+    for r in rows:  # the warnings column names the codes; an untrusted score also says why
+        reasons = unreliable_reasons(r)
+        if reasons:
+            print(printable(f"unreliable: {r.get('model')}/{r.get('dataset')}/{r.get('layer')}:{r.get('setting')}: "
+                            + "; ".join(reasons)))
     if missing:
         print(f"{missing} cell(s) of the config not evaluated yet (or failed: repeval results --failed)")
     return 0

@@ -6,7 +6,9 @@ reader, a script or an automation needs without opening the report::
     {"version": 1, "written": "...", "report": "...", "store": "...",
      "evaluated": ["ck-step300"],                      # encoders with cells computed this run
      "encoders": {"<encoder>": {"cells": {"<setting>/<dataset>/<layer>":
-                     {"status": "ok", "score": 0.83} | {"status": "failed", "error": "..."}}}},
+                     {"status": "ok", "score": 0.83, "warnings": ["plateau"]}
+                     | {"status": "failed", "error": "..."}}}},
+     "warnings": [{"encoder", "cell", "codes", "unreliable", "messages"}, ...],  # records with fit warnings
      "leaderboard": [{"model", "mean_rank", "ranks", "scores", "missing"}, ...],
      "series": [{"series", "checkpoints", "newest", "flagged", "regressions", "verdicts", ...}],
      "regressions": [{"series", "encoder", "cell", "against", "difference", "p_adjusted", ...}],
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.compare import cell_key, cell_label, record_score
+from pipeline.protocols.fit_warnings import WARNING_CODES, record_warnings
 from pipeline.leaderboard import RunChanges, diff_summaries, leaderboard
 from storage_schema.provenance import now_iso
 
@@ -134,11 +137,16 @@ def build_summary(records: Sequence[Mapping[str, Any]], failures: Sequence[Mappi
     dict
     """
     encoders: dict[str, dict[str, Any]] = {}
+    flagged = []
     for rec in records:
         score = record_score(rec)
+        found = record_warnings(rec)
+        if found:
+            flagged.append(warning_entry(rec, found))
         if score is not None:
             cells = encoders.setdefault(str(rec.get("model")), {"cells": {}})["cells"]
-            cells[cell_label(cell_key(rec))] = {"status": "ok", "score": score}
+            cells[cell_label(cell_key(rec))] = {"status": "ok", "score": score,
+                                                **({"warnings": flagged[-1]["codes"]} if found else {})}
     for f in failures:
         if f.get("kind") == "cell" and f.get("model"):
             cells = encoders.setdefault(str(f["model"]), {"cells": {}})["cells"]
@@ -148,8 +156,32 @@ def build_summary(records: Sequence[Mapping[str, Any]], failures: Sequence[Mappi
         "version": SUMMARY_VERSION, "written": now_iso(), "report": report, "store": store,
         "evaluated": sorted(set(evaluated)), "encoders": encoders, "leaderboard": leaderboard_rows(records),
         "series": [s.to_dict() for s in series], "regressions": regressions,
+        "warnings": sorted(flagged, key=lambda w: (not w["unreliable"], w["encoder"], w["cell"])),
         "failures": [{k: f[k] for k in _FAILURE_FIELDS if k in f} for f in failures],
     }
+
+
+def warning_entry(rec: Mapping[str, Any], found: Sequence[Mapping[str, str]] | None = None) -> dict[str, Any]:
+    """A record's fit warnings as the summary lists them.
+
+    Parameters
+    ----------
+    rec : mapping
+        A ledger record (under the config's names).
+    found : sequence of dict, optional
+        Its warnings (``record_warnings(rec)`` when not given).
+
+    Returns
+    -------
+    dict
+        ``encoder``, ``cell``, ``codes``, ``unreliable`` (a code of that severity is among
+        them: no verdict is drawn from the cell) and ``messages`` (``code: message``).
+    """
+    found = record_warnings(rec) if found is None else found
+    codes = list(dict.fromkeys(w["code"] for w in found))
+    return {"encoder": str(rec.get("model")), "cell": cell_label(cell_key(rec)), "codes": codes,
+            "unreliable": any(WARNING_CODES[c][0] == "unreliable" for c in codes),
+            "messages": [f"{w['code']}: {w['message']}" for w in found]}
 
 
 def read_summary(path: str) -> dict[str, Any] | None:
@@ -233,9 +265,11 @@ def event_payload(summary: Mapping[str, Any], path: str | None) -> dict[str, Any
     -------
     dict
         ``summary_path``, ``report``, ``evaluated``, ``regressions``, ``failures``,
-        ``series`` (name, newest, flagged), ``changes`` (new encoders and cells, new
-        regressions and failures), ``leaderboard`` (model and mean rank) and ``truncated``
-        (whether any list was cut).
+        ``series`` (name, newest, flagged, and the cells its newest checkpoint has no
+        verdict on: ``unreliable``), ``warnings`` (encoder, cell, codes, unreliable of each
+        record with fit warnings), ``changes`` (new encoders and cells, new regressions
+        and failures), ``leaderboard`` (model and mean rank) and ``truncated`` (whether
+        any list was cut).
     """
     changes = dict(summary.get("changes") or {})
     lists = {
@@ -243,6 +277,8 @@ def event_payload(summary: Mapping[str, Any], path: str | None) -> dict[str, Any
         "regressions": list(summary.get("regressions") or []),
         "failures": [{k: f.get(k) for k in ("kind", "label", "reason")} for f in summary.get("failures") or []],
         "leaderboard": [{"model": r["model"], "mean_rank": r["mean_rank"]} for r in summary.get("leaderboard") or []],
+        "warnings": [{k: w.get(k) for k in ("encoder", "cell", "codes", "unreliable")}
+                     for w in summary.get("warnings") or []],
     }
     change_lists = {k: list(changes.get(k) or []) for k in ("new_encoders", "new_cells", "regressions", "failures",
                                                            "recovered")}
@@ -250,7 +286,7 @@ def event_payload(summary: Mapping[str, Any], path: str | None) -> dict[str, Any
     return {
         "summary_path": path, "report": summary.get("report"), "written": summary.get("written"),
         **{k: _cut(v) for k, v in lists.items()},
-        "series": [{"series": s.get("series"), "newest": s.get("newest"), "flagged": s.get("flagged")}
-                   for s in summary.get("series") or []],
+        "series": [{"series": s.get("series"), "newest": s.get("newest"), "flagged": s.get("flagged"),
+                    "unreliable": _cut(list(s.get("unreliable") or []))} for s in summary.get("series") or []],
         "changes": {k: _cut(v) for k, v in change_lists.items()}, "truncated": truncated,
     }

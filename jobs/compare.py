@@ -6,7 +6,9 @@ setting (name, protocol, settings hash, protocol version), dataset and layer, an
 evidence fingerprints agree (the same test labels in the same order, the same episodes,
 or the same per-pixel test targets). Each pair gives a :class:`~pipeline.compare.PairedComparison`; all the pairs
 of one comparison form one family whose p-values are adjusted together
-(Benjamini-Hochberg) before each cell gets its verdict.
+(Benjamini-Hochberg) before each cell gets its verdict. A pair where either record carries
+an ``unreliable`` fit warning (``pipeline.protocols.fit_warnings``) gets the verdict
+``unreliable: <reason>`` and stays out of the family.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pipeline.compare import (
 from pipeline.compare.repeated import compare_repeated
 from pipeline.errors import DataValidationError, RepevalError, StaleArrayError
 from pipeline.protocols.evidence import headline_rows
+from pipeline.protocols.fit_warnings import unreliable_reasons
 
 CellKey = tuple[str, str, str]  # (setting, dataset, layer)
 
@@ -92,6 +95,24 @@ def record_score(rec: Mapping[str, Any]) -> float | None:
     value = (rec.get("metrics") or {}).get("score")
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
     return float(value) if ok else None
+
+
+def unreliable_reason(rec_a: Mapping[str, Any], rec_b: Mapping[str, Any]) -> str | None:
+    """Why no verdict may be drawn from a pair of records: each side's ``unreliable``
+    warnings, named by encoder; None when both scores can be trusted.
+
+    Parameters
+    ----------
+    rec_a, rec_b : mapping
+        Ledger records of the same cell.
+
+    Returns
+    -------
+    str or None
+    """
+    parts = [f"{rec.get('model')} {'; '.join(reasons)}" for rec in (rec_a, rec_b)
+             for reasons in [unreliable_reasons(rec)] if reasons]
+    return " | ".join(parts) or None
 
 
 def why_not_paired(rec_a: Mapping[str, Any], rec_b: Mapping[str, Any]) -> str | None:
@@ -234,6 +255,7 @@ def compare_encoders(store, records: Iterable[Mapping[str, Any]], a: str, b: str
     cells_a, cells_b = _by_cell(records, a), _by_cell(records, b)
     out = EncoderComparison(a, b, options.alpha)
     comparisons: dict[CellKey, PairedComparison] = {}
+    unreliable: dict[CellKey, str] = {}
     for cell in sorted(set(cells_a) | set(cells_b)):
         if wanted is not None and cell[0] not in wanted:
             continue
@@ -245,10 +267,14 @@ def compare_encoders(store, records: Iterable[Mapping[str, Any]], a: str, b: str
             comparisons[cell] = compare_records(store, cells_a[cell], cells_b[cell], options)
         except RepevalError as exc:  # one cell refused: the others are still compared
             out.not_compared.append({"cell": cell_label(cell), "reason": str(exc)})
+            continue
+        why = unreliable_reason(cells_a[cell], cells_b[cell])
+        if why is not None:
+            unreliable[cell] = why
     if wanted is not None and not comparisons and not out.not_compared:
         raise DataValidationError(f"no cell of setting(s) {', '.join(sorted(wanted))}; settings with records: "
                                   f"{', '.join(sorted({c[0] for c in cells_a}))}")
     if comparisons:
-        out.verdicts = decide_verdicts(comparisons, options.alpha)
+        out.verdicts = decide_verdicts(comparisons, options.alpha, unreliable)
         out.settings = summarise_by_setting(out.verdicts)
     return out

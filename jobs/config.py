@@ -226,7 +226,7 @@ class ReferenceConfig:
     csv: str | None = None  # columns: model, score
     dataset: str | None = None  # measured: this dataset ...
     protocol: str | None = None  # ... under this protocol setting
-    metric: str = "top1"
+    metric: str | None = None  # None: that protocol's primary metric
     name: str = "reference"
 
 
@@ -235,7 +235,7 @@ class CorrelationSetting:
     name: str
     protocol: str  # a ProtocolConfig name
     datasets: list[str]
-    metric: str = "top1"
+    metric: str | None = None  # None: the protocol's primary metric (score; few-shot: mean)
     layer: str = "pre_logits"
     bounded: bool = True  # a metric in [0, 1] (accuracy, ECE): logit-transformed
     lower_is_better: bool = False  # e.g. ECE: negated before correlating
@@ -359,6 +359,10 @@ class BenchmarkConfig:
             if not 0.0 <= score <= 1.0:
                 mistakes.add(ConfigError(f"{path}.reference.scores.{model}: {score} is not a fraction in [0, 1] "
                                          "(give 0.765, not 76.5)"))
+        from jobs.correlate import check_correlation_metrics
+
+        with mistakes.collect():
+            check_correlation_metrics(self, path)  # a metric its protocol records, or its primary one
         with mistakes.collect():
             check_encoder_correlations(self, path)
         mistakes.raise_any()

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # jobs.config pulls in the encoders (torch, timm): only for t
 __all__ = [
     "CorrelationReport",
     "SettingReport",
+    "check_correlation_metrics",
     "correlate_results",
     "current_records",
     "measured_reference",
@@ -112,6 +113,52 @@ def _json_ready(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_ready(v) for v in value]
     return value
+
+
+# -- config check ---------------------------------------------------------------------------
+def _metric_of(protocol: str, metric: str | None, bounded: bool | None, where: str) -> str:
+    """``metric`` (the protocol's primary one when None), refused unless the protocol records it."""
+    from pipeline.encoder_protocols import get_encoder_protocol, is_encoder_protocol
+    from pipeline.protocols.registry import get_protocol
+
+    if is_encoder_protocol(protocol):  # its own check (jobs.encoder_config) judges the rest
+        entry = get_encoder_protocol(protocol)
+        return entry.metrics[0] if metric is None else metric
+    entry = get_protocol(protocol)
+    if metric is None:
+        return entry.primary_metric
+    if metric not in entry.metrics:
+        raise ConfigError(f"{where}.metric: protocol {protocol!r} records no metric {metric!r}; its metrics: "
+                          f"{', '.join(entry.metrics)} (leave metric out for its primary one, "
+                          f"{entry.primary_metric!r})")
+    if bounded and metric in entry.unbounded:
+        raise ConfigError(f"{where}.bounded: {metric!r} of {protocol!r} is not a fraction in [0, 1]; it is read "
+                          "raw, without the logit transform: set bounded: false")
+    return metric
+
+
+def check_correlation_metrics(cfg: BenchmarkConfig, path: str) -> None:
+    """Every correlation setting (and a measured reference) reads a metric its protocol
+    records: an unnamed metric becomes the protocol's primary one (``Protocol.primary_metric``,
+    e.g. few-shot's ``mean``), and a metric the protocol never writes is refused here,
+    naming the ones it does, instead of failing at the end of a run.
+
+    Parameters
+    ----------
+    cfg : BenchmarkConfig
+        The config, its protocol setting names already checked.
+    path : str
+        Where the config is, for messages.
+    """
+    kinds = {p.name: p.protocol for p in cfg.protocols}
+    for i, s in enumerate(cfg.correlation.settings):
+        if s.protocol in kinds:
+            s.metric = _metric_of(kinds[s.protocol], s.metric, s.bounded, f"{path}.correlation.settings[{i}]")
+    ref = cfg.reference
+    if ref.protocol in kinds:
+        ref.metric = _metric_of(kinds[ref.protocol], ref.metric, True, f"{path}.reference")
+    elif ref.metric is None:
+        ref.metric = "score"
 
 
 # -- record selection -----------------------------------------------------------------------

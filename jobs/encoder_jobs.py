@@ -143,11 +143,15 @@ def finetune_finish(store: Any, cell: EncoderCell, points: Sequence[Mapping[str,
     runs = [{"stage": r["stage"], **r["point"], **r["timing"], "resumed_from_step": r["resumed_from_step"],
              "steps_done": r["steps_done"]} for r in [*selections, refit]]
     diag = {**out["diagnostics"], "runs": runs}
+    from pipeline.protocols.fit_warnings import fit_warning
+
     warnings = []
     if diag["diverged_points"]:
-        warnings.append(f"{diag['diverged_points']} of {len(grid)} grid points diverged (non-finite training loss)")
+        warnings.append(fit_warning("runtime", f"{diag['diverged_points']} of {len(grid)} grid points diverged "
+                                               "(non-finite training loss)"))
     if diag["temperature_at_bound"]:
-        warnings.append(f"the fitted temperature {diag['temperature']:.3g} is at its search bound")
+        warnings.append(fit_warning("temperature_edge", f"the fitted temperature {diag['temperature']:.3g} is at "
+                                                        "its search bound"))
     record = _record(store.url, cell, ident, out["metrics"], diag, warnings, _gpu_use(runs),
                      n_train=refit["n_train"], n_test=refit["n_eval"], converged=bool(diag["converged"]))
     added = put_record(store, cell, record, None)
@@ -221,7 +225,7 @@ def diagnostic_cell(store: Any, cell: EncoderCell, extract: ExtractConfig) -> di
 
 
 def _record(store_url: str, cell: EncoderCell, ident: CellIdentity, metrics: Mapping[str, Any],
-            diagnostics: Mapping[str, Any], warnings: list[str], gpu: Mapping[str, Any], *, n_train: int,
+            diagnostics: Mapping[str, Any], warnings: list[dict[str, str]], gpu: Mapping[str, Any], *, n_train: int,
             n_test: int, converged: bool) -> dict[str, Any]:
     """A ledger record of the same shape as a feature cell's, plus the device it ran on."""
     entry = get_encoder_protocol(cell.protocol)

@@ -65,6 +65,31 @@ def correlation_failure(report_path: str, exc: BaseException) -> dict[str, Any]:
             "error_type": type(exc).__name__, "reason": one_line(exc)}
 
 
+def correlation_setting_failure(report_path: str, setting: str, reason: str) -> dict[str, Any]:
+    """A correlation setting that could not be computed (a record lacks its metric, a
+    measured reference is missing...): a failure like a failed cell, one per setting."""
+    return {"kind": "correlation", "id": failure_id(report_path, setting), "status": FAILED,
+            "label": f"correlation {setting}", "report": report_path, "setting": setting,
+            "error_type": "CorrelationFailed", "reason": reason}
+
+
+def sync_correlation_failures(store, report_path: str, failing: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Record the failed correlation settings of ``report_path`` and clear those of its
+    settings that no longer fail; return the failures (as written, or as given when the
+    store cannot be written: a report re-rendered from a read-only store still lists them)."""
+    failing = list(failing)
+    current = {str(f["id"]) for f in failing}
+    log_ = FailureLog(store)
+    try:
+        for rec in log_.records("correlation"):
+            if rec.get("report") == report_path and rec.get("setting") is not None and rec.get("id") not in current:
+                log_.clear("correlation", str(rec["id"]))
+        return [_write(log_, f) for f in failing]
+    except (StoreError, OSError) as exc:  # a read-only or full store: the failures are still reported
+        log.warning("could not update the failure records of %s: %s", store.url, exc)
+        return failing
+
+
 def sync_failures(store, *, extractions: Iterable[Mapping[str, Any]] = (), cells: Iterable[Mapping[str, Any]] = (),
                   correlation: Mapping[str, Any] | None = None, report_path: str | None = None,
                   scanned: Mapping[str, tuple[int, int]] | None = None,

@@ -14,6 +14,7 @@ from typing import Any
 from jobs.config import BenchmarkConfig
 from jobs.correlate import correlate_results, measured_reference
 from jobs.data_notes import fewshot_notes, label_notes
+from jobs.failures import sync_correlation_failures
 from pipeline.errors import DataValidationError, RepevalError
 from storage_schema import FeatureStore
 from storage_schema.ledger import FailureLog, Ledger, failure_id
@@ -111,6 +112,21 @@ def config_failures(store: FeatureStore, cfg: BenchmarkConfig, cells: Iterable[A
     return out
 
 
+def correlation_failures(cfg: BenchmarkConfig, correlation: Any, problem: str | None) -> list[dict[str, Any]]:
+    """The correlation settings this run could not compute, as failures: each setting left
+    ``invalid`` (a record lacks its metric, a non-finite or out-of-range value), and every
+    setting when a measured reference is unavailable. Too few models is not a failure (it
+    is said in the report): a young series or a small config has them."""
+    from jobs.correlate import INVALID
+    from jobs.failures import correlation_setting_failure
+
+    path = cfg.report.path
+    if problem and correlation is None:
+        return [correlation_setting_failure(path, s.name, problem) for s in cfg.correlation.settings]
+    return [correlation_setting_failure(path, s.name, f"not correlated: {s.message}")
+            for s in (correlation.settings if correlation is not None else []) if s.status == INVALID]
+
+
 def reference_scores(records: list[dict[str, Any]], cfg: BenchmarkConfig) -> tuple[dict[str, float], str | None]:
     """Given reference scores plus measured ones; a measured reference that is missing is
     reported (second value), not fatal: the rest of the report is still worth having."""
@@ -140,6 +156,8 @@ def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Itera
     if problem:
         log.warning(problem)
     correlation = correlate_results(records, cfg, reference) if reference else None
+    failed_correlations = sync_correlation_failures(store, cfg.report.path, correlation_failures(cfg, correlation,
+                                                                                                  problem))
     notes = label_notes(store, [(d.name, s) for d in cfg.datasets for s in d.splits()])
     class_counts = {}
     for d in cfg.datasets:
@@ -150,6 +168,8 @@ def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Itera
     notes += fewshot_notes(records, class_counts)
     failures = config_failures(store, cfg, [*plan.cells, *plan.encoder_cells] if plan else (),
                                plan.units if plan else ())
+    known = {f.get("id") for f in failures}
+    failures = [f for f in failed_correlations if f.get("id") not in known] + failures  # first: they are new
     from jobs.alerts import build_summary, changes_since, read_summary, summary_path
     from jobs.correlate import current_records
     from jobs.report import write_report  # matplotlib: only when a report is written
@@ -173,4 +193,4 @@ def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Itera
         written = write_summary_file(summary_path(out), summary)
     return {"report": out, "correlation": correlation.to_dict() if correlation else None,
             "reference_problem": problem, "records": len(records), "failures": failures, "data_notes": notes,
-            "summary": summary, "summary_path": written}
+            "summary": summary, "summary_path": written, "correlation_failures": failed_correlations}

@@ -6,7 +6,9 @@ folder's name, or the scan's ``series:``), each at its training ``step``. For ev
 (setting, dataset, layer) where an earlier checkpoint scores best, the newest checkpoint
 (A) is compared with that best one (B) on their stored evidence; the comparisons of one
 series form one family (Benjamini-Hochberg), and a cell whose verdict is ``worse`` is a
-regression: the newest checkpoint is flagged.
+regression: the newest checkpoint is flagged. A cell where the newest record, or the best
+one it is compared with, carries an ``unreliable`` fit warning gets no verdict (neither a
+regression nor "best so far"): it is listed as ``unreliable: <reason>``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.compare import CellKey, CompareOptions, cell_key, cell_label, compare_records, record_score
+from jobs.compare import (
+    CellKey, CompareOptions, cell_key, cell_label, compare_records, record_score, unreliable_reason,
+)
 from jobs.config import BenchmarkConfig
 from pipeline.compare import CellVerdict, PairedComparison, decide_verdicts
 from pipeline.errors import RepevalError
@@ -39,7 +43,9 @@ class SeriesAnalysis:
     is best); ``not_compared`` the cells whose comparison was refused, with the reason;
     ``unplaced`` the encoders of the series without a step, or with the step and the weights
     of another member (a copy or a link: one point); ``problem`` why the series could not be
-    ordered at all (two members with one step and different weights).
+    ordered at all (two members with one step and different weights); ``unreliable`` the
+    cells where the newest checkpoint gets no verdict because its record or the best one's
+    is not to be trusted, with the reason.
     """
 
     name: str
@@ -51,6 +57,7 @@ class SeriesAnalysis:
     verdicts: dict[CellKey, CellVerdict] = field(default_factory=dict)
     not_compared: list[dict[str, str]] = field(default_factory=list)
     problem: str | None = None
+    unreliable: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def newest(self) -> SeriesPoint | None:
@@ -93,8 +100,10 @@ class SeriesAnalysis:
             "series": self.name, "checkpoints": [{"encoder": p.encoder, "step": p.step} for p in self.points],
             "newest": None if newest is None else {"encoder": newest.encoder, "step": newest.step},
             "flagged": self.flagged, "regressions": self.regressions(),
-            "newest_is_best": [cell_label(c) for c in (self.check.newest_is_best if self.check else ())],
+            "newest_is_best": [cell_label(c) for c in (self.check.newest_is_best if self.check else ())
+                               if cell_label(c) not in {u["cell"] for u in self.unreliable}],
             "verdicts": {cell_label(c): v.verdict for c, v in self.verdicts.items()},
+            "unreliable": list(self.unreliable),
             "not_compared": list(self.not_compared), "unplaced": list(self.unplaced), "problem": self.problem,
         }
 
@@ -179,13 +188,23 @@ def analyse_series(store, records: Iterable[Mapping[str, Any]], cfg: BenchmarkCo
         newest = analysis.newest
         first = check_newest(analysis.scores, newest_step=newest.step)
         comparisons: dict[CellKey, PairedComparison] = {}
+        unreliable: dict[CellKey, str] = {}
+        for cell in first.newest_is_best:  # "best so far" is a claim too: not from an untrusted score
+            why = unreliable_reason(by_model[newest.encoder][cell], {})
+            if why is not None:
+                analysis.unreliable.append({"cell": cell_label(cell), "reason": why})
         for cell, best_step in first.to_compare.items():
             rec_new, rec_best = by_model[newest.encoder][cell], by_model[analysis.encoder_at(best_step)][cell]
             try:
                 comparisons[cell] = compare_records(store, rec_new, rec_best, options)
             except RepevalError as exc:  # this cell stays unchecked; the others are still compared
                 analysis.not_compared.append({"cell": cell_label(cell), "reason": str(exc)})
-        analysis.verdicts = decide_verdicts(comparisons, options.alpha) if comparisons else {}
+                continue
+            why = unreliable_reason(rec_new, rec_best)
+            if why is not None:
+                unreliable[cell] = why
+                analysis.unreliable.append({"cell": cell_label(cell), "reason": why})
+        analysis.verdicts = decide_verdicts(comparisons, options.alpha, unreliable) if comparisons else {}
         analysis.check = check_newest(analysis.scores, {c: v.verdict for c, v in analysis.verdicts.items()},
                                       newest_step=newest.step)
     return out

@@ -12,6 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jobs.failures import FAILED, failure_line
+from pipeline.protocols.fit_warnings import WARNING_CODES
+
+_UNRELIABLE = {c for c, (severity, _) in WARNING_CODES.items() if severity == "unreliable"}
 
 EXTRACTED = ("extracted", "resumed")
 
@@ -88,6 +91,7 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
     for r in summary.get("regressions") or []:  # a series' newest checkpoint, significantly worse than its best
         lines.append(f"REGRESSED: {r['encoder']} is worse than {r['against']} on {r['cell']} "
                      f"({100 * r['difference']:+.2f} points, adjusted p = {r['p_adjusted']:.3g})")
+    lines.extend(warning_lines(summary.get("warnings") or []))
     if summary.get("report"):
         lines.append(f"report: {summary['report']}")
     if summary.get("summary_path"):
@@ -104,4 +108,25 @@ def summary_table(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         ("cells failed", len(summary["failed"])), ("failures", len(summary["failures"])),
         ("report", summary.get("report") or "not written"), ("seconds", f"{summary['seconds']:.1f}"))]
     rows += [{"item": f"failed {f.get('kind')}", "value": failure_line(f)} for f in summary["failures"]]
+    rows += [{"item": f"{'unreliable' if w.get('unreliable') else 'warning'} {w['encoder']} {w['cell']}",
+              "value": ", ".join(w.get("codes") or [])} for w in summary.get("warnings") or []]
     return rows
+
+
+def warning_lines(warnings: Sequence[Mapping[str, Any]], limit: int = 20) -> list[str]:
+    """Terminal lines for the records with fit warnings (``jobs.alerts.warning_entry``):
+    unreliable scores first, each with its reasons; the rest by their codes."""
+    if not warnings:
+        return []
+    bad = [w for w in warnings if w.get("unreliable")]
+    lines = [f"WARNINGS: {len(warnings)} record(s) carry fit warnings, {len(bad)} with a score that is not to be "
+             "trusted (no verdict is drawn from those)"]
+    for w in bad[:limit]:
+        reasons = "; ".join(m for m in w.get("messages") or [] if m.split(":")[0] in _UNRELIABLE)
+        lines.append(f"  UNRELIABLE {w['encoder']} {w['cell']}: {reasons}")
+    rest = [w for w in warnings if not w.get("unreliable")]
+    for w in rest[:limit]:
+        lines.append(f"  warning {w['encoder']} {w['cell']}: {', '.join(w.get('codes') or [])}")
+    if len(bad) > limit or len(rest) > limit:
+        lines.append("  ... (the report and `repeval results` list every one)")
+    return lines

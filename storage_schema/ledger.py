@@ -195,7 +195,9 @@ class Ledger:
 
 def records_frame(records: Iterable[Mapping[str, Any]]):
     """Records as a pandas table: one row per record; scalar metrics as ``metric.<name>``
-    and diagnostics as ``diag.<name>`` columns; settings as canonical JSON.
+    and diagnostics as ``diag.<name>`` columns; settings as canonical JSON; ``warnings`` the
+    record's warning codes (``pipeline.protocols.fit_warnings``) joined by commas, ``-``
+    for none.
 
     Parameters
     ----------
@@ -209,9 +211,12 @@ def records_frame(records: Iterable[Mapping[str, Any]]):
     """
     import pandas as pd
 
+    from pipeline.protocols.fit_warnings import warning_codes
+
     rows = []
     for rec in records:
         row = {k: v for k, v in rec.items() if not isinstance(v, (dict, list))}
+        row["warnings"] = ",".join(warning_codes(rec)) or "-"
         for name, value in (rec.get("metrics") or {}).items():
             if isinstance(value, (int, float, str, bool)) or value is None:
                 row[f"metric.{name}"] = value

@@ -1,6 +1,6 @@
 """The benchmark report: one static HTML file with its plots embedded.
 
-Sections: failures (at the top, never hidden), the summary (leaderboard, regressions, what
+Sections: failures and fit warnings (at the top, never hidden), the summary (leaderboard, regressions, what
 changed since the previous run), checkpoint series, data problems, accuracy tables per protocol
 setting and layer (best per column marked), the best layer per encoder, low-shot curves
 (absolute and relative to a baseline encoder, ImageNet-CoG style), accuracy per ImageNet-CoG
@@ -23,7 +23,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs.report.audits import VIOLATION_MARKER, data_section, failed_section, invariance_section, warnings_section
+from jobs.report.audits import (
+    VIOLATION_MARKER, data_section, failed_section, flagged_section, invariance_section, warnings_section,
+)
 from jobs.report.cog import cog_section
 from jobs.report.correlation import correlation_section
 from jobs.report.dense import dense_section
@@ -67,6 +69,7 @@ def write_report(records: list[dict], correlation: CorrelationReport | None, con
     run.reference = dict(reference or {})
     sections = [
         failed_section(run),
+        flagged_section(run),
         summary_section(run),
         series_section(run),
         data_section(run),
@@ -84,7 +87,9 @@ def write_report(records: list[dict], correlation: CorrelationReport | None, con
         warnings_section(run),
         provenance_section(run),
     ]
-    sections.insert(2, overview_section(run, contents(sections)))  # its contents: the sections with content
+    # after what needs reading first (failures, untrusted numbers, the run's summary): the
+    # overview, whose contents list the sections with content
+    sections.insert(3, overview_section(run, contents(sections)))
     out = Path(path)
     write_atomic(out, page("repeval benchmark report", sections))
     return str(out)

@@ -1,5 +1,5 @@
-"""What must not be missed: failures (at the top), data problems, solver warnings, and the
-invariance audit."""
+"""What must not be missed: failures and fit warnings (at the top), data problems, solver
+warnings, and the invariance audit."""
 
 from __future__ import annotations
 
@@ -18,15 +18,38 @@ def failed_section(run: ReportRun) -> Markup:
     """Every failure of this config's work still on record (a later success clears it)."""
     fails = run.failures
     if not fails:
-        return section("failed", "Failed cells", note("Nothing failed: every cell, extraction and checkpoint "
-                                                      "of this config succeeded when last run."), empty=True)
+        return section("failed", "Failed cells", note("Nothing failed: every cell, extraction, checkpoint "
+                                                      "and correlation of this config succeeded when last run."),
+                       empty=True)
     rows = [[_KIND_TITLE.get(str(f.get("kind")), str(f.get("kind"))), f.get("label", "?"), f.get("reason", ""),
              f.get("attempts", 1), f.get("first_failed", ""), f.get("recorded", "")] for f in fails]
     return section("failed", "Failed cells",
-                   notice(f"{len(fails)} failure(s): these cells have no result; the rest of the report "
+                   notice(f"{len(fails)} failure(s): these have no result; the rest of the report "
                           "stands without them. A later run that succeeds clears them."),
                    table(["what", "name", "reason", "attempts", "first failed", "last failed"], rows,
-                         class_="warnings"))
+                         class_="warnings"), class_="failing")
+
+
+def flagged_section(run: ReportRun) -> Markup:
+    """The records whose numbers carry fit warnings (``pipeline.protocols.fit_warnings``),
+    untrusted scores first, before any table shows those numbers."""
+    from pipeline.protocols.fit_warnings import WARNING_CODES, record_warnings, unreliable_reasons
+
+    shown = [r for r in run.records if record_warnings(r)]
+    if not shown:
+        return section("flags", "Warnings", note("No record carries a warning: no fit sits at a grid edge or on "
+                                                 "a plateau, predicts one class or scores at chance."), empty=True)
+    shown.sort(key=lambda r: (not unreliable_reasons(r), label_of(r)))
+    bad = sum(1 for r in shown if unreliable_reasons(r))
+    rows = [[link(r, label_of(r)), "unreliable" if unreliable_reasons(r) else "caution",
+             el("ul", [el("li", f"{w['code']}: {w['message']}") for w in record_warnings(r)])] for r in shown]
+    codes = "; ".join(f"{c}: {what} ({severity})" for c, (severity, what) in WARNING_CODES.items())
+    return section("flags", "Warnings",
+                   notice(f"{len(shown)} record(s) carry warnings; {bad} of them have a score that is not to be "
+                          "trusted: no comparison or series verdict is drawn from those (they read "
+                          "'unreliable: <reason>')."),
+                   table(["cell", "severity", "warnings"], rows, class_="warnings"),
+                   note(f"Codes: {codes}."))
 
 
 def data_section(run: ReportRun) -> Markup:
@@ -89,7 +112,9 @@ def invariance_section(run: ReportRun) -> Markup:
 
 
 def _needs_warning(rec: Mapping[str, Any]) -> bool:
-    return rec.get("converged") is False or bool(rec.get("warnings"))
+    from pipeline.protocols.fit_warnings import record_warnings
+
+    return bool(record_warnings(rec))
 
 
 def warnings_section(run: ReportRun) -> Markup:
@@ -104,7 +129,9 @@ def warnings_section(run: ReportRun) -> Markup:
     for rec, aside in shown:
         dg = rec.get("diagnostics") or {}
         solver = ", ".join(f"{k} = {dg[k]}" for k in ("n_iter", "C", "alpha", "calibration_fit_converged") if k in dg)
-        warnings = rec.get("warnings") or []
+        from pipeline.protocols.fit_warnings import record_warnings
+
+        warnings = [f"{w['code']}: {w['message']}" for w in record_warnings(rec)]
         rows.append([link(rec, label_of(rec) + (" (set aside)" if aside else "")), rec.get("model"),
                      rec.get("dataset"), rec.get("layer"), rec.get("setting"),
                      "no" if rec.get("converged") is False else "yes",

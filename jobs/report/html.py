@@ -63,8 +63,8 @@ class Section(Markup):
     empty: bool = False
 
 
-def section(sid: str, title: str, *body: Any, empty: bool = False) -> Section:
-    out = Section(el("section", el("h2", title), *body, id=sid))
+def section(sid: str, title: str, *body: Any, empty: bool = False, class_: str | None = None) -> Section:
+    out = Section(el("section", el("h2", title), *body, id=sid, class_=class_))
     out.sid, out.title, out.empty = sid, title, empty
     return out
 
@@ -118,7 +118,7 @@ th[scope=row],table.warnings td,table.facts td{text-align:left}thead th{backgrou
 td.best{background:#e6f4e6}.best-marker{color:#b8860b}td.violation{background:#fbe3e3}
 .note{color:#555}.notice{color:#a40000;font-weight:bold}img.plot{max-width:100%;display:block}
 a{color:inherit}details{margin:0.3em 0}details:target,details[open]{background:#fafafa}
-pre{font-size:12px;overflow-x:auto}section#failed{border:2px solid #a40000;padding:0 1em}
+pre{font-size:12px;overflow-x:auto}section.failing{border:2px solid #a40000;padding:0 1em}
 """
 # Following a provenance link opens the <details> block it points at.
 _JS = ("function openTarget(){var e=document.getElementById(decodeURIComponent(location.hash.slice(1)));"

@@ -11,6 +11,7 @@ from jobs.report.plots import ALL, lowshot_plot, shot_key
 from pipeline.errors import DataValidationError
 
 BEST_MARKER = "\u2605"  # the star after the best score of a column
+WARNING_MARKER = "\u26a0"  # after a score whose record carries fit warnings
 
 
 def has_score(rec: Mapping[str, Any]) -> bool:
@@ -29,13 +30,28 @@ def _score(rec: Mapping[str, Any]) -> float | None:
     return float(value) if is_number(value) else None
 
 
+def _warned(rec: Mapping[str, Any]) -> list[Any]:
+    """The marker after a score with fit warnings (its messages as the tooltip); [] without."""
+    from pipeline.protocols.fit_warnings import record_warnings, unreliable_reasons
+
+    found = record_warnings(rec)
+    if not found:
+        return []
+    bad = bool(unreliable_reasons(rec))
+    return [" ", el("span", f"{WARNING_MARKER} {'unreliable' if bad else ', '.join(w['code'] for w in found)}",
+                    class_="notice" if bad else "note", title="; ".join(f"{w['code']}: {w['message']}" for w in found))]
+
+
 def _accuracy_table(run: ReportRun, recs: list[dict], table_id: str) -> Markup:
+    from pipeline.protocols.fit_warnings import unreliable_reasons
+
     cells = {(r["model"], r["dataset"]): r for r in recs}
     datasets = [d for d in run.datasets if any(k[1] == d for k in cells)]
     models = [m for m in run.models if any(k[0] == m for k in cells)]
     best = {}
-    for d in datasets:
-        vals = [s for (m, dd), r in cells.items() if dd == d and (s := _score(r)) is not None]
+    for d in datasets:  # an untrusted score is never marked best
+        vals = [s for (m, dd), r in cells.items() if dd == d and (s := _score(r)) is not None
+                and not unreliable_reasons(r)]
         best[d] = max(vals) if vals else None
     rows = []
     for m in models:
@@ -45,9 +61,10 @@ def _accuracy_table(run: ReportRun, recs: list[dict], table_id: str) -> Markup:
             if rec is None:
                 row.append(el("td", "\u2013", class_="missing", title="not evaluated"))
                 continue
-            is_best = best[d] is not None and _score(rec) == best[d]
+            is_best = best[d] is not None and _score(rec) == best[d] and not unreliable_reasons(rec)
             text = link(rec, score_text(rec))
             content = [el("strong", text), " ", el("span", BEST_MARKER, class_="best-marker")] if is_best else [text]
+            content += _warned(rec)
             row.append(el("td", content, class_="best" if is_best else None, data_model=m, data_dataset=d,
                           data_table=table_id, title="best in column" if is_best else None))
         rows.append(row)
@@ -63,7 +80,8 @@ def accuracy_section(run: ReportRun) -> Markup:
         f"dataset declares it); few-shot cells are the mean over episodes \u00b1 the 95 % confidence "
         f"interval; low-shot cells are the accuracy with every train image ('all'), else with the "
         f"largest N. One table per protocol setting and layer. Bold with {BEST_MARKER}: best in its "
-        f"column. Each number links to its provenance.")]
+        f"column. {WARNING_MARKER}: the record carries fit warnings (hover for them; 'unreliable': the "
+        f"score is not to be trusted and is never marked best). Each number links to its provenance.")]
     if not groups:
         return section("accuracy", "Accuracy", body, note("No scored records."), empty=True)
     for setting, layer, recs in groups:
@@ -198,7 +216,9 @@ def calibration_section(run: ReportRun) -> Markup:
     recs = [r for r in run.records if "ece" in (r.get("metrics") or {})]
     body: list[Any] = [note("Expected calibration error (equal-width confidence bins) of the logistic probe "
                             "on test, before and after temperature scaling fitted on validation "
-                            "(Ericsson et al. 2021). Lower is better.")]
+                            "(Ericsson et al. 2021). Lower is better. A temperature at its search bound "
+                            f"({WARNING_MARKER}) means the validation likelihood had no optimum inside it: the ECE "
+                            "after T is then the bound's.")]
     if not recs:
         body.append(note("No calibration results (no logistic probe with a validation split)."))
         return section("calibration", "Calibration", body, empty=True)
@@ -209,10 +229,12 @@ def calibration_section(run: ReportRun) -> Markup:
     for r in recs:
         m, dg = r["metrics"], r.get("diagnostics") or {}
         temperature = dg.get("temperature")
+        at_bound = [f" {WARNING_MARKER} at its search bound"] if dg.get("temperature_at_bound") else []
         rows.append([row_head(r["model"]), r["dataset"], r["layer"], r["setting"],
-                     link(r, pct(m.get("score"))), link(r, pct(m.get("ece"), 2)),
+                     el("td", link(r, pct(m.get("score"))), *_warned(r)), link(r, pct(m.get("ece"), 2)),
                      link(r, pct(m.get("ece_temperature_scaled"), 2)),
-                     f"{temperature:.3f}" if is_number(temperature) else "n/a"])
+                     el("td", f"{temperature:.3f}" if is_number(temperature) else "n/a", *at_bound,
+                        class_="violation" if at_bound else None)])
     body.append(table(["encoder", "dataset", "layer", "setting", "accuracy (%)", "ECE (%)",
                        "ECE after T (%)", "temperature T"], rows, class_="scores"))
     return section("calibration", "Calibration", body)

@@ -87,10 +87,16 @@ def _verdict_lines(analysis: Any) -> list[Markup]:
         out.append(table(["cell", "best so far", "difference (points)", "adjusted p"], rows, class_="warnings"))
     elif analysis.check is not None:
         check = analysis.check
-        worse_or_not = len(check.to_compare) - len(check.unchecked)
+        untrusted = {u["cell"] for u in analysis.unreliable}
+        judged = sum(1 for c, v in analysis.verdicts.items() if v.verdict != "unreliable")
+        leads = sum(1 for c in check.newest_is_best if "/".join(c) not in untrusted)
         out.append(note(f"Newest checkpoint {newest.encoder} (step {newest.step}): best so far on "
-                        f"{len(check.newest_is_best)} cell(s); on {worse_or_not} other cell(s) not significantly "
+                        f"{leads} cell(s); on {judged} other cell(s) not significantly "
                         "worse than the best (paired test, false discovery rate controlled over the series' cells)."))
+    if analysis.unreliable:
+        out.append(notice(f"{REGRESSION_MARKER} no verdict on {len(analysis.unreliable)} cell(s): a score there is "
+                          "not to be trusted (see the warnings at the top of the report)"))
+        out.append(el("ul", [el("li", f"{u['cell']}: unreliable: {u['reason']}") for u in analysis.unreliable]))
     for n in analysis.not_compared:
         out.append(note(f"not compared: {n['cell']}: {n['reason']}"))
     for u in analysis.unplaced:

@@ -86,6 +86,12 @@ def summary_section(run: ReportRun) -> Markup:
         body.append(notice(f"{REGRESSION_MARKER} {len(regressions)} regression(s): the newest checkpoint of a "
                            "series is significantly worse than the series' best so far"))
         body.append(el("ul", _regression_lines(regressions)))
+    untrusted = [(str((entry.get("newest") or {}).get("encoder")), u) for entry in summary.get("series") or []
+                 for u in entry.get("unreliable") or []]
+    if untrusted:  # neither a regression nor an improvement is claimed from these
+        body.append(notice(f"{REGRESSION_MARKER} no verdict on {len(untrusted)} cell(s) of a series' newest "
+                           "checkpoint: a score there is not to be trusted"))
+        body.append(el("ul", [el("li", f"{enc} {u['cell']}: unreliable: {u['reason']}") for enc, u in untrusted]))
     body.append(el("h3", "Leaderboard"))
     body.append(note("Mean rank over the protocol settings (1 = best; ties share the average rank). A "
                      "setting's score (%) is the mean over its datasets of the encoder's best layer; the rank "

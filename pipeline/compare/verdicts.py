@@ -3,7 +3,10 @@
 All cells compared between two encoders form one family: their p-values are adjusted
 together by Benjamini-Hochberg, and a cell is ``better`` (A beats B) or ``worse`` when its
 adjusted p-value is at most alpha, ``indistinguishable`` otherwise. The direction is the
-sign of the observed difference A - B.
+sign of the observed difference A - B. A cell whose score is not to be trusted on either
+side (a fit warning of severity ``unreliable``: one predicted class, a chance score, a
+grid edge) gets the verdict ``unreliable`` with the reason, is left out of the family and
+of the setting's mean difference: no regression or improvement is ever declared from it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pipeline.errors import DataValidationError
 
 __all__ = ["VERDICTS", "CellVerdict", "SettingSummary", "decide_verdicts", "summarise_by_setting"]
 
-VERDICTS = ("better", "worse", "indistinguishable")
+VERDICTS = ("better", "worse", "indistinguishable", "unreliable")
 
 
 @dataclass(frozen=True)
@@ -34,15 +37,29 @@ class CellVerdict:
     comparison : PairedComparison
         A against B on the cell.
     p_adjusted : float
-        The Benjamini-Hochberg adjusted p-value.
+        The Benjamini-Hochberg adjusted p-value (NaN for an ``unreliable`` cell, which
+        is not in the family).
     verdict : str
-        ``better``, ``worse`` or ``indistinguishable``.
+        ``better``, ``worse``, ``indistinguishable`` or ``unreliable``.
+    reason : str or None
+        Why an ``unreliable`` cell has no verdict (``unreliable: <reason>``).
     """
 
     cell: Hashable
     comparison: PairedComparison
     p_adjusted: float
     verdict: str
+    reason: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The verdict as shown: ``unreliable: <reason>`` for an unreliable cell.
+
+        Returns
+        -------
+        str
+        """
+        return f"unreliable: {self.reason}" if self.verdict == "unreliable" else self.verdict
 
     def to_dict(self) -> dict[str, object]:
         """Plain dictionary for JSON.
@@ -54,7 +71,11 @@ class CellVerdict:
             ``verdict``.
         """
         cell = list(self.cell) if isinstance(self.cell, tuple) else self.cell
-        return {"cell": cell, **self.comparison.to_dict(), "p_adjusted": self.p_adjusted, "verdict": self.verdict}
+        p_adjusted = None if self.verdict == "unreliable" else self.p_adjusted  # not in the family
+        out = {"cell": cell, **self.comparison.to_dict(), "p_adjusted": p_adjusted, "verdict": self.verdict}
+        if self.reason is not None:
+            out["reason"] = self.reason
+        return out
 
 
 @dataclass(frozen=True)
@@ -70,7 +91,10 @@ class SettingSummary:
     better, worse, indistinguishable : int
         Cells with each verdict for encoder A.
     mean_difference : float
-        Mean of ``score_a - score_b`` over the cells.
+        Mean of ``score_a - score_b`` over the cells with a verdict (NaN when every cell
+        is unreliable).
+    unreliable : int
+        Cells without a verdict because a side's score is not to be trusted.
     """
 
     setting: str
@@ -79,6 +103,7 @@ class SettingSummary:
     worse: int
     indistinguishable: int
     mean_difference: float
+    unreliable: int = 0
 
     def to_dict(self) -> dict[str, object]:
         """Plain dictionary for JSON.
@@ -92,7 +117,8 @@ class SettingSummary:
 
 
 def decide_verdicts(
-    comparisons: Mapping[Hashable, PairedComparison], alpha: float = 0.05
+    comparisons: Mapping[Hashable, PairedComparison], alpha: float = 0.05,
+    unreliable: Mapping[Hashable, str] | None = None,
 ) -> dict[Hashable, CellVerdict]:
     """Adjust the cells' p-values together (Benjamini-Hochberg) and give each a verdict.
 
@@ -103,6 +129,9 @@ def decide_verdicts(
         ``(setting, dataset)``.
     alpha : float
         False discovery rate in (0, 1).
+    unreliable : mapping of cell key to str, optional
+        Cells whose score is not to be trusted on one side, with the reason: their
+        verdict is ``unreliable`` and they are left out of the family.
 
     Returns
     -------
@@ -113,11 +142,15 @@ def decide_verdicts(
     wrong = [k for k, c in comparisons.items() if not isinstance(c, PairedComparison)]
     if wrong:
         raise DataValidationError(f"comparisons must map cells to PairedComparison; not so for {wrong[:5]}")
-    cells = list(comparisons)
-    adjusted = benjamini_hochberg([comparisons[c].p_value for c in cells])
+    unreliable = {c: str(r) for c, r in (unreliable or {}).items() if c in comparisons}
+    family = [c for c in comparisons if c not in unreliable]
+    adjusted = dict(zip(family, benjamini_hochberg([comparisons[c].p_value for c in family]))) if family else {}
     out = {}
-    for cell, p_adj in zip(cells, adjusted):
-        comparison = comparisons[cell]
+    for cell, comparison in comparisons.items():
+        if cell in unreliable:
+            out[cell] = CellVerdict(cell, comparison, float("nan"), "unreliable", unreliable[cell])
+            continue
+        p_adj = adjusted[cell]
         if p_adj <= alpha and comparison.difference != 0.0:
             verdict = "better" if comparison.difference > 0 else "worse"
         else:
@@ -152,7 +185,8 @@ def summarise_by_setting(
     for setting in sorted(groups):
         cells = groups[setting]
         counts = {v: sum(c.verdict == v for c in cells) for v in VERDICTS}
-        mean = float(np.mean([c.comparison.difference for c in cells]))
+        judged = [c.comparison.difference for c in cells if c.verdict != "unreliable"]
+        mean = float(np.mean(judged)) if judged else float("nan")
         out[setting] = SettingSummary(setting, len(cells), counts["better"], counts["worse"],
-                                      counts["indistinguishable"], mean)
+                                      counts["indistinguishable"], mean, counts["unreliable"])
     return out

@@ -65,9 +65,11 @@ class Voc2007Dataset(PublishedDataset):
     Reads ``VOCdevkit/VOC2007/ImageSets/Main/{train,val,test}.txt`` (image ids; test comes
     with the test archive), ``Annotations/<id>.xml`` and ``JPEGImages/<id>.jpg``; ``root``
     is the folder holding ``VOCdevkit`` (or ``VOC2007`` itself). Labels are (n, 20): 1
-    present, 0 absent, -1 present only as objects marked difficult. The devkit ignores
-    such image-class pairs when it scores (neither positive nor negative), and so do the
-    probes when they fit; the metric is the devkit's 11-point mean average precision.
+    present, 0 absent, -1 present only as objects marked difficult. The probes leave such
+    image-class pairs out when they fit. The metric, ``map11``, is the 11-point mean
+    average precision as Ericsson et al.'s code computes it (difficult images count as
+    negatives there); the devkit's convention, which ignores them, is ``map11_devkit``
+    (``pipeline.protocols.average_precision``).
     """
 
     metric = "map11"

@@ -1,11 +1,21 @@
-"""Average precision as the PASCAL VOC 2007 devkit computes it for classification.
+"""PASCAL VOC 2007 11-point average precision, in the two conventions that are in use.
 
-Per class, the images are ranked by decreasing score (ties keep their order, as a stable
-sort does); precision and recall are accumulated down the ranking, and the 11-point
-average precision is the mean, over recall thresholds t = 0, 0.1, ..., 1, of the
-largest precision reached at a recall of at least t (0 when no such point exists).
-Images whose only objects of the class are marked "difficult" are neither positives nor
-negatives: they are left out of the ranking for that class.
+Both average, over recall thresholds t in ``RECALL_THRESHOLDS`` (``numpy.linspace(0, 1,
+11)``: 0, 0.1, 0.2, 0.30000000000000004, ..., 0.6000000000000001, 0.7000000000000001,
+..., 1), the largest precision reached at a recall of at least t (0 when none is). They
+differ in the precision-recall points and in "difficult" images:
+
+- ``seed`` (metric ``map11``): Ericsson et al.'s code (linusericsson/ssl-transfer,
+  ``voc_eval_cls``), the number the seed paper reports. The points are scikit-learn's
+  ``precision_recall_curve`` of the scores: one point per distinct score (tied scores
+  enter together), plus the final recall-0 / precision-1 point, so t = 0 always finds
+  precision 1. Their VOC loader turns every label but "present" into 0, so a
+  "difficult" image counts as a negative. A class without a positive test image gets
+  what that code gives it, 1/11 (only the appended point reaches any threshold).
+- ``devkit`` (metric ``map11_devkit``): the VOC devkit's classification evaluation as
+  its Python ports write it. Images are ranked one by one (a stable sort: tied scores
+  keep their stored order), no point is appended, "difficult" images are left out of
+  the class's ranking, and a class without a positive has no AP (left out of the mean).
 
 Label encoding (the store's multi-label arrays): 1 present, 0 absent, -1 difficult.
 """
@@ -16,9 +26,12 @@ import numpy as np
 
 from pipeline.errors import DataValidationError
 
-#: Recall thresholds 0, 0.1, ..., 1 as the decimal values (k / 10), not as a running sum
-#: of 0.1 (whose third value, 0.30000000000000004, would miss a recall of exactly 0.3).
-RECALL_POINTS = np.arange(11) / 10.0
+__all__ = ["CONVENTIONS", "RECALL_THRESHOLDS", "check_multilabel", "devkit_average_precision",
+           "mean_average_precision_11", "seed_average_precision"]
+
+#: The recall thresholds of both conventions: ``numpy.linspace(0, 1, 11)`` as floating point.
+RECALL_THRESHOLDS = np.linspace(0.0, 1.0, 11)
+CONVENTIONS = ("seed", "devkit")
 
 
 def check_multilabel(labels: np.ndarray, name: str = "labels") -> np.ndarray:
@@ -47,23 +60,74 @@ def check_multilabel(labels: np.ndarray, name: str = "labels") -> np.ndarray:
     return arr
 
 
-def voc07_average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
-    """11-point average precision of one class.
+def _check_1d(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    scores, labels = np.asarray(scores, dtype=np.float64), np.asarray(labels)
+    if scores.shape != labels.shape or scores.ndim != 1:
+        raise DataValidationError(f"scores {scores.shape} and labels {labels.shape} must be equal 1-D shapes")
+    if not np.all(np.isfinite(scores)):
+        raise DataValidationError("scores contain NaN or inf; average precision needs finite scores")
+    return scores, labels
+
+
+def _eleven_point(precision: np.ndarray, recall: np.ndarray) -> float:
+    """Mean over ``RECALL_THRESHOLDS`` of max precision at recall >= t (0 when none)."""
+    total = 0.0
+    for t in RECALL_THRESHOLDS:
+        reached = recall >= t
+        total += (float(np.max(precision[reached])) if reached.any() else 0.0) / 11.0
+    return total
+
+
+def seed_average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
+    """11-point AP of one class as Ericsson et al.'s code computes it (the ``seed`` convention).
+
+    The precision-recall points are those of scikit-learn's ``precision_recall_curve``:
+    the images sorted by decreasing score, one point at the last image of each distinct
+    score, precision = true positives / images so far, recall = true positives / all
+    positives, and the appended point (recall 0, precision 1).
 
     Parameters
     ----------
-    scores : (n,) float, higher means more confident the class is present.
-    labels : (n,) int, 1 present, 0 absent, -1 difficult (left out).
+    scores : (n,) float
+        Higher means more confident the class is present.
+    labels : (n,) int
+        1 present; 0 (absent) and -1 (difficult) are negatives, as in that code.
 
     Returns
     -------
     float
-        The devkit's 11-point AP; NaN when no image is a positive (the devkit would
-        report 0, which says nothing about the classifier).
     """
-    scores, labels = np.asarray(scores, dtype=np.float64), np.asarray(labels)
-    if scores.shape != labels.shape or scores.ndim != 1:
-        raise DataValidationError(f"scores {scores.shape} and labels {labels.shape} must be equal 1-D shapes")
+    scores, labels = _check_1d(scores, labels)
+    if scores.size == 0:
+        raise DataValidationError("no image to rank: average precision needs at least one")
+    order = np.argsort(scores, kind="mergesort")[::-1]
+    ranked, positive = scores[order], (labels[order] == 1).astype(np.float64)
+    last = np.r_[np.flatnonzero(np.diff(ranked)), ranked.size - 1]  # last image of each distinct score
+    tps = np.cumsum(positive)[last]
+    seen = last + 1.0
+    precision = tps / seen
+    # no positive: scikit-learn sets every recall to 1
+    recall = tps / tps[-1] if tps[-1] > 0 else np.ones_like(tps)
+    return _eleven_point(np.r_[precision, 1.0], np.r_[recall, 0.0])
+
+
+def devkit_average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
+    """11-point AP of one class as the VOC devkit computes it (the ``devkit`` convention).
+
+    Parameters
+    ----------
+    scores : (n,) float
+        Higher means more confident the class is present.
+    labels : (n,) int
+        1 present, 0 absent, -1 difficult (left out of the ranking).
+
+    Returns
+    -------
+    float
+        NaN when no image is a positive (the devkit would report 0, which says nothing
+        about the classifier).
+    """
+    scores, labels = _check_1d(scores, labels)
     keep = labels >= 0
     positive = labels[keep] == 1
     n_pos = int(positive.sum())
@@ -71,33 +135,34 @@ def voc07_average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
         return float("nan")
     ranked = positive[np.argsort(-scores[keep], kind="stable")]
     tp = np.cumsum(ranked)
-    precision = tp / np.arange(1, ranked.size + 1)
-    recall = tp / n_pos
-    # the best precision at recall >= t: a running maximum from the end of the ranking
-    best_from = np.maximum.accumulate(precision[::-1])[::-1]
-    first = np.searchsorted(recall, RECALL_POINTS, side="left")  # recall is non-decreasing
-    reached = first < ranked.size
-    return float(np.where(reached, best_from[np.minimum(first, ranked.size - 1)], 0.0).mean())
+    return _eleven_point(tp / np.arange(1, ranked.size + 1), tp / n_pos)
 
 
-def voc07_mean_average_precision(scores: np.ndarray, labels: np.ndarray) -> tuple[float, np.ndarray]:
-    """Mean of the per-class 11-point APs over the classes with a positive image.
+def mean_average_precision_11(scores: np.ndarray, labels: np.ndarray,
+                              convention: str = "seed") -> tuple[float, np.ndarray]:
+    """Mean of the per-class 11-point APs in one ``convention`` (see the module docstring).
 
     Parameters
     ----------
     scores : (n, C) float.
     labels : (n, C) int, 1 / 0 / -1 as above.
+    convention : str
+        ``seed`` (``map11``) or ``devkit`` (``map11_devkit``).
 
     Returns
     -------
     (float, ndarray)
-        The mAP and the (C,) per-class APs (NaN for a class without positives).
+        The mAP and the (C,) per-class APs (``devkit``: NaN for a class without
+        positives, left out of the mean).
     """
+    if convention not in CONVENTIONS:
+        raise DataValidationError(f"convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
     labels = check_multilabel(labels)
     scores = np.asarray(scores, dtype=np.float64)
     if scores.shape != labels.shape:
         raise DataValidationError(f"scores {scores.shape} and labels {labels.shape} must have the same shape")
-    per_class = np.array([voc07_average_precision(scores[:, c], labels[:, c]) for c in range(labels.shape[1])])
+    ap = seed_average_precision if convention == "seed" else devkit_average_precision
+    per_class = np.array([ap(scores[:, c], labels[:, c]) for c in range(labels.shape[1])])
     scored = per_class[~np.isnan(per_class)]
     if scored.size == 0:
         raise DataValidationError("no class has a positive image: mean average precision is undefined")

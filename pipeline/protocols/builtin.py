@@ -28,6 +28,9 @@ from pipeline.protocols.registry import SEED, Bound, EvalData, ProtocolResult, a
 TRANSFORM_NAMES = ("none", "l2", "standardize", "whiten")
 #: Settings shared by the probes that run in torch.
 DEVICE_DEFAULT = {"device": "auto"}
+#: Scalar metrics of a single-label classifier's record, and of a multi-label probe's.
+CLASS_METRICS = ("score", "top1", "mean_per_class")
+MULTILABEL_METRICS = ("map11", "map11_devkit", "map")
 # Queries whose class weights are formed at once (k-NN): bounds an (m x K) array.
 _VOTE_CHUNK = 4096
 
@@ -96,13 +99,15 @@ def _train_val_rows(data: EvalData) -> tuple[FeatureRows, np.ndarray, np.ndarray
 
 
 @register_protocol(
-    "logistic", version=1,
+    "logistic", version=2,  # 2: the seed's tie rule, collapsed refits moved, map11 as Ericsson et al.
     defaults={"transform": "l2", "Cs": "default", "C": 1.0, "val_fraction": 0.2, "tol": 1e-4,
               "max_iter": 1000, "seed": 0, "calibration_bins": 15, **DEVICE_DEFAULT},
     choices={"transform": TRANSFORM_NAMES},
     bounds={"C": above(0), "val_fraction": Bound(0, 1, low_open=True, high_open=True), "tol": above(0),
             "max_iter": Bound(1, 100_000), "seed": SEED, "calibration_bins": Bound(1, 1000)},
     check=_check_device, multilabel=True, memory=logistic_memory,
+    metrics=CLASS_METRICS + ("ece", "ece_temperature_scaled", "nll", "nll_temperature_scaled") + MULTILABEL_METRICS,
+    unbounded=("nll", "nll_temperature_scaled"),
     description="multinomial L2 logistic probe, L-BFGS, C selected on validation (Kornblith 2019)",
 )
 def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
@@ -126,8 +131,14 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     diagnostics = {"C": float(probe.C_), "n_iter": int(np.max(probe.n_iter_)), "converged": bool(probe.converged_),
                    "validation": "dataset split" if val_index is not None else f"stratified {s['val_fraction']:g} of train",
                    "device": str(device)}
+    warnings = []
     if s["Cs"] is not None:
         diagnostics["val_scores"] = [float(v) for v in probe.val_scores_]
+        diagnostics["grid_n_iter"] = [int(i) for i in probe.grid_n_iter_]
+        warnings = _selection_warnings(probe)
+        if probe.selection_moves_:
+            diagnostics["selection_moves"] = [{"from_C": a, "to_C": b, "why": why}
+                                              for a, b, why in probe.selection_moves_]
     if s["Cs"] is not None and not data.multilabel:
         # Calibration (Ericsson 4.7): T is fitted by NLL on the probe's validation split,
         # with a model that did not see it (the selected C on the probe's train part),
@@ -149,7 +160,25 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         diagnostics.update(temperature=cal.temperature, temperature_at_bound=cal.temperature_at_bound,
                            calibration_fit_converged=bool(held.converged_))
         diagnostics["converged"] = bool(probe.converged_ and held.converged_)
-    return ProtocolResult(metrics, diagnostics, evidence=evidence)
+        if cal.temperature_at_bound:
+            from pipeline.protocols.fit_warnings import fit_warning
+
+            warnings.append(fit_warning("temperature_edge", f"T = {cal.temperature:g} is at an end of its search "
+                                        "range: ece_temperature_scaled and nll_temperature_scaled are the bound's, "
+                                        "not an optimum's"))
+    return ProtocolResult(metrics, diagnostics, warnings, evidence=evidence)
+
+
+def _selection_warnings(probe: Any) -> list[dict[str, str]]:
+    """Grid edge and plateau of the logistic probe's C, and a choice moved off a collapsed refit."""
+    from pipeline.protocols.fit_warnings import fit_warning, grid_warnings
+
+    chosen = int(np.flatnonzero(probe.Cs_ == probe.C_)[0])
+    out = grid_warnings("C", probe.Cs_, probe.val_scores_, chosen, criterion="validation score")
+    for left, taken, why in probe.selection_moves_:
+        out.append(fit_warning("selection_moved", f"the refit on all rows at C = {left:.3g} collapsed ({why}); "
+                                                  f"C = {taken:.3g} taken, the best of the weaker penalties"))
+    return out
 
 
 def _columns(classes: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -163,11 +192,12 @@ def _columns(classes: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 @register_protocol(
-    "ridge", version=1,
+    "ridge", version=2,  # 2: map11 as Ericsson et al. compute it, map11_devkit beside it
     defaults={"transform": "none", "alphas": "default", "alpha": 1e-4, "fit_intercept": True, **DEVICE_DEFAULT},
     choices={"transform": TRANSFORM_NAMES},
     bounds={"alpha": at_least(0)},
     check=_check_device, streams_train=True, multilabel=True, memory=ridge_memory,
+    metrics=CLASS_METRICS + MULTILABEL_METRICS,
     description="least squares to one-vs-rest targets, alpha by exact leave-one-out PRESS (ViT few-shot)",
 )
 def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
@@ -181,9 +211,16 @@ def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
                        device=device).fit_rows(train.with_map(row_map), _present(data))
     metrics, evidence = _score(data, probe, FeatureRows.of(data.X_test).with_map(row_map), probe.score_blocks)
     diagnostics = {"alpha": float(probe.alpha_), "device": str(device)}
+    warnings = []
     if getattr(probe, "press_", None) is not None:
+        from pipeline.protocols.fit_warnings import grid_warnings
+
         diagnostics["press"] = [float(p) for p in np.ravel(probe.press_)]
-    return ProtocolResult(metrics, diagnostics, evidence=evidence)
+        grid = np.ravel(_grid(s["alphas"], DEFAULT_ALPHAS))
+        # PRESS is continuous: a relative 1e-6 tells a real gain from round-off
+        warnings = grid_warnings("alpha", grid, diagnostics["press"], int(np.flatnonzero(grid == probe.alpha_)[0]),
+                                 higher_is_better=False, rtol=1e-6, criterion="LOO PRESS")
+    return ProtocolResult(metrics, diagnostics, warnings, evidence=evidence)
 
 
 #: k-NN metrics and the vote weightings valid with each.
@@ -219,7 +256,7 @@ def _check_knn(settings: Mapping[str, Any]) -> None:
     "knn", version=1,
     defaults={"n_neighbors": 20, "metric": "cosine", "weights": "exp", "temperature": 0.07, **DEVICE_DEFAULT},
     choices={"metric": ("cosine", "euclidean"), "weights": ("exp", "uniform")},
-    check=_check_knn, streams_train=True, memory=knn_memory,
+    check=_check_knn, streams_train=True, memory=knn_memory, metrics=CLASS_METRICS,
     bounds={"n_neighbors": at_least(1), "temperature": above(0)},
     description="weighted k-NN on cosine similarity (Wu 2018, DINO); streams train blocks",
 )
@@ -253,6 +290,7 @@ def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     bounds={"n_way": at_least(2), "n_shot": at_least(1), "n_query": at_least(1),
             "n_episodes": Bound(1, 100_000), "seed": SEED},
     check=_check_device, streams_train=True, memory=fewshot_memory,
+    metrics=("score", "mean", "ci95", "std"), primary_metric="mean",
     description="N-way K-shot nearest-centroid episodes with a 95% CI (Ericsson 2021)",
 )
 def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
@@ -273,17 +311,21 @@ def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # the same data draws the same ones, so their episode accuracies pair up
     evidence = Evidence.of_episodes(np.asarray(y).astype(np.int64), res.accuracies, seed=s["seed"], n_way=s["n_way"], n_shot=s["n_shot"],
                                     n_query=s["n_query"])
+    from pipeline.protocols.fit_warnings import at_chance_warning
+
+    chance = at_chance_warning(res.mean, 1.0 / s["n_way"], f"1/{s['n_way']} of an episode's ways")
     return ProtocolResult({"score": res.mean, "mean": res.mean, "ci95": res.ci95, "std": res.std},
-                          {"eligible_classes": len(res.eligible_classes), "device": str(device)}, evidence=evidence)
+                          {"eligible_classes": len(res.eligible_classes), "device": str(device)}, chance,
+                          evidence=evidence)
 
 
 @register_protocol(
-    "lowshot", version=1,
+    "lowshot", version=2,  # 2: its logistic probe selects C as logistic 2 does
     defaults={"shots": [1, 2, 4, 8, 16, 32, 64, 128, "all"], "n_seeds": 5, "probe": "ridge",
               "transform": "l2", "seed": 0, "on_insufficient": "skip", **DEVICE_DEFAULT},
     choices={"probe": ("ridge", "logistic"), "transform": TRANSFORM_NAMES, "on_insufficient": ("raise", "skip")},
     bounds={"n_seeds": Bound(1, 1000), "seed": SEED},
-    check=_check_device, streams_train=True, memory=lowshot_memory,
+    check=_check_device, streams_train=True, memory=lowshot_memory, metrics=("score",),
     description="accuracy with N train images per class, 5 samples each (ImageNet-CoG)",
 )
 def _lowshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
@@ -308,11 +350,12 @@ def _lowshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
 
 
 @register_protocol(
-    "invariance", version=1,
+    "invariance", version=2,  # 2: weak-penalty logistic fits taken to their optimum
     defaults={"seed": 0, "max_train": 1000, "max_dims": 64, "min_singular_ratio": 1e-3, "logistic_tol": 1e-6},
     bounds={"seed": SEED, "max_train": at_least(1), "max_dims": at_least(1),
             "min_singular_ratio": Bound(0, 1, low_open=True, high_open=True), "logistic_tol": above(0)},
-    streams_train=True, memory=invariance_memory,
+    streams_train=True, memory=invariance_memory, metrics=("violations",), primary_metric="violations",
+    unbounded=("violations",),
     description="changed predictions under rotation, scale, translation, per-feature and dense maps",
 )
 def _invariance(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:

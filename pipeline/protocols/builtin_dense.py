@@ -17,6 +17,7 @@ from pipeline.errors import ConfigError
 from pipeline.protocols.builtin import DEVICE_DEFAULT
 from pipeline.protocols.builtin_nets import GRID_MAX
 from pipeline.protocols.dense.memory import normals_memory, segmentation_memory
+from pipeline.protocols.dense.metrics import NORMAL_METRICS, SEGMENTATION_METRICS
 from pipeline.protocols.devices import check_device_name
 from pipeline.protocols.registry import SEED, Bound, ProtocolResult, above, register_protocol
 
@@ -46,6 +47,7 @@ def _check_normals(s: Mapping[str, Any]) -> None:
     defaults={"learning_rates": [1e-3, 1e-2, 1e-1], **DENSE_SCHEDULE, "val_fraction": 0.1, **DEVICE_DEFAULT},
     bounds={**_BOUNDS, "val_fraction": Bound(0, 1, low_open=True, high_open=True)},
     check=_check_segmentation, memory=segmentation_memory, dense="segmentation",
+    metrics=("score", *SEGMENTATION_METRICS), primary_metric="miou",
     description="linear (1x1) head on spatial maps, bilinear upsampling, learning rate by validation mIoU; "
                 "mIoU and pixel accuracy (DINOv2's linear protocol)",
 )
@@ -61,6 +63,8 @@ def _segmentation(data: Any, s: Mapping[str, Any]) -> ProtocolResult:
     choices={"head": ("conv", "linear")},
     bounds={**_BOUNDS, "hidden_units": Bound(1, 65_536), "learning_rate": above(0)},
     check=_check_normals, memory=normals_memory, dense="normals",
+    metrics=("score", *NORMAL_METRICS), primary_metric="within_11_25",
+    unbounded=tuple(m for m, kind in NORMAL_METRICS.items() if kind == "lower"),
     description="head on spatial maps predicting unit normals, bilinear upsampling; mean and median angular "
                 "error, % within 11.25/22.5/30 degrees (Ericsson et al. 2021, Table 5)",
 )

@@ -91,13 +91,14 @@ def _validation(data: EvalData, s: Mapping[str, Any]) -> str:
 
 
 @register_protocol(
-    "mlp", version=1,
+    "mlp", version=2,  # 2: linear_score from logistic 2
     defaults={"transform": "l2", "hidden_units": 1000, "weight_decays": [0.0, 1e-4, 1e-3, 1e-2, 1e-1],
               "learning_rate": 1e-3, "batch_size": 256, "max_epochs": 100, "patience": 10, "val_fraction": 0.2,
               "seed": 0, "linear_Cs": "default", **DEVICE_DEFAULT},
     choices={"transform": TRANSFORM_NAMES},
     bounds={"hidden_units": Bound(1, 65_536), "learning_rate": above(0), **_SIZES},
     check=_check_mlp, memory=mlp_memory,
+    metrics=("score", "top1", "mean_per_class", "linear_score", "gain_over_linear"), unbounded=("gain_over_linear",),
     description="one-hidden-layer ReLU probe, weight decay and epochs on validation; gain over logistic "
                 "(Kolesnikov 2019)",
 )
@@ -140,7 +141,7 @@ def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     defaults={"num_heads": 8, "learning_rates": [1e-4, 1e-3, 1e-2], "weight_decays": [1e-3, 1e-2, 1e-1],
               "batch_size": 128, "max_epochs": 50, "patience": 5, "val_fraction": 0.2, "seed": 0, **DEVICE_DEFAULT},
     bounds={"num_heads": Bound(1, 4096), **_SIZES},
-    check=_check_attentive, memory=attentive_memory, tokens=True,
+    check=_check_attentive, memory=attentive_memory, tokens=True, metrics=("score", "top1", "mean_per_class"),
     description="one learned query cross-attends to the token features, layer norm, linear classifier",
 )
 def _attentive(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:

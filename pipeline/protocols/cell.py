@@ -95,8 +95,10 @@ class ProtocolResult:
         ``score`` (the headline) and others.
     diagnostics : dict
         Selected hyperparameters, convergence, the device used...
-    warnings : list of str
-        Warnings raised during the run.
+    warnings : list of dict
+        ``{"code", "message"}`` (``pipeline.protocols.fit_warnings``): what makes the
+        numbers doubtful (a grid edge, one predicted class, a chance score...) and the
+        Python warnings raised during the run.
     seconds : float
         Wall time of the run.
     evidence : Evidence or None
@@ -112,7 +114,7 @@ class ProtocolResult:
 
     metrics: dict[str, Any]
     diagnostics: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[dict[str, str]] = field(default_factory=list)
     seconds: float = 0.0
     evidence: Evidence | None = None
     maps: np.ndarray | None = None

@@ -134,7 +134,8 @@ def _flags(protocol: Protocol) -> str:
     yes = {True: "yes", False: "no"}
     reads = {"pooled": "pooled features", "tokens": "token features (block<i>.tokens)",
              "map": f"spatial maps (block<i>.map) and {protocol.dense} targets"}[protocol.reads]
-    return f"streams train: {yes[protocol.streams_train]}; multi-label: {yes[protocol.multilabel]}; reads: {reads}"
+    return (f"streams train: {yes[protocol.streams_train]}; multi-label: {yes[protocol.multilabel]}; "
+            f"reads: {reads}; metrics: {', '.join(protocol.metrics)} (primary: {protocol.primary_metric})")
 
 
 def protocol_summary(name: str) -> str:
@@ -191,13 +192,16 @@ def protocol_record(name: str) -> dict[str, Any]:
     -------
     dict
         ``name``, ``version``, ``description``, ``streams_train``, ``multilabel``,
-        ``reads`` (``pooled``, ``tokens`` or ``map``), ``dense`` (the targets' task or None)
-        and ``settings`` (name, default, valid values).
+        ``reads`` (``pooled``, ``tokens`` or ``map``), ``dense`` (the targets' task or None),
+        ``metrics``, ``primary_metric``, ``unbounded`` and ``settings`` (name, default,
+        valid values).
     """
     protocol = get_protocol(name)
     return {"name": name, "version": protocol.version, "description": protocol.description,
             "streams_train": protocol.streams_train, "multilabel": protocol.multilabel,
             "reads": protocol.reads, "dense": protocol.dense,
+            "metrics": list(protocol.metrics), "primary_metric": protocol.primary_metric,
+            "unbounded": list(protocol.unbounded),
             "settings": [{"name": r.name, "default": r.default, "valid": r.valid} for r in setting_rows(name)]}
 
 

@@ -36,6 +36,7 @@ from pipeline.protocols.blocks import FeatureRows, RowsPredictMixin
 from pipeline.protocols.devices import resolve_device
 from pipeline.protocols.lbfgs import LBFGSMemory, Preconditioner, SolverState, minimize
 from pipeline.protocols.linear_loss import LinearLoss, gram_matrix, linear_score_blocks
+from pipeline.protocols.logistic_checks import majority_rate, refine_to_optimum, refit_collapse, tie_rule_choice
 from pipeline.protocols.metrics import mean_average_precision
 from pipeline.protocols.validation import (
     check_number, encode_targets, validate_features,
@@ -59,8 +60,11 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         log-spaced 1e-6..1e5). The grid is fitted on the train part of a split, from the
         largest lambda down, each fit warm-started from the previous one; ``C_``
         maximises validation accuracy (mean average precision for multi-label targets;
-        ties: the smaller C, i.e. the stronger penalty); the final model is refitted on
-        all rows.
+        ties: the larger C, i.e. the weaker penalty, as Ericsson et al.'s code walks
+        lambda upwards keeping strictly better scores, among the values whose fit moved
+        from the previous one); the final model is refitted on
+        all rows. A refit that collapses (see ``selection_moves_``) moves the choice to
+        the best of the weaker penalties.
     val_fraction : float
         Share of the rows held out for selection when ``Cs`` is given and no
         validation rows are: a stratified draw (a plain random one for multi-label).
@@ -94,6 +98,12 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         Iterations of the final fit.
     grid_n_iter_ : numpy.ndarray
         Iterations per ``Cs_``.
+    selection_moves_ : list of tuple
+        (C left, C taken, why) for each time the refit on all rows of a single-label
+        grid choice collapsed (one class for nearly every row, or less than half of the
+        validated margin over the majority rate kept on its own rows); the choice then
+        moves to the weaker penalties and the seed's rule picks among them. Empty
+        normally.
     converged_ : bool
         Every fit, grid and final, reached tol.
     multilabel_ : bool
@@ -253,14 +263,18 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
                 if it or not scores:  # an unmoved iterate keeps its validation score
                     score = self._val_score(val_rows, val_labels, state.theta, device)
                 scores.append(score)
-                if best is None or scores[-1] > scores[best[0]]:
-                    # strictly better only: ties keep the smaller C (stronger penalty)
+                if best is None or scores[-1] > scores[best[0]] or (scores[-1] == scores[best[0]] and it):
+                    # Ericsson et al.'s rule: of the values with the best validation score, the
+                    # weakest penalty (they walk lambda upwards keeping strictly better scores).
+                    # An unmoved iterate is the previous value's model (tol already held at the
+                    # weaker penalty): a nominally weaker copy of it does not win the tie.
                     best = (len(scores) - 1, state.theta.clone(), memory.snapshot(), reg)
             self.Cs_, self.val_scores_ = grid, np.array(scores)
             self.grid_n_iter_ = np.array(iters)
             j, theta, snap, reg_from = best
             C = float(grid[j])
             memory.restore(snap)
+            val_chance = majority_rate(val_labels) if not multilabel else None
 
         # Final model on all rows, from the selected grid solution. The kept curvature
         # pairs and the preconditioner came from the train part only: they shape the
@@ -271,6 +285,26 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         memory.shift_penalty(reg - reg_from, mask)
         state = SolverState.at(final, theta, reg, fast=True)
         state, it, status = self._solve(final, state, memory, precond, reg, final=True)
+        self.selection_moves_ = []
+        while grid is not None and not multilabel:
+            # A validated model can collapse when refitted: near-zero weights (strong
+            # penalties tie on a small validation split) leave the intercepts, which the
+            # refit's unequal class counts set apart, to decide every prediction.
+            why = refit_collapse(self._predict_labels(rows, state.theta, device), labels, self.val_scores_[j],
+                                 val_chance)
+            weaker = np.arange(j + 1, grid.size)
+            if why is None or weaker.size == 0:
+                break
+            # the seed's rule among the weaker penalties; followed there along the grid
+            nxt = tie_rule_choice(self.val_scores_, self.grid_n_iter_, start=j + 1)
+            self.selection_moves_.append((C, float(grid[nxt]), why))
+            for k in range(j + 1, nxt + 1):
+                reg_next = 1.0 / (float(grid[k]) * n)
+                memory.shift_penalty(reg_next - reg, mask)
+                reg = reg_next
+                state, it_k, status = self._solve(final, state, memory, precond, reg, final=k == nxt)
+                it += it_k
+            j, C = nxt, float(grid[nxt])
         statuses.append((C, status))
         self.C_, self.n_iter_ = C, np.array([it])
         self.converged_ = all(s == "converged" for _, s in statuses)
@@ -300,16 +334,24 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
             state = SolverState.at(loss, state.theta, reg, fast=False)
             it2, status = minimize(loss, state, memory, precond, self.tol, max(self.max_iter - it, 0))
             it += it2
+        if final and status == "converged":
+            it += refine_to_optimum(loss, state, memory, precond, max(self.max_iter - it, 0))
         return state, it, status
 
     def _val_score(self, rows: FeatureRows, labels: np.ndarray, theta: torch.Tensor, device) -> float:
         """Validation accuracy (mean average precision for multi-label) of theta."""
+        if self.multilabel_:
+            theta_np = theta.cpu().numpy()
+            blocks = linear_score_blocks(rows, theta_np[:, :-1], theta_np[:, -1], device, torch.float32)
+            return mean_average_precision(labels, np.concatenate([z.cpu().numpy() for z, _ in blocks]))
+        return float(np.mean(self._predict_labels(rows, theta, device) == labels))
+
+    @staticmethod
+    def _predict_labels(rows: FeatureRows, theta: torch.Tensor, device) -> np.ndarray:
+        """Class positions (0 .. K-1) that theta predicts for ``rows`` (float32 products)."""
         theta_np = theta.cpu().numpy()
         blocks = linear_score_blocks(rows, theta_np[:, :-1], theta_np[:, -1], device, torch.float32)
-        if self.multilabel_:
-            return mean_average_precision(labels, np.concatenate([z.cpu().numpy() for z, _ in blocks]))
-        hits = sum(int((torch.argmax(z, dim=1).cpu().numpy() == labels[s:s + len(z)]).sum()) for z, s in blocks)
-        return hits / len(labels)
+        return np.concatenate([torch.argmax(z, dim=1).cpu().numpy() for z, _ in blocks])
 
     # -- prediction --------------------------------------------------------------------
     def score_blocks(self, rows: FeatureRows) -> Iterator[tuple[torch.Tensor, int]]:

@@ -109,30 +109,35 @@ def mean_average_precision(Y_true: np.ndarray, scores: np.ndarray) -> float:
 
 
 def multilabel_metrics(Y_true: np.ndarray, scores: np.ndarray) -> dict[str, Any]:
-    """VOC 2007's 11-point mean average precision of multi-label scores.
+    """VOC 2007's 11-point mean average precision of multi-label scores, both conventions.
 
     Parameters
     ----------
     Y_true : numpy.ndarray of shape (n, K)
-        1 present, 0 absent, -1 present only as "difficult" objects (ignored for that class,
-        as the VOC devkit does).
+        1 present, 0 absent, -1 present only as "difficult" objects.
     scores : numpy.ndarray of shape (n, K)
 
     Returns
     -------
     dict
-        ``map11`` and ``score`` (the same), ``ap11_per_class`` (None for a class without
-        positives), and ``map``: the mean of the classes' (not interpolated) average
-        precision, difficult rows left out likewise, the statistic a paired comparison of
-        two encoders tests.
+        ``map11`` and ``score`` (the same): Ericsson et al.'s computation (difficult images
+        count as negatives, scikit-learn's precision-recall curve, see
+        ``average_precision``), ``ap11_per_class`` its per-class APs; ``map11_devkit``: the
+        VOC devkit's (difficult images left out, images ranked one by one);
+        ``map``: the mean of the classes' (not interpolated) average precision, difficult
+        rows left out, the statistic a paired comparison of two encoders tests. A class
+        without a present test image has seed AP 1/11 and no devkit AP (the protocol's
+        record then carries an ``undefined_ap`` warning).
     """
-    from pipeline.protocols.average_precision import check_multilabel, voc07_mean_average_precision
+    from pipeline.protocols.average_precision import check_multilabel, mean_average_precision_11
 
     scores = np.asarray(scores, dtype=np.float64)
     labels = check_multilabel(Y_true, "Y_true")
-    value, per_class = voc07_mean_average_precision(scores, labels)
+    value, per_class = mean_average_precision_11(scores, labels, "seed")
+    devkit, _ = mean_average_precision_11(scores, labels, "devkit")
     aps = [average_precision(labels[keep, k] == 1, scores[keep, k])
            for k in range(labels.shape[1]) for keep in [labels[:, k] >= 0]]
     kept = [a for a in aps if a == a]
-    return {"map11": value, "score": value, "map": float(np.mean(kept)) if kept else float("nan"),
-            "ap11_per_class": [None if np.isnan(a) else float(a) for a in per_class]}
+    return {"map11": value, "score": value, "map11_devkit": devkit,
+            "map": float(np.mean(kept)) if kept else float("nan"),
+            "ap11_per_class": [float(a) for a in per_class]}

@@ -4,11 +4,13 @@ The VOC 2007 setting of Kornblith et al. and Ericsson et al.: for each class c a
 logistic regression with sklearn's objective
     C * sum_i log(1 + exp(-t_ic (w_c . h_i + b_c))) + 0.5 ||w_c||^2     (t_ic = +-1, b_c free)
 over the images that are not "difficult" for c. One C, shared by the classes, is chosen
-from a grid by the 11-point mean average precision on a validation split (the dataset's,
-else a seeded random share of train: stratifying on label sets is not defined), each
-fit warm-started from the previous C; the probe is then refitted on train + validation
-and scored on test. Fits use sklearn's ``LogisticRegression`` (lbfgs), so every number
-is the reference implementation's; a fit that stops at ``max_iter`` is reported.
+from a grid by the 11-point mean average precision ``map11`` (Ericsson et al.'s
+computation, ``average_precision``) on a validation split (the dataset's, else a seeded
+random share of train: stratifying on label sets is not defined), each fit
+warm-started from the previous C, ties to the weaker penalty as in their code; the probe
+is then refitted on train + validation and scored on test. Fits use sklearn's
+``LogisticRegression`` (lbfgs), so every number is the reference implementation's; a fit
+that stops at ``max_iter`` is reported.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import DataValidationError
-from pipeline.protocols.average_precision import check_multilabel, voc07_mean_average_precision
+from pipeline.protocols.average_precision import check_multilabel, mean_average_precision_11
 from pipeline.protocols.registry import EvalData, ProtocolResult
 
 def accepts_multilabel(protocol: Any) -> bool:
@@ -68,7 +70,7 @@ class MultiLabelLogisticProbe:
     ----------
     C : inverse L2 weight (sklearn's C, binomial objective), used when ``Cs`` is None.
     Cs : None, ``"default"`` (45 values, lambda = 1/C log-spaced 1e-6..1e5) or C values;
-        selected by validation mAP (ties: the smaller C).
+        selected by validation ``map11`` (ties: the larger C, the weaker penalty).
     val_fraction : share of the rows held out (seeded, random) when no ``val_mask`` is given.
     tol, max_iter : sklearn's lbfgs tolerance and iteration limit per fit.
     random_state : seed of the held-out draw.
@@ -156,9 +158,9 @@ class MultiLabelLogisticProbe:
             for C in grid:  # ascending C: from the strongest penalty down, warm-started
                 warm, _, ok = self._fit_all(X[tr], Y[tr], float(C), warm)
                 converged = converged and ok
-                score = voc07_mean_average_precision(self._scores(warm, X[va]), Y[va])[0]
+                score = mean_average_precision_11(self._scores(warm, X[va]), Y[va], "seed")[0]
                 scores.append(score)
-                if best is None or score > scores[best[0]]:
+                if best is None or score >= scores[best[0]]:  # Ericsson et al.: the weaker penalty wins ties
                     best = (len(scores) - 1, warm)
             self.Cs_, self.val_scores_ = grid, np.array(scores)
             C, warm = float(grid[best[0]]), best[1]
@@ -230,7 +232,7 @@ def multilabel_logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     Returns
     -------
     ProtocolResult
-        ``map11`` (= ``score``), the per-class 11-point APs and ``map`` (not interpolated),
+        ``map11`` (= ``score``), its per-class APs, ``map11_devkit`` and ``map`` (not interpolated),
         all from the float16 test scores kept as its evidence; C and its validation mAPs.
     """
     from pipeline.protocols.transforms import make_transform
@@ -257,6 +259,11 @@ def multilabel_logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
                    "validation": validation, "val_scores": [float(v) for v in probe.val_scores_],
                    "multi_label": True, "classes_without_classifier": probe.constant_classes_,
                    "calibration": "not computed for multi-label data"}
-    warnings_ = [] if probe.converged_ else [
-        f"a binary fit reached max_iter={s['max_iter']} before tol={s['tol']:g}; converged is False"]
+    from pipeline.protocols.fit_warnings import fit_warning, grid_warnings
+
+    warnings_ = [] if probe.converged_ else [fit_warning(
+        "not_converged", f"a binary fit reached max_iter={s['max_iter']} before tol={s['tol']:g}; converged is False")]
+    if probe.val_scores_.size:
+        warnings_ += grid_warnings("C", probe.Cs_, probe.val_scores_, int(np.flatnonzero(probe.Cs_ == probe.C_)[0]),
+                                   criterion="validation map11")
     return ProtocolResult(metrics, diagnostics, warnings_, evidence=Evidence.of_scores(data.y_test, scores))

@@ -14,7 +14,15 @@ version, what it can take and what it needs:
 - ``dense``: the task of its per-pixel targets (``segmentation``, ``normals``): it reads a
   dense dataset's spatial maps (n, h, w, d) and targets (``DenseData``), and only it does;
 - ``memory_bytes(...)``: the peak host memory of one cell, the features it holds
-  included, from the shapes alone (for scheduling).
+  included, from the shapes alone (for scheduling);
+- ``metrics``: the scalar metrics its records can carry, ``primary_metric`` the one a
+  correlation reads unless told otherwise, ``unbounded`` those that are not fractions in
+  [0, 1] (read raw, never logit-transformed).
+
+A result's ``warnings`` are ``{"code", "message"}`` dicts (``fit_warnings``): a runner adds
+what its fit knows (a grid edge, a plateau, a temperature at its bound); the entry adds
+those of the test predictions it returns as evidence (one class, chance level) and every
+Python warning raised while it ran.
 
 The results ledger keys a cell by (features, protocol, hash of the full settings,
 version), so bump ``version`` whenever an entry's numbers would change for the same
@@ -33,80 +41,13 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import ConfigError, DataValidationError, unknown_name
+from pipeline.protocols.bounds import SEED, Bound, above, at_least
 from pipeline.protocols.cell import Blocks, CellShape, EvalData, ProtocolResult
 
 __all__ = ["Blocks", "Bound", "CellShape", "EvalData", "Protocol", "ProtocolResult", "SEED", "above",
            "at_least", "check_eval_data", "get_protocol", "list_protocols", "register_protocol",
            "resolve_settings"]
 
-
-@dataclass(frozen=True)
-class Bound:
-    """The valid range of a numeric setting, checked by resolve_settings before any work.
-
-    Parameters
-    ----------
-    low, high : float or None
-        Ends of the range (None: unbounded).
-    low_open, high_open : bool
-        Whether the ends are excluded.
-    """
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-
-    def contains(self, value: float) -> bool:
-        """Whether ``value`` lies in the range.
-
-        Parameters
-        ----------
-        value : float
-
-        Returns
-        -------
-        bool
-        """
-        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            return False
-        return not (self.high is not None and (value >= self.high if self.high_open else value > self.high))
-
-    def __str__(self) -> str:
-        low = f"{'>' if self.low_open else '>='} {self.low:g}" if self.low is not None else ""
-        high = f"{'<' if self.high_open else '<='} {self.high:g}" if self.high is not None else ""
-        return " and ".join(b for b in (low, high) if b)
-
-
-def at_least(low: float) -> Bound:
-    """The range value >= low.
-
-    Parameters
-    ----------
-    low : float
-
-    Returns
-    -------
-    Bound
-    """
-    return Bound(low)
-
-
-def above(low: float) -> Bound:
-    """The range value > low.
-
-    Parameters
-    ----------
-    low : float
-
-    Returns
-    -------
-    Bound
-    """
-    return Bound(low, low_open=True)
-
-
-SEED = Bound(0, 2**32 - 1)  # numpy's RandomState takes no other seed
 
 
 @dataclass(frozen=True)
@@ -131,6 +72,13 @@ class Protocol:
         Reads token features (n, T, d) instead of pooled (n, d) features.
     dense : str or None
         The task of the per-pixel targets it reads with spatial maps (``DenseData``).
+    metrics : tuple of str
+        The scalar metrics its records can carry (which of them depends on the data:
+        ``map11`` for multi-label rows, ``top1`` otherwise).
+    primary_metric : str
+        What a correlation setting reads when it names no metric.
+    unbounded : tuple of str
+        Metrics that are not fractions in [0, 1].
     """
 
     name: str
@@ -146,6 +94,9 @@ class Protocol:
     memory: Callable[[CellShape, Mapping[str, Any]], int] | None = None
     tokens: bool = False
     dense: str | None = None
+    metrics: tuple[str, ...] = ("score",)
+    primary_metric: str = "score"
+    unbounded: tuple[str, ...] = ()
 
     @property
     def reads(self) -> str:
@@ -170,7 +121,13 @@ class Protocol:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = self.run(data, full)
-        result.warnings.extend(sorted({f"{w.category.__name__}: {w.message}" for w in caught}))
+        from pipeline.protocols.fit_warnings import WARNING_CODES, evidence_warnings, merge_warnings, python_warning
+
+        raised = [python_warning(w.category.__name__, str(w.message)) for w in caught]
+        found = evidence_warnings(data, result)
+        if any(w["code"] == "collapsed_features" for w in found):  # the chance score is the encoder's, not the fit's
+            result.warnings = [w for w in result.warnings if WARNING_CODES[w["code"]][0] != "unreliable"]
+        result.warnings = merge_warnings(result.warnings, found, sorted(raised, key=lambda w: w["message"]))
         result.seconds = time.perf_counter() - started
         return result
 
@@ -308,7 +265,8 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
                       bounds: Mapping[str, Bound] | None = None, *, streams_train: bool = False,
                       multilabel: bool = False,
                       memory: Callable[[CellShape, Mapping[str, Any]], int] | None = None, tokens: bool = False,
-                      dense: str | None = None):
+                      dense: str | None = None, metrics: tuple[str, ...] = ("score",),
+                      primary_metric: str = "score", unbounded: tuple[str, ...] = ()):
     """Decorator registering ``run(data, settings) -> ProtocolResult`` under ``name``.
 
     Parameters
@@ -321,7 +279,7 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
         Every setting with its default.
     description : str
         One line for listings.
-    choices, check, bounds, streams_train, multilabel, memory, tokens, dense
+    choices, check, bounds, streams_train, multilabel, memory, tokens, dense, metrics, primary_metric, unbounded
         See ``Protocol``.
 
     Returns
@@ -332,8 +290,12 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
     def wrap(fn: Callable[[EvalData, Mapping[str, Any]], ProtocolResult]):
         if name in _REGISTRY:
             warnings.warn(f"protocol {name!r} registered twice; the later one wins", stacklevel=2)
+        if primary_metric not in metrics:
+            raise ConfigError(f"protocol {name!r}: primary_metric {primary_metric!r} is not one of its metrics "
+                              f"{', '.join(metrics)}")
         _REGISTRY[name] = Protocol(name, version, dict(defaults), fn, description, dict(choices or {}), check,
-                                   dict(bounds or {}), streams_train, multilabel, memory, tokens, dense)
+                                   dict(bounds or {}), streams_train, multilabel, memory, tokens, dense,
+                                   tuple(metrics), primary_metric, tuple(unbounded))
         return fn
 
     return wrap

@@ -97,6 +97,36 @@ def test_protocol_section_matches_the_registry(name):
     assert not problems, f"docs/protocols.md, section '## {name}':\n  " + "\n  ".join(problems)
 
 
+@pytest.mark.parametrize("name", _protocols())
+def test_protocol_section_names_its_metrics_and_primary_metric(name):
+    from pipeline.protocols import get_protocol
+
+    proto = get_protocol(name)
+    body = " ".join(sections(DOCS / "protocols.md").get(name, "").split())
+    problems = []
+    if f"Primary metric: `{proto.primary_metric}`" not in body:
+        problems.append(f"the section must say 'Primary metric: `{proto.primary_metric}`' (the registry's)")
+    listed = re.search(r"Metrics: (.*?)\. Primary metric", body)
+    named = set(re.findall(r"`([^`]+)`", listed.group(1))) if listed else set()
+    if named != set(proto.metrics):
+        problems.append(f"its 'Metrics: ...' line names {sorted(named)}, the registry {sorted(proto.metrics)}")
+    unbounded = re.search(r"Unbounded: (.*?)\.", body)
+    if set(re.findall(r"`([^`]+)`", unbounded.group(1)) if unbounded else []) != set(proto.unbounded):
+        problems.append(f"its 'Unbounded: ...' must name exactly {sorted(proto.unbounded) or 'nothing (no line)'}")
+    assert not problems, f"docs/protocols.md, section '## {name}':\n  " + "\n  ".join(problems)
+
+
+def test_every_fit_warning_code_is_documented_with_its_severity():
+    from pipeline.protocols.fit_warnings import WARNING_CODES
+
+    intro = (DOCS / "protocols.md").read_text(encoding="utf-8").split("\n## ")[0]
+    rows = {first_code(r[0]): r for r in table_rows(intro) if first_code(r[0])}
+    problems = [f"no row '| `{code}` | {severity} | ... |'" for code, (severity, _) in WARNING_CODES.items()
+                if code not in rows or rows[code][1] != severity]
+    problems += [f"a row for code {code!r}, which does not exist" for code in set(rows) - set(WARNING_CODES)]
+    assert not problems, "docs/protocols.md, 'Fit warnings':\n  " + "\n  ".join(problems)
+
+
 # -- encoder protocols ---------------------------------------------------------------------------
 # Where each encoder protocol's settings table is: (file in docs/, start of its section's heading).
 ENCODER_PROTOCOL_TABLES = {"finetune": ("finetune.md", "Settings"),

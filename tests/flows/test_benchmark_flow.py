@@ -74,7 +74,7 @@ def test_first_run_extracts_evaluates_and_reports(first_run):
     assert page.img_sources and all(src.startswith("data:image/png;base64,") for src in page.img_sources)
     assert "r18b" in text and "knn20" in text
     # the failures come first in the report, each with its reason
-    failed = text[text.index('<section id="failed">'):text.index('<section id="overview">')]
+    failed = text[text.index('<section id="failed" class="failing">'):text.index('<section id="overview">')]
     assert "3 failure(s)" in failed and "r18a/tex/pre_logits:few5" in failed and "n_way=5 needs" in failed
 
 
@@ -150,6 +150,32 @@ def test_added_encoder_extracts_and_evaluates_only_its_cells(first_run):
     assert {r["model"] for r in summary["extractions"] if r["status"] == "extracted"} == {"r18c"}
     assert summary["computed"] == 3 and summary["cached"] == 9
     assert summary["correlation"]["settings"][0]["n"] == 4
+
+
+@pytest.mark.slow
+def test_a_correlation_that_cannot_be_computed_fails_the_run(first_run, tmp_path, capsys):
+    from flows.cli import main
+    from jobs.results import failed_rows
+
+    tmp, raw, _ = first_run
+    bad = copy.deepcopy(raw)
+    bad["protocols"][3]["settings"]["n_way"] = 3  # every cell succeeds: only the correlation fails
+    bad["report"]["path"] = str(tmp_path / "report.html")
+    # ridge records map11 on multi-label data only: the check passes, these cells have none
+    bad["correlation"]["settings"].append({"name": "ridge-map", "protocol": "ridge", "datasets": ["tex"],
+                                           "metric": "map11"})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    assert main(["run", str(path)]) == 3
+    err = capsys.readouterr().err
+    assert "correlation ridge-map: not correlated: record" in err and "1 failure(s); exit code 3" in err
+    store = FeatureStore(raw["store"])
+    [failure] = failed_rows(store, load_config(path))
+    assert failure["kind"] == "correlation" and "has no metric 'map11'" in failure["reason"]
+    text = Path(bad["report"]["path"]).read_text()
+    assert "correlation ridge-map" in text[text.index('<section id="failed" class="failing">'):text.index(
+        '<section id="flags">')]
+    FailureLog(store).clear("correlation", failure["id"])  # the module's other tests count the failures
 
 
 @pytest.mark.parametrize("mutate, path", [

@@ -61,5 +61,5 @@ def test_identical_weights_and_scanned_checkpoints_keep_every_name(tmp_path, pre
     assert 'data-model="lab-ep2"' in text and 'data-model="mine-ep2"' not in text
     capsys.readouterr()
     assert main(["results", "--config", str(b)]) == 0
-    rows = capsys.readouterr().out.splitlines()[1:]
+    rows = [r for r in capsys.readouterr().out.splitlines()[1:] if not r.startswith("unreliable: ")]
     assert {r.split()[0] for r in rows} == {"lab-ep2", "lab-ep5"}

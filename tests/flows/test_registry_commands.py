@@ -42,7 +42,7 @@ def test_one_protocol_shows_defaults_choices_and_ranges(capsys):
     assert rows["metric"] == ["cosine", "cosine, euclidean"]
     assert rows["temperature"] == ["0.07", "> 0"]
     assert rows["device"][1] == "auto, cpu, cuda, cuda:<i>"
-    assert "streams train: yes; multi-label: no" in out
+    assert "streams train: yes; multi-label: no; metrics: score, top1, mean_per_class (primary: score)" in out
 
 
 def test_protocols_json_is_the_registry(capsys):
@@ -54,6 +54,8 @@ def test_protocols_json_is_the_registry(capsys):
     assert code == 0 and record["multilabel"] is True and record["streams_train"] is False
     assert {s["name"]: s["default"] for s in record["settings"]} == dict(proto.defaults)
     assert next(s for s in record["settings"] if s["name"] == "seed")["valid"] == "integer >= 0 and <= 4294967295"
+    assert record["metrics"] == list(proto.metrics) and record["primary_metric"] == "score"
+    assert record["unbounded"] == ["nll", "nll_temperature_scaled"]
 
 
 def test_unknown_protocol_is_one_line_with_the_valid_names(capsys):

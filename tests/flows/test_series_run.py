@@ -195,7 +195,11 @@ def test_each_run_emits_evaluated_and_the_regressed_run_also_regressed_carrying_
         assert payload["evaluated"] == ["ck-step300"] and payload["changes"]["new_encoders"] == ["ck-step300"]
         assert payload["regressions"] == json.loads(json.dumps(summary["regressions"]))
         assert payload["series"] == [{"series": "r10t-run7", "newest": {"encoder": "ck-step300", "step": 300},
-                                      "flagged": True}]
+                                      "flagged": True, "unreliable": []}]
+        # the collapsed checkpoint scores at chance because its features are one vector: a true
+        # regression, said as such (not an untrusted fit)
+        assert {(w["encoder"], w["cell"], tuple(w["codes"]), w["unreliable"]) for w in payload["warnings"]} == {
+            ("ck-step300", cell, ("collapsed_features",), False) for cell in CELLS}
         assert payload["truncated"] is False
     # the documented automation fires on the regression event and its message names the regressions
     [event] = events[REGRESSED_EVENT]

@@ -59,3 +59,12 @@ def dense_data(task: str, n_train: int = 12, n_test: int = 6, grid: int = 4, siz
     X_train, y_train = split(n_train)
     X_test, y_test = split(n_test)
     return DenseData(task, X_train, y_train, X_test, y_test, 3)
+def seed_choice(scores, iters) -> int:
+    """The C grid position the logistic tie rule keeps: walking C upwards, a better validation
+    score, or an equal one whose fit moved (0 iterations: the previous value's model),
+    replaces the choice (Ericsson et al.: the weakest penalty among the best)."""
+    best = 0
+    for j in range(1, len(scores)):
+        if scores[j] > scores[best] or (scores[j] == scores[best] and iters[j] > 0):
+            best = j
+    return best

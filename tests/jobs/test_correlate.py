@@ -63,18 +63,20 @@ def test_model_lacking_a_dataset_is_named():
     assert s.excluded["vit-b"] == "lacks dataset(s) pets"
 
 
-def test_fewshot_metric_and_missing_metric():
+def test_fewshot_metric_defaults_to_its_primary_and_a_missing_metric_is_invalid():
     ref, acc = synthetic_scores(MODELS)
     recs = [make_record(m, d, "fs20", {"score": a, "mean": a, "ci95": 0.01, "std": 0.12}) for (m, d), a in acc.items()]
     config = make_config(MODELS, correlation={"settings": [
         {"name": "few-shot", "protocol": "fs20", "datasets": DATASETS, "metric": "mean"},
-        {"name": "few-shot top1", "protocol": "fs20", "datasets": DATASETS},  # fewshot writes no top1
+        {"name": "few-shot default", "protocol": "fs20", "datasets": DATASETS},  # few-shot's primary: mean
     ], "bootstrap": 0})
+    assert config.correlation.settings[1].metric == "mean"
     report = correlate_results(recs, config, ref)
-    assert report.setting("few-shot").status == "ok"
+    assert report.setting("few-shot").status == "ok" and report.setting("few-shot default").status == "ok"
     assert report.setting("few-shot").setting["pearson_ci"] is None
-    bad = report.setting("few-shot top1")
-    assert bad.status == "invalid" and "'top1'" in bad.message and "ci95, mean, score, std" in bad.message
+    old = [dict(r, metrics={"score": r["metrics"]["score"]}) for r in recs]  # records written without `mean`
+    bad = correlate_results(old, config, ref).setting("few-shot")
+    assert bad.status == "invalid" and "'mean'" in bad.message and "its scalar metrics: score" in bad.message
 
 
 def test_stale_and_superseded_records_are_set_aside():

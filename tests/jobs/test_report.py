@@ -18,7 +18,7 @@ from tests.helpers.records import (
 )
 
 EVIL = "<script>alert(1)</script>"
-SECTIONS = ("failed", "overview", "data", "accuracy", "layers", "lowshot", "correlation", "ranks", "invariance",
+SECTIONS = ("failed", "flags", "overview", "data", "accuracy", "layers", "lowshot", "correlation", "ranks", "invariance",
             "calibration", "warnings", "provenance")
 MAPS = ("rotation", "isotropic_scale", "translation", "per_feature_scale", "affine")
 
@@ -162,7 +162,7 @@ def _contents(text: str) -> list[str]:
 def test_the_contents_list_the_sections_with_content_and_each_link_lands(report):
     listed = _contents(report["text"])
     assert all(sid in report["page"].ids for sid in listed)
-    assert listed == ["summary", "accuracy", "layers", "lowshot", "correlation", "ranks", "invariance",
+    assert listed == ["flags", "summary", "accuracy", "layers", "lowshot", "correlation", "ranks", "invariance",
                       "calibration", "warnings", "provenance"]  # in page order; nothing failed, no series
 
 
@@ -203,6 +203,8 @@ def test_without_correlation_or_optional_sections(tmp_path):
     assert "No correlation was computed" in text["correlation"] and "70.0" in text["correlation"]
     assert "No low-shot records" in text["lowshot"] and "No invariance audit" in text["invariance"]
     assert "Every fit converged" in text["warnings"]
+    assert "No record carries a warning" in text["flags"]
+    assert "Nothing failed" in text["failed"] and '<section id="failed">' in open(path, encoding="utf-8").read()
     assert [c["data-model"] for c in page.cells if c.get("class") == "best"] == [models[1]]
 
 
@@ -224,7 +226,7 @@ def test_failures_come_first_then_data_problems(tmp_path):
     page = _Page()
     text = open(path, encoding="utf-8").read()
     page.feed(text)
-    assert text.index('<section id="failed">') < text.index('<section id="overview">')
+    assert text.index('<section id="failed" class="failing">') < text.index('<section id="overview">')
     failed = page.section_text["failed"]
     assert "2 failure(s)" in failed and "r18-a/pets/pre_logits:fs20" in failed and "is truncated" in failed
     data = page.section_text["data"]

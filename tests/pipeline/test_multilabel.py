@@ -1,30 +1,56 @@
-"""Multi-label evaluation: the VOC devkit's 11-point AP against a literal transcription of
-its formula, and the one-vs-rest logistic probe against scikit-learn."""
+"""Multi-label evaluation: the 11-point AP in Ericsson et al.'s convention (``map11``) and the
+VOC devkit's (``map11_devkit``), each against a literal transcription of its formula, and
+the one-vs-rest logistic probe against scikit-learn."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import precision_recall_curve
 
 from pipeline.errors import DataValidationError
-from pipeline.protocols.average_precision import voc07_average_precision, voc07_mean_average_precision
+from pipeline.protocols.average_precision import (
+    devkit_average_precision, mean_average_precision_11, seed_average_precision,
+)
+from pipeline.protocols.metrics import multilabel_metrics
 from pipeline.protocols.multilabel import MultiLabelLogisticProbe, accepts_multilabel
 from pipeline.protocols.registry import EvalData, get_protocol, list_protocols
 
 
+def seed_ap(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """ssl-transfer's linear.py (voc_eval_cls, voc_ap), written out again: scikit-learn's
+    precision-recall curve, then 11 thresholds from numpy.linspace(0, 1, 11)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a class without positives: scikit-learn warns, recall set to 1
+        prec, rec, _ = precision_recall_curve(y_true, y_pred)
+    ap = 0.0
+    for t in np.linspace(0, 1, 11):
+        p = 0 if np.sum(rec >= t) == 0 else np.max(prec[rec >= t])
+        ap += p / 11.0
+    return ap
+
+
+def seed_map(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Their mAP: every class, targets ``label == 1`` (their VOC loader's ``target == 1``)."""
+    return float(np.mean([seed_ap((labels[:, c] == 1).astype(int), scores[:, c]) for c in range(labels.shape[1])]))
+
+
 def devkit_ap(out: np.ndarray, gt: np.ndarray) -> float:
-    """VOCevalcls.m (VOC 2007), line by line; gt in the devkit's coding: 1, -1, 0 (difficult)."""
-    si = np.argsort(-out, kind="stable")  # [so, si] = sort(-out): MATLAB's sort is stable
+    """VOCevalcls.m (VOC 2007), line by line; gt in the devkit's coding: 1, -1, 0 (difficult);
+    t = 0:0.1:1 as floating point (numpy: 0.30000000000000004, 0.6000000000000001, ...)."""
+    si = np.argsort(-out, kind="stable")  # [so, si] = sort(-out): a stable sort
     tp = np.cumsum(gt[si] > 0)
     fp = np.cumsum(gt[si] < 0)
     rec = tp / np.sum(gt > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         prec = tp / (fp + tp)  # 0/0 = NaN where only difficult images ranked so far
     ap = 0.0
-    for t in [k / 10 for k in range(11)]:  # t = 0:0.1:1
+    for t in np.arange(0.0, 1.1, 0.1):
         chosen = prec[rec >= t]
-        chosen = chosen[~np.isnan(chosen)]  # MATLAB's max ignores NaN
+        chosen = chosen[~np.isnan(chosen)]  # max ignores NaN
         p = chosen.max() if chosen.size else 0.0  # if isempty(p), p = 0
         ap += p / 11
     return ap
@@ -35,34 +61,69 @@ def to_devkit(labels: np.ndarray) -> np.ndarray:
     return np.select([labels == 1, labels == 0], [1, -1], 0)
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_ap_matches_the_devkit_formula(seed: int) -> None:
+def _random_case(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scores (n, C) and labels in {1, 0, -1}: continuous, rounded (many ties) or float16."""
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(2, 60))
-    labels = rng.choice([1, 0, -1], size=n, p=[0.3, 0.6, 0.1])
-    labels[rng.integers(n)] = 1
-    scores = np.round(rng.normal(size=n) + labels, int(rng.integers(0, 2)))  # coarse: many ties
-    assert voc07_average_precision(scores, labels) == pytest.approx(devkit_ap(scores, to_devkit(labels)), abs=1e-12)
+    n, c = int(rng.integers(2, 80)), int(rng.integers(1, 6))
+    labels = rng.choice([1, 0, -1], size=(n, c), p=[0.3, 0.6, 0.1])
+    labels[rng.integers(n, size=c), np.arange(c)] = 1
+    scores = rng.normal(size=(n, c)) + labels
+    kind = seed % 3
+    if kind == 1:
+        scores = np.round(scores, int(rng.integers(0, 2)))
+    elif kind == 2:
+        scores = (scores * 10.0 ** rng.integers(-3, 3)).astype(np.float16).astype(np.float64)
+    return scores, labels
 
 
-def test_ap_hand_computed() -> None:
-    # ranking: +, -, +, difficult, -, + ; 3 positives
-    scores = np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4])
-    labels = np.array([1, 0, 1, -1, 0, 1])
-    # precision at the positives: 1, 2/3, 3/5; recall 1/3, 2/3, 1
-    expected = (4 * 1.0 + 3 * (2 / 3) + 4 * (3 / 5)) / 11  # t<=1/3: 1; t in (1/3, 2/3]: 2/3; above: 3/5
-    assert voc07_average_precision(scores, labels) == pytest.approx(expected, abs=1e-15)
-    # a difficult image ranked first changes nothing (it is not in the ranking)
-    assert voc07_average_precision(np.r_[1.0, scores], np.r_[-1, labels]) == pytest.approx(expected, abs=1e-15)
+@pytest.mark.parametrize("seed", range(60))
+def test_map11_is_the_seed_computation(seed: int) -> None:
+    scores, labels = _random_case(seed)
+    mean, per_class = mean_average_precision_11(scores, labels, "seed")
+    assert mean == pytest.approx(seed_map(labels, scores), abs=1e-9)
+    for c in range(labels.shape[1]):
+        assert per_class[c] == pytest.approx(seed_ap((labels[:, c] == 1).astype(int), scores[:, c]), abs=1e-12)
+    assert multilabel_metrics(labels, scores)["map11"] == pytest.approx(seed_map(labels, scores), abs=1e-9)
 
 
-def test_map_skips_classes_without_positives() -> None:
+@pytest.mark.parametrize("seed", range(40))
+def test_map11_devkit_is_the_devkit_computation(seed: int) -> None:
+    scores, labels = _random_case(seed)
+    for c in range(labels.shape[1]):
+        assert devkit_average_precision(scores[:, c], labels[:, c]) == pytest.approx(
+            devkit_ap(scores[:, c], to_devkit(labels[:, c])), abs=1e-12)
+
+
+def test_the_two_conventions_differ_where_they_say() -> None:
+    # one positive of ten ranked third: recall jumps 0 -> 1 there
+    scores, labels = -np.arange(10.0), np.r_[0, 0, 1, 0, 0, 0, 0, 0, 0, 0]
+    assert devkit_average_precision(scores, labels) == pytest.approx(1 / 3, abs=1e-15)
+    assert seed_average_precision(scores, labels) == pytest.approx((1 + 10 / 3) / 11, abs=1e-15)  # t = 0 finds 1
+    # a difficult image ranked first: a negative for the seed, out of the devkit's ranking
+    assert seed_average_precision(np.r_[1.0, 0.5], np.r_[-1, 1]) == pytest.approx((1 + 10 * 0.5) / 11)
+    assert devkit_average_precision(np.r_[1.0, 0.5], np.r_[-1, 1]) == pytest.approx(1.0, abs=1e-15)
+    # tied scores enter the seed's curve together, the devkit's one by one in stored order
+    tied = np.zeros(4)
+    assert seed_average_precision(tied, np.r_[0, 1, 0, 1]) == pytest.approx((1 + 10 * 0.5) / 11)
+    assert devkit_average_precision(tied, np.r_[1, 0, 0, 1]) == pytest.approx((6 * 1.0 + 5 * 0.5) / 11)
+    # 3 of 10 positives first: a recall of exactly 0.3 misses the threshold 0.30000000000000004
+    scores, labels = -np.arange(17.0), np.r_[1, 1, 1, np.zeros(7, int), np.ones(7, int)]
+    expected = (3 * 1.0 + 8 * (10 / 17)) / 11  # exact k / 10 thresholds would give (4 + 7 * 10 / 17) / 11
+    assert devkit_average_precision(scores, labels) == pytest.approx(expected, abs=1e-15)
+    assert seed_average_precision(scores, labels) == pytest.approx(expected, abs=1e-15)
+
+
+def test_classes_without_positives() -> None:
     scores = np.array([[0.9, 0.1], [0.2, 0.3], [0.4, 0.8]])
     labels = np.array([[1, 0], [0, -1], [1, 0]])
-    mean, per_class = voc07_mean_average_precision(scores, labels)
-    assert per_class[0] == 1.0 and np.isnan(per_class[1]) and mean == 1.0
+    mean, per_class = mean_average_precision_11(scores, labels, "devkit")
+    assert per_class[0] == pytest.approx(1.0) and np.isnan(per_class[1]) and mean == per_class[0]
+    mean, per_class = mean_average_precision_11(scores, labels, "seed")  # the seed's code gives such a class 1/11
+    assert per_class[1] == pytest.approx(1 / 11) and mean == pytest.approx(seed_map(labels, scores), abs=1e-12)
     with pytest.raises(DataValidationError, match=r"\[1, 0\] = 2"):
-        voc07_mean_average_precision(scores, np.array([[1, 0], [2, 0], [1, 0]]))
+        mean_average_precision_11(scores, np.array([[1, 0], [2, 0], [1, 0]]))
+    with pytest.raises(DataValidationError, match="convention 'matlab'"):
+        mean_average_precision_11(scores, labels, "matlab")
 
 
 def _problem(seed: int = 0, n: int = 120, d: int = 6, k: int = 3):
@@ -100,9 +161,10 @@ def test_probe_selects_C_by_validation_map() -> None:
     for C in grid:
         scores = np.column_stack([_sklearn_fit(X[~val], Y[~val], C, c).decision_function(X[val])
                                   for c in range(Y.shape[1])])
-        expected.append(voc07_mean_average_precision(scores, Y[val])[0])
+        expected.append(seed_map(Y[val], scores))
     np.testing.assert_allclose(probe.val_scores_, expected, atol=1e-9)
-    assert probe.C_ == grid[int(np.argmax(expected))]
+    best = np.flatnonzero(np.asarray(expected) >= max(expected) - 1e-12)
+    assert probe.C_ == grid[best[-1]]  # ties to the weaker penalty
     refit = [_sklearn_fit(X, Y, probe.C_, c) for c in range(Y.shape[1])]  # on train + validation
     np.testing.assert_allclose(probe.coef_, np.vstack([m.coef_[0] for m in refit]), atol=1e-5)
 
@@ -114,8 +176,10 @@ def test_logistic_protocol_on_multilabel_data() -> None:
     result = get_protocol("logistic")(data, {"Cs": [0.01, 1.0, 100.0], "transform": "none", "tol": 1e-10})
     probe = MultiLabelLogisticProbe(Cs=[0.01, 1.0, 100.0], tol=1e-10).fit(
         X[:160], Y[:160], val_mask=np.r_[np.zeros(120, bool), np.ones(40, bool)])
-    expected = voc07_mean_average_precision(probe.decision_function(X[160:]), Y[160:])[0]
-    assert result.metrics["map11"] == pytest.approx(expected, abs=1e-9) == result.metrics["score"]
+    scores = probe.decision_function(X[160:]).astype(np.float16).astype(np.float64)  # as stored
+    assert result.metrics["map11"] == pytest.approx(seed_map(Y[160:], scores), abs=1e-9) == result.metrics["score"]
+    assert result.metrics["map11_devkit"] == pytest.approx(np.nanmean(
+        [devkit_ap(scores[:, c], to_devkit(Y[160:, c])) for c in range(3)]), abs=1e-9)
     assert result.diagnostics["validation"] == "dataset split" and result.diagnostics["converged"]
     assert len(result.metrics["ap11_per_class"]) == 3
 

@@ -11,7 +11,7 @@ from sklearn.neighbors import KNeighborsClassifier
 
 from pipeline.compare import compare_scores, episodes_fingerprint, labels_fingerprint
 from pipeline.errors import DataValidationError
-from pipeline.protocols.average_precision import voc07_mean_average_precision
+from pipeline.protocols.average_precision import mean_average_precision_11
 from pipeline.protocols.builtin import class_evidence
 from pipeline.protocols.evidence import Evidence, float16_scores, headline_rows, prediction_dtype
 from pipeline.protocols.fewshot import sample_episodes
@@ -107,7 +107,7 @@ def test_multilabel_scores_are_stored_as_float16_and_scored_from_them(name):
     result = _run(name, data, **({"Cs": None} if name == "logistic" else {}))
     ev = result.evidence
     assert ev.kind == "scores" and ev.values.dtype == np.float16 and ev.values.shape == (60, 3) and ev.metric == "mAP"
-    assert result.metrics["map11"] == voc07_mean_average_precision(ev.values.astype(np.float64), data.y_test)[0]
+    assert result.metrics["map11"] == mean_average_precision_11(ev.values.astype(np.float64), data.y_test)[0]
     kept = [(data.y_test[:, k] >= 0) for k in range(3)]
     direct = np.mean([average_precision_score(data.y_test[m, k] == 1, ev.values[m, k].astype(np.float64))
                       for k, m in enumerate(kept)])

@@ -37,6 +37,7 @@ from pipeline.protocols.dense.heads import make_head
 from pipeline.protocols.dense.training import Rows, Schedule, TrainOutcome, channel_stats, predict_batches, train_head
 from pipeline.protocols.devices import resolve_device
 from pipeline.protocols.evidence import Evidence
+from pipeline.protocols.fit_warnings import fit_warning
 
 __all__ = ["normals_loss", "run_normals", "run_segmentation", "segmentation_loss"]
 
@@ -162,9 +163,14 @@ def run_segmentation(data: DenseData, s: Mapping[str, Any]) -> ProtocolResult:
     if not scored:
         raise DataValidationError(f"every learning rate of {grid} diverged (non-finite loss); try smaller ones")
     chosen = max(scored, key=lambda r: r["val_miou"])  # max keeps the first of equal scores
-    if len(grid) > 1 and chosen["learning_rate"] in (min(grid), max(grid)):
-        warnings.append(f"learning rate {chosen['learning_rate']:g} selected at the edge of the grid {grid}: the "
-                        "best value may lie beyond it")
+    by_rate = sorted(runs, key=lambda r: r["learning_rate"])
+    edge = {by_rate[0]["learning_rate"]: by_rate[1:2], by_rate[-1]["learning_rate"]: by_rate[-2:-1]}
+    inner = edge.get(chosen["learning_rate"]) if len(grid) > 1 else None
+    if inner and (inner[0]["val_miou"] is None or chosen["val_miou"] > inner[0]["val_miou"]):
+        # still improving at the grid's end (a tie there says nothing about what lies beyond)
+        warnings.append(fit_warning("grid_edge", f"learning rate {chosen['learning_rate']:g} selected at the edge of "
+                                                 f"the grid {grid}, better than its neighbour: the best value may "
+                                                 "lie beyond it"))
     all_rows = [np.arange(len(t)) for t in _parts(data)[1]]
     head, outcome = _fit(data, s, all_rows, "linear", data.n_classes, chosen["learning_rate"], loss, "refit", device)
     if outcome.diverged:
@@ -179,7 +185,7 @@ def run_segmentation(data: DenseData, s: Mapping[str, Any]) -> ProtocolResult:
     found = dm.segmentation_metrics(conf)
     labelled = y != data.ignore_index
     if len(np.unique(pred[labelled])) <= 1 < len(np.unique(y[labelled])):
-        warnings.append("the head predicts one class on every labelled test pixel")
+        warnings.append(fit_warning("one_class", "the head predicts one class on every labelled test pixel"))
     metrics = {"score": found["miou"], "miou": found["miou"], "pixel_accuracy": found["pixel_accuracy"],
                "classes_scored": found["classes_scored"], "labelled_pixels": found["labelled_pixels"]}
     dm.check_scores(metrics, ("miou", "pixel_accuracy"))

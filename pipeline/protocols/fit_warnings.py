@@ -1,0 +1,397 @@
+"""Warnings kept with each result: fits that look fine as numbers and are not.
+
+A protocol returns, beside its metrics, a list of warnings ``{"code", "message"}``
+computed where the facts are known (the grid, the predictions, the temperature search);
+the ledger keeps them with the record, and ``repeval results``, the report and the run
+summary show them. Each code has a severity:
+
+- ``unreliable``: the headline score itself may be wrong or meaningless, so no
+  comparison or series verdict is drawn from it (``one_class``, ``at_chance``,
+  ``grid_edge``);
+- ``caution``: worth knowing, but the score stands (``plateau``, ``selection_moved``,
+  ``temperature_edge`` (calibration metrics only), ``collapsed_features``,
+  ``undefined_ap``, ``not_converged``, ``runtime``).
+
+A chance score from collapsed features (every image mapped to one vector, a classic
+failure of self-supervised training) is the encoder's own result: the record says
+``collapsed_features`` instead of ``one_class`` / ``at_chance``, and a regression from it
+is a true one.
+
+Nothing here imports torch or scikit-learn.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ONE_CLASS_SHARE", "WARNING_CODES", "at_chance_warning", "chance_level", "class_share_collapsed",
+           "evidence_warnings", "features_collapsed", "fit_warning", "grid_warnings", "merge_warnings",
+           "prediction_warnings", "python_warning", "record_warnings", "unreliable_reasons", "warning_codes"]
+
+UNRELIABLE = "unreliable"
+CAUTION = "caution"
+
+#: Code -> (severity, what it means). docs/protocols.md lists the same.
+WARNING_CODES: dict[str, tuple[str, str]] = {
+    "one_class": (UNRELIABLE, "the model predicts one class for (nearly) every test example"),
+    "at_chance": (UNRELIABLE, "the score is at or below chance (1/K, or the majority-class rate)"),
+    "grid_edge": (UNRELIABLE, "the selected hyperparameter is at an end of its grid and the selection criterion "
+                              "was still improving there: the best value may lie outside the grid"),
+    "plateau": (CAUTION, "many grid values tie for the best validation score: the split cannot tell them apart"),
+    "selection_moved": (CAUTION, "the validation choice gave a refitted model that collapsed; a weaker penalty "
+                                 "was taken instead"),
+    "temperature_edge": (CAUTION, "the calibration temperature is at an end of its search range (the "
+                                  "temperature-scaled calibration metrics only)"),
+    "collapsed_features": (CAUTION, "every test example has the same features: the representation itself has "
+                                    "collapsed, so a chance score is the encoder's true result, not a fit's fault"),
+    "undefined_ap": (CAUTION, "a class has no present test image: its AP is undefined (map11 counts it as 1/11, as "
+                              "the seed's code does; map11_devkit leaves it out)"),
+    "not_converged": (CAUTION, "a fit stopped at its iteration limit before its tolerance"),
+    "runtime": (CAUTION, "a warning raised while the protocol ran"),
+}
+
+#: Share of the rows given one class above which a prediction counts as one-class.
+ONE_CLASS_SHARE = 0.95
+#: Fewest grid values tied at the best for a plateau, and their least share of the grid.
+PLATEAU_MIN, PLATEAU_SHARE = 3, 0.25
+
+
+def fit_warning(code: str, message: str) -> dict[str, str]:
+    """One warning as records keep it.
+
+    Parameters
+    ----------
+    code : str
+        One of ``WARNING_CODES``.
+    message : str
+        One line with the numbers.
+
+    Returns
+    -------
+    dict
+        ``{"code": code, "message": message}``.
+    """
+    if code not in WARNING_CODES:
+        raise ValueError(f"unknown warning code {code!r}; codes: {', '.join(WARNING_CODES)}")
+    return {"code": code, "message": str(message)}
+
+
+def python_warning(category: str, message: str) -> dict[str, str]:
+    """A Python warning raised during a run, as a record's warning.
+
+    Parameters
+    ----------
+    category : str
+        The warning class's name (``ConvergenceWarning`` is ``not_converged``).
+    message : str
+
+    Returns
+    -------
+    dict
+    """
+    code = "not_converged" if category == "ConvergenceWarning" else "runtime"
+    return fit_warning(code, f"{category}: {message}")
+
+
+def record_warnings(rec: Mapping[str, Any]) -> list[dict[str, str]]:
+    """A record's warnings as ``{"code", "message"}`` dicts (records written before codes
+    existed hold plain strings: those read as ``runtime``, or ``not_converged`` for a
+    ConvergenceWarning), plus ``not_converged`` for a record marked not converged.
+
+    Parameters
+    ----------
+    rec : mapping
+        A ledger record.
+
+    Returns
+    -------
+    list of dict
+    """
+    out = []
+    for w in rec.get("warnings") or []:
+        if isinstance(w, Mapping) and w.get("code") in WARNING_CODES:
+            out.append({"code": str(w["code"]), "message": str(w.get("message", ""))})
+        elif isinstance(w, Mapping):
+            out.append(fit_warning("runtime", str(w.get("message", w))))
+        else:
+            text = str(w)
+            category, _, rest = text.partition(": ")
+            out.append(python_warning(category, rest) if rest and category.endswith("Warning")
+                       else fit_warning("runtime", text))
+    if rec.get("converged") is False and not any(w["code"] == "not_converged" for w in out):
+        out.append(fit_warning("not_converged", "a fit did not reach its tolerance (converged: false)"))
+    return out
+
+
+def warning_codes(rec: Mapping[str, Any]) -> list[str]:
+    """The distinct warning codes of a record, in the order first seen.
+
+    Parameters
+    ----------
+    rec : mapping
+
+    Returns
+    -------
+    list of str
+    """
+    return list(dict.fromkeys(w["code"] for w in record_warnings(rec)))
+
+
+def unreliable_reasons(rec: Mapping[str, Any]) -> list[str]:
+    """Why a record's score cannot back a verdict: its ``unreliable`` warnings as
+    ``code: message``; empty when it can.
+
+    Parameters
+    ----------
+    rec : mapping
+
+    Returns
+    -------
+    list of str
+    """
+    return [f"{w['code']}: {w['message']}" for w in record_warnings(rec) if WARNING_CODES[w["code"]][0] == UNRELIABLE]
+
+
+# -- what the predictions say ------------------------------------------------------------------
+def chance_level(y_true: Any, mean_per_class: bool = False, n_classes: int | None = None) -> float:
+    """What a constant prediction scores: the majority-class rate (at least 1/K), or
+    1/K for the mean per-class accuracy (K: the classes present in ``y_true``).
+
+    Parameters
+    ----------
+    y_true : array-like of int
+    mean_per_class : bool
+    n_classes : int or None
+        Classes the model chooses from (1/n_classes is a floor of the top-1 chance).
+
+    Returns
+    -------
+    float
+    """
+    y = np.asarray(y_true).ravel()
+    if y.size == 0:
+        return float("nan")
+    counts = np.unique(y, return_counts=True)[1]
+    if mean_per_class:
+        return 1.0 / counts.size
+    return max(float(counts.max()) / y.size, 1.0 / max(int(n_classes or counts.size), 1))
+
+
+def at_chance_warning(score: float, chance: float, what: str) -> list[dict[str, str]]:
+    """``at_chance`` when ``score`` is at or below ``chance``.
+
+    Parameters
+    ----------
+    score, chance : float
+    what : str
+        How the chance level is defined, for the message (e.g. "1/5 ways").
+
+    Returns
+    -------
+    list of dict
+        Empty or one warning.
+    """
+    if not (math.isfinite(score) and math.isfinite(chance)) or score > chance + 1e-12:
+        return []
+    return [fit_warning("at_chance", f"score {score:.4g} is at or below chance ({chance:.4g}: {what})")]
+
+
+def prediction_warnings(y_true: Any, y_pred: Any, score: float, mean_per_class: bool = False,
+                        n_classes: int | None = None) -> list[dict[str, str]]:
+    """``one_class`` and ``at_chance`` of a classifier's test predictions.
+
+    One class: at least ``ONE_CLASS_SHARE`` of the rows get the same class while the
+    labels hold at least two classes and no class that large. At chance: ``score`` at or
+    below :func:`chance_level`.
+
+    Parameters
+    ----------
+    y_true, y_pred : array-like of shape (n,)
+    score : float
+        The headline score of these predictions.
+    mean_per_class : bool
+        Whether ``score`` is the mean per-class accuracy.
+    n_classes : int or None
+
+    Returns
+    -------
+    list of dict
+    """
+    y, p = np.asarray(y_true).ravel(), np.asarray(y_pred).ravel()
+    out: list[dict[str, str]] = []
+    if y.size == 0 or p.shape != y.shape:
+        return out
+    labels, counts = np.unique(y, return_counts=True)
+    classes, given = np.unique(p, return_counts=True)
+    top, share = classes[np.argmax(given)], float(given.max()) / p.size
+    if labels.size >= 2 and share >= ONE_CLASS_SHARE and float(counts.max()) / y.size < ONE_CLASS_SHARE:
+        out.append(fit_warning("one_class", f"{share:.0%} of the {p.size} test examples are predicted as class "
+                                            f"{top}, the labels' largest class holds {counts.max() / y.size:.0%}"))
+    what = "1/K of the classes present" if mean_per_class else "the majority-class rate"
+    out += at_chance_warning(score, chance_level(y, mean_per_class, n_classes), what)
+    return out
+
+
+def class_share_collapsed(y_pred: Any, y_true: Any) -> bool:
+    """Whether predictions give (nearly) one class to every row (see ``prediction_warnings``).
+
+    Parameters
+    ----------
+    y_pred, y_true : array-like of shape (n,)
+
+    Returns
+    -------
+    bool
+    """
+    return any(w["code"] == "one_class" for w in prediction_warnings(y_true, y_pred, float("nan")))
+
+
+# -- what a hyperparameter grid says -----------------------------------------------------------
+def grid_warnings(name: str, grid: Sequence[float], scores: Sequence[float], selected: int, *,
+                  higher_is_better: bool = True, rtol: float = 0.0, criterion: str = "validation score",
+                  plateau: bool = True) -> list[dict[str, str]]:
+    """``grid_edge`` and ``plateau`` of a value selected from a grid.
+
+    Grid edge: the selected value is the grid's first or last and its criterion is
+    better than at the next value inward by more than ``rtol`` (relative): the search was
+    cut off while still improving. A tie at the edge is not an edge (the inner values are
+    as good). Plateau: at least ``PLATEAU_MIN`` values and ``PLATEAU_SHARE`` of the grid
+    share the best criterion (within ``rtol``).
+
+    Parameters
+    ----------
+    name : str
+        The hyperparameter (``C``, ``alpha``).
+    grid : sequence of float
+        Its values, in the order the scores are given.
+    scores : sequence of float
+        The criterion per grid value.
+    selected : int
+        Position of the selected value.
+    higher_is_better : bool
+        False for a loss (ridge's PRESS).
+    rtol : float
+        Relative tolerance for "better" and "tied" (0: exact, for accuracies).
+    criterion : str
+        The criterion's name in messages.
+    plateau : bool
+        Whether to look for a plateau.
+
+    Returns
+    -------
+    list of dict
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    g = np.asarray(grid, dtype=np.float64)
+    if s.size < 2 or s.size != g.size or np.isnan(s).any() or not np.isfinite(s[selected]):
+        return []  # an undefined criterion (inf PRESS at alpha = 0 beside) only where it is not the choice
+    sign = 1.0 if higher_is_better else -1.0
+    best = s[selected]
+    out = []
+    for edge, inner in ((0, 1), (s.size - 1, s.size - 2)):
+        gain = sign * (s[edge] - s[inner])
+        if selected == edge and gain > rtol * max(abs(s[inner]), 1e-300):
+            out.append(fit_warning("grid_edge", f"{name} = {g[edge]:.3g} is the {'first' if edge == 0 else 'last'} "
+                                                f"of the grid ({g.min():.3g} .. {g.max():.3g}) and its {criterion} "
+                                                f"{s[edge]:.6g} beats the next value's {s[inner]:.6g}"))
+    tied = int(np.sum(np.abs(s - best) <= rtol * max(abs(best), 1e-300)))
+    if plateau and tied >= max(PLATEAU_MIN, math.ceil(PLATEAU_SHARE * s.size)):
+        out.append(fit_warning("plateau", f"{tied} of {s.size} {name} values tie for the best {criterion} "
+                                          f"({best:.6g}); the selection among them is a rule, not evidence"))
+    return out
+
+
+def merge_warnings(*groups: Iterable[Mapping[str, str]]) -> list[dict[str, str]]:
+    """The warnings of several groups, each (code, message) once, in order.
+
+    Parameters
+    ----------
+    *groups : iterable of dict
+
+    Returns
+    -------
+    list of dict
+    """
+    seen, out = set(), []
+    for group in groups:
+        for w in group:
+            key = (w["code"], w["message"])
+            if key not in seen:
+                seen.add(key)
+                out.append({"code": w["code"], "message": w["message"]})
+    return out
+
+
+#: Features whose spread over the rows is within this share of their magnitude are one vector.
+COLLAPSE_RTOL = 1e-5
+
+
+def features_collapsed(X: Any) -> bool:
+    """Whether every row of ``X`` (n, ...) is the same vector, to ``COLLAPSE_RTOL``.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, d) or (n, T, d)
+
+    Returns
+    -------
+    bool
+    """
+    if X is None or len(X) < 2:
+        return False
+    rows = np.asarray(X).reshape(len(X), -1)
+    spread = float(np.max(np.max(rows, axis=0).astype(np.float64) - np.min(rows, axis=0)))
+    return spread <= COLLAPSE_RTOL * max(float(np.max(np.abs(rows))), 1e-30)
+
+
+def evidence_warnings(data: Any, result: Any) -> list[dict[str, str]]:
+    """``one_class`` / ``at_chance`` of the test predictions a result keeps as evidence.
+
+    Single-label predictions (k-NN, the probes, the nets) are judged with the record's
+    ``score``; low-shot fits by the headline N's fits (one-class when any of them is) and
+    the mean score; multi-label cells by their test columns without a present image
+    (``undefined_ap``). Collapsed test features (``features_collapsed``) give
+    ``collapsed_features`` instead: the chance score is then the encoder's. Episodes
+    (few-shot: chance is 1/n_way, which its runner knows) are left to their runner.
+
+    Parameters
+    ----------
+    data : EvalData
+        The cell's arrays (test labels, classes, headline metric).
+    result : ProtocolResult
+        What the protocol returned.
+
+    Returns
+    -------
+    list of dict
+    """
+    from pipeline.protocols.evidence import headline_rows
+
+    ev, score = result.evidence, result.metrics.get("score")
+    y = np.asarray(data.y_test)
+    if getattr(data, "multilabel", False):  # dense data (maps and pixels) has no such flag
+        empty = np.flatnonzero(~(y == 1).any(axis=0)) if y.ndim == 2 else []
+        return [fit_warning("undefined_ap", f"{len(empty)} class(es) without a present test image "
+                                            f"({', '.join(map(str, empty[:10]))}): their AP is undefined; map11 counts "
+                                            "each as 1/11, map11_devkit leaves them out")] if len(empty) else []
+    if ev is None or not isinstance(score, (int, float)) or isinstance(score, bool):
+        return []
+    if features_collapsed(data.X_test):
+        return [fit_warning("collapsed_features", f"all {len(data.X_test)} test examples have the same features "
+                                                  f"(to {COLLAPSE_RTOL:g} of their magnitude): the encoder maps "
+                                                  f"every image to one vector; score {float(score):.4g}")]
+    if ev.kind == "predictions":
+        return prediction_warnings(y, ev.values, float(score), ev.metric == "mean_per_class", data.n_classes)
+    if ev.kind != "fits":
+        return []
+    rows = ev.values[headline_rows(ev.fits, ev.headline)]
+    collapsed = sum(class_share_collapsed(r, y) for r in rows)
+    out = []
+    if collapsed:
+        out.append(fit_warning("one_class", f"{collapsed} of the {len(rows)} fits at N = {ev.headline} predict one "
+                                            f"class for at least {ONE_CLASS_SHARE:.0%} of the test examples"))
+    return out + at_chance_warning(float(score), chance_level(y, n_classes=data.n_classes), "the majority-class rate")
