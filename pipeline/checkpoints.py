@@ -110,7 +110,8 @@ def container_format(path: str | os.PathLike[str]) -> str | None:
         return "torch-zip"
     if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
         return "pickle"
-    if len(head) >= 9 and head[8:9] == b"{" and struct.unpack("<Q", head[:8])[0] < min(size, 1 << 30):
+    # a safetensors header's length, then its JSON: the length may exceed a torn file's size
+    if len(head) >= 9 and head[8:9] == b"{" and struct.unpack("<Q", head[:8])[0] < 1 << 30:
         return "safetensors"
     if zipfile.is_zipfile(path):
         return "torch-zip"

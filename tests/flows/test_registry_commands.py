@@ -42,7 +42,8 @@ def test_one_protocol_shows_defaults_choices_and_ranges(capsys):
     assert rows["metric"] == ["cosine", "cosine, euclidean"]
     assert rows["temperature"] == ["0.07", "> 0"]
     assert rows["device"][1] == "auto, cpu, cuda, cuda:<i>"
-    assert "streams train: yes; multi-label: no; metrics: score, top1, mean_per_class (primary: score)" in out
+    assert ("streams train: yes; multi-label: no; reads: pooled features; metrics: score, top1, mean_per_class "
+            "(primary: score)") in out
 
 
 def test_protocols_json_is_the_registry(capsys):

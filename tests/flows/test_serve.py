@@ -161,9 +161,12 @@ def test_the_run_summary_is_in_prefect_logs_and_artifacts(served):
     _wait("the first run", lambda: _models(served["store"]) >= {"good1", "good2"}, served)
     with _client(served) as client:
         # the serve's first benchmark run (this module's server holds only the serve's runs)
-        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["repeval-benchmark"])),
-                                     sort=FlowRunSort.START_TIME_ASC)
-        first = [r for r in runs if r.state and r.state.is_final()][0]
+        def ended() -> list:  # the records are written before the flow run reaches its final state
+            runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["repeval-benchmark"])),
+                                         sort=FlowRunSort.START_TIME_ASC)
+            return [r for r in runs if r.state and r.state.is_final()]
+
+        first = _wait("the first run's final state", ended, served, timeout=60)[0]
         assert first.state.is_failed() and "checkpoint" in first.state.message  # the bad file, named
 
         def run_log() -> str:

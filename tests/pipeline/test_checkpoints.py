@@ -322,6 +322,16 @@ def test_torch_archive_cut_short_says_truncated(source: torch.nn.Module, tmp_pat
     assert load_state_dict(whole, strip_prefixes=()).keys() == source.state_dict().keys()
 
 
+
+def test_safetensors_cut_inside_its_header_says_truncated(source: torch.nn.Module, tmp_path: Path) -> None:
+    whole = tmp_path / "whole.safetensors"
+    save_file({k: v.contiguous() for k, v in source.state_dict().items()}, str(whole))
+    header = int.from_bytes(whole.read_bytes()[:8], "little")
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(whole.read_bytes()[: header // 2])  # shorter than the header it starts with
+    with pytest.raises(CheckpointError, match=r"'cut.safetensors' is truncated: its header describes"):
+        load_state_dict(cut)
+
 # --- fitting a checkpoint to an architecture without loading it -----------------------------
 
 def test_fitting_checkpoints_pass_in_every_layout(files: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
