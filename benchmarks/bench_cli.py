@@ -61,9 +61,9 @@ def build(root: Path) -> Path:
     config = root / "config.yaml"
     if config.exists():
         return config
-    from jobs.config import load_config
-    from jobs.evaluate import evaluate_cell
-    from jobs.import_features import import_features
+    from jobs.config.schema import load_config
+    from jobs.evaluation.evaluate import evaluate_cell
+    from jobs.extraction.import_features import import_features
     from jobs.plan import evaluation_cells
     from pipeline.datasets import make_dataset
     from storage_schema import FeatureStore
@@ -114,7 +114,7 @@ def build(root: Path) -> Path:
 
 
 PROBE = "import runpy, sys; sys.argv = ['repeval'] + {args!r}; code = 0\n" \
-        "try:\n    runpy.run_module('flows.cli', run_name='__main__')\n" \
+        "try:\n    runpy.run_module('flows.cli.main', run_name='__main__')\n" \
         "except SystemExit as e:\n    code = e.code\n" \
         "print('TORCH=' + str('torch' in sys.modules), file=sys.stderr); sys.exit(code)"
 

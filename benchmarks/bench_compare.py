@@ -4,7 +4,7 @@ Each case computes the same numbers both ways on the same synthetic predictions:
 paired bootstrap replicates of the score difference (resample test examples, score both
 encoders on the resample, subtract) and, for metrics without an exact test, the paired
 randomization test (swap the two encoders' outputs on a random half of the examples). The
-reference loops over the very resamples ``pipeline.compare`` draws
+reference loops over the very resamples ``pipeline.analysis.compare`` draws
 (``bootstrap_indices``, ``swap_masks``) and calls sklearn's metric per resample, so both
 sides return identical replicates and p-values (checked before timing is reported). Interleaved runs
 (ours, loop, loop, ours, ...); the median of the per-pair ratios is printed.
@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from benchmarks._common import limit_threads, machine_line, median, pair_ratios, print_tables, timed  # noqa: E402
-from pipeline.compare import compare_predictions, compare_scores  # noqa: E402
-from pipeline.compare.resampling import bootstrap_indices, swap_masks  # noqa: E402
+from pipeline.analysis.compare import compare_predictions, compare_scores  # noqa: E402
+from pipeline.analysis.compare.resampling import bootstrap_indices, swap_masks  # noqa: E402
 
 
 def _classification(n: int, classes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -131,7 +131,7 @@ def main() -> None:
         lambda: _loop_map(labels, sa, sb, few, few), args.repeats, _same,
     ))
     print(f"{machine_line()}; threads: {threads}")
-    print_tables("Paired comparison: pipeline.compare vs sklearn loop (same resamples, same replicates)",
+    print_tables("Paired comparison: pipeline.analysis.compare vs sklearn loop (same resamples, same replicates)",
                  ["case", "ours s", "sklearn loop s", "speed-up (median of pair ratios)", "ratio of medians"],
                  rows, args.markdown)
 

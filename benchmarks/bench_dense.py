@@ -55,7 +55,7 @@ def _disk_bytes(folder: Path) -> int:
 
 
 def store_rows(n: int, device: str) -> list[list]:
-    from jobs.extract import ExtractConfig, extract
+    from jobs.extraction.extract import ExtractConfig, extract
     from pipeline.datasets import make_dataset
     from pipeline.encoders import EncoderSpec, load_encoder
     from storage_schema import FeatureStore

@@ -1,6 +1,6 @@
 """Throughput of the extraction job against a bare forward-pass loop over the same batches.
 
-Compared: ``jobs.extract.extract`` writing every batch's features into a fresh local
+Compared: ``jobs.extraction.extract.extract`` writing every batch's features into a fresh local
 FeatureStore (labels, lease, array creation with provenance, chunk writes on the writer
 thread, chunk-done markers, completion record), against a loop that feeds the same model
 the same batches and keeps nothing: ``for images in iter_batches_for_benchmark(...):
@@ -50,8 +50,8 @@ QUICK = dict(models=("resnet18",), batches=4, repeats=2)
 
 
 def bench_model(arch: str, input_size: int, batch_size: int, n_batches: int, repeats: int) -> dict:
-    from jobs.extract import ExtractConfig, extract
-    from jobs.forward import iter_batches_for_benchmark
+    from jobs.extraction.extract import ExtractConfig, extract
+    from jobs.extraction.forward import iter_batches_for_benchmark
     from pipeline.datasets import TexturesDataset
     from pipeline.encoders import EncoderSpec, load_encoder
     from storage_schema import FeatureStore

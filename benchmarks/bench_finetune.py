@@ -1,6 +1,6 @@
 """Training speed of one fine-tuning run against a bare torch training loop.
 
-Compared: ``pipeline.finetune.run_grid_point`` (seeded per-draw augmentation, the step
+Compared: ``pipeline.protocols.finetune.run_grid_point`` (seeded per-draw augmentation, the step
 sampler, periodic atomic saves of the whole training state, deterministic kernels on CPU) against
 the loop a user would write: the same timm model with a linear head, the same timm training
 transform (random resized crop + flip), a ``DataLoader(shuffle=True, drop_last=True)``
@@ -84,7 +84,7 @@ def bare_loop(device: str, steps: int, workers: int, lr: float, wd: float) -> fl
 def ours(device: str, steps: int, workers: int, lr: float, wd: float, save_every: int) -> tuple[float, float]:
     """(train-loop steps/s, whole-call seconds) of run_grid_point in a fresh scratch folder."""
     from pipeline.encoders import EncoderSpec
-    from pipeline.finetune import RANDOM_RESIZED_CROP_FLIP, FinetuneSettings, GridPoint, run_grid_point
+    from pipeline.protocols.finetune import RANDOM_RESIZED_CROP_FLIP, FinetuneSettings, GridPoint, run_grid_point
 
     settings = FinetuneSettings(steps=steps, batch_size=BATCH, lrs=(lr,), weight_decays=(wd,),
                                 save_every=save_every, num_workers=workers)

@@ -30,7 +30,7 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from jobs.extract import ExtractConfig, extract
+    from jobs.extraction.extract import ExtractConfig, extract
     from pipeline.datasets import make_dataset
     from pipeline.encoders import EncoderSpec
     from pipeline.protocols import EvalData, get_protocol

@@ -37,7 +37,7 @@ are drawn independently from the same classes.
   weights=lambda d: exp((1 - d) / T))`` (sklearn hands the callable cosine *distances*
   d = 1 - s); fit + predict of the whole test split for both.
   Memory: the k-NN protocol streamed from a Zarr array in the store through dask (exactly
-  the block generator of jobs/evaluate.py, blocks of ``--block-rows``) against the
+  the block generator of jobs/evaluation/evaluate.py, blocks of ``--block-rows``) against the
   in-memory path of the same protocol (the whole train array read, scored as one block),
   on a train array four times the block budget; each in a fresh subprocess, peak measured
   with tracemalloc (numpy buffers are traced) and as RSS growth over the pre-work RSS.
@@ -117,7 +117,7 @@ def interleaved(ours, ref, repeats: int) -> tuple[list[float], list[float], obje
 def bench_logistic(data, repeats: int) -> dict:
     from sklearn.linear_model import LogisticRegression
 
-    from pipeline.protocols.logistic import DEFAULT_CS, LogisticProbe
+    from pipeline.protocols.linear.logistic import DEFAULT_CS, LogisticProbe
     from pipeline.protocols.transforms import l2_normalize
 
     (Xtr, ytr), (Xva, yva), (Xte, yte) = data["train"], data["val"], data["test"]
@@ -172,7 +172,7 @@ def bench_logistic(data, repeats: int) -> dict:
 def bench_ridge(data, repeats: int) -> dict:
     from sklearn.linear_model import RidgeCV
 
-    from pipeline.protocols.ridge import DEFAULT_ALPHAS, RidgeProbe, one_vs_rest_targets
+    from pipeline.protocols.linear.ridge import DEFAULT_ALPHAS, RidgeProbe, one_vs_rest_targets
 
     (Xtr, ytr), (Xte, yte) = data["train"], data["test"]
     n_classes = int(ytr.max()) + 1
@@ -207,7 +207,7 @@ def exp_weights(distances: np.ndarray) -> np.ndarray:
 def bench_knn(data, repeats: int) -> dict:
     from sklearn.neighbors import KNeighborsClassifier
 
-    from pipeline.protocols.knn import KNNClassifier
+    from pipeline.protocols.neighbours.knn import KNNClassifier
 
     (Xtr, ytr), (Xte, yte) = data["train"], data["test"]
 
@@ -257,7 +257,7 @@ def knn_memory_child(args) -> None:
     import tracemalloc
 
     limit_threads(args.threads)
-    from pipeline.protocols.knn import knn_class_weights, topk_blocks
+    from pipeline.protocols.neighbours.knn import knn_class_weights, topk_blocks
     from storage_schema import FeatureStore
 
     queries = np.load(args.queries)
@@ -273,7 +273,7 @@ def knn_memory_child(args) -> None:
     tracemalloc.start()
     started = time.perf_counter()
     if args.knn_memory_child == "blocked":
-        # jobs/evaluate.py's train_blocks(): dask blocks of whole chunks, computed one at a time
+        # jobs/evaluation/evaluate.py's train_blocks(): dask blocks of whole chunks, computed one at a time
         chunk_rows = train.status.chunk_rows
         train_dask = train.to_dask(rows_per_block=max(1, args.block_rows // chunk_rows) * chunk_rows)
 
@@ -359,7 +359,7 @@ def fewshot_loop(X, y, n_way=5, n_shot=20, n_query=15, n_episodes=600, seed=0) -
 
 
 def bench_fewshot(data, repeats: int) -> dict:
-    from pipeline.protocols.fewshot import fewshot_episodes
+    from pipeline.protocols.episodic.fewshot import fewshot_episodes
 
     X = np.concatenate([data[s][0] for s in ("train", "val", "test")])
     y = np.concatenate([data[s][1] for s in ("train", "val", "test")])

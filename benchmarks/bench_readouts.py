@@ -73,7 +73,7 @@ def synthetic_wordnet(n_nodes: int, seed: int = 0):
 
 
 def bench_cog(n_nodes: int, sample: int) -> None:
-    from pipeline.cog import build_graph, cog_levels, information_content, lin_similarity, max_similarity_to_seen
+    from pipeline.analysis.cog import build_graph, cog_levels, information_content, lin_similarity, max_similarity_to_seen
 
     edges, counts, seen, root = synthetic_wordnet(n_nodes)
     graph = build_graph(edges, [c for c, v in counts.items() if v > 0], root)
@@ -97,8 +97,8 @@ def bench_cog(n_nodes: int, sample: int) -> None:
 
 
 def bench_mlp(n: int, d: int, epochs: int) -> None:
-    from pipeline.protocols.mlp import DEFAULT_MLP_WEIGHT_DECAYS, StackedMLP
-    from pipeline.protocols.stacked_training import StackedAdamW, train_epoch
+    from pipeline.protocols.nets.mlp import DEFAULT_MLP_WEIGHT_DECAYS, StackedMLP
+    from pipeline.protocols.nets.stacked_training import StackedAdamW, train_epoch
 
     rng = np.random.default_rng(0)
     X = torch.from_numpy(rng.standard_normal((n, d)).astype(np.float32))
@@ -139,7 +139,7 @@ def bench_mlp(n: int, d: int, epochs: int) -> None:
 
 
 def bench_attentive(B: int, T: int, d: int, H: int) -> None:
-    from pipeline.protocols.attentive import StackedAttentive, attentive_logits
+    from pipeline.protocols.nets.attentive import StackedAttentive, attentive_logits
 
     X = torch.randn(B, T, d)
     model = StackedAttentive(1, d, 100, H, torch.Generator().manual_seed(0), torch.device("cpu"))

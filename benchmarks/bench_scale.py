@@ -109,7 +109,7 @@ def _reference(protocol: str, X, y, X_te, y_te, n_classes: int):
     from sklearn.linear_model import LogisticRegression, RidgeCV
 
     from benchmarks.bench_protocols import fewshot_loop
-    from pipeline.protocols.ridge import DEFAULT_ALPHAS
+    from pipeline.protocols.linear.ridge import DEFAULT_ALPHAS
 
     def normalised(A):
         return A / np.linalg.norm(A, axis=1, keepdims=True)

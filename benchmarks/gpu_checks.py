@@ -13,7 +13,7 @@ done, so a run stopped by a time limit keeps what it measured):
 * ``logistic``: the logistic probe with its 45-value C grid at 1.28 M x 768 float16,
   1,000 classes (goal: < 10 minutes);
 * ``extraction``: ResNet-50 at 224 px over a folder of JPEGs (ImageNet-like sizes):
-  images/s of ``jobs.extract.extract`` (its defaults on the device: float16 autocast,
+  images/s of ``jobs.extraction.extract.extract`` (its defaults on the device: float16 autocast,
   channels-last, pinned memory, one DataLoader worker per core; PIL decoding, then
   decoding on the device) against the loop a user would write with timm and torchvision
   (the same model, autocast and channels-last, ``ImageFolder`` with timm's transform,
@@ -149,9 +149,9 @@ def bare_loop(arch: str, input_size: int, root: Path, batch_size: int, device: s
 
 
 def check_extraction(device: str, sizes: dict, work: Path) -> list[dict]:
-    from jobs.config import ExtractConfig
-    from jobs.extract import extract
-    from jobs.forward import loader_settings
+    from jobs.config.schema import ExtractConfig
+    from jobs.extraction.extract import extract
+    from jobs.extraction.forward import loader_settings
     from pipeline.datasets import make_dataset
     from pipeline.encoders import EncoderSpec, load_encoder
     from storage_schema import FeatureStore

@@ -2,7 +2,7 @@
 
 Every run emits ``repeval.checkpoint.evaluated``; a run that finds the newest checkpoint of
 a series significantly worse than the series' best on some cell also emits
-``repeval.checkpoint.regressed``. Both carry :func:`jobs.alerts.event_payload` of the run
+``repeval.checkpoint.regressed``. Both carry :func:`jobs.report.events.event_payload` of the run
 summary, and name the config's report as their resource, so an automation can match one
 benchmark. Emitted from inside the flow run, they are related to it in Prefect's UI.
 """
@@ -32,7 +32,7 @@ def emit_run_events(payload: Mapping[str, Any], report_path: str) -> list[str]:
     Parameters
     ----------
     payload : mapping
-        ``jobs.alerts.event_payload`` of the run summary.
+        ``jobs.report.events.event_payload`` of the run summary.
     report_path : str
         The config's report path (the events' resource).
 
@@ -51,7 +51,7 @@ def run_payload(final: Mapping[str, Any] | None, outcomes: list[Mapping[str, Any
                 failures: list[Mapping[str, Any]], report_path: str) -> dict[str, Any]:
     """The events' payload: from the summary the report step wrote, or, when that step
     failed, what the run itself knows (encoders evaluated, failures; no verdicts)."""
-    from jobs.alerts import event_payload
+    from jobs.report.events import event_payload
 
     if final and final.get("summary") is not None:
         return event_payload(final["summary"], final.get("summary_path"))

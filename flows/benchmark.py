@@ -28,13 +28,13 @@ from flows.alerts import emit_run_events, run_payload
 from flows.cluster_memory import memory_request
 from flows.encoder_tasks import collect_encoder_cells, submit_encoder_cells
 from flows.tasks import correlate_and_report_task, evaluate_task, extract_task
-from jobs.cell_memory import task_bytes
-from jobs.config import load_config
+from jobs.evaluation.cell_memory import task_bytes
+from jobs.config.schema import load_config
 from jobs.failures import correlation_failure, one_line, sync_failures
-from jobs.encoder_cells import encoder_cells
+from jobs.evaluation.encoder_cells import encoder_cells
 from jobs.plan import Plan, evaluation_cells, extraction_units
-from jobs.summary import build_summary, failure_message, summary_lines, summary_table
-from jobs.typed import to_plain
+from jobs.report.run_summary import build_summary, failure_message, summary_lines, summary_table
+from jobs.config.typed import to_plain
 
 log = logging.getLogger("repeval")
 
@@ -217,7 +217,7 @@ def run_plan(plan: Plan, *, dask_address: str | None = None, reason: str = "run"
     from flows.runtime import (
         flush_run_logs, gpu_count, local_workers, math_threads, task_runner, worker_math_threads,
     )
-    from jobs.cell_memory import check_cells_fit
+    from jobs.evaluation.cell_memory import check_cells_fit
 
     cfg = plan.config
     address = dask_address or cfg.dask.address

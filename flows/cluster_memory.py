@@ -7,7 +7,7 @@ resource. On an existing cluster the workers declare it themselves::
     dask worker tcp://sched:8786 --nthreads 2 --memory-limit 64GiB --resources "MEMORY=48e9"
     dask worker tcp://sched:8786 --nthreads 1 --resources "GPU=1,MEMORY=48e9"   # one per GPU
 
-Evaluation tasks then ask for the bytes their largest cell needs (``jobs.cell_memory``),
+Evaluation tasks then ask for the bytes their largest cell needs (``jobs.evaluation.cell_memory``),
 and Dask runs a task on a worker only while the tasks it runs hold no more than the
 worker declares. A cluster whose workers declare no ``MEMORY`` runs the tasks
 unrestricted (each is still checked against the workers' memory limits before the run).
@@ -20,8 +20,8 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from jobs.cell_memory import MEMORY_RESOURCE, declared_memory, format_bytes, parse_bytes
-from jobs.config import DaskSettings
+from jobs.evaluation.cell_memory import MEMORY_RESOURCE, declared_memory, format_bytes, parse_bytes
+from jobs.config.schema import DaskSettings
 
 log = logging.getLogger(__name__)
 

@@ -220,8 +220,8 @@ def main(small: bool | None = None) -> int:
         The exit status: 0, or 3 when some work failed.
     """
     from flows.benchmark import run_benchmark
-    from jobs.config import load_config
-    from jobs.correlate import figure_lines
+    from jobs.config.schema import load_config
+    from jobs.analysis.correlate import figure_lines
     from jobs.plan import make_plan
 
     small = os.environ.get("REPEVAL_DEMO_SMALL") == "1" if small is None else small

@@ -30,9 +30,9 @@ def _open(store: dict[str, Any]):
 
 
 def _inputs(cell: dict[str, Any], extract: dict[str, Any]):
-    from jobs.config import ExtractConfig
-    from jobs.encoder_cells import EncoderCell
-    from jobs.typed import from_plain
+    from jobs.config.schema import ExtractConfig
+    from jobs.evaluation.encoder_cells import EncoderCell
+    from jobs.config.typed import from_plain
 
     return EncoderCell.from_dict(cell), from_plain(ExtractConfig, extract, "config.extract")
 
@@ -47,7 +47,7 @@ def _failed(cell, exc: BaseException) -> dict[str, Any]:
 def finetune_point_task(store: dict[str, Any], cell: dict[str, Any], index: int,
                         extract: dict[str, Any]) -> dict[str, Any]:
     """Train and score one grid point (resumed from its saved state); a failure is an outcome."""
-    from jobs.encoder_jobs import finetune_point
+    from jobs.evaluation.encoder_jobs import finetune_point
 
     c, ext = _inputs(cell, extract)
     try:
@@ -62,7 +62,7 @@ def finetune_point_task(store: dict[str, Any], cell: dict[str, Any], index: int,
 def finetune_finish_task(store: dict[str, Any], cell: dict[str, Any], points: list[Any],
                          extract: dict[str, Any]) -> dict[str, Any]:
     """Select, refit, test and record a fine-tuning cell from its grid points' outcomes."""
-    from jobs.encoder_jobs import finetune_finish
+    from jobs.evaluation.encoder_jobs import finetune_finish
 
     c, ext = _inputs(cell, extract)
     try:
@@ -77,7 +77,7 @@ def finetune_finish_task(store: dict[str, Any], cell: dict[str, Any], points: li
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)
 def diagnostic_task(store: dict[str, Any], cell: dict[str, Any], extract: dict[str, Any]) -> dict[str, Any]:
     """Run and record one saliency or colour-detail cell."""
-    from jobs.encoder_jobs import diagnostic_cell
+    from jobs.evaluation.encoder_jobs import diagnostic_cell
 
     c, ext = _inputs(cell, extract)
     try:
@@ -106,7 +106,7 @@ def submit_encoder_cells(cells: list[Any], store: dict[str, Any], extract: dict[
     import dask
 
     from pipeline.encoder_protocols import FINETUNE
-    from pipeline.finetune import FinetuneSettings, grid_points
+    from pipeline.protocols.finetune import FinetuneSettings, grid_points
 
     pending = []
     gpu = dask.annotate(resources={"GPU": 1}) if gpu_resources else contextlib.nullcontext()

@@ -236,7 +236,7 @@ def task_runner(address: str | None, n_workers: int = 2, threads_per_worker: int
               "processes": processes, "dashboard_address": ":0"}
     resources = {"GPU": 1} if gpu else {}
     if memory_limit is not None:
-        from jobs.cell_memory import MEMORY_RESOURCE, declared_memory
+        from jobs.evaluation.cell_memory import MEMORY_RESOURCE, declared_memory
 
         if processes:
             kwargs["memory_limit"] = int(memory_limit)

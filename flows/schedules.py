@@ -18,7 +18,7 @@ from prefect import flow, get_run_logger
 from prefect.events import emit_event
 from prefect.states import Failed
 
-from jobs.config import load_config
+from jobs.config.schema import load_config
 from jobs.watch import SCHEDULE_LEASE, detect_changes, save_state, watch_key
 from storage_schema.provenance import stable_hash
 
@@ -47,7 +47,7 @@ def run_config_file(config_path: str, reason: str, new_encoders: list[str] | Non
                           summary["computed"], summary["cached"], len(summary["failed"]), summary["report"])
     brief = {k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}
     if summary["failures"]:
-        from jobs.summary import failure_message
+        from jobs.report.run_summary import failure_message
 
         return Failed(message=f"{reason}: {failure_message(summary)}", data=brief)
     return brief

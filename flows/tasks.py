@@ -35,10 +35,10 @@ def _open_store(store: dict[str, Any]):
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)
 def extract_task(store: dict[str, Any], unit: dict[str, Any], extract: dict[str, Any]) -> dict[str, Any]:
     """Extract one (encoder, dataset split); its failure is an outcome, not an exception."""
-    from jobs.config import ExtractConfig
+    from jobs.config.schema import ExtractConfig
     from jobs.failures import extraction_failure
     from jobs.plan import ExtractUnit, run_extract_unit
-    from jobs.typed import from_plain
+    from jobs.config.typed import from_plain
 
     u = ExtractUnit.from_dict(unit)
     try:
@@ -70,7 +70,7 @@ def evaluate_task(store: dict[str, Any], cells: list[dict[str, Any]],
     ``extractions`` are the outcomes of the extractions these cells read (futures, resolved
     by Prefect before the task runs): when one failed, the cells fail with its reason.
     """
-    from jobs.evaluate import Cell, evaluate_cells
+    from jobs.evaluation.evaluate import Cell, evaluate_cells
 
     todo = [Cell(**c) for c in cells]
     unavailable = {(ext["model"], ext["dataset"]): f"extraction {ext['label']} failed: {ext['reason']}"
@@ -82,8 +82,8 @@ def evaluate_task(store: dict[str, Any], cells: list[dict[str, Any]],
 def correlate_and_report_task(config: dict[str, Any], cells: list[dict[str, Any]],
                               waiting: list[str] = ()) -> dict[str, Any]:
     """Read this run's records from the ledger, correlate, and write the report."""
-    from jobs.config import load_config
-    from jobs.report_inputs import correlate_and_report
+    from jobs.config.schema import load_config
+    from jobs.report.inputs import correlate_and_report
 
     cfg = load_config(config)
     return correlate_and_report(cfg.open_store(), cfg, cells, waiting=waiting)

@@ -13,15 +13,15 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.checkpoint_scan import ScanResult, scan_checkpoints, with_encoders
-from jobs.config_check import Mistakes
-from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
+from jobs.config.checkpoint_folders import ScanResult, scan_checkpoints, with_encoders
+from jobs.config.mistakes import Mistakes
+from jobs.config.schema import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
 from jobs.dense_plan import check_dense_pairs
-from jobs.encoder_cells import EncoderCell, encoder_cells, needs_features
-from jobs.encoder_config import check_encoder_work
-from jobs.evaluate import Cell
+from jobs.evaluation.encoder_cells import EncoderCell, encoder_cells, needs_features
+from jobs.config.encoder_protocols import check_encoder_work
+from jobs.evaluation.evaluate import Cell
 from jobs.failures import checkpoint_failure, one_line, sync_failures
-from jobs.typed import from_plain, to_plain
+from jobs.config.typed import from_plain, to_plain
 from pipeline.encoder_protocols import is_encoder_protocol
 from pipeline.errors import (
     ArrayNotFoundError, CheckpointError, ConfigError, HubUnavailableError, RepevalError, StoreError,
@@ -93,7 +93,7 @@ def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
 
     cells = []
     for p in cfg.protocols:
-        if is_encoder_protocol(p.protocol):  # weights + images, not features: jobs.encoder_cells
+        if is_encoder_protocol(p.protocol):  # weights + images, not features: jobs.evaluation.encoder_cells
             continue
         entry = get_protocol(p.protocol)
         datasets = [d for d in cfg.datasets if (p.datasets is None or d.name in p.datasets)
@@ -110,7 +110,7 @@ def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
 def check_plan(cfg: BenchmarkConfig) -> dict[str, Any]:
     """Config problems that need the registries (adapters, architectures, checkpoints) or
     the store (features of ``source: store`` encoders): every one found, each naming its
-    field (one ConfigError; ``jobs.config_check``), before any work. Returns the dataset
+    field (one ConfigError; ``jobs.config.mistakes``), before any work. Returns the dataset
     adapters built, by dataset name (a dataset that only ``source: store`` encoders use is
     not built: its features are in the store)."""
     from pipeline.datasets import adapter_class
@@ -223,12 +223,12 @@ def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:
     """A protocol that needs one class per sample, asked to run on a multi-label dataset,
     fails here, from the adapter's class attribute: before any file is read or extracted."""
     from pipeline.datasets import adapter_class
-    from pipeline.protocols.multilabel import refuse_multilabel
+    from pipeline.protocols.linear.multilabel import refuse_multilabel
 
     mistakes = Mistakes()
     for i, p in enumerate(cfg.protocols):
         if is_encoder_protocol(p.protocol):
-            continue  # an encoder protocol: jobs.encoder_config.check_encoder_work
+            continue  # an encoder protocol: jobs.config.encoder_protocols.check_encoder_work
         for d in cfg.datasets:
             try:
                 multi_label = adapter_class(d.adapter).multi_label
@@ -246,7 +246,7 @@ def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:
 def check_encoder(encoder: EncoderConfig) -> None:
     """Architecture, layers and weights of one encoder (timm on the meta device, the
     checkpoint's header); raises the RepevalError that says what is wrong."""
-    from jobs.weights_check import check_weights
+    from jobs.config.weights import check_weights
     from pipeline.encoders import check_layers_available
 
     spec = encoder.spec()
@@ -304,7 +304,7 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
     cells = evaluation_cells(full)
     memory = {}
     if check:  # what each cell will need, from the store's shapes or the datasets and encoders
-        from jobs.cell_memory import estimate_cells
+        from jobs.evaluation.cell_memory import estimate_cells
 
         memory = estimate_cells(cells, full.encoders, adapters, store or _failure_store(cfg, writable=False),
                                 default_dtype=cfg.extract.dtype)
@@ -330,7 +330,7 @@ def _failure_store(cfg: BenchmarkConfig, writable: bool):
 
 def run_extract_unit(store, unit: ExtractUnit, extract: BenchmarkConfig | ExtractConfig):
     """Extract one unit (no progress bar: the run reports progress per task)."""
-    from jobs.extract import extract as extract_job
+    from jobs.extraction.extract import extract as extract_job
 
     settings = unit.encoder.extract_settings(extract.extract if isinstance(extract, BenchmarkConfig) else extract)
     return extract_job(store, unit.encoder.spec(), make_adapter(unit.dataset), unit.split,

@@ -32,7 +32,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.config import BenchmarkConfig
+from jobs.config.schema import BenchmarkConfig
 from storage_schema.keys import run_memo_key
 from storage_schema.provenance import now_iso, stable_hash
 
@@ -104,10 +104,10 @@ def _inputs(cfg: BenchmarkConfig) -> dict[str, Any] | None:
 def _observe(cfg: BenchmarkConfig, store) -> dict[str, Any] | None:
     """The planned config's key, inputs, arrays and cell ids as the store holds them now;
     None when something is left to do or cannot be told without the full run."""
-    from jobs.encoder_cells import recorded_encoder_cells
-    from jobs.evaluate import identify_cells
+    from jobs.evaluation.encoder_cells import recorded_encoder_cells
+    from jobs.evaluation.evaluate import identify_cells
     from jobs.plan import make_plan
-    from jobs.report_inputs import config_failures
+    from jobs.report.inputs import config_failures
     from storage_schema import feature_key
     from storage_schema.ledger import Ledger
 
@@ -164,7 +164,7 @@ def record_run(cfg: BenchmarkConfig, summary: dict[str, Any]) -> bool:
     cfg : the loaded config (as given to the run).
     summary : the run's summary.
     """
-    from jobs.correlate import figure_lines
+    from jobs.analysis.correlate import figure_lines
 
     if summary.get("failures") or not summary.get("report"):
         return False

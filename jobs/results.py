@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.config import BenchmarkConfig
-from jobs.evaluate import identify_cells
-from jobs.report_inputs import NAME_FIELDS, config_failures, history
+from jobs.config.schema import BenchmarkConfig
+from jobs.evaluation.evaluate import identify_cells
+from jobs.report.inputs import NAME_FIELDS, config_failures, history
 from storage_schema.ledger import FailureLog, Ledger, latest_records
 
 
@@ -24,7 +24,7 @@ def config_cells(store, cfg: BenchmarkConfig) -> tuple[list[dict[str, Any]], lis
             found.append({"cell_id": cid, **{k: getattr(cell, k) for k in NAME_FIELDS}})
         else:
             missing.append(cell)
-    from jobs.encoder_cells import recorded_encoder_cells
+    from jobs.evaluation.encoder_cells import recorded_encoder_cells
 
     enc_found, enc_missing = recorded_encoder_cells(store, plan.encoder_cells)  # no encoder loaded
     return found + enc_found, missing + enc_missing, plan
@@ -33,7 +33,7 @@ def config_cells(store, cfg: BenchmarkConfig) -> tuple[list[dict[str, Any]], lis
 def config_records(store, cfg: BenchmarkConfig, all_records: bool = False) -> tuple[list[dict[str, Any]], int]:
     """(rows, cells not evaluated yet): the config's current records under its names; with
     ``all_records`` its history too (older settings, replaced weights), marked not current."""
-    from jobs.report_inputs import run_records
+    from jobs.report.inputs import run_records
 
     cells, missing, plan = config_cells(store, cfg)
     rows = [{**r, "current": True} for r in run_records(store, cells)]

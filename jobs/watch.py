@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from jobs.checkpoint_scan import scan_checkpoints
-from jobs.config import BenchmarkConfig
+from jobs.config.checkpoint_folders import scan_checkpoints
+from jobs.config.schema import BenchmarkConfig
 from storage_schema import FeatureStore
 from storage_schema.keys import watch_key
 from storage_schema.ledger import FailureLog

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.diagnostics.settings import InversionSettings, PerceptualNet, SaliencySettings
+from pipeline.protocols.diagnostics.settings import InversionSettings, PerceptualNet, SaliencySettings
 from pipeline.errors import ConfigError, unknown_name
-from pipeline.finetune.settings import FinetuneSettings
+from pipeline.protocols.finetune.settings import FinetuneSettings
 
 FINETUNE = "finetune"
 SALIENCY = "saliency"

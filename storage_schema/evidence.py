@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.compare.evidence import evidence_sha256
+from pipeline.analysis.compare.evidence import evidence_sha256
 from pipeline.errors import ArrayNotFoundError, StaleArrayError, StoreError
 from pipeline.protocols.evidence import Evidence
 from storage_schema import keys

@@ -128,7 +128,7 @@ def now_iso() -> str:
 
 def weights_summary(record: Mapping[str, Any]) -> str:
     """One line saying what was done to a checkpoint's tensors, from the features' provenance
-    (``encoder.weights``, written by :meth:`pipeline.encoders.fitting.CheckpointFit.record`).
+    (``encoder.weights``, written by :meth:`pipeline.encoders.checkpoints.fitting.CheckpointFit.record`).
 
     Parameters
     ----------

@@ -23,27 +23,27 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs.report.audits import (
+from jobs.report.sections.audits import (
     VIOLATION_MARKER, data_section, failed_section, flagged_section, invariance_section, warnings_section,
 )
-from jobs.report.cog import cog_section
-from jobs.report.correlation import correlation_section
-from jobs.report.dense import dense_section
-from jobs.report.encoder import encoder_sections
+from jobs.report.sections.cog import cog_section
+from jobs.report.sections.correlation import correlation_section
+from jobs.report.sections.dense import dense_section
+from jobs.report.sections.encoder import encoder_sections
 from jobs.report.files import write_atomic
 from jobs.report.html import page
 from jobs.report.model import build_run
-from jobs.report.overview import contents, overview_section, provenance_section
-from jobs.report.ranks import ranks_section
-from jobs.report.scores import (
+from jobs.report.sections.overview import contents, overview_section, provenance_section
+from jobs.report.sections.ranks import ranks_section
+from jobs.report.sections.scores import (
     BEST_MARKER, accuracy_section, best_layer_section, calibration_section, lowshot_section,
 )
-from jobs.report.series import series_section
-from jobs.report.summary import REGRESSION_MARKER, summary_section
+from jobs.report.sections.series import series_section
+from jobs.report.sections.summary import REGRESSION_MARKER, summary_section
 
 if TYPE_CHECKING:
-    from jobs.config import BenchmarkConfig
-    from jobs.correlate import CorrelationReport
+    from jobs.config.schema import BenchmarkConfig
+    from jobs.analysis.correlate import CorrelationReport
 
 __all__ = ["BEST_MARKER", "REGRESSION_MARKER", "VIOLATION_MARKER", "write_report"]
 
@@ -58,8 +58,8 @@ def write_report(records: list[dict], correlation: CorrelationReport | None, con
     ``failures``: failure records of this config's work (listed first); ``aside``: records
     set aside elsewhere (older settings); ``data_notes``: images left out and small classes
     per dataset split; ``waiting``: checkpoints still being written; ``problems``: run-level
-    messages; ``series``: the analysis of each checkpoint series (``jobs.series``);
-    ``summary``: the run summary (``jobs.alerts``: leaderboard, regressions); ``changes``:
+    messages; ``series``: the analysis of each checkpoint series (``jobs.analysis.series``);
+    ``summary``: the run summary (``jobs.report.events``: leaderboard, regressions); ``changes``:
     what changed since the previous run's summary (None when there was none).
     """
     run = build_run(list(records), config, aside=aside, failures=failures, data_notes=data_notes,

@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from jobs.correlate import current_records
+from jobs.analysis.correlate import current_records
 
 if TYPE_CHECKING:  # only for type checkers: reading a config is cheap, but not needed here
-    from jobs.config import BenchmarkConfig
+    from jobs.config.schema import BenchmarkConfig
 
 
 @dataclass
@@ -28,8 +28,8 @@ class ReportRun:
     data_notes: list[dict] = field(default_factory=list)  # {"where", "skipped": [...], "small_classes": {...}}
     waiting: list[str] = field(default_factory=list)  # checkpoints still being written
     problems: list[str] = field(default_factory=list)  # run-level messages
-    series: list[Any] = field(default_factory=list)  # jobs.series.SeriesAnalysis of each checkpoint series
-    summary: dict | None = None  # the run summary written beside the report (jobs.alerts)
+    series: list[Any] = field(default_factory=list)  # jobs.analysis.series.SeriesAnalysis of each checkpoint series
+    summary: dict | None = None  # the run summary written beside the report (jobs.report.events)
     changes: dict | None = None  # what changed since the previous run's summary; None: no previous one
     reference: dict[str, float] = field(default_factory=dict)  # reference score per encoder
 

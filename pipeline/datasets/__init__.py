@@ -8,26 +8,26 @@ domains ``cropdiseases``, ``eurosat``, ``isic2018``, ``chestx``. Per-pixel targe
 readouts): ``ade20k``, ``voc2012_segmentation`` and ``nyuv2_normals``.
 """
 
-from pipeline.datasets._registry import adapter_class, list_datasets, make_dataset, register_dataset
-from pipeline.datasets.ade20k import Ade20kDataset
+from pipeline.datasets.registry import adapter_class, list_datasets, make_dataset, register_dataset
+from pipeline.datasets.adapters.ade20k import Ade20kDataset
 from pipeline.datasets.base import IMAGE_EXTENSIONS, METRICS, DatasetAdapter
-from pipeline.datasets.cdfsl import ChestXDataset, CropDiseasesDataset, EuroSatDataset, Isic2018Dataset
-from pipeline.datasets.cifar import Cifar10Dataset, Cifar100Dataset
-from pipeline.datasets.digits import DigitsDataset
-from pipeline.datasets.features import PrecomputedFeaturesDataset
-from pipeline.datasets.folders import CsvManifestDataset, ImageFolderDataset
-from pipeline.datasets.hf import HuggingFaceDataset
-from pipeline.datasets.imagenet import ImageNetDataset
+from pipeline.datasets.adapters.cdfsl import ChestXDataset, CropDiseasesDataset, EuroSatDataset, Isic2018Dataset
+from pipeline.datasets.adapters.cifar import Cifar10Dataset, Cifar100Dataset
+from pipeline.datasets.adapters.digits import DigitsDataset
+from pipeline.datasets.adapters.features import PrecomputedFeaturesDataset
+from pipeline.datasets.adapters.folders import CsvManifestDataset, ImageFolderDataset
+from pipeline.datasets.adapters.hf import HuggingFaceDataset
+from pipeline.datasets.adapters.imagenet import ImageNetDataset
 from pipeline.datasets.inspection import dataset_summary, format_summary, show_dataset
 from pipeline.datasets.listing import ListedImageDataset, Listing, PublishedDataset
-from pipeline.datasets.dense import DenseDataset
-from pipeline.datasets.natural import Caltech101Dataset, CarsDataset, Food101Dataset, Sun397Dataset
-from pipeline.datasets.nyuv2 import Nyuv2NormalsDataset
-from pipeline.datasets.oxford import AircraftDataset, DtdDataset, Flowers102Dataset, PetsDataset
-from pipeline.datasets.textures import TexturesDataset, render_texture
-from pipeline.datasets.voc import VOC_CLASSES, Voc2007Dataset
-from pipeline.datasets.voc_segmentation import VocSegmentationDataset
-from pipeline.datasets.webdataset import WebDatasetShards
+from pipeline.datasets.adapters.dense import DenseDataset
+from pipeline.datasets.adapters.natural import Caltech101Dataset, CarsDataset, Food101Dataset, Sun397Dataset
+from pipeline.datasets.adapters.nyuv2 import Nyuv2NormalsDataset
+from pipeline.datasets.adapters.oxford import AircraftDataset, DtdDataset, Flowers102Dataset, PetsDataset
+from pipeline.datasets.adapters.textures import TexturesDataset, render_texture
+from pipeline.datasets.adapters.voc import VOC_CLASSES, Voc2007Dataset
+from pipeline.datasets.adapters.voc_segmentation import VocSegmentationDataset
+from pipeline.datasets.adapters.webdataset import WebDatasetShards
 
 
 

@@ -51,7 +51,7 @@ class DatasetAdapter(ABC):
         all of a dataset), or None.
     ``dense_task``
         ``"segmentation"`` or ``"normals"`` for a dataset with per-pixel targets (metric
-        ``miou`` or ``angular``; see :mod:`pipeline.datasets.dense`), else None.
+        ``miou`` or ``angular``; see :mod:`pipeline.datasets.adapters.dense`), else None.
 
     Parameters
     ----------

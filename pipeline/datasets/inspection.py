@@ -232,7 +232,7 @@ def show_dataset(adapter: str, params: dict[str, Any], name: str | None = None, 
     """
     import json
 
-    from pipeline.datasets._registry import make_dataset
+    from pipeline.datasets.registry import make_dataset
 
     summary = dataset_summary(make_dataset(adapter, name=name, **params), decode=decode)
     return json.dumps(summary, indent=1) if as_json else format_summary(summary)

@@ -6,9 +6,9 @@
 * :mod:`~pipeline.encoders.encoder`: :class:`Encoder` and :func:`load_encoder`, weights and
   one-pass multi-layer features;
 * :mod:`~pipeline.encoders.hub`: pretrained weights from the local caches only;
-* :mod:`~pipeline.encoders.fitting`: finding an architecture's weights in a checkpoint (the
+* :mod:`~pipeline.encoders.checkpoints.fitting`: finding an architecture's weights in a checkpoint (the
   inner key, the prefix, what is dropped, what timm resamples);
-* :mod:`~pipeline.encoders.matching`: whether a checkpoint fits, from its header, and loading it.
+* :mod:`~pipeline.encoders.checkpoints.matching`: whether a checkpoint fits, from its header, and loading it.
 
 The names below are importable from this package; all but the spec's are loaded on first
 use, so ``from pipeline.encoders import EncoderSpec`` does not import torch.
@@ -33,7 +33,7 @@ _LAZY = {
     "meta_feature_shapes": "pipeline.encoders.encoder",
     "meta_encoder": "pipeline.encoders.encoder",
     "check_layers_available": "pipeline.encoders.building",
-    "check_checkpoint_fits": "pipeline.encoders.matching",
+    "check_checkpoint_fits": "pipeline.encoders.checkpoints.matching",
 }
 
 __all__ = ["PRE_LOGITS", "Encoder", "EncoderSpec", "check_architecture", "check_checkpoint_fits",
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from pipeline.encoders.encoder import (
         Encoder, load_encoder, meta_encoder, meta_feature_dims, meta_feature_shapes,
     )
-    from pipeline.encoders.matching import check_checkpoint_fits
+    from pipeline.encoders.checkpoints.matching import check_checkpoint_fits
 
 
 def __getattr__(name: str) -> Any:

@@ -27,14 +27,14 @@ from PIL import Image
 from timm.data import create_transform, resolve_model_data_config
 from torch import Tensor, nn
 
-from pipeline.checkpoints import weights_fingerprint
+from pipeline.encoders.checkpoints.reading import weights_fingerprint
 from pipeline.encoders.building import (
     INIT_LOCK, available_layers, build_on_meta, check_layer_names, create_model, model_kwargs,
 )
 from pipeline.encoders.hub import create_pretrained
 from pipeline.encoders.outputs import grid_map, pooled, tokens_of
 from pipeline.encoders.precision import PRECISIONS, autocast_dtype  # noqa: F401  (re-exported)
-from pipeline.encoders.matching import checkpoint_path, load_checkpoint_into
+from pipeline.encoders.checkpoints.matching import checkpoint_path, load_checkpoint_into
 from pipeline.encoders.spec import (
     MAP_SUFFIX, PRE_LOGITS, TOKENS_SUFFIX, EncoderSpec, base_layer, check_architecture, is_map_layer,
     is_token_layer, layer_kind,
@@ -56,7 +56,7 @@ class Encoder:
     device : torch.device
         Where the forward pass runs.
     fingerprint : str
-        The weights fingerprint (:func:`pipeline.checkpoints.weights_fingerprint`).
+        The weights fingerprint (:func:`pipeline.encoders.checkpoints.reading.weights_fingerprint`).
     autocast : torch.dtype, bool or None
         The autocast dtype of the forward pass (float16 or bfloat16); True means
         float16; None or False: float32 throughout.

@@ -144,7 +144,7 @@ class EncoderSpec:
         Square input resolution overriding the model's default (ViTs are built for it).
     strip_prefixes : tuple of str
         Key prefix parts tried besides the usual ones (``module.``, ``backbone.``,
-        ``encoder_q.``, ...: :data:`pipeline.encoders.fitting.PREFIX_PARTS`) when a
+        ``encoder_q.``, ...: :data:`pipeline.encoders.checkpoints.fitting.PREFIX_PARTS`) when a
         checkpoint's tensor names are matched to the architecture.
     checkpoint_key : str, optional
         Where a checkpoint holding several state dicts keeps the weights (``teacher``,

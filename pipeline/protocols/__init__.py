@@ -16,18 +16,20 @@ import importlib
 from typing import Any
 
 # register the built-in protocols
-from pipeline.protocols import builtin, builtin_dense, builtin_nets  # noqa: F401
+from pipeline.protocols import builtin  # noqa: F401
+from pipeline.protocols.dense import protocols as _dense  # noqa: F401
+from pipeline.protocols.nets import protocols as _nets  # noqa: F401
 from pipeline.protocols.registry import EvalData, Protocol, ProtocolResult, get_protocol, list_protocols, resolve_settings
 
 _LAZY = {
-    "apply_temperature": "calibration", "calibration_report": "calibration",
-    "expected_calibration_error": "calibration", "fit_temperature": "calibration",
-    "FewShotResult": "fewshot", "fewshot_episodes": "fewshot",
-    "EXPECTED_INVARIANCE": "invariance", "MAPS": "invariance", "invariance_audit": "invariance",
-    "KNNClassifier": "knn", "knn_class_weights": "knn", "topk_blocks": "knn",
-    "DEFAULT_CS": "logistic", "LogisticProbe": "logistic",
-    "LowShotResult": "lowshot", "lowshot_curve": "lowshot", "relative_to_baseline": "lowshot",
-    "DEFAULT_ALPHAS": "ridge", "RidgeProbe": "ridge",
+    "apply_temperature": "audits.calibration", "calibration_report": "audits.calibration",
+    "expected_calibration_error": "audits.calibration", "fit_temperature": "audits.calibration",
+    "FewShotResult": "episodic.fewshot", "fewshot_episodes": "episodic.fewshot",
+    "EXPECTED_INVARIANCE": "audits.invariance", "MAPS": "audits.invariance", "invariance_audit": "audits.invariance",
+    "KNNClassifier": "neighbours.knn", "knn_class_weights": "neighbours.knn", "topk_blocks": "neighbours.knn",
+    "DEFAULT_CS": "linear.logistic", "LogisticProbe": "linear.logistic",
+    "LowShotResult": "episodic.lowshot", "lowshot_curve": "episodic.lowshot", "relative_to_baseline": "episodic.lowshot",
+    "DEFAULT_ALPHAS": "linear.ridge", "RidgeProbe": "linear.ridge",
     "L2Normalize": "transforms", "Standardize": "transforms", "Whiten": "transforms",
     "make_transform": "transforms", "FeatureRows": "blocks",
 }

@@ -112,12 +112,12 @@ def _train_val_rows(data: EvalData) -> tuple[FeatureRows, np.ndarray, np.ndarray
 )
 def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     if data.multilabel:  # the paper's VOC setting: one binary probe per class, difficult left out
-        from pipeline.protocols.multilabel import multilabel_logistic
+        from pipeline.protocols.linear.multilabel import multilabel_logistic
 
         return multilabel_logistic(data, s)
     import torch
 
-    from pipeline.protocols.logistic import LogisticProbe
+    from pipeline.protocols.linear.logistic import LogisticProbe
     from pipeline.protocols.transforms import fit_row_map
 
     device = resolve_device(s["device"])
@@ -144,7 +144,7 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         # with a model that did not see it (the selected C on the probe's train part),
         # then applied to the final model's test logits. (Softmax calibration has no
         # multi-label counterpart: such cells report none.)
-        from pipeline.protocols.calibration import calibration_report_blocks
+        from pipeline.protocols.audits.calibration import calibration_report_blocks
 
         tr, va = probe.train_index_, probe.val_index_
         held = LogisticProbe(C=probe.C_, tol=s["tol"], max_iter=s["max_iter"], device=device)
@@ -201,7 +201,7 @@ def _columns(classes: np.ndarray, labels: np.ndarray) -> np.ndarray:
     description="least squares to one-vs-rest targets, alpha by exact leave-one-out PRESS (ViT few-shot)",
 )
 def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-    from pipeline.protocols.ridge import DEFAULT_ALPHAS, RidgeProbe
+    from pipeline.protocols.linear.ridge import DEFAULT_ALPHAS, RidgeProbe
     from pipeline.protocols.transforms import fit_row_map
 
     device = resolve_device(s["device"])
@@ -261,7 +261,7 @@ def _check_knn(settings: Mapping[str, Any]) -> None:
     description="weighted k-NN on cosine similarity (Wu 2018, DINO); streams train blocks",
 )
 def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-    from pipeline.protocols.knn import knn_class_weights, topk_blocks
+    from pipeline.protocols.neighbours.knn import knn_class_weights, topk_blocks
 
     if s["n_neighbors"] > len(data.y_train):  # known before a single block is read
         raise DataValidationError(f"n_neighbors={s['n_neighbors']} is larger than the train set "
@@ -294,7 +294,7 @@ def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     description="N-way K-shot nearest-centroid episodes with a 95% CI (Ericsson 2021)",
 )
 def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-    from pipeline.protocols.fewshot import fewshot_episodes
+    from pipeline.protocols.episodic.fewshot import fewshot_episodes
 
     device = resolve_device(s["device"])
     d = data.X_test.shape[1]
@@ -329,7 +329,7 @@ def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     description="accuracy with N train images per class, 5 samples each (ImageNet-CoG)",
 )
 def _lowshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-    from pipeline.protocols.lowshot import lowshot_curve
+    from pipeline.protocols.episodic.lowshot import lowshot_curve
 
     device = resolve_device(s["device"])
     res = lowshot_curve(data.train_rows(), data.y_train, data.X_test, data.y_test, shots=s["shots"],
@@ -359,7 +359,7 @@ def _lowshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     description="changed predictions under rotation, scale, translation, per-feature and dense maps",
 )
 def _invariance(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-    from pipeline.protocols.invariance import invariance_audit
+    from pipeline.protocols.audits.invariance import invariance_audit
 
     rows, y = data.train_rows(), np.asarray(data.y_train)
     keep = np.arange(len(y))

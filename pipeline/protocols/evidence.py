@@ -162,7 +162,7 @@ class Evidence:
         -------
         Evidence
         """
-        from pipeline.compare.evidence import labels_fingerprint
+        from pipeline.analysis.compare.evidence import labels_fingerprint
 
         y = np.asarray(y_test)
         values = _predictions(predictions, n_classes, y.shape[0], "predictions")
@@ -186,7 +186,7 @@ class Evidence:
         -------
         Evidence
         """
-        from pipeline.compare.evidence import labels_fingerprint
+        from pipeline.analysis.compare.evidence import labels_fingerprint
 
         y = np.asarray(y_test)
         values = np.asarray(scores)
@@ -214,7 +214,7 @@ class Evidence:
         -------
         Evidence
         """
-        from pipeline.compare.evidence import episodes_fingerprint
+        from pipeline.analysis.compare.evidence import episodes_fingerprint
 
         values = np.asarray(accuracies, dtype=np.float64)
         if values.ndim != 1 or values.size == 0:
@@ -241,7 +241,7 @@ class Evidence:
         -------
         Evidence
         """
-        from pipeline.compare.evidence import labels_fingerprint
+        from pipeline.analysis.compare.evidence import labels_fingerprint
 
         y = np.asarray(y_test)
         if not fits:
@@ -269,7 +269,7 @@ class Evidence:
         -------
         Evidence
         """
-        from pipeline.compare.evidence import evidence_sha256
+        from pipeline.analysis.compare.evidence import evidence_sha256
 
         values = np.asarray(counts)
         y = np.asarray(y_test)

@@ -129,7 +129,7 @@ def multilabel_metrics(Y_true: np.ndarray, scores: np.ndarray) -> dict[str, Any]
         without a present test image has seed AP 1/11 and no devkit AP (the protocol's
         record then carries an ``undefined_ap`` warning).
     """
-    from pipeline.protocols.average_precision import check_multilabel, mean_average_precision_11
+    from pipeline.protocols.linear.average_precision import check_multilabel, mean_average_precision_11
 
     scores = np.asarray(scores, dtype=np.float64)
     labels = check_multilabel(Y_true, "Y_true")

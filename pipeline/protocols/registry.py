@@ -183,7 +183,7 @@ def check_eval_data(data: EvalData, protocol: Protocol | None = None) -> None:
     protocol : Protocol or None
         The protocol that will run (multi-label labels need ``protocol.multilabel``).
     """
-    from pipeline.protocols.average_precision import check_multilabel
+    from pipeline.protocols.linear.average_precision import check_multilabel
     from pipeline.protocols.dense.data import DenseData, check_dense_data
     from pipeline.protocols.validation import check_class_indices, check_min_classes
 
@@ -247,7 +247,7 @@ def _checked_features(X: Any, name: str, protocol: Protocol | None) -> np.ndarra
                                   f"{getattr(protocol, 'name', None)!r} cannot take (it needs pooled (n, d) "
                                   f"features); protocols that read tokens: {able}")
     if tokens:
-        from pipeline.protocols.attentive import check_tokens
+        from pipeline.protocols.nets.attentive import check_tokens
 
         if np.ndim(X) != 3:
             raise DataValidationError(f"{name} has shape {np.shape(X)}, but protocol {protocol.name!r} reads token "

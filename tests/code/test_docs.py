@@ -213,7 +213,7 @@ TOP_LEVEL = "Top-level fields"
 
 def _config_sections() -> list[tuple[str, type]]:
     """(section heading, dataclass) for the config and every dataclass nested in it."""
-    from jobs.config import BenchmarkConfig
+    from jobs.config.schema import BenchmarkConfig
 
     out, todo = [], [("", BenchmarkConfig)]
     while todo:
@@ -238,7 +238,7 @@ def _field_default(f: dataclasses.Field):
 
 def _suite_fields() -> list[str]:
     """The fields ``suite:`` takes, as its own error message lists them."""
-    from jobs.suites import expand_suite
+    from jobs.config.suites import expand_suite
     from pipeline.errors import ConfigError
 
     with pytest.raises(ConfigError) as caught:
@@ -310,7 +310,7 @@ def _commands(parser: argparse.ArgumentParser, prefix: str = "repeval") -> list[
 
 
 def _cli_commands() -> list[tuple[str, argparse.ArgumentParser]]:
-    from flows.cli import build_parser
+    from flows.cli.main import build_parser
 
     return _commands(build_parser())
 
@@ -358,11 +358,11 @@ def test_command_section_names_every_option_with_its_default(command, parser):
 
 
 def test_every_exit_code_is_documented():
-    import flows.cli
-    import flows.commands_run
-    import flows.commands_store
+    import flows.cli.main
+    import flows.cli.run
+    import flows.cli.store
 
-    codes = {0} | {v for m in (flows.cli, flows.commands_run, flows.commands_store) for k, v in vars(m).items()
+    codes = {0} | {v for m in (flows.cli.main, flows.cli.run, flows.cli.store) for k, v in vars(m).items()
                    if k.startswith("EXIT_") and isinstance(v, int)}
     documented = {int(r[0]) for r in table_rows(sections(DOCS / "cli.md")["Exit codes"]) if r[0].isdigit()}
     assert codes <= documented, f"docs/cli.md, section '## Exit codes': no rows for {sorted(codes - documented)}"

@@ -8,8 +8,8 @@ of every module of the packages and the benchmarks:
 * ``from M import _name`` and ``import M._private`` / ``from M._private import name``;
 * ``X._name`` where ``X`` was bound by an import (a module or an imported object).
 
-A package may keep private modules for its own modules (``pipeline/datasets/_registry.py``
-is imported by its siblings); nothing outside that package may import them.
+A package may keep private modules (a name with a leading underscore) for its own modules;
+nothing outside that package may import them.
 """
 
 from __future__ import annotations
@@ -102,9 +102,9 @@ def test_the_check_finds_each_kind_of_reach(tmp_path: Path) -> None:
         "import flows.runtime\n"
         "import timm.models._builder\n"
         "from sklearn.utils._param_validation import Interval\n"
-        "from jobs.extract import _run\n"
+        "from jobs.extraction.extract import _run\n"
         "from pipeline.protocols._validation import check_labels\n"  # allowed: same package
-        "from pipeline.datasets._registry import register_dataset\n"  # another package's private module
+        "from pipeline.datasets._hashing import register_dataset\n"  # another package's private module
         "from . import _validation\n"  # allowed: the package's own private module
         "x = flows.runtime._helper\n"
         "y = Interval._private_attr\n"
@@ -115,8 +115,8 @@ def test_the_check_finds_each_kind_of_reach(tmp_path: Path) -> None:
     assert found == [
         "import of private module timm.models._builder",
         "import from private module sklearn.utils._param_validation",
-        "import of private name jobs.extract._run",
-        "import from private module pipeline.datasets._registry",
+        "import of private name jobs.extraction.extract._run",
+        "import from private module pipeline.datasets._hashing",
         "use of private name flows.runtime._helper",
         "use of private name Interval._private_attr",
     ]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import zarr
 
-from jobs.extract import extract
+from jobs.extraction.extract import extract
 from pipeline.encoders import load_encoder
 from pipeline.errors import ReadOnlyStoreError
 from storage_schema import DEFAULT_TTL, FeatureStore, Lease, features_group_key

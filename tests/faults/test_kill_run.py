@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.config import load_config
-from jobs.evaluate import cell_identity
+from jobs.config.schema import load_config
+from jobs.evaluation.evaluate import cell_identity
 from jobs.plan import evaluation_cells
 from storage_schema import FeatureStore
 from storage_schema.ledger import LEDGER, Ledger
@@ -207,7 +207,7 @@ def _running_helpers(sid: int) -> bool:
 
 @pytest.mark.slow
 def test_sigterm_of_a_run_stops_its_dask_workers_and_prefect_server(tmp_path):
-    from flows.cli import EXIT_INTERRUPTED
+    from flows.cli.main import EXIT_INTERRUPTED
 
     config = _config(tmp_path, episodes=3000)
     raw = yaml.safe_load(config.read_text())

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import save_file
 
-from jobs.extract import extract
-from jobs.repair import repair
+from jobs.extraction.extract import extract
+from jobs.extraction.repair import repair
 from pipeline.encoders import EncoderSpec, load_encoder
 from storage_schema import FeatureStore
 from tests.helpers.children import SPEC, SPLIT, extract_config, textures

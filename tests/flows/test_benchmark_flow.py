@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from flows.benchmark import run_benchmark
-from jobs.config import load_config
+from jobs.config.schema import load_config
 from pipeline.errors import ConfigError
 from storage_schema import FeatureStore
 from storage_schema.ledger import FailureLog, Ledger
@@ -154,7 +154,7 @@ def test_added_encoder_extracts_and_evaluates_only_its_cells(first_run):
 
 @pytest.mark.slow
 def test_a_correlation_that_cannot_be_computed_fails_the_run(first_run, tmp_path, capsys):
-    from flows.cli import main
+    from flows.cli.main import main
     from jobs.results import failed_rows
 
     tmp, raw, _ = first_run

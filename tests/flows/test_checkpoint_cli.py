@@ -10,7 +10,7 @@ from pathlib import Path
 import timm
 import torch
 
-from flows.cli import main
+from flows.cli.main import main
 
 ARCH = "test_resnet"
 DATA = ["--dataset", "textures", "--param", 'n_per_class={"train": 4, "test": 4}', "--input-size", "32", "--quiet"]

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pandas as pd
 
-from flows.cli import main
-from jobs.evaluate import Cell, evaluate_cell
+from flows.cli.main import main
+from jobs.evaluation.evaluate import Cell, evaluate_cell
 from storage_schema import ArraySpec, FeatureStore
 
 
@@ -127,8 +127,8 @@ def test_results_show_the_current_settings_and_all_shows_history(tmp_path, capsy
 def test_each_config_name_keeps_its_rows_when_weights_are_identical(tmp_path, capsys):
     import yaml
 
-    from jobs.config import ExtractConfig
-    from jobs.extract import extract
+    from jobs.config.schema import ExtractConfig
+    from jobs.extraction.extract import extract
     from pipeline.datasets import make_dataset
     from pipeline.encoders import EncoderSpec
 

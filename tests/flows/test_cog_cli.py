@@ -10,8 +10,8 @@ import pytest
 import yaml
 from PIL import Image
 
-from flows.cli import main
-from jobs.config import load_config
+from flows.cli.main import main
+from jobs.config.schema import load_config
 from jobs.plan import check_plan, evaluation_cells
 from tests.pipeline.test_cog import COUNTS, DESCENDANTS, EDGES, EXCLUDED, EXPECTED, RANKED, SEEN
 

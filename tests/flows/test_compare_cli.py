@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from flows.cli import main
-from pipeline.compare import labels_fingerprint
+from flows.cli.main import main
+from pipeline.analysis.compare import labels_fingerprint
 from storage_schema.evidence import read_evidence
 from tests.helpers.evidence import DATASET, SETTINGS, evaluate_all, noisy_encoders, put_labels
 

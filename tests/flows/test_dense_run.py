@@ -13,7 +13,7 @@ import pytest
 import yaml
 from scipy.stats import pearsonr
 
-from flows.cli import main
+from flows.cli.main import main
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
 from tests.helpers.dense_layouts import write_ade20k, write_nyuv2

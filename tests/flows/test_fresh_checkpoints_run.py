@@ -17,7 +17,7 @@ import timm
 import torch
 import yaml
 
-from flows.cli import main
+from flows.cli.main import main
 from tests.pipeline.datasets.layouts import write_image
 
 ARCH = "test_resnet"

@@ -12,9 +12,9 @@ import sys
 from tests.helpers.cli import REPO, cli_env
 
 HEAVY = ("torch", "timm", "torchvision", "sklearn", "matplotlib", "prefect", "dask", "scipy", "pandas")
-LIGHT = ("flows.cli", "jobs.config", "jobs.plan", "jobs.results", "jobs.report_inputs", "jobs.summary",
-         "jobs.watch", "jobs.checkpoint_scan", "storage_schema.ledger", "flows.commands_compare", "jobs.compare",
-         "jobs.series", "jobs.alerts", "storage_schema.evidence")
+LIGHT = ("flows.cli", "jobs.config.schema", "jobs.plan", "jobs.results", "jobs.report.inputs", "jobs.report.run_summary",
+         "jobs.watch", "jobs.config.checkpoint_folders", "storage_schema.ledger", "flows.cli.compare", "jobs.analysis.compare",
+         "jobs.analysis.series", "jobs.report.events", "storage_schema.evidence")
 
 
 def test_cli_and_config_modules_import_no_heavy_library():

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from flows.cli import main
+from flows.cli.main import main
 from tests.flows.test_imports import HEAVY
 from tests.helpers.cli import REPO, cli_env
 
@@ -117,7 +117,7 @@ def test_datasets_show_still_reads_a_copy(capsys):
 
 def test_registry_commands_import_no_heavy_library():
     """Measured the way a user runs them: a fresh interpreter, then the modules it loaded."""
-    code = ("import sys\nfrom flows.cli import main\n"
+    code = ("import sys\nfrom flows.cli.main import main\n"
             "for argv in (['protocols'], ['protocols', 'lowshot'], ['datasets'], ['datasets', '--json']):\n"
             "    assert main(argv) == 0\n"
             f"print('HEAVY', sorted(h for h in {HEAVY!r} if h in sys.modules))")

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from flows.alerts import EVALUATED_EVENT, REGRESSED_EVENT, report_resource
-from flows.cli import main
-from jobs.alerts import event_payload, read_summary, summary_path
+from flows.cli.main import main
+from jobs.report.events import event_payload, read_summary, summary_path
 from tests.helpers.cli import REPO
 from tests.helpers.configs import write_checkpoint
 from tests.helpers.html import parse_strict

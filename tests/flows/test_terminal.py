@@ -12,8 +12,8 @@ import pytest
 import yaml
 from PIL import Image
 
-from flows.cli import EXIT_PIPE, build_parser, main
-from jobs.evaluate import Cell, evaluate_cell
+from flows.cli.main import EXIT_PIPE, build_parser, main
+from jobs.evaluation.evaluate import Cell, evaluate_cell
 from storage_schema import ArraySpec, FeatureStore
 from storage_schema.ledger import FailureLog, failure_id
 from tests.helpers.cli import REPO, cli_env

@@ -9,7 +9,7 @@ import multiprocessing as mp
 import numpy as np
 from tqdm.auto import tqdm
 
-from jobs.extract import ExtractConfig, extract
+from jobs.extraction.extract import ExtractConfig, extract
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec, load_encoder
 from storage_schema import FeatureStore
@@ -18,7 +18,7 @@ from storage_schema import FeatureStore
 # forkserver, the children inherit it instead of each killed one leaving its own behind.
 tqdm.get_lock()
 
-PRELOAD = ["numpy", "torch", "timm", "zarr", "pipeline.encoders.encoder", "pipeline.datasets", "jobs.extract",
+PRELOAD = ["numpy", "torch", "timm", "zarr", "pipeline.encoders.encoder", "pipeline.datasets", "jobs.extraction.extract",
            "storage_schema", "tests.helpers.children"]
 # 128 train images: 16 chunks of one batch of 8.
 SPEC = EncoderSpec(name="r18", arch="resnet18", layers=("pre_logits", "block3"), input_size=32)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.evaluate import Cell, evaluate_cell
+from jobs.evaluation.evaluate import Cell, evaluate_cell
 from storage_schema import ArraySpec, FeatureStore, feature_key, features_group_key, stable_hash
 
 DATASET = "digitsnpz"

@@ -1,10 +1,10 @@
-"""Synthetic ledger records shaped like those jobs.evaluate writes, and a config over them."""
+"""Synthetic ledger records shaped like those jobs.evaluation.evaluate writes, and a config over them."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from jobs.config import load_config
+from jobs.config.schema import load_config
 from pipeline.protocols.registry import resolve_settings
 from storage_schema.ledger import cell_id, config_hash
 from storage_schema.provenance import stable_hash
@@ -39,7 +39,7 @@ def make_config(models, correlation=None, reference=None, report=None):
 
 def make_record(model, dataset, setting, metrics, *, layer="pre_logits", diagnostics=None, warnings=None,
                 converged=True, recorded="2025-01-01T00:00:00+00:00", settings=None, weights="w0"):
-    """One ledger record with the fields and nesting of jobs.evaluate.evaluate_cell."""
+    """One ledger record with the fields and nesting of jobs.evaluation.evaluate.evaluate_cell."""
     protocol = PROTOCOL_OF[setting]
     settings = SETTINGS_OF[setting] if settings is None else resolve_settings(protocol, settings)
     fps = {}

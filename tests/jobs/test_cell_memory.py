@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from flows.benchmark import run_plan
-from jobs.cell_memory import check_cells_fit, parse_bytes, task_bytes
-from jobs.config import load_config
-from jobs.evaluate import evaluate_cells
-from jobs.import_features import import_features
+from jobs.evaluation.cell_memory import check_cells_fit, parse_bytes, task_bytes
+from jobs.config.schema import load_config
+from jobs.evaluation.evaluate import evaluate_cells
+from jobs.extraction.import_features import import_features
 from jobs.plan import make_plan, run_extract_unit
 from pipeline.datasets import make_dataset
 from pipeline.errors import CellTooLargeError, ConfigError, DataValidationError
@@ -70,7 +70,7 @@ def _stored_config_stub() -> dict:
 
 
 def test_import_streams_float16_through_memory_maps_and_keeps_the_fingerprint(tmp_path, monkeypatch):
-    monkeypatch.setattr("jobs.import_features.IMPORT_CHUNK_ROWS", 512)
+    monkeypatch.setattr("jobs.extraction.import_features.IMPORT_CHUNK_ROWS", 512)
     folder = _npy_folder(tmp_path / "npy")
     dataset = make_dataset("features", name="blobs", path=str(folder))
     assert isinstance(dataset.features("train"), np.memmap)  # never loaded whole

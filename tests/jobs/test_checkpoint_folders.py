@@ -12,8 +12,8 @@ import pytest
 import timm
 import torch
 
-from jobs.checkpoint_scan import scan_checkpoints, wait_for_settled
-from jobs.config import load_config
+from jobs.config.checkpoint_folders import scan_checkpoints, wait_for_settled
+from jobs.config.schema import load_config
 from jobs.plan import make_plan
 from pipeline.errors import ConfigError
 from tests.helpers.configs import tiny_config
@@ -128,7 +128,7 @@ def test_a_one_shot_run_waits_for_settling_files_up_to_settle_seconds(tmp_path: 
 
 
 def test_a_folder_that_gives_no_file_says_why_with_a_pattern_that_takes_its_files(tmp_path: Path) -> None:
-    from jobs.summary import build_summary, summary_lines
+    from jobs.report.run_summary import build_summary, summary_lines
 
     raw = _config(tmp_path, pattern="*.safetensors")  # the default pattern, beside a lab's .ckpt files
     (tmp_path / "ck").mkdir()

@@ -8,9 +8,9 @@ import copy
 import pytest
 import yaml
 
-from flows.cli import main
-from jobs.config import load_config
-from jobs.config_check import MAX_FILE_BYTES, MAX_STRING, MAX_VALUES, ConfigMistakes, Mistakes
+from flows.cli.main import main
+from jobs.config.schema import load_config
+from jobs.config.mistakes import MAX_FILE_BYTES, MAX_STRING, MAX_VALUES, ConfigMistakes, Mistakes
 from jobs.plan import make_plan
 from pipeline.errors import ConfigError
 from tests.helpers.configs import tiny_config

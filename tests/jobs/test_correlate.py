@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jobs.correlate import correlate_results, current_records, measured_reference
+from jobs.analysis.correlate import correlate_results, current_records, measured_reference
 from pipeline.errors import DataValidationError
 from tests.helpers.records import (
     DATASETS, MODELS, linear_records, logistic_metrics, make_config, make_record, synthetic_scores,

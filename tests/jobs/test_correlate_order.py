@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from jobs.correlate import correlate_results
+from jobs.analysis.correlate import correlate_results
 from tests.helpers.records import MODELS, linear_records, make_config, synthetic_scores
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from flows.cli import main
-from jobs.config import load_config
-from jobs.report_inputs import correlate_and_report
+from flows.cli.main import main
+from jobs.config.schema import load_config
+from jobs.report.inputs import correlate_and_report
 from pipeline.errors import ConfigError
 from storage_schema.ledger import FailureLog
 from tests.helpers.evidence import DATASET, evaluate_all, noisy_encoders

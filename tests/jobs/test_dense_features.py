@@ -15,12 +15,12 @@ import torch
 from scipy.stats import pearsonr
 from sklearn.metrics import confusion_matrix as sk_confusion
 
-from flows.cli import main
-from jobs.compare import compare_encoders
-from jobs.config import load_config
-from jobs.dense_targets import store_targets
-from jobs.evaluate import Cell, evaluate_cell
-from jobs.extract import ExtractConfig, extract
+from flows.cli.main import main
+from jobs.analysis.compare import compare_encoders
+from jobs.config.schema import load_config
+from jobs.extraction.dense_targets import store_targets
+from jobs.evaluation.evaluate import Cell, evaluate_cell
+from jobs.extraction.extract import ExtractConfig, extract
 from jobs.plan import evaluation_cells, make_plan
 from pipeline.datasets import make_dataset
 from pipeline.datasets.dense_geometry import resample_target, target_geometry
@@ -176,7 +176,7 @@ def test_mismatched_dense_configs_are_refused_at_planning(world, protocols, data
 
 
 def test_dense_cell_memory_is_known_before_extraction_and_an_impossible_cell_is_refused(world, tmp_path):
-    from jobs.cell_memory import check_cells_fit, declared_memory, parse_bytes
+    from jobs.evaluation.cell_memory import check_cells_fit, declared_memory, parse_bytes
 
     raw = _config(world, [{"name": "seg", "protocol": "segmentation", "settings": SEG}], datasets=("ade",))
     before = make_plan(load_config({**raw, "store": str(tmp_path / "empty")}))  # sized on the meta device
@@ -288,7 +288,7 @@ def test_correlations_negate_angle_errors_and_logit_the_fractions(world):
     median, within = cfg.correlation.settings
     assert (median.bounded, median.lower_is_better) == (False, True) and (within.bounded, within.lower_is_better) == (
         True, False)
-    from jobs.correlate import correlate_results
+    from jobs.analysis.correlate import correlate_results
 
     errors, shares = {"a": 30.0, "b": 24.0, "c": 25.0, "d": 18.0}, {"a": 0.1, "b": 0.3, "c": 0.2, "d": 0.5}
     from storage_schema.ledger import config_hash
@@ -326,7 +326,7 @@ def test_the_report_shows_the_dense_tables_and_predicted_maps(world, evaluated):
 
 
 def test_a_damaged_targets_chunk_is_repaired_bitwise(world, tmp_path):
-    from jobs.repair import repair
+    from jobs.extraction.repair import repair
 
     store = FeatureStore(str(tmp_path / "s"))
     key = store_targets(store, world["nyu"], "train", world["encoders"][0].data_config)

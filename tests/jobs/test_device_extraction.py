@@ -12,9 +12,9 @@ import pytest
 import torch
 from PIL import Image
 
-from jobs.config import ExtractConfig, load_config
-from jobs.extract import extract
-from jobs.forward import loader_settings
+from jobs.config.schema import ExtractConfig, load_config
+from jobs.extraction.extract import extract
+from jobs.extraction.forward import loader_settings
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec, load_encoder
 from pipeline.encoders.device_preprocess import DevicePreprocess
@@ -139,7 +139,7 @@ def test_loader_settings_and_bad_values():
 
 
 def test_cli_extract_takes_the_device_settings_and_refuses_bad_ones(tmp_path, capsys):
-    from flows.cli import main
+    from flows.cli.main import main
 
     root = str(_image_folder(tmp_path / "imgs", per_class=1))
     store = str(tmp_path / "store")

@@ -13,19 +13,19 @@ import pytest
 import torch
 
 from flows.encoder_tasks import finetune_finish_task, finetune_point_task
-from jobs.config import load_config
-from jobs.correlate import correlate_results
-from jobs.encoder_cells import recorded_encoder_cells, scratch_folder
-from jobs.encoder_config import encoder_config_hash
-from jobs.encoder_jobs import diagnostic_cell, finetune_finish, finetune_point
+from jobs.config.schema import load_config
+from jobs.analysis.correlate import correlate_results
+from jobs.evaluation.encoder_cells import recorded_encoder_cells, scratch_folder
+from jobs.config.encoder_protocols import encoder_config_hash
+from jobs.evaluation.encoder_jobs import diagnostic_cell, finetune_finish, finetune_point
 from jobs.failures import sync_failures
 from jobs.plan import make_adapter, make_plan
 from jobs.report import write_report
-from jobs.report_inputs import config_failures, run_records
-from pipeline.diagnostics import SaliencySettings, saliency_study
+from jobs.report.inputs import config_failures, run_records
+from pipeline.protocols.diagnostics import SaliencySettings, saliency_study
 from pipeline.encoder_protocols import get_encoder_protocol
 from pipeline.encoders import load_encoder
-from pipeline.finetune import DatasetSplits, run_finetune
+from pipeline.protocols.finetune import DatasetSplits, run_finetune
 from storage_schema import FeatureStore, keys
 from storage_schema.ledger import FailureLog, Ledger, cell_id
 from tests.helpers.html import parse_strict

@@ -7,11 +7,11 @@ import pytest
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-from jobs.evaluate import Cell, evaluate_cell
-from jobs.import_features import import_features
+from jobs.evaluation.evaluate import Cell, evaluate_cell
+from jobs.extraction.import_features import import_features
 from pipeline.datasets import make_dataset
 from pipeline.errors import ConfigError
-from pipeline.protocols.knn import KNNClassifier
+from pipeline.protocols.neighbours.knn import KNNClassifier
 from pipeline.protocols.registry import get_protocol, list_protocols
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flows.cli import main
-from jobs.evaluate import Cell, evaluate_cell
-from pipeline.compare import evidence_sha256, labels_fingerprint
+from flows.cli.main import main
+from jobs.evaluation.evaluate import Cell, evaluate_cell
+from pipeline.analysis.compare import evidence_sha256, labels_fingerprint
 from pipeline.errors import StaleArrayError
 from pipeline.protocols.evidence import Evidence
 from storage_schema import FeatureStore

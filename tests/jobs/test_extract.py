@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from jobs.extract import ExtractConfig, extract
+from jobs.extraction.extract import ExtractConfig, extract
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec, load_encoder
 from pipeline.errors import (

@@ -12,13 +12,13 @@ import pytest
 import torch
 from PIL import Image
 
-from flows.cli import main
+from flows.cli.main import main
 from flows.tasks import extract_task
-from jobs.config import load_config
+from jobs.config.schema import load_config
 from jobs.data_notes import label_notes
 from jobs.plan import ExtractUnit, check_plan, evaluation_cells, make_plan
-from jobs.summary import build_summary, summary_lines
-from jobs.typed import to_plain
+from jobs.report.run_summary import build_summary, summary_lines
+from jobs.config.typed import to_plain
 from pipeline.errors import ConfigError
 from storage_schema import FeatureStore
 from tests.helpers.cli import REPO, cli_env
@@ -96,7 +96,7 @@ def test_a_config_mistake_is_one_line_before_any_work(tmp_path):
 def test_an_unexpected_error_is_one_line_with_a_pointer_to_verbose(tmp_path, capsys):
     import numpy as np
 
-    from jobs.import_features import import_features
+    from jobs.extraction.import_features import import_features
     from pipeline.datasets import make_dataset
 
     rng = np.random.default_rng(0)
@@ -106,7 +106,7 @@ def test_an_unexpected_error_is_one_line_with_a_pointer_to_verbose(tmp_path, cap
     store = FeatureStore(str(tmp_path / "s"))
     for split in ("train", "test"):
         import_features(store, "m", make_dataset("features", name="d", path=str(tmp_path / "f.npz")), split)
-    from jobs.evaluate import Cell, evaluate_cell
+    from jobs.evaluation.evaluate import Cell, evaluate_cell
 
     evaluate_cell(store, Cell("m", "d", "pre_logits", "knn1", "knn", {"n_neighbors": 1}))
     code = main(["results", "--store", str(tmp_path / "s"), "--format", "csv",

@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 from scipy import stats
 
-from flows.cli import main
-from jobs.ranks import best_layer_scores, rank_agreement_of, rank_rows
+from flows.cli.main import main
+from jobs.analysis.ranks import best_layer_scores, rank_agreement_of, rank_rows
 from jobs.report import write_report
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger

@@ -10,9 +10,9 @@ from html.parser import HTMLParser
 import pytest
 from PIL import Image
 
-from jobs.correlate import correlate_results
+from jobs.analysis.correlate import correlate_results
 from jobs.report import BEST_MARKER, write_report
-from jobs.report_inputs import named
+from jobs.report.inputs import named
 from tests.helpers.records import (
     DATASETS, MODELS, logistic_diagnostics, logistic_metrics, make_config, make_record, synthetic_scores,
 )

@@ -13,11 +13,11 @@ from types import SimpleNamespace
 import timm
 import torch
 
-from jobs.config import ExtractConfig
-from jobs.evaluate import Cell, evaluate_cell
-from jobs.extract import extract
-from jobs.report.overview import checkpoints_read
-from jobs.report_inputs import run_records
+from jobs.config.schema import ExtractConfig
+from jobs.evaluation.evaluate import Cell, evaluate_cell
+from jobs.extraction.extract import extract
+from jobs.report.sections.overview import checkpoints_read
+from jobs.report.inputs import run_records
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec
 from storage_schema import FeatureStore

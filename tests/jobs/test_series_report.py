@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from jobs.alerts import event_payload, read_summary, summary_path
-from jobs.compare import compare_records
-from jobs.config import load_config
-from jobs.evaluate import evaluate_cells
+from jobs.report.events import event_payload, read_summary, summary_path
+from jobs.analysis.compare import compare_records
+from jobs.config.schema import load_config
+from jobs.evaluation.evaluate import evaluate_cells
 from jobs.plan import make_plan
-from jobs.report_inputs import correlate_and_report
-from jobs.series import analyse_series
+from jobs.report.inputs import correlate_and_report
+from jobs.analysis.series import analyse_series
 from jobs.results import config_records
 from pipeline.errors import ConfigError
 from storage_schema.ledger import Ledger

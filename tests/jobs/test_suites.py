@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.config import load_config
+from jobs.config.schema import load_config
 from jobs.plan import check_plan, evaluation_cells, extraction_units
-from jobs.suites import CD_FSL, FEW_SHOT, MANY_SHOT
+from jobs.config.suites import CD_FSL, FEW_SHOT, MANY_SHOT
 from pipeline.errors import ConfigError
 from tests.pipeline.datasets.layouts_more import LAYOUTS
 

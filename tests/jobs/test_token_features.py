@@ -14,9 +14,9 @@ import pytest
 import torch
 from PIL import Image
 
-from jobs.config import load_config
-from jobs.evaluate import Cell, evaluate_cell
-from jobs.extract import ExtractConfig, extract
+from jobs.config.schema import load_config
+from jobs.evaluation.evaluate import Cell, evaluate_cell
+from jobs.extraction.extract import ExtractConfig, extract
 from jobs.plan import check_plan, evaluation_cells
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec, load_encoder
@@ -173,7 +173,7 @@ def test_token_features_attentive_probe_beats_the_mean_pooled_linear_probe(tmp_p
 
 
 def test_a_damaged_token_chunk_is_repaired_bitwise_beside_its_pooled_layer(tmp_path, tiny):
-    from jobs.repair import repair
+    from jobs.extraction.repair import repair
 
     spec = EncoderSpec(name="vit", arch="vit_tiny_patch16_224", layers=("block1", "block1.tokens"), input_size=32)
     store = FeatureStore(str(tmp_path / "s"))

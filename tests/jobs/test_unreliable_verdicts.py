@@ -15,14 +15,14 @@ import math
 import numpy as np
 import pytest
 
-from flows.cli import main
-from jobs.alerts import build_summary, event_payload
-from jobs.compare import compare_encoders
-from jobs.config import load_config
+from flows.cli.main import main
+from jobs.report.events import build_summary, event_payload
+from jobs.analysis.compare import compare_encoders
+from jobs.config.schema import load_config
 from jobs.report import write_report
-from jobs.series import analyse_series
-from jobs.summary import warning_lines
-from pipeline.compare import benjamini_hochberg
+from jobs.analysis.series import analyse_series
+from jobs.report.run_summary import warning_lines
+from pipeline.analysis.compare import benjamini_hochberg
 from tests.helpers.evidence import DATASET, evaluate_all, noisy_encoders
 from tests.helpers.html import parse_strict
 

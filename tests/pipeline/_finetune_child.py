@@ -9,9 +9,9 @@ import signal
 
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec
-from pipeline.finetune import RANDOM_RESIZED_CROP_FLIP, FinetuneSettings, GridPoint, run_grid_point
+from pipeline.protocols.finetune import RANDOM_RESIZED_CROP_FLIP, FinetuneSettings, GridPoint, run_grid_point
 
-PRELOAD = ["numpy", "torch", "timm", "pipeline.finetune", "tests.pipeline._finetune_child"]
+PRELOAD = ["numpy", "torch", "timm", "pipeline.protocols.finetune", "tests.pipeline._finetune_child"]
 SPEC = EncoderSpec(name="tiny", arch="test_resnet", input_size=32)
 # Saves after steps 3, 6 and 8; random crops and flips, so the augmentation must resume too.
 SETTINGS = FinetuneSettings(steps=8, batch_size=8, save_every=3, num_workers=0, lrs=(0.05,), weight_decays=(1e-3,))

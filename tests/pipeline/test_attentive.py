@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from pipeline.errors import ConfigError, DataValidationError
-from pipeline.protocols.attentive import AttentiveProbe, attentive_logits
-from pipeline.protocols.logistic import LogisticProbe
+from pipeline.protocols.nets.attentive import AttentiveProbe, attentive_logits
+from pipeline.protocols.linear.logistic import LogisticProbe
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"),
               pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")]

@@ -9,7 +9,7 @@ import pytest
 from scipy.special import softmax
 
 from pipeline.errors import DataValidationError
-from pipeline.protocols.calibration import (
+from pipeline.protocols.audits.calibration import (
     CalibrationReport,
     apply_temperature,
     calibration_report,
@@ -130,7 +130,7 @@ def test_separable_validation_hits_the_bound() -> None:
 def test_report_from_blocks_equals_report_from_arrays() -> None:
     import torch
 
-    from pipeline.protocols.calibration import calibration_report_blocks
+    from pipeline.protocols.audits.calibration import calibration_report_blocks
 
     logits, y = _overconfident(3000, 5, 4, scale=4.0)
     whole = calibration_report(logits[:1500], y[:1500], logits[1500:], y[1500:])

@@ -17,7 +17,7 @@ import timm
 import torch
 from safetensors.torch import save_file
 
-from pipeline.checkpoints import CHECKPOINT_EXTENSIONS, load_state_dict, weights_fingerprint
+from pipeline.encoders.checkpoints.reading import CHECKPOINT_EXTENSIONS, load_state_dict, weights_fingerprint
 from pipeline.encoders import EncoderSpec, check_checkpoint_fits, load_encoder
 from pipeline.errors import CheckpointError, UnsafeCheckpointError
 
@@ -181,7 +181,7 @@ def test_usual_prefixes_are_found_and_an_unusual_one_is_named_with_a_line_that_w
 
 def test_the_line_offered_for_several_fits_names_the_usual_choice_whatever_the_file_order(
         source: torch.nn.Module) -> None:
-    from pipeline.encoders.fitting import fit_checkpoint
+    from pipeline.encoders.checkpoints.fitting import fit_checkpoint
 
     backbone = {f"backbone.{k}": v for k, v in source.state_dict().items()}
     model = _model()
@@ -197,7 +197,7 @@ def test_the_line_offered_for_several_fits_names_the_usual_choice_whatever_the_f
 
 def test_a_file_of_another_architecture_says_to_check_arch() -> None:
     from pipeline.encoders.building import build_on_meta
-    from pipeline.encoders.fitting import fit_checkpoint
+    from pipeline.encoders.checkpoints.fitting import fit_checkpoint
 
     def meta(arch: str) -> torch.nn.Module:
         return build_on_meta(EncoderSpec("m", arch, input_size=SIZE))

@@ -49,11 +49,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline.cog import (
+from pipeline.analysis.cog import (
     build_graph, cog_levels, eligible_concepts, information_content, level_blocks, lin_similarity,
     max_similarity_to_seen, sample_images,
 )
-from pipeline.cog_build import build_cog_levels, parse_counts, parse_is_a, parse_words
+from pipeline.analysis.cog_build import build_cog_levels, parse_counts, parse_is_a, parse_words
 from pipeline.errors import ConfigError, DatasetError, DataValidationError
 
 EDGES = [
@@ -234,7 +234,7 @@ def _metadata(tmp_path):
 
 
 def test_build_writes_manifests_readable_by_the_csv_adapter(tmp_path):
-    from pipeline.datasets.folders import CsvManifestDataset
+    from pipeline.datasets.adapters.folders import CsvManifestDataset
 
     images = tmp_path / "images"
     for concept in RANKED:

@@ -8,9 +8,9 @@ import pytest
 from scipy import stats
 from sklearn.metrics import average_precision_score
 
-from pipeline.compare import compare_scores, evidence_sha256
-from pipeline.compare.repeated import compare_repeated
-from pipeline.compare.resampling import bootstrap_indices, swap_masks
+from pipeline.analysis.compare import compare_scores, evidence_sha256
+from pipeline.analysis.compare.repeated import compare_repeated
+from pipeline.analysis.compare.resampling import bootstrap_indices, swap_masks
 from pipeline.errors import DataValidationError
 
 

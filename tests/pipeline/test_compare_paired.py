@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 from sklearn.metrics import accuracy_score, average_precision_score, balanced_accuracy_score
 
-from pipeline.compare import (
+from pipeline.analysis.compare import (
     PairedComparison,
     check_paired,
     compare_episodes,
@@ -22,7 +22,7 @@ from pipeline.compare import (
     benjamini_hochberg,
     summarise_by_setting,
 )
-from pipeline.compare.resampling import bootstrap_indices, swap_masks
+from pipeline.analysis.compare.resampling import bootstrap_indices, swap_masks
 from pipeline.errors import DataValidationError, RepevalError
 from pipeline.protocols import fewshot_episodes
 

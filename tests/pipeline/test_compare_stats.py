@@ -1,4 +1,4 @@
-"""Significance tests and resampling primitives of pipeline.compare, against direct formulas and scipy/sklearn."""
+"""Significance tests and resampling primitives of pipeline.analysis.compare, against direct formulas and scipy/sklearn."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from scipy import stats
 from sklearn.metrics import average_precision_score, balanced_accuracy_score
 
-from pipeline.compare import benjamini_hochberg, mcnemar_exact, paired_t_test, percentile_interval
-from pipeline.compare.resampling import (
+from pipeline.analysis.compare import benjamini_hochberg, mcnemar_exact, paired_t_test, percentile_interval
+from pipeline.analysis.compare.resampling import (
     RankedClass,
     average_precision_rows,
     bootstrap_indices,

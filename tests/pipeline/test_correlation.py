@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline.correlation import (
+from pipeline.analysis.correlation import (
     CorrelationResult,
     correlate_setting,
     logit,
@@ -116,7 +116,7 @@ def test_bootstrap_ci_brackets_and_is_deterministic() -> None:
     lr, lt = _logit(ref), _logit(tgt)
     first = idx[0]
     if np.ptp(lr[first]) > 0 and np.ptp(lt[first]) > 0:
-        from pipeline.correlation import _rowwise_pearson
+        from pipeline.analysis.correlation import _rowwise_pearson
 
         got = _rowwise_pearson(lr[idx[:1]], lt[idx[:1]])[0]
         assert got == pytest.approx(stats.pearsonr(lr[first], lt[first]).statistic, abs=1e-12)

@@ -19,7 +19,7 @@ from timm.data import create_transform
 
 from pipeline.datasets.base import DESCRIBED_ONLY
 from pipeline.datasets import METRICS, DatasetAdapter, TorchImageDataset, list_datasets, make_dataset, register_dataset
-from pipeline.datasets import _registry
+from pipeline.datasets import registry as _registry
 from tests.helpers.dense_layouts import write_ade20k, write_nyuv2, write_voc_segmentation
 from tests.pipeline.datasets.layouts import FIXED_NS, freeze_times
 from tests.pipeline.datasets.layouts_more import LAYOUTS, build

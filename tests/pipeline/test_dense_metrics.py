@@ -8,7 +8,7 @@ import pytest
 from sklearn.metrics import confusion_matrix as sk_confusion
 from sklearn.metrics import jaccard_score
 
-from pipeline.compare.pixels import compare_pixel_counts
+from pipeline.analysis.compare.pixels import compare_pixel_counts
 from pipeline.errors import DataValidationError
 from pipeline.protocols.dense import metrics as dm
 
@@ -102,7 +102,7 @@ def test_paired_comparison_from_pixel_counts():
     assert out.score_a == pytest.approx(dm.segmentation_metrics(dm.confusion_matrix(good, target, K, 255))["miou"])
     assert out.difference > 0.2 and out.ci_low > 0 and out.p_value == pytest.approx(1 / 300)
     # one bootstrap replicate recomputed directly: images drawn with replacement, counts summed
-    from pipeline.compare.resampling import bootstrap_indices
+    from pipeline.analysis.compare.resampling import bootstrap_indices
 
     idx = bootstrap_indices(n, 300, 0)[0]
     direct = dm.score_from_counts("miou", a[idx].sum(0)[None]) - dm.score_from_counts("miou", b[idx].sum(0)[None])

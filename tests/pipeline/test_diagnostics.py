@@ -14,7 +14,7 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from pipeline.datasets import make_dataset
-from pipeline.diagnostics import (
+from pipeline.protocols.diagnostics import (
     InversionSettings,
     PerceptualNet,
     SaliencySettings,
@@ -31,7 +31,7 @@ from pipeline.diagnostics import (
     saliency_study,
     total_variation,
 )
-from pipeline.diagnostics.images import feature_function, load_images
+from pipeline.protocols.diagnostics.images import feature_function, load_images
 from pipeline.encoders import EncoderSpec, load_encoder
 from pipeline.errors import CheckpointError, ConfigError, DataValidationError
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from pipeline.protocols.knn import KNNClassifier
-from pipeline.protocols.logistic import LogisticProbe
-from pipeline.protocols.ridge import DEFAULT_ALPHAS, RidgeProbe
+from pipeline.protocols.neighbours.knn import KNNClassifier
+from pipeline.protocols.linear.logistic import LogisticProbe
+from pipeline.protocols.linear.ridge import DEFAULT_ALPHAS, RidgeProbe
 from pipeline.protocols.transforms import L2Normalize, Standardize, Whiten
 
 ESTIMATORS = [

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from pipeline.errors import DataValidationError
-from pipeline.protocols import fewshot as fewshot_module
-from pipeline.protocols.fewshot import FewShotResult, fewshot_episodes, sample_episodes
+from pipeline.protocols.episodic import fewshot as fewshot_module
+from pipeline.protocols.episodic.fewshot import FewShotResult, fewshot_episodes, sample_episodes
 
 
 def _data(seed: int = 0, n_classes: int = 8, d: int = 16) -> tuple[np.ndarray, np.ndarray]:

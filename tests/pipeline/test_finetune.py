@@ -13,7 +13,7 @@ import torch
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec
 from pipeline.errors import CheckpointError, ConfigError, DataValidationError
-from pipeline.finetune import (
+from pipeline.protocols.finetune import (
     CENTER_CROP,
     RANDOM_RESIZED_CROP_FLIP,
     DatasetSplits,
@@ -29,8 +29,8 @@ from pipeline.finetune import (
     run_grid_point,
     select_best,
 )
-from pipeline.finetune.data import SeededTrainingImages, StepBatchSampler, held_out_validation, train_transform
-from pipeline.protocols.calibration import calibration_report
+from pipeline.protocols.finetune.data import SeededTrainingImages, StepBatchSampler, held_out_validation, train_transform
+from pipeline.protocols.audits.calibration import calibration_report
 from pipeline.protocols.metrics import accuracy_metrics
 
 SPEC = EncoderSpec(name="tiny", arch="test_resnet", input_size=32)
@@ -224,7 +224,7 @@ def test_refit_trains_on_train_plus_validation_and_scores_test(tmp_path, texture
 def test_the_refit_stream_draws_validation_samples(textures_with_val):
     """The refit's training set is train + val: over one epoch every sample of both
     splits is drawn exactly once."""
-    from pipeline.finetune.unit import training_plan
+    from pipeline.protocols.finetune.unit import training_plan
 
     plan = training_plan(DatasetSplits(textures_with_val, val_split="val"), _settings(), "refit")
     sampler = StepBatchSampler(len(plan["samples"]), 4, steps=11, seed=0)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.finetune.state import STATE_FILE, capture_rng, load_state, restore_rng, run_identity, save_state
+from pipeline.protocols.finetune.state import STATE_FILE, capture_rng, load_state, restore_rng, run_identity, save_state
 from pipeline.errors import CheckpointError
 from tests.pipeline._finetune_child import SETTINGS, context, run_child
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pipeline.errors import DataValidationError, UnknownNameError
-from pipeline.protocols.invariance import (
+from pipeline.protocols.audits.invariance import (
     EXPECTED_INVARIANCE,
     MAPS,
     AUDIT_PROTOCOLS,
@@ -15,7 +15,7 @@ from pipeline.protocols.invariance import (
     invariance_audit,
     invariance_maps,
 )
-from pipeline.protocols.knn import KNNClassifier
+from pipeline.protocols.neighbours.knn import KNNClassifier
 
 
 def _data(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

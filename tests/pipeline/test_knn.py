@@ -7,7 +7,7 @@ import pytest
 from sklearn.neighbors import KNeighborsClassifier
 
 from pipeline.errors import ConfigError, DataValidationError
-from pipeline.protocols.knn import (
+from pipeline.protocols.neighbours.knn import (
     KNNClassifier,
     knn_class_weights,
     knn_predict_from_topk,
@@ -211,7 +211,7 @@ def test_string_labels_and_explicit_cpu_device():
 
 
 def test_many_query_chunks_and_float16_blocks(monkeypatch):
-    from pipeline.protocols import knn as knn_module
+    from pipeline.protocols.neighbours import knn as knn_module
 
     X, y, Xt = _data(n=300, m=90)
     full_s, full_i = topk_blocks(Xt, [(X, 0)], 9, "cosine")

@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import rankdata
 
 from pipeline.errors import DataValidationError
-from pipeline.leaderboard import diff_summaries, leaderboard
+from pipeline.analysis.leaderboard import diff_summaries, leaderboard
 
 TABLE = {
     "vit": {"linear": 0.80, "fewshot": 0.60, "ece": 0.05},

@@ -12,7 +12,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedShuffleSplit
 
 from pipeline.errors import ConfigError, DataValidationError
-from pipeline.protocols.logistic import DEFAULT_CS, LogisticProbe
+from pipeline.protocols.linear.logistic import DEFAULT_CS, LogisticProbe
 from tests.helpers.protocols import seed_choice
 
 

@@ -18,7 +18,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedShuffleSplit
 
-from pipeline.protocols.logistic import LogisticProbe
+from pipeline.protocols.linear.logistic import LogisticProbe
 from pipeline.protocols.registry import EvalData, get_protocol
 from tests.helpers.protocols import seed_choice
 

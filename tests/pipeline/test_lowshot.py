@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from pipeline.errors import ConfigError, DataValidationError, UnknownNameError
-from pipeline.protocols.lowshot import (
+from pipeline.protocols.episodic.lowshot import (
     LowShotResult,
     sample_per_class,
     lowshot_curve,
     relative_to_baseline,
 )
-from pipeline.protocols.ridge import DEFAULT_ALPHAS, RidgeProbe
+from pipeline.protocols.linear.ridge import DEFAULT_ALPHAS, RidgeProbe
 from pipeline.protocols.transforms import L2Normalize
 
 

@@ -10,9 +10,9 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from pipeline.errors import ConfigError, DataValidationError
-from pipeline.protocols.logistic import LogisticProbe
-from pipeline.protocols.mlp import DEFAULT_MLP_WEIGHT_DECAYS, MLPProbe
-from pipeline.protocols.stacked_training import train_fixed, train_grid
+from pipeline.protocols.linear.logistic import LogisticProbe
+from pipeline.protocols.nets.mlp import DEFAULT_MLP_WEIGHT_DECAYS, MLPProbe
+from pipeline.protocols.nets.stacked_training import train_fixed, train_grid
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -95,7 +95,7 @@ def test_refit_is_train_plus_validation_for_the_selected_epochs():
     val_mask[::4] = True
     probe = MLPProbe(**SMALL).fit(X, y, val_mask=val_mask)
     d, K = X.shape[1], 2
-    from pipeline.protocols.mlp import StackedMLP
+    from pipeline.protocols.nets.mlp import StackedMLP
 
     def make(G, generator):
         return StackedMLP(G, d, SMALL["hidden_units"], K, generator, torch.device("cpu"))

@@ -12,11 +12,11 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import precision_recall_curve
 
 from pipeline.errors import DataValidationError
-from pipeline.protocols.average_precision import (
+from pipeline.protocols.linear.average_precision import (
     devkit_average_precision, mean_average_precision_11, seed_average_precision,
 )
 from pipeline.protocols.metrics import multilabel_metrics
-from pipeline.protocols.multilabel import MultiLabelLogisticProbe, accepts_multilabel
+from pipeline.protocols.linear.multilabel import MultiLabelLogisticProbe, accepts_multilabel
 from pipeline.protocols.registry import EvalData, get_protocol, list_protocols
 
 

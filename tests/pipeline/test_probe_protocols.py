@@ -43,7 +43,7 @@ def _l2(X: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("with_val", [False, True])
 def test_mlp_protocol_is_the_probe_on_the_preprocessed_features(with_val):
-    from pipeline.protocols.mlp import MLPProbe
+    from pipeline.protocols.nets.mlp import MLPProbe
 
     X, y = _blobs(240, 0)
     X_te, y_te = _blobs(90, 1)
@@ -88,7 +88,7 @@ def test_mlp_on_float16_features_is_the_float32_run_of_the_same_values():
 
 
 def test_attentive_protocol_is_the_probe_on_the_concatenated_tokens():
-    from pipeline.protocols.attentive import AttentiveProbe
+    from pipeline.protocols.nets.attentive import AttentiveProbe
 
     X, y = _tokens(180, 0)
     X_val, y_val = _tokens(60, 1)

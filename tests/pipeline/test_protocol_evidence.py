@@ -9,12 +9,12 @@ import pytest
 from sklearn.metrics import average_precision_score
 from sklearn.neighbors import KNeighborsClassifier
 
-from pipeline.compare import compare_scores, episodes_fingerprint, labels_fingerprint
+from pipeline.analysis.compare import compare_scores, episodes_fingerprint, labels_fingerprint
 from pipeline.errors import DataValidationError
-from pipeline.protocols.average_precision import mean_average_precision_11
+from pipeline.protocols.linear.average_precision import mean_average_precision_11
 from pipeline.protocols.builtin import class_evidence
 from pipeline.protocols.evidence import Evidence, float16_scores, headline_rows, prediction_dtype
-from pipeline.protocols.fewshot import sample_episodes
+from pipeline.protocols.episodic.fewshot import sample_episodes
 from pipeline.protocols.registry import EvalData, get_protocol, resolve_settings
 
 

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from pipeline.errors import DataValidationError
-from pipeline.rank_agreement import (
+from pipeline.analysis.rank_agreement import (
     encoder_ranks, flip_count, kendall_tau_b_rows, pair_agreement, radar_data, rank_agreement, rank_table,
     spearman_rows,
 )

@@ -7,7 +7,7 @@ import pytest
 from sklearn.linear_model import LinearRegression, Ridge, RidgeCV
 
 from pipeline.errors import DataValidationError
-from pipeline.protocols.ridge import (
+from pipeline.protocols.linear.ridge import (
     DEFAULT_ALPHAS,
     RidgeProbe,
     loo_residuals,
@@ -179,7 +179,7 @@ def test_bad_input_errors():
 # -- the blocked Gram route (many rows) against the SVD route and scikit-learn -----------------
 def _fit(X, y, K, alphas, fit_intercept, method, rows=None):
     from pipeline.protocols.blocks import FeatureRows
-    from pipeline.protocols.ridge import fit_ridge
+    from pipeline.protocols.linear.ridge import fit_ridge
 
     rows = FeatureRows.of(X) if rows is None else rows
     return fit_ridge(rows, y, K, np.asarray(alphas, float), fit_intercept, "cpu", store_loo=True, method=method)

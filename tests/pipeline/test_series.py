@@ -11,9 +11,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from pipeline.compare import compare_predictions, decide_verdicts
+from pipeline.analysis.compare import compare_predictions, decide_verdicts
 from pipeline.errors import CheckpointError, ConfigError, DataValidationError
-from pipeline.series import (
+from pipeline.analysis.series import (
     BestSoFar,
     best_checkpoints,
     best_so_far,
@@ -101,7 +101,7 @@ def test_step_from_safetensors_metadata(tmp_path: Path) -> None:
 def test_step_from_pickle_top_level(tmp_path: Path, entries: dict, expected: tuple | None) -> None:
     path = tmp_path / "c.pth"
     torch.save(entries, path)
-    # a numpy scalar is read as the plain number it is (pipeline.checkpoints: inert stand-ins)
+    # a numpy scalar is read as the plain number it is (pipeline.encoders.checkpoints.reading: inert stand-ins)
     assert read_step_metadata(path) == expected
 
 

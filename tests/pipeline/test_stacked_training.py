@@ -8,9 +8,9 @@ import torch
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from pipeline.errors import ConfigError, DataValidationError
-from pipeline.protocols.mlp import MLPProbe
+from pipeline.protocols.nets.mlp import MLPProbe
 from pipeline.protocols.probe_inputs import encode_labels, resolve_device, validation_split
-from pipeline.protocols.stacked_training import GridRecord, StackedAdamW, select_member
+from pipeline.protocols.nets.stacked_training import GridRecord, StackedAdamW, select_member
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from jobs.import_features import import_features
+from jobs.extraction.import_features import import_features
 from pipeline.datasets import make_dataset
-from pipeline.datasets.voc import VOC_CLASSES
+from pipeline.datasets.adapters.voc import VOC_CLASSES
 from storage_schema import FeatureStore
 from tests.pipeline.datasets import layouts as L
 from tests.pipeline.datasets import layouts_more as M

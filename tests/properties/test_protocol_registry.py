@@ -130,8 +130,8 @@ def test_multilabel_targets_are_refused_by_single_label_protocols(name):
 
 
 def test_calibration_uses_the_probes_own_split():
-    from pipeline.protocols.calibration import calibration_report
-    from pipeline.protocols.logistic import LogisticProbe
+    from pipeline.protocols.audits.calibration import calibration_report
+    from pipeline.protocols.linear.logistic import LogisticProbe
     from pipeline.protocols.transforms import L2Normalize
 
     data = _data()

@@ -75,7 +75,7 @@ def test_row_map_sees_each_blocks_position_and_streamed_parts_are_checked():
 
 
 def test_logistic_on_device_parts_equals_numpy_parts():
-    from pipeline.protocols.logistic import LogisticProbe
+    from pipeline.protocols.linear.logistic import LogisticProbe
 
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(120, 5)), rng.integers(0, 3, 120)

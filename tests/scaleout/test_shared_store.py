@@ -17,9 +17,9 @@ import pytest
 import s3fs
 import yaml
 
-from flows.cli import main as cli_main
-from jobs.config import load_config
-from jobs.evaluate import cell_identity
+from flows.cli.main import main as cli_main
+from jobs.config.schema import load_config
+from jobs.evaluation.evaluate import cell_identity
 from jobs.plan import evaluation_cells
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger

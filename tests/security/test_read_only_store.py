@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jobs.evaluate import Cell, evaluate_cell
-from jobs.extract import ExtractConfig, extract
-from jobs.import_features import import_features
-from jobs.labels import store_labels
+from jobs.evaluation.evaluate import Cell, evaluate_cell
+from jobs.extraction.extract import ExtractConfig, extract
+from jobs.extraction.import_features import import_features
+from jobs.extraction.labels import store_labels
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec
 from pipeline.errors import ReadOnlyStoreError

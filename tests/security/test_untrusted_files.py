@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.checkpoints import load_state_dict
+from pipeline.encoders.checkpoints.reading import load_state_dict
 from pipeline.datasets import make_dataset
 from pipeline.errors import CheckpointError, DatasetError, InvalidNameError, UnsafeCheckpointError
 from storage_schema import FeatureStore
@@ -86,7 +86,7 @@ def test_features_file_with_a_pickled_object_array_never_runs(tmp_path):
                                   "\uff0e\uff0e", "%2e%2e"])
 def test_escaping_names_never_reach_a_path(tmp_path, name):
     """Through every public entry that turns a name into a key: refused before any I/O."""
-    from jobs.import_features import import_features
+    from jobs.extraction.import_features import import_features
 
     store_dir = tmp_path / "store"
     store = FeatureStore(str(store_dir))
@@ -106,7 +106,7 @@ def test_escaping_names_never_reach_a_path(tmp_path, name):
 
 def test_a_symlink_planted_in_a_local_store_cannot_redirect_writes_outside(tmp_path):
     """Valid names, but someone with access to the folder linked features/m elsewhere."""
-    from jobs.import_features import import_features
+    from jobs.extraction.import_features import import_features
     from pipeline.errors import StoreError
 
     store_dir, outside = tmp_path / "store", tmp_path / "outside"
@@ -124,10 +124,10 @@ def test_a_symlink_planted_in_a_local_store_cannot_redirect_writes_outside(tmp_p
 @pytest.mark.parametrize("where", ["namespace", "ckpt"])
 def test_plain_records_read_as_stand_ins_never_carry_a_payload(tmp_path, where):
     """argparse.Namespace and the other plain records are read as inert stand-ins
-    (pipeline.checkpoints); a payload inside one is still refused, and never runs."""
+    (pipeline.encoders.checkpoints.reading); a payload inside one is still refused, and never runs."""
     import argparse
 
-    from pipeline.checkpoints import ArgsRecord, read_checkpoint
+    from pipeline.encoders.checkpoints.reading import ArgsRecord, read_checkpoint
 
     marker = tmp_path / "pwned"
     path = tmp_path / ("args.pth" if where == "namespace" else "last.ckpt")

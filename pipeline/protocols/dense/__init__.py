@@ -12,6 +12,6 @@ bilinearly to the targets' resolution, and scored over every pixel of the test s
 - :mod:`~pipeline.protocols.dense.runners`: the ``normals`` and ``segmentation`` runners;
 - :mod:`~pipeline.protocols.dense.memory`: the peak memory of a dense cell.
 
-They are registered by :mod:`pipeline.protocols.builtin_dense`. Importing this package
+They are registered by :mod:`pipeline.protocols.dense.protocols`. Importing this package
 imports neither torch nor the submodules.
 """

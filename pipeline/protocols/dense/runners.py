@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.errors import DataValidationError
-from pipeline.finetune.state import run_identity
+from pipeline.protocols.finetune.state import run_identity
 from pipeline.protocols.cell import ProtocolResult
 from pipeline.protocols.dense import metrics as dm
 from pipeline.protocols.dense.data import DenseData

@@ -6,7 +6,7 @@ of T; here T = epochs x steps per epoch, so ``epochs`` scales the schedule to a 
 Each epoch visits the training rows in an order drawn from ``(seed, epoch)`` alone, so a
 run resumed at any step feeds the same batches as an uninterrupted one. Every
 ``save_every`` steps and at the end the head, the optimiser's momentum buffers, the step and
-the losses are saved atomically in the run's scratch folder (``pipeline.finetune.state``);
+the losses are saved atomically in the run's scratch folder (``pipeline.protocols.finetune.state``);
 a later call with the same identity resumes from there and ends, on the CPU, with bitwise
 the same head. A non-finite loss stops the run: it is reported as diverged, never scored.
 """
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipeline.finetune.state import load_state, save_state
+from pipeline.protocols.finetune.state import load_state, save_state
 
 __all__ = ["Rows", "Schedule", "TrainOutcome", "channel_stats", "predict_batches", "train_head"]
 

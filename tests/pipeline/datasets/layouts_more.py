@@ -94,7 +94,7 @@ def chestx(tmp: Path) -> Layout:
         write_image(folder / image, k)
     write_text(root / "Data_Entry_2017.csv", lines)
     freeze_times(root)
-    from pipeline.datasets.cdfsl import CHESTX_CLASSES
+    from pipeline.datasets.adapters.cdfsl import CHESTX_CLASSES
 
     return Layout(root, {}, {"all": 4}, list(CHESTX_CLASSES), {"labels": [1, 2, 6, 4]})
 

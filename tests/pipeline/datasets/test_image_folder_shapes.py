@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.cli import main
+from flows.cli.main import main
 from pipeline.datasets import make_dataset
 from pipeline.datasets.inspection import dataset_notes
 from pipeline.errors import ConfigError, DatasetError

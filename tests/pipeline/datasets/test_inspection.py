@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flows.cli import main
+from flows.cli.main import main
 from pipeline.datasets import dataset_summary, make_dataset
 from tests.pipeline.datasets import layouts as L
 from tests.pipeline.datasets import layouts_more as M

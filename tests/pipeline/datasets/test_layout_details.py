@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pipeline.datasets import TorchImageDataset, make_dataset
-from pipeline.datasets.voc import VOC_CLASSES
+from pipeline.datasets.adapters.voc import VOC_CLASSES
 from pipeline.errors import CorruptImageError, DatasetError
 from tests.pipeline.datasets import layouts as L
 from tests.pipeline.datasets import layouts_more as M

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from flows.cli import main
+from flows.cli.main import main
 from pipeline.datasets import make_dataset
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger

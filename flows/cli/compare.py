@@ -1,0 +1,88 @@
+"""``repeval compare A B``: two encoders cell by cell, from the evidence in the store.
+
+Reads the ledger and the stored evidence only: no Prefect, no torch, no scikit-learn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from pipeline.terminal import printable
+
+
+def add_compare_parser(sub) -> None:
+    """The ``compare`` subcommand on the CLI's subparsers."""
+    c = sub.add_parser("compare", help="is encoder A better or worse than B, cell by cell, beyond noise?",
+                       description="Compare encoder A with encoder B on every cell both have (same dataset, "
+                                   "layer and protocol setting): the score difference A - B with a paired "
+                                   "bootstrap interval, an exact McNemar test (accuracies), a randomization "
+                                   "test (mean per-class accuracy, mAP) or a paired t test (few-shot episodes, "
+                                   "low-shot fits), and a verdict per cell with the false discovery rate "
+                                   "controlled over the cells compared (Benjamini-Hochberg).")
+    c.add_argument("a", help="encoder A (judged against B)")
+    c.add_argument("b", help="encoder B")
+    from flows.cli.store import add_store_options
+
+    add_store_options(c, "the config's store and its names and current settings")
+    c.add_argument("--setting", action="append", help="only this protocol setting (repeatable)")
+    c.add_argument("--alpha", type=float, default=0.05, help="false discovery rate (default %(default)s)")
+    c.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default %(default)s)")
+    c.add_argument("--permutations", type=int, default=9999,
+                   help="random swaps of the randomization test (default %(default)s)")
+    c.add_argument("--seed", type=int, default=0, help="seed of the resampling (default %(default)s)")
+    c.add_argument("--json", action="store_true", help="print every cell's statistics as JSON")
+    c.set_defaults(func=cmd_compare)
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.2f}"
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from flows.cli.store import open_store_of, print_table
+    from jobs.analysis.compare import CompareOptions, compare_encoders
+    from pipeline.errors import RepevalError
+
+    cfg, store = open_store_of(args)
+    if cfg is not None:
+        from jobs.results import config_records
+
+        records, _ = config_records(store, cfg)
+    else:
+        from jobs.results import store_records
+
+        records = store_records(store)
+    options = CompareOptions(alpha=args.alpha, n_resamples=args.resamples, n_permutations=args.permutations,
+                             seed=args.seed)
+    result = compare_encoders(store, records, args.a, args.b, options, settings=args.setting)
+    if args.json:
+        print(json.dumps(result.to_dict(), default=float))
+        return 0
+    if not result.verdicts:
+        reasons = "; ".join(f"{n['cell']}: {n['reason']}" for n in result.not_compared[:5])
+        raise RepevalError(f"no cell of {args.a} and {args.b} could be compared: {reasons}")
+    rows = []
+    for (setting, dataset, layer), v in result.verdicts.items():
+        c = v.comparison
+        rows.append({"setting": setting, "dataset": dataset, "layer": layer, "metric": c.metric,
+                     "A %": _pct(c.score_a), "B %": _pct(c.score_b), "A-B": _pct(c.difference),
+                     f"{100 * c.confidence:g}% interval": f"[{_pct(c.ci_low)}, {_pct(c.ci_high)}]",
+                     "test": c.test, "p": f"{c.p_value:.3g}",
+                     "p adj": "\u2013" if v.verdict == "unreliable" else f"{v.p_adjusted:.3g}",
+                     "verdict": v.verdict})
+    print(f"{args.a} (A) against {args.b} (B): {len(rows)} cell(s), false discovery rate {args.alpha:g} "
+          "(Benjamini-Hochberg over these cells)")
+    print_table(rows, list(rows[0]))
+    print()
+    for s in result.settings.values():
+        print(f"{s.setting}: {args.a} better on {s.better}, worse on {s.worse}, indistinguishable on "
+              f"{s.indistinguishable} of {s.n_cells} cell(s)" + (f", no verdict on {s.unreliable} (unreliable)"
+                                                                  if s.unreliable else "")
+              + f"; mean difference {_pct(s.mean_difference)} points")
+    for (setting, dataset, layer), v in result.verdicts.items():
+        if v.verdict == "unreliable":  # a side's score is not to be trusted: say why, claim nothing
+            print(f"{setting}/{dataset}/{layer}: {v.text}")
+    for n in result.not_compared:
+        print(f"not compared: {n['cell']}: {printable(n['reason'])}")
+    return 0

@@ -1,0 +1,182 @@
+"""``repeval`` commands that run or report a config: run, report, serve, deploy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+EXIT_CELLS_FAILED = 3  # `repeval run`: some cells, extractions, checkpoints or the correlation failed
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Plan (one check of the config, before Prefect or Dask start), run, summarise; end with
+    the correlation figures and the report's path.
+
+    Exits 3 when something failed (listed in the summary and recorded for
+    ``repeval results --failed``), or a checkpoint of a ``checkpoints:`` folder was still
+    being written after waiting up to its ``settle_seconds`` (named), unless
+    ``--allow-failures``. A rerun with nothing to do is answered from the store and the
+    ledger (``jobs.rerun``) without Prefect, Dask or torch.
+    """
+    from flows.runtime import prepare_environment
+
+    prepare_environment(args.verbose)
+    from jobs.config.schema import load_config
+    from jobs.plan import make_plan
+    from jobs.rerun import ledger_answer, record_run
+    from pipeline.terminal import printable
+
+    # SIGTERM (a scheduler's timeout, docker stop, kill) stops like Ctrl-C: the embedded Dask
+    # workers and Prefect server are shut down with the run instead of outliving it
+    signal.signal(signal.SIGTERM, _interrupt)
+    cfg = load_config(args.config)
+    if cfg.checkpoints:  # a file written just before this run is evaluated by it, once settled
+        from jobs.config.checkpoint_folders import wait_for_settled
+
+        wait_for_settled(cfg, say=_say)
+    answer = None if args.retry_failed else ledger_answer(cfg)
+    if answer is not None:
+        if args.json:
+            print(json.dumps(answer.summary(), default=str))
+        else:
+            print(printable(answer.line()))
+            for line in answer.figures:
+                print(printable(line))
+        return 0
+    plan = make_plan(cfg, retry_failed=args.retry_failed)
+    from flows.benchmark import run_benchmark, say  # Prefect and Dask: once the config is known good
+
+    for rec in plan.checkpoint_failures:
+        say("run", f"checkpoint refused: {rec['file']}: {rec['reason']}")
+    from pipeline.datasets.inspection import note_line
+
+    for note in plan.data_notes:  # an empty class is never learned from, or never scored
+        say("run", f"data warning: {note_line(note)}")
+    summary = run_benchmark(cfg, dask_address=args.dask_address, plan=plan)
+    _note_clean_run(cfg, summary, record_run)
+    if args.json:
+        print(json.dumps({k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}, default=str))
+    else:
+        from jobs.analysis.correlate import figure_lines
+
+        for line in figure_lines(summary.get("correlation")):  # what the run found, as the demo prints it
+            print(printable(line))
+        print(f"report: {printable(summary['report'])}")
+    left = list(plan.scan.waiting)
+    if left:
+        print(f"repeval: {len(left)} checkpoint(s) still being written after their settle_seconds were not "
+              f"evaluated: {printable(', '.join(left))}", file=sys.stderr)
+    if (summary["failures"] or left) and not args.allow_failures:
+        what = f"{len(summary['failures'])} failure(s)" + (f", {len(left)} checkpoint(s) left out" if left else "")
+        print(f"repeval: {what}; exit code {EXIT_CELLS_FAILED} (--allow-failures exits 0)", file=sys.stderr)
+        return EXIT_CELLS_FAILED
+    return 0
+
+
+def _say(line: str) -> None:
+    """A progress line before the run starts, in the run's format."""
+    from pipeline.terminal import printable
+
+    print(printable(f"{time.strftime('%H:%M:%S')} [run] {line}"), file=sys.stderr, flush=True)
+
+
+def _note_clean_run(cfg, summary: dict, record_run) -> None:
+    """Note a run without failures for the next rerun; a store that refuses the note only
+    costs that rerun its full check."""
+    import logging
+
+    from pipeline.errors import RepevalError
+
+    try:
+        record_run(cfg, summary)
+    except (RepevalError, OSError) as exc:
+        logging.getLogger("repeval").warning("the run's note for a rerun was not written: %s", exc)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from jobs.config.schema import load_config
+    from jobs.report.inputs import correlate_and_report
+    from jobs.results import config_cells
+    from storage_schema.ledger import failure_id
+
+    cfg = load_config(args.config)
+    store = cfg.open_store(read_only=True)
+    cells, missing, plan = config_cells(store, cfg)
+    # re-rendering a report leaves the run summary alone: the next run compares with the last run
+    out = correlate_and_report(store, plan.config, cells, path=args.output, plan=plan, write_summary=False)
+    failed_ids = {f["id"] for f in out["failures"] if f.get("kind") == "cell"}
+    failed = sum(failure_id(c.model, c.dataset, c.layer, c.setting) in failed_ids for c in missing)
+    print(f"report: {out['report']} ({out['records']} cells; {failed} failed; "
+          f"{len(missing) - failed} not evaluated yet; {len(out['failures'])} failure(s) on record)")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from flows.runtime import prepare_environment
+
+    prepare_environment(args.verbose)
+    from flows.runtime import prefect_api
+    from flows.schedules import DEFAULT_CRON, serve_schedules
+
+    path = os.path.abspath(args.config)
+    _check_in_child(path)  # refuse a broken config before serving it forever
+    cron = args.cron or DEFAULT_CRON
+    # SIGTERM (systemd, docker stop, kill) while starting stops like Ctrl-C, so the local
+    # server is shut down; once serving, Prefect's runner stops the runs itself.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with prefect_api(scheduler=True) as api:
+            what = f"every {args.interval:g} s" if args.interval else f"cron {cron!r}"
+            print(f"repeval serve: {path}\n"
+                  f"  checkpoint scan: {what}; protocol watch: every {args.watch_interval:g} s\n"
+                  f"  run history: {api.removesuffix('/api')} (Prefect UI), or "
+                  f"PREFECT_API_URL={api} prefect flow-run ls\n"
+                  "  stop: Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
+            serve_schedules(path, cron=cron, interval=args.interval, watch_interval=args.watch_interval)
+    except KeyboardInterrupt:  # stopped while starting (once serving, Prefect handles it)
+        pass
+    print(f"repeval serve: stopped; the store and Prefect's run history are kept (list past runs: "
+          f"PREFECT_HOME={os.environ['PREFECT_HOME']} prefect flow-run ls)", file=sys.stderr, flush=True)
+    return 0
+
+
+def _interrupt(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one clean stop
+    raise KeyboardInterrupt
+
+
+def _check_in_child(config_path: str) -> None:
+    """The config's full check (architectures, checkpoints: torch and timm) in a process of
+    its own, so the long-lived serving process never holds those libraries."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool.submit(check_config_file, config_path).result()
+
+
+def check_config_file(config_path: str) -> None:
+    from jobs.config.schema import load_config
+    from jobs.plan import make_plan
+
+    make_plan(load_config(config_path), record=False)
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    # No prepare_environment(): the deployment goes to the user's Prefect server, taken
+    # from their own Prefect profile or PREFECT_API_URL, never to an embedded one.
+    from flows.deploy import deploy_config
+    from flows.schedules import DEFAULT_CRON
+
+    cron = args.cron or DEFAULT_CRON
+    d = deploy_config(args.config, args.pool, name=args.name, cron=cron, timezone=args.timezone)
+    print(f"deployed {d.name} ({d.id}) on {d.api_url}: cron {cron!r} "
+          f"({args.timezone or 'UTC'}), reruns on protocol changes of {d.config_path}")
+    print(f"runs go to work pool {args.pool!r}; start a worker: prefect worker start --pool {args.pool}")
+    print(f"run now: prefect deployment run '{d.name}'")
+    print(f"after editing protocol settings: {d.emit_command()}")
+    return 0

@@ -1,0 +1,1 @@
+"""Analyses over the ledger: correlation against a reference, encoder comparison, checkpoint series, ranks."""

@@ -1,0 +1,210 @@
+"""Checkpoint series: each series' scores by training step, its best checkpoint so far, and
+whether the newest checkpoint is significantly worse than the best on some cell.
+
+A series is the encoders sharing a ``series`` name (a ``checkpoints:`` scan gives its
+folder's name, or the scan's ``series:``), each at its training ``step``. For every cell
+(setting, dataset, layer) where an earlier checkpoint scores best, the newest checkpoint
+(A) is compared with that best one (B) on their stored evidence; the comparisons of one
+series form one family (Benjamini-Hochberg), and a cell whose verdict is ``worse`` is a
+regression: the newest checkpoint is flagged. A cell where the newest record, or the best
+one it is compared with, carries an ``unreliable`` fit warning gets no verdict (neither a
+regression nor "best so far"): it is listed as ``unreliable: <reason>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.analysis.compare import (
+    CellKey, CompareOptions, cell_key, cell_label, compare_records, record_score, unreliable_reason,
+)
+from jobs.config.schema import BenchmarkConfig
+from pipeline.analysis.compare import CellVerdict, PairedComparison, decide_verdicts
+from pipeline.errors import RepevalError
+from pipeline.analysis.series import BestSoFar, SeriesCheck, best_so_far, check_newest
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    """One checkpoint of a series: the encoder's name and its training step."""
+
+    encoder: str
+    step: int
+
+
+@dataclass
+class SeriesAnalysis:
+    """One series as the report and the run summary show it.
+
+    ``scores`` maps each cell to its score by step; ``running`` the best so far at each
+    step; ``verdicts`` the newest checkpoint against each cell's best (where an earlier one
+    is best); ``not_compared`` the cells whose comparison was refused, with the reason;
+    ``unplaced`` the encoders of the series without a step, or with the step and the weights
+    of another member (a copy or a link: one point); ``problem`` why the series could not be
+    ordered at all (two members with one step and different weights); ``unreliable`` the
+    cells where the newest checkpoint gets no verdict because its record or the best one's
+    is not to be trusted, with the reason.
+    """
+
+    name: str
+    points: list[SeriesPoint] = field(default_factory=list)
+    unplaced: list[dict[str, str]] = field(default_factory=list)
+    scores: dict[CellKey, dict[int, float]] = field(default_factory=dict)
+    running: dict[CellKey, list[BestSoFar]] = field(default_factory=dict)
+    check: SeriesCheck | None = None
+    verdicts: dict[CellKey, CellVerdict] = field(default_factory=dict)
+    not_compared: list[dict[str, str]] = field(default_factory=list)
+    problem: str | None = None
+    unreliable: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def newest(self) -> SeriesPoint | None:
+        """The checkpoint with the largest step (None for an empty series)."""
+        return self.points[-1] if self.points else None
+
+    def encoder_at(self, step: int) -> str:
+        """The encoder evaluated at ``step``."""
+        return next(p.encoder for p in self.points if p.step == step)
+
+    @property
+    def flagged(self) -> bool:
+        """True when the newest checkpoint is significantly worse than the best on some cell."""
+        return bool(self.check is not None and self.check.flagged)
+
+    def regressions(self) -> list[dict[str, Any]]:
+        """One entry per regressed cell: ``encoder`` (the newest), ``cell``, ``against`` (the
+        cell's best checkpoint), their steps, the difference and the adjusted p-value."""
+        if self.check is None or self.newest is None:
+            return []
+        out = []
+        for cell in self.check.regressed:
+            v = self.verdicts[cell]
+            best = self.check.to_compare[cell]
+            out.append({"series": self.name, "encoder": self.newest.encoder, "cell": cell_label(cell),
+                        "against": self.encoder_at(best), "step": self.newest.step, "best_step": best,
+                        "difference": v.comparison.difference, "p_adjusted": v.p_adjusted,
+                        "metric": v.comparison.metric})
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dictionary for the run summary.
+
+        Returns
+        -------
+        dict
+        """
+        newest = self.newest
+        return {
+            "series": self.name, "checkpoints": [{"encoder": p.encoder, "step": p.step} for p in self.points],
+            "newest": None if newest is None else {"encoder": newest.encoder, "step": newest.step},
+            "flagged": self.flagged, "regressions": self.regressions(),
+            "newest_is_best": [cell_label(c) for c in (self.check.newest_is_best if self.check else ())
+                               if cell_label(c) not in {u["cell"] for u in self.unreliable}],
+            "verdicts": {cell_label(c): v.verdict for c, v in self.verdicts.items()},
+            "unreliable": list(self.unreliable),
+            "not_compared": list(self.not_compared), "unplaced": list(self.unplaced), "problem": self.problem,
+        }
+
+
+def series_members(cfg: BenchmarkConfig) -> dict[str, list[tuple[str, int | None]]]:
+    """Series name -> (encoder, step) of its members, in config order.
+
+    Parameters
+    ----------
+    cfg : BenchmarkConfig
+        A config whose encoders include the scanned checkpoints (a plan's).
+
+    Returns
+    -------
+    dict
+    """
+    out: dict[str, list[tuple[str, int | None]]] = {}
+    for enc in cfg.encoders:
+        if enc.series is not None:
+            out.setdefault(enc.series, []).append((enc.name, enc.step))
+    return out
+
+
+def analyse_series(store, records: Iterable[Mapping[str, Any]], cfg: BenchmarkConfig,
+                   options: CompareOptions = CompareOptions()) -> list[SeriesAnalysis]:
+    """Every series of ``cfg``: scores by step, best so far, newest against the best.
+
+    Parameters
+    ----------
+    store : FeatureStore
+        The store holding the cells' evidence.
+    records : iterable of mapping
+        The current records under the config's names.
+    cfg : BenchmarkConfig
+        The config (with scanned checkpoints as encoders).
+    options : CompareOptions
+        alpha and the resampling of the comparisons.
+
+    Returns
+    -------
+    list of SeriesAnalysis
+        In series name order.
+    """
+    by_model: dict[str, dict[CellKey, Mapping[str, Any]]] = {}
+    weights: dict[str, str] = {}  # encoder -> weights fingerprint, from its records
+    for rec in records:
+        by_model.setdefault(str(rec.get("model")), {})[cell_key(rec)] = rec
+        fingerprint = (rec.get("provenance") or {}).get("weights_fingerprint")
+        if fingerprint:
+            weights.setdefault(str(rec.get("model")), str(fingerprint))
+    out = []
+    for name, members in sorted(series_members(cfg).items()):
+        analysis = SeriesAnalysis(name)
+        steps: dict[int, str] = {}
+        for encoder, step in members:
+            if step is None:
+                analysis.unplaced.append({"encoder": encoder, "reason": "no training step: the scan's step_pattern "
+                                          "does not match its file name and its metadata has no step, global_step "
+                                          "or epoch"})
+            elif step in steps and weights.get(encoder) is not None and weights.get(encoder) == weights.get(
+                    steps[step]):
+                # a copy or a link of one checkpoint (Lightning's last.ckpt beside epoch=9-step=1200.ckpt)
+                analysis.unplaced.append({"encoder": encoder, "reason": f"the same weights as {steps[step]} "
+                                          f"(step {step}), which stands for both"})
+            elif step in steps:
+                analysis.problem = (f"{steps[step]} and {encoder} both have step {step}; a series needs one "
+                                    "checkpoint per step")
+            else:
+                steps[step] = encoder
+        analysis.points = [SeriesPoint(e, s) for s, e in sorted(steps.items())]
+        out.append(analysis)
+        if analysis.problem or not analysis.points:
+            continue
+        for point in analysis.points:
+            for cell, rec in by_model.get(point.encoder, {}).items():
+                score = record_score(rec)
+                if score is not None:
+                    analysis.scores.setdefault(cell, {})[point.step] = score
+        if not analysis.scores:
+            continue
+        analysis.running = {c: best_so_far(s) for c, s in sorted(analysis.scores.items())}
+        newest = analysis.newest
+        first = check_newest(analysis.scores, newest_step=newest.step)
+        comparisons: dict[CellKey, PairedComparison] = {}
+        unreliable: dict[CellKey, str] = {}
+        for cell in first.newest_is_best:  # "best so far" is a claim too: not from an untrusted score
+            why = unreliable_reason(by_model[newest.encoder][cell], {})
+            if why is not None:
+                analysis.unreliable.append({"cell": cell_label(cell), "reason": why})
+        for cell, best_step in first.to_compare.items():
+            rec_new, rec_best = by_model[newest.encoder][cell], by_model[analysis.encoder_at(best_step)][cell]
+            try:
+                comparisons[cell] = compare_records(store, rec_new, rec_best, options)
+            except RepevalError as exc:  # this cell stays unchecked; the others are still compared
+                analysis.not_compared.append({"cell": cell_label(cell), "reason": str(exc)})
+                continue
+            why = unreliable_reason(rec_new, rec_best)
+            if why is not None:
+                unreliable[cell] = why
+                analysis.unreliable.append({"cell": cell_label(cell), "reason": why})
+        analysis.verdicts = decide_verdicts(comparisons, options.alpha, unreliable) if comparisons else {}
+        analysis.check = check_newest(analysis.scores, {c: v.verdict for c, v in analysis.verdicts.items()},
+                                      newest_step=newest.step)
+    return out

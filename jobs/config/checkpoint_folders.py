@@ -1,0 +1,255 @@
+"""Turn checkpoint folders into encoders: what the nightly schedule evaluates.
+
+Each file matching a scan's pattern becomes an encoder named ``<name_prefix><file name
+without its checkpoint extension>`` (``moco.pth.tar`` -> ``moco``), in the scan's series
+(its ``series:`` name, else the folder's), at the training step its name
+(``step_pattern``) or metadata gives.
+A sidecar ``<stem>.json`` may carry ``{"reference_score": 0.71}`` (e.g. the source-task
+accuracy the trainer measured), which becomes that encoder's reference score.
+
+A run takes only files that are ready: unchanged for the scan's ``settle_seconds`` (their
+modification time is at least that old), or marked done by a ``<file><done_suffix>``
+marker when the scan names a suffix. A file that failed before (unreadable, another
+architecture) is not taken again while its size and modification time are unchanged,
+(nor the scan's architecture) unless a retry is asked for; it is reported as skipped instead.
+
+Names never collide silently: two files that would give one encoder name (``ck.pth`` and
+``ck.ckpt``, or the same stem in two folders) are refused together, each naming the other,
+and so is a file whose name an ``encoders:`` entry of another file already uses.
+
+A one-shot run waits for files still settling (:func:`wait_for_settled`), up to their
+``settle_seconds``, so checkpoints written just before it are evaluated by it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jobs.config.schema import BenchmarkConfig, CheckpointScan, EncoderConfig
+from jobs.failures import checkpoint_failure
+from pipeline.encoders.checkpoints.names import checkpoint_extension, checkpoint_stem
+from pipeline.analysis.series.steps import series_name
+
+NAME_COLLISION = "NameCollision"  # error type of files refused for a name another file gives
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.+=@-]")
+
+
+@dataclass(frozen=True)
+class ScannedFile:
+    """One checkpoint file found by a scan, as the encoder it becomes."""
+
+    encoder: EncoderConfig
+    path: str
+    size: int
+    mtime_ns: int
+    reference_score: float | None = None
+
+    @property
+    def signature(self) -> list[int]:
+        """What tells a rewritten file from the one seen before."""
+        return [self.size, self.mtime_ns]
+
+
+@dataclass
+class ScanResult:
+    """What the checkpoint folders hold now, as one run sees them."""
+
+    taken: list[ScannedFile] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)  # still being written: left for a later scan
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # failure records of unchanged bad files
+    collisions: list[dict[str, Any]] = field(default_factory=list)  # failure records: files sharing a name
+    notes: list[str] = field(default_factory=list)  # folders that gave nothing, and why (scan_note)
+
+    def signatures(self) -> dict[str, list[int]]:
+        return {f.encoder.name: f.signature for f in self.taken}
+
+
+def encoder_name(scan: CheckpointScan, path: Path) -> str:
+    return _UNSAFE.sub("_", f"{scan.name_prefix}{checkpoint_stem(path.name)}").lstrip(".-+=@") or "checkpoint"
+
+
+def _ready(scan: CheckpointScan, path: Path, mtime_ns: int, now: float) -> bool:
+    if scan.done_suffix:
+        return path.with_name(path.name + scan.done_suffix).is_file()
+    return now - mtime_ns / 1e9 >= scan.settle_seconds
+
+
+def _sidecar_score(path: Path) -> float | None:
+    sidecar = path.with_name(checkpoint_stem(path.name) + ".json")
+    if not sidecar.is_file():
+        return None
+    try:
+        score = json.loads(sidecar.read_text()).get("reference_score")
+    except (ValueError, OSError, AttributeError):
+        return None  # a sidecar being written, or not ours: no reference score
+    return float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None
+
+
+def scan_step(scan: CheckpointScan, path: Path) -> int | None:
+    """The checkpoint's training step: from its name (the scan's ``step_pattern``), else from
+    its metadata; None when neither gives one (the series section says so)."""
+    from pipeline.errors import CheckpointError
+    from pipeline.analysis.series.steps import checkpoint_step
+
+    try:
+        return checkpoint_step(path, scan.step_pattern).step
+    except CheckpointError:  # no step, or an unreadable file: the checkpoint is still evaluated
+        return None
+
+
+def scan_note(scan: CheckpointScan) -> str:
+    """Why a folder gave no file: it does not exist, or none of its files matches the
+    pattern (naming the checkpoint files it does hold, with a pattern that takes them)."""
+    folder = Path(scan.path)
+    if not folder.is_dir():
+        return f"checkpoints folder {scan.path!r} does not exist: nothing taken from it"
+    others = sorted(p.name for p in folder.iterdir() if p.is_file() and checkpoint_extension(p.name)
+                    and not (scan.done_suffix and p.name.endswith(scan.done_suffix)))
+    line = f"checkpoints folder {scan.path!r}: no file matches pattern {scan.pattern!r}"
+    if not others:
+        return line + " (no checkpoint file in it yet)"
+    extensions = {checkpoint_extension(n) for n in others}
+    pattern = f"*{next(iter(extensions))}" if len(extensions) == 1 else "*"
+    shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+    return line + f"; it holds {len(others)} other checkpoint file(s) ({shown}): set `pattern: \"{pattern}\"`"
+
+
+def scan_files(scan: CheckpointScan, *, ready_only: bool = True, now: float | None = None,
+               ) -> tuple[list[ScannedFile], list[str]]:
+    """(ready files as encoders, paths still being written) in ``scan.path``, sorted by name.
+
+    ``ready_only=False`` takes every matching file (what a report or results listing
+    names), ready or not.
+    """
+    folder = Path(scan.path)
+    if not folder.is_dir():
+        return [], []
+    now = time.time() if now is None else now
+    taken, waiting = [], []
+    for path in sorted(folder.glob(scan.pattern)):
+        try:
+            st = path.stat()
+        except FileNotFoundError:  # removed while scanning
+            continue
+        if not path.is_file() or (scan.done_suffix and path.name.endswith(scan.done_suffix)):
+            continue
+        if checkpoint_extension(path.name) is None:  # a sidecar, a log, a marker: not a checkpoint
+            continue
+        if ready_only and not _ready(scan, path, st.st_mtime_ns, now):
+            waiting.append(str(path))
+            continue
+        enc = EncoderConfig(name=encoder_name(scan, path), arch=scan.arch, weights=str(path),
+                            layers=list(scan.layers), input_size=scan.input_size,
+                            strip_prefixes=list(scan.strip_prefixes), checkpoint_key=scan.checkpoint_key,
+                            series=series_name(path, scan.series), step=scan_step(scan, path))
+        taken.append(ScannedFile(enc, str(path), st.st_size, st.st_mtime_ns, _sidecar_score(path)))
+    return taken, waiting
+
+
+def scan_folder(scan: CheckpointScan, ready_only: bool = False) -> list[tuple[EncoderConfig, float | None]]:
+    """Encoders (and sidecar reference scores) for every checkpoint in ``scan.path``, sorted."""
+    return [(f.encoder, f.reference_score) for f in scan_files(scan, ready_only=ready_only)[0]]
+
+
+def scan_checkpoints(cfg: BenchmarkConfig, failed: dict[str, dict[str, Any]] | None = None, *,
+                     ready_only: bool = True, retry_failed: bool = False, now: float | None = None) -> ScanResult:
+    """Every scan folder of ``cfg`` as a run sees it.
+
+    ``failed`` maps a checkpoint's path to its failure record (``size``, ``mtime_ns``): an
+    unchanged file is skipped unless ``retry_failed``. A file that names the checkpoint an
+    ``encoders:`` entry already gives is left to that entry; files that would share a name
+    are refused together (``collisions``), naming each other.
+    """
+    failed = failed or {}
+    given = {e.name: e for e in cfg.encoders}
+    out = ScanResult()
+    by_name: dict[str, list[tuple[CheckpointScan, ScannedFile]]] = {}
+    for scan in cfg.checkpoints:
+        files, waiting = scan_files(scan, ready_only=ready_only, now=now)
+        out.waiting.extend(waiting)
+        if not files and not waiting:  # a wrong path or pattern would otherwise evaluate nothing, silently
+            out.notes.append(scan_note(scan))
+        for f in files:
+            by_name.setdefault(f.encoder.name, []).append((scan, f))
+    for name, found in by_name.items():
+        entry = given.get(name)
+        if entry is not None:
+            found = [(s, f) for s, f in found if not _same_file(entry.weights, f.path)]
+            if found:
+                others = [f"{f.path}" for _, f in found]
+                out.collisions += [_collision(f, f"encoder name {name!r} is already an encoders: entry "
+                                                 f"(weights {entry.weights}); also {', '.join(others[:3])}")
+                                   for _, f in found]
+            continue
+        if len(found) > 1:
+            paths = [f.path for _, f in found]
+            out.collisions += [_collision(f, f"files {', '.join(paths[:4])} all give encoder name {name!r}; "
+                                             "rename one, narrow the scan's pattern or set name_prefix")
+                               for _, f in found]
+            continue
+        scan, f = found[0]
+        record = failed.get(f.path)
+        unchanged = record is not None and [record.get("size"), record.get("mtime_ns")] == f.signature
+        if (unchanged and not retry_failed and record.get("arch", scan.arch) == scan.arch
+                and record.get("error_type") != NAME_COLLISION):
+            out.skipped.append(record)
+            continue
+        out.taken.append(f)
+    out.taken.sort(key=lambda f: f.path)
+    return out
+
+
+def _same_file(weights: str, path: str) -> bool:
+    try:
+        return Path(weights).expanduser().samefile(path)
+    except OSError:
+        return False
+
+
+def _collision(f: ScannedFile, reason: str) -> dict[str, Any]:
+    return checkpoint_failure(f.path, f.size, f.mtime_ns, f.encoder.name, f.encoder.arch,
+                              f"{NAME_COLLISION}: {reason}", NAME_COLLISION)
+
+
+def wait_for_settled(cfg: BenchmarkConfig, say=None, *, clock=time.time, sleep=time.sleep) -> list[str]:
+    """Wait for the files of ``cfg``'s folders that are still settling, at most the longest
+    ``settle_seconds`` among their folders; return those still not ready (named by the run).
+
+    A file is ready once unchanged for its folder's ``settle_seconds`` (or, with
+    ``done_suffix``, once its marker exists): one written just before a one-shot run
+    is evaluated by that run. ``say`` gets one line when there is something to wait for.
+    """
+    start = clock()
+    waiting = scan_checkpoints(cfg, now=start).waiting
+    if not waiting:
+        return []
+    limit = max(s.settle_seconds for s in cfg.checkpoints)
+    if say is not None:
+        say(f"waiting up to {limit:g} s for {len(waiting)} checkpoint(s) still being written: "
+            + ", ".join(Path(p).name for p in waiting[:5]) + (", ..." if len(waiting) > 5 else ""))
+    while waiting and clock() - start < limit:
+        sleep(min(0.5, max(0.0, limit - (clock() - start))))
+        waiting = scan_checkpoints(cfg, now=clock()).waiting
+    return waiting
+
+
+def with_encoders(cfg: BenchmarkConfig, scanned: list[ScannedFile]) -> BenchmarkConfig:
+    """A copy of ``cfg`` with the scanned files as encoders and their sidecar reference scores."""
+    out = copy.deepcopy(cfg)
+    for f in scanned:
+        out.encoders.append(f.encoder)
+        if f.reference_score is not None and f.encoder.name not in out.reference.scores:
+            out.reference.scores[f.encoder.name] = f.reference_score
+    return out
+
+
+def with_scanned_checkpoints(cfg: BenchmarkConfig, ready_only: bool = False) -> BenchmarkConfig:
+    """A copy of ``cfg`` whose encoders include every scanned checkpoint (config wins on names)."""
+    return with_encoders(cfg, scan_checkpoints(cfg, ready_only=ready_only).taken)

@@ -1,0 +1,70 @@
+"""The ``extract:`` section of a run config: how features are extracted (batching, the
+forward pass's precision and memory format, DataLoader workers, where images are
+decoded, the stored dtype). Kept apart from ``jobs.config.schema``, which re-exports it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.errors import ConfigError
+from storage_schema.leases import DEFAULT_TTL
+
+DTYPES = ("float32", "float16")  # of stored features
+PRECISIONS = ("auto", "float32", "float16", "bfloat16")  # of the forward pass (autocast)
+DECODERS = ("pil", "device")  # where image files are decoded and resized
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    """How to run an extraction. The stored numbers depend on ``dtype``, ``precision``,
+    ``channels_last`` and ``decode`` (each is in the features' fingerprint); the rest
+    only changes how fast they come.
+
+    The config's ``extract:`` section, and what ``jobs.extraction.extract.extract`` takes.
+    ``auto`` values: on a CUDA device, float16 autocast, channels-last for convolutional
+    models, one DataLoader worker per core (at most 16, the cores shared between the
+    machine's GPUs) and pinned memory; on the CPU, float32, the default memory format,
+    no worker processes and no pinning (the features stay bitwise what they were).
+    """
+
+    batch_size: int = 64
+    chunk_batches: int = 4  # rows per chunk = batch_size * chunk_batches
+    num_workers: int | str = "auto"  # DataLoader worker processes reading and decoding images
+    dtype: str = "float32"
+    device: str | None = None  # torch device; default: cuda if available, else cpu
+    lease_ttl: float = DEFAULT_TTL  # seconds without heartbeat after which a writer counts as dead
+    wait: bool = True  # another process holds the lease: wait for it (True) or move on
+    progress: bool = True  # a progress bar (runs turn it off: their tasks report progress)
+    precision: str = "auto"  # autocast dtype of the forward pass
+    channels_last: bool | str = "auto"
+    pin_memory: bool | str = "auto"  # page-locked batches: non-blocking copies to the GPU
+    # pil: decode and resize with PIL in the loader (timm's transform); device: JPEG files
+    # decoded (nvJPEG on a GPU, libjpeg on the CPU) and resized on the extraction device
+    decode: str = "pil"
+    # Resumable training state of encoder protocols (fine-tuning); default: under the store
+    # when it is a local folder, else $REPEVAL_HOME/scratch
+    scratch_dir: str | None = None
+
+    def validate(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype {self.dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
+        for name in ("batch_size", "chunk_batches"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.num_workers != "auto" and (isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int)
+                                           or self.num_workers < 0):
+            raise ConfigError(f"num_workers must be an integer >= 0 or 'auto', got {self.num_workers!r}")
+        for name, choices in (("precision", PRECISIONS), ("decode", DECODERS),
+                              ("channels_last", (True, False, "auto")), ("pin_memory", (True, False, "auto"))):
+            value = getattr(self, name)
+            if not any(value is c or (isinstance(c, str) and value == c) for c in choices):
+                raise ConfigError(f"{name} {value!r} is not one of {', '.join(map(str, choices))}")
+        if not (isinstance(self.lease_ttl, (int, float)) and self.lease_ttl > 0):  # 0: every lease stale at once
+            raise ConfigError(f"lease_ttl must be a number of seconds > 0, got {self.lease_ttl!r}")
+
+    def check(self, path: str) -> None:
+        try:
+            self.validate()
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None

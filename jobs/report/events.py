@@ -1,0 +1,292 @@
+"""The machine-readable summary each run writes beside its report, and what it alerts on.
+
+``<report>.summary.json`` (``report.html`` -> ``report.summary.json``) holds what a
+reader, a script or an automation needs without opening the report::
+
+    {"version": 1, "written": "...", "report": "...", "store": "...",
+     "evaluated": ["ck-step300"],                      # encoders with cells computed this run
+     "encoders": {"<encoder>": {"cells": {"<setting>/<dataset>/<layer>":
+                     {"status": "ok", "score": 0.83, "warnings": ["plateau"]}
+                     | {"status": "failed", "error": "..."}}}},
+     "warnings": [{"encoder", "cell", "codes", "unreliable", "messages"}, ...],  # records with fit warnings
+     "leaderboard": [{"model", "mean_rank", "ranks", "scores", "missing"}, ...],
+     "series": [{"series", "checkpoints", "newest", "flagged", "regressions", "verdicts", ...}],
+     "regressions": [{"series", "encoder", "cell", "against", "difference", "p_adjusted", ...}],
+     "failures": [{"kind", "label", "reason", ...}],
+     "changes": {"new_encoders", "new_cells", "regressions", "failures", "recovered", ...}}
+
+``changes`` is what changed since the summary the previous run left there
+(:func:`pipeline.analysis.leaderboard.diff_summaries`). The event payload (:func:`event_payload`)
+is a compact copy: the lists it carries are cut at ``EVENT_LIST_LIMIT`` entries, and the
+full summary is one file away (``summary_path``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from jobs.analysis.compare import cell_key, cell_label, record_score
+from pipeline.protocols.fit_warnings import WARNING_CODES, record_warnings
+from pipeline.analysis.leaderboard import RunChanges, diff_summaries, leaderboard
+from storage_schema.provenance import now_iso
+
+log = logging.getLogger(__name__)
+
+SUMMARY_VERSION = 1
+EVENT_LIST_LIMIT = 50
+_FAILURE_FIELDS = ("kind", "label", "reason", "model", "dataset", "layer", "setting", "file", "first_failed",
+                   "attempts")
+
+
+def summary_path(report_path: str) -> str:
+    """Where the summary of a report goes: beside it, ``<stem>.summary.json``.
+
+    Parameters
+    ----------
+    report_path : str
+        The report's path.
+
+    Returns
+    -------
+    str
+    """
+    return str(Path(report_path).with_suffix(".summary.json"))
+
+
+def setting_scores(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each encoder's score per protocol setting, for the leaderboard.
+
+    A setting's score is the mean over its datasets of the encoder's best layer on each;
+    an encoder lacking a dataset that another encoder has in that setting gets no score
+    there (a mean over fewer datasets would not compare).
+
+    Parameters
+    ----------
+    records : iterable of mapping
+        The current records (one per model, setting, dataset and layer).
+
+    Returns
+    -------
+    dict
+        Model -> setting -> score.
+    """
+    best: dict[tuple[str, str, str], float] = {}
+    for rec in records:
+        score = record_score(rec)
+        if score is None:
+            continue
+        key = (str(rec.get("model")), str(rec.get("setting")), str(rec.get("dataset")))
+        best[key] = max(score, best.get(key, score))
+    datasets: dict[str, set[str]] = {}
+    for _, setting, dataset in best:
+        datasets.setdefault(setting, set()).add(dataset)
+    out: dict[str, dict[str, float]] = {}
+    for model in sorted({m for m, _, _ in best}):
+        row = {}
+        for setting, names in sorted(datasets.items()):
+            values = [best.get((model, setting, d)) for d in sorted(names)]
+            if all(v is not None for v in values):
+                row[setting] = sum(values) / len(values)
+        out[model] = row
+    return out
+
+
+def leaderboard_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The leaderboard (mean rank over settings) as plain rows; [] without any score.
+
+    Parameters
+    ----------
+    records : iterable of mapping
+        The current records.
+
+    Returns
+    -------
+    list of dict
+        ``LeaderboardRow.to_dict()`` of each encoder, ranked first.
+    """
+    table = {m: row for m, row in setting_scores(records).items() if row}
+    if not table:
+        return []
+    return [row.to_dict() for row in leaderboard(table, missing="exclude")]
+
+
+def build_summary(records: Sequence[Mapping[str, Any]], failures: Sequence[Mapping[str, Any]], series: Sequence[Any],
+                  *, evaluated: Iterable[str] = (), report: str | None = None, store: str | None = None,
+                  ) -> dict[str, Any]:
+    """The run's summary (see the module docstring), without ``changes``.
+
+    Parameters
+    ----------
+    records : sequence of mapping
+        The current records under the config's names.
+    failures : sequence of mapping
+        The failure records of the config's work.
+    series : sequence of SeriesAnalysis
+        ``jobs.analysis.series.analyse_series`` of the records.
+    evaluated : iterable of str
+        Encoders with cells computed in this run.
+    report, store : str, optional
+        The report's path and the store's URL.
+
+    Returns
+    -------
+    dict
+    """
+    encoders: dict[str, dict[str, Any]] = {}
+    flagged = []
+    for rec in records:
+        score = record_score(rec)
+        found = record_warnings(rec)
+        if found:
+            flagged.append(warning_entry(rec, found))
+        if score is not None:
+            cells = encoders.setdefault(str(rec.get("model")), {"cells": {}})["cells"]
+            cells[cell_label(cell_key(rec))] = {"status": "ok", "score": score,
+                                                **({"warnings": flagged[-1]["codes"]} if found else {})}
+    for f in failures:
+        if f.get("kind") == "cell" and f.get("model"):
+            cells = encoders.setdefault(str(f["model"]), {"cells": {}})["cells"]
+            cells[cell_label(cell_key(f))] = {"status": "failed", "error": str(f.get("reason", ""))}
+    regressions = [r for s in series for r in s.regressions()]
+    return {
+        "version": SUMMARY_VERSION, "written": now_iso(), "report": report, "store": store,
+        "evaluated": sorted(set(evaluated)), "encoders": encoders, "leaderboard": leaderboard_rows(records),
+        "series": [s.to_dict() for s in series], "regressions": regressions,
+        "warnings": sorted(flagged, key=lambda w: (not w["unreliable"], w["encoder"], w["cell"])),
+        "failures": [{k: f[k] for k in _FAILURE_FIELDS if k in f} for f in failures],
+    }
+
+
+def warning_entry(rec: Mapping[str, Any], found: Sequence[Mapping[str, str]] | None = None) -> dict[str, Any]:
+    """A record's fit warnings as the summary lists them.
+
+    Parameters
+    ----------
+    rec : mapping
+        A ledger record (under the config's names).
+    found : sequence of dict, optional
+        Its warnings (``record_warnings(rec)`` when not given).
+
+    Returns
+    -------
+    dict
+        ``encoder``, ``cell``, ``codes``, ``unreliable`` (a code of that severity is among
+        them: no verdict is drawn from the cell) and ``messages`` (``code: message``).
+    """
+    found = record_warnings(rec) if found is None else found
+    codes = list(dict.fromkeys(w["code"] for w in found))
+    return {"encoder": str(rec.get("model")), "cell": cell_label(cell_key(rec)), "codes": codes,
+            "unreliable": any(WARNING_CODES[c][0] == "unreliable" for c in codes),
+            "messages": [f"{w['code']}: {w['message']}" for w in found]}
+
+
+def read_summary(path: str) -> dict[str, Any] | None:
+    """The summary a previous run left at ``path``; None when there is none or it is unreadable.
+
+    Parameters
+    ----------
+    path : str
+
+    Returns
+    -------
+    dict or None
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:  # torn or foreign: this run's changes are then "everything"
+        log.warning("previous run summary %s is unreadable (%s); comparing with nothing", path, exc)
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("encoders"), dict) else None
+
+
+def changes_since(previous: Mapping[str, Any] | None, current: Mapping[str, Any]) -> RunChanges:
+    """What changed since the previous summary (new encoders and cells, regressions, failures).
+
+    Parameters
+    ----------
+    previous : mapping or None
+        The previous run's summary.
+    current : mapping
+        This run's.
+
+    Returns
+    -------
+    RunChanges
+    """
+    from pipeline.errors import DataValidationError
+
+    try:
+        return diff_summaries(previous, current)
+    except DataValidationError as exc:  # a summary of another version: compare with nothing
+        log.warning("previous run summary does not compare (%s); listing everything as new", exc)
+        return diff_summaries(None, current)
+
+
+def write_summary(path: str, summary: Mapping[str, Any]) -> str:
+    """Write the summary atomically (a reader never sees half a file); its path.
+
+    Parameters
+    ----------
+    path : str
+    summary : mapping
+
+    Returns
+    -------
+    str
+    """
+    from jobs.report.files import write_atomic
+
+    write_atomic(Path(path), json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
+    return path
+
+
+def _cut(items: Sequence[Any]) -> list[Any]:
+    return list(items[:EVENT_LIST_LIMIT])
+
+
+def event_payload(summary: Mapping[str, Any], path: str | None) -> dict[str, Any]:
+    """What the run's events carry: the summary without the per-cell scores, lists cut.
+
+    Parameters
+    ----------
+    summary : mapping
+        The run summary (with ``changes``).
+    path : str or None
+        Where the full summary was written.
+
+    Returns
+    -------
+    dict
+        ``summary_path``, ``report``, ``evaluated``, ``regressions``, ``failures``,
+        ``series`` (name, newest, flagged, and the cells its newest checkpoint has no
+        verdict on: ``unreliable``), ``warnings`` (encoder, cell, codes, unreliable of each
+        record with fit warnings), ``changes`` (new encoders and cells, new regressions
+        and failures), ``leaderboard`` (model and mean rank) and ``truncated`` (whether
+        any list was cut).
+    """
+    changes = dict(summary.get("changes") or {})
+    lists = {
+        "evaluated": list(summary.get("evaluated") or []),
+        "regressions": list(summary.get("regressions") or []),
+        "failures": [{k: f.get(k) for k in ("kind", "label", "reason")} for f in summary.get("failures") or []],
+        "leaderboard": [{"model": r["model"], "mean_rank": r["mean_rank"]} for r in summary.get("leaderboard") or []],
+        "warnings": [{k: w.get(k) for k in ("encoder", "cell", "codes", "unreliable")}
+                     for w in summary.get("warnings") or []],
+    }
+    change_lists = {k: list(changes.get(k) or []) for k in ("new_encoders", "new_cells", "regressions", "failures",
+                                                           "recovered")}
+    truncated = any(len(v) > EVENT_LIST_LIMIT for v in [*lists.values(), *change_lists.values()])
+    return {
+        "summary_path": path, "report": summary.get("report"), "written": summary.get("written"),
+        **{k: _cut(v) for k, v in lists.items()},
+        "series": [{"series": s.get("series"), "newest": s.get("newest"), "flagged": s.get("flagged"),
+                    "unreliable": _cut(list(s.get("unreliable") or []))} for s in summary.get("series") or []],
+        "changes": {k: _cut(v) for k, v in change_lists.items()}, "truncated": truncated,
+    }

@@ -1,0 +1,443 @@
+"""Reading local checkpoints safely, finding the tensors inside, fingerprinting them.
+
+Only formats that cannot run code are read: safetensors, and PyTorch files (zip archives,
+legacy pickles, legacy tar files) loaded with ``torch.load(weights_only=True)``. The
+format is told by the file's first bytes, not its name: a MoCo ``.pth.tar``, a Lightning
+``.ckpt`` or a ``.bin`` are all PyTorch files. A file named ``.safetensors`` is only ever
+read as safetensors. A pickle that needs arbitrary objects is refused with
+:class:`UnsafeCheckpointError`, naming them, rather than loaded with
+``weights_only=False``; a file in none of these formats says it is not a checkpoint.
+
+Besides tensors and plain Python values, training scripts store records of plain values
+that ``weights_only`` refuses by default: ``argparse.Namespace`` (DINO, MAE, timm's
+train.py save their ``args``), Lightning's ``AttributeDict`` (``hyper_parameters``) and
+numpy scalars (a metric). Those few names are read as inert stand-ins (a record of
+attributes, a dict, the numpy scalar): nothing of theirs runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import struct
+import tarfile
+import threading
+import zipfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from pipeline.encoders.checkpoints.names import (  # noqa: F401  (re-exported)
+    CHECKPOINT_EXTENSIONS, PICKLE_EXTENSIONS, SAFETENSORS_EXTENSIONS, checkpoint_extension, checkpoint_stem,
+)
+from pipeline.errors import CheckpointError, UnsafeCheckpointError
+
+#: Where training code usually puts the weights inside a checkpoint, most common first.
+USUAL_KEYS = ("state_dict", "model", "module", "teacher", "student", "model_ema", "state_dict_ema",
+              "ema", "ema_state_dict", "encoder", "backbone", "online_network_state_dict", "network",
+              "net", "weights", "params")
+# what torch's weights-only unpickler says about a torn file (anything else it refuses would need code)
+_DAMAGED = ("truncated", "invalid load key", "ran out of input", "stack underflow", "unexpected eof")
+_MAX_DEPTH = 3  # nesting levels searched for mappings of tensors (checkpoint -> state_dict -> model)
+_SHOWN = 5
+
+
+class ArgsRecord:
+    """What an ``argparse.Namespace`` in a checkpoint is read as: its attributes, nothing more.
+
+    Parameters
+    ----------
+    **attrs
+        The namespace's attributes.
+    """
+
+    def __init__(self, **attrs: Any) -> None:
+        self.__dict__.update(attrs)
+
+    def __repr__(self) -> str:
+        return f"ArgsRecord({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
+
+
+_RECORDS_LOCK = threading.Lock()
+_RECORDS_ALLOWED = False
+
+
+def _allow_plain_records() -> None:
+    """Map the plain records training scripts save to inert stand-ins (once per process)."""
+    global _RECORDS_ALLOWED
+    with _RECORDS_LOCK:
+        if _RECORDS_ALLOWED:
+            return
+        import numpy as np
+
+        # ArgsRecord under its own name too: a file re-saved after being read here loads again
+        records: list[Any] = [(ArgsRecord, "argparse.Namespace"), ArgsRecord]
+        records += [(dict, f"{m}.AttributeDict") for m in (
+            "lightning.fabric.utilities.data", "lightning_fabric.utilities.data",
+            "pytorch_lightning.utilities.parsing", "lightning.pytorch.utilities.parsing")]
+        scalar = np.float64(0).__reduce__()[0]  # the function numpy pickles its scalars with
+        records += [scalar, (scalar, "numpy.core.multiarray.scalar"), (scalar, "numpy._core.multiarray.scalar"),
+                    np.dtype]
+        records += sorted({type(np.dtype(c)) for c in "?bhilqBHILQefdgFD"}, key=str)
+        torch.serialization.add_safe_globals(records)
+        _RECORDS_ALLOWED = True
+
+
+def container_format(path: str | os.PathLike[str]) -> str | None:
+    """What a file holds, from its first bytes: ``safetensors``, ``torch-zip`` (torch.save's
+    archive), ``pickle`` (a legacy torch.save or plain pickle), ``torch-tar`` or None.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+
+    Returns
+    -------
+    str or None
+        The format, or None when the file is none of them.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if head[:4] == b"PK\x03\x04":
+        return "torch-zip"
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return "pickle"
+    # a safetensors header's length, then its JSON: the length may exceed a torn file's size
+    if len(head) >= 9 and head[8:9] == b"{" and struct.unpack("<Q", head[:8])[0] < 1 << 30:
+        return "safetensors"
+    if zipfile.is_zipfile(path):
+        return "torch-zip"
+    if size > 512 and tarfile.is_tarfile(path):
+        return "torch-tar"
+    return None
+
+
+def checked_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` as given (a symlink keeps its own name), refused unless it is an existing
+    file with a checkpoint extension.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The checkpoint file.
+
+    Returns
+    -------
+    pathlib.Path
+        The path, ``~`` expanded.
+    """
+    path = Path(path).expanduser()
+    if checkpoint_extension(path) is None:
+        suffix = path.suffix or "(none)"
+        raise CheckpointError(
+            f"Checkpoint {str(path)!r} has unsupported extension {suffix!r}; "
+            f"valid extensions: {', '.join(CHECKPOINT_EXTENSIONS)}"
+        )
+    if not path.is_file():
+        target = f" (a link to {os.readlink(path)!r}, which is missing)" if path.is_symlink() else ""
+        raise CheckpointError(f"Checkpoint file {str(path)!r} does not exist{target}")
+    return path
+
+
+def read_checkpoint(path: str | os.PathLike[str], meta: bool = False) -> object:
+    """Everything a checkpoint file holds, read safely: a state dict, or the training
+    script's whole record (weights under some key, optimizer state, epoch, arguments).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The checkpoint file.
+    meta : bool
+        Put every tensor on the meta device (names, shapes and dtypes only). A PyTorch
+        archive is memory-mapped either way: tensor bytes are read only when used.
+
+    Returns
+    -------
+    object
+        A safetensors file gives its flat ``{name: tensor}``; a PyTorch file the object
+        it holds.
+
+    Raises
+    ------
+    CheckpointError
+        Missing, unreadable, truncated, or not a checkpoint at all.
+    UnsafeCheckpointError
+        A pickle that needs objects other than tensors and plain values to load.
+    """
+    path = checked_path(path)
+    try:
+        kind = container_format(path)
+    except OSError as exc:
+        raise CheckpointError(f"Cannot read checkpoint {path.name!r}: {exc}") from exc
+    named_safe = checkpoint_extension(path) in SAFETENSORS_EXTENSIONS
+    if kind is None:
+        raise CheckpointError(
+            f"{path.name!r} is not a checkpoint: its {path.stat().st_size} bytes are neither safetensors, "
+            "a PyTorch archive (torch.save) nor a pickle of tensors"
+        )
+    if named_safe and kind != "safetensors":
+        # a pickle under a safe name is never unpickled: the name promised it could not run code
+        raise CheckpointError(
+            f"{path.name!r} is named .safetensors but holds a PyTorch pickle ({kind}); it is not read as "
+            "one. Rename it to .pth if it is a torch.save file you mean to load (read with weights_only)"
+        )
+    if kind == "safetensors":
+        return _safetensors_meta(path) if meta else _load_safetensors(path)
+    if kind == "torch-zip" and not zipfile.is_zipfile(path):
+        # a zip's directory is written last: without it the file was cut short (torch's own
+        # message about miniz's central directory says nothing a user can act on)
+        raise CheckpointError(
+            f"{path.name!r} is a truncated PyTorch archive: its {path.stat().st_size} bytes end before the "
+            "archive's directory (still being written or copied?); use it once it is complete"
+        )
+    # an archive is memory-mapped: tensor bytes are read when used (never, on the meta device)
+    return _load_pickle(path, meta=meta, mmap=kind == "torch-zip")
+
+
+def tensor_mappings(raw: object) -> dict[str, dict[str, Tensor]]:
+    """Every mapping inside a checkpoint that holds tensors under string keys, by where it is.
+
+    The top level is ``""``; a mapping under a key is that key (``teacher``), nested ones
+    are joined with ``/`` (``state_dict/model``). Only the tensor entries are kept;
+    searched ``_MAX_DEPTH`` levels deep.
+
+    Parameters
+    ----------
+    raw : object
+        What :func:`read_checkpoint` returned.
+
+    Returns
+    -------
+    dict
+        Location -> ``{name: tensor}``, in the checkpoint's order.
+    """
+    found: dict[str, dict[str, Tensor]] = {}
+
+    def walk(obj: Mapping, where: str, depth: int) -> None:
+        tensors = {k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, Tensor)}
+        if tensors:
+            found[where] = tensors
+        if depth >= _MAX_DEPTH:
+            return
+        for k, v in obj.items():
+            if isinstance(k, str) and isinstance(v, Mapping):
+                walk(v, f"{where}/{k}" if where else k, depth + 1)
+
+    if isinstance(raw, Mapping):
+        walk(raw, "", 0)
+    return found
+
+
+def location_label(where: str) -> str:
+    """How a location of :func:`tensor_mappings` is named in messages.
+
+    Parameters
+    ----------
+    where : str
+        A location (``""`` is the top level).
+
+    Returns
+    -------
+    str
+    """
+    return repr(where) if where else "the top level"
+
+
+def load_state_dict(
+    path: str | os.PathLike[str],
+    checkpoint_key: str | None = None,
+    strip_prefixes: Iterable[str] = ("module.",),
+) -> dict[str, Tensor]:
+    """A flat ``{name: tensor}`` state dict from a checkpoint, on CPU, without an architecture.
+
+    The weights are the only mapping of tensors in the file, or the one at
+    ``checkpoint_key`` (a key, or keys joined with ``/``). Each prefix of
+    ``strip_prefixes`` is removed, in order, only when *every* key carries it. Loading an
+    encoder matches the file to its architecture instead
+    (:func:`pipeline.encoders.checkpoints.fitting.fit_checkpoint`), which also finds the key and
+    the prefix.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The checkpoint file.
+    checkpoint_key : str, optional
+        Where the weights are when the file holds several mappings of tensors.
+    strip_prefixes : iterable of str
+        Key prefixes to remove when every key carries them.
+
+    Returns
+    -------
+    dict
+        Tensor name -> tensor, on CPU.
+
+    Raises
+    ------
+    CheckpointError
+        Unreadable, not a state dict, or several candidates and no ``checkpoint_key``.
+    UnsafeCheckpointError
+        A pickle that would run code to load.
+    """
+    path = checked_path(path)
+    found = tensor_mappings(read_checkpoint(path))
+    state = pick_mapping(found, checkpoint_key, path.name)
+    for prefix in strip_prefixes:
+        if prefix and state and all(k.startswith(prefix) for k in state):
+            state = {k[len(prefix):]: v for k, v in state.items()}
+    return state
+
+
+def pick_mapping(found: Mapping[str, dict[str, Tensor]], checkpoint_key: str | None, name: str) -> dict[str, Tensor]:
+    """The mapping at ``checkpoint_key``, else the only one; a one-line error otherwise.
+
+    Parameters
+    ----------
+    found : mapping
+        From :func:`tensor_mappings`.
+    checkpoint_key : str or None
+        The location asked for.
+    name : str
+        The file's name, for messages.
+
+    Returns
+    -------
+    dict
+    """
+    listed = ", ".join(f"{location_label(w)} ({len(t)} tensors)" for w, t in list(found.items())[:8])
+    if checkpoint_key is not None:
+        if checkpoint_key not in found:
+            raise CheckpointError(f"Checkpoint {name!r} has no tensors under checkpoint_key {checkpoint_key!r}; "
+                                  f"it holds tensors at: {listed or 'nowhere'}")
+        return dict(found[checkpoint_key])
+    if not found:
+        raise CheckpointError(f"Checkpoint {name!r} holds no tensors under string names: not a state dict")
+    if len(found) > 1:
+        raise CheckpointError(f"Checkpoint {name!r} holds several mappings of tensors ({listed}); "
+                              "say which with checkpoint_key")
+    return dict(next(iter(found.values())))
+
+
+def _dtype_of(code: str) -> torch.dtype:
+    names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+             "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+    return getattr(torch, names.get(code, "float32"))
+
+
+def _check_complete(path: Path) -> None:
+    """Refuse a safetensors file shorter than its header says: the usual sign of a checkpoint
+    still being copied or written, which deserves a clearer message than a header error."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            needed = 8 + n
+            if needed <= size:
+                header = json.loads(f.read(n))
+                needed += max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),
+                              default=0)
+    except (struct.error, ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
+        return  # garbled rather than short: safetensors' own error says more
+    if needed > size:
+        raise CheckpointError(f"safetensors checkpoint {path.name!r} is truncated: its header describes "
+                              f"{needed} bytes, the file holds {size} (still being written?)")
+
+
+def _safetensors_meta(path: Path) -> dict[str, Tensor]:
+    """The header's tensors as meta tensors: names, shapes, dtypes; no bytes read."""
+    from safetensors import SafetensorError, safe_open
+
+    _check_complete(path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {k: torch.empty(tuple(f.get_slice(k).get_shape()), dtype=_dtype_of(f.get_slice(k).get_dtype()),
+                                   device="meta") for k in f.keys()}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"Cannot read safetensors checkpoint {path.name!r}: {exc}") from exc
+
+
+def _load_safetensors(path: Path) -> dict[str, Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    _check_complete(path)
+    try:
+        return load_file(str(path), device="cpu")
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"Cannot read safetensors checkpoint {path.name!r}: {exc}") from exc
+
+
+def _load_pickle(path: Path, meta: bool = False, mmap: bool = False) -> object:
+    _allow_plain_records()
+    try:
+        return torch.load(path, map_location="meta" if meta else "cpu", weights_only=True, mmap=mmap or None)
+    except pickle.UnpicklingError as exc:
+        text = str(exc)
+        if any(s in text.lower() for s in _DAMAGED):
+            raise CheckpointError(f"Cannot read checkpoint {path.name!r}: a damaged pickle "
+                                  f"({_detail(text)})") from exc
+        # weights_only refuses any global it does not know: the file would run code to load.
+        raise UnsafeCheckpointError(
+            f"Refusing to load checkpoint {path.name!r}: it is a pickle that needs arbitrary "
+            f"code to load ({_unsafe_names(path, text)}; torch.load(weights_only=True) rejected it). "
+            "Re-save it as safetensors (safetensors.torch.save_file) or as a plain state dict "
+            "(torch.save(model.state_dict(), ...))"
+        ) from exc
+    except (RuntimeError, OSError, EOFError, ValueError, tarfile.TarError) as exc:
+        raise CheckpointError(f"Cannot read checkpoint {path.name!r}: {_detail(str(exc))}") from exc
+
+
+def _detail(text: str) -> str:
+    """The line of torch's message that says what went wrong."""
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text[text.index(marker) + len(marker):]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines or ["no detail"])[0][:300]
+
+
+def _unsafe_names(path: Path, text: str) -> str:
+    """The globals the pickle needs, as torch lists them (zip archives), else its message."""
+    try:
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # noqa: BLE001  a legacy pickle: the message names the first one
+        names = []
+    if names:
+        return f"it needs {', '.join(names[:_SHOWN])}" + (", ..." if len(names) > _SHOWN else "")
+    return _detail(text)
+
+
+def weights_fingerprint(weights: Mapping[str, Tensor] | nn.Module) -> str:
+    """SHA-256 over the tensors: sorted (name, dtype, shape, raw bytes).
+
+    Independent of file name, format and mtime: identical tensors give the same fingerprint,
+    any changed element a different one.
+
+    Parameters
+    ----------
+    weights : mapping or torch.nn.Module
+        A state dict, or a module whose state dict is used.
+
+    Returns
+    -------
+    str
+        64 hexadecimal digits.
+    """
+    state = weights.state_dict() if isinstance(weights, nn.Module) else weights
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach()
+        header = f"{name}\x00{str(tensor.dtype)}\x00{tuple(tensor.shape)}\x00{tensor.numel()}\n"
+        digest.update(header.encode())
+        # Viewing as bytes works for every dtype (bfloat16 has no numpy equivalent).
+        flat = tensor.to("cpu").contiguous().reshape(-1)
+        if flat.numel():
+            digest.update(memoryview(flat.view(torch.uint8).numpy()))
+    return digest.hexdigest()

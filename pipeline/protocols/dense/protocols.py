@@ -1,0 +1,74 @@
+"""The dense protocols, ``segmentation`` and ``normals``, registered with their defaults,
+ranges and memory; they read a dense dataset's spatial maps and per-pixel targets.
+
+Both train a head on the frozen maps with the seed's schedule shape (SGD, momentum 0.9,
+learning rate decayed as ``(1 - t / T) ** 0.9`` over ``epochs``), resumable from the cell's
+scratch folder; see :mod:`pipeline.protocols.dense.runners`. Only metadata is built here:
+the runners import torch when they run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline.errors import ConfigError
+from pipeline.protocols.builtin import DEVICE_DEFAULT
+from pipeline.protocols.nets.protocols import GRID_MAX
+from pipeline.protocols.dense.memory import normals_memory, segmentation_memory
+from pipeline.protocols.dense.metrics import NORMAL_METRICS, SEGMENTATION_METRICS
+from pipeline.protocols.devices import check_device_name
+from pipeline.protocols.registry import SEED, Bound, ProtocolResult, above, register_protocol
+
+__all__ = ["DENSE_SCHEDULE"]
+
+#: Settings of the training schedule both dense protocols share, with their defaults.
+DENSE_SCHEDULE = {"epochs": 20, "batch_size": 8, "momentum": 0.9, "weight_decay": 1e-4, "power": 0.9,
+                  "save_every": 200, "seed": 0}
+_BOUNDS = {"epochs": Bound(1, 10_000), "batch_size": Bound(1, 4096), "momentum": Bound(0, 1, high_open=True),
+           "weight_decay": Bound(0), "power": Bound(0), "save_every": Bound(1, 10**9), "seed": SEED}
+
+
+def _check_segmentation(s: Mapping[str, Any]) -> None:
+    rates = s["learning_rates"]
+    if not (isinstance(rates, (list, tuple)) and 0 < len(rates) <= GRID_MAX and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in rates)):
+        raise ConfigError(f"learning_rates={rates!r} must be a list of 1 to {GRID_MAX} finite numbers > 0")
+    check_device_name(s["device"])
+
+
+def _check_normals(s: Mapping[str, Any]) -> None:
+    check_device_name(s["device"])
+
+
+@register_protocol(
+    "segmentation", version=1,
+    defaults={"learning_rates": [1e-3, 1e-2, 1e-1], **DENSE_SCHEDULE, "val_fraction": 0.1, **DEVICE_DEFAULT},
+    bounds={**_BOUNDS, "val_fraction": Bound(0, 1, low_open=True, high_open=True)},
+    check=_check_segmentation, memory=segmentation_memory, dense="segmentation",
+    metrics=("score", *SEGMENTATION_METRICS), primary_metric="miou",
+    description="linear (1x1) head on spatial maps, bilinear upsampling, learning rate by validation mIoU; "
+                "mIoU and pixel accuracy (DINOv2's linear protocol)",
+)
+def _segmentation(data: Any, s: Mapping[str, Any]) -> ProtocolResult:
+    from pipeline.protocols.dense.runners import run_segmentation
+
+    return run_segmentation(data, s)
+
+
+@register_protocol(
+    "normals", version=1,
+    defaults={"head": "conv", "hidden_units": 256, "learning_rate": 0.02, **DENSE_SCHEDULE, **DEVICE_DEFAULT},
+    choices={"head": ("conv", "linear")},
+    bounds={**_BOUNDS, "hidden_units": Bound(1, 65_536), "learning_rate": above(0)},
+    check=_check_normals, memory=normals_memory, dense="normals",
+    metrics=("score", *NORMAL_METRICS), primary_metric="within_11_25",
+    unbounded=tuple(m for m, kind in NORMAL_METRICS.items() if kind == "lower"),
+    description="head on spatial maps predicting unit normals, bilinear upsampling; mean and median angular "
+                "error, % within 11.25/22.5/30 degrees (Ericsson et al. 2021, Table 5)",
+)
+def _normals(data: Any, s: Mapping[str, Any]) -> ProtocolResult:
+    from pipeline.protocols.dense.runners import run_normals
+
+    return run_normals(data, s)

@@ -1,0 +1,1 @@
+"""Readouts over sampled subsets: few-shot episodes (nearest centroid) and low-shot sweeps."""

@@ -1,0 +1,425 @@
+"""Multinomial (or one-vs-rest multi-label) L2 logistic probe on the L-BFGS solver of ``lbfgs``.
+
+Objective, scikit-learn's convention so results compare with ``LogisticRegression``:
+    C * sum_i CE(W h_i + b, y_i) + 0.5 ||W||^2          (bias b not penalised)
+minimised in the equivalent per-sample form f = mean_i CE + ||W||^2 / (2 C n), which is
+what scikit-learn's lbfgs minimises too. Multi-label targets (an (n, K) 0/1 array) use
+the sum over classes of the binary cross-entropy of sigmoid(z_ik): K independent binary
+logistic regressions at the same C, solved together.
+
+Memory: the features are held once, in their own dtype (float16 included), and read
+block by block; every pass computes a block's logits, its loss and its gradient
+contribution with float32 products (float64 in the final stage) and float64 sums. No
+(n x K) array is kept, so memory does not grow with the number of classes times rows.
+
+Speed: each L-BFGS trial point costs one pass (two products per block: logits and
+gradient); with the preconditioner of ``lbfgs`` the first trial step is almost always
+accepted. Along the C grid the iterate, its gradient and the curvature pairs carry over
+(see ``lbfgs``). Grid fits run in float32 products; the reported model's fit is finished,
+and its tolerance checked, in float64.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.validation import check_is_fitted
+
+from pipeline.errors import ConfigError, DataValidationError
+from pipeline.protocols.blocks import FeatureRows, RowsPredictMixin
+from pipeline.protocols.devices import resolve_device
+from pipeline.protocols.linear.lbfgs import LBFGSMemory, Preconditioner, SolverState, minimize
+from pipeline.protocols.linear.linear_loss import LinearLoss, gram_matrix, linear_score_blocks
+from pipeline.protocols.linear.logistic_checks import majority_rate, refine_to_optimum, refit_collapse, tie_rule_choice
+from pipeline.protocols.metrics import mean_average_precision
+from pipeline.protocols.validation import (
+    check_number, encode_targets, validate_features,
+)
+
+__all__ = ["DEFAULT_CS", "LogisticProbe"]
+
+#: The C grid of the logistic protocol: lambda = 1 / C, 45 values log-spaced 1e-6 .. 1e5 (C ascending).
+DEFAULT_CS: np.ndarray = 1.0 / np.logspace(5, -6, 45)
+
+
+class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
+    """Multinomial L2 logistic regression with an optional validated grid over C.
+
+    Parameters
+    ----------
+    C : float
+        Inverse L2 weight (scikit-learn's C), used when ``Cs`` is None.
+    Cs : None, "default" or array-like
+        None: fit ``C``. ``"default"``: ``DEFAULT_CS`` (45 values, lambda = 1/C
+        log-spaced 1e-6..1e5). The grid is fitted on the train part of a split, from the
+        largest lambda down, each fit warm-started from the previous one; ``C_``
+        maximises validation accuracy (mean average precision for multi-label targets;
+        ties: the larger C, i.e. the weaker penalty, as Ericsson et al.'s code walks
+        lambda upwards keeping strictly better scores, among the values whose fit moved
+        from the previous one); the final model is refitted on
+        all rows. A refit that collapses (see ``selection_moves_``) moves the choice to
+        the best of the weaker penalties.
+    val_fraction : float
+        Share of the rows held out for selection when ``Cs`` is given and no
+        validation rows are: a stratified draw (a plain random one for multi-label).
+    tol : float
+        Stop when max |gradient| of mean CE + ||W||^2 / (2 C n) <= tol; scikit-learn's
+        default (its lbfgs applies the same test to the same function).
+    max_iter : int
+        L-BFGS iterations per fit. 1000 (Ericsson et al. use 1000; scikit-learn's 100
+        is often too few for unnormalised features). Hitting it sets ``converged_``
+        False and emits a ConvergenceWarning, never silently.
+    random_state : int, RandomState or None
+        Seed of the validation draw.
+    device : str, torch.device or None
+        Compute device: ``auto``/None (CUDA when available), ``cpu``, ``cuda[:i]``.
+
+    Attributes
+    ----------
+    classes_ : numpy.ndarray
+        The labels as given (sorted); ``arange(K)`` for multi-label targets.
+    coef_ : numpy.ndarray of shape (K, d)
+    intercept_ : numpy.ndarray of shape (K,)
+    C_ : float
+        The C of the final model.
+    Cs_ : numpy.ndarray
+        The grid tried, ascending.
+    val_scores_ : numpy.ndarray
+        Validation score per ``Cs_`` (empty without a grid).
+    train_index_, val_index_ : numpy.ndarray or None
+        Sorted row positions of the selection split (None without a grid).
+    n_iter_ : numpy.ndarray of shape (1,)
+        Iterations of the final fit.
+    grid_n_iter_ : numpy.ndarray
+        Iterations per ``Cs_``.
+    selection_moves_ : list of tuple
+        (C left, C taken, why) for each time the refit on all rows of a single-label
+        grid choice collapsed (one class for nearly every row, or less than half of the
+        validated margin over the majority rate kept on its own rows); the choice then
+        moves to the weaker penalties and the seed's rule picks among them. Empty
+        normally.
+    converged_ : bool
+        Every fit, grid and final, reached tol.
+    multilabel_ : bool
+        Whether the targets were (n, K) indicators.
+    device_ : str
+        The device the fit ran on.
+
+    Notes
+    -----
+    With two classes the multinomial objective equals scikit-learn's binomial one at 2C
+    (the penalty splits over two weight vectors); ``decision_function`` then returns
+    z_1 - z_0 (n,).
+    """
+
+    def __init__(self, C: float = 1.0, Cs: Any = None, val_fraction: float = 0.2, tol: float = 1e-4,
+                 max_iter: int = 1000, random_state: Any = 0, device: Any = None):
+        self.C = C
+        self.Cs = Cs
+        self.val_fraction = val_fraction
+        self.tol = tol
+        self.max_iter = max_iter
+        self.random_state = random_state
+        self.device = device
+
+    # -- parameters --------------------------------------------------------------------
+    def _check_params(self) -> np.ndarray | None:
+        check_number(self.C, "C", 0, low_open=True)
+        check_number(self.val_fraction, "val_fraction", 0, 1, low_open=True, high_open=True)
+        check_number(self.tol, "tol", 0)
+        check_number(self.max_iter, "max_iter", 1, integer=True)
+        if not (self.random_state is None or isinstance(self.random_state, np.random.RandomState)):
+            check_number(self.random_state, "random_state", 0, 2**32 - 1, integer=True)
+        if self.Cs is None:
+            return None
+        if isinstance(self.Cs, str):
+            if self.Cs != "default":
+                raise ConfigError(f"Cs must be None, 'default' or an array of C > 0, got {self.Cs!r}")
+            grid = DEFAULT_CS
+        else:
+            try:
+                grid = np.asarray(self.Cs, dtype=np.float64).ravel()
+            except (TypeError, ValueError):
+                grid = np.array([np.nan])
+        if grid.size == 0 or not np.all(np.isfinite(grid) & (grid > 0)):
+            raise ConfigError(f"Cs must be 'default' or a non-empty array of finite C > 0, got {self.Cs!r}")
+        return np.unique(grid)  # ascending C: from the strongest penalty down
+
+    def _split(self, labels: np.ndarray, multilabel: bool) -> tuple[np.ndarray, np.ndarray]:
+        from sklearn.model_selection import ShuffleSplit, StratifiedShuffleSplit
+
+        splitter = (ShuffleSplit if multilabel else StratifiedShuffleSplit)(
+            1, test_size=self.val_fraction, random_state=self.random_state)
+        try:
+            tr, va = next(splitter.split(np.zeros((len(labels), 1)), None if multilabel else labels))
+        except ValueError as exc:
+            counts = np.bincount(labels) if not multilabel else np.array([len(labels)])
+            raise DataValidationError(
+                f"Cannot draw a stratified {self.val_fraction:g} validation split from "
+                f"{len(labels)} samples of {counts.size} classes (smallest class: {counts.min()} "
+                f"samples): {exc}. Use Cs=None with a fixed C, or the ridge probe (exact LOO) "
+                "for low-shot data."
+            ) from None
+        return np.sort(tr), np.sort(va)
+
+    # -- fitting -----------------------------------------------------------------------
+    def fit(self, X: Any, y: Any, val_mask: Any = None) -> LogisticProbe:
+        """Fit on features ``X`` and labels ``y``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+            Features (float16/32/64 are used as they are, without a copy).
+        y : array-like of shape (n,) or (n, K)
+            Class labels of any sortable kind, or 0/1 multi-label indicators.
+        val_mask : array-like of bool, shape (n,), or None
+            Rows of a dataset-defined validation split, used instead of a
+            ``val_fraction`` draw to select C; the final fit uses every row.
+
+        Returns
+        -------
+        LogisticProbe
+            self.
+        """
+        X = validate_features(self, X, reset=True)
+        val_index = None
+        if val_mask is not None:
+            val_mask = np.asarray(val_mask)
+            if val_mask.dtype != bool or val_mask.shape != (X.shape[0],):
+                raise DataValidationError(f"val_mask must be a boolean array of shape ({X.shape[0]},), "
+                                          f"got {val_mask.dtype} {val_mask.shape}")
+            val_index = np.flatnonzero(val_mask)
+        return self.fit_rows(FeatureRows.of(X), y, val_index=val_index)
+
+    def fit_rows(self, rows: FeatureRows, y: Any, val_index: Any = None) -> LogisticProbe:
+        """Fit on ``FeatureRows`` (features read in blocks, never copied whole).
+
+        Parameters
+        ----------
+        rows : FeatureRows
+            The features, in memory (they are read once per solver step).
+        y : array-like of shape (n,) or (n, K)
+            Labels of the rows, or 0/1 multi-label indicators.
+        val_index : array-like of int or None
+            Positions of a dataset-defined validation split (see ``fit``).
+
+        Returns
+        -------
+        LogisticProbe
+            self.
+        """
+        grid = self._check_params()
+        n = len(rows)
+        self.classes_, labels, multilabel = encode_targets(y, n)
+        if val_index is not None:
+            val_index = np.unique(np.asarray(val_index, dtype=np.int64))
+            if val_index.size in (0, n) or val_index[0] < 0 or val_index[-1] >= n:
+                raise DataValidationError(f"the validation split marks {val_index.size} of {n} rows (positions "
+                                          "0 .. n-1); both splits need rows")
+        self.multilabel_, self.n_features_in_ = multilabel, rows.n_features
+        device = resolve_device(self.device)
+        self.device_ = str(device)
+        rows = rows.on_device(device)
+        targets = torch.from_numpy(np.ascontiguousarray(labels)).to(device)
+        K, d = self.classes_.size, rows.n_features
+        theta = torch.zeros((K, d + 1), dtype=torch.float64, device=device)
+        memory = LBFGSMemory()
+        mask = torch.ones(d + 1, dtype=torch.float64, device=device)
+        mask[-1] = 0.0
+        statuses: list[tuple[float, str]] = []
+        reg_from, precond = 0.0, None  # the penalty the memory's pairs were taken at
+
+        self.train_index_ = self.val_index_ = None
+        if grid is None:
+            C = float(self.C)
+            self.Cs_, self.val_scores_ = np.array([C]), np.array([])
+            self.grid_n_iter_ = np.array([], dtype=int)
+        else:
+            if val_index is None:
+                tr, va = self._split(labels, multilabel)
+            else:
+                va = val_index
+                tr = np.setdiff1d(np.arange(n), va)
+            self.train_index_, self.val_index_ = tr, va
+            train_rows = rows.select(tr)
+            loss = LinearLoss(train_rows, targets[torch.from_numpy(tr).to(device)], K, device)
+            precond = Preconditioner(gram_matrix(train_rows, device))
+            state = SolverState.at(loss, theta, 0.0, fast=True)
+            val_rows, val_labels = rows.select(va), labels[va]
+            scores, iters, best = [], [], None
+            for C in grid:
+                reg = 1.0 / (C * len(tr))
+                memory.shift_penalty(reg - reg_from, mask)
+                reg_from = reg
+                state, it, status = self._solve(loss, state, memory, precond, reg, final=False)
+                statuses.append((float(C), status))
+                iters.append(it)
+                if it or not scores:  # an unmoved iterate keeps its validation score
+                    score = self._val_score(val_rows, val_labels, state.theta, device)
+                scores.append(score)
+                if best is None or scores[-1] > scores[best[0]] or (scores[-1] == scores[best[0]] and it):
+                    # Ericsson et al.'s rule: of the values with the best validation score, the
+                    # weakest penalty (they walk lambda upwards keeping strictly better scores).
+                    # An unmoved iterate is the previous value's model (tol already held at the
+                    # weaker penalty): a nominally weaker copy of it does not win the tie.
+                    best = (len(scores) - 1, state.theta.clone(), memory.snapshot(), reg)
+            self.Cs_, self.val_scores_ = grid, np.array(scores)
+            self.grid_n_iter_ = np.array(iters)
+            j, theta, snap, reg_from = best
+            C = float(grid[j])
+            memory.restore(snap)
+            val_chance = majority_rate(val_labels) if not multilabel else None
+
+        # Final model on all rows, from the selected grid solution. The kept curvature
+        # pairs and the preconditioner came from the train part only: they shape the
+        # steps; the convergence test is on the float64 gradient of the full objective.
+        final = LinearLoss(rows, targets, K, device)
+        precond = precond or Preconditioner(gram_matrix(rows, device))
+        reg = 1.0 / (C * n)
+        memory.shift_penalty(reg - reg_from, mask)
+        state = SolverState.at(final, theta, reg, fast=True)
+        state, it, status = self._solve(final, state, memory, precond, reg, final=True)
+        self.selection_moves_ = []
+        while grid is not None and not multilabel:
+            # A validated model can collapse when refitted: near-zero weights (strong
+            # penalties tie on a small validation split) leave the intercepts, which the
+            # refit's unequal class counts set apart, to decide every prediction.
+            why = refit_collapse(self._predict_labels(rows, state.theta, device), labels, self.val_scores_[j],
+                                 val_chance)
+            weaker = np.arange(j + 1, grid.size)
+            if why is None or weaker.size == 0:
+                break
+            # the seed's rule among the weaker penalties; followed there along the grid
+            nxt = tie_rule_choice(self.val_scores_, self.grid_n_iter_, start=j + 1)
+            self.selection_moves_.append((C, float(grid[nxt]), why))
+            for k in range(j + 1, nxt + 1):
+                reg_next = 1.0 / (float(grid[k]) * n)
+                memory.shift_penalty(reg_next - reg, mask)
+                reg = reg_next
+                state, it_k, status = self._solve(final, state, memory, precond, reg, final=k == nxt)
+                it += it_k
+            j, C = nxt, float(grid[nxt])
+        statuses.append((C, status))
+        self.C_, self.n_iter_ = C, np.array([it])
+        self.converged_ = all(s == "converged" for _, s in statuses)
+        theta_np = state.theta.cpu().numpy()
+        self.coef_ = np.ascontiguousarray(theta_np[:, :-1])
+        self.intercept_ = theta_np[:, -1].copy()
+        if not self.converged_:
+            bad = [(c, s) for c, s in statuses if s != "converged"]
+            warnings.warn(
+                f"LogisticProbe: {len(bad)} of {len(statuses)} fit(s) stopped before "
+                f"max|grad| <= tol={self.tol:g} ({', '.join(f'C={c:.3g}: {s}' for c, s in bad[:5])}); "
+                f"converged_ is False. Scale the features (e.g. standardize), raise "
+                f"max_iter={self.max_iter} or loosen tol.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
+        return self
+
+    def _solve(self, loss: LinearLoss, state: SolverState, memory: LBFGSMemory, precond: Preconditioner,
+               reg: float, final: bool) -> tuple[SolverState, int, str]:
+        """float32 products to tol, then (final fit, or a float32 stall) float64 ones until
+        max|grad| <= tol holds in float64; both stages share the max_iter budget."""
+        if state.reg != reg:
+            state.move_penalty(reg)
+        it, status = minimize(loss, state, memory, precond, self.tol, self.max_iter)
+        if status == "stalled" or (final and status == "converged"):
+            state = SolverState.at(loss, state.theta, reg, fast=False)
+            it2, status = minimize(loss, state, memory, precond, self.tol, max(self.max_iter - it, 0))
+            it += it2
+        if final and status == "converged":
+            it += refine_to_optimum(loss, state, memory, precond, max(self.max_iter - it, 0))
+        return state, it, status
+
+    def _val_score(self, rows: FeatureRows, labels: np.ndarray, theta: torch.Tensor, device) -> float:
+        """Validation accuracy (mean average precision for multi-label) of theta."""
+        if self.multilabel_:
+            theta_np = theta.cpu().numpy()
+            blocks = linear_score_blocks(rows, theta_np[:, :-1], theta_np[:, -1], device, torch.float32)
+            return mean_average_precision(labels, np.concatenate([z.cpu().numpy() for z, _ in blocks]))
+        return float(np.mean(self._predict_labels(rows, theta, device) == labels))
+
+    @staticmethod
+    def _predict_labels(rows: FeatureRows, theta: torch.Tensor, device) -> np.ndarray:
+        """Class positions (0 .. K-1) that theta predicts for ``rows`` (float32 products)."""
+        theta_np = theta.cpu().numpy()
+        blocks = linear_score_blocks(rows, theta_np[:, :-1], theta_np[:, -1], device, torch.float32)
+        return np.concatenate([torch.argmax(z, dim=1).cpu().numpy() for z, _ in blocks])
+
+    # -- prediction --------------------------------------------------------------------
+    def score_blocks(self, rows: FeatureRows) -> Iterator[tuple[torch.Tensor, int]]:
+        """Yield (logits (b, K) float64, start) over ``rows`` on the fit's device.
+
+        Parameters
+        ----------
+        rows : FeatureRows
+            Features of the width seen in fit.
+
+        Yields
+        ------
+        tuple of (torch.Tensor, int)
+        """
+        check_is_fitted(self)
+        yield from linear_score_blocks(rows, self.coef_, self.intercept_, resolve_device(self.device))
+
+    def _logits(self, X: Any) -> np.ndarray:
+        check_is_fitted(self)
+        X = validate_features(self, X, reset=False)
+        return np.concatenate([z.cpu().numpy() for z, _ in self.score_blocks(FeatureRows.of(X))])
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Logits.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+
+        Returns
+        -------
+        numpy.ndarray
+            (n, K); z_1 - z_0 of shape (n,) for two (single-label) classes.
+        """
+        Z = self._logits(X)
+        return Z[:, 1] - Z[:, 0] if self.classes_.size == 2 and not self.multilabel_ else Z
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Softmax of the logits (per-class sigmoids for multi-label).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+
+        Returns
+        -------
+        numpy.ndarray of shape (n, K)
+        """
+        Z = self._logits(X)
+        if self.multilabel_:
+            return 1.0 / (1.0 + np.exp(-Z))
+        Z -= Z.max(axis=1, keepdims=True)
+        P = np.exp(Z)
+        return P / P.sum(axis=1, keepdims=True)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Most probable class (the first on exact ties); 0/1 indicators for multi-label.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+
+        Returns
+        -------
+        numpy.ndarray
+            (n,) labels from ``classes_``, or (n, K) indicators (logit > 0).
+        """
+        Z = self._logits(X)
+        if self.multilabel_:
+            return (Z > 0).astype(np.int64)
+        return self.classes_[np.argmax(Z, axis=1)]

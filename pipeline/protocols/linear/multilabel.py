@@ -1,0 +1,269 @@
+"""Multi-label linear probe: one binary L2 logistic regression per class (one-vs-rest).
+
+The VOC 2007 setting of Kornblith et al. and Ericsson et al.: for each class c a binary
+logistic regression with sklearn's objective
+    C * sum_i log(1 + exp(-t_ic (w_c . h_i + b_c))) + 0.5 ||w_c||^2     (t_ic = +-1, b_c free)
+over the images that are not "difficult" for c. One C, shared by the classes, is chosen
+from a grid by the 11-point mean average precision ``map11`` (Ericsson et al.'s
+computation, ``average_precision``) on a validation split (the dataset's, else a seeded
+random share of train: stratifying on label sets is not defined), each fit
+warm-started from the previous C, ties to the weaker penalty as in their code; the probe
+is then refitted on train + validation and scored on test. Fits use sklearn's
+``LogisticRegression`` (lbfgs), so every number is the reference implementation's; a fit
+that stops at ``max_iter`` is reported.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import DataValidationError
+from pipeline.protocols.linear.average_precision import check_multilabel, mean_average_precision_11
+from pipeline.protocols.registry import EvalData, ProtocolResult
+
+def accepts_multilabel(protocol: Any) -> bool:
+    """Whether the registered protocol (an entry or its name) can fit multi-label data.
+
+    Parameters
+    ----------
+    protocol : Protocol or str
+        A registry entry or its name.
+
+    Returns
+    -------
+    bool
+        The entry's ``multilabel`` capability flag.
+    """
+    from pipeline.protocols.registry import get_protocol
+
+    entry = get_protocol(protocol) if isinstance(protocol, str) else protocol
+    return bool(entry.multilabel)
+
+
+def refuse_multilabel(protocol: Any, where: str = "") -> None:
+    """Raise a DataValidationError unless ``protocol`` can take (n, C) multi-label data.
+
+    Parameters
+    ----------
+    protocol : str or Protocol
+        A registered protocol or its name.
+    where : str
+        Prefix of the message (the config entry that asks for it).
+    """
+    from pipeline.protocols.registry import list_protocols
+
+    if not accepts_multilabel(protocol):
+        name = protocol if isinstance(protocol, str) else protocol.name
+        able = ", ".join(p for p in list_protocols() if accepts_multilabel(p))
+        raise DataValidationError(f"{where}protocol {name!r} needs one class per sample and cannot take multi-label "
+                                  f"data; protocols that can: {able}")
+
+
+class MultiLabelLogisticProbe:
+    """One-vs-rest binary L2 logistic regressions sharing one C.
+
+    Parameters
+    ----------
+    C : inverse L2 weight (sklearn's C, binomial objective), used when ``Cs`` is None.
+    Cs : None, ``"default"`` (45 values, lambda = 1/C log-spaced 1e-6..1e5) or C values;
+        selected by validation ``map11`` (ties: the larger C, the weaker penalty).
+    val_fraction : share of the rows held out (seeded, random) when no ``val_mask`` is given.
+    tol, max_iter : sklearn's lbfgs tolerance and iteration limit per fit.
+    random_state : seed of the held-out draw.
+
+    Attributes
+    ----------
+    coef_ (K, d), intercept_ (K,), C_, Cs_, val_scores_ (validation mAP per C),
+    n_iter_ (most iterations of a final fit), converged_ (no fit hit max_iter),
+    constant_classes_ (classes whose fitting rows hold one label only: no classifier,
+    scored as a constant).
+    """
+
+    def __init__(self, C: float = 1.0, Cs: Any = None, val_fraction: float = 0.2, tol: float = 1e-4,
+                 max_iter: int = 1000, random_state: int = 0) -> None:
+        self.C, self.Cs, self.val_fraction = C, Cs, val_fraction
+        self.tol, self.max_iter, self.random_state = tol, max_iter, random_state
+
+    def _fit_all(self, X: np.ndarray, Y: np.ndarray, C: float, warm: list | None) -> tuple[list, int, bool]:
+        """Per class an sklearn model (None where the rows hold one label), starting from ``warm``."""
+        from sklearn.exceptions import ConvergenceWarning
+        from sklearn.linear_model import LogisticRegression
+
+        models, most, converged = [], 0, True
+        for c in range(Y.shape[1]):
+            weight = (Y[:, c] >= 0).astype(np.float64)
+            target = (Y[:, c] == 1).astype(np.int64)
+            if len(np.unique(target[weight > 0])) < 2:
+                models.append(None)
+                continue
+            model = LogisticRegression(C=C, tol=self.tol, max_iter=self.max_iter, solver="lbfgs",
+                                       warm_start=warm is not None and warm[c] is not None)
+            if model.warm_start:
+                model.coef_, model.intercept_ = warm[c].coef_.copy(), warm[c].intercept_.copy()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)  # reported through converged_
+                model.fit(X, target, sample_weight=weight)
+            iters = int(np.max(model.n_iter_))
+            most, converged = max(most, iters), converged and iters < self.max_iter
+            models.append(model)
+        return models, most, converged
+
+    @staticmethod
+    def _scores(models: list, X: np.ndarray) -> np.ndarray:
+        return np.column_stack([np.zeros(len(X)) if m is None else m.decision_function(X) for m in models])
+
+    def fit(self, X: np.ndarray, Y: np.ndarray, val_mask: np.ndarray | None = None) -> MultiLabelLogisticProbe:
+        """Fit on features (n, d) and multi-label rows (n, K) in {1, 0, -1}.
+
+        Parameters
+        ----------
+        X : numpy.ndarray
+            Features (n, d).
+        Y : numpy.ndarray
+            Label rows (n, K): 1 present, 0 absent, -1 difficult (left out for that class).
+        val_mask : numpy.ndarray, optional
+            Boolean (n,): the rows that select C (default: a seeded ``val_fraction``).
+
+        Returns
+        -------
+        MultiLabelLogisticProbe
+            Itself, fitted.
+        """
+        X = np.asarray(X, dtype=np.float64)
+        Y = check_multilabel(Y, "Y")
+        if len(X) != len(Y):
+            raise DataValidationError(f"X has {len(X)} rows but Y has {len(Y)}")
+        from pipeline.protocols.linear.logistic import DEFAULT_CS
+
+        grid = None if self.Cs is None else np.unique(DEFAULT_CS if isinstance(self.Cs, str) else
+                                                        np.asarray(self.Cs, dtype=np.float64).ravel())
+        converged, warm = True, None
+        if grid is None:
+            C = float(self.C)
+            self.Cs_, self.val_scores_ = np.array([C]), np.array([])
+        else:
+            if val_mask is None:
+                rng = np.random.default_rng(self.random_state)
+                val_mask = np.zeros(len(Y), dtype=bool)
+                val_mask[rng.permutation(len(Y))[:max(1, int(round(self.val_fraction * len(Y))))]] = True
+            tr, va = ~np.asarray(val_mask, dtype=bool), np.asarray(val_mask, dtype=bool)
+            if not tr.any() or not va.any():
+                raise DataValidationError(f"the validation mask marks {int(va.sum())} of {len(Y)} rows; "
+                                          "both parts need rows")
+            scores, best = [], None
+            for C in grid:  # ascending C: from the strongest penalty down, warm-started
+                warm, _, ok = self._fit_all(X[tr], Y[tr], float(C), warm)
+                converged = converged and ok
+                score = mean_average_precision_11(self._scores(warm, X[va]), Y[va], "seed")[0]
+                scores.append(score)
+                if best is None or score >= scores[best[0]]:  # Ericsson et al.: the weaker penalty wins ties
+                    best = (len(scores) - 1, warm)
+            self.Cs_, self.val_scores_ = grid, np.array(scores)
+            C, warm = float(grid[best[0]]), best[1]
+        models, self.n_iter_, ok = self._fit_all(X, Y, C, warm)
+        self.C_, self.converged_ = C, bool(converged and ok)
+        self.constant_classes_ = [c for c, m in enumerate(models) if m is None]
+        self.coef_ = np.vstack([np.zeros(X.shape[1]) if m is None else m.coef_[0] for m in models])
+        self.intercept_ = np.array([0.0 if m is None else float(m.intercept_[0]) for m in models])
+        return self
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        """Scores (n, K): w_c . h + b_c per class.
+
+        Parameters
+        ----------
+        X : numpy.ndarray
+            Features (n, d).
+
+        Returns
+        -------
+        numpy.ndarray
+        """
+        return np.asarray(X, dtype=np.float64) @ self.coef_.T + self.intercept_
+
+
+def check_multilabel_data(data: EvalData) -> None:
+    """The multi-label counterpart of the registry's input checks: finite 2-D features of
+    one width, (n, K) rows in {1, 0, -1} matching them, the same K in every split.
+
+    Parameters
+    ----------
+    data : EvalData
+        A cell's features and label rows.
+    """
+    from pipeline.protocols.validation import check_features
+
+    width, classes = None, None
+    for split, X, Y in (("train", data.X_train, data.y_train), ("test", data.X_test, data.y_test),
+                        ("val", data.X_val, data.y_val)):
+        if Y is None and split == "val":
+            continue
+        Y = check_multilabel(Y, f"y_{split}")
+        if classes is not None and Y.shape[1] != classes:
+            raise DataValidationError(f"y_{split} has {Y.shape[1]} classes, y_train {classes}")
+        classes = Y.shape[1]
+        if X is None:
+            if split == "train" and data.train_blocks is not None:
+                continue
+            raise DataValidationError(f"X_{split} is missing")
+        X = check_features(X, f"X_{split}")
+        if len(X) != len(Y):
+            raise DataValidationError(f"X_{split} has {len(X)} rows but y_{split} has {len(Y)}")
+        if width is not None and X.shape[1] != width:
+            raise DataValidationError(f"X_{split} has {X.shape[1]} features, but X_train has {width}")
+        width = X.shape[1] if width is None else width
+
+
+def multilabel_logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    """The ``logistic`` protocol on multi-label data (VOC 2007's size: the features are held
+    in memory, transformed with the transform fitted on the train split only).
+
+    Parameters
+    ----------
+    data : EvalData
+        Features and (n, K) label rows in {1, 0, -1}.
+    s : mapping
+        The logistic protocol's full settings.
+
+    Returns
+    -------
+    ProtocolResult
+        ``map11`` (= ``score``), its per-class APs, ``map11_devkit`` and ``map`` (not interpolated),
+        all from the float16 test scores kept as its evidence; C and its validation mAPs.
+    """
+    from pipeline.protocols.transforms import make_transform
+
+    X_train = data.train()
+    fitted = make_transform(s["transform"]).fit(X_train)
+    X_tr, X_te = fitted.transform(X_train), fitted.transform(data.X_test)
+    X_va = None if data.X_val is None else fitted.transform(data.X_val)
+    Y_tr = check_multilabel(data.y_train, "y_train")
+    val_mask = None
+    if X_va is not None:  # a dataset-defined validation split selects C; the refit uses both
+        val_mask = np.r_[np.zeros(len(Y_tr), bool), np.ones(len(data.y_val), bool)]
+        X_tr, Y_tr = np.concatenate([X_tr, X_va]), np.concatenate([Y_tr, check_multilabel(data.y_val, "y_val")])
+    probe = MultiLabelLogisticProbe(C=s["C"], Cs=s["Cs"], val_fraction=s["val_fraction"], tol=s["tol"],
+                                    max_iter=s["max_iter"], random_state=s["seed"]).fit(X_tr, Y_tr, val_mask)
+    from pipeline.protocols.evidence import Evidence, float16_scores
+    from pipeline.protocols.metrics import multilabel_metrics
+
+    # scored from the float16 copy that is stored: a later comparison reads the same numbers
+    scores = float16_scores(probe.decision_function(X_te))
+    metrics = multilabel_metrics(data.y_test, scores)
+    validation = "dataset split" if val_mask is not None else f"random {s['val_fraction']:g} of train (seeded)"
+    diagnostics = {"C": probe.C_, "n_iter": int(probe.n_iter_), "converged": probe.converged_,
+                   "validation": validation, "val_scores": [float(v) for v in probe.val_scores_],
+                   "multi_label": True, "classes_without_classifier": probe.constant_classes_,
+                   "calibration": "not computed for multi-label data"}
+    from pipeline.protocols.fit_warnings import fit_warning, grid_warnings
+
+    warnings_ = [] if probe.converged_ else [fit_warning(
+        "not_converged", f"a binary fit reached max_iter={s['max_iter']} before tol={s['tol']:g}; converged is False")]
+    if probe.val_scores_.size:
+        warnings_ += grid_warnings("C", probe.Cs_, probe.val_scores_, int(np.flatnonzero(probe.Cs_ == probe.C_)[0]),
+                                   criterion="validation map11")
+    return ProtocolResult(metrics, diagnostics, warnings_, evidence=Evidence.of_scores(data.y_test, scores))

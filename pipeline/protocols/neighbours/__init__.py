@@ -1,0 +1,1 @@
+"""Nearest-neighbour readouts: weighted and plain k-NN over streamed train blocks."""

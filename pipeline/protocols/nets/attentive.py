@@ -1,0 +1,336 @@
+"""Attentive probe over token features (n, T, d): a learned query pools the tokens.
+
+Model (the attentive pooling readout of masked-image and video encoders): one learned
+query q, multi-head cross-attention from q to the T tokens, layer norm, linear classifier:
+    o = MHA(q, X, X) = concat_h(softmax_t(q_h . k_{t,h} / sqrt(d_h)) v_{t,h}) W_o + b_o
+    logits = LayerNorm(o) W_c + b_c
+with q_h, k_{t,h}, v_{t,h} the head-h slices of q W_q + b_q, x_t W_k, x_t W_v + b_v
+(torch.nn.MultiheadAttention's parametrisation; its key bias adds the same amount to every
+token's score in a head, so the softmax ignores it and it is left out).
+
+Cost: with a single query the attention never needs the keys or values of every token.
+The score of token t in head h is x_t . u_h with u_h = W_{k,h} q_h / sqrt(d_h), and the
+head's output is (sum_t a_{t,h} x_t) W_{v,h} + b_{v,h} because the weights sum to one. So
+a batch costs O(B T d H) for scores and pooling, plus O(B d^2) for the projections,
+instead of O(B T d^2) for projecting every token: d / H times fewer operations (64 for a
+ViT-B with 12 heads). ``attentive_logits`` is checked against torch.nn.MultiheadAttention.
+
+Training: AdamW minibatches with the learning rate and the weight decay selected on a
+validation split (a grid; every grid point trained at once, see ``stacked_training``),
+early stopping on validation, then a refit on train + validation for the selected number
+of epochs. Tokens may be float16 (as stored); batches are cast to float32 on the device.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import product
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted
+
+from pipeline.errors import ConfigError, DataValidationError
+from pipeline.protocols.probe_inputs import (
+    SoftmaxOutputMixin, as_cpu_tensor, check_fraction, check_grid, check_positive_int, check_seed, encode_labels,
+    resolve_device,
+)
+from pipeline.protocols.nets.stacked_training import GridSelectionMixin, RowBatches
+
+__all__ = ["AttentiveProbe", "DEFAULT_ATTENTIVE_LRS", "DEFAULT_ATTENTIVE_WEIGHT_DECAYS", "attentive_logits",
+           "check_tokens"]
+
+#: Learning rates and weight decays tried (every pair: 9 grid points).
+DEFAULT_ATTENTIVE_LRS: tuple[float, ...] = (1e-4, 1e-3, 1e-2)
+DEFAULT_ATTENTIVE_WEIGHT_DECAYS: tuple[float, ...] = (1e-3, 1e-2, 1e-1)
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default
+# Rows of the finiteness check at a time (bounds the temporary boolean array).
+_CHECK_ROWS = 4096
+
+
+def check_tokens(X: Any, name: str = "X") -> np.ndarray:
+    """Token features as a finite (n, T, d) float array (float16/32/64 kept; others float32).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_tokens, n_features)
+    name : str
+        Name used in error messages.
+
+    Returns
+    -------
+    ndarray of shape (n, T, d)
+
+    Raises
+    ------
+    DataValidationError
+        Not 3-D, an empty axis, a non-numeric dtype, or NaN/inf (with the first position).
+    """
+    X = np.asarray(X)
+    if X.ndim != 3:
+        raise DataValidationError(f"{name} must be token features of shape (n_samples, n_tokens, n_features), "
+                                  f"got shape {X.shape}")
+    if 0 in X.shape:
+        raise DataValidationError(f"{name} has shape {X.shape}; every axis needs at least one entry")
+    if X.dtype.kind in "biu":
+        X = X.astype(np.float32)
+    elif X.dtype.kind != "f":
+        raise DataValidationError(f"{name} must hold real numbers, got dtype {X.dtype}")
+    for start in range(0, X.shape[0], _CHECK_ROWS):
+        bad = ~np.isfinite(X[start:start + _CHECK_ROWS])
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise DataValidationError(
+                f"Input {name} contains NaN or infinity, first at (sample, token, feature) = "
+                f"({where[0] + start}, {where[1]}, {where[2]}) of shape {X.shape}; features must be finite")
+    return X
+
+
+def attentive_logits(p: dict[str, torch.Tensor], xb: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Class scores (G, B, K) of G stacked attentive probes on tokens ``xb`` (B, T, d).
+
+    Parameters
+    ----------
+    p : dict of Tensor
+        Stacked parameters (member axis first): query (G, d); Wq, Wk, Wv, Wo (G, d, d)
+        acting on the right (x W); bq, bv, bo (G, d); ln_w, ln_b (G, d); Wc (G, d, K);
+        bc (G, K).
+    xb : Tensor of shape (B, T, d)
+        Token features, float32.
+    num_heads : int
+        Attention heads; divides d.
+
+    Returns
+    -------
+    Tensor of shape (G, B, K)
+    """
+    G, d = p["query"].shape
+    B, T, _ = xb.shape
+    H, dh = num_heads, d // num_heads
+    q = (torch.einsum("gd,gde->ge", p["query"], p["Wq"]) + p["bq"]).view(G, H, dh)
+    u = torch.einsum("gdhe,ghe->ghd", p["Wk"].view(G, d, H, dh), q) / math.sqrt(dh)  # (G, H, d)
+    scores = torch.matmul(xb, u.reshape(G * H, d).T).view(B, T, G, H).permute(2, 0, 3, 1)  # (G, B, H, T)
+    pooled = torch.matmul(torch.softmax(scores, dim=-1), xb.unsqueeze(0))  # (G, B, H, d)
+    heads = torch.einsum("gbhd,gdhe->gbhe", pooled, p["Wv"].view(G, d, H, dh)) + p["bv"].view(G, 1, H, dh)
+    out = torch.baddbmm(p["bo"].unsqueeze(1), heads.reshape(G, B, d), p["Wo"])
+    normed = torch.nn.functional.layer_norm(out, (d,), eps=LAYER_NORM_EPS)
+    normed = normed * p["ln_w"].unsqueeze(1) + p["ln_b"].unsqueeze(1)
+    return torch.baddbmm(p["bc"].unsqueeze(1), normed, p["Wc"])
+
+
+class StackedAttentive:
+    """G attentive probes with identical initial weights, initialised as torch's modules
+    are: query N(0, 0.02^2); Wq, Wk, Wv Xavier-uniform over the stacked (3d, d) in-projection;
+    Wo, Wc and bc uniform in +-1/sqrt(d); other biases zero; layer norm gain one.
+
+    Parameters
+    ----------
+    G : int
+        Probes trained together (grid points).
+    d : int
+        Token feature width.
+    K : int
+        Classes.
+    num_heads : int
+        Attention heads (dividing ``d``).
+    generator : torch.Generator or None
+        Draws the initial weights.
+    device : torch.device
+        Where the parameters live.
+    params : dict, optional
+        The arrays of one fitted probe, to predict with (no initialisation then).
+    """
+
+    decayed = frozenset({"query", "Wq", "Wk", "Wv", "Wo", "Wc"})
+
+    def __init__(self, G: int, d: int, K: int, num_heads: int, generator: torch.Generator | None,
+                 device: torch.device, params: dict[str, np.ndarray] | None = None):
+        self.num_heads = num_heads
+        if params is not None:  # a fitted single probe, for prediction
+            self.params = {k: torch.from_numpy(v).unsqueeze(0).to(device) for k, v in params.items()}
+            return
+
+        def uniform(shape: tuple[int, ...], bound: float) -> torch.Tensor:
+            return (torch.rand(shape, generator=generator) * 2 - 1) * bound
+
+        one = {"query": torch.randn((d,), generator=generator) * 0.02}
+        in_bound = math.sqrt(6.0 / (d + 3 * d))
+        for name in ("Wq", "Wk", "Wv"):
+            one[name] = uniform((d, d), in_bound)
+        one["Wo"] = uniform((d, d), 1.0 / math.sqrt(d))
+        one["Wc"], one["bc"] = uniform((d, K), 1.0 / math.sqrt(d)), uniform((K,), 1.0 / math.sqrt(d))
+        for name in ("bq", "bv", "bo", "ln_b"):
+            one[name] = torch.zeros(d)
+        one["ln_w"] = torch.ones(d)
+        self.params = {k: v.expand(G, *v.shape).clone().to(device).requires_grad_(True) for k, v in one.items()}
+
+    def logits(self, xb: torch.Tensor) -> torch.Tensor:
+        """Class scores of every member.
+
+        Parameters
+        ----------
+        xb : Tensor
+            A float32 batch on the members' device.
+
+        Returns
+        -------
+        Tensor of shape (G, B, K)
+        """
+        return attentive_logits(self.params, xb, self.num_heads)
+
+    def activation_elements(self, row_shape: tuple[int, ...]) -> int:
+        """Elements every member holds per input row: scores and pooled tokens per head,
+        the attended and normalised vectors.
+
+        Parameters
+        ----------
+        row_shape : tuple of int
+            Shape of one input row, (T, d).
+
+        Returns
+        -------
+        int
+        """
+        G, d = self.params["query"].shape
+        T = row_shape[0]
+        return G * (self.num_heads * (T + 2 * d) + 4 * d)
+
+
+class AttentiveProbe(GridSelectionMixin, SoftmaxOutputMixin, ClassifierMixin, BaseEstimator):
+    """Cross-attention pooling of token features with a linear classifier on top.
+
+    Parameters
+    ----------
+    num_heads : int
+        Attention heads; must divide the feature width d.
+    learning_rates, weight_decays : sequence of float
+        AdamW grid (every pair is tried); single values fix them.
+    batch_size : int
+        Minibatch rows (each row is T tokens).
+    max_epochs : int
+        Epoch budget of every fit.
+    patience : int
+        Epochs without a better validation score after which a grid point stops.
+    val_fraction : float
+        Share of the train rows drawn (stratified, seeded) for validation when ``fit`` gets
+        no ``val_mask``.
+    random_state : int
+        Seeds the validation draw, the initial weights and the minibatch order.
+    device : str or torch.device
+        ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"`` or ``"cuda:<index>"``.
+
+    Attributes
+    ----------
+    classes_ : ndarray of the sorted labels.
+    params_ : dict of float32 arrays of the refitted probe (shapes as ``attentive_logits``
+        without the member axis).
+    learning_rate_, weight_decay_ : the selected pair.
+    n_epochs_ : epochs of the selected grid point's best validation score, and of the refit.
+    grid_ : (G, 2) array of the (learning rate, weight decay) pairs tried.
+    val_accuracy_, val_loss_, best_epochs_ : per grid point.
+    val_curves_ : (G, epochs run) validation accuracy per epoch, NaN after a point stopped.
+    stopped_early_ : the selected point stopped by patience (False: it ran to max_epochs).
+    solver_ : ``"adamw"``. device_ : the device trained on.
+    n_features_in_ : d. n_tokens_in_ : T seen in fit (prediction accepts any T).
+    """
+
+    def __init__(self, num_heads: int = 8, learning_rates: Any = DEFAULT_ATTENTIVE_LRS,
+                 weight_decays: Any = DEFAULT_ATTENTIVE_WEIGHT_DECAYS, batch_size: int = 128, max_epochs: int = 50,
+                 patience: int = 5, val_fraction: float = 0.2, random_state: int = 0,
+                 device: str | torch.device = "auto"):
+        self.num_heads = num_heads
+        self.learning_rates = learning_rates
+        self.weight_decays = weight_decays
+        self.batch_size = batch_size
+        self.max_epochs = max_epochs
+        self.patience = patience
+        self.val_fraction = val_fraction
+        self.random_state = random_state
+        self.device = device
+
+    def _check_params(self) -> tuple[np.ndarray, torch.device]:
+        for name in ("num_heads", "batch_size", "max_epochs", "patience"):
+            check_positive_int(getattr(self, name), name)
+        check_fraction(self.val_fraction, "val_fraction")
+        check_seed(self.random_state)
+        lrs = check_grid(self.learning_rates, "learning_rates", low_open=True)
+        wds = check_grid(self.weight_decays, "weight_decays", low_open=False)
+        return np.array(list(product(lrs, wds)), dtype=np.float64), resolve_device(self.device)
+
+    def fit(self, X: Any, y: Any, val_mask: Any = None) -> AttentiveProbe:
+        """Select (learning rate, weight decay) and the epoch count on validation; refit on all rows.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, T, d)
+            Token features (float16 accepted and kept so in memory).
+        y : array-like of shape (n,)
+            Class labels.
+        val_mask : array-like of bool, optional
+            Rows of a dataset-defined validation split; the refit uses every row.
+
+        Returns
+        -------
+        AttentiveProbe
+            self, fitted.
+        """
+        grid, device = self._check_params()
+        return self._fit(check_tokens(X), y, val_mask, grid, device)
+
+    def fit_batches(self, source: RowBatches, y: Any, val_mask: Any = None) -> AttentiveProbe:
+        """``fit`` on token rows gathered one minibatch at a time (splits never concatenated).
+
+        Parameters
+        ----------
+        source : RowBatches
+            The (n, T, d) token rows of the train and validation splits (finite values).
+        y : array-like of shape (n,)
+            Class labels.
+        val_mask : array-like of bool, optional
+            As for ``fit``.
+
+        Returns
+        -------
+        AttentiveProbe
+            self, fitted.
+        """
+        grid, device = self._check_params()
+        if len(source.shape) != 3:
+            raise DataValidationError(f"AttentiveProbe needs token features (n, T, d), got rows of shape "
+                                      f"{source.shape}")
+        return self._fit(source, y, val_mask, grid, device)
+
+    def _fit(self, X: Any, y: Any, val_mask: Any, grid: np.ndarray, device: torch.device) -> AttentiveProbe:
+        n, T, d = X.shape
+        if d % self.num_heads:
+            raise ConfigError(f"num_heads={self.num_heads} does not divide the feature width d={d}; choose a "
+                              f"divisor of {d}")
+        self.classes_, codes = encode_labels(y, n)
+        K = self.classes_.size
+
+        def make(G: int, generator: torch.Generator) -> StackedAttentive:
+            return StackedAttentive(G, d, K, self.num_heads, generator, device)
+
+        self.n_features_in_, self.n_tokens_in_ = d, T
+        model, best = self._select_and_refit(make, X, codes, val_mask, grid[:, 0], grid[:, 1], device)
+        self.grid_, self.learning_rate_, self.weight_decay_ = grid, float(grid[best, 0]), float(grid[best, 1])
+        self.params_ = {k: v.detach()[0].cpu().numpy() for k, v in model.params.items()}
+        return self
+
+    def _logits(self, X: Any) -> np.ndarray:
+        check_is_fitted(self)
+        X = check_tokens(X)
+        if X.shape[2] != self.n_features_in_:
+            raise DataValidationError(f"X has {X.shape[2]} features per token, but AttentiveProbe is expecting "
+                                      f"{self.n_features_in_} features as input")
+        device = resolve_device(self.device)
+        model = StackedAttentive(1, self.n_features_in_, self.classes_.size, self.num_heads, None, device,
+                                  params=self.params_)
+        Xt = as_cpu_tensor(X)
+        rows = max(1, 2**22 // (X.shape[1] * X.shape[2]))
+        with torch.no_grad():
+            parts = [model.logits(Xt[s:s + rows].to(device=device, dtype=torch.float32))[0].cpu().numpy()
+                     for s in range(0, X.shape[0], rows)]
+        return np.concatenate(parts)

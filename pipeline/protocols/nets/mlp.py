@@ -1,0 +1,276 @@
+"""MLP probe: one hidden ReLU layer instead of the linear model (Kolesnikov et al. 2019, 4.3).
+
+Model: logits = relu(h W1 + b1) W2 + b2 with ``hidden_units`` (1,000 in the paper) hidden
+units, trained by cross-entropy on frozen features.
+
+Solver: AdamW on minibatches, not full-batch L-BFGS. Early stopping needs a unit of
+training time whose count can be selected on validation and then reused for the refit on
+train + validation; an epoch of minibatches is that unit, while an L-BFGS iteration's
+length depends on its line search and on the data size. Minibatches also keep memory
+bounded on ImageNet-sized train sets (full batch would hold an (n x 1,000) activation and
+its gradient), and on a non-convex objective L-BFGS has no convergence test to report
+that early stopping does not override anyway. Learning rate constant (no schedule, so
+that "the same number of epochs" means the same thing in the refit). Weight decay is
+AdamW's decoupled decay on the two weight matrices (not the biases).
+
+Selection: every weight decay of the grid is trained at once (stacked members, see
+``stacked_training``) on the train part, scored on the validation part (dataset-defined,
+or a stratified seeded ``val_fraction`` of train) after every epoch; a member stops after
+``patience`` epochs without a better validation score (accuracy, then cross-entropy). The
+member with the best score gives the weight decay and the number of epochs; the final
+model is trained afresh (same seed, same initial weights) on train + validation for that
+many epochs. The record keeps the grid, every validation curve, the selected epoch count
+and whether training ended by early stopping or by the epoch budget.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted
+
+from pipeline.errors import ConfigError, DataValidationError
+from pipeline.protocols.blocks import FeatureRows, block_rows
+from pipeline.protocols.validation import validate_features
+from pipeline.protocols.probe_inputs import (
+    SoftmaxOutputMixin, check_fraction, check_grid, check_positive_int, check_seed, encode_labels,
+    resolve_device,
+)
+from pipeline.protocols.nets.stacked_training import GridSelectionMixin, RowBatches
+
+__all__ = ["DEFAULT_MLP_WEIGHT_DECAYS", "MLPProbe"]
+
+#: Weight decay grid: none, then four decades (AdamW's decoupled decay per step is lr * wd).
+DEFAULT_MLP_WEIGHT_DECAYS: tuple[float, ...] = (0.0, 1e-4, 1e-3, 1e-2, 1e-1)
+
+
+class StackedMLP:
+    """G one-hidden-layer MLPs, parameters stacked along axis 0, identical initial weights
+    (torch.nn.Linear's default init: uniform in +-1/sqrt(fan_in) for weights and biases).
+
+    Parameters
+    ----------
+    G : int
+        Networks trained together (grid members).
+    d : int
+        Input feature width.
+    hidden : int
+        Hidden units.
+    K : int
+        Classes.
+    generator : torch.Generator
+        Draws the initial weights.
+    device : torch.device
+        Where the parameters live.
+    """
+
+    decayed = frozenset({"W1", "W2"})
+
+    def __init__(self, G: int, d: int, hidden: int, K: int, generator: torch.Generator, device: torch.device):
+        def uniform(shape: tuple[int, ...], fan_in: int) -> torch.Tensor:
+            bound = 1.0 / math.sqrt(fan_in)
+            one = (torch.rand(shape, generator=generator) * 2 - 1) * bound
+            return one.expand(G, *shape).clone().to(device).requires_grad_(True)
+
+        self.params = {"W1": uniform((d, hidden), d), "b1": uniform((1, hidden), d),
+                       "W2": uniform((hidden, K), hidden), "b2": uniform((1, K), hidden)}
+
+    def activation_elements(self, row_shape: tuple[int, ...]) -> int:
+        """Elements every member holds per input row: hidden units and logits.
+
+        Parameters
+        ----------
+        row_shape : tuple of int
+            Shape of one input row, (d,).
+
+        Returns
+        -------
+        int
+        """
+        G, _, hidden = self.params["W1"].shape
+        return G * (hidden + self.params["W2"].shape[2])
+
+    def logits(self, xb: torch.Tensor) -> torch.Tensor:
+        """Class scores of every member.
+
+        Parameters
+        ----------
+        xb : Tensor
+            A float32 batch on the members' device.
+
+        Returns
+        -------
+        Tensor of shape (G, B, K)
+        """
+        p = self.params
+        hidden = torch.relu(torch.matmul(xb, p["W1"]) + p["b1"])  # (G, B, hidden)
+        return torch.baddbmm(p["b2"], hidden, p["W2"])
+
+
+class MLPProbe(GridSelectionMixin, SoftmaxOutputMixin, ClassifierMixin, BaseEstimator):
+    """One-hidden-layer ReLU probe, weight decay and epochs selected on validation.
+
+    Parameters
+    ----------
+    hidden_units : int
+        Width of the hidden layer (1,000 as in Kolesnikov et al. 2019).
+    weight_decays : sequence of float
+        AdamW decoupled weight decay values tried (>= 0); a single value fixes it. The
+        validation split is still used, for early stopping.
+    learning_rate : float
+        AdamW learning rate (constant).
+    batch_size : int
+        Minibatch rows.
+    max_epochs : int
+        Epoch budget of every fit.
+    patience : int
+        Epochs without a better validation score after which a grid member stops.
+    val_fraction : float
+        Share of the train rows drawn (stratified, seeded) for validation when ``fit`` gets
+        no ``val_mask``.
+    random_state : int
+        Seeds the validation draw, the initial weights and the minibatch order.
+    device : str or torch.device
+        ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"`` or ``"cuda:<index>"``.
+
+    Attributes
+    ----------
+    classes_ : ndarray of the sorted labels (any sortable hashable type).
+    coefs_ : [W1 (d, hidden_units), W2 (hidden_units, K)], float32.
+    intercepts_ : [b1 (hidden_units,), b2 (K,)], float32.
+    weight_decay_ : selected weight decay.
+    n_epochs_ : epochs of the selected grid member's best validation score, and of the refit.
+    weight_decays_ : the grid, ascending.
+    val_accuracy_, val_loss_ : best validation accuracy / cross-entropy per grid value.
+    best_epochs_ : epoch (from 1) of each grid value's best validation score.
+    val_curves_ : (grid size, epochs run) validation accuracy per epoch, NaN after a
+        member stopped.
+    stopped_early_ : the selected member stopped because its validation score had not
+        improved for ``patience`` epochs (False: it ran to ``max_epochs``).
+    solver_ : ``"adamw"``.
+    device_ : the device trained on.
+    n_features_in_ : feature width.
+
+    A ConvergenceWarning is emitted when the selected member's best epoch is the last of
+    ``max_epochs`` (validation was still improving when the budget ran out).
+    """
+
+    def __init__(self, hidden_units: int = 1000, weight_decays: Any = DEFAULT_MLP_WEIGHT_DECAYS,
+                 learning_rate: float = 1e-3, batch_size: int = 256, max_epochs: int = 100, patience: int = 10,
+                 val_fraction: float = 0.2, random_state: int = 0, device: str | torch.device = "auto"):
+        self.hidden_units = hidden_units
+        self.weight_decays = weight_decays
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.max_epochs = max_epochs
+        self.patience = patience
+        self.val_fraction = val_fraction
+        self.random_state = random_state
+        self.device = device
+
+    def _check_params(self) -> tuple[np.ndarray, torch.device]:
+        for name in ("hidden_units", "batch_size", "max_epochs", "patience"):
+            check_positive_int(getattr(self, name), name)
+        lr = self.learning_rate
+        if isinstance(lr, bool) or not isinstance(lr, Real) or not (math.isfinite(lr) and lr > 0):
+            raise ConfigError(f"learning_rate must be a finite number > 0, got {lr!r}")
+        check_fraction(self.val_fraction, "val_fraction")
+        check_seed(self.random_state)
+        return check_grid(self.weight_decays, "weight_decays", low_open=False), resolve_device(self.device)
+
+    def fit(self, X: Any, y: Any, val_mask: Any = None) -> MLPProbe:
+        """Select the weight decay and epoch count on validation, then refit on all rows.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+            Features.
+        y : array-like of shape (n,)
+            Class labels.
+        val_mask : array-like of bool, optional
+            Rows of a dataset-defined validation split (used instead of a stratified draw
+            for selection); the refit uses every row.
+
+        Returns
+        -------
+        MLPProbe
+            self, fitted.
+        """
+        wds, device = self._check_params()
+        X = validate_features(self, X, reset=True)
+        return self._fit(X, y, val_mask, wds, device)
+
+    def fit_batches(self, source: RowBatches, y: Any, val_mask: Any = None) -> MLPProbe:
+        """``fit`` on rows gathered one minibatch at a time (splits never concatenated).
+
+        Parameters
+        ----------
+        source : RowBatches
+            The (n, d) rows, e.g. the train and validation splits with a fitted
+            preprocessing applied per batch. Their values must be finite.
+        y : array-like of shape (n,)
+            Class labels.
+        val_mask : array-like of bool, optional
+            As for ``fit``.
+
+        Returns
+        -------
+        MLPProbe
+            self, fitted.
+        """
+        wds, device = self._check_params()
+        if len(source.shape) != 2:
+            raise DataValidationError(f"MLPProbe needs (n, d) features, got rows of shape {source.shape}")
+        self.n_features_in_ = int(source.shape[1])
+        return self._fit(source, y, val_mask, wds, device)
+
+    def _fit(self, X: Any, y: Any, val_mask: Any, wds: np.ndarray, device: torch.device) -> MLPProbe:
+        self.classes_, codes = encode_labels(y, X.shape[0])
+        d, K = X.shape[1], self.classes_.size
+
+        def make(G: int, generator: torch.Generator) -> StackedMLP:
+            return StackedMLP(G, d, self.hidden_units, K, generator, device)
+
+        model, best = self._select_and_refit(make, X, codes, val_mask, np.full(wds.size, float(self.learning_rate)),
+                                             wds, device)
+        self.weight_decays_, self.weight_decay_ = wds, float(wds[best])
+        p = {k: v.detach()[0].cpu().numpy() for k, v in model.params.items()}
+        self.coefs_ = [p["W1"], p["W2"]]
+        self.intercepts_ = [p["b1"][0], p["b2"][0]]
+        return self
+
+    def predict_rows(self, rows: FeatureRows) -> np.ndarray:
+        """``predict`` over ``FeatureRows`` (and their row map), block by block on the fitted device.
+
+        Parameters
+        ----------
+        rows : FeatureRows
+
+        Returns
+        -------
+        ndarray of shape (n,)
+            Predicted labels.
+        """
+        check_is_fitted(self)
+        device = torch.device(self.device_)
+        W1, W2 = (torch.from_numpy(w).to(device) for w in self.coefs_)
+        b1, b2 = (torch.from_numpy(b).to(device) for b in self.intercepts_)
+        out = np.empty(len(rows), dtype=np.intp)
+        with torch.no_grad():
+            for block, start in rows.blocks(device=device, dtype=torch.float32,
+                                            rows=block_rows(max(W1.shape[1], W1.shape[0]), device, itemsize=4)):
+                logits = torch.relu(block @ W1 + b1) @ W2 + b2
+                out[start:start + block.shape[0]] = torch.argmax(logits, dim=1).cpu().numpy()
+        return self.classes_[out]
+
+    def _logits(self, X: Any) -> np.ndarray:
+        check_is_fitted(self)
+        X = validate_features(self, X, reset=False)
+        (W1, W2), (b1, b2) = self.coefs_, self.intercepts_
+        hidden = np.maximum(X.astype(np.float32, copy=False) @ W1 + b1, 0.0)
+        return hidden @ W2 + b2

@@ -1,0 +1,168 @@
+"""The built-in probes trained by minibatches: ``mlp`` (pooled features) and ``attentive``
+(token features), registered with their defaults, ranges and memory.
+
+Both train every point of their hyperparameter grid at once on the train part, select on
+the validation part (the dataset's split, else a stratified seeded ``val_fraction`` of
+train) with early stopping, and refit on train plus validation. The splits are never
+concatenated and the preprocessed features never copied: minibatches are gathered from
+the stored arrays and mapped on the device one at a time (``RowBatches``).
+
+The MLP record carries its gain over the linear probe of the same features. That probe
+is fitted inside the MLP cell (the ``logistic`` protocol with the MLP's transform,
+validation fraction, seed and device, ``linear_Cs`` as its grid, its other settings at
+their defaults), not read
+from the ledger: a record must be a function of its cell id (features, settings,
+version), and a ledger lookup would make it depend on which other cells happened to be
+computed first, and on their settings. The logistic score it reports is exactly what a
+``logistic`` cell with those settings records.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import ConfigError
+from pipeline.protocols.blocks import FeatureRows
+from pipeline.protocols.builtin import DEVICE_DEFAULT, TRANSFORM_NAMES, class_evidence
+from pipeline.protocols.devices import check_device_name, resolve_device
+from pipeline.protocols.memory import attentive_memory, mlp_memory
+from pipeline.protocols.metrics import accuracy_metrics
+from pipeline.protocols.registry import (
+    SEED, Bound, EvalData, ProtocolResult, above, get_protocol, register_protocol, resolve_settings,
+)
+
+__all__ = ["GRID_MAX"]
+
+#: Most values a hyperparameter list may hold (each is a network trained at once).
+GRID_MAX = 64
+_SIZES = {"batch_size": Bound(1, 1 << 20), "max_epochs": Bound(1, 10_000), "patience": Bound(1, 10_000),
+          "val_fraction": Bound(0, 1, low_open=True, high_open=True), "seed": SEED}
+
+
+def _check_grid(values: Any, name: str, positive: bool) -> None:
+    """A list of finite numbers (> 0 or >= 0), checked at config load without torch."""
+    rule = "> 0" if positive else ">= 0"
+    ok = isinstance(values, (list, tuple)) and 0 < len(values) <= GRID_MAX and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v > 0 if positive else v >= 0)
+        for v in values)
+    if not ok:
+        raise ConfigError(f"{name}={values!r} must be a list of 1 to {GRID_MAX} finite numbers {rule}")
+
+
+def _check_mlp(s: Mapping[str, Any]) -> None:
+    _check_grid(s["weight_decays"], "weight_decays", positive=False)
+    if s["linear_Cs"] != "default":
+        _check_grid(s["linear_Cs"], "linear_Cs", positive=True)
+    check_device_name(s["device"])
+
+
+def _check_attentive(s: Mapping[str, Any]) -> None:
+    _check_grid(s["learning_rates"], "learning_rates", positive=True)
+    _check_grid(s["weight_decays"], "weight_decays", positive=False)
+    if len(s["learning_rates"]) * len(s["weight_decays"]) > GRID_MAX:
+        raise ConfigError(f"learning_rates x weight_decays makes {len(s['learning_rates']) * len(s['weight_decays'])} "
+                          f"grid points; at most {GRID_MAX}")
+    check_device_name(s["device"])
+
+
+def _train_val(data: EvalData) -> tuple[list[np.ndarray], np.ndarray, np.ndarray | None]:
+    """(train and validation arrays, their labels, the validation rows' mask or None)."""
+    parts, labels = [data.train()], [np.asarray(data.y_train)]
+    if data.X_val is None:
+        return parts, labels[0], None
+    parts.append(data.X_val)
+    labels.append(np.asarray(data.y_val))
+    mask = np.zeros(len(labels[0]) + len(labels[1]), dtype=bool)
+    mask[len(labels[0]):] = True
+    return parts, np.concatenate(labels), mask
+
+
+def _without_nan(curves: np.ndarray) -> list[list[float | None]]:
+    """Validation curves for the record: NaN (after a member stopped) becomes null."""
+    return [[None if not math.isfinite(v) else float(v) for v in row] for row in np.asarray(curves)]
+
+
+def _validation(data: EvalData, s: Mapping[str, Any]) -> str:
+    return "dataset split" if data.X_val is not None else f"stratified {s['val_fraction']:g} of train"
+
+
+@register_protocol(
+    "mlp", version=2,  # 2: linear_score from logistic 2
+    defaults={"transform": "l2", "hidden_units": 1000, "weight_decays": [0.0, 1e-4, 1e-3, 1e-2, 1e-1],
+              "learning_rate": 1e-3, "batch_size": 256, "max_epochs": 100, "patience": 10, "val_fraction": 0.2,
+              "seed": 0, "linear_Cs": "default", **DEVICE_DEFAULT},
+    choices={"transform": TRANSFORM_NAMES},
+    bounds={"hidden_units": Bound(1, 65_536), "learning_rate": above(0), **_SIZES},
+    check=_check_mlp, memory=mlp_memory,
+    metrics=("score", "top1", "mean_per_class", "linear_score", "gain_over_linear"), unbounded=("gain_over_linear",),
+    description="one-hidden-layer ReLU probe, weight decay and epochs on validation; gain over logistic "
+                "(Kolesnikov 2019)",
+)
+def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    from pipeline.protocols.nets.mlp import MLPProbe
+    from pipeline.protocols.nets.stacked_training import RowBatches
+    from pipeline.protocols.transforms import fit_row_map
+
+    device = resolve_device(s["device"])
+    shared = {k: s[k] for k in ("transform", "val_fraction", "seed", "device")}
+    linear_settings = resolve_settings("logistic", {**shared, "Cs": s["linear_Cs"]})
+    linear = get_protocol("logistic").run(data, linear_settings)
+    parts, y, val_mask = _train_val(data)
+    row_map = fit_row_map(s["transform"], FeatureRows.of(parts[0]), device)  # fitted on train only
+    probe = MLPProbe(hidden_units=s["hidden_units"], weight_decays=s["weight_decays"],
+                     learning_rate=s["learning_rate"], batch_size=s["batch_size"], max_epochs=s["max_epochs"],
+                     patience=s["patience"], val_fraction=s["val_fraction"], random_state=s["seed"],
+                     device=device).fit_batches(RowBatches(parts, row_map), y, val_mask)
+    predicted = probe.predict_rows(FeatureRows.of(data.X_test).with_map(row_map))
+    metrics = accuracy_metrics(data.y_test, predicted, data.mean_per_class)
+    metrics["linear_score"] = float(linear.metrics["score"])
+    metrics["gain_over_linear"] = float(metrics["score"]) - metrics["linear_score"]
+    within_budget = probe.n_epochs_ < s["max_epochs"]
+    diagnostics = {
+        "weight_decay": probe.weight_decay_, "n_epochs": probe.n_epochs_, "stopped_early": probe.stopped_early_,
+        "weight_decays": [float(w) for w in probe.weight_decays_],
+        "val_accuracy": [float(v) for v in probe.val_accuracy_], "val_loss": [float(v) for v in probe.val_loss_],
+        "best_epochs": [int(e) for e in probe.best_epochs_], "val_curves": _without_nan(probe.val_curves_),
+        "solver": probe.solver_, "validation": _validation(data, s), "device": str(device),
+        "mlp_converged": bool(within_budget),
+        "linear": {"C": linear.diagnostics.get("C"), "converged": bool(linear.diagnostics.get("converged", True)),
+                   "settings": dict(linear_settings)},
+        "converged": bool(within_budget and linear.diagnostics.get("converged", True)),
+    }
+    return ProtocolResult(metrics, diagnostics, evidence=class_evidence(data, predicted))
+
+
+@register_protocol(
+    "attentive", version=1,
+    defaults={"num_heads": 8, "learning_rates": [1e-4, 1e-3, 1e-2], "weight_decays": [1e-3, 1e-2, 1e-1],
+              "batch_size": 128, "max_epochs": 50, "patience": 5, "val_fraction": 0.2, "seed": 0, **DEVICE_DEFAULT},
+    bounds={"num_heads": Bound(1, 4096), **_SIZES},
+    check=_check_attentive, memory=attentive_memory, tokens=True, metrics=("score", "top1", "mean_per_class"),
+    description="one learned query cross-attends to the token features, layer norm, linear classifier",
+)
+def _attentive(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    from pipeline.protocols.nets.attentive import AttentiveProbe
+    from pipeline.protocols.nets.stacked_training import RowBatches
+
+    device = resolve_device(s["device"])
+    parts, y, val_mask = _train_val(data)
+    probe = AttentiveProbe(num_heads=s["num_heads"], learning_rates=s["learning_rates"],
+                           weight_decays=s["weight_decays"], batch_size=s["batch_size"], max_epochs=s["max_epochs"],
+                           patience=s["patience"], val_fraction=s["val_fraction"], random_state=s["seed"],
+                           device=device).fit_batches(RowBatches(parts), y, val_mask)
+    predicted = probe.predict(data.X_test)
+    metrics = accuracy_metrics(data.y_test, predicted, data.mean_per_class)
+    within_budget = probe.n_epochs_ < s["max_epochs"]
+    diagnostics = {
+        "learning_rate": probe.learning_rate_, "weight_decay": probe.weight_decay_, "n_epochs": probe.n_epochs_,
+        "stopped_early": probe.stopped_early_, "grid": [[float(a), float(b)] for a, b in probe.grid_],
+        "val_accuracy": [float(v) for v in probe.val_accuracy_], "val_loss": [float(v) for v in probe.val_loss_],
+        "best_epochs": [int(e) for e in probe.best_epochs_], "val_curves": _without_nan(probe.val_curves_),
+        "solver": probe.solver_, "validation": _validation(data, s), "device": str(device),
+        "n_tokens": int(np.shape(data.X_test)[1]), "converged": bool(within_budget),
+    }
+    return ProtocolResult(metrics, diagnostics, evidence=class_evidence(data, predicted))
