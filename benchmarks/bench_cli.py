@@ -114,7 +114,7 @@ def build(root: Path) -> Path:
 
 
 PROBE = "import runpy, sys; sys.argv = ['repeval'] + {args!r}; code = 0\n" \
-        "try:\n    runpy.run_module('flows.cli.main', run_name='__main__')\n" \
+        "try:\n    runpy.run_module('flows.cli', run_name='__main__')\n" \
         "except SystemExit as e:\n    code = e.code\n" \
         "print('TORCH=' + str('torch' in sys.modules), file=sys.stderr); sys.exit(code)"
 

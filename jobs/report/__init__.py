@@ -12,84 +12,23 @@ and, one click from every number, each record's provenance. The overview's table
 lists the sections with content (``html.section(..., empty=True)`` marks one that only says
 there is nothing to show).
 
-Where to look: ``html`` (escaping building blocks), ``plots`` (matplotlib figures),
-``model`` (what the report is built from), ``summary``, ``series``, ``scores``,
-``correlation``, ``audits`` and ``overview`` (the sections), ``files`` (the atomic write).
+Where to look: ``page`` (``write_report``: the sections in page order), ``sections/`` (one
+module per topic), ``html`` (escaping building blocks), ``plots`` (matplotlib figures),
+``model`` (what the report is built from), ``files`` (the atomic write), ``inputs`` (the
+records a config's report shows), ``run_summary`` and ``events`` (a run's summary and the
+payloads of its events). Importing this package loads no plotting library: ``write_report``
+and the markers come from ``page`` on first use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from jobs.report.sections.audits import (
-    VIOLATION_MARKER, data_section, failed_section, flagged_section, invariance_section, warnings_section,
-)
-from jobs.report.sections.cog import cog_section
-from jobs.report.sections.correlation import correlation_section
-from jobs.report.sections.dense import dense_section
-from jobs.report.sections.encoder import encoder_sections
-from jobs.report.files import write_atomic
-from jobs.report.html import page
-from jobs.report.model import build_run
-from jobs.report.sections.overview import contents, overview_section, provenance_section
-from jobs.report.sections.ranks import ranks_section
-from jobs.report.sections.scores import (
-    BEST_MARKER, accuracy_section, best_layer_section, calibration_section, lowshot_section,
-)
-from jobs.report.sections.series import series_section
-from jobs.report.sections.summary import REGRESSION_MARKER, summary_section
-
-if TYPE_CHECKING:
-    from jobs.config.schema import BenchmarkConfig
-    from jobs.analysis.correlate import CorrelationReport
+import importlib
+from typing import Any
 
 __all__ = ["BEST_MARKER", "REGRESSION_MARKER", "VIOLATION_MARKER", "write_report"]
 
 
-def write_report(records: list[dict], correlation: CorrelationReport | None, config: BenchmarkConfig, path: str,
-                 reference: dict[str, float] | None = None, *, failures: Sequence[Mapping[str, Any]] = (),
-                 aside: Sequence[Mapping[str, Any]] | None = None, data_notes: Sequence[Mapping[str, Any]] = (),
-                 waiting: Sequence[str] = (), problems: Sequence[str] = (), series: Sequence[Any] = (),
-                 summary: Mapping[str, Any] | None = None, changes: Mapping[str, Any] | None = None) -> str:
-    """Write the benchmark's HTML report for ``records`` (ledger records) to ``path``; return the path.
-
-    ``failures``: failure records of this config's work (listed first); ``aside``: records
-    set aside elsewhere (older settings); ``data_notes``: images left out and small classes
-    per dataset split; ``waiting``: checkpoints still being written; ``problems``: run-level
-    messages; ``series``: the analysis of each checkpoint series (``jobs.analysis.series``);
-    ``summary``: the run summary (``jobs.report.events``: leaderboard, regressions); ``changes``:
-    what changed since the previous run's summary (None when there was none).
-    """
-    run = build_run(list(records), config, aside=aside, failures=failures, data_notes=data_notes,
-                    waiting=waiting, problems=problems)
-    run.series, run.summary = list(series), dict(summary) if summary is not None else None
-    run.changes = dict(changes) if changes is not None else None
-    run.reference = dict(reference or {})
-    sections = [
-        failed_section(run),
-        flagged_section(run),
-        summary_section(run),
-        series_section(run),
-        data_section(run),
-        accuracy_section(run),
-        best_layer_section(run),
-        lowshot_section(run),
-        cog_section(run),
-        correlation_section(run, correlation, reference),
-        ranks_section(run, reference or (correlation.reference if correlation else None),
-                      config.correlation.bootstrap, config.correlation.seed),
-        invariance_section(run),
-        calibration_section(run),
-        dense_section(run, config),  # segmentation and surface normals: tables and predicted maps
-        *encoder_sections(run, config),  # fine-tuning, saliency, colour detail
-        warnings_section(run),
-        provenance_section(run),
-    ]
-    # after what needs reading first (failures, untrusted numbers, the run's summary): the
-    # overview, whose contents list the sections with content
-    sections.insert(3, overview_section(run, contents(sections)))
-    out = Path(path)
-    write_atomic(out, page("repeval benchmark report", sections))
-    return str(out)
+def __getattr__(name: str) -> Any:
+    if name in __all__:  # matplotlib loads with the sections, when a report is written
+        return getattr(importlib.import_module("jobs.report.page"), name)
+    raise AttributeError(f"module 'jobs.report' has no attribute {name!r}")

@@ -28,7 +28,7 @@ from tests.helpers.configs import write_checkpoint
 
 # which heavy libraries the rerun's process imported, printed after the command's own output
 PROBE = ("import runpy, sys; sys.argv = ['repeval'] + {args!r}; code = 0\n"
-         "try:\n    runpy.run_module('flows.cli.main', run_name='__main__')\n"
+         "try:\n    runpy.run_module('flows.cli', run_name='__main__')\n"
          "except SystemExit as e:\n    code = e.code\n"
          "print('IMPORTED=' + ','.join(m for m in ('torch', 'prefect', 'dask', 'distributed', 'timm') "
          "if m in sys.modules), file=sys.stderr); sys.exit(code)")
