@@ -37,7 +37,7 @@ from tests.helpers.load import load_config_dict, measure, prepare_features  # no
 def profile_task_wrapper(cfg, repeats: int = 20) -> dict:
     """Per-call cost of what evaluate_task does besides the cell's own work."""
     from jobs.config.schema import load_config
-    from jobs.evaluation.evaluate import cell_identity
+    from jobs.evaluation.identity import cell_identity
     from jobs.plan import evaluation_cells
 
     config = cfg.to_dict()

@@ -112,6 +112,8 @@ def child(variant: str, config_path: str) -> None:
 
         from flows.benchmark import benchmark_flow
         from jobs.config.schema import load_config
+        from jobs.plan import make_plan
+        from jobs.plan_store import write_plan
 
         cfg = load_config(config_path)
         t0 = time.perf_counter()
@@ -119,7 +121,9 @@ def child(variant: str, config_path: str) -> None:
                                 cluster_kwargs={"n_workers": cfg.dask.n_workers,
                                                 "threads_per_worker": cfg.dask.threads_per_worker,
                                                 "processes": cfg.dask.processes, "dashboard_address": ":0"})
-        summary = benchmark_flow.with_options(task_runner=runner)(cfg.to_dict(), gpu_resources=False)
+        key = write_plan(cfg.open_store(), make_plan(cfg))
+        summary = benchmark_flow.with_options(task_runner=runner)(
+            {"url": cfg.store, "storage_options": cfg.storage_options}, key, gpu_resources=False)
         computed, cells = summary["computed"], summary["cells"]
     else:
         from jobs.config.schema import load_config

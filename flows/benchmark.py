@@ -1,10 +1,16 @@
 """The benchmark flow: extract what is missing, evaluate what is missing, correlate, report.
 
-Extraction is one task per (encoder, dataset split); evaluation one task per group of
-at most ``dask.cells_per_task`` cells of one (encoder, dataset), each handed the outcomes
-of the extractions it reads (grouping amortises the per-task cost of Prefect and Dask);
-encoder protocols (fine-tuning, diagnostics) run beside them (flows/encoder_tasks.py); the
-correlation and report come last. Everything runs on Dask through prefect-dask.
+The plan is made once, before the flow (``jobs.plan.make_plan``: checks, scan, units and
+cells), and written into the store (``jobs.plan_store``); the flow is handed its key,
+reads it back once, submits its units and cells and hands the planned config to the
+report task. A flow parameter stays a few bytes however large the plan (Prefect keeps
+parameters with the run in its database, and Prefect Cloud refuses more than 512 KB).
+
+Extraction is one task per (encoder, dataset split); each cell runs as its protocol's
+registry entry says (``flows.tasks.submit_cells``): feature cells in groups of one
+(encoder, dataset) after the extractions they read, cells of protocols that read the
+encoder's weights (fine-tuning, diagnostics) beside them; the correlation and report
+come last. Everything runs on Dask through prefect-dask.
 
 A failed unit or cell is an outcome, not an exception: the rest of the run goes on, the
 failures are recorded in the store and listed in the summary, and the flow run ends in a
@@ -14,7 +20,6 @@ Failed state whose message names them.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import sys
 import time
@@ -25,16 +30,12 @@ from prefect import flow, get_run_logger
 from prefect.states import Failed
 
 from flows.alerts import emit_run_events, run_payload
-from flows.cluster_memory import memory_request
-from flows.encoder_tasks import collect_encoder_cells, submit_encoder_cells
-from flows.tasks import correlate_and_report_task, evaluate_task, extract_task
-from jobs.evaluation.cell_memory import task_bytes
-from jobs.config.schema import load_config
-from jobs.failures import correlation_failure, one_line, sync_failures
-from jobs.evaluation.encoder_cells import encoder_cells
-from jobs.plan import Plan, evaluation_cells, extraction_units
-from jobs.report.run_summary import build_summary, failure_message, summary_lines, summary_table
+from flows.tasks import collect_cells, correlate_and_report_task, extract_task, open_store, submit_cells
 from jobs.config.typed import to_plain
+from jobs.failures import correlation_failure, sync_failures
+from jobs.plan import Plan
+from jobs.plan_store import read_plan, write_plan
+from jobs.report.run_summary import build_summary, failure_message, summary_lines, summary_table
 
 log = logging.getLogger("repeval")
 
@@ -53,17 +54,14 @@ def _progress(reason: str, kind: str, done: int, total: int, started: float, ext
 
 
 @flow(name="repeval-benchmark", log_prints=False, validate_parameters=False)
-def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: str = "run",
-                   notes: dict[str, Any] | None = None, cell_memory: dict[str, int | None] | None = None):
-    """``config``: a checked config whose encoders already include the scanned checkpoints
-    (``jobs.plan.make_plan``); ``notes``: what the plan found (new encoders, files waiting
-    or skipped) for the summary; ``cell_memory``: peak bytes per cell label, when the
-    workers declare a ``MEMORY`` resource (each evaluation task asks for its largest
+def benchmark_flow(store: dict[str, Any], plan: str, gpu_resources: bool = False, reason: str = "run",
+                   declare_memory: bool = False):
+    """``store``: the run's store as plain values (``url``, ``storage_options``); ``plan``:
+    the key of the run's plan in it (``jobs.plan_store.write_plan``); ``declare_memory``:
+    the workers declare a ``MEMORY`` resource (each evaluation task asks for its largest
     cell's). Returns the summary, in a Failed state if anything failed."""
-    notes = notes or {}
-    cfg = load_config(config)
-    units, cells, enc_cells = extraction_units(cfg), evaluation_cells(cfg), encoder_cells(cfg)
-    store = {"url": cfg.store, "storage_options": cfg.storage_options}
+    run = read_plan(open_store(store), plan)
+    cfg, units, cells, notes = run.config, run.units, run.cells, run.notes
     extract = to_plain(cfg.extract)
     started = time.perf_counter()
 
@@ -76,14 +74,9 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: 
                 store, unit.to_dict(), extract)
             extract_futures.setdefault((unit.encoder.name, unit.dataset.name), []).append(fut)
             unit_of[id(fut)] = unit
-    batches = list(_cell_batches(cells, cfg.dask.cells_per_task))
-    eval_futures = []
-    for group, indices, label in batches:
-        need = task_bytes([cells[i].label() for i in indices], cell_memory) if cell_memory else None
-        with memory_request(need):
-            eval_futures.append(evaluate_task.with_options(task_run_name=f"evaluate {label}").submit(
-                store, [dataclasses.asdict(cells[i]) for i in indices], extract_futures.get(group, [])))
-    enc_pending = submit_encoder_cells(enc_cells, store, extract, gpu_resources)  # weights + images: no extraction
+    submitted = submit_cells(cells, store, extract, extractions=extract_futures, gpu_resources=gpu_resources,
+                             cells_per_task=cfg.dask.cells_per_task,
+                             cell_memory=run.cell_memory if declare_memory else None)
 
     extractions = []
     all_extract = [f for fs in extract_futures.values() for f in fs]
@@ -92,14 +85,9 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: 
         images = sum(int(r.get("images") or 0) for r in extractions)
         rate = images / max(time.perf_counter() - started, 1e-9)
         _progress(reason, "extract", n, len(all_extract), started, f", {images} images, {rate:.0f} images/s")
-    outcomes = []
-    batch_cells = {id(f): [cells[i] for i in indices] for f, (_, indices, _) in zip(eval_futures, batches)}
     failed_units = {(r.get("model"), r.get("dataset")): r for r in extractions if r.get("status") == "failed"}
-    for fut in _as_completed(eval_futures):
-        outcomes.extend(_evaluation_outcomes(fut, batch_cells[id(fut)], failed_units))
-        _progress(reason, "evaluate", len(outcomes), len(cells), started)
-    outcomes.extend(collect_encoder_cells(
-        enc_pending, lambda done, total: _progress(reason, "encoder protocols", done, total, started)))
+    outcomes = collect_cells(submitted, failed_units,
+                             lambda done: _progress(reason, "evaluate", done, len(cells), started))
 
     st = cfg.open_store()
     scanned = {name: tuple(sig) for name, sig in (notes.get("scanned") or {}).items()}
@@ -107,7 +95,7 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: 
     failures += sync_failures(st, extractions=extractions, cells=outcomes, scanned=scanned)
     report, correlation, final = None, None, None
     try:
-        final = correlate_and_report_task(config, [o for o in outcomes if o.get("cell_id")],
+        final = correlate_and_report_task(cfg, [o for o in outcomes if o.get("cell_id")],
                                           list(notes.get("waiting") or []))
         report, correlation = final["report"], final["correlation"]
         sync_failures(st, report_path=cfg.report.path)
@@ -117,8 +105,7 @@ def benchmark_flow(config: dict[str, Any], gpu_resources: bool = False, reason: 
     # always `evaluated`, and `regressed` when a series' newest checkpoint got worse: for automations
     emitted = emit_run_events(run_payload(final, outcomes, failures, cfg.report.path), cfg.report.path)
     summary = build_summary(
-        reason=reason, units=len(units), cells=len(cells) + len(enc_cells), extractions=extractions,
-        outcomes=outcomes,
+        reason=reason, units=len(units), cells=len(cells), extractions=extractions, outcomes=outcomes,
         failures=failures, report=report, correlation=correlation, started=started,
         new_encoders=notes.get("new_encoders") or (), waiting=notes.get("waiting") or (),
         skipped_checkpoints=notes.get("skipped") or (), data_notes=notes.get("data_notes") or (),
@@ -168,46 +155,10 @@ def _extraction_outcome(fut, unit) -> dict[str, Any]:
                                   unit.encoder.arch)
 
 
-def _evaluation_outcomes(fut, cells, failed_units: dict) -> list[dict[str, Any]]:
-    try:
-        return fut.result()
-    except Exception as exc:  # noqa: BLE001  I/O failures after retries (here or upstream): these cells failed
-        from jobs.failures import cell_failure
-
-        unit = failed_units.get((cells[0].model, cells[0].dataset))
-        if unit is not None:
-            reason = f"not evaluated: extraction {unit.get('label')} failed: {unit.get('reason')}"
-            return [cell_failure(c, reason, "ExtractionFailed") for c in cells]
-        return [cell_failure(c, one_line(exc), type(exc).__name__) for c in cells]
-
-
-def _cell_batches(cells, per_task: int):
-    """(encoder, dataset) groups of cell indices, split into near-equal tasks of at most
-    ``per_task`` cells: one task reads the group's features, and never waits on others'."""
-    groups: dict[tuple[str, str], list[int]] = {}
-    for i, cell in enumerate(cells):
-        groups.setdefault((cell.model, cell.dataset), []).append(i)
-    for group, indices in groups.items():
-        n_tasks = -(-len(indices) // per_task)
-        for k in range(n_tasks):
-            part = indices[k::n_tasks]
-            settings = sorted({cells[i].setting for i in part})
-            label = f"{group[0]}/{group[1]}:{','.join(settings)[:80]}"
-            yield group, part, label
-
-
 def _as_completed(futures):
     from prefect.futures import as_completed
 
     return as_completed(futures) if futures else []
-
-
-def plan_notes(plan: Plan, new_encoders: list[str] | None = None) -> dict[str, Any]:
-    """What the flow's summary says about the plan (plain values: a flow parameter)."""
-    return {"new_encoders": list(new_encoders or []), "waiting": list(plan.scan.waiting),
-            "skipped": list(plan.scan.skipped), "checkpoint_failures": list(plan.checkpoint_failures),
-            "data_notes": list(plan.data_notes), "scan_notes": list(plan.scan.notes),
-            "scanned": {f.encoder.name: f.signature for f in plan.scan.taken}}
 
 
 def run_plan(plan: Plan, *, dask_address: str | None = None, reason: str = "run",
@@ -229,11 +180,12 @@ def run_plan(plan: Plan, *, dask_address: str | None = None, reason: str = "run"
     runner = task_runner(address, cfg.dask.n_workers, cfg.dask.threads_per_worker, cfg.dask.processes, gpu, limit)
     # the embedded cluster starts with the flow: its worker processes inherit these threads
     threads = math_threads(cfg.dask.math_threads, workers, cfg.dask.threads_per_worker)
+    key = write_plan(cfg.open_store(), plan, new_encoders)  # made once: the flow reads it back by its key
     try:
         with worker_math_threads(threads):
             state = benchmark_flow.with_options(task_runner=runner)(
-                cfg.to_dict(), gpu_resources=gpu, reason=reason, notes=plan_notes(plan, new_encoders),
-                cell_memory=plan.cell_memory if memory.declared else None, return_state=True)
+                {"url": cfg.store, "storage_options": cfg.storage_options}, key, gpu_resources=gpu, reason=reason,
+                declare_memory=memory.declared, return_state=True)
     finally:
         flush_run_logs()  # the summary lines are stored with the run before anyone reads them
     result = state.result(raise_on_failure=False)

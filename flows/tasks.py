@@ -1,20 +1,35 @@
-"""Prefect tasks: thin wrappers that rebuild their inputs from plain values and call a job.
+"""Prefect tasks: thin wrappers that rebuild their inputs from plain values and call a job,
+and their submission, where each cell's registry entry decides how it runs.
 
-Each task is handed exactly what it runs (a unit, or a list of cells, as plain dicts:
-cheap to ship to Dask workers); nothing is re-planned in a task. Prefect's caching is
-off: whether work is needed is decided by the store's completeness and the ledger's
-content keys, which never go stale when data changes. Retries are for I/O only; any other
-failure of a unit or a cell is returned as a "failed" outcome, so the rest of the run goes on.
+Each task is handed exactly what it runs (a unit, or cells, as plain dicts: cheap to
+ship to Dask workers); nothing is re-planned in a task. A cell of a protocol that reads
+stored features is evaluated in a group of at most ``dask.cells_per_task`` cells of its
+(encoder, dataset), handed the outcomes of the extractions it reads (grouping amortises
+the per-task cost of Prefect and Dask). A cell of a protocol that reads the encoder's
+weights never waits on an extraction and asks for the ``GPU`` worker resource exactly as
+extraction does: a protocol with a grid (fine-tuning) is one task per grid point, then
+one task that selects, refits, tests and records (a cluster spreads a grid over its
+GPUs); any other (a diagnostic) is one task. Prefect's caching is off: whether work is
+needed is decided by the store's completeness and the ledger's content keys, which never
+go stale when data changes. Retries are for I/O only; any other failure of a unit or a
+cell is returned as a "failed" outcome, so the rest of the run goes on.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from jobs.failures import is_transient
+
+__all__ = ["Submitted", "collect_cells", "correlate_and_report_task", "diagnostic_task", "evaluate_task",
+           "extract_task", "finetune_finish_task", "finetune_point_task", "io_errors_only", "open_store",
+           "submit_cells", "worker_address"]
 
 
 def io_errors_only(task, task_run, state) -> bool:
@@ -26,30 +41,11 @@ def io_errors_only(task, task_run, state) -> bool:
     return False
 
 
-def _open_store(store: dict[str, Any]):
+def open_store(store: Mapping[str, Any]):
+    """The FeatureStore of ``store``'s plain values (``url``, ``storage_options``)."""
     from storage_schema import FeatureStore
 
     return FeatureStore(store["url"], storage_options=store.get("storage_options") or None)
-
-
-@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)
-def extract_task(store: dict[str, Any], unit: dict[str, Any], extract: dict[str, Any]) -> dict[str, Any]:
-    """Extract one (encoder, dataset split); its failure is an outcome, not an exception."""
-    from jobs.config.schema import ExtractConfig
-    from jobs.failures import extraction_failure
-    from jobs.plan import ExtractUnit, run_extract_unit
-    from jobs.config.typed import from_plain
-
-    u = ExtractUnit.from_dict(unit)
-    try:
-        report = run_extract_unit(_open_store(store), u, from_plain(ExtractConfig, extract, "config.extract"))
-    except Exception as exc:  # noqa: BLE001  one unit's failure must not stop the others
-        if is_transient(exc):
-            raise
-        return extraction_failure(u.encoder.name, u.dataset.name, u.split, u.encoder.weights, exc, u.encoder.arch)
-    out = report.to_dict()
-    out.update(label=u.label(), weights=u.encoder.weights, worker=worker_address())
-    return out
 
 
 def worker_address() -> str | None:
@@ -62,28 +58,235 @@ def worker_address() -> str | None:
         return None
 
 
+def _inputs(cell: dict[str, Any], extract: dict[str, Any]):
+    from jobs.config.extract import ExtractConfig
+    from jobs.config.typed import from_plain
+    from jobs.evaluation.cell import Cell
+
+    return Cell.from_dict(cell), from_plain(ExtractConfig, extract, "config.extract")
+
+
+def _failed(cell, exc: BaseException) -> dict[str, Any]:
+    from jobs.failures import cell_failure, one_line
+
+    return cell_failure(cell, one_line(exc), type(exc).__name__)
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)
+def extract_task(store: dict[str, Any], unit: dict[str, Any], extract: dict[str, Any]) -> dict[str, Any]:
+    """Extract one (encoder, dataset split); its failure is an outcome, not an exception."""
+    from jobs.config.extract import ExtractConfig
+    from jobs.config.typed import from_plain
+    from jobs.failures import extraction_failure
+    from jobs.plan import ExtractUnit, run_extract_unit
+
+    u = ExtractUnit.from_dict(unit)
+    try:
+        report = run_extract_unit(open_store(store), u, from_plain(ExtractConfig, extract, "config.extract"))
+    except Exception as exc:  # noqa: BLE001  one unit's failure must not stop the others
+        if is_transient(exc):
+            raise
+        return extraction_failure(u.encoder.name, u.dataset.name, u.split, u.encoder.weights, exc, u.encoder.arch)
+    out = report.to_dict()
+    out.update(label=u.label(), weights=u.encoder.weights, worker=worker_address())
+    return out
+
+
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)
 def evaluate_task(store: dict[str, Any], cells: list[dict[str, Any]],
                   extractions: list[Any] = ()) -> list[dict[str, Any]]:
-    """Evaluate some cells of one (encoder, dataset); a retry skips those already recorded.
+    """Evaluate some feature cells of one (encoder, dataset); a retry skips those already recorded.
 
     ``extractions`` are the outcomes of the extractions these cells read (futures, resolved
     by Prefect before the task runs): when one failed, the cells fail with its reason.
     """
-    from jobs.evaluation.evaluate import Cell, evaluate_cells
+    from jobs.evaluation.cell import Cell
+    from jobs.evaluation.evaluate import evaluate_cells
 
-    todo = [Cell(**c) for c in cells]
+    todo = [Cell.from_dict(c) for c in cells]
     unavailable = {(ext["model"], ext["dataset"]): f"extraction {ext['label']} failed: {ext['reason']}"
                    for ext in extractions if ext.get("status") == "failed"}
-    return evaluate_cells(_open_store(store), todo, unavailable=unavailable)
+    return evaluate_cells(open_store(store), todo, unavailable=unavailable)
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)
+def finetune_point_task(store: dict[str, Any], cell: dict[str, Any], index: int,
+                        extract: dict[str, Any]) -> dict[str, Any]:
+    """Train and score one grid point (resumed from its saved state); a failure is an outcome."""
+    from jobs.evaluation.weights import grid_point
+
+    c, ext = _inputs(cell, extract)
+    try:
+        return {**grid_point(open_store(store), c, index, ext), "worker": worker_address()}
+    except Exception as exc:  # noqa: BLE001  one point's failure is reported by the finishing task
+        if is_transient(exc):
+            raise
+        return {**_failed(c, exc), "index": index}
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)
+def finetune_finish_task(store: dict[str, Any], cell: dict[str, Any], points: list[Any],
+                         extract: dict[str, Any]) -> dict[str, Any]:
+    """Select, refit, test and record a cell from its grid points' outcomes."""
+    from jobs.evaluation.weights import grid_finish
+
+    c, ext = _inputs(cell, extract)
+    try:
+        out = grid_finish(open_store(store), c, points, ext)
+        return {**out, "worker": worker_address(), "point_workers": [p.get("worker") for p in points]}
+    except Exception as exc:  # noqa: BLE001  one cell's failure must not stop the others
+        if is_transient(exc):
+            raise
+        return _failed(c, exc)
+
+
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)
+def diagnostic_task(store: dict[str, Any], cell: dict[str, Any], extract: dict[str, Any]) -> dict[str, Any]:
+    """Run and record one cell whose protocol reads the encoder's weights in one task
+    (saliency, colour detail)."""
+    from jobs.evaluation.weights import weights_cell
+
+    c, ext = _inputs(cell, extract)
+    try:
+        return {**weights_cell(open_store(store), c, ext), "worker": worker_address()}
+    except Exception as exc:  # noqa: BLE001  one cell's failure must not stop the others
+        if is_transient(exc):
+            raise
+        return _failed(c, exc)
 
 
 @task(cache_policy=NO_CACHE)
-def correlate_and_report_task(config: dict[str, Any], cells: list[dict[str, Any]],
-                              waiting: list[str] = ()) -> dict[str, Any]:
-    """Read this run's records from the ledger, correlate, and write the report."""
-    from jobs.config.schema import load_config
+def correlate_and_report_task(config: Any, cells: list[dict[str, Any]], waiting: list[str] = ()) -> dict[str, Any]:
+    """Read this run's records from the ledger, correlate, and write the report; ``config``
+    is the plan's config (``jobs.plan_store``), not loaded again."""
     from jobs.report.inputs import correlate_and_report
 
-    cfg = load_config(config)
-    return correlate_and_report(cfg.open_store(), cfg, cells, waiting=waiting)
+    return correlate_and_report(config.open_store(), config, cells, waiting=waiting)
+
+
+@dataclass
+class Submitted:
+    """One submitted task and the cells its outcome answers (a group of feature cells, or one)."""
+
+    future: Any
+    cells: list[Any]
+
+
+def submit_cells(cells: list[Any], store: dict[str, Any], extract: dict[str, Any], *,
+                 extractions: Mapping[tuple[str, str], list[Any]], gpu_resources: bool, cells_per_task: int,
+                 cell_memory: Mapping[str, int | None] | None = None) -> list[Submitted]:
+    """Submit every cell's tasks, as its protocol's registry entry says (see the module doc).
+
+    Parameters
+    ----------
+    cells : list of Cell
+        The plan's cells.
+    store : dict
+        The store as plain values (``url``, ``storage_options``).
+    extract : dict
+        The config's ``extract`` section as plain values.
+    extractions : mapping
+        (model, dataset) -> the futures of the extractions its feature cells read.
+    gpu_resources : bool
+        Ask every weights task for one unit of the workers' ``GPU`` resource.
+    cells_per_task : int
+        Feature cells of one (encoder, dataset) per task, at most.
+    cell_memory : mapping, optional
+        Cell label -> peak bytes, when the workers declare a ``MEMORY`` resource (each
+        evaluation task asks for its largest cell's).
+
+    Returns
+    -------
+    list of Submitted
+    """
+    from flows.cluster_memory import memory_request
+    from jobs.evaluation.cell_memory import task_bytes
+
+    features = [c for c in cells if c.entry.reads_features]
+    out = []
+    for group, part, label in _cell_batches(features, cells_per_task):
+        need = task_bytes([c.label() for c in part], cell_memory) if cell_memory else None
+        with memory_request(need):
+            out.append(Submitted(evaluate_task.with_options(task_run_name=f"evaluate {label}").submit(
+                store, [c.to_dict() for c in part], extractions.get(group, [])), part))
+    gpu = _gpu(gpu_resources)
+    with gpu:  # weights + images: no extraction to wait for
+        for cell in (c for c in cells if not c.entry.reads_features):
+            out.append(Submitted(_submit_weights_cell(cell, store, extract), [cell]))
+    return out
+
+
+def _gpu(gpu_resources: bool):
+    import dask
+
+    return dask.annotate(resources={"GPU": 1}) if gpu_resources else contextlib.nullcontext()
+
+
+def _submit_weights_cell(cell: Any, store: dict[str, Any], extract: dict[str, Any]) -> Any:
+    """The future of a weights cell's outcome: its grid points' tasks then the finishing task,
+    or its one task."""
+    plain, grid = cell.to_dict(), cell.entry.grid
+    if grid is None:
+        return diagnostic_task.with_options(task_run_name=f"{cell.setting} {cell.label()}").submit(
+            store, plain, extract)
+    n_points = grid.points(cell.entry.resolve(cell.settings))
+    points = [finetune_point_task.with_options(task_run_name=f"{cell.protocol} point {i} {cell.label()}")
+              .submit(store, plain, i, extract) for i in range(n_points)]
+    return finetune_finish_task.with_options(task_run_name=f"{cell.protocol} {cell.label()}").submit(
+        store, plain, points, extract)
+
+
+def _cell_batches(cells: list[Any], per_task: int):
+    """(encoder, dataset) groups of cells, split into near-equal tasks of at most ``per_task``
+    cells: one task reads the group's features, and never waits on others'."""
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for cell in cells:
+        groups.setdefault((cell.model, cell.dataset), []).append(cell)
+    for group, members in groups.items():
+        n_tasks = -(-len(members) // per_task)
+        for k in range(n_tasks):
+            part = members[k::n_tasks]
+            settings = sorted({c.setting for c in part})
+            yield group, part, f"{group[0]}/{group[1]}:{','.join(settings)[:80]}"
+
+
+def collect_cells(submitted: list[Submitted], failed_units: Mapping[tuple[str, str], Mapping[str, Any]],
+                  progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+    """The outcome of every submitted cell as its task completes; a task that raised after
+    its retries gives failed outcomes naming the error (or the failed extraction its cells
+    read).
+
+    Parameters
+    ----------
+    submitted : list of Submitted
+        What :func:`submit_cells` returned.
+    failed_units : mapping
+        (model, dataset) -> the failed extraction of that pair, if any.
+    progress : callable, optional
+        Called as ``progress(cells_done)`` after each task.
+
+    Returns
+    -------
+    list of dict
+    """
+    from prefect.futures import as_completed
+
+    from jobs.failures import cell_failure, one_line
+
+    cells_of = {id(s.future): s.cells for s in submitted}
+    outcomes: list[dict[str, Any]] = []
+    for fut in as_completed([s.future for s in submitted]) if submitted else []:
+        cells = cells_of[id(fut)]
+        try:
+            result = fut.result()
+            outcomes.extend(result if isinstance(result, list) else [result])
+        except Exception as exc:  # noqa: BLE001  I/O failures after retries (here or upstream): these cells failed
+            unit = failed_units.get((cells[0].model, cells[0].dataset)) if cells[0].entry.reads_features else None
+            if unit is not None:
+                reason = f"not evaluated: extraction {unit.get('label')} failed: {unit.get('reason')}"
+                outcomes.extend(cell_failure(c, reason, "ExtractionFailed") for c in cells)
+            else:
+                outcomes.extend(cell_failure(c, one_line(exc), type(exc).__name__) for c in cells)
+        if progress is not None:
+            progress(len(outcomes))
+    return outcomes

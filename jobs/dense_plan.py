@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.encoder_protocols import is_encoder_protocol
 from pipeline.errors import ConfigError, RepevalError
 
 __all__ = ["check_dense_pairs", "dataset_task", "dense_correlation_defaults", "pairs_with_dataset"]
@@ -56,7 +55,8 @@ def pairs_with_dataset(protocol: Any, dataset: Any) -> bool:
 
 def check_dense_pairs(cfg: Any) -> None:
     """Refuse protocol entries that name a dataset they cannot read, dense protocols with no
-    dataset of their task, and encoder protocols that would run on a dense dataset.
+    dataset of their task, and protocols that read the encoder's weights (and a dataset's
+    images) that would run on a dense dataset.
 
     Parameters
     ----------
@@ -67,14 +67,15 @@ def check_dense_pairs(cfg: Any) -> None:
     tasks = {d.name: dataset_task(d) for d in cfg.datasets}
     for i, p in enumerate(cfg.protocols):
         mine = [d.name for d in cfg.datasets if p.datasets is None or d.name in p.datasets]
-        if is_encoder_protocol(p.protocol):
+        entry = get_protocol(p.protocol)
+        if not entry.reads_features:
             dense = [name for name in mine if tasks[name]]
             if dense:
                 raise ConfigError(f"config.protocols[{i}] ({p.name}): dataset {dense[0]!r} has per-pixel targets, "
                                   f"which encoder protocol {p.protocol!r} cannot read; restrict it with its datasets "
                                   "list")
             continue
-        want = get_protocol(p.protocol).dense
+        want = entry.dense
         if p.datasets is not None:
             wrong = [name for name in p.datasets if name in tasks and tasks[name] != want]
             if wrong:

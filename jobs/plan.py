@@ -14,18 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.config.checkpoint_folders import ScanResult, scan_checkpoints, with_encoders
+from jobs.config.protocol_checks import check_protocol_networks
 from jobs.config.mistakes import Mistakes
 from jobs.config.schema import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
-from jobs.dense_plan import check_dense_pairs
-from jobs.evaluation.encoder_cells import EncoderCell, encoder_cells, needs_features
-from jobs.config.encoder_protocols import check_encoder_work
-from jobs.evaluation.evaluate import Cell
-from jobs.failures import checkpoint_failure, one_line, sync_failures
 from jobs.config.typed import from_plain, to_plain
-from pipeline.encoder_protocols import is_encoder_protocol
+from jobs.dense_plan import check_dense_pairs
+from jobs.evaluation.cell import ENCODER_LAYER, Cell
+from jobs.failures import checkpoint_failure, one_line, sync_failures
 from pipeline.errors import (
     ArrayNotFoundError, CheckpointError, ConfigError, HubUnavailableError, RepevalError, StoreError,
 )
+from pipeline.protocols.registry import get_protocol
 from storage_schema.ledger import FailureLog
 
 
@@ -54,8 +53,9 @@ class Plan:
     """A run's work: ``config`` holds the encoders of the config plus the scanned checkpoints
     taken this time; ``scan`` what the folders held (files still being written, bad files
     skipped); ``checkpoint_failures`` the scanned files refused by this plan's checks;
-    ``encoder_cells`` the encoder-protocol cells (they read weights and images, not features);
-    ``data_notes`` what the datasets' checks warn about (empty classes, folders left out)."""
+    ``cells`` every cell, of every protocol (those that read the encoder's weights and
+    images too); ``data_notes`` what the datasets' checks warn about (empty classes,
+    folders left out)."""
 
     config: BenchmarkConfig
     units: list[ExtractUnit]
@@ -63,7 +63,6 @@ class Plan:
     scan: ScanResult = field(default_factory=ScanResult)
     checkpoint_failures: list[dict[str, Any]] = field(default_factory=list)
     cell_memory: dict[str, int | None] = field(default_factory=dict)  # cell label -> peak bytes (checked plans)
-    encoder_cells: list[EncoderCell] = field(default_factory=list)
     data_notes: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -81,24 +80,35 @@ def extraction_units(cfg: BenchmarkConfig) -> list[ExtractUnit]:
             for split in d.splits()]
 
 
+def needs_features(cfg: BenchmarkConfig, dataset: DatasetConfig) -> bool:
+    """Whether ``dataset``'s features are extracted: not when every protocol reading it reads
+    the encoder's weights instead (a dataset no protocol reads is extracted, as always)."""
+    readers = [p for p in cfg.protocols if p.datasets is None or dataset.name in p.datasets]
+    return not readers or any(get_protocol(p.protocol).reads_features for p in readers)
+
+
 def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
-    """Every (encoder, dataset, layer, protocol setting) the config asks for: each protocol
-    on every layer its encoders extract, or on the protocol's ``layers`` among them; token
-    layers (``block<i>.tokens``) only with the protocols that read tokens, map layers
-    (``block<i>.map``) and dense datasets only with the dense protocols of their task, and
-    pooled layers only with the others."""
+    """Every cell the config asks for, protocol by protocol, whatever its protocol reads.
+
+    A protocol that reads stored features runs on every layer its encoders extract, or on
+    the protocol's ``layers`` among them: token layers (``block<i>.tokens``) only with the
+    protocols that read tokens, map layers (``block<i>.map``) and dense datasets only with
+    the dense protocols of their task, and pooled layers only with the others. A protocol
+    that reads the encoder's weights runs once per (extracted encoder, dataset), at
+    ``ENCODER_LAYER`` (a ``source: store`` encoder has features, no weights)."""
     from jobs.dense_plan import pairs_with_dataset
     from pipeline.encoders.spec import layer_kind
-    from pipeline.protocols.registry import get_protocol
 
     cells = []
     for p in cfg.protocols:
-        if is_encoder_protocol(p.protocol):  # weights + images, not features: jobs.evaluation.encoder_cells
-            continue
         entry = get_protocol(p.protocol)
-        datasets = [d for d in cfg.datasets if (p.datasets is None or d.name in p.datasets)
-                    and pairs_with_dataset(entry, d)]
-        for d in datasets:
+        mine = [d for d in cfg.datasets if p.datasets is None or d.name in p.datasets]
+        if not entry.reads_features:  # the encoder and the images: the cell carries their fields
+            cells += [Cell(e.name, d.name, ENCODER_LAYER, p.name, p.protocol, dict(p.settings), d.train_split,
+                           d.test_split, d.val_split, encoder=e, dataset_config=d)
+                      for d in mine for e in cfg.encoders if e.extracted]
+            continue
+        for d in [d for d in mine if pairs_with_dataset(entry, d)]:
             for e in cfg.encoders:
                 for layer in e.layers:
                     if (p.layers is None or layer in p.layers) and layer_kind(layer) == entry.reads:
@@ -119,20 +129,20 @@ def check_plan(cfg: BenchmarkConfig) -> dict[str, Any]:
     provided = {layer for e in cfg.encoders for layer in e.layers} | {
         layer for s in cfg.checkpoints for layer in s.layers}
     for i, p in enumerate(cfg.protocols):
+        if not get_protocol(p.protocol).reads_features:
+            continue  # it works on the encoder itself: its layers were checked with its settings
         with mistakes.collect():
-            missing = [layer for layer in p.layers or ()
-                       if layer not in provided and not is_encoder_protocol(p.protocol)]
+            missing = [layer for layer in p.layers or () if layer not in provided]
             if missing:
                 raise ConfigError(f"config.protocols[{i}].layers: no encoder extracts {missing[0]!r}; "
                                   f"extracted layers: {', '.join(sorted(provided))}")
-            if not is_encoder_protocol(p.protocol):
-                check_token_layers(p, i, provided)
+            check_token_layers(p, i, provided)
     with mistakes.collect():
         check_dense_pairs(cfg)
     with mistakes.collect():
         check_multilabel_protocols(cfg)
     with mistakes.collect():
-        check_encoder_work(cfg)
+        check_protocol_networks(cfg)
     extracts = bool(cfg.checkpoints) or any(e.extracted for e in cfg.encoders)
     adapters = {}
     for i, d in enumerate(cfg.datasets):
@@ -199,7 +209,6 @@ def check_token_layers(p: ProtocolConfig, i: int, provided: set[str]) -> None:
     ``block<i>.map``) layer, and its ``layers`` list names layers of its kind only: else it
     would silently have no cells."""
     from pipeline.encoders.spec import MAP_SUFFIX, TOKENS_SUFFIX, layer_kind
-    from pipeline.protocols.registry import get_protocol
 
     reads = get_protocol(p.protocol).reads
     names = {"pooled": "pooled", "tokens": "token", "map": "map"}
@@ -223,23 +232,23 @@ def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:
     """A protocol that needs one class per sample, asked to run on a multi-label dataset,
     fails here, from the adapter's class attribute: before any file is read or extracted."""
     from pipeline.datasets import adapter_class
-    from pipeline.protocols.linear.multilabel import refuse_multilabel
+    from pipeline.protocols.registry import list_protocols
 
     mistakes = Mistakes()
     for i, p in enumerate(cfg.protocols):
-        if is_encoder_protocol(p.protocol):
-            continue  # an encoder protocol: jobs.config.encoder_protocols.check_encoder_work
+        if get_protocol(p.protocol).multilabel:
+            continue
         for d in cfg.datasets:
             try:
                 multi_label = adapter_class(d.adapter).multi_label
             except RepevalError:
                 continue  # an unknown adapter is reported with its dataset entry below
             if multi_label and (p.datasets is None or d.name in p.datasets):
-                try:
-                    refuse_multilabel(p.protocol)
-                except RepevalError as exc:
-                    mistakes.add(ConfigError(f"config.protocols[{i}] ({p.name}): dataset {d.name!r} ({d.adapter}) "
-                                             f"is multi-label: {exc}; restrict the protocol with its datasets list"))
+                able = ", ".join(n for n in list_protocols() if get_protocol(n).multilabel)
+                mistakes.add(ConfigError(f"config.protocols[{i}] ({p.name}): dataset {d.name!r} ({d.adapter}) is "
+                                         f"multi-label, and protocol {p.protocol!r} needs one class per sample "
+                                         f"(protocols that take it: {able}); restrict the protocol with its "
+                                         "datasets list"))
     mistakes.raise_any()
 
 
@@ -309,7 +318,7 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
         memory = estimate_cells(cells, full.encoders, adapters, store or _failure_store(cfg, writable=False),
                                 default_dtype=cfg.extract.dtype)
     return Plan(full, extraction_units(full), cells, scan, refused, cell_memory=memory,
-                encoder_cells=encoder_cells(full), data_notes=_data_notes(adapters))
+                data_notes=_data_notes(adapters))
 
 
 def _data_notes(adapters: dict[str, Any]) -> list[dict[str, Any]]:

@@ -104,12 +104,10 @@ def _inputs(cfg: BenchmarkConfig) -> dict[str, Any] | None:
 def _observe(cfg: BenchmarkConfig, store) -> dict[str, Any] | None:
     """The planned config's key, inputs, arrays and cell ids as the store holds them now;
     None when something is left to do or cannot be told without the full run."""
-    from jobs.evaluation.encoder_cells import recorded_encoder_cells
-    from jobs.evaluation.evaluate import identify_cells
+    from jobs.evaluation.identity import recorded_cells
     from jobs.plan import make_plan
     from jobs.report.inputs import config_failures
     from storage_schema import feature_key
-    from storage_schema.ledger import Ledger
 
     plan = make_plan(cfg, record=False, store=store, check=False)
     if plan.scan.waiting or plan.scan.skipped:
@@ -126,16 +124,13 @@ def _observe(cfg: BenchmarkConfig, store) -> dict[str, Any] | None:
                 return None
             arrays[key] = st.fingerprint
             labels[(unit.dataset.name, unit.split)] = st.attrs.get("labels")
-    ids = identify_cells(store, plan.cells)
-    enc_found, enc_missing = recorded_encoder_cells(store, plan.encoder_cells)
-    ledger = Ledger(store)
-    if None in ids or enc_missing or not all(ledger.has(cid) for cid in ids):
+    found, missing = recorded_cells(store, plan.cells)
+    if missing:
         return None
-    if config_failures(store, plan.config, [*plan.cells, *plan.encoder_cells], plan.units):
+    if config_failures(store, plan.config, plan.cells, plan.units):
         return None
     return {"key": stable_hash(plan.config.to_dict(), 16), "inputs": inputs, "arrays": arrays,
-            "labels": labels, "plan": plan,
-            "cells": sorted(set(ids) | {r["cell_id"] for r in enc_found})}
+            "labels": labels, "plan": plan, "cells": sorted({r["cell_id"] for r in found})}
 
 
 def _images_unchanged(cfg: BenchmarkConfig, store, labels: dict[tuple[str, str], str | None]) -> bool:
@@ -173,7 +168,7 @@ def record_run(cfg: BenchmarkConfig, summary: dict[str, Any]) -> bool:
     if seen is None:
         return False
     memo = {"version": MEMO_VERSION, "inputs": seen["inputs"], "arrays": seen["arrays"], "cells": seen["cells"],
-            "units": len(seen["plan"].units), "n_cells": len(seen["plan"].cells) + len(seen["plan"].encoder_cells),
+            "units": len(seen["plan"].units), "n_cells": len(seen["plan"].cells),
             "report": summary["report"],
             "figures": figure_lines(summary.get("correlation")), "correlation": summary.get("correlation"),
             "recorded": now_iso()}

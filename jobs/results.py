@@ -6,28 +6,20 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.config.schema import BenchmarkConfig
-from jobs.evaluation.evaluate import identify_cells
-from jobs.report.inputs import NAME_FIELDS, config_failures, history
+from jobs.evaluation.identity import recorded_cells
+from jobs.report.inputs import config_failures, history
 from storage_schema.ledger import FailureLog, Ledger, latest_records
 
 
 def config_cells(store, cfg: BenchmarkConfig) -> tuple[list[dict[str, Any]], list[Any], Any]:
     """(recorded cells as ``cell_id`` + names, cells without a record, the plan) of ``cfg``
-    at its current settings, the checkpoint folders listed as they are now."""
+    at its current settings, the checkpoint folders listed as they are now (no encoder is
+    loaded: ``jobs.evaluation.identity.recorded_cells``)."""
     from jobs.plan import make_plan
 
     plan = make_plan(cfg, ready_only=False, record=False, store=store, check=False)
-    ledger = Ledger(store)
-    found, missing = [], []
-    for cell, cid in zip(plan.cells, identify_cells(store, plan.cells)):
-        if cid is not None and ledger.has(cid):
-            found.append({"cell_id": cid, **{k: getattr(cell, k) for k in NAME_FIELDS}})
-        else:
-            missing.append(cell)
-    from jobs.evaluation.encoder_cells import recorded_encoder_cells
-
-    enc_found, enc_missing = recorded_encoder_cells(store, plan.encoder_cells)  # no encoder loaded
-    return found + enc_found, missing + enc_missing, plan
+    found, missing = recorded_cells(store, plan.cells)
+    return found, missing, plan
 
 
 def config_records(store, cfg: BenchmarkConfig, all_records: bool = False) -> tuple[list[dict[str, Any]], int]:
@@ -59,4 +51,4 @@ def failed_rows(store, cfg: BenchmarkConfig | None = None) -> list[dict[str, Any
     from jobs.plan import make_plan
 
     plan = make_plan(cfg, ready_only=False, record=False, store=store, check=False)
-    return config_failures(store, plan.config, [*plan.cells, *plan.encoder_cells], plan.units)
+    return config_failures(store, plan.config, plan.cells, plan.units)

@@ -28,7 +28,9 @@ Bookkeeping beside them, under ``_repeval/`` (never a Zarr node):
 * ``scratch/<kind>/<run id>/<part>/``: resumable training state, deleted once recorded;
 * ``watch/<hash of a config path>.json``: what a schedule saw last;
 * ``runs/<hash of a planned config>.json``: what the last run of it without failures
-  covered (a rerun with nothing to do is answered from it).
+  covered (a rerun with nothing to do is answered from it);
+* ``plans/<hash of the plan>.json``: a run's plan (its config, units and cells), written
+  once before the run and read by its flow and report.
 
 Names that become key components are validated, so no key can leave its folder.
 This module is longer than 450 lines because every key is built here, each with its
@@ -55,6 +57,7 @@ _FINGERPRINTS = f"{SIDE}/fingerprints"
 _FAILURES = f"{SIDE}/failures"
 _WATCH = f"{SIDE}/watch"
 _RUNS = f"{SIDE}/runs"
+_PLANS = f"{SIDE}/plans"
 _ENCODER_CELLS = f"{SIDE}/encoder_cells"
 _EXAMPLES = f"{SIDE}/examples"
 SCRATCH = f"{SIDE}/scratch"
@@ -607,3 +610,19 @@ def run_memo_key(config_hash: str) -> str:
         ``_repeval/runs/<config_hash>.json``.
     """
     return f"{_RUNS}/{validate_name(config_hash, 'config hash')}.json"
+
+
+def plan_key(plan_hash: str) -> str:
+    """A run's plan, keyed by its contents' hash (``jobs.plan_store``).
+
+    Parameters
+    ----------
+    plan_hash : str
+        The hash of the plan's contents.
+
+    Returns
+    -------
+    str
+        ``_repeval/plans/<plan_hash>.json``.
+    """
+    return f"{_PLANS}/{validate_name(plan_hash, 'plan hash')}.json"

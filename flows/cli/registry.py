@@ -48,24 +48,18 @@ def add_registry_commands(sub: Any, show_dataset_command: Callable[[argparse.Nam
 
 def cmd_protocols(args: argparse.Namespace) -> int:
     """Every protocol with its settings' defaults, or one with their valid values too."""
-    from pipeline.encoder_protocols import list_encoder_protocols
-    from pipeline.errors import unknown_name
     from pipeline.protocols import describe
-    from pipeline.protocols.registry import list_protocols
+    from pipeline.protocols.registry import get_protocol, list_protocols
 
-    readout, encoder = list_protocols(), list_encoder_protocols()
-    if args.name is not None and args.name not in readout + encoder:
-        raise unknown_name("protocol", args.name, readout + encoder)
+    if args.name is not None:
+        get_protocol(args.name)  # an unknown name: one line naming every protocol
     if args.json:
-        records = [describe.protocol_record(n) for n in readout] + \
-            [describe.encoder_protocol_record(n) for n in encoder]
+        records = [describe.protocol_record(n) for n in list_protocols()]
         print(json.dumps(next(r for r in records if r["name"] == args.name) if args.name else records, indent=1))
     elif args.name:
-        print(describe.protocol_summary(args.name) if args.name in readout
-              else describe.encoder_protocol_summary(args.name))
+        print(describe.protocol_summary(args.name))
     else:
-        print(f"{describe.protocol_listing(readout)}\n\nEncoder protocols (they read an encoder's weights and a "
-              f"dataset's images, not stored features):\n{describe.encoder_protocol_listing()}")
+        print(describe.protocol_listing())
     return 0
 
 

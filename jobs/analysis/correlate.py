@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import ConfigError, DataValidationError, UnknownNameError
-from storage_schema.ledger import config_hash, latest_records
+from storage_schema.ledger import latest_records
 
 if TYPE_CHECKING:  # jobs.config.schema pulls in the encoders (torch, timm): only for type checkers
     from jobs.config.schema import BenchmarkConfig, CorrelationSetting
@@ -117,24 +117,20 @@ def _json_ready(value: Any) -> Any:
 
 # -- config check ---------------------------------------------------------------------------
 def _metric_of(protocol: str, metric: str | None, bounded: bool | None, where: str) -> str:
-    """``metric`` (the protocol's primary one when None), refused unless the protocol records it."""
-    from pipeline.encoder_protocols import get_encoder_protocol, is_encoder_protocol
+    """``metric`` (the protocol's primary one when None), refused unless the protocol records it;
+    with ``bounded``, refused when it is not a fraction in [0, 1]."""
     from pipeline.protocols.registry import get_protocol
 
-    if is_encoder_protocol(protocol):  # its own check (jobs.config.encoder_protocols) judges the rest
-        entry = get_encoder_protocol(protocol)
-        return entry.metrics[0] if metric is None else metric
     entry = get_protocol(protocol)
-    if metric is None:
-        return entry.primary_metric
-    if metric not in entry.metrics:
+    chosen = entry.primary_metric if metric is None else metric
+    if chosen not in entry.metrics:
         raise ConfigError(f"{where}.metric: protocol {protocol!r} records no metric {metric!r}; its metrics: "
                           f"{', '.join(entry.metrics)} (leave metric out for its primary one, "
                           f"{entry.primary_metric!r})")
-    if bounded and metric in entry.unbounded:
-        raise ConfigError(f"{where}.bounded: {metric!r} of {protocol!r} is not a fraction in [0, 1]; it is read "
+    if bounded and chosen in entry.unbounded:
+        raise ConfigError(f"{where}.bounded: {chosen!r} of {protocol!r} is not a fraction in [0, 1]; it is read "
                           "raw, without the logit transform: set bounded: false")
-    return metric
+    return chosen
 
 
 def check_correlation_metrics(cfg: BenchmarkConfig, path: str) -> None:
@@ -155,26 +151,22 @@ def check_correlation_metrics(cfg: BenchmarkConfig, path: str) -> None:
         if s.protocol in kinds:
             s.metric = _metric_of(kinds[s.protocol], s.metric, s.bounded, f"{path}.correlation.settings[{i}]")
     ref = cfg.reference
-    if ref.protocol in kinds:
-        ref.metric = _metric_of(kinds[ref.protocol], ref.metric, True, f"{path}.reference")
+    if ref.protocol in kinds:  # a reference score is a fraction: a metric it names must be one
+        ref.metric = _metric_of(kinds[ref.protocol], ref.metric, ref.metric is not None, f"{path}.reference")
     elif ref.metric is None:
         ref.metric = "score"
 
 
 # -- record selection -----------------------------------------------------------------------
 def _current_hashes(config: BenchmarkConfig) -> dict[str, tuple[str, str]]:
-    """Protocol setting name -> (registry protocol, config hash of its current settings)."""
-    from jobs.config.encoder_protocols import encoder_config_hash
-    from pipeline.encoder_protocols import is_encoder_protocol
-    from pipeline.protocols.registry import resolve_settings
+    """Protocol setting name -> (registry protocol, config hash of its current settings: of
+    those that decide the result, as its records carry it)."""
+    from jobs.evaluation.cell import settings_hash
 
     out = {}
     for p in config.protocols:
         try:
-            if is_encoder_protocol(p.protocol):  # its records hash the settings that decide the result
-                out[p.name] = (p.protocol, encoder_config_hash(p.protocol, p.settings))
-                continue
-            out[p.name] = (p.protocol, config_hash(resolve_settings(p.protocol, p.settings)))
+            out[p.name] = (p.protocol, settings_hash(p.protocol, p.settings))
         except (ConfigError, UnknownNameError):
             continue  # an unresolvable setting cannot be matched: its records are kept as they are
     return out

@@ -19,11 +19,11 @@ from typing import Any
 import yaml
 
 from jobs.config.mistakes import Mistakes, check_bounds, check_file_size, check_no_credentials
-from jobs.config.encoder_protocols import check_encoder_correlations, check_encoder_protocol, resolve_encoder_paths
+from jobs.config.protocol_checks import check_correlation_layers, check_protocol_entry, resolve_protocol_paths
 from jobs.config.extract import DECODERS, DTYPES, PRECISIONS, ExtractConfig  # noqa: F401  (re-exported)
 from jobs.config.typed import from_plain, to_plain
 from jobs.config.weights import check_checkpoint_fields
-from pipeline.errors import ConfigError, InvalidNameError, RepevalError
+from pipeline.errors import ConfigError, InvalidNameError
 from pipeline.names import validate_name
 from pipeline.terminal import short
 from storage_schema.provenance import stable_hash
@@ -207,15 +207,8 @@ class ProtocolConfig:
     datasets: list[str] | None = None  # None: every dataset
 
     def check(self, path: str) -> None:
-        from pipeline.protocols.registry import resolve_settings
-
         _name(self.name, f"{path}.name")
-        if check_encoder_protocol(self, path):  # finetune, saliency, colour_detail: weights + images
-            return
-        try:
-            self.settings = resolve_settings(self.protocol, self.settings)
-        except RepevalError as exc:  # also an unknown protocol: name the entry, not only the value
-            raise ConfigError(f"{path}: {exc}") from None
+        check_protocol_entry(self, path)  # its settings resolved by the protocol's registry entry
 
 
 @dataclass
@@ -364,7 +357,7 @@ class BenchmarkConfig:
         with mistakes.collect():
             check_correlation_metrics(self, path)  # a metric its protocol records, or its primary one
         with mistakes.collect():
-            check_encoder_correlations(self, path)
+            check_correlation_layers(self, path)
         mistakes.raise_any()
 
     # -- helpers ------------------------------------------------------------------------
@@ -391,7 +384,7 @@ class BenchmarkConfig:
                 value = ds.params.get(key)
                 if isinstance(value, str) and value.strip():
                     ds.params[key] = local(os.path.expanduser(value))
-        resolve_encoder_paths(self, local)
+        resolve_protocol_paths(self, local)
 
     def protocol_hash(self) -> str:
         """Changes exactly when some protocol's settings change (drives reruns)."""

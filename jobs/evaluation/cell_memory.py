@@ -131,7 +131,7 @@ def cell_bytes(cell, shapes: Mapping[str, SplitShape]) -> int | None:
 
     Parameters
     ----------
-    cell : jobs.evaluation.evaluate.Cell
+    cell : jobs.evaluation.cell.Cell
     shapes : mapping
         Split name -> SplitShape, for every split of the cell.
 
@@ -170,7 +170,8 @@ def estimate_cells(cells: Sequence, encoders: Iterable, adapters: Mapping[str, A
     Returns
     -------
     dict
-        Cell label -> bytes, or None where a width could not be known before extraction.
+        Cell label -> bytes, or None where a width could not be known before extraction
+        (cells of protocols that read the encoder's weights are left out).
     """
     by_name = {e.name: e for e in encoders}
     widths: dict[tuple, tuple | None] = {}  # by architecture: checkpoints of one share it
@@ -196,6 +197,8 @@ def estimate_cells(cells: Sequence, encoders: Iterable, adapters: Mapping[str, A
 
     out: dict[str, int | None] = {}
     for cell in cells:
+        if not cell.entry.reads_features:
+            continue  # it reads the encoder's weights and asks for a GPU, not for memory
         split_shapes = {s: shape(cell.model, cell.dataset, s, cell.layer) for s in cell.splits()}
         out[cell.label()] = None if any(v is None for v in split_shapes.values()) else cell_bytes(cell, split_shapes)
     return out

@@ -166,7 +166,7 @@ def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Itera
         except RepevalError:  # not extracted yet
             continue
     notes += fewshot_notes(records, class_counts)
-    failures = config_failures(store, cfg, [*plan.cells, *plan.encoder_cells] if plan else (),
+    failures = config_failures(store, cfg, plan.cells if plan else (),
                                plan.units if plan else ())
     known = {f.get("id") for f in failures}
     failures = [f for f in failed_correlations if f.get("id") not in known] + failures  # first: they are new

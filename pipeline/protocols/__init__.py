@@ -3,10 +3,12 @@
 Estimators keep scikit-learn's conventions (parameters only in ``__init__``, ``fit``
 returns self, fitted state ends in ``_``) and pass ``sklearn.utils.estimator_checks``
 where the checks apply. ``registry`` maps protocol names to runners over stored
-features; the built-in protocols are registered when this package is imported.
+features (or an encoder's weights); each family (linear, neighbours, episodic, nets, audits,
+dense, finetune, diagnostics) registers its protocols in its own ``protocols`` module, and
+importing this package imports the families.
 
-Importing the package is cheap: the registry and the built-in protocols' metadata need
-neither torch nor scikit-learn. The estimators and functions below are imported from
+Importing the package is cheap: the registry and the protocols' metadata need neither
+torch nor scikit-learn. The estimators and functions below are imported from
 their modules when first used (``from pipeline.protocols import LogisticProbe`` works).
 """
 
@@ -15,11 +17,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# register the built-in protocols
-from pipeline.protocols import builtin  # noqa: F401
+# each family registers its protocols where they are defined (its ``protocols`` module)
+from pipeline.protocols.audits import protocols as _audits  # noqa: F401
 from pipeline.protocols.dense import protocols as _dense  # noqa: F401
+from pipeline.protocols.diagnostics import protocols as _diagnostics  # noqa: F401
+from pipeline.protocols.episodic import protocols as _episodic  # noqa: F401
+from pipeline.protocols.finetune import protocols as _finetune  # noqa: F401
+from pipeline.protocols.linear import protocols as _linear  # noqa: F401
+from pipeline.protocols.neighbours import protocols as _neighbours  # noqa: F401
 from pipeline.protocols.nets import protocols as _nets  # noqa: F401
-from pipeline.protocols.registry import EvalData, Protocol, ProtocolResult, get_protocol, list_protocols, resolve_settings
+from pipeline.protocols.registry import (
+    EvalData, ImageData, Protocol, ProtocolResult, get_protocol, list_protocols, resolve_settings,
+)
 
 _LAZY = {
     "apply_temperature": "audits.calibration", "calibration_report": "audits.calibration",
@@ -34,7 +43,7 @@ _LAZY = {
     "make_transform": "transforms", "FeatureRows": "blocks",
 }
 
-__all__ = sorted([*_LAZY, "EvalData", "Protocol", "ProtocolResult", "get_protocol", "list_protocols",
+__all__ = sorted([*_LAZY, "EvalData", "ImageData", "Protocol", "ProtocolResult", "get_protocol", "list_protocols",
                   "resolve_settings"])
 
 

@@ -1,14 +1,16 @@
 """What one cell hands a protocol and gets back: arrays, results, shapes.
 
 ``EvalData`` holds a cell's arrays (the train features in memory, or a callable streaming
-them in row blocks); ``ProtocolResult`` what a protocol returns; ``CellShape`` the shapes
-a memory estimate needs.
+them in row blocks); ``ImageData`` what a protocol that reads the encoder's weights gets
+instead (the encoder, a dataset's images); ``ProtocolResult`` what a protocol returns;
+``CellShape`` the shapes a memory estimate needs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,7 +19,11 @@ from pipeline.errors import ConfigError
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.evidence import Evidence
 
-__all__ = ["Blocks", "CellShape", "EvalData", "Evidence", "ProtocolResult"]
+__all__ = ["ENCODER_LAYER", "Blocks", "CellShape", "EvalData", "Evidence", "ImageData", "ProtocolResult"]
+
+#: The layer a cell of a protocol that reads the encoder's weights names: it works on the
+#: encoder itself, at its pre-logits features.
+ENCODER_LAYER = "pre_logits"
 
 Blocks = Callable[[], Iterable[tuple[np.ndarray, int]]]
 
@@ -85,6 +91,33 @@ class EvalData:
         return np.concatenate([b for b, _ in sorted(self.train_blocks(), key=lambda t: t[1])])
 
 
+@dataclass(frozen=True)
+class ImageData:
+    """What one cell of a protocol that reads the encoder's weights works on.
+
+    Parameters
+    ----------
+    encoder : EncoderSpec
+        The encoder to build (``pipeline.encoders``).
+    adapter : DatasetAdapter
+        The dataset whose images it reads.
+    train_split, test_split, val_split : str or None
+        The dataset's splits (``val_split`` None: a share of train is held out).
+    device : str
+        Where it runs (``auto``, ``cpu``, ``cuda``, ``cuda:<i>``).
+    scratch_dir : Path or None
+        The cell's folder for resumable training state (one subfolder per part of it).
+    """
+
+    encoder: Any
+    adapter: Any
+    train_split: str = "train"
+    test_split: str = "test"
+    val_split: str | None = None
+    device: str = "auto"
+    scratch_dir: Path | None = None
+
+
 @dataclass
 class ProtocolResult:
     """What a protocol returns: headline and other metrics, diagnostics, warnings, time.
@@ -110,6 +143,14 @@ class ProtocolResult:
     maps : numpy.ndarray or None
         A dense protocol's predictions for every test image at the targets' resolution
         (class maps or unit normals), stored beside the evidence.
+    pictures : bytes or None
+        Example pictures (PNG) kept beside the record (a diagnostic's maps).
+    device_use : dict or None
+        Where a protocol that reads images ran, its speed and peak memory (the record's
+        ``gpu``).
+    n_train, n_test : int or None
+        Images it trained and was tested on (a protocol that reads images; a feature
+        cell's come from its arrays).
     """
 
     metrics: dict[str, Any]
@@ -118,6 +159,10 @@ class ProtocolResult:
     seconds: float = 0.0
     evidence: Evidence | None = None
     maps: np.ndarray | None = None
+    pictures: bytes | None = None
+    device_use: dict[str, Any] | None = None
+    n_train: int | None = None
+    n_test: int | None = None
 
 
 @dataclass(frozen=True)

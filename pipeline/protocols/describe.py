@@ -3,8 +3,9 @@
 What ``repeval protocols`` prints and what the docs' settings tables are checked against.
 Read from the registry alone (``Protocol.defaults``, ``.choices``, ``.bounds`` and the
 capability flags), so nothing here can disagree with what a config is validated by. The
-encoder protocols (fine-tuning, diagnostics) are listed from their own registry, with
-their defaults and metrics (their settings classes check the values).
+protocols that read an encoder's weights (fine-tuning, diagnostics) are listed after
+those that read stored features; their settings classes check the values, so their
+tables give the defaults only.
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.encoder_protocols import EncoderProtocol, get_encoder_protocol, list_encoder_protocols
 from pipeline.protocols.devices import DEVICE_CHOICES
 from pipeline.protocols.registry import Bound, Protocol, get_protocol, list_protocols
 
-__all__ = ["SettingRow", "encoder_protocol_listing", "encoder_protocol_record", "encoder_protocol_summary",
-           "format_number", "protocol_listing", "protocol_record", "protocol_summary", "range_text", "setting_rows"]
+__all__ = ["WEIGHTS_HEADING", "SettingRow", "format_number", "protocol_listing", "protocol_record", "protocol_summary",
+           "range_text", "setting_rows"]
+
+#: The heading of the protocols that read an encoder's weights in a listing.
+WEIGHTS_HEADING = ("Encoder protocols (they read an encoder's weights and a dataset's images, not stored "
+                   "features):")
 
 
 @dataclass(frozen=True)
@@ -133,13 +137,15 @@ def _default_text(value: Any, inside: bool = False) -> str:
 def _flags(protocol: Protocol) -> str:
     yes = {True: "yes", False: "no"}
     reads = {"pooled": "pooled features", "tokens": "token features (block<i>.tokens)",
-             "map": f"spatial maps (block<i>.map) and {protocol.dense} targets"}[protocol.reads]
+             "map": f"spatial maps (block<i>.map) and {protocol.dense} targets",
+             "weights": "an encoder's weights and a dataset's images"}[protocol.reads]
     return (f"streams train: {yes[protocol.streams_train]}; multi-label: {yes[protocol.multilabel]}; "
             f"reads: {reads}; metrics: {', '.join(protocol.metrics)} (primary: {protocol.primary_metric})")
 
 
 def protocol_summary(name: str) -> str:
-    """One protocol in full: description, flags and a table of its settings.
+    """One protocol in full: description, flags and a table of its settings (with their
+    valid values, unless a settings class checks them).
 
     Parameters
     ----------
@@ -151,16 +157,28 @@ def protocol_summary(name: str) -> str:
     str
     """
     protocol = get_protocol(name)
+    head = [f"{protocol.name} (version {protocol.version}): {protocol.description}", _flags(protocol)]
+    if protocol.ignored:
+        head.append(f"  not part of a result's identity: {', '.join(protocol.ignored)}")
+    if protocol.build is not None:  # its settings class checks the values: defaults only
+        rows = [("setting", "default")] + [(k, _default_text(v)) for k, v in protocol.defaults.items()]
+        width = max(len(a) for a, _ in rows)
+        return "\n".join(head + [""] + [f"  {a:<{width}}  {b}" for a, b in rows])
     rows = [("setting", "default", "valid values")] + [
         (r.name, _default_text(r.default), r.valid) for r in setting_rows(name)]
     widths = [max(len(row[i]) for row in rows) for i in range(2)]
-    lines = [f"{protocol.name} (version {protocol.version}): {protocol.description}", _flags(protocol), ""]
-    lines += [f"  {a:<{widths[0]}}  {b:<{widths[1]}}  {c}" for a, b, c in rows]
-    return "\n".join(lines)
+    return "\n".join(head + [""] + [f"  {a:<{widths[0]}}  {b:<{widths[1]}}  {c}" for a, b, c in rows])
+
+
+def _block(name: str) -> str:
+    protocol = get_protocol(name)
+    settings = ", ".join(f"{k}={_default_text(v)}" for k, v in protocol.defaults.items())
+    return f"{name} (version {protocol.version}): {protocol.description}\n  {_flags(protocol)}\n  settings: {settings}"
 
 
 def protocol_listing(names: Sequence[str] | None = None) -> str:
-    """Every registered protocol (or ``names``): description, flags, settings with defaults.
+    """Every registered protocol (or ``names``): description, flags, settings with defaults;
+    those that read stored features first, then those that read an encoder's weights.
 
     Parameters
     ----------
@@ -171,13 +189,13 @@ def protocol_listing(names: Sequence[str] | None = None) -> str:
     -------
     str
     """
-    blocks = []
-    for name in names if names is not None else list_protocols():
-        protocol = get_protocol(name)
-        settings = ", ".join(f"{r.name}={_default_text(r.default)}" for r in setting_rows(name))
-        blocks.append(f"{name} (version {protocol.version}): {protocol.description}\n  {_flags(protocol)}\n"
-                      f"  settings: {settings}")
-    return "\n".join(blocks) + "\n\nrepeval protocols NAME shows one protocol's settings with their valid values"
+    names = list(names) if names is not None else list_protocols()
+    features = [n for n in names if get_protocol(n).reads_features]
+    weights = [n for n in names if not get_protocol(n).reads_features]
+    text = "\n".join(_block(n) for n in features)
+    if weights:
+        text += ("\n\n" if text else "") + WEIGHTS_HEADING + "\n" + "\n".join(_block(n) for n in weights)
+    return text + "\n\nrepeval protocols NAME shows one protocol's settings with their valid values"
 
 
 def protocol_record(name: str) -> dict[str, Any]:
@@ -192,73 +210,19 @@ def protocol_record(name: str) -> dict[str, Any]:
     -------
     dict
         ``name``, ``version``, ``description``, ``streams_train``, ``multilabel``,
-        ``reads`` (``pooled``, ``tokens`` or ``map``), ``dense`` (the targets' task or None),
-        ``metrics``, ``primary_metric``, ``unbounded`` and ``settings`` (name, default,
-        valid values).
+        ``reads`` (``pooled``, ``tokens``, ``map`` or ``weights``), ``dense`` (the targets'
+        task or None), ``metrics``, ``primary_metric``, ``unbounded``,
+        ``lower_is_better``, ``ignored`` (settings that cannot change a result) and
+        ``settings`` (name, default and, where the registry checks them, valid values).
     """
     protocol = get_protocol(name)
+    if protocol.build is not None:
+        settings = [{"name": k, "default": v} for k, v in protocol.defaults.items()]
+    else:
+        settings = [{"name": r.name, "default": r.default, "valid": r.valid} for r in setting_rows(name)]
     return {"name": name, "version": protocol.version, "description": protocol.description,
             "streams_train": protocol.streams_train, "multilabel": protocol.multilabel,
             "reads": protocol.reads, "dense": protocol.dense,
             "metrics": list(protocol.metrics), "primary_metric": protocol.primary_metric,
-            "unbounded": list(protocol.unbounded),
-            "settings": [{"name": r.name, "default": r.default, "valid": r.valid} for r in setting_rows(name)]}
-
-
-def _encoder_line(protocol: EncoderProtocol) -> str:
-    return (f"{protocol.name} (version {protocol.version}, encoder protocol): {protocol.summary}\n"
-            f"  multi-label: {'yes' if protocol.multilabel else 'no'}; metrics: {', '.join(protocol.metrics)}")
-
-
-def encoder_protocol_summary(name: str) -> str:
-    """One encoder protocol in full: what it measures, its metrics and its settings' defaults.
-
-    Parameters
-    ----------
-    name : str
-        A registered encoder protocol (UnknownNameError lists the valid names).
-
-    Returns
-    -------
-    str
-    """
-    protocol = get_encoder_protocol(name)
-    rows = [("setting", "default")] + [(k, _default_text(v)) for k, v in protocol.fields.items()]
-    width = max(len(a) for a, _ in rows)
-    ignored = f"\n  not part of a result's identity: {', '.join(protocol.ignored)}" if protocol.ignored else ""
-    return "\n".join([_encoder_line(protocol) + ignored, ""] + [f"  {a:<{width}}  {b}" for a, b in rows])
-
-
-def encoder_protocol_listing() -> str:
-    """Every encoder protocol: what it measures, its metrics, its settings with defaults.
-
-    Returns
-    -------
-    str
-    """
-    blocks = []
-    for name in list_encoder_protocols():
-        protocol = get_encoder_protocol(name)
-        settings = ", ".join(f"{k}={_default_text(v)}" for k, v in protocol.fields.items())
-        blocks.append(f"{_encoder_line(protocol)}\n  settings: {settings}")
-    return "\n".join(blocks)
-
-
-def encoder_protocol_record(name: str) -> dict[str, Any]:
-    """One encoder protocol as JSON-able data (``repeval protocols --json``).
-
-    Parameters
-    ----------
-    name : str
-        A registered encoder protocol.
-
-    Returns
-    -------
-    dict
-        ``name``, ``version``, ``description``, ``kind`` (``encoder``), ``multilabel``,
-        ``metrics``, ``ignored`` and ``settings`` (name, default).
-    """
-    protocol = get_encoder_protocol(name)
-    return {"name": name, "version": protocol.version, "description": protocol.summary, "kind": "encoder",
-            "multilabel": protocol.multilabel, "metrics": list(protocol.metrics), "ignored": list(protocol.ignored),
-            "settings": [{"name": k, "default": v} for k, v in protocol.fields.items()]}
+            "unbounded": list(protocol.unbounded), "lower_is_better": list(protocol.lower_is_better),
+            "ignored": list(protocol.ignored), "settings": settings}

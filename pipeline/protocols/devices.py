@@ -14,10 +14,13 @@ from typing import Any
 
 from pipeline.errors import ConfigError
 
-__all__ = ["DEVICE_CHOICES", "available_cores", "check_device_name", "resolve_device"]
+__all__ = ["DEVICE_CHOICES", "DEVICE_DEFAULT", "available_cores", "check_device_name", "check_device_setting",
+           "resolve_device"]
 
 #: What the ``device`` setting accepts (``cuda:<i>`` with any index).
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:<i>")
+#: The ``device`` setting of the protocols that run in torch, with its default.
+DEVICE_DEFAULT = {"device": "auto"}
 _DEVICE_NAME = re.compile(r"(auto|cpu|cuda(:\d+)?)")
 
 
@@ -39,6 +42,17 @@ def check_device_name(value: Any, name: str = "device") -> str:
     if not isinstance(value, str) or not _DEVICE_NAME.fullmatch(value):
         raise ConfigError(f"{name}={value!r} is not a device; valid: {', '.join(DEVICE_CHOICES)}")
     return value
+
+
+def check_device_setting(settings: Any) -> None:
+    """The ``check`` of a protocol whose only rule across settings is its ``device`` name.
+
+    Parameters
+    ----------
+    settings : mapping
+        The protocol's full settings.
+    """
+    check_device_name(settings["device"])
 
 
 def resolve_device(device: Any = "auto") -> Any:

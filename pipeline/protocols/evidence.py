@@ -30,7 +30,8 @@ import numpy as np
 
 from pipeline.errors import DataValidationError
 
-__all__ = ["EVIDENCE_KINDS", "Evidence", "float16_scores", "headline_rows", "prediction_dtype"]
+__all__ = ["EVIDENCE_KINDS", "Evidence", "class_evidence", "class_indices", "float16_scores", "headline_rows",
+           "prediction_dtype"]
 
 EVIDENCE_KINDS = ("predictions", "scores", "episodes", "fits", "pixel_counts")
 #: Largest class index an int16 prediction holds.
@@ -297,3 +298,42 @@ def headline_rows(fits: Sequence[str], headline: str) -> np.ndarray:
     if not rows:
         raise DataValidationError(f"no fit of N = {headline!r} among {list(fits)[:10]}")
     return np.array(rows, dtype=np.int64)
+
+
+def class_evidence(data: Any, predictions: Any) -> Evidence | None:
+    """The predictions as evidence when the labels are class indices 0 .. n_classes - 1 (as
+    stored); None for other labels (a protocol called directly on names), which no stored
+    cell has.
+
+    Parameters
+    ----------
+    data : EvalData
+        The cell's arrays.
+    predictions : array-like, shape (n_test,)
+        The predicted label of each test example.
+
+    Returns
+    -------
+    Evidence or None
+    """
+    pred, y = np.asarray(predictions), np.asarray(data.y_test)
+    if not class_indices(y, data.n_classes) or not class_indices(pred, data.n_classes):
+        return None
+    return Evidence.of_predictions(y, pred, data.n_classes, data.mean_per_class)
+
+
+def class_indices(values: Any, n_classes: int) -> bool:
+    """Whether ``values`` are integer class indices in [0, n_classes).
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+    n_classes : int
+
+    Returns
+    -------
+    bool
+    """
+    values = np.asarray(values)
+    integral = values.dtype != bool and np.issubdtype(values.dtype, np.integer)
+    return bool(integral and (values.size == 0 or (values.min() >= 0 and values.max() < max(n_classes, 1))))

@@ -6,8 +6,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["accuracy_metrics", "average_precision", "mean_average_precision", "mean_per_class_accuracy",
-           "multilabel_metrics", "top1"]
+__all__ = ["CLASS_METRICS", "MULTILABEL_METRICS", "accuracy_metrics", "average_precision", "mean_average_precision",
+           "mean_per_class_accuracy", "multilabel_metrics", "top1"]
+
+#: Scalar metrics of a single-label classifier's record, and of a multi-label probe's.
+CLASS_METRICS = ("score", "top1", "mean_per_class")
+MULTILABEL_METRICS = ("map11", "map11_devkit", "map")
 
 
 def top1(y_true: np.ndarray, y_pred: np.ndarray) -> float:

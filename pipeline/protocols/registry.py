@@ -1,37 +1,43 @@
-"""Protocols by name: each entry turns (train, test[, val]) features into metrics.
+"""Protocols by name: each entry turns what a cell reads into metrics.
 
 Like timm's model registry and big_vision's evaluators: ``register_protocol`` adds an
-entry, ``get_protocol`` fails with the valid names, and tests run over every entry. The
-built-in protocols register when ``pipeline.protocols`` is imported (this module imports
-nothing of theirs). An entry declares its default settings, their valid values, a
-version, what it can take and what it needs:
+entry, ``get_protocol`` fails with the valid names, and tests run over every entry. Each
+protocol family registers its own entries in its package's ``protocols`` module, and
+importing ``pipeline.protocols`` imports the families (this module imports none of
+them). An entry declares its default settings, their valid values, a version, what it
+can take and what it needs:
 
+- ``reads``: what a cell of it reads: pooled (n, d) features (``pooled``), token features
+  (n, T, d) of a layer stored with its tokens (``tokens``), a dense dataset's spatial maps
+  (n, h, w, d) and per-pixel targets (``map``, ``DenseData``), or the encoder's weights
+  and a dataset's images (``weights``, ``ImageData``: fine-tuning, the diagnostics). The
+  first three read stored features (``reads_features``); a ``weights`` cell builds the
+  encoder instead, and its work may split into grid points trained apart (``grid``);
 - ``streams_train``: it reads the train features as row blocks (``EvalData.train_blocks``),
   so a caller need not load them whole;
-- ``multilabel``: it accepts (n, C) label arrays (1 present, 0 absent, -1 difficult);
-- ``tokens``: it reads token features (n, T, d) (a layer stored with its tokens) instead
-  of pooled (n, d) features;
-- ``dense``: the task of its per-pixel targets (``segmentation``, ``normals``): it reads a
-  dense dataset's spatial maps (n, h, w, d) and targets (``DenseData``), and only it does;
+- ``multilabel``: it accepts (n, C) label arrays (1 present, 0 absent, -1 difficult), or
+  for a protocol that reads images, a multi-label dataset (it reads no labels);
 - ``memory_bytes(...)``: the peak host memory of one cell, the features it holds
-  included, from the shapes alone (for scheduling);
+  included, from the shapes alone (for scheduling; None for a ``weights`` cell);
 - ``metrics``: the scalar metrics its records can carry, ``primary_metric`` the one a
   correlation reads unless told otherwise, ``unbounded`` those that are not fractions in
-  [0, 1] (read raw, never logit-transformed).
+  [0, 1] (read raw, never logit-transformed), ``lower_is_better`` those where less is
+  better;
+- its settings: ``defaults``, checked by ``choices``, ``bounds`` and ``check`` or by a
+  settings class (``build``), resolved by ``pipeline.protocols.settings``.
 
 A result's ``warnings`` are ``{"code", "message"}`` dicts (``fit_warnings``): a runner adds
 what its fit knows (a grid edge, a plateau, a temperature at its bound); the entry adds
 those of the test predictions it returns as evidence (one class, chance level) and every
-Python warning raised while it ran.
+Python warning raised while it ran (a protocol that reads images reports its own).
 
-The results ledger keys a cell by (features, protocol, hash of the full settings,
+The results ledger keys a cell by (what it reads, protocol, hash of the result settings,
 version), so bump ``version`` whenever an entry's numbers would change for the same
 settings.
 """
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -41,13 +47,13 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import ConfigError, DataValidationError, unknown_name
+from pipeline.protocols import settings as _settings
 from pipeline.protocols.bounds import SEED, Bound, above, at_least
-from pipeline.protocols.cell import Blocks, CellShape, EvalData, ProtocolResult
+from pipeline.protocols.cell import Blocks, CellShape, EvalData, ImageData, ProtocolResult
 
-__all__ = ["Blocks", "Bound", "CellShape", "EvalData", "Protocol", "ProtocolResult", "SEED", "above",
+__all__ = ["Blocks", "Bound", "CellShape", "EvalData", "ImageData", "Protocol", "ProtocolResult", "SEED", "above",
            "at_least", "check_eval_data", "get_protocol", "list_protocols", "register_protocol",
            "resolve_settings"]
-
 
 
 @dataclass(frozen=True)
@@ -59,13 +65,14 @@ class Protocol:
     name, version, defaults, description, choices, bounds
         Metadata (the docs and ``repeval protocols`` read them).
     run : callable
-        ``run(data, full_settings) -> ProtocolResult``.
+        ``run(data, full_settings) -> ProtocolResult``; ``data`` is an ``EvalData``, a
+        ``DenseData`` (``dense``) or an ``ImageData`` (``weights``).
     check : callable or None
         Rules across settings; raises ConfigError.
     streams_train : bool
         Reads the train features in row blocks (``EvalData.train_blocks``).
     multilabel : bool
-        Accepts (n, C) 0/1 label arrays.
+        Accepts (n, C) 0/1 label arrays (a multi-label dataset).
     memory : callable or None
         ``memory(CellShape, full_settings) -> int``: peak bytes of one cell.
     tokens : bool
@@ -79,12 +86,31 @@ class Protocol:
         What a correlation setting reads when it names no metric.
     unbounded : tuple of str
         Metrics that are not fractions in [0, 1].
+    lower_is_better : tuple of str
+        Metrics where a smaller value is better.
+    weights : bool
+        Reads the encoder's weights and a dataset's images (``ImageData``), not features.
+    test_only : bool
+        Reads the test split only (a diagnostic), not train, validation and test.
+    build : callable or None
+        ``build(settings) -> mapping``: a settings class that checks the values (in place
+        of ``choices``, ``bounds`` and ``check``).
+    ignored : tuple of str
+        Settings that cannot change a result (left out of its identity).
+    files : tuple of str
+        Dotted settings naming local files it reads: their paths are taken relative to
+        the config and left out of a result's identity, their contents fingerprinted.
+    grid : object or None
+        Splits a ``weights`` run into grid points trained apart: ``points(settings)``,
+        ``run_point(data, settings, index)``, ``finish(data, settings, done)``.
+    networks : callable or None
+        ``networks(settings) -> {setting: EncoderSpec}``: other networks it loads.
     """
 
     name: str
     version: int
     defaults: Mapping[str, Any]
-    run: Callable[[EvalData, Mapping[str, Any]], ProtocolResult]
+    run: Callable[[Any, Mapping[str, Any]], ProtocolResult]
     description: str
     choices: Mapping[str, tuple] = field(default_factory=dict)
     check: Callable[[Mapping[str, Any]], None] | None = None
@@ -97,27 +123,77 @@ class Protocol:
     metrics: tuple[str, ...] = ("score",)
     primary_metric: str = "score"
     unbounded: tuple[str, ...] = ()
+    lower_is_better: tuple[str, ...] = ()
+    weights: bool = False
+    test_only: bool = False
+    build: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    ignored: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    grid: Any = None
+    networks: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
 
     @property
     def reads(self) -> str:
-        """The layer kind it reads: ``map`` (dense), ``tokens`` or ``pooled``."""
-        return "map" if self.dense else "tokens" if self.tokens else "pooled"
+        """What a cell of it reads: ``weights``, ``map`` (dense), ``tokens`` or ``pooled``."""
+        return "weights" if self.weights else "map" if self.dense else "tokens" if self.tokens else "pooled"
 
-    def __call__(self, data: EvalData, settings: Mapping[str, Any] | None = None) -> ProtocolResult:
+    @property
+    def reads_features(self) -> bool:
+        """Whether it reads stored features (pooled, tokens or maps), not the encoder's weights."""
+        return not self.weights
+
+    def resolve(self, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Every setting: the defaults overlaid with ``settings``, checked.
+
+        Parameters
+        ----------
+        settings : mapping or None
+            Settings to override (None: none).
+
+        Returns
+        -------
+        dict
+
+        Raises
+        ------
+        ConfigError
+            One line naming the setting (``pipeline.protocols.settings.resolve``).
+        """
+        return _settings.resolve(self, {} if settings is None else settings)
+
+    def result_settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The resolved ``settings`` that decide a result (hashed into its identity).
+
+        Parameters
+        ----------
+        settings : mapping
+            What :meth:`resolve` returned.
+
+        Returns
+        -------
+        dict
+        """
+        return _settings.result_settings(self, settings)
+
+    def __call__(self, data: Any, settings: Mapping[str, Any] | None = None) -> ProtocolResult:
         """Run on ``data`` with ``settings`` (overlaid on the defaults, checked first).
 
         Parameters
         ----------
-        data : EvalData
+        data : EvalData, DenseData or ImageData
         settings : mapping or None
 
         Returns
         -------
         ProtocolResult
         """
-        full = resolve_settings(self.name, settings or {})
+        full = self.resolve(settings)
         check_eval_data(data, self)
         started = time.perf_counter()
+        if self.weights:  # its runner reports its own warnings and device use
+            result = self.run(data, full)
+            result.seconds = time.perf_counter() - started
+            return result
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = self.run(data, full)
@@ -132,11 +208,13 @@ class Protocol:
         return result
 
     def memory_bytes(self, n_train: int, n_test: int, n_val: int, dim: int, n_classes: int, itemsize: int,
-                     settings: Mapping[str, Any] | None = None, n_tokens: int = 1, target_pixels: int = 0) -> int:
+                     settings: Mapping[str, Any] | None = None, n_tokens: int = 1,
+                     target_pixels: int = 0) -> int | None:
         """Peak host memory of one cell in bytes, the features it holds included.
 
         A protocol that ``streams_train`` holds one block of the train features at a
-        time, not all of them.
+        time, not all of them. A protocol that reads the encoder's weights has no model
+        of its shapes (it asks for a GPU, not for memory): None.
 
         Parameters
         ----------
@@ -158,9 +236,11 @@ class Protocol:
 
         Returns
         -------
-        int
+        int or None
         """
-        full = resolve_settings(self.name, settings or {})
+        if self.weights:
+            return None
+        full = self.resolve(settings)
         shape = CellShape(int(n_train), int(n_test), int(n_val), int(dim), int(n_classes), int(itemsize),
                           int(n_tokens), int(target_pixels))
         if self.memory is None:  # a protocol without a model: twice its features
@@ -168,18 +248,19 @@ class Protocol:
         return int(self.memory(shape, full))
 
 
-def check_eval_data(data: EvalData, protocol: Protocol | None = None) -> None:
+def check_eval_data(data: Any, protocol: Protocol | None = None) -> None:
     """Refuse unusable arrays before any protocol runs, naming the array.
 
     NaN/inf, not 2-D, no rows, widths that differ between splits, labels that are not
     class indices in [0, n_classes) with one per row (or, for a ``multilabel``
     protocol, (n, n_classes) 0/1 arrays), fewer than two train classes. Streamed train
     blocks are checked as they arrive. A ``tokens`` protocol takes (n, T, d) token
-    features instead, and no other protocol does.
+    features instead, and no other protocol does. A protocol that reads the encoder's
+    weights takes an ``ImageData``, and only it does.
 
     Parameters
     ----------
-    data : EvalData
+    data : EvalData, DenseData or ImageData
     protocol : Protocol or None
         The protocol that will run (multi-label labels need ``protocol.multilabel``).
     """
@@ -187,6 +268,15 @@ def check_eval_data(data: EvalData, protocol: Protocol | None = None) -> None:
     from pipeline.protocols.dense.data import DenseData, check_dense_data
     from pipeline.protocols.validation import check_class_indices, check_min_classes
 
+    if protocol is not None and protocol.weights:
+        if not isinstance(data, ImageData):
+            raise DataValidationError(f"protocol {protocol.name!r} reads an encoder's weights and a dataset's images "
+                                      f"(ImageData), not stored features; got {type(data).__name__}")
+        return
+    if isinstance(data, ImageData):
+        able = ", ".join(n for n in list_protocols() if _REGISTRY[n].weights)
+        raise DataValidationError(f"protocol {getattr(protocol, 'name', None)!r} reads stored features, not an "
+                                  f"encoder and its images; protocols that do: {able}")
     if protocol is not None and protocol.dense:
         check_dense_data(data, protocol.name, protocol.dense)
         return
@@ -195,7 +285,7 @@ def check_eval_data(data: EvalData, protocol: Protocol | None = None) -> None:
         raise DataValidationError(f"protocol {getattr(protocol, 'name', None)!r} cannot read spatial maps and "
                                   f"per-pixel targets; protocols that do: {able}")
     if data.multilabel and not (protocol is not None and protocol.multilabel):
-        able = ", ".join(n for n in list_protocols() if _REGISTRY[n].multilabel)
+        able = ", ".join(n for n in list_protocols() if _REGISTRY[n].multilabel and _REGISTRY[n].reads_features)
         raise DataValidationError(
             f"y_train has shape {np.shape(data.y_train)}: multi-label targets, which protocol "
             f"{getattr(protocol, 'name', None)!r} cannot take; protocols that can: {able}")
@@ -262,11 +352,7 @@ _REGISTRY: dict[str, Protocol] = {}
 def register_protocol(name: str, version: int, defaults: Mapping[str, Any], description: str,
                       choices: Mapping[str, tuple] | None = None,
                       check: Callable[[Mapping[str, Any]], None] | None = None,
-                      bounds: Mapping[str, Bound] | None = None, *, streams_train: bool = False,
-                      multilabel: bool = False,
-                      memory: Callable[[CellShape, Mapping[str, Any]], int] | None = None, tokens: bool = False,
-                      dense: str | None = None, metrics: tuple[str, ...] = ("score",),
-                      primary_metric: str = "score", unbounded: tuple[str, ...] = ()):
+                      bounds: Mapping[str, Bound] | None = None, **flags: Any):
     """Decorator registering ``run(data, settings) -> ProtocolResult`` under ``name``.
 
     Parameters
@@ -279,23 +365,36 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
         Every setting with its default.
     description : str
         One line for listings.
-    choices, check, bounds, streams_train, multilabel, memory, tokens, dense, metrics, primary_metric, unbounded
+    choices, check, bounds
         See ``Protocol``.
+    **flags
+        Keyword only, the other fields of ``Protocol`` (``streams_train``, ``multilabel``,
+        ``memory``, ``tokens``, ``dense``, ``metrics``, ``primary_metric``, ``unbounded``,
+        ``lower_is_better``, ``weights``, ``test_only``, ``build``, ``ignored``, ``files``,
+        ``grid``, ``networks``).
 
     Returns
     -------
     callable
         The decorator (it returns the function unchanged).
     """
-    def wrap(fn: Callable[[EvalData, Mapping[str, Any]], ProtocolResult]):
+    for key in ("metrics", "unbounded", "lower_is_better", "ignored", "files"):
+        if key in flags:
+            flags[key] = tuple(flags[key])
+
+    def wrap(fn: Callable[[Any, Mapping[str, Any]], ProtocolResult]):
         if name in _REGISTRY:
             warnings.warn(f"protocol {name!r} registered twice; the later one wins", stacklevel=2)
-        if primary_metric not in metrics:
-            raise ConfigError(f"protocol {name!r}: primary_metric {primary_metric!r} is not one of its metrics "
-                              f"{', '.join(metrics)}")
-        _REGISTRY[name] = Protocol(name, version, dict(defaults), fn, description, dict(choices or {}), check,
-                                   dict(bounds or {}), streams_train, multilabel, memory, tokens, dense,
-                                   tuple(metrics), primary_metric, tuple(unbounded))
+        entry = Protocol(name, version, dict(defaults), fn, description, dict(choices or {}), check,
+                         dict(bounds or {}), **flags)
+        if entry.primary_metric not in entry.metrics:
+            raise ConfigError(f"protocol {name!r}: primary_metric {entry.primary_metric!r} is not one of its metrics "
+                              f"{', '.join(entry.metrics)}")
+        stray = sorted(set(entry.unbounded + entry.lower_is_better) - set(entry.metrics))
+        if stray:
+            raise ConfigError(f"protocol {name!r}: {stray[0]!r} is declared unbounded or lower-is-better but is not "
+                              f"one of its metrics {', '.join(entry.metrics)}")
+        _REGISTRY[name] = entry
         return fn
 
     return wrap
@@ -327,25 +426,6 @@ def get_protocol(name: str) -> Protocol:
     return _REGISTRY[name]
 
 
-def _type_ok(default: Any, value: Any) -> bool:
-    if default is None:
-        return True  # None defaults accept any type the protocol then validates
-    if value is None:
-        return default == "default"  # a grid setting: None means no grid, the single value
-    if isinstance(default, bool):
-        return isinstance(value, bool)
-    if isinstance(default, int):  # counts, seeds, iterations: 5.0 or 2.5 would fail deep inside numpy
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(default, float):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if default == "default":  # a grid (ridge alphas, logistic Cs): the built-in one or a list of numbers
-        return value == "default" or (isinstance(value, (list, tuple)) and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value))
-    if isinstance(default, (list, tuple)):
-        return isinstance(value, (list, tuple)) or (isinstance(value, str) and value == "default")
-    return isinstance(value, type(default)) or (isinstance(default, str) and isinstance(value, (list, tuple)))
-
-
 def resolve_settings(name: str, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The protocol's defaults overlaid with ``settings``; unknown names and bad values fail.
 
@@ -365,32 +445,6 @@ def resolve_settings(name: str, settings: Mapping[str, Any]) -> dict[str, Any]:
     ------
     ConfigError
         Naming the setting: unknown, wrong type, not a valid choice, out of range, or
-        against a rule across settings.
+        against a rule across settings (``pipeline.protocols.settings``).
     """
-    proto = get_protocol(name)
-    if not isinstance(settings, Mapping):
-        raise ConfigError(f"settings of protocol {name!r} must be a mapping, got {settings!r}")
-    unknown = sorted(set(settings) - set(proto.defaults))
-    if unknown:
-        raise ConfigError(f"settings.{unknown[0]}: unknown setting of protocol {name!r}; "
-                          f"valid settings: {', '.join(proto.defaults)}")
-    full = {**proto.defaults, **settings}
-    for key, value in settings.items():
-        if not _type_ok(proto.defaults[key], value):
-            raise ConfigError(f"settings.{key}: {value!r} has the wrong type for protocol {name!r} "
-                              f"(default {proto.defaults[key]!r})")
-        if key in proto.choices and value not in proto.choices[key]:
-            raise ConfigError(f"settings.{key}: {value!r} is not one of {', '.join(map(repr, proto.choices[key]))} "
-                              f"(protocol {name!r})")
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"settings.{key}: {value!r} is not a finite number (protocol {name!r})")
-        if number and key in proto.bounds and not proto.bounds[key].contains(value):
-            raise ConfigError(f"settings.{key}: {value!r} is out of range; must be {proto.bounds[key]} "
-                              f"(protocol {name!r})")
-    if proto.check is not None:
-        try:
-            proto.check(full)
-        except ConfigError as exc:
-            raise ConfigError(f"settings: {exc} (protocol {name!r})") from None
-    return full
+    return get_protocol(name).resolve(settings)

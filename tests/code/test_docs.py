@@ -7,8 +7,8 @@ file, section and row:
 * docs/protocols.md: a ``## <protocol>`` section per registered protocol, with its
   capability flags and a settings table whose rows, defaults, choices and range ends are
   the registry's;
-* docs/finetune.md, docs/diagnostics.md: a settings table per encoder protocol whose rows
-  and defaults are its registry entry's;
+* docs/protocols.md, encoder protocols: their settings tables' rows and defaults read as
+  their settings classes take them (the registry entry's);
 * docs/datasets.md: a ``## <adapter>`` section per adapter whose parameter table is the
   constructor's signature, defaults included;
 * docs/config.md: a table row for every field of the config's dataclasses (and of
@@ -129,15 +129,15 @@ def test_every_fit_warning_code_is_documented_with_its_severity():
 
 # -- encoder protocols ---------------------------------------------------------------------------
 # Where each encoder protocol's settings table is: (file in docs/, start of its section's heading).
-ENCODER_PROTOCOL_TABLES = {"finetune": ("finetune.md", "Settings"),
-                           "saliency": ("diagnostics.md", "Attentive diffusion"),
-                           "colour_detail": ("diagnostics.md", "Colour and detail")}
+ENCODER_PROTOCOL_TABLES = {"finetune": ("protocols.md", "finetune"),
+                           "saliency": ("protocols.md", "saliency"),
+                           "colour_detail": ("protocols.md", "colour_detail")}
 
 
 def _encoder_protocols() -> list[str]:
-    from pipeline.encoder_protocols import list_encoder_protocols
+    from pipeline.protocols import get_protocol, list_protocols
 
-    return list_encoder_protocols()
+    return [n for n in list_protocols() if get_protocol(n).reads == "weights"]
 
 
 def test_every_encoder_protocol_has_a_settings_table():
@@ -148,13 +148,13 @@ def test_every_encoder_protocol_has_a_settings_table():
 
 @pytest.mark.parametrize("name", _encoder_protocols())
 def test_encoder_protocol_table_matches_the_registry(name):
-    from pipeline.encoder_protocols import get_encoder_protocol
+    from pipeline.protocols import get_protocol
 
     file, heading = ENCODER_PROTOCOL_TABLES[name]
     body = next((b for h, b in sections(DOCS / file).items() if h.startswith(heading)), None)
     assert body is not None, f"docs/{file} has no section starting '## {heading}' for encoder protocol {name}"
     rows = {first_code(r[0]): r for r in table_rows(body) if first_code(r[0])}
-    fields = get_encoder_protocol(name).fields
+    fields = get_protocol(name).defaults
     problems = [f"no row '| `{k}` | {v!r} | range / choices | meaning |'" for k, v in fields.items() if k not in rows]
     problems += [f"`{k}`: documented default {rows[k][1]!r}, registry default {v!r}" for k, v in fields.items()
                  if k in rows and not same_value(parse_value(rows[k][1].replace("`", "'")), v)]

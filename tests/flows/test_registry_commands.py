@@ -65,21 +65,21 @@ def test_unknown_protocol_is_one_line_with_the_valid_names(capsys):
 
 
 def test_encoder_protocols_are_listed_with_their_defaults(capsys):
-    from pipeline.encoder_protocols import get_encoder_protocol, list_encoder_protocols
+    from pipeline.protocols import get_protocol, list_protocols
 
     code, out, _ = _run(capsys, "protocols")
     assert code == 0 and "Encoder protocols" in out
-    for name in list_encoder_protocols():
+    for name in [n for n in list_protocols() if get_protocol(n).reads == "weights"]:
         block = out.split(f"{name} (version", 1)[1].split("\n", 3)[2]
-        assert all(f"{k}=" in block for k in get_encoder_protocol(name).fields), block
+        assert all(f"{k}=" in block for k in get_protocol(name).defaults), block
     code, out, _ = _run(capsys, "protocols", "finetune")
     rows = dict(line.split(None, 1) for line in out.splitlines()[4:] if line.strip())
     assert code == 0 and rows["steps"] == "5000" and rows["weight_decays"] == "[0, 1e-06, 1e-05, 0.0001, 0.001]"
     assert "not part of a result's identity: save_every, eval_batch_size, num_workers" in out
     code, out, _ = _run(capsys, "protocols", "colour_detail", "--json")
     record = json.loads(out)
-    assert record["kind"] == "encoder" and record["multilabel"] is True and "perceptual_distance" in record["metrics"]
-    assert {s["name"]: s["default"] for s in record["settings"]} == get_encoder_protocol("colour_detail").fields
+    assert record["reads"] == "weights" and record["multilabel"] is True and "perceptual_distance" in record["metrics"]
+    assert {s["name"]: s["default"] for s in record["settings"]} == get_protocol("colour_detail").defaults
 
 
 @pytest.mark.parametrize("argv", [("datasets",), ("datasets", "list")])

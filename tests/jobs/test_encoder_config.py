@@ -1,6 +1,7 @@
 """Encoder protocols in the config and the plan: settings validated at load (one line naming
-the field, no torch imported), their own cells (not feature cells), no extraction for a
-dataset only they read, and the checks that need the registries."""
+the field, no torch imported), their cells planned with the feature cells (cells of the
+same type that carry the encoder's and the dataset's fields), no extraction for a dataset
+only they read, and the checks that need the registries."""
 
 from __future__ import annotations
 
@@ -12,11 +13,10 @@ import pytest
 import yaml
 
 from jobs.config.schema import load_config
-from jobs.evaluation.encoder_cells import EncoderCell, encoder_cells
-from jobs.config.encoder_protocols import encoder_config_hash
+from jobs.evaluation.cell import Cell, settings_hash
 from jobs.plan import check_plan, evaluation_cells, extraction_units, make_plan
-from pipeline.encoder_protocols import ENCODER_PROTOCOLS, get_encoder_protocol
 from pipeline.errors import ConfigError
+from pipeline.protocols import get_protocol, list_protocols
 from pipeline.protocols.finetune import FinetuneSettings, grid_points
 from tests.helpers.cli import REPO, cli_env
 
@@ -111,16 +111,16 @@ def test_correlation_settings_read_unbounded_metrics_raw(tmp_path, setting, frag
     assert load_config(_config(tmp_path, correlation={"settings": [bounded]}))
 
 
-def test_encoder_cells_are_planned_apart_from_feature_cells(tmp_path):
+def test_encoder_cells_are_planned_with_the_feature_cells(tmp_path):
     cfg = load_config(_config(tmp_path))
-    cells = encoder_cells(cfg)
+    cells = [c for c in evaluation_cells(cfg) if not c.entry.reads_features]
     assert [(c.model, c.dataset, c.layer, c.setting, c.protocol) for c in cells] == [
         ("a", "tex", "pre_logits", "ft", "finetune"), ("b", "tex", "pre_logits", "ft", "finetune"),
         ("a", "tex2", "pre_logits", "ft", "finetune"), ("b", "tex2", "pre_logits", "ft", "finetune"),
         ("a", "tex", "pre_logits", "sal", "saliency"), ("b", "tex", "pre_logits", "sal", "saliency")]
-    assert {c.setting for c in evaluation_cells(cfg)} == {"knn"}  # no feature cell of an encoder protocol
+    assert {c.setting for c in evaluation_cells(cfg) if c.entry.reads_features} == {"knn"}  # no feature cell of an encoder protocol
     assert cells[0].splits() == ["train", "test"] and cells[-1].splits() == ["test"]
-    assert EncoderCell.from_dict(json.loads(json.dumps(cells[0].to_dict()))) == cells[0]  # plain values
+    assert Cell.from_dict(json.loads(json.dumps(cells[0].to_dict()))) == cells[0]  # plain values
 
 
 def test_a_dataset_only_encoder_protocols_read_is_not_extracted(tmp_path):
@@ -128,7 +128,8 @@ def test_a_dataset_only_encoder_protocols_read_is_not_extracted(tmp_path):
     assert {(u.encoder.name, u.dataset.name, u.split) for u in extraction_units(cfg)} == {
         (e, "tex2", s) for e in ("a", "b") for s in ("train", "test")}
     plan = make_plan(cfg, check=False)
-    assert len(plan.encoder_cells) == 6 and len(plan.cells) == 2 and len(plan.units) == 4
+    encoder_cells = [c for c in plan.cells if not c.entry.reads_features]
+    assert len(encoder_cells) == 6 and len(plan.cells) - len(encoder_cells) == 2 and len(plan.units) == 4
 
 
 def test_finetune_on_a_multi_label_dataset_is_refused_before_any_work(tmp_path):
@@ -152,18 +153,18 @@ def test_a_perceptual_checkpoint_path_is_relative_to_the_config_and_checked(tmp_
 
 
 def test_the_record_hash_ignores_settings_that_cannot_change_the_result():
-    base = encoder_config_hash("finetune", {"steps": 3})
-    assert encoder_config_hash("finetune", {"steps": 3, "num_workers": 0, "save_every": 1,
-                                            "eval_batch_size": 7}) == base
-    assert encoder_config_hash("finetune", {"steps": 4}) != base
-    entry = get_encoder_protocol("colour_detail")
+    base = settings_hash("finetune", {"steps": 3})
+    assert settings_hash("finetune", {"steps": 3, "num_workers": 0, "save_every": 1,
+                                      "eval_batch_size": 7}) == base
+    assert settings_hash("finetune", {"steps": 4}) != base
+    entry = get_protocol("colour_detail")
     a = entry.result_settings(entry.resolve({"perceptual": {"arch": "resnet18", "weights": "/x/a.pt"}}))
     b = entry.result_settings(entry.resolve({"perceptual": {"arch": "resnet18", "weights": "/y/a.pt"}}))
     assert a == b  # the file's contents are in the cell's fingerprints, not its path
 
 
 def test_every_encoder_protocol_declares_its_metrics_and_reads_no_torch():
-    for entry in ENCODER_PROTOCOLS.values():
+    for entry in [get_protocol(n) for n in list_protocols() if get_protocol(n).reads == "weights"]:
         assert entry.metrics and set(entry.unbounded) <= set(entry.metrics)
         assert set(entry.lower_is_better) <= set(entry.metrics)
         assert entry.resolve(None) == entry.resolve({})

@@ -6,24 +6,26 @@ failed unit in the failure machinery."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from flows.encoder_tasks import finetune_finish_task, finetune_point_task
+from flows.tasks import finetune_finish_task, finetune_point_task
 from jobs.config.schema import load_config
 from jobs.analysis.correlate import correlate_results
-from jobs.evaluation.encoder_cells import recorded_encoder_cells, scratch_folder
-from jobs.config.encoder_protocols import encoder_config_hash
-from jobs.evaluation.encoder_jobs import diagnostic_cell, finetune_finish, finetune_point
+from jobs.evaluation.cell import settings_hash
+from jobs.evaluation.identity import recorded_cells
+from jobs.evaluation.scratch import scratch_folder
+from jobs.evaluation.weights import grid_finish, grid_point, weights_cell
 from jobs.failures import sync_failures
 from jobs.plan import make_adapter, make_plan
 from jobs.report import write_report
 from jobs.report.inputs import config_failures, run_records
 from pipeline.protocols.diagnostics import SaliencySettings, saliency_study
-from pipeline.encoder_protocols import get_encoder_protocol
+from pipeline.protocols import get_protocol
 from pipeline.encoders import load_encoder
 from pipeline.protocols.finetune import DatasetSplits, run_finetune
 from storage_schema import FeatureStore, keys
@@ -62,18 +64,18 @@ def ran(tmp_path_factory):
     cfg = load_config(_raw(tmp))
     plan = make_plan(cfg)
     store = FeatureStore(cfg.store)
-    cells = {(c.model, c.setting): c for c in plan.encoder_cells}
+    cells = {(c.model, c.setting): c for c in plan.cells}
     ft = cells[("a", "ft")]
-    points = [finetune_point(store, ft, i, cfg.extract) for i in range(2)]
+    points = [grid_point(store, ft, i, cfg.extract) for i in range(2)]
     scratch = scratch_folder(store, cfg.extract, "finetune", points[0]["cell_id"])
     saved = sorted(p.name for p in scratch.iterdir())
     out = {"cfg": cfg, "plan": plan, "store": store, "cells": cells, "points": points, "saved": saved,
-           "scratch": scratch, "ft": finetune_finish(store, ft, points, cfg.extract)}
-    out["twin_point"] = finetune_point(store, cells[("twin", "ft")], 0, cfg.extract)
-    out["twin"] = finetune_finish(store, cells[("twin", "ft")], [out["twin_point"]], cfg.extract)
-    out["again"] = finetune_point(store, ft, 1, cfg.extract)
-    out["sal"] = {m: diagnostic_cell(store, cells[(m, "sal")], cfg.extract) for m in ("a", "b", "c")}
-    out["col"] = diagnostic_cell(store, cells[("a", "col")], cfg.extract)
+           "scratch": scratch, "ft": grid_finish(store, ft, points, cfg.extract)}
+    out["twin_point"] = grid_point(store, cells[("twin", "ft")], 0, cfg.extract)
+    out["twin"] = grid_finish(store, cells[("twin", "ft")], [out["twin_point"]], cfg.extract)
+    out["again"] = grid_point(store, ft, 1, cfg.extract)
+    out["sal"] = {m: weights_cell(store, cells[(m, "sal")], cfg.extract) for m in ("a", "b", "c")}
+    out["col"] = weights_cell(store, cells[("a", "col")], cfg.extract)
     bad = cells[("a", "bad")]
     out["bad_points"] = [finetune_point_task.fn({"url": cfg.store}, bad.to_dict(), i, cfg.to_dict()["extract"])
                          for i in range(2)]
@@ -84,7 +86,7 @@ def ran(tmp_path_factory):
 
 
 def _record(ran, model: str, setting: str) -> dict:
-    found, _ = recorded_encoder_cells(ran["store"], [ran["cells"][(model, setting)]])
+    found, _ = recorded_cells(ran["store"], [ran["cells"][(model, setting)]])
     return run_records(ran["store"], found)[0]
 
 
@@ -121,10 +123,10 @@ def test_the_record_is_keyed_by_weights_images_and_full_settings(ran):
     assert fps["weights"] == weights and rec["provenance"]["weights_fingerprint"] == weights
     assert {k: v for k, v in fps.items() if k.endswith(".images")} == {
         "train.images": adapter.fingerprint("train"), "test.images": adapter.fingerprint("test")}
-    entry = get_encoder_protocol("finetune")
+    entry = get_protocol("finetune")
     assert rec["settings"] == entry.resolve(FT) and rec["settings"]["num_workers"] == 0
     assert rec["cell_id"] == cell_id(fps, "finetune", entry.result_settings(rec["settings"]), entry.version)
-    assert rec["config_hash"] == encoder_config_hash("finetune", FT)
+    assert rec["config_hash"] == settings_hash("finetune", FT)
 
 
 def test_scratch_state_is_kept_per_point_until_the_record_is_written(ran):
@@ -144,8 +146,8 @@ def test_identical_weights_under_another_name_share_the_record(ran):
 def test_a_recorded_cell_is_answered_without_training_and_a_changed_setting_is_not(ran):
     assert ran["again"]["status"] == "cached" and "result" not in ran["again"]
     cell = ran["cells"][("a", "ft")]
-    changed = type(cell)(cell.encoder, cell.dataset_config, cell.setting, cell.protocol, {**cell.settings, "steps": 4})
-    found, missing = recorded_encoder_cells(ran["store"], [cell, changed])
+    changed = dataclasses.replace(cell, settings={**cell.settings, "steps": 4})
+    found, missing = recorded_cells(ran["store"], [cell, changed])
     assert [f["cell_id"] for f in found] == [ran["ft"]["cell_id"]] and missing == [changed]
 
 
@@ -202,7 +204,7 @@ def test_a_failed_grid_point_fails_its_cell_in_the_failure_machinery(ran):
     store = ran["store"]
     sync_failures(store, cells=[bad])
     plan = ran["plan"]
-    listed = config_failures(store, plan.config, [*plan.cells, *plan.encoder_cells], plan.units)
+    listed = config_failures(store, plan.config, plan.cells, plan.units)
     assert [f["label"] for f in listed] == ["a/tex/pre_logits:bad"]
     sync_failures(store, cells=[{**bad, "status": "computed"}])  # a later success clears it
     assert FailureLog(store).records("cell") == []

@@ -12,7 +12,7 @@ from sklearn.neighbors import KNeighborsClassifier
 from pipeline.analysis.compare import compare_scores, episodes_fingerprint, labels_fingerprint
 from pipeline.errors import DataValidationError
 from pipeline.protocols.linear.average_precision import mean_average_precision_11
-from pipeline.protocols.builtin import class_evidence
+from pipeline.protocols.evidence import class_evidence
 from pipeline.protocols.evidence import Evidence, float16_scores, headline_rows, prediction_dtype
 from pipeline.protocols.episodic.fewshot import sample_episodes
 from pipeline.protocols.registry import EvalData, get_protocol, resolve_settings

@@ -18,6 +18,7 @@ STREAMING = {"knn", "ridge", "fewshot", "lowshot", "invariance"}
 MULTILABEL = {"ridge", "logistic"}
 TOKENS = {"attentive"}
 DENSE = {"segmentation": "segmentation", "normals": "normals"}
+WEIGHTS = {"finetune", "saliency", "colour_detail"}  # an encoder's weights and images: test_encoder_jobs
 PROBES = ("logistic", "ridge", "knn", "fewshot", "lowshot", "mlp", "attentive")
 
 
@@ -27,22 +28,23 @@ def test_registry_import_registers_everything_without_heavy_libraries():
             "print(sorted(m for m in ('torch', 'sklearn', 'scipy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     names, heavy = out.strip().splitlines()
-    assert names == str(list_protocols()) and len(list_protocols()) == 10
+    assert names == str(list_protocols()) and len(list_protocols()) == 13
     assert heavy == "[]"
 
 
 def test_capability_flags():
     assert {n for n in list_protocols() if get_protocol(n).streams_train} == STREAMING
-    assert {n for n in list_protocols() if get_protocol(n).multilabel} == MULTILABEL
+    assert {n for n in list_protocols() if get_protocol(n).multilabel} == MULTILABEL | {"saliency", "colour_detail"}
     assert {n for n in list_protocols() if get_protocol(n).tokens} == TOKENS
     assert {n: get_protocol(n).dense for n in list_protocols() if get_protocol(n).dense} == DENSE
-    assert {get_protocol(n).reads for n in list_protocols()} == {"pooled", "tokens", "map"}
+    assert {get_protocol(n).reads for n in list_protocols()} == {"pooled", "tokens", "map", "weights"}
+    assert {n for n in list_protocols() if not get_protocol(n).reads_features} == WEIGHTS
     for name in [*PROBES, *DENSE]:
         assert get_protocol(name).defaults["device"] == "auto"
 
 
 def test_transform_names_match_the_transforms():
-    from pipeline.protocols.builtin import TRANSFORM_NAMES
+    from pipeline.protocols.linear.protocols import TRANSFORM_NAMES
     from pipeline.protocols.transforms import TRANSFORMS
 
     assert TRANSFORM_NAMES == tuple(TRANSFORMS)
@@ -116,13 +118,13 @@ def test_token_protocols_take_only_token_features_and_the_others_only_pooled_one
         get_protocol(name)(data, settings)
     trained = resolve_settings(name, {**CHEAP.get(name, {}), "max_epochs": 40, "patience": 10})
     assert get_protocol(name)(as_tokens(data), trained).metrics["score"] > 0.5
-    for other in sorted(set(list_protocols()) - TOKENS - set(DENSE)):  # dense ones: test_dense_protocols
+    for other in sorted(set(list_protocols()) - TOKENS - set(DENSE) - WEIGHTS):  # dense ones: test_dense_protocols
         with pytest.raises(DataValidationError, match=rf"X_train has shape \(48, 2, 6\): token features, which "
                                                        rf"protocol '{other}' cannot take"):
             get_protocol(other)(as_tokens(data), resolve_settings(other, CHEAP.get(other, {})))
 
 
-@pytest.mark.parametrize("name", sorted(set(list_protocols()) - MULTILABEL - set(DENSE)))
+@pytest.mark.parametrize("name", sorted(set(list_protocols()) - MULTILABEL - set(DENSE) - WEIGHTS))
 def test_multilabel_targets_are_refused_by_single_label_protocols(name):
     with pytest.raises(DataValidationError, match=rf"multi-label targets, which protocol '{name}' cannot take; "
                                                    "protocols that can: logistic, ridge"):

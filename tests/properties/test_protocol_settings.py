@@ -54,7 +54,7 @@ def _data_for(name: str) -> EvalData:
 
 @st.composite
 def protocol_settings(draw):
-    name = draw(st.sampled_from(list_protocols()))
+    name = draw(st.sampled_from([n for n in list_protocols() if get_protocol(n).reads_features]))
     keys = list(get_protocol(name).defaults)
     chosen = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=2, unique=True))
     if draw(st.integers(0, 9)) == 0:  # now and then an unknown setting

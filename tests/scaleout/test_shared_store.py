@@ -19,7 +19,7 @@ import yaml
 
 from flows.cli.main import main as cli_main
 from jobs.config.schema import load_config
-from jobs.evaluation.evaluate import cell_identity
+from jobs.evaluation.identity import cell_identity
 from jobs.plan import evaluation_cells
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger

@@ -12,7 +12,8 @@ from typing import Any
 from jobs.report.html import Markup, el, link, note, num, pct, row_head, section, table
 from jobs.report.model import ReportRun
 from jobs.report.sections.scores import BEST_MARKER
-from pipeline.encoder_protocols import COLOUR_DETAIL, FINETUNE, SALIENCY
+from pipeline.protocols.diagnostics.protocols import COLOUR_DETAIL, SALIENCY
+from pipeline.protocols.finetune.protocols import FINETUNE
 from pipeline.errors import RepevalError
 
 __all__ = ["diagnostics_section", "encoder_sections", "finetune_section"]

@@ -14,11 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.errors import ConfigError
-from pipeline.protocols.builtin import DEVICE_DEFAULT
-from pipeline.protocols.nets.protocols import GRID_MAX
 from pipeline.protocols.dense.memory import normals_memory, segmentation_memory
 from pipeline.protocols.dense.metrics import NORMAL_METRICS, SEGMENTATION_METRICS
-from pipeline.protocols.devices import check_device_name
+from pipeline.protocols.devices import DEVICE_DEFAULT, check_device_name
+from pipeline.protocols.nets.protocols import GRID_MAX
 from pipeline.protocols.registry import SEED, Bound, ProtocolResult, above, register_protocol
 
 __all__ = ["DENSE_SCHEDULE"]

@@ -27,18 +27,22 @@ import numpy as np
 
 from pipeline.errors import ConfigError
 from pipeline.protocols.blocks import FeatureRows
-from pipeline.protocols.builtin import DEVICE_DEFAULT, TRANSFORM_NAMES, class_evidence
-from pipeline.protocols.devices import check_device_name, resolve_device
-from pipeline.protocols.memory import attentive_memory, mlp_memory
+from pipeline.protocols.cell import CellShape
+from pipeline.protocols.devices import DEVICE_DEFAULT, check_device_name, resolve_device
+from pipeline.protocols.evidence import class_evidence
+from pipeline.protocols.linear.protocols import TRANSFORM_NAMES, logistic_terms
+from pipeline.protocols.memory import BLOCK, F4, F8, RUNTIME, held, label_bytes
 from pipeline.protocols.metrics import accuracy_metrics
 from pipeline.protocols.registry import (
     SEED, Bound, EvalData, ProtocolResult, above, get_protocol, register_protocol, resolve_settings,
 )
 
-__all__ = ["GRID_MAX"]
+__all__ = ["GRID_MAX", "attentive_memory", "mlp_memory"]
 
 #: Most values a hyperparameter list may hold (each is a network trained at once).
 GRID_MAX = 64
+_ADAMW_COPIES = 4  # a trained parameter, its gradient and AdamW's two moments
+_EVAL_ELEMENTS = BLOCK // F4  # elements of one evaluation pass on the CPU (as in stacked_training)
 _SIZES = {"batch_size": Bound(1, 1 << 20), "max_epochs": Bound(1, 10_000), "patience": Bound(1, 10_000),
           "val_fraction": Bound(0, 1, low_open=True, high_open=True), "seed": SEED}
 
@@ -88,6 +92,63 @@ def _without_nan(curves: np.ndarray) -> list[list[float | None]]:
 
 def _validation(data: EvalData, s: Mapping[str, Any]) -> str:
     return "dataset split" if data.X_val is not None else f"stratified {s['val_fraction']:g} of train"
+
+
+# -- memory ------------------------------------------------------------------------------------
+def _grid_training(c: CellShape, s: Mapping[str, Any], G: int, n_params: int, batch_elements: int,
+                   row_activations: int) -> int:
+    """A stacked grid of G small networks trained by AdamW: parameters and optimiser state,
+    one minibatch's activations and gradients, one evaluation pass (rows sized as in
+    stacked_training: its input and activations near ``_EVAL_ELEMENTS``), the row orders."""
+    rows = c.n_train + c.n_val
+    state = G * n_params * F4 * _ADAMW_COPIES
+    val_rows = c.n_val if c.n_val else int(math.ceil(float(s.get("val_fraction", 0.2)) * rows)) + 1
+    per_row = max(c.n_tokens * c.dim, row_activations)
+    eval_rows = min(val_rows, max(1, _EVAL_ELEMENTS // max(1, per_row)))
+    return state + batch_elements * F4 * 4 + eval_rows * (c.n_tokens * c.dim + row_activations) * F4 * 2 \
+        + rows * F8 * 4
+
+
+def mlp_memory(c: CellShape, s: Mapping[str, Any]) -> int:
+    """The MLP probe and the logistic probe it is compared with, one after the other, on the
+    same features (never copied: batches are gathered and mapped one at a time).
+
+    Parameters
+    ----------
+    c : CellShape
+    s : mapping
+
+    Returns
+    -------
+    int
+    """
+    G, h, B = len(s.get("weight_decays") or [0]), int(s.get("hidden_units", 1000)), int(s.get("batch_size", 256))
+    d, K = c.dim, c.n_classes
+    batch = B * d + G * B * (2 * h + 2 * K)  # the input batch, hidden units and logits with gradients
+    mlp = _grid_training(c, s, G, d * h + h + h * K + K, batch, G * (h + K))
+    test = min(c.n_test, max(256, BLOCK // max(1, h * 4))) * (d + h + K) * F4 * 2  # blocked prediction
+    return held(c, False) + label_bytes(c) + max(logistic_terms(c, {"Cs": "default"}), mlp + test) + RUNTIME
+
+
+def attentive_memory(c: CellShape, s: Mapping[str, Any]) -> int:
+    """The attentive probe on token features (n, T, d), every grid point trained at once.
+
+    Parameters
+    ----------
+    c : CellShape
+    s : mapping
+
+    Returns
+    -------
+    int
+    """
+    G = len(s.get("learning_rates") or [0]) * len(s.get("weight_decays") or [0])
+    H, B, T, d, K = int(s.get("num_heads", 8)), int(s.get("batch_size", 128)), c.n_tokens, c.dim, c.n_classes
+    n_params = 4 * d * d + d * K + 8 * d + K
+    batch = 2 * B * T * d + G * B * H * (2 * T + 2 * d) + G * B * (4 * d + 2 * K)
+    train = _grid_training(c, s, G, n_params, batch, G * (H * (T + 2 * d) + 4 * d))
+    test = min(c.n_test, max(1, 2**22 // max(1, T * d))) * (T * d + H * (T + d) + K) * F4 * 2  # predict passes
+    return held(c, False) + label_bytes(c) + train + test + RUNTIME
 
 
 @register_protocol(

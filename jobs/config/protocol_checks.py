@@ -1,0 +1,126 @@
+"""Config checks of the protocol entries, read from the one protocol registry.
+
+When the config loads (no torch, no timm): each entry's settings are resolved by its
+registry entry (unknown names and bad values refused, one line naming the field); an
+entry whose protocol reads the encoder's weights works on the encoder itself, at
+``ENCODER_LAYER``, so its ``layers`` and the correlation settings over it name that
+layer only; the local files its settings name (a perceptual network's checkpoint) are
+taken relative to the config's folder. Before any work (``jobs.plan.check_plan``): the
+other networks an entry loads must be there and fit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pipeline.errors import ConfigError, RepevalError
+from pipeline.protocols.cell import ENCODER_LAYER
+
+if TYPE_CHECKING:
+    from jobs.config.schema import BenchmarkConfig, ProtocolConfig
+
+__all__ = ["ENCODER_LAYER", "check_correlation_layers", "check_protocol_entry", "check_protocol_networks",
+           "resolve_protocol_paths"]
+
+
+def check_protocol_entry(p: ProtocolConfig, path: str) -> None:
+    """Resolve and check the settings of a protocol entry (its ``settings`` become the full,
+    checked settings) and, for a protocol that reads the encoder's weights, its layers.
+
+    Parameters
+    ----------
+    p : ProtocolConfig
+        The config's protocol entry.
+    path : str
+        Where the entry is, for messages (``config.protocols[2]``).
+
+    Raises
+    ------
+    ConfigError
+        An unknown protocol (naming every valid one), a bad setting, or layers a weights
+        protocol cannot take.
+    """
+    from pipeline.protocols.registry import get_protocol
+
+    try:
+        entry = get_protocol(p.protocol)
+    except RepevalError as exc:
+        raise ConfigError(f"{path}.protocol: {exc}") from None
+    try:
+        p.settings = entry.resolve(p.settings)
+    except RepevalError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    if not entry.reads_features and p.layers is not None and list(p.layers) != [ENCODER_LAYER]:
+        raise ConfigError(f"{path}.layers: protocol {p.protocol!r} works on the encoder itself, at its "
+                          f"{ENCODER_LAYER} features; leave layers out (got {p.layers})")
+
+
+def check_correlation_layers(cfg: BenchmarkConfig, path: str) -> None:
+    """A correlation setting over a protocol that reads the encoder's weights reads its
+    records' layer, ``ENCODER_LAYER`` (its metric is checked with every other setting's,
+    ``jobs.analysis.correlate.check_correlation_metrics``).
+
+    Parameters
+    ----------
+    cfg : BenchmarkConfig
+    path : str
+        Where the config is, for messages.
+    """
+    from pipeline.protocols.registry import get_protocol
+
+    kinds = {p.name: p.protocol for p in cfg.protocols}
+    for i, s in enumerate(cfg.correlation.settings):
+        if s.protocol not in kinds or get_protocol(kinds[s.protocol]).reads_features:
+            continue
+        if s.layer != ENCODER_LAYER:
+            raise ConfigError(f"{path}.correlation.settings[{i}].layer: protocol {kinds[s.protocol]!r} records layer "
+                              f"{ENCODER_LAYER!r}, not {s.layer!r}")
+
+
+def resolve_protocol_paths(cfg: BenchmarkConfig, local: Any) -> None:
+    """Make the local files the protocols' settings name (``Protocol.files``) and
+    ``extract.scratch_dir`` absolute (relative to the config's folder).
+
+    Parameters
+    ----------
+    cfg : BenchmarkConfig
+    local : callable
+        The config's own path resolver (absolute paths and URLs are kept).
+    """
+    from pipeline.protocols.registry import get_protocol
+
+    if cfg.extract.scratch_dir:
+        cfg.extract.scratch_dir = local(cfg.extract.scratch_dir)
+    for p in cfg.protocols:
+        for name in get_protocol(p.protocol).files:
+            *parents, leaf = name.split(".")
+            holder = p.settings
+            for part in parents:
+                holder = holder.get(part) if isinstance(holder, dict) else None
+            if isinstance(holder, dict) and isinstance(holder.get(leaf), str):
+                holder[leaf] = local(holder[leaf])
+
+
+def check_protocol_networks(cfg: BenchmarkConfig) -> None:
+    """The other networks a protocol loads (a perceptual network) must be there and fit.
+
+    Parameters
+    ----------
+    cfg : BenchmarkConfig
+    """
+    from jobs.config.weights import check_weights
+    from pipeline.protocols.registry import get_protocol
+
+    for i, p in enumerate(cfg.protocols):
+        networks = get_protocol(p.protocol).networks
+        if networks is None:
+            continue
+        try:
+            specs = networks(p.settings)
+        except RepevalError as exc:
+            raise ConfigError(f"config.protocols[{i}].settings: {exc}") from None
+        for name, spec in specs.items():
+            try:
+                check_weights(spec)
+            except RepevalError as exc:
+                raise ConfigError(f"config.protocols[{i}].settings.{name}: {exc}") from None

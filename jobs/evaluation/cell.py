@@ -1,0 +1,97 @@
+"""One evaluation cell, of any protocol: plain values, cheap to ship to a worker.
+
+A cell is (encoder, dataset, layer, protocol setting). What it reads is its protocol's
+registry entry's (``Cell.entry.reads``): a cell of a protocol that reads stored features
+names its arrays by (model, dataset, split, layer); a cell of one that reads the
+encoder's weights (fine-tuning, the diagnostics) also carries the encoder's and the
+dataset's config fields, since it builds the encoder and reads the images, and its layer
+is ``ENCODER_LAYER``. ``jobs.plan.evaluation_cells`` lists every cell of a config; the
+label and the failure id of a cell are its names, its cell id (the ledger's key) what it
+reads (``jobs.evaluation.identity``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.config.schema import DatasetConfig, EncoderConfig
+from jobs.config.typed import from_plain, to_plain
+from pipeline.protocols.cell import ENCODER_LAYER
+from storage_schema.ledger import config_hash
+
+__all__ = ["ENCODER_LAYER", "Cell", "settings_hash"]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """What to evaluate: one protocol setting on one (model, dataset, layer).
+
+    ``setting`` is the config's name of the protocol setting (``knn20``), ``protocol`` its
+    registry name (``knn``), ``settings`` the setting's values; ``encoder`` and
+    ``dataset_config`` are set for a protocol that reads the encoder's weights.
+    """
+
+    model: str
+    dataset: str
+    layer: str
+    setting: str
+    protocol: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    train_split: str = "train"
+    test_split: str = "test"
+    val_split: str | None = None
+    encoder: EncoderConfig | None = None
+    dataset_config: DatasetConfig | None = None
+
+    @property
+    def entry(self) -> Any:
+        """The protocol's registry entry (it decides how the cell is identified and run)."""
+        from pipeline.protocols.registry import get_protocol
+
+        return get_protocol(self.protocol)
+
+    def splits(self) -> list[str]:
+        """The splits it reads: train, validation (if any) and test; the test split alone for
+        a protocol that reads only it (a diagnostic)."""
+        if self.entry.test_only:
+            return [self.test_split]
+        return [s for s in (self.train_split, self.val_split, self.test_split) if s]
+
+    def label(self) -> str:
+        """``model/dataset/layer:setting``, the cell's name in progress lines and failures."""
+        return f"{self.model}/{self.dataset}/{self.layer}:{self.setting}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The cell as plain values (JSON-able)."""
+        return to_plain(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Cell:
+        """The cell :meth:`to_dict` gave."""
+        data = dict(data)
+        encoder, dataset = data.pop("encoder", None), data.pop("dataset_config", None)
+        return cls(**data, encoder=None if encoder is None else from_plain(EncoderConfig, encoder, "cell.encoder"),
+                   dataset_config=None if dataset is None else from_plain(DatasetConfig, dataset,
+                                                                          "cell.dataset_config"))
+
+
+def settings_hash(protocol: str, settings: dict[str, Any]) -> str:
+    """The ``config_hash`` a record of these settings carries: of the settings that decide
+    its result (those that cannot change it, and local files' paths, left out).
+
+    Parameters
+    ----------
+    protocol : str
+        A registered protocol.
+    settings : dict
+        Its settings (resolved or not).
+
+    Returns
+    -------
+    str
+    """
+    from pipeline.protocols.registry import get_protocol
+
+    entry = get_protocol(protocol)
+    return config_hash(entry.result_settings(entry.resolve(settings)))

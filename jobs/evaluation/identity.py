@@ -1,0 +1,202 @@
+"""A cell's identity: the ledger key of its record, found from what the cell reads.
+
+Every cell id comes from ``storage_schema.ledger.cell_id`` over the fingerprints of what
+the cell reads, its protocol, the settings that decide its result and the protocol's
+version, so the same work under other names finds the same record.
+
+- A cell of a protocol that reads stored features is identified from the store's
+  metadata alone (the arrays' and labels' fingerprints): no feature is read, no model
+  built (:func:`cell_identity`, :func:`identify_cells`).
+- A cell of a protocol that reads the encoder's weights is identified by the weights'
+  fingerprint, a hash of the model's input (architecture and data config), the images'
+  fingerprints (``storage_schema.ledger.encoder_fingerprints``) and the contents of the
+  local files its settings name: computing it builds the model on the CPU
+  (:func:`weights_identity`). A pointer per (encoder, dataset, setting) name in the store
+  says which record a name last used (``jobs.evaluation.records.point_to``), so a listing
+  finds it without torch.
+
+:func:`recorded_cells` answers, for cells of any protocol, which are recorded at their
+current settings, without computing anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from jobs.evaluation.cell import Cell, settings_hash
+from jobs.evaluation.records import json_ready
+from pipeline.errors import DataValidationError
+from pipeline.protocols.settings import setting_at
+from storage_schema import FeatureStore, StoredArray, keys
+from storage_schema.ledger import Ledger, cell_id, encoder_fingerprints
+from storage_schema.provenance import stable_hash
+
+__all__ = ["Arrays", "CellIdentity", "cell_arrays", "cell_identity", "identify_cells", "recorded_cells",
+           "weights_identity"]
+
+Arrays = dict[str, tuple[StoredArray, StoredArray]]  # split -> (features, labels)
+
+
+# -- cells that read stored features ------------------------------------------------------
+def cell_arrays(store: FeatureStore, cell: Cell) -> Arrays:
+    """The feature and label arrays of every split of ``cell``, metadata read once."""
+    out = {}
+    for split in cell.splits():
+        feats = store.features(cell.model, cell.dataset, split, cell.layer)
+        labels = store.open_array(feats.attrs["labels"])
+        if labels.shape[0] != feats.shape[0]:
+            raise DataValidationError(
+                f"{feats.key} has {feats.shape[0]} rows but its labels {labels.key} have {labels.shape[0]}"
+            )
+        out[split] = (feats, labels)
+    return out
+
+
+def cell_identity(store: FeatureStore, cell: Cell,
+                  arrays: Arrays | None = None) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """(cell id, full settings, fingerprints) of ``cell`` from the store's metadata alone."""
+    entry = cell.entry
+    settings = entry.resolve(cell.settings)
+    arrays = cell_arrays(store, cell) if arrays is None else arrays
+    fps = {}
+    for split, (feats, labels) in arrays.items():
+        fps[f"{split}.features"] = feats.fingerprint
+        fps[f"{split}.labels"] = labels.fingerprint
+    cid = cell_id(fps, cell.protocol, entry.result_settings(settings), entry.version)
+    return cid, settings, fps
+
+
+def identify_cells(store: FeatureStore, cells: list[Cell]) -> list[str | None]:
+    """The cell id of each feature cell from metadata alone (None where its features are
+    not all extracted), each array's metadata read once however many cells share it."""
+    from storage_schema import feature_key
+
+    statuses: dict[str, Any] = {}
+    resolved: dict[str, tuple[dict[str, Any], int | str]] = {}
+
+    def status(key: str):
+        if key not in statuses:
+            statuses[key] = store.status(key)
+        return statuses[key]
+
+    out: list[str | None] = []
+    for cell in cells:
+        fps: dict[str, str] | None = {}
+        for split in cell.splits():
+            feats = status(feature_key(cell.model, cell.dataset, split, cell.layer))
+            labels = status(feats.attrs["labels"]) if feats is not None and feats.complete else None
+            if labels is None or not labels.complete:
+                fps = None
+                break
+            fps[f"{split}.features"], fps[f"{split}.labels"] = feats.fingerprint, labels.fingerprint
+        if fps is None:
+            out.append(None)
+            continue
+        key = f"{cell.protocol}|{sorted(cell.settings.items())!r}"
+        if key not in resolved:
+            entry = cell.entry
+            resolved[key] = (entry.result_settings(entry.resolve(cell.settings)), entry.version)
+        settings, version = resolved[key]
+        out.append(cell_id(fps, cell.protocol, settings, version))
+    return out
+
+
+# -- cells that read the encoder's weights ------------------------------------------------
+@dataclass(frozen=True)
+class CellIdentity:
+    """What a weights cell's record is keyed by, and the encoder facts its record keeps."""
+
+    cell_id: str
+    settings: dict[str, Any]  # every setting
+    result_settings: dict[str, Any]  # those that decide the result (hashed into the id)
+    fingerprints: dict[str, str]
+    provenance: dict[str, Any]
+
+
+def weights_identity(cell: Cell, adapter: Any) -> CellIdentity:
+    """The cell's id and provenance: builds the encoder on the CPU to fingerprint its weights.
+
+    Parameters
+    ----------
+    cell : Cell
+        A cell of a protocol that reads the encoder's weights.
+    adapter : DatasetAdapter
+        Its dataset's adapter.
+
+    Returns
+    -------
+    CellIdentity
+    """
+    from pipeline.encoders import load_encoder
+
+    entry = cell.entry
+    settings = entry.resolve(cell.settings)
+    result_settings = entry.result_settings(settings)
+    encoder = load_encoder(cell.encoder.spec(), device="cpu", autocast=False)
+    prov = encoder.provenance()
+    model_input = stable_hash({"arch": cell.encoder.arch, "data_config": prov["data_config"]})
+    images = {split: adapter.fingerprint(split) for split in cell.splits()}
+    fps = encoder_fingerprints(encoder.weights_fingerprint, model_input, images)
+    for name in entry.files:  # a local file it reads: its contents, not its path
+        path = setting_at(settings, name)
+        if path:
+            fps[name] = _file_sha256(path)
+    cid = cell_id(fps, cell.protocol, result_settings, entry.version)
+    provenance = {"arch": cell.encoder.arch, "weights_fingerprint": encoder.weights_fingerprint,
+                  "weights": prov["weights"], "data_config": prov["data_config"], "versions": prov["versions"],
+                  "dataset": json_ready(adapter.describe())}
+    return CellIdentity(cid, settings, result_settings, fps, provenance)
+
+
+def _file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# -- any cell ----------------------------------------------------------------------------
+def recorded_cells(store: Any, cells: Iterable[Cell]) -> tuple[list[dict[str, Any]], list[Cell]]:
+    """(records found, as ``cell_id`` + names; cells without a record at their current
+    settings), without computing anything: a feature cell from its arrays' metadata, a
+    weights cell from its name's pointer (no encoder is loaded; a changed checkpoint file
+    is seen by the next run, which checks the weights).
+
+    Parameters
+    ----------
+    store : FeatureStore
+    cells : iterable of Cell
+
+    Returns
+    -------
+    (list of dict, list of Cell)
+    """
+    cells = list(cells)
+    ledger = Ledger(store)
+    features = [c for c in cells if c.entry.reads_features]
+    weights = [c for c in cells if not c.entry.reads_features]
+    ids = identify_cells(store, features) + [_pointed(store, ledger, c) for c in weights]
+    found, missing = [], []
+    for cell, cid in zip(features + weights, ids):  # feature cells first, as listings show them
+        if cid is None or not ledger.has(cid):
+            missing.append(cell)
+            continue
+        found.append({"cell_id": cid, "model": cell.model, "dataset": cell.dataset, "layer": cell.layer,
+                      "setting": cell.setting})
+    return found, missing
+
+
+def _pointed(store: Any, ledger: Ledger, cell: Cell) -> str | None:
+    """The record a weights cell's name points at, if it is of the cell's current settings."""
+    raw = store.backend.read(keys.encoder_cell_key(cell.model, cell.dataset, cell.setting))
+    cid = json.loads(raw).get("cell_id") if raw is not None else None
+    rec = ledger.get(cid) if cid and ledger.has(cid) else None
+    if rec is None or rec.get("protocol") != cell.protocol or rec.get("config_hash") != settings_hash(
+            cell.protocol, cell.settings):
+        return None
+    return cid

@@ -1,0 +1,163 @@
+"""A cell's ledger record: built one way for every protocol, written one way.
+
+A record holds the cell's names, its protocol and version, every setting and the hash of
+those that decide the result, the fingerprints of what it read, the result (metrics,
+diagnostics, warnings, convergence), sizes, timings and provenance. Writing it: first
+what the record names (its example pictures; its evidence and predicted maps, under the
+cell's evidence lease), then the record, so a record never names what is not there; for
+a cell whose id needs the encoder built (a protocol that reads its weights), then the
+pointer from the cell's names to the record (``jobs.evaluation.identity.point_to``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from jobs.evaluation.cell import Cell
+from storage_schema import FeatureStore, keys
+from storage_schema.ledger import Ledger, config_hash
+from storage_schema.provenance import canonical_json, now_iso
+
+__all__ = ["cell_record", "json_ready", "point_to", "write_record"]
+
+log = logging.getLogger(__name__)
+
+
+def cell_record(cell: Cell, cid: str, settings: dict[str, Any], fingerprints: dict[str, str], result: Any, *,
+                n_train: int, n_test: int, timings: dict[str, Any], provenance: dict[str, Any],
+                **extra: Any) -> dict[str, Any]:
+    """The ledger record of ``cell``'s ``result``.
+
+    Parameters
+    ----------
+    cell : Cell
+    cid : str
+        Its cell id.
+    settings : dict
+        Every setting (resolved).
+    fingerprints : dict
+        What it read, by name.
+    result : ProtocolResult
+    n_train, n_test : int
+        Rows (or images) it trained and was tested on.
+    timings : dict
+        Seconds spent reading and fitting.
+    provenance : dict
+        Where the encoder and the data came from.
+    **extra
+        Fields of one kind of cell (a feature cell's ``dim``, a weights cell's ``gpu``).
+
+    Returns
+    -------
+    dict
+        JSON-able.
+    """
+    entry = cell.entry
+    return json_ready({
+        "cell_id": cid, "model": cell.model, "dataset": cell.dataset, "layer": cell.layer,
+        "setting": cell.setting, "protocol": cell.protocol, "protocol_version": entry.version,
+        "settings": settings, "config_hash": config_hash(entry.result_settings(settings)), "splits": cell.splits(),
+        "fingerprints": fingerprints, "metrics": dict(result.metrics), "diagnostics": dict(result.diagnostics),
+        "warnings": result.warnings, "converged": bool(result.diagnostics.get("converged", True)),
+        "n_train": int(n_train), "n_test": int(n_test), **extra, "timings": timings, "provenance": provenance,
+        "recorded": now_iso(),
+    })
+
+
+def write_record(store: FeatureStore, ledger: Ledger, cell: Cell, record: dict[str, Any], result: Any,
+                 labels_key: str | None = None) -> bool:
+    """Write what the record names, then the record (see the module doc).
+
+    Parameters
+    ----------
+    store : FeatureStore
+    ledger : Ledger
+        The store's ledger.
+    cell : Cell
+    record : dict
+        What :func:`cell_record` built.
+    result : ProtocolResult
+        Its evidence, predicted maps and pictures are written first.
+    labels_key : str, optional
+        The test labels the evidence pairs on (a comparison reads them back).
+
+    Returns
+    -------
+    bool
+        False when another process recorded the cell meanwhile (its record is kept).
+    """
+    cid = record["cell_id"]
+    if result.pictures is not None:  # first, so that a record never lacks its pictures
+        store.backend.write_atomic(keys.examples_key(cid), result.pictures)
+    if result.evidence is None:
+        added = ledger.put(record)
+    else:
+        added = _put_with_evidence(store, ledger, record, result.evidence, labels_key, result.maps)
+    if not cell.entry.reads_features:  # its id needs the encoder built: a listing finds it by its names
+        point_to(store, cell, cid)
+    if not added:
+        log.info("cell %s was recorded by another process meanwhile", cid)
+    return added
+
+
+def point_to(store: Any, cell: Cell, cid: str) -> None:
+    """Remember that the weights cell of these names uses record ``cid`` (a later listing
+    finds it without building the encoder).
+
+    Parameters
+    ----------
+    store : FeatureStore
+    cell : Cell
+    cid : str
+        Its cell id.
+    """
+    body = {"cell_id": cid, "protocol": cell.protocol, "updated": now_iso()}
+    store.backend.write_atomic(keys.encoder_cell_key(cell.model, cell.dataset, cell.setting),
+                               canonical_json(body).encode())
+
+
+def _put_with_evidence(store: FeatureStore, ledger: Ledger, rec: dict[str, Any], evidence: Any,
+                       labels_key: str | None, maps: Any = None) -> bool:
+    """Store the cell's evidence (and a dense cell's predicted test maps), then its record,
+    both under the cell's evidence lease: a second process evaluating the same cell finds
+    the record once it gets the lease and leaves the evidence alone."""
+    from storage_schema.evidence import write_evidence, write_predicted_maps
+    from storage_schema.keys import evidence_group_key
+
+    cid = rec["cell_id"]
+    with store.lease(evidence_group_key(cid)) as lease:
+        if ledger.has(cid):
+            return False
+        rec["evidence"] = {**write_evidence(store, lease, cid, evidence), "labels": labels_key}
+        if maps is not None:
+            rec["predicted_maps"] = write_predicted_maps(store, lease, cid, maps)
+        return ledger.put(rec)
+
+
+def json_ready(value: Any) -> Any:
+    """JSON-able copy: numpy scalars and arrays to Python numbers and lists, tuples and
+    dataclasses to lists and dicts.
+
+    Parameters
+    ----------
+    value : object
+
+    Returns
+    -------
+    object
+    """
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if hasattr(value, "__dataclass_fields__"):
+        return json_ready(asdict(value))
+    return value

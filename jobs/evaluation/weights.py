@@ -1,0 +1,160 @@
+"""Units of work of the cells whose protocol reads the encoder's weights, each runnable
+without Prefect.
+
+The registry entry decides how such a cell runs. One whose run splits into grid points
+(``Protocol.grid``: fine-tuning) is ``1 + N`` units: :func:`grid_point` trains and scores
+one point (resumable from its scratch folder; any number run in parallel, one per
+process), then :func:`grid_finish` selects, refits, tests and writes the record. Any
+other (the diagnostics: saliency, colour detail) is one unit, :func:`weights_cell`. Every
+unit first looks its cell up in the ledger: a recorded cell is answered without
+training. One training run at a time per process: dropout draws from the process-wide
+torch generator, which two runs in threads of one process would share.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from jobs.config.extract import ExtractConfig
+from jobs.evaluation.cell import Cell
+from jobs.evaluation.identity import CellIdentity, weights_identity
+from jobs.evaluation.records import cell_record, point_to, write_record
+from jobs.evaluation.scratch import remove_scratch, scratch_folder
+from jobs.plan import make_adapter
+from pipeline.errors import DataValidationError
+from storage_schema.ledger import Ledger
+
+__all__ = ["DONE", "grid_finish", "grid_point", "weights_cell"]
+
+DONE = "done"  # a grid point trained and scored (not a cell status)
+_ONE_RUN = threading.Lock()
+
+
+def _outcome(cell: Cell, cid: str, status: str) -> dict[str, Any]:
+    return {"label": cell.label(), "model": cell.model, "dataset": cell.dataset, "layer": cell.layer,
+            "setting": cell.setting, "protocol": cell.protocol, "cell_id": cid, "status": status}
+
+
+def _cached(store: Any, cell: Cell, ident: CellIdentity, ledger: Ledger) -> dict[str, Any] | None:
+    """The cached outcome when the ledger holds the cell (its name now points at it)."""
+    if not ledger.has(ident.cell_id):
+        return None
+    if not store.read_only:
+        point_to(store, cell, ident.cell_id)
+    return _outcome(cell, ident.cell_id, "cached")
+
+
+def _image_data(store: Any, cell: Cell, adapter: Any, ident: CellIdentity, extract: ExtractConfig) -> Any:
+    from pipeline.protocols.cell import ImageData
+
+    d = cell.dataset_config
+    return ImageData(cell.encoder.spec(), adapter, d.train_split, d.test_split, d.val_split, extract.device,
+                     scratch_folder(store, extract, cell.protocol, ident.cell_id))
+
+
+def grid_point(store: Any, cell: Cell, index: int, extract: ExtractConfig) -> dict[str, Any]:
+    """Train and score grid point ``index`` of a cell, resuming a saved state.
+
+    Parameters
+    ----------
+    store : the FeatureStore the record goes to (and, when local, the scratch folder).
+    cell : a cell whose protocol has a grid (``finetune``).
+    index : the point's position in its grid.
+    extract : the config's ``extract`` section (``device``, ``scratch_dir``).
+
+    Returns
+    -------
+    dict
+        ``status`` (``cached`` when the cell is recorded, else ``done``), ``cell_id``,
+        ``index`` and, when done, ``result`` (what the grid's ``run_point`` returned).
+    """
+    adapter = make_adapter(cell.dataset_config)
+    ident = weights_identity(cell, adapter)
+    cached = _cached(store, cell, ident, Ledger(store))
+    if cached is not None:
+        return {**cached, "index": index}
+    store.check_writable()
+    data = _image_data(store, cell, adapter, ident, extract)
+    with _ONE_RUN:
+        result = cell.entry.grid.run_point(data, ident.settings, index)
+    return {"status": DONE, "cell_id": ident.cell_id, "index": index, "result": result}
+
+
+def grid_finish(store: Any, cell: Cell, points: Sequence[Mapping[str, Any]], extract: ExtractConfig) -> dict[str, Any]:
+    """Select the best grid point, refit it, test it, record the cell.
+
+    Parameters
+    ----------
+    store : the FeatureStore.
+    cell : a cell whose protocol has a grid.
+    points : the outcomes of :func:`grid_point`, one per grid point; a point not done
+        here (cached meanwhile) is run again from its saved state.
+    extract : the config's ``extract`` section.
+
+    Returns
+    -------
+    dict
+        The cell's outcome: names, ``cell_id``, ``status`` (``computed`` or ``cached``).
+
+    Raises
+    ------
+    DataValidationError
+        A grid point failed (its reason is named), or every point diverged.
+    """
+    adapter = make_adapter(cell.dataset_config)
+    ident = weights_identity(cell, adapter)
+    cached = _cached(store, cell, ident, Ledger(store))
+    if cached is not None:
+        return cached
+    store.check_writable()
+    failed = [p for p in points if p.get("status") == "failed"]
+    if failed:
+        raise DataValidationError(f"{len(failed)} of {len(points)} grid points failed, e.g. point "
+                                  f"{failed[0].get('index')}: {failed[0].get('reason')}")
+    done = {int(p["index"]): p["result"] for p in points if p.get("status") == DONE and p["cell_id"] == ident.cell_id}
+    data = _image_data(store, cell, adapter, ident, extract)
+    with _ONE_RUN:
+        result = cell.entry.grid.finish(data, ident.settings, done)
+    return _record(store, cell, ident, result, extract)
+
+
+def weights_cell(store: Any, cell: Cell, extract: ExtractConfig) -> dict[str, Any]:
+    """Run a cell whose protocol reads the encoder's weights in one unit (a diagnostic), and
+    record it with its example pictures.
+
+    Parameters
+    ----------
+    store : the FeatureStore.
+    cell : the cell.
+    extract : the config's ``extract`` section (``device``).
+
+    Returns
+    -------
+    dict
+        The cell's outcome: names, ``cell_id``, ``status`` (``computed`` or ``cached``).
+    """
+    adapter = make_adapter(cell.dataset_config)
+    ident = weights_identity(cell, adapter)
+    cached = _cached(store, cell, ident, Ledger(store))
+    if cached is not None:
+        return cached
+    store.check_writable()
+    data = _image_data(store, cell, adapter, ident, extract)
+    with _ONE_RUN:
+        result = cell.entry(data, ident.settings)
+    return _record(store, cell, ident, result, extract)
+
+
+def _record(store: Any, cell: Cell, ident: CellIdentity, result: Any, extract: ExtractConfig) -> dict[str, Any]:
+    """Write the record of a weights cell (of the same shape as a feature cell's, plus the
+    device it ran on), then delete its scratch state."""
+    gpu = dict(result.device_use or {})
+    record = cell_record(cell, ident.cell_id, ident.settings, ident.fingerprints, result, n_train=result.n_train or 0,
+                         n_test=result.n_test or 0, gpu=gpu,
+                         timings={"read_s": 0.0, "fit_s": gpu.get("train_seconds", gpu.get("seconds"))},
+                         provenance={**ident.provenance, "encoder_protocol": True, "store": store.url})
+    added = write_record(store, Ledger(store), cell, record, result)
+    remove_scratch(store, extract, cell.protocol, ident.cell_id)
+    return _outcome(cell, ident.cell_id, "computed" if added else "cached")

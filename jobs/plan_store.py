@@ -1,0 +1,125 @@
+"""A run's plan, written once into the store and read back by the run's flow.
+
+``jobs.plan.make_plan`` checks, scans and lists a run's work once. The run then writes
+that plan (the planned config, with the scanned checkpoints among its encoders; every
+extraction unit; every cell; what the summary says about the scan; each cell's memory)
+into the store as one JSON file keyed by the hash of its contents
+(``_repeval/plans/<hash>.json``), and hands the flow the key: the flow reads the plan,
+submits its units and cells, and hands the planned config to the report. Nothing is
+planned twice and the config is not loaded again.
+
+Why a file and not a flow parameter: Prefect keeps a flow run's parameters in its
+database and sends them with every listing of runs (Prefect Cloud refuses more than
+512 KB), and a plan grows with encoders x datasets x layers x settings (thousands of
+cells, each with its settings); the key is a few bytes. The same plan writes the same
+file (a rerun reuses it), and a plan file stays with the store as the record of what a
+run was asked to do.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.config.schema import BenchmarkConfig
+from jobs.config.typed import from_plain
+from jobs.evaluation.cell import Cell
+from jobs.plan import ExtractUnit, Plan
+from pipeline.errors import StoreError
+from storage_schema import keys
+from storage_schema.provenance import canonical_json, stable_hash
+
+__all__ = ["PLAN_VERSION", "RunPlan", "plan_notes", "read_plan", "write_plan"]
+
+#: Version of the plan file's layout.
+PLAN_VERSION = 1
+
+
+@dataclass
+class RunPlan:
+    """What a run's flow reads back: the planned config, its units and cells, the plan's
+    notes for the summary and each cell's peak memory (by label)."""
+
+    config: BenchmarkConfig
+    units: list[ExtractUnit]
+    cells: list[Cell]
+    notes: dict[str, Any] = field(default_factory=dict)
+    cell_memory: dict[str, int | None] = field(default_factory=dict)
+
+
+def plan_notes(plan: Plan, new_encoders: list[str] | None = None) -> dict[str, Any]:
+    """What the run's summary says about the plan: new encoders, files waiting or skipped,
+    refused checkpoints, data notes, scan notes, the scanned files' signatures.
+
+    Parameters
+    ----------
+    plan : Plan
+    new_encoders : list of str, optional
+        Encoders a schedule found new.
+
+    Returns
+    -------
+    dict
+        Plain values.
+    """
+    return {"new_encoders": list(new_encoders or []), "waiting": list(plan.scan.waiting),
+            "skipped": list(plan.scan.skipped), "checkpoint_failures": list(plan.checkpoint_failures),
+            "data_notes": list(plan.data_notes), "scan_notes": list(plan.scan.notes),
+            "scanned": {f.encoder.name: list(f.signature) for f in plan.scan.taken}}
+
+
+def write_plan(store: Any, plan: Plan, new_encoders: list[str] | None = None) -> str:
+    """Write ``plan`` into ``store`` once (see the module doc); its key.
+
+    Parameters
+    ----------
+    store : FeatureStore
+        The run's store (writable).
+    plan : Plan
+        What ``make_plan`` returned.
+    new_encoders : list of str, optional
+        Encoders a schedule found new (for the summary).
+
+    Returns
+    -------
+    str
+        ``_repeval/plans/<hash>.json``.
+    """
+    body = {"version": PLAN_VERSION, "config": plan.config.to_dict(), "units": [u.to_dict() for u in plan.units],
+            "cells": [c.to_dict() for c in plan.cells], "notes": plan_notes(plan, new_encoders),
+            "cell_memory": dict(plan.cell_memory)}
+    text = canonical_json(body)
+    key = keys.plan_key(stable_hash(body))
+    store.check_writable()
+    store.backend.write_atomic(key, text.encode())
+    return key
+
+
+def read_plan(store: Any, key: str) -> RunPlan:
+    """The plan :func:`write_plan` wrote under ``key``.
+
+    Parameters
+    ----------
+    store : FeatureStore
+    key : str
+
+    Returns
+    -------
+    RunPlan
+
+    Raises
+    ------
+    StoreError
+        No plan under ``key``, or one of another layout version.
+    """
+    raw = store.backend.read(key)
+    if raw is None:
+        raise StoreError(f"no run plan {key} in the store {store.url}; a run writes its plan before its flow starts")
+    body = json.loads(raw)
+    if body.get("version") != PLAN_VERSION:
+        raise StoreError(f"run plan {key} has layout version {body.get('version')!r}; this repeval reads "
+                         f"version {PLAN_VERSION}")
+    return RunPlan(from_plain(BenchmarkConfig, body["config"], "plan.config"),
+                   [ExtractUnit.from_dict(u) for u in body["units"]], [Cell.from_dict(c) for c in body["cells"]],
+                   dict(body["notes"]), dict(body["cell_memory"]))

@@ -1,0 +1,260 @@
+"""The linear readouts, ``logistic`` and ``ridge``, registered with their defaults, ranges,
+capabilities and memory models.
+
+Only metadata is built at import: the runners import their implementations (torch,
+scikit-learn) when they run, so listing protocols and checking settings stays cheap.
+Every runner reads features through ``FeatureRows`` (never a second full-size copy: no
+concatenation of splits, no transformed copy) and runs on the ``device`` setting's device,
+which its diagnostics record. ``TRANSFORM_NAMES`` (the ``transform`` setting's choices) and
+the solvers' memory terms are shared with the families built on these probes (low-shot,
+the MLP's linear baseline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import DataValidationError
+from pipeline.protocols.blocks import FeatureRows
+from pipeline.protocols.cell import CellShape
+from pipeline.protocols.devices import DEVICE_DEFAULT, check_device_setting, resolve_device
+from pipeline.protocols.evidence import Evidence, class_evidence, float16_scores
+from pipeline.protocols.memory import BLOCK, F8, RUNTIME, held, label_bytes
+from pipeline.protocols.metrics import CLASS_METRICS, MULTILABEL_METRICS, accuracy_metrics, multilabel_metrics
+from pipeline.protocols.registry import SEED, Bound, EvalData, ProtocolResult, above, at_least, register_protocol
+
+__all__ = ["TRANSFORM_NAMES", "logistic_memory", "logistic_terms", "ridge_memory", "ridge_terms"]
+
+#: Names of the preprocessing transforms (``transforms.TRANSFORMS``, kept here without importing torch).
+TRANSFORM_NAMES = ("none", "l2", "standardize", "whiten")
+_HISTORY = 20  # L-BFGS pairs (as in lbfgs)
+
+
+def _grid(value: Any, default: np.ndarray) -> np.ndarray | None:
+    if value is None:
+        return None
+    return default if value == "default" else np.asarray(value, dtype=np.float64)
+
+
+def _score(data: EvalData, probe: Any, rows: FeatureRows, blocks: Any) -> tuple[dict[str, float], Evidence | None]:
+    """Test metrics and the cell's evidence: accuracy (or mean per class) of the
+    predictions, or mAP for multi-label scores (computed from their stored float16 copy)."""
+    if data.multilabel:  # VOC 2007's metric: 11-point mAP, "difficult" (-1) rows ignored per class
+        scores = float16_scores(np.concatenate([z.cpu().numpy() for z, _ in blocks(rows)]))
+        return multilabel_metrics(data.y_test, scores), Evidence.of_scores(data.y_test, scores)
+    pred = probe.predict_rows(rows)
+    return accuracy_metrics(data.y_test, pred, data.mean_per_class), class_evidence(data, pred)
+
+
+def _present(data: EvalData) -> np.ndarray:
+    """Train targets of a probe: class indices, or for multi-label rows the objects present
+    (a "difficult" object, -1, is present; the 11-point mAP ignores it when scoring)."""
+    return (np.asarray(data.y_train) != 0).astype(np.uint8) if data.multilabel else data.y_train
+
+
+def _train_val_rows(data: EvalData) -> tuple[FeatureRows, np.ndarray, np.ndarray | None]:
+    """Train (and validation) features as one FeatureRows without concatenating them."""
+    parts = [data.train()] + ([data.X_val] if data.X_val is not None else [])
+    rows = FeatureRows(parts, data.X_test.shape[1])
+    if data.X_val is None:
+        return rows, np.asarray(data.y_train), None
+    y = np.concatenate([data.y_train, data.y_val])
+    return rows, y, np.arange(len(data.y_train), len(y))
+
+
+# -- memory ------------------------------------------------------------------------------------
+def ridge_terms(c: CellShape) -> int:
+    """What the ridge solver holds beside its features (the Gram route): d x d matrices,
+    d x K summaries, the QR fallback, float64 blocks.
+
+    Parameters
+    ----------
+    c : CellShape
+
+    Returns
+    -------
+    int
+    """
+    d, K = c.dim, c.n_classes
+    return d * d * F8 * 6 + (d + K) ** 2 * F8 * 3 + d * K * F8 * 6 + 10 * BLOCK
+
+
+def logistic_memory(c: CellShape, s: Mapping[str, Any]) -> int:
+    """The logistic probe: features once, solver state O(K d), float32 blocks.
+
+    Parameters
+    ----------
+    c : CellShape
+    s : mapping
+        Full settings.
+
+    Returns
+    -------
+    int
+    """
+    return held(c, False) + label_bytes(c) + logistic_terms(c, s) + RUNTIME
+
+
+def logistic_terms(c: CellShape, s: Mapping[str, Any]) -> int:
+    """What the logistic probe holds beside its features: solver state O(K d), indices, blocks.
+
+    Parameters
+    ----------
+    c : CellShape
+    s : mapping
+        Full settings (``Cs``: a grid adds the calibration refit).
+
+    Returns
+    -------
+    int
+    """
+    rows = c.n_train + c.n_val
+    params = c.n_classes * (c.dim + 1) * F8
+    solver = params * (4 * _HISTORY + 16) * (2 if s.get("Cs") is not None else 1)  # + calibration refit
+    precond = (c.dim + 1) ** 2 * F8 * 4
+    indices = rows * F8 * 4  # targets, train/validation positions
+    val_scores = c.n_val * c.n_classes * 4 * 3  # validation logits for multi-label mAP
+    return indices + solver + precond + val_scores + 6 * BLOCK
+
+
+def ridge_memory(c: CellShape, s: Mapping[str, Any]) -> int:
+    """The ridge probe (streams the train split): the Gram route's d^2 and d K terms.
+
+    Parameters
+    ----------
+    c : CellShape
+    s : mapping
+
+    Returns
+    -------
+    int
+    """
+    return held(c, True) + label_bytes(c) + ridge_terms(c) + c.n_test * c.n_classes * 4 + RUNTIME
+
+
+@register_protocol(
+    "logistic", version=2,  # 2: the seed's tie rule, collapsed refits moved, map11 as Ericsson et al.
+    defaults={"transform": "l2", "Cs": "default", "C": 1.0, "val_fraction": 0.2, "tol": 1e-4,
+              "max_iter": 1000, "seed": 0, "calibration_bins": 15, **DEVICE_DEFAULT},
+    choices={"transform": TRANSFORM_NAMES},
+    bounds={"C": above(0), "val_fraction": Bound(0, 1, low_open=True, high_open=True), "tol": above(0),
+            "max_iter": Bound(1, 100_000), "seed": SEED, "calibration_bins": Bound(1, 1000)},
+    check=check_device_setting, multilabel=True, memory=logistic_memory,
+    metrics=CLASS_METRICS + ("ece", "ece_temperature_scaled", "nll", "nll_temperature_scaled") + MULTILABEL_METRICS,
+    unbounded=("nll", "nll_temperature_scaled"),
+    description="multinomial L2 logistic probe, L-BFGS, C selected on validation (Kornblith 2019)",
+)
+def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    if data.multilabel:  # the paper's VOC setting: one binary probe per class, difficult left out
+        from pipeline.protocols.linear.multilabel import multilabel_logistic
+
+        return multilabel_logistic(data, s)
+    import torch
+
+    from pipeline.protocols.linear.logistic import LogisticProbe
+    from pipeline.protocols.transforms import fit_row_map
+
+    device = resolve_device(s["device"])
+    rows, y, val_index = _train_val_rows(data)
+    # the transform is fitted on the train split only
+    row_map = fit_row_map(s["transform"], rows.select(np.arange(len(data.y_train))), device)
+    rows, test = rows.with_map(row_map), FeatureRows.of(data.X_test).with_map(row_map)
+    probe = LogisticProbe(C=s["C"], Cs=s["Cs"], val_fraction=s["val_fraction"], tol=s["tol"], max_iter=s["max_iter"],
+                          random_state=s["seed"], device=device).fit_rows(rows, y, val_index=val_index)
+    metrics, evidence = _score(data, probe, test, probe.score_blocks)
+    diagnostics = {"C": float(probe.C_), "n_iter": int(np.max(probe.n_iter_)), "converged": bool(probe.converged_),
+                   "validation": "dataset split" if val_index is not None else f"stratified {s['val_fraction']:g} of train",
+                   "device": str(device)}
+    warnings = []
+    if s["Cs"] is not None:
+        diagnostics["val_scores"] = [float(v) for v in probe.val_scores_]
+        diagnostics["grid_n_iter"] = [int(i) for i in probe.grid_n_iter_]
+        warnings = _selection_warnings(probe)
+        if probe.selection_moves_:
+            diagnostics["selection_moves"] = [{"from_C": a, "to_C": b, "why": why}
+                                              for a, b, why in probe.selection_moves_]
+    if s["Cs"] is not None and not data.multilabel:
+        # Calibration (Ericsson 4.7): T is fitted by NLL on the probe's validation split,
+        # with a model that did not see it (the selected C on the probe's train part),
+        # then applied to the final model's test logits. (Softmax calibration has no
+        # multi-label counterpart: such cells report none.)
+        from pipeline.protocols.audits.calibration import calibration_report_blocks
+
+        tr, va = probe.train_index_, probe.val_index_
+        held = LogisticProbe(C=probe.C_, tol=s["tol"], max_iter=s["max_iter"], device=device)
+        held.fit_rows(rows.select(tr), y[tr])
+        y_val = torch.from_numpy(_columns(held.classes_, y[va])).to(device)
+        y_test = torch.from_numpy(_columns(probe.classes_, data.y_test)).to(device)
+        val_rows = rows.select(va)
+        cal = calibration_report_blocks(
+            lambda: ((z, y_val[i:i + len(z)]) for z, i in held.score_blocks(val_rows)),
+            lambda: ((z, y_test[i:i + len(z)]) for z, i in probe.score_blocks(test)), n_bins=s["calibration_bins"])
+        metrics.update(ece=cal.ece_before, ece_temperature_scaled=cal.ece_after, nll=cal.nll_before,
+                       nll_temperature_scaled=cal.nll_after)
+        diagnostics.update(temperature=cal.temperature, temperature_at_bound=cal.temperature_at_bound,
+                           calibration_fit_converged=bool(held.converged_))
+        diagnostics["converged"] = bool(probe.converged_ and held.converged_)
+        if cal.temperature_at_bound:
+            from pipeline.protocols.fit_warnings import fit_warning
+
+            warnings.append(fit_warning("temperature_edge", f"T = {cal.temperature:g} is at an end of its search "
+                                        "range: ece_temperature_scaled and nll_temperature_scaled are the bound's, "
+                                        "not an optimum's"))
+    return ProtocolResult(metrics, diagnostics, warnings, evidence=evidence)
+
+
+def _selection_warnings(probe: Any) -> list[dict[str, str]]:
+    """Grid edge and plateau of the logistic probe's C, and a choice moved off a collapsed refit."""
+    from pipeline.protocols.fit_warnings import fit_warning, grid_warnings
+
+    chosen = int(np.flatnonzero(probe.Cs_ == probe.C_)[0])
+    out = grid_warnings("C", probe.Cs_, probe.val_scores_, chosen, criterion="validation score")
+    for left, taken, why in probe.selection_moves_:
+        out.append(fit_warning("selection_moved", f"the refit on all rows at C = {left:.3g} collapsed ({why}); "
+                                                  f"C = {taken:.3g} taken, the best of the weaker penalties"))
+    return out
+
+
+def _columns(classes: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Logit column of each label; a label the probe never saw cannot be calibrated."""
+    col = np.searchsorted(classes, labels)
+    unseen = (col >= classes.size) | (classes[np.minimum(col, classes.size - 1)] != labels)
+    if unseen.any():
+        raise DataValidationError(f"labels {np.unique(labels[unseen])[:5].tolist()} do not occur in the probe's "
+                                  "training rows; calibration needs every class in train")
+    return col.astype(np.int64)
+
+
+@register_protocol(
+    "ridge", version=2,  # 2: map11 as Ericsson et al. compute it, map11_devkit beside it
+    defaults={"transform": "none", "alphas": "default", "alpha": 1e-4, "fit_intercept": True, **DEVICE_DEFAULT},
+    choices={"transform": TRANSFORM_NAMES},
+    bounds={"alpha": at_least(0)},
+    check=check_device_setting, streams_train=True, multilabel=True, memory=ridge_memory,
+    metrics=CLASS_METRICS + MULTILABEL_METRICS,
+    description="least squares to one-vs-rest targets, alpha by exact leave-one-out PRESS (ViT few-shot)",
+)
+def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    from pipeline.protocols.linear.ridge import DEFAULT_ALPHAS, RidgeProbe
+    from pipeline.protocols.transforms import fit_row_map
+
+    device = resolve_device(s["device"])
+    train = data.train_rows()
+    row_map = fit_row_map(s["transform"], train, device)
+    probe = RidgeProbe(alpha=s["alpha"], fit_intercept=s["fit_intercept"], alphas=_grid(s["alphas"], DEFAULT_ALPHAS),
+                       device=device).fit_rows(train.with_map(row_map), _present(data))
+    metrics, evidence = _score(data, probe, FeatureRows.of(data.X_test).with_map(row_map), probe.score_blocks)
+    diagnostics = {"alpha": float(probe.alpha_), "device": str(device)}
+    warnings = []
+    if getattr(probe, "press_", None) is not None:
+        from pipeline.protocols.fit_warnings import grid_warnings
+
+        diagnostics["press"] = [float(p) for p in np.ravel(probe.press_)]
+        grid = np.ravel(_grid(s["alphas"], DEFAULT_ALPHAS))
+        # PRESS is continuous: a relative 1e-6 tells a real gain from round-off
+        warnings = grid_warnings("alpha", grid, diagnostics["press"], int(np.flatnonzero(grid == probe.alpha_)[0]),
+                                 higher_is_better=False, rtol=1e-6, criterion="LOO PRESS")
+    return ProtocolResult(metrics, diagnostics, warnings, evidence=evidence)
