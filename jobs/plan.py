@@ -24,7 +24,7 @@ from jobs.failures import checkpoint_failure, one_line, sync_failures
 from pipeline.errors import (
     ArrayNotFoundError, CheckpointError, ConfigError, HubUnavailableError, RepevalError, StoreError,
 )
-from pipeline.protocols.registry import get_protocol
+from pipeline.protocols.registry import get_protocol, list_protocols
 from storage_schema.ledger import FailureLog
 
 
@@ -232,7 +232,6 @@ def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:
     """A protocol that needs one class per sample, asked to run on a multi-label dataset,
     fails here, from the adapter's class attribute: before any file is read or extracted."""
     from pipeline.datasets import adapter_class
-    from pipeline.protocols.registry import list_protocols
 
     mistakes = Mistakes()
     for i, p in enumerate(cfg.protocols):

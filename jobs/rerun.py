@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.config.schema import BenchmarkConfig
+from pipeline.protocols.registry import get_protocol
+from pipeline.protocols.settings import setting_at
 from storage_schema.keys import run_memo_key
 from storage_schema.provenance import now_iso, stable_hash
 
@@ -86,10 +88,11 @@ def _inputs(cfg: BenchmarkConfig) -> dict[str, Any] | None:
         files[e.weights] = _stat(e.weights)
     if cfg.reference.csv:
         files[cfg.reference.csv] = _stat(cfg.reference.csv)
-    for p in cfg.protocols:  # a perceptual network's checkpoint (colour_detail)
-        net = p.settings.get("perceptual") if isinstance(p.settings, dict) else None
-        if isinstance(net, dict) and isinstance(net.get("weights"), str):
-            files[net["weights"]] = _stat(net["weights"])
+    for p in cfg.protocols:  # the local files its settings name (a perceptual network's checkpoint)
+        for name in get_protocol(p.protocol).files:
+            path = setting_at(p.settings, name)
+            if isinstance(path, str):
+                files[path] = _stat(path)
     versions = {}
     for name in _LIBRARIES:
         try:

@@ -161,7 +161,7 @@ def check_correlation_metrics(cfg: BenchmarkConfig, path: str) -> None:
 def _current_hashes(config: BenchmarkConfig) -> dict[str, tuple[str, str]]:
     """Protocol setting name -> (registry protocol, config hash of its current settings: of
     those that decide the result, as its records carry it)."""
-    from jobs.evaluation.cell import settings_hash
+    from jobs.config.protocol_checks import settings_hash
 
     out = {}
     for p in config.protocols:

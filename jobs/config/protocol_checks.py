@@ -6,7 +6,8 @@ entry whose protocol reads the encoder's weights works on the encoder itself, at
 ``ENCODER_LAYER``, so its ``layers`` and the correlation settings over it name that
 layer only; the local files its settings name (a perceptual network's checkpoint) are
 taken relative to the config's folder. Before any work (``jobs.plan.check_plan``): the
-other networks an entry loads must be there and fit.
+other networks an entry loads must be there and fit. :func:`settings_hash` is the hash a
+setting's records carry (a config's settings are matched to its records by it).
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import ConfigError, RepevalError
 from pipeline.protocols.cell import ENCODER_LAYER
+from pipeline.protocols.registry import get_protocol
+from storage_schema.ledger import config_hash
 
 if TYPE_CHECKING:
     from jobs.config.schema import BenchmarkConfig, ProtocolConfig
 
 __all__ = ["ENCODER_LAYER", "check_correlation_layers", "check_protocol_entry", "check_protocol_networks",
-           "resolve_protocol_paths"]
+           "resolve_protocol_paths", "settings_hash"]
 
 
 def check_protocol_entry(p: ProtocolConfig, path: str) -> None:
@@ -40,8 +43,6 @@ def check_protocol_entry(p: ProtocolConfig, path: str) -> None:
         An unknown protocol (naming every valid one), a bad setting, or layers a weights
         protocol cannot take.
     """
-    from pipeline.protocols.registry import get_protocol
-
     try:
         entry = get_protocol(p.protocol)
     except RepevalError as exc:
@@ -66,8 +67,6 @@ def check_correlation_layers(cfg: BenchmarkConfig, path: str) -> None:
     path : str
         Where the config is, for messages.
     """
-    from pipeline.protocols.registry import get_protocol
-
     kinds = {p.name: p.protocol for p in cfg.protocols}
     for i, s in enumerate(cfg.correlation.settings):
         if s.protocol not in kinds or get_protocol(kinds[s.protocol]).reads_features:
@@ -87,8 +86,6 @@ def resolve_protocol_paths(cfg: BenchmarkConfig, local: Any) -> None:
     local : callable
         The config's own path resolver (absolute paths and URLs are kept).
     """
-    from pipeline.protocols.registry import get_protocol
-
     if cfg.extract.scratch_dir:
         cfg.extract.scratch_dir = local(cfg.extract.scratch_dir)
     for p in cfg.protocols:
@@ -109,8 +106,6 @@ def check_protocol_networks(cfg: BenchmarkConfig) -> None:
     cfg : BenchmarkConfig
     """
     from jobs.config.weights import check_weights
-    from pipeline.protocols.registry import get_protocol
-
     for i, p in enumerate(cfg.protocols):
         networks = get_protocol(p.protocol).networks
         if networks is None:
@@ -124,3 +119,22 @@ def check_protocol_networks(cfg: BenchmarkConfig) -> None:
                 check_weights(spec)
             except RepevalError as exc:
                 raise ConfigError(f"config.protocols[{i}].settings.{name}: {exc}") from None
+
+
+def settings_hash(protocol: str, settings: dict[str, Any]) -> str:
+    """The ``config_hash`` a record of these settings carries: of the settings that decide
+    its result (those that cannot change it, and local files' paths, left out).
+
+    Parameters
+    ----------
+    protocol : str
+        A registered protocol.
+    settings : dict
+        Its settings (resolved or not).
+
+    Returns
+    -------
+    str
+    """
+    entry = get_protocol(protocol)
+    return config_hash(entry.result_settings(entry.resolve(settings)))

@@ -18,9 +18,9 @@ from typing import Any
 from jobs.config.schema import DatasetConfig, EncoderConfig
 from jobs.config.typed import from_plain, to_plain
 from pipeline.protocols.cell import ENCODER_LAYER
-from storage_schema.ledger import config_hash
+from pipeline.protocols.registry import Protocol, get_protocol
 
-__all__ = ["ENCODER_LAYER", "Cell", "settings_hash"]
+__all__ = ["ENCODER_LAYER", "Cell"]
 
 
 @dataclass(frozen=True)
@@ -45,10 +45,8 @@ class Cell:
     dataset_config: DatasetConfig | None = None
 
     @property
-    def entry(self) -> Any:
+    def entry(self) -> Protocol:
         """The protocol's registry entry (it decides how the cell is identified and run)."""
-        from pipeline.protocols.registry import get_protocol
-
         return get_protocol(self.protocol)
 
     def splits(self) -> list[str]:
@@ -74,24 +72,3 @@ class Cell:
         return cls(**data, encoder=None if encoder is None else from_plain(EncoderConfig, encoder, "cell.encoder"),
                    dataset_config=None if dataset is None else from_plain(DatasetConfig, dataset,
                                                                           "cell.dataset_config"))
-
-
-def settings_hash(protocol: str, settings: dict[str, Any]) -> str:
-    """The ``config_hash`` a record of these settings carries: of the settings that decide
-    its result (those that cannot change it, and local files' paths, left out).
-
-    Parameters
-    ----------
-    protocol : str
-        A registered protocol.
-    settings : dict
-        Its settings (resolved or not).
-
-    Returns
-    -------
-    str
-    """
-    from pipeline.protocols.registry import get_protocol
-
-    entry = get_protocol(protocol)
-    return config_hash(entry.result_settings(entry.resolve(settings)))

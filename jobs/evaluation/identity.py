@@ -27,7 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.evaluation.cell import Cell, settings_hash
+from jobs.config.protocol_checks import settings_hash
+from jobs.evaluation.cell import Cell
 from jobs.evaluation.records import json_ready
 from pipeline.errors import DataValidationError
 from pipeline.protocols.settings import setting_at

@@ -24,6 +24,7 @@ from jobs.evaluation.records import cell_record, point_to, write_record
 from jobs.evaluation.scratch import remove_scratch, scratch_folder
 from jobs.plan import make_adapter
 from pipeline.errors import DataValidationError
+from pipeline.protocols.cell import ImageData
 from storage_schema.ledger import Ledger
 
 __all__ = ["DONE", "grid_finish", "grid_point", "weights_cell"]
@@ -46,9 +47,7 @@ def _cached(store: Any, cell: Cell, ident: CellIdentity, ledger: Ledger) -> dict
     return _outcome(cell, ident.cell_id, "cached")
 
 
-def _image_data(store: Any, cell: Cell, adapter: Any, ident: CellIdentity, extract: ExtractConfig) -> Any:
-    from pipeline.protocols.cell import ImageData
-
+def _image_data(store: Any, cell: Cell, adapter: Any, ident: CellIdentity, extract: ExtractConfig) -> ImageData:
     d = cell.dataset_config
     return ImageData(cell.encoder.spec(), adapter, d.train_split, d.test_split, d.val_split, extract.device,
                      scratch_folder(store, extract, cell.protocol, ident.cell_id))

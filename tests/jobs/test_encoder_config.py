@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from jobs.config.schema import load_config
-from jobs.evaluation.cell import Cell, settings_hash
+from jobs.config.protocol_checks import settings_hash
+from jobs.evaluation.cell import Cell
 from jobs.plan import check_plan, evaluation_cells, extraction_units, make_plan
 from pipeline.errors import ConfigError
 from pipeline.protocols import get_protocol, list_protocols

@@ -24,7 +24,7 @@ from sklearn.utils.validation import check_is_fitted
 from pipeline.errors import ConfigError, DataValidationError, unknown_name
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.devices import resolve_device
-from pipeline.protocols.neighbours.protocols import KNN_METRICS, check_metric_weights
+from pipeline.protocols.neighbours.pairs import KNN_METRICS, check_metric_weights
 from pipeline.protocols.transforms import l2_normalize_block
 from pipeline.protocols.validation import (
     check_features, check_finite, check_min_classes, check_number, encode_labels, validate_features,

@@ -1,8 +1,8 @@
 """The neighbour readout, ``knn``, registered with its defaults, ranges and memory model.
 
 Only metadata is built at import (its runner imports torch when it runs). The metric and
-vote weighting pairs that have a meaning (``KNN_METRICS``) are checked here, at config
-load, and by the classifier itself.
+vote weighting pairs that have a meaning (``neighbours.pairs``) are checked here, at
+config load, and by the classifier itself.
 """
 
 from __future__ import annotations
@@ -12,44 +12,21 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import ConfigError, DataValidationError, unknown_name
+from pipeline.errors import DataValidationError
 from pipeline.protocols.blocks import STREAM_BLOCK_ROWS, block_rows
 from pipeline.protocols.cell import CellShape
 from pipeline.protocols.devices import DEVICE_DEFAULT, check_device_name, resolve_device
 from pipeline.protocols.evidence import class_evidence
 from pipeline.protocols.memory import F8, RUNTIME, held, label_bytes
 from pipeline.protocols.metrics import CLASS_METRICS, accuracy_metrics
+from pipeline.protocols.neighbours.pairs import check_metric_weights
 from pipeline.protocols.registry import EvalData, ProtocolResult, above, at_least, register_protocol
 
-__all__ = ["KNN_METRICS", "check_metric_weights", "knn_memory"]
+__all__ = ["knn_memory"]
 
 # Queries whose class weights are formed at once (k-NN): bounds an (m x K) array.
 _VOTE_CHUNK = 4096
 _KNN_SCORES = (1 << 22) * 4 * 3  # a score chunk and its top-k work (float32)
-
-
-#: k-NN metrics and the vote weightings valid with each.
-KNN_METRICS: dict[str, tuple[str, ...]] = {"cosine": ("exp", "uniform"), "euclidean": ("uniform",)}
-
-
-def check_metric_weights(metric: str, weights: str) -> None:
-    """Refuse a k-NN metric/weights pair that has no meaning (exp weights need cosine).
-
-    Parameters
-    ----------
-    metric : str
-        ``cosine`` or ``euclidean``.
-    weights : str
-        ``exp`` or ``uniform``.
-    """
-    if metric not in KNN_METRICS:
-        raise unknown_name("metric", metric, KNN_METRICS)
-    if weights not in KNN_METRICS[metric]:
-        raise ConfigError(
-            f"weights={weights!r} is not defined for metric={metric!r}; valid weights for "
-            f"{metric!r}: {', '.join(KNN_METRICS[metric])} ('exp' weights exp(s / tau) need "
-            "cosine similarities s)"
-        )
 
 
 def _check_knn(settings: Mapping[str, Any]) -> None:

@@ -1,0 +1,31 @@
+"""The k-NN metric and vote weighting pairs that have a meaning, checked without torch (at
+config load by the ``knn`` entry, and by ``KNNClassifier``)."""
+
+from __future__ import annotations
+
+from pipeline.errors import ConfigError, unknown_name
+
+__all__ = ["KNN_METRICS", "check_metric_weights"]
+
+#: k-NN metrics and the vote weightings valid with each.
+KNN_METRICS: dict[str, tuple[str, ...]] = {"cosine": ("exp", "uniform"), "euclidean": ("uniform",)}
+
+
+def check_metric_weights(metric: str, weights: str) -> None:
+    """Refuse a k-NN metric/weights pair that has no meaning (exp weights need cosine).
+
+    Parameters
+    ----------
+    metric : str
+        ``cosine`` or ``euclidean``.
+    weights : str
+        ``exp`` or ``uniform``.
+    """
+    if metric not in KNN_METRICS:
+        raise unknown_name("metric", metric, KNN_METRICS)
+    if weights not in KNN_METRICS[metric]:
+        raise ConfigError(
+            f"weights={weights!r} is not defined for metric={metric!r}; valid weights for "
+            f"{metric!r}: {', '.join(KNN_METRICS[metric])} ('exp' weights exp(s / tau) need "
+            "cosine similarities s)"
+        )
