@@ -79,15 +79,11 @@ class Protocol:
         Reads token features (n, T, d) instead of pooled (n, d) features.
     dense : str or None
         The task of the per-pixel targets it reads with spatial maps (``DenseData``).
-    metrics : tuple of str
+    metrics, primary_metric, unbounded, lower_is_better : tuple of str, str, tuple, tuple
         The scalar metrics its records can carry (which of them depends on the data:
-        ``map11`` for multi-label rows, ``top1`` otherwise).
-    primary_metric : str
-        What a correlation setting reads when it names no metric.
-    unbounded : tuple of str
-        Metrics that are not fractions in [0, 1].
-    lower_is_better : tuple of str
-        Metrics where a smaller value is better.
+        ``map11`` for multi-label rows, ``top1`` otherwise); the one a correlation setting
+        reads when it names none; those that are not fractions in [0, 1]; those where a
+        smaller value is better.
     weights : bool
         Reads the encoder's weights and a dataset's images (``ImageData``), not features.
     test_only : bool
@@ -95,11 +91,10 @@ class Protocol:
     build : callable or None
         ``build(settings) -> mapping``: a settings class that checks the values (in place
         of ``choices``, ``bounds`` and ``check``).
-    ignored : tuple of str
-        Settings that cannot change a result (left out of its identity).
-    files : tuple of str
-        Dotted settings naming local files it reads: their paths are taken relative to
-        the config and left out of a result's identity, their contents fingerprinted.
+    ignored, files : tuple of str
+        Settings that cannot change a result, and dotted settings naming local files it
+        reads (taken relative to the config, fingerprinted by contents): both are left
+        out of a result's identity.
     grid : object or None
         Splits a ``weights`` run into grid points trained apart: ``points(settings)``,
         ``run_point(data, settings, index)``, ``finish(data, settings, done)``.

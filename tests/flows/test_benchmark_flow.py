@@ -97,6 +97,21 @@ def test_flow_run_of_a_run_with_failures_ends_failed_with_the_reason(first_run):
         assert [a.type for a in artifacts] == ["table"]
 
 
+def test_the_flow_is_handed_the_key_of_the_plan_written_once_into_the_store(first_run):
+    from prefect import get_client
+
+    from jobs.plan_store import read_plan
+
+    _, raw, summary = first_run
+    with get_client(sync_client=True) as client:
+        params = client.read_flow_run(summary["flow_run_id"]).parameters
+    assert set(params) >= {"store", "plan"} and params["store"]["url"] == raw["store"]
+    assert len(str(params)) < 1000  # a key, never the plan itself, however many cells it lists
+    run = read_plan(FeatureStore(raw["store"], read_only=True), params["plan"])
+    assert len(run.cells) == summary["cells"] == 12 and len(run.units) == summary["units"] == 6
+    assert {c.label() for c in run.cells} == {o["label"] for o in summary["outcomes"]}  # what the flow ran
+
+
 @pytest.mark.slow
 def test_rerun_of_unchanged_config_does_no_forward_pass_and_no_fit(first_run):
     tmp, raw, _ = first_run

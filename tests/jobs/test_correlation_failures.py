@@ -59,6 +59,14 @@ def test_an_unbounded_metric_must_be_read_raw_and_a_measured_reference_is_checke
     assert make_config(["m"], reference={"dataset": "pets", "protocol": "fs20"}).reference.metric == "mean"
 
 
+def test_an_unbounded_primary_metric_read_by_default_is_read_raw_too():
+    with pytest.raises(ConfigError, match=r"settings\[0\]\.bounded: 'violations' of 'invariance' is not a fraction"):
+        make_config(["m"], correlation={"settings": [{"name": "x", "protocol": "audit", "datasets": ["pets"]}]})
+    cfg = make_config(["m"], correlation={"settings": [{"name": "x", "protocol": "audit", "datasets": ["pets"],
+                                                        "bounded": False}]})
+    assert cfg.correlation.settings[0].metric == "violations"
+
+
 def _raw(url: str, report: str, metric: str) -> dict:
     return {
         "store": url, "report": {"path": report},

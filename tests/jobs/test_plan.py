@@ -166,3 +166,24 @@ def test_make_plan_checks_once_and_lists_the_work(tmp_path):
     assert [u.label() for u in plan.units] == ["r18/tex/train", "r18/tex/test", "mnv3/tex/train", "mnv3/tex/test"]
     assert len(plan.cells) == 4 and not plan.checkpoint_failures
     assert not (tmp_path / "store").exists()  # no checkpoint folder: the store is not even opened
+
+
+def test_the_plan_is_written_once_and_read_back_as_planned(tmp_path):
+    from jobs.plan_store import read_plan, write_plan
+    from storage_schema import keys
+
+    raw = _config(tmp_path, protocols=[{"name": "knn5", "protocol": "knn", "settings": {"n_neighbors": 5}},
+                                       {"name": "sal", "protocol": "saliency", "settings": {"n_images": 2}}])
+    plan = make_plan(load_config(raw), check=False)
+    store = FeatureStore(raw["store"])
+    key = write_plan(store, plan, ["r18"])
+    assert key.startswith(keys.plan_key("x")[:-len("x.json")]) and write_plan(store, plan, ["r18"]) == key
+    run = read_plan(store, key)  # what the flow gets: the planned config, units and cells, not re-planned
+    assert run.config.to_dict() == plan.config.to_dict()
+    assert [u.to_dict() for u in run.units] == [u.to_dict() for u in plan.units]
+    assert run.cells == plan.cells and {c.protocol for c in run.cells} == {"knn", "saliency"}
+    weights = [c for c in run.cells if c.protocol == "saliency"]
+    assert weights and all(c.encoder is not None and c.dataset_config.name == "tex" for c in weights)
+    assert run.notes["new_encoders"] == ["r18"] and run.cell_memory == plan.cell_memory
+    with pytest.raises(Exception, match="no run plan"):
+        read_plan(store, keys.plan_key("0" * 32))
