@@ -25,6 +25,8 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from flows.cluster_memory import memory_request
+from jobs.evaluation.cell_memory import task_bytes
 from jobs.failures import is_transient
 
 __all__ = ["Submitted", "collect_cells", "correlate_and_report_task", "diagnostic_task", "evaluate_task",
@@ -199,9 +201,6 @@ def submit_cells(cells: list[Any], store: dict[str, Any], extract: dict[str, Any
     -------
     list of Submitted
     """
-    from flows.cluster_memory import memory_request
-    from jobs.evaluation.cell_memory import task_bytes
-
     features = [c for c in cells if c.entry.reads_features]
     out = []
     for group, part, label in _cell_batches(features, cells_per_task):
