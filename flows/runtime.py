@@ -186,7 +186,7 @@ def math_threads(setting: int | str, n_workers: int, threads_per_worker: int) ->
     cores), at least one, and at most OMP_NUM_THREADS where this process has it (a limit
     the user or a test runner chose).
     """
-    from pipeline.protocols.devices import available_cores
+    from pipeline.protocols.inputs.devices import available_cores
 
     if setting != "auto":
         return int(setting)

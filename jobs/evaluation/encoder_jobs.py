@@ -186,7 +186,7 @@ def diagnostic_cell(store: Any, cell: EncoderCell, extract: ExtractConfig) -> di
     import torch
 
     from pipeline.protocols import diagnostics as diag_mod
-    from pipeline.protocols.finetune import resolve_device
+    from pipeline.protocols.inputs.devices import resolve_device
 
     adapter = make_adapter(cell.dataset_config)
     ident = identify(cell, adapter)

@@ -16,7 +16,7 @@ import numpy as np
 
 from pipeline.errors import ConfigError, DataValidationError, unknown_name
 from pipeline.protocols.blocks import FeatureRows, block_rows
-from pipeline.protocols.devices import check_device_name, resolve_device
+from pipeline.protocols.inputs.devices import check_device_name, resolve_device
 from pipeline.protocols.evidence import Evidence, float16_scores
 from pipeline.protocols.memory import (
     fewshot_memory, invariance_memory, knn_memory, logistic_memory, lowshot_memory, ridge_memory,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.encoder_protocols import EncoderProtocol, get_encoder_protocol, list_encoder_protocols
-from pipeline.protocols.devices import DEVICE_CHOICES
+from pipeline.protocols.inputs.devices import DEVICE_CHOICES
 from pipeline.protocols.registry import Bound, Protocol, get_protocol, list_protocols
 
 __all__ = ["SettingRow", "encoder_protocol_listing", "encoder_protocol_record", "encoder_protocol_summary",
