@@ -29,12 +29,12 @@ from flows.cluster_memory import memory_request
 from flows.encoder_tasks import collect_encoder_cells, submit_encoder_cells
 from flows.tasks import correlate_and_report_task, evaluate_task, extract_task
 from jobs.evaluation.cell_memory import task_bytes
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.failures import correlation_failure, one_line, sync_failures
 from jobs.evaluation.encoder_cells import encoder_cells
 from jobs.plan import Plan, evaluation_cells, extraction_units
 from jobs.report.run_summary import build_summary, failure_message, summary_lines, summary_table
-from jobs.config.typed import to_plain
+from pipeline.plain import to_plain
 
 log = logging.getLogger("repeval")
 

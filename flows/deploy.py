@@ -63,7 +63,7 @@ def deploy_config(config: str, pool: str, name: str | None = None, cron: str = D
     from prefect.settings import PREFECT_API_URL
     from pydantic import ValidationError
 
-    from jobs.config.schema import load_config
+    from jobs.config import load_config
     from jobs.plan import check_plan
 
     path = os.path.abspath(config)  # the same key `repeval serve` uses for this file

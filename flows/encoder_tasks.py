@@ -30,7 +30,7 @@ def _open(store: dict[str, Any]):
 
 
 def _inputs(cell: dict[str, Any], extract: dict[str, Any]):
-    from jobs.config.schema import ExtractConfig
+    from jobs.config import ExtractConfig
     from jobs.evaluation.encoder_cells import EncoderCell
     from jobs.config.typed import from_plain
 

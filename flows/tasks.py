@@ -35,7 +35,7 @@ def _open_store(store: dict[str, Any]):
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)
 def extract_task(store: dict[str, Any], unit: dict[str, Any], extract: dict[str, Any]) -> dict[str, Any]:
     """Extract one (encoder, dataset split); its failure is an outcome, not an exception."""
-    from jobs.config.schema import ExtractConfig
+    from jobs.config import ExtractConfig
     from jobs.failures import extraction_failure
     from jobs.plan import ExtractUnit, run_extract_unit
     from jobs.config.typed import from_plain
@@ -82,7 +82,7 @@ def evaluate_task(store: dict[str, Any], cells: list[dict[str, Any]],
 def correlate_and_report_task(config: dict[str, Any], cells: list[dict[str, Any]],
                               waiting: list[str] = ()) -> dict[str, Any]:
     """Read this run's records from the ledger, correlate, and write the report."""
-    from jobs.config.schema import load_config
+    from jobs.config import load_config
     from jobs.report.inputs import correlate_and_report
 
     cfg = load_config(config)

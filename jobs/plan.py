@@ -15,13 +15,14 @@ from typing import Any
 
 from jobs.config.checkpoint_folders import ScanResult, scan_checkpoints, with_encoders
 from jobs.config.mistakes import Mistakes
-from jobs.config.schema import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
+from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
 from jobs.dense_plan import check_dense_pairs
 from jobs.evaluation.encoder_cells import EncoderCell, encoder_cells, needs_features
 from jobs.config.encoder_protocols import check_encoder_work
 from jobs.evaluation.evaluate import Cell
 from jobs.failures import checkpoint_failure, one_line, sync_failures
-from jobs.config.typed import from_plain, to_plain
+from jobs.config.typed import from_plain
+from pipeline.plain import to_plain
 from pipeline.encoder_protocols import is_encoder_protocol
 from pipeline.errors import (
     ArrayNotFoundError, CheckpointError, ConfigError, HubUnavailableError, RepevalError, StoreError,

@@ -32,7 +32,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.config.schema import BenchmarkConfig
+from jobs.config import BenchmarkConfig
 from storage_schema.keys import run_memo_key
 from storage_schema.provenance import now_iso, stable_hash
 

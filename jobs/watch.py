@@ -17,7 +17,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from jobs.config.checkpoint_folders import scan_checkpoints
-from jobs.config.schema import BenchmarkConfig
+from jobs.config import BenchmarkConfig
 from storage_schema import FeatureStore
 from storage_schema.keys import watch_key
 from storage_schema.ledger import FailureLog

@@ -25,7 +25,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from flows.runtime import prepare_environment
 
     prepare_environment(args.verbose)
-    from jobs.config.schema import load_config
+    from jobs.config import load_config
     from jobs.plan import make_plan
     from jobs.rerun import ledger_answer, record_run
     from pipeline.terminal import printable
@@ -98,7 +98,7 @@ def _note_clean_run(cfg, summary: dict, record_run) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from jobs.config.schema import load_config
+    from jobs.config import load_config
     from jobs.report.inputs import correlate_and_report
     from jobs.results import config_cells
     from storage_schema.ledger import failure_id
@@ -160,7 +160,7 @@ def _check_in_child(config_path: str) -> None:
 
 
 def check_config_file(config_path: str) -> None:
-    from jobs.config.schema import load_config
+    from jobs.config import load_config
     from jobs.plan import make_plan
 
     make_plan(load_config(config_path), record=False)

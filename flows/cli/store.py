@@ -48,7 +48,7 @@ def print_table(rows: list[dict], cols: Sequence[str]) -> None:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from jobs.config.schema import ExtractConfig
+    from jobs.config import ExtractConfig
     from jobs.extraction.extract import extract
     from pipeline.datasets import make_dataset
     from jobs.config.weights import check_weights
@@ -287,7 +287,7 @@ def _failed(store, cfg, args: argparse.Namespace) -> int:
 def open_store_of(args: argparse.Namespace, read_only: bool = True):
     """(config or None, store): ``--config``'s store (with its storage options), else ``--store``."""
     if getattr(args, "config", None):
-        from jobs.config.schema import load_config
+        from jobs.config import load_config
 
         cfg = load_config(args.config)
         return cfg, cfg.open_store(read_only=read_only)

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from pipeline.errors import ConfigError, DataValidationError, UnknownNameError
 from storage_schema.ledger import config_hash, latest_records
 
-if TYPE_CHECKING:  # jobs.config.schema pulls in the encoders (torch, timm): only for type checkers
-    from jobs.config.schema import BenchmarkConfig, CorrelationSetting
+if TYPE_CHECKING:  # jobs.config calls check_correlation_metrics on load: only for type checkers
+    from jobs.config import BenchmarkConfig, CorrelationSetting
 
 __all__ = [
     "CorrelationReport",

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs.config.schema import BenchmarkConfig, CheckpointScan, EncoderConfig
+from jobs.config.benchmark import BenchmarkConfig
+from jobs.config.encoders import CheckpointScan, EncoderConfig
 from jobs.failures import checkpoint_failure
 from pipeline.encoders.checkpoints.names import checkpoint_extension, checkpoint_stem
 from pipeline.analysis.series.steps import series_name

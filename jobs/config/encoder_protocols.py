@@ -14,7 +14,8 @@ from pipeline.errors import ConfigError, RepevalError, unknown_name
 from storage_schema.ledger import config_hash
 
 if TYPE_CHECKING:
-    from jobs.config.schema import BenchmarkConfig, ProtocolConfig
+    from jobs.config.benchmark import BenchmarkConfig
+    from jobs.config.protocols import ProtocolConfig
 
 ENCODER_LAYER = "pre_logits"  # the features every encoder protocol works on
 

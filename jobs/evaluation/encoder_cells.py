@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs.config.schema import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig
+from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig
 from jobs.config.encoder_protocols import ENCODER_LAYER
 from jobs.evaluation.evaluate import json_ready
-from jobs.config.typed import from_plain, to_plain
+from jobs.config.typed import from_plain
+from pipeline.plain import to_plain
 from pipeline.encoder_protocols import FINETUNE, PERCEPTUAL, get_encoder_protocol, is_encoder_protocol
 from storage_schema import keys
 from storage_schema.ledger import Ledger, cell_id, config_hash, encoder_fingerprints

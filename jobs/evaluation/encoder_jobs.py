@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jobs.config.schema import ExtractConfig
+from jobs.config import ExtractConfig
 from jobs.evaluation.encoder_cells import (
     CellIdentity, EncoderCell, identify, point_to, put_record, remove_scratch, scratch_folder,
 )

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from jobs.config.schema import BenchmarkConfig
+from jobs.config import BenchmarkConfig
 from jobs.analysis.correlate import correlate_results, measured_reference
 from jobs.data_notes import fewshot_notes, label_notes
 from jobs.failures import sync_correlation_failures

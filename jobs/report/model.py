@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from jobs.analysis.correlate import current_records
 
 if TYPE_CHECKING:  # only for type checkers: reading a config is cheap, but not needed here
-    from jobs.config.schema import BenchmarkConfig
+    from jobs.config import BenchmarkConfig
 
 
 @dataclass

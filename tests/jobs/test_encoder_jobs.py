@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from flows.encoder_tasks import finetune_finish_task, finetune_point_task
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.analysis.correlate import correlate_results
 from jobs.evaluation.encoder_cells import recorded_encoder_cells, scratch_folder
 from jobs.config.encoder_protocols import encoder_config_hash

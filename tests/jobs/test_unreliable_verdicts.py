@@ -18,7 +18,7 @@ import pytest
 from flows.cli.main import main
 from jobs.report.events import build_summary, event_payload
 from jobs.analysis.compare import compare_encoders
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.report import write_report
 from jobs.analysis.series import analyse_series
 from jobs.report.run_summary import warning_lines

@@ -32,6 +32,7 @@ from scipy import optimize
 from scipy.special import log_softmax, softmax
 
 from pipeline.errors import DataValidationError
+from pipeline.plain import to_plain
 from pipeline.protocols.inputs.features import check_features
 from pipeline.protocols.inputs.labels import check_class_indices
 
@@ -352,7 +353,7 @@ class CalibrationReport:
         -------
         dict
         """
-        return dict(self.__dict__)
+        return to_plain(self)
 
 
 def _test_sums(blocks: LogitBlocks, temperature: float, n_bins: int) -> tuple[float, float, float]:

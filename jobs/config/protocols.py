@@ -1,0 +1,36 @@
+"""The protocol settings of a run: ``protocols:`` entries, each a named setting of one
+registered protocol, resolved and checked against its registry entry on load."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.config.encoder_protocols import check_encoder_protocol
+from jobs.config.typed import check_name
+from pipeline.errors import ConfigError, RepevalError
+
+__all__ = ["ProtocolConfig"]
+
+
+@dataclass
+class ProtocolConfig:
+    """One named setting of a protocol, e.g. ``knn20`` = knn with n_neighbors 20."""
+
+    name: str
+    protocol: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    layers: list[str] | None = None  # None: every layer each encoder extracts; else only these
+    datasets: list[str] | None = None  # None: every dataset
+
+    def check(self, path: str) -> None:
+        """Resolve the settings against the protocol's defaults and bounds, naming the entry."""
+        from pipeline.protocols.registry import resolve_settings
+
+        check_name(self.name, f"{path}.name")
+        if check_encoder_protocol(self, path):  # finetune, saliency, colour_detail: weights + images
+            return
+        try:
+            self.settings = resolve_settings(self.protocol, self.settings)
+        except RepevalError as exc:  # also an unknown protocol: name the entry, not only the value
+            raise ConfigError(f"{path}: {exc}") from None
