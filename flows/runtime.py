@@ -16,11 +16,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from jobs.config.run import repeval_home
+
 log = logging.getLogger(__name__)
-
-
-def repeval_home() -> Path:
-    return Path(os.environ.get("REPEVAL_HOME", Path.home() / ".cache" / "repeval"))
 
 
 def prepare_environment(verbose: bool = False) -> None:

@@ -4,12 +4,26 @@ and memory format, DataLoader workers, where images are decoded, the stored dtyp
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from pipeline.errors import ConfigError
 from storage_schema.leases import DEFAULT_TTL
 
-__all__ = ["DECODERS", "DTYPES", "PRECISIONS", "DaskSettings", "ExtractConfig"]
+__all__ = ["DECODERS", "DTYPES", "PRECISIONS", "DaskSettings", "ExtractConfig", "repeval_home"]
+
+def repeval_home() -> Path:
+    """repeval's own folder for state outside a store (``$REPEVAL_HOME``, default
+    ``~/.cache/repeval``): Prefect's home in the embedded mode, scratch space of encoder
+    protocols when the store is not a local folder.
+
+    Returns
+    -------
+    pathlib.Path
+    """
+    return Path(os.environ.get("REPEVAL_HOME", Path.home() / ".cache" / "repeval"))
+
 
 DTYPES = ("float32", "float16")  # of stored features
 PRECISIONS = ("auto", "float32", "float16", "bfloat16")  # of the forward pass (autocast)

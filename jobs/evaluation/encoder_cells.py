@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 
 from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig
 from jobs.config.encoder_protocols import ENCODER_LAYER
+from jobs.config.run import repeval_home
 from jobs.evaluation.evaluate import json_ready
 from jobs.config.typed import from_plain
 from pipeline.plain import to_plain
@@ -33,18 +33,7 @@ from storage_schema.ledger import Ledger, cell_id, config_hash, encoder_fingerpr
 from storage_schema.provenance import canonical_json, now_iso, stable_hash
 
 __all__ = ["CellIdentity", "EncoderCell", "encoder_cells", "needs_features", "put_record", "recorded_encoder_cells",
-           "remove_scratch", "repeval_home", "scratch_folder"]
-
-
-def repeval_home() -> Path:
-    """repeval's own folder for state outside a store (``$REPEVAL_HOME``, default
-    ``~/.cache/repeval``).
-
-    Returns
-    -------
-    pathlib.Path
-    """
-    return Path(os.environ.get("REPEVAL_HOME", Path.home() / ".cache" / "repeval"))
+           "remove_scratch", "scratch_folder"]
 
 
 @dataclass(frozen=True)

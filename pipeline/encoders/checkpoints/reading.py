@@ -17,6 +17,7 @@ attributes, a dict, the numpy scalar): nothing of theirs runs.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ import struct
 import tarfile
 import threading
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -350,17 +351,42 @@ def _check_complete(path: Path) -> None:
                               f"{needed} bytes, the file holds {size} (still being written?)")
 
 
-def _safetensors_meta(path: Path) -> dict[str, Tensor]:
-    """The header's tensors as meta tensors: names, shapes, dtypes; no bytes read."""
+@contextlib.contextmanager
+def _safetensors_header(path: Path, framework: str, what: str) -> Iterator[Any]:
+    """safetensors' reader of ``path``'s header; a file it cannot read is a CheckpointError."""
     from safetensors import SafetensorError, safe_open
 
-    _check_complete(path)
     try:
-        with safe_open(str(path), framework="pt") as f:
-            return {k: torch.empty(tuple(f.get_slice(k).get_shape()), dtype=_dtype_of(f.get_slice(k).get_dtype()),
-                                   device="meta") for k in f.keys()}
+        with safe_open(str(path), framework=framework) as handle:
+            yield handle
     except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"Cannot read safetensors checkpoint {path.name!r}: {exc}") from exc
+        raise CheckpointError(f"Cannot read {what} {path.name!r}: {exc}") from exc
+
+
+def _safetensors_meta(path: Path) -> dict[str, Tensor]:
+    """The header's tensors as meta tensors: names, shapes, dtypes; no bytes read."""
+    _check_complete(path)
+    with _safetensors_header(path, "pt", "safetensors checkpoint") as f:
+        return {k: torch.empty(tuple(f.get_slice(k).get_shape()), dtype=_dtype_of(f.get_slice(k).get_dtype()),
+                               device="meta") for k in f.keys()}
+
+
+def safetensors_metadata(path: str | os.PathLike[str]) -> Mapping[str, object]:
+    """The ``__metadata__`` of a safetensors file's header (strings; no tensor is read).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A safetensors file.
+
+    Returns
+    -------
+    mapping
+        Its metadata, empty when the header has none.
+    """
+    path = Path(path)
+    with _safetensors_header(path, "numpy", "the safetensors header of") as handle:
+        return handle.metadata() or {}
 
 
 def _load_safetensors(path: Path) -> dict[str, Tensor]:
