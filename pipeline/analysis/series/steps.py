@@ -147,10 +147,9 @@ def read_step_metadata(path: str | os.PathLike[str]) -> tuple[int, str] | None:
         The step and the key it came from (one of ``STEP_METADATA_KEYS``), or None when the
         file carries none of those keys.
     """
-    # Imported here: pipeline.encoders.checkpoints.reading imports torch, which a name pattern never needs.
-    from pipeline.encoders.checkpoints.reading import (
-        checked_path, container_format, read_checkpoint, safetensors_metadata,
-    )
+    # Imported here: the checkpoint readers import torch, which a name pattern never needs.
+    from pipeline.encoders.checkpoints.reading import checked_path, container_format, read_checkpoint
+    from pipeline.encoders.checkpoints.safetensors_files import safetensors_metadata
 
     path = checked_path(path)
     if container_format(path) == "safetensors":
