@@ -38,6 +38,8 @@ def config_benchmark_flow(config_path: str):
 
 @dataclass(frozen=True)
 class Deployed:
+    """A deployment made by ``deploy_config``: its id and name, the server, the config, the event that reruns it."""
+
     id: str
     name: str  # "<flow>/<deployment>", as `prefect deployment run` takes it
     api_url: str
@@ -45,6 +47,7 @@ class Deployed:
     resource_id: str  # the event resource the trigger matches
 
     def emit_command(self) -> str:
+        """The command that emits the protocol-change event (after editing the settings)."""
         return f"prefect event emit {CHANGED_EVENT} --resource-id '{self.resource_id}'"
 
 

@@ -164,6 +164,7 @@ def _restore(name: str, value: str | None) -> None:
 
 
 def gpu_count() -> int:
+    """CUDA devices torch sees (0 without CUDA)."""
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -39,13 +39,16 @@ class ExtractUnit:
     split: str
 
     def label(self) -> str:
+        """``encoder/dataset/split``, as failures and progress lines name a unit."""
         return f"{self.encoder.name}/{self.dataset.name}/{self.split}"
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain values, to ship the unit to a worker."""
         return to_plain(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExtractUnit:
+        """The unit ``to_dict`` gave, its config entries checked again."""
         return cls(from_plain(EncoderConfig, data["encoder"], "unit.encoder"),
                    from_plain(DatasetConfig, data["dataset"], "unit.dataset"), data["split"])
 
@@ -69,6 +72,7 @@ class Plan:
 
 
 def make_adapter(dataset: DatasetConfig):
+    """The dataset adapter a config entry names, with its parameters."""
     from pipeline.datasets import make_dataset
 
     return make_dataset(dataset.adapter, name=dataset.name, **dataset.params)

@@ -39,6 +39,7 @@ def _pct(value: float) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    """``repeval compare A B``: the paired comparison of two encoders, a table (or JSON) and a summary per setting."""
     from jobs.analysis.compare import CompareOptions, compare_encoders
 
     cfg, store = open_store_of(args)

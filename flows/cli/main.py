@@ -38,6 +38,7 @@ EXIT_PIPE = 128 + 13  # SIGPIPE's: the reader of the output went away (`| head`)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser: every command, its options and its help."""
     p = argparse.ArgumentParser(prog="repeval", description="Judge frozen image encoders from a feature store.",
                                 epilog="exit codes: 0 done, 1 verify/repair found problems, 2 a mistake (config, "
                                        "data, arguments), 3 run finished with failures, 4 internal error, 141 the "

@@ -91,6 +91,7 @@ def _note_clean_run(cfg, summary: dict, record_run) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """``repeval report``: the HTML report of a config, from the ledger (no run)."""
     from jobs.config import load_config
     from jobs.report.inputs import correlate_and_report
     from jobs.results import config_cells
@@ -109,6 +110,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """``repeval serve``: the checkpoint scan and the protocol watch, served until stopped."""
     from flows.runtime import prepare_environment
 
     prepare_environment(args.verbose)
@@ -153,6 +155,7 @@ def _check_in_child(config_path: str) -> None:
 
 
 def check_config_file(config_path: str) -> None:
+    """The full check of a config file (the plan's, with torch and timm); raises on a mistake."""
     from jobs.config import load_config
     from jobs.plan import make_plan
 
@@ -162,6 +165,7 @@ def check_config_file(config_path: str) -> None:
 def cmd_deploy(args: argparse.Namespace) -> int:
     # No prepare_environment(): the deployment goes to the user's Prefect server, taken
     # from their own Prefect profile or PREFECT_API_URL, never to an embedded one.
+    """``repeval deploy``: the benchmark as a deployment on the user's Prefect server, with how to run it."""
     from flows.deploy import deploy_config
     from flows.schedules import DEFAULT_CRON
 

@@ -40,6 +40,7 @@ def kv_pairs(pairs: Sequence[str]) -> dict:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
+    """``repeval extract``: one encoder's features on a dataset's splits, written to the store."""
     from jobs.config import ExtractConfig
     from jobs.extraction.extract import extract
     from pipeline.datasets import make_dataset
@@ -88,6 +89,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    """``repeval ls``: the store's arrays, with the images adapters left out and what was done to checkpoints."""
     _, store = open_store_of(args)
     rows = []
     for st in store.list_arrays():
@@ -187,6 +189,7 @@ def cmd_repair(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    """``repeval import-features``: precomputed features (.npz/.npy) filed in the store."""
     from jobs.extraction.import_features import import_features
     from pipeline.datasets import make_dataset
 
@@ -204,6 +207,7 @@ FAILURE_COLUMNS = ("kind", "label", "reason", "attempts", "first_failed", "recor
 
 
 def cmd_datasets_show(args: argparse.Namespace) -> int:
+    """``repeval datasets show``: one dataset copy's splits, counts, classes and problems."""
     from pipeline.datasets import show_dataset
 
     print(show_dataset(args.adapter, kv_pairs(args.param), name=args.name, as_json=args.json,

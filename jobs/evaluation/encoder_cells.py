@@ -50,17 +50,21 @@ class EncoderCell:
 
     @property
     def model(self) -> str:
+        """The encoder's name, as a feature cell's ``model``."""
         return self.encoder.name
 
     @property
     def dataset(self) -> str:
+        """The dataset's name."""
         return self.dataset_config.name
 
     @property
     def layer(self) -> str:
+        """The layer its records are filed under: the encoder protocols' features (pre_logits)."""
         return ENCODER_LAYER
 
     def label(self) -> str:
+        """``model/dataset/layer:setting``, as failures and progress lines name a cell."""
         return f"{self.encoder.name}/{self.dataset}/{ENCODER_LAYER}:{self.setting}"
 
     def splits(self) -> list[str]:
@@ -68,10 +72,12 @@ class EncoderCell:
         return self.dataset_config.splits() if self.protocol == FINETUNE else [self.dataset_config.test_split]
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain values, to ship the cell to a worker."""
         return to_plain(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EncoderCell:
+        """The cell ``to_dict`` gave, its config entries checked again."""
         return cls(from_plain(EncoderConfig, data["encoder"], "cell.encoder"),
                    from_plain(DatasetConfig, data["dataset_config"], "cell.dataset_config"), data["setting"],
                    data["protocol"], dict(data["settings"]))

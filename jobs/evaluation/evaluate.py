@@ -40,14 +40,18 @@ class Cell:
     val_split: str | None = None
 
     def splits(self) -> list[str]:
+        """The splits the cell reads: train, validation (when there is one), test."""
         return [s for s in (self.train_split, self.val_split, self.test_split) if s]
 
     def label(self) -> str:
+        """``model/dataset/layer:setting``, as failures and progress lines name a cell."""
         return f"{self.model}/{self.dataset}/{self.layer}:{self.setting}"
 
 
 @dataclass
 class CellOutcome:
+    """What evaluating a cell gave: its id, ``computed`` or ``cached`` (from the ledger), and its record."""
+
     cell_id: str
     status: str  # "computed" | "cached"
     record: dict[str, Any]

@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ExtractionReport:
+    """What one extraction of an encoder on a split did: its status, the arrays written or
+    reused, the work and its speed, the images left out."""
+
     model: str
     dataset: str
     split: str
@@ -45,6 +48,7 @@ class ExtractionReport:
     aliases: dict[str, str] = field(default_factory=dict)  # layer -> key of the identical array served
 
     def to_dict(self) -> dict:
+        """Plain values (``repeval extract --json``, the run summary)."""
         return to_plain(self)
 
 
