@@ -54,8 +54,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         say("run", f"checkpoint refused: {rec['file']}: {rec['reason']}")
     from pipeline.datasets.inspection import note_line
 
-    for note in plan.data_notes:  # an empty class is never learned from, or never scored
-        say("run", f"data warning: {note_line(note)}")
+    for data_note in plan.data_notes:  # an empty class is never learned from, or never scored
+        say("run", f"data warning: {note_line(data_note)}")
     summary = run_benchmark(cfg, dask_address=args.dask_address, plan=plan)
     _note_clean_run(cfg, summary, record_run)
     if args.json:
