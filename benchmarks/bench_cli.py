@@ -61,7 +61,7 @@ def build(root: Path) -> Path:
     config = root / "config.yaml"
     if config.exists():
         return config
-    from jobs.config.schema import load_config
+    from jobs.config import load_config
     from jobs.evaluation.evaluate import evaluate_cell
     from jobs.extraction.import_features import import_features
     from jobs.plan import evaluation_cells

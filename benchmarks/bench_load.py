@@ -36,7 +36,7 @@ from tests.helpers.load import load_config_dict, measure, prepare_features  # no
 
 def profile_task_wrapper(cfg, repeats: int = 20) -> dict:
     """Per-call cost of what evaluate_task does besides the cell's own work."""
-    from jobs.config.schema import load_config
+    from jobs.config import load_config
     from jobs.evaluation.identity import cell_identity
     from jobs.plan import evaluation_cells
 
@@ -63,7 +63,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from benchmarks._common import machine_line
-    from jobs.config.schema import load_config
+    from jobs.config import load_config
 
     with tempfile.TemporaryDirectory(prefix="repeval-bench-load-") as tmp:
         cfg = load_config(load_config_dict(Path(tmp), args.cells))

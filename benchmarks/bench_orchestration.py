@@ -95,7 +95,7 @@ def child(variant: str, config_path: str) -> None:
         from prefect.settings import PREFECT_API_URL, temporary_settings
 
         from flows.benchmark import run_benchmark
-        from jobs.config.schema import load_config
+        from jobs.config import load_config
 
         # time the start and stop of the one temporary API; run_benchmark then reports to it
         cfg = load_config(config_path)
@@ -111,7 +111,7 @@ def child(variant: str, config_path: str) -> None:
         from prefect_dask import DaskTaskRunner
 
         from flows.benchmark import benchmark_flow
-        from jobs.config.schema import load_config
+        from jobs.config import load_config
         from jobs.plan import make_plan
         from jobs.plan_store import write_plan
 
@@ -126,7 +126,7 @@ def child(variant: str, config_path: str) -> None:
             {"url": cfg.store, "storage_options": cfg.storage_options}, key, gpu_resources=False)
         computed, cells = summary["computed"], summary["cells"]
     else:
-        from jobs.config.schema import load_config
+        from jobs.config import load_config
         from jobs.evaluation.evaluate import evaluate_cell
         from jobs.plan import evaluation_cells, extraction_units, run_extract_unit
         from jobs.report.inputs import correlate_and_report
@@ -156,7 +156,7 @@ def child(variant: str, config_path: str) -> None:
 # -- parent ------------------------------------------------------------------------------------
 def build_base_store(root: Path, n_encoders: int) -> Path:
     """Extract every unit of the config once, directly (not timed)."""
-    from jobs.config.schema import load_config
+    from jobs.config import load_config
     from jobs.plan import extraction_units, run_extract_unit
     from storage_schema import FeatureStore
 

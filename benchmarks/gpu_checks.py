@@ -149,7 +149,7 @@ def bare_loop(arch: str, input_size: int, root: Path, batch_size: int, device: s
 
 
 def check_extraction(device: str, sizes: dict, work: Path) -> list[dict]:
-    from jobs.config.schema import ExtractConfig
+    from jobs.config import ExtractConfig
     from jobs.extraction.extract import extract
     from jobs.extraction.forward import loader_settings
     from pipeline.datasets import make_dataset

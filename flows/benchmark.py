@@ -31,7 +31,7 @@ from prefect.states import Failed
 
 from flows.alerts import emit_run_events, run_payload
 from flows.tasks import collect_cells, correlate_and_report_task, extract_task, open_store, submit_cells
-from jobs.config.typed import to_plain
+from pipeline.plain import to_plain
 from jobs.failures import correlation_failure, sync_failures
 from jobs.plan import Plan
 from jobs.plan_store import read_plan, write_plan

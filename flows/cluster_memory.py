@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from jobs.evaluation.cell_memory import MEMORY_RESOURCE, declared_memory, format_bytes, parse_bytes
-from jobs.config.schema import DaskSettings
+from jobs.config import DaskSettings
 
 log = logging.getLogger(__name__)
 

@@ -220,7 +220,7 @@ def main(small: bool | None = None) -> int:
         The exit status: 0, or 3 when some work failed.
     """
     from flows.benchmark import run_benchmark
-    from jobs.config.schema import load_config
+    from jobs.config import load_config
     from jobs.analysis.correlate import figure_lines
     from jobs.plan import make_plan
 

@@ -38,6 +38,8 @@ def config_benchmark_flow(config_path: str):
 
 @dataclass(frozen=True)
 class Deployed:
+    """A deployment made by ``deploy_config``: its id and name, the server, the config, the event that reruns it."""
+
     id: str
     name: str  # "<flow>/<deployment>", as `prefect deployment run` takes it
     api_url: str
@@ -45,6 +47,7 @@ class Deployed:
     resource_id: str  # the event resource the trigger matches
 
     def emit_command(self) -> str:
+        """The command that emits the protocol-change event (after editing the settings)."""
         return f"prefect event emit {CHANGED_EVENT} --resource-id '{self.resource_id}'"
 
 
@@ -63,7 +66,7 @@ def deploy_config(config: str, pool: str, name: str | None = None, cron: str = D
     from prefect.settings import PREFECT_API_URL
     from pydantic import ValidationError
 
-    from jobs.config.schema import load_config
+    from jobs.config import load_config
     from jobs.plan import check_plan
 
     path = os.path.abspath(config)  # the same key `repeval serve` uses for this file

@@ -16,11 +16,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from jobs.config.run import repeval_home
+
 log = logging.getLogger(__name__)
-
-
-def repeval_home() -> Path:
-    return Path(os.environ.get("REPEVAL_HOME", Path.home() / ".cache" / "repeval"))
 
 
 def prepare_environment(verbose: bool = False) -> None:
@@ -166,6 +164,7 @@ def _restore(name: str, value: str | None) -> None:
 
 
 def gpu_count() -> int:
+    """CUDA devices torch sees (0 without CUDA)."""
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -186,7 +185,7 @@ def math_threads(setting: int | str, n_workers: int, threads_per_worker: int) ->
     cores), at least one, and at most OMP_NUM_THREADS where this process has it (a limit
     the user or a test runner chose).
     """
-    from pipeline.protocols.devices import available_cores
+    from pipeline.protocols.inputs.devices import available_cores
 
     if setting != "auto":
         return int(setting)

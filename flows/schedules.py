@@ -18,7 +18,7 @@ from prefect import flow, get_run_logger
 from prefect.events import emit_event
 from prefect.states import Failed
 
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.watch import SCHEDULE_LEASE, detect_changes, save_state, watch_key
 from storage_schema.provenance import stable_hash
 

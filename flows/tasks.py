@@ -61,7 +61,7 @@ def worker_address() -> str | None:
 
 
 def _inputs(cell: dict[str, Any], extract: dict[str, Any]):
-    from jobs.config.extract import ExtractConfig
+    from jobs.config.run import ExtractConfig
     from jobs.config.typed import from_plain
     from jobs.evaluation.cell import Cell
 
@@ -77,7 +77,7 @@ def _failed(cell, exc: BaseException) -> dict[str, Any]:
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)
 def extract_task(store: dict[str, Any], unit: dict[str, Any], extract: dict[str, Any]) -> dict[str, Any]:
     """Extract one (encoder, dataset split); its failure is an outcome, not an exception."""
-    from jobs.config.extract import ExtractConfig
+    from jobs.config.run import ExtractConfig
     from jobs.config.typed import from_plain
     from jobs.failures import extraction_failure
     from jobs.plan import ExtractUnit, run_extract_unit

@@ -37,6 +37,7 @@ def is_transient(exc: BaseException) -> bool:
 
 def extraction_failure(model: str, dataset: str, split: str, weights: str, exc: BaseException,
                        arch: str | None = None) -> dict[str, Any]:
+    """The failure record of an extraction that raised: what was extracted, with which weights, and why it failed."""
     return {"kind": "extraction", "id": failure_id(model, dataset, split), "status": FAILED,
             "label": f"{model}/{dataset}/{split}", "model": model, "dataset": dataset, "split": split,
             "weights": weights, "arch": arch, "error_type": type(exc).__name__, "reason": one_line(exc),
@@ -44,6 +45,7 @@ def extraction_failure(model: str, dataset: str, split: str, weights: str, exc: 
 
 
 def cell_failure(cell: Any, reason: str, error_type: str) -> dict[str, Any]:
+    """The failure record of a cell that could not be evaluated, under the cell's names."""
     return {"kind": "cell", "id": failure_id(cell.model, cell.dataset, cell.layer, cell.setting), "status": FAILED,
             "label": cell.label(), "model": cell.model, "dataset": cell.dataset, "layer": cell.layer,
             "setting": cell.setting, "protocol": cell.protocol, "cell_id": None, "error_type": error_type,
@@ -60,6 +62,7 @@ def checkpoint_failure(path: str, size: int, mtime_ns: int, encoder: str, arch: 
 
 
 def correlation_failure(report_path: str, exc: BaseException) -> dict[str, Any]:
+    """The failure record of a run whose correlation or report could not be made."""
     return {"kind": "correlation", "id": failure_id(report_path), "status": FAILED,
             "label": f"correlation and report {report_path}", "report": report_path,
             "error_type": type(exc).__name__, "reason": one_line(exc)}

@@ -16,8 +16,9 @@ from typing import Any
 from jobs.config.checkpoint_folders import ScanResult, scan_checkpoints, with_encoders
 from jobs.config.protocol_checks import check_protocol_networks
 from jobs.config.mistakes import Mistakes
-from jobs.config.schema import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
-from jobs.config.typed import from_plain, to_plain
+from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
+from jobs.config.typed import from_plain
+from pipeline.plain import to_plain
 from jobs.dense_plan import check_dense_pairs
 from jobs.evaluation.cell import ENCODER_LAYER, Cell
 from jobs.failures import checkpoint_failure, one_line, sync_failures
@@ -37,13 +38,16 @@ class ExtractUnit:
     split: str
 
     def label(self) -> str:
+        """``encoder/dataset/split``, as failures and progress lines name a unit."""
         return f"{self.encoder.name}/{self.dataset.name}/{self.split}"
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain values, to ship the unit to a worker."""
         return to_plain(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExtractUnit:
+        """The unit ``to_dict`` gave, its config entries checked again."""
         return cls(from_plain(EncoderConfig, data["encoder"], "unit.encoder"),
                    from_plain(DatasetConfig, data["dataset"], "unit.dataset"), data["split"])
 
@@ -67,6 +71,7 @@ class Plan:
 
 
 def make_adapter(dataset: DatasetConfig):
+    """The dataset adapter a config entry names, with its parameters."""
     from pipeline.datasets import make_dataset
 
     return make_dataset(dataset.adapter, name=dataset.name, **dataset.params)

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.config.schema import BenchmarkConfig
+from jobs.config import BenchmarkConfig
 from jobs.config.typed import from_plain
 from jobs.evaluation.cell import Cell
 from jobs.plan import ExtractUnit, Plan

@@ -32,7 +32,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.config.schema import BenchmarkConfig
+from jobs.config import BenchmarkConfig
 from pipeline.protocols.registry import get_protocol
 from pipeline.protocols.settings import setting_at
 from storage_schema.keys import run_memo_key

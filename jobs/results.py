@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.config.schema import BenchmarkConfig
+from jobs.config import BenchmarkConfig
 from jobs.evaluation.identity import recorded_cells
 from jobs.report.inputs import config_failures, history
 from storage_schema.ledger import FailureLog, Ledger, latest_records

@@ -17,7 +17,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from jobs.config.checkpoint_folders import scan_checkpoints
-from jobs.config.schema import BenchmarkConfig
+from jobs.config import BenchmarkConfig
 from storage_schema import FeatureStore
 from storage_schema.keys import watch_key
 from storage_schema.ledger import FailureLog
@@ -28,6 +28,8 @@ SCHEDULE_LEASE = "schedules/evaluation"  # held by the scheduled run evaluating 
 
 @dataclass
 class WatchState:
+    """What the last completed run saw: its protocols' hash, its encoders and the scanned files' signatures."""
+
     protocol_hash: str = ""
     encoders: list[str] = field(default_factory=list)
     files: dict[str, list[int]] = field(default_factory=dict)  # scanned encoder -> [size, mtime_ns]
@@ -45,6 +47,7 @@ class Changes:
 
     @property
     def any(self) -> bool:
+        """Whether anything calls for a run (new encoders or changed protocol settings)."""
         return bool(self.new_encoders) or self.protocols_changed
 
     @property
@@ -54,6 +57,7 @@ class Changes:
 
 
 def load_state(store: FeatureStore, key: str) -> WatchState | None:
+    """The state the last completed run left at ``key``, or None before the first."""
     raw = store.backend.read(key)
     if raw is None:
         return None

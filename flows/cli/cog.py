@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from flows.cli.printing import print_table
 from pipeline.errors import RepevalError
 
 SHOTS = [1, 2, 4, 8, 16, 32, 64, 128]  # training images per concept (Sariyildiz et al. 2021)
@@ -95,7 +96,6 @@ def cmd_cog_levels(args: argparse.Namespace) -> int:
     """
     import yaml
 
-    from flows.cli.store import print_table
     from pipeline.analysis.cog_build import build_cog_levels
 
     for name in ("is_a", "words", "counts", "seen"):

@@ -6,9 +6,10 @@ Reads the ledger and the stored evidence only: no Prefect, no torch, no scikit-l
 from __future__ import annotations
 
 import argparse
-import json
 
-from pipeline.terminal import printable
+from flows.cli.printing import print_json, print_line, print_table
+from flows.cli.store import add_store_options, open_store_of
+from pipeline.errors import RepevalError
 
 
 def add_compare_parser(sub) -> None:
@@ -22,8 +23,6 @@ def add_compare_parser(sub) -> None:
                                    "controlled over the cells compared (Benjamini-Hochberg).")
     c.add_argument("a", help="encoder A (judged against B)")
     c.add_argument("b", help="encoder B")
-    from flows.cli.store import add_store_options
-
     add_store_options(c, "the config's store and its names and current settings")
     c.add_argument("--setting", action="append", help="only this protocol setting (repeatable)")
     c.add_argument("--alpha", type=float, default=0.05, help="false discovery rate (default %(default)s)")
@@ -40,9 +39,8 @@ def _pct(value: float) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from flows.cli.store import open_store_of, print_table
+    """``repeval compare A B``: the paired comparison of two encoders, a table (or JSON) and a summary per setting."""
     from jobs.analysis.compare import CompareOptions, compare_encoders
-    from pipeline.errors import RepevalError
 
     cfg, store = open_store_of(args)
     if cfg is not None:
@@ -57,7 +55,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                              seed=args.seed)
     result = compare_encoders(store, records, args.a, args.b, options, settings=args.setting)
     if args.json:
-        print(json.dumps(result.to_dict(), default=float))
+        print_json(result.to_dict(), default=float)
         return 0
     if not result.verdicts:
         reasons = "; ".join(f"{n['cell']}: {n['reason']}" for n in result.not_compared[:5])
@@ -84,5 +82,5 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if v.verdict == "unreliable":  # a side's score is not to be trusted: say why, claim nothing
             print(f"{setting}/{dataset}/{layer}: {v.text}")
     for n in result.not_compared:
-        print(f"not compared: {n['cell']}: {printable(n['reason'])}")
+        print_line(f"not compared: {n['cell']}: {n['reason']}")
     return 0

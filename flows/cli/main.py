@@ -21,6 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before anything imports timm
 
 from flows.cli.cog import add_cog_parser  # noqa: E402
 from flows.cli.compare import add_compare_parser  # noqa: E402
+from flows.cli.printing import cut, error_lines, note  # noqa: E402
 from flows.cli.registry import add_registry_commands  # noqa: E402
 from flows.cli.run import cmd_deploy, cmd_report, cmd_run, cmd_serve  # noqa: E402
 from flows.cli.store import (  # noqa: E402
@@ -37,6 +38,7 @@ EXIT_PIPE = 128 + 13  # SIGPIPE's: the reader of the output went away (`| head`)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser: every command, its options and its help."""
     p = argparse.ArgumentParser(prog="repeval", description="Judge frozen image encoders from a feature store.",
                                 epilog="exit codes: 0 done, 1 verify/repair found problems, 2 a mistake (config, "
                                        "data, arguments), 3 run finished with failures, 4 internal error, 141 the "
@@ -186,24 +188,17 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     except RepevalError as exc:
         if args.verbose:
             logging.getLogger("repeval").exception("the error's traceback")
-        for line in str(exc).splitlines() or [""]:  # a config's mistakes: one line each, all at once
-            print(f"repeval: error: {_cut(line)}", file=sys.stderr)
+        error_lines(exc)  # a config's mistakes: one line each, all at once
         return EXIT_ERROR
     except KeyboardInterrupt:
-        print("repeval: interrupted", file=sys.stderr)
+        note("interrupted")
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001  no command ends in a raw traceback
         if args.verbose:
             logging.getLogger("repeval").exception("internal error")
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        print(f"repeval: internal error: {type(exc).__name__}: {_cut(first, 500)} (run with -v for the traceback)",
-              file=sys.stderr)
+        error_lines(f"{type(exc).__name__}: {cut(first, 500)} (run with -v for the traceback)", kind="internal error")
         return EXIT_INTERNAL
-
-
-def _cut(line: str, limit: int = 1000) -> str:
-    """A message line as printed: a value quoted whole (up to 4,096 characters in a config) is cut."""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _silence_closed_pipes(streams) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from flows.cli.printing import print_line, print_table
 from pipeline.errors import RepevalError
-from pipeline.terminal import printable
 
 RANK_COLUMNS = ("dataset", "setting", "rank", "model", "layer", "score")
 PAIR_COLUMNS = ("dataset", "settings", "n", "kendall_tau", "kendall_ci", "spearman_rho", "spearman_ci", "flips")
@@ -16,12 +16,6 @@ PAIR_COLUMNS = ("dataset", "settings", "n", "kendall_tau", "kendall_ci", "spearm
 
 def _ci(ci: Any) -> str:
     return f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "-"
-
-
-def _print(rows: list[dict[str, Any]], cols: tuple[str, ...]) -> None:
-    from flows.cli.store import print_table
-
-    print_table(rows, list(cols))
 
 
 def print_ranks(records: list[dict[str, Any]], args: argparse.Namespace, correlation: Any = None) -> int:
@@ -55,7 +49,7 @@ def print_ranks(records: list[dict[str, Any]], args: argparse.Namespace, correla
     if not rows:
         print("no scored records to rank")
         return 0
-    _print([{**r, "rank": f"{r['rank']:g}", "score": f"{r['score']:.4f}"} for r in rows], RANK_COLUMNS)
+    print_table([{**r, "rank": f"{r['rank']:g}", "score": f"{r['score']:.4f}"} for r in rows], RANK_COLUMNS)
     n_bootstrap = correlation.bootstrap if correlation is not None else 1000
     seed = correlation.seed if correlation is not None else 0
     pairs, skipped = [], []
@@ -69,9 +63,9 @@ def print_ranks(records: list[dict[str, Any]], args: argparse.Namespace, correla
     print()
     if pairs:
         print(f"agreement between settings ({n_bootstrap} bootstrap resamples over encoders, seed {seed}):")
-        _print(pairs, PAIR_COLUMNS)
+        print_table(pairs, PAIR_COLUMNS)
     if skipped:
         print("not compared:")
         for line in skipped:
-            print(f"  {printable(line)}")
+            print_line(f"  {line}")
     return 0

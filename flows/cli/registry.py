@@ -8,9 +8,10 @@ each entry, and a test keeps them in step with the registries.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from typing import Any
+
+from flows.cli.printing import print_json
 
 
 def add_registry_commands(sub: Any, show_dataset_command: Callable[[argparse.Namespace], int]) -> None:
@@ -55,7 +56,7 @@ def cmd_protocols(args: argparse.Namespace) -> int:
         get_protocol(args.name)  # an unknown name: one line naming every protocol
     if args.json:
         records = [describe.protocol_record(n) for n in list_protocols()]
-        print(json.dumps(next(r for r in records if r["name"] == args.name) if args.name else records, indent=1))
+        print_json(next(r for r in records if r["name"] == args.name) if args.name else records, indent=1)
     elif args.name:
         print(describe.protocol_summary(args.name))
     else:
@@ -69,7 +70,7 @@ def cmd_datasets_list(args: argparse.Namespace) -> int:
     from pipeline.datasets.catalog import adapter_listing, adapter_record
 
     if args.json:
-        print(json.dumps([adapter_record(a) for a in list_datasets()], indent=1))
+        print_json([adapter_record(a) for a in list_datasets()], indent=1)
     else:
         print(adapter_listing())
     return 0

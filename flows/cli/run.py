@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
-import time
+
+from flows.cli.printing import note, print_json, print_line, say
+from pipeline.terminal import printable
 
 EXIT_CELLS_FAILED = 3  # `repeval run`: some cells, extractions, checkpoints or the correlation failed
 
@@ -25,10 +26,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from flows.runtime import prepare_environment
 
     prepare_environment(args.verbose)
-    from jobs.config.schema import load_config
+    from jobs.config import load_config
     from jobs.plan import make_plan
     from jobs.rerun import ledger_answer, record_run
-    from pipeline.terminal import printable
 
     # SIGTERM (a scheduler's timeout, docker stop, kill) stops like Ctrl-C: the embedded Dask
     # workers and Prefect server are shut down with the run instead of outliving it
@@ -37,51 +37,44 @@ def cmd_run(args: argparse.Namespace) -> int:
     if cfg.checkpoints:  # a file written just before this run is evaluated by it, once settled
         from jobs.config.checkpoint_folders import wait_for_settled
 
-        wait_for_settled(cfg, say=_say)
+        wait_for_settled(cfg, say=lambda line: say("run", line))
     answer = None if args.retry_failed else ledger_answer(cfg)
     if answer is not None:
         if args.json:
-            print(json.dumps(answer.summary(), default=str))
+            print_json(answer.summary(), default=str)
         else:
-            print(printable(answer.line()))
+            print_line(answer.line())
             for line in answer.figures:
-                print(printable(line))
+                print_line(line)
         return 0
     plan = make_plan(cfg, retry_failed=args.retry_failed)
-    from flows.benchmark import run_benchmark, say  # Prefect and Dask: once the config is known good
+    from flows.benchmark import run_benchmark  # Prefect and Dask: once the config is known good
 
     for rec in plan.checkpoint_failures:
         say("run", f"checkpoint refused: {rec['file']}: {rec['reason']}")
     from pipeline.datasets.inspection import note_line
 
-    for note in plan.data_notes:  # an empty class is never learned from, or never scored
-        say("run", f"data warning: {note_line(note)}")
+    for data_note in plan.data_notes:  # an empty class is never learned from, or never scored
+        say("run", f"data warning: {note_line(data_note)}")
     summary = run_benchmark(cfg, dask_address=args.dask_address, plan=plan)
     _note_clean_run(cfg, summary, record_run)
     if args.json:
-        print(json.dumps({k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}, default=str))
+        print_json({k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}, default=str)
     else:
         from jobs.analysis.correlate import figure_lines
 
         for line in figure_lines(summary.get("correlation")):  # what the run found, as the demo prints it
-            print(printable(line))
-        print(f"report: {printable(summary['report'])}")
+            print_line(line)
+        print_line(f"report: {summary['report']}")
     left = list(plan.scan.waiting)
     if left:
-        print(f"repeval: {len(left)} checkpoint(s) still being written after their settle_seconds were not "
-              f"evaluated: {printable(', '.join(left))}", file=sys.stderr)
+        note(f"{len(left)} checkpoint(s) still being written after their settle_seconds were not "
+             f"evaluated: {printable(', '.join(left))}")
     if (summary["failures"] or left) and not args.allow_failures:
         what = f"{len(summary['failures'])} failure(s)" + (f", {len(left)} checkpoint(s) left out" if left else "")
-        print(f"repeval: {what}; exit code {EXIT_CELLS_FAILED} (--allow-failures exits 0)", file=sys.stderr)
+        note(f"{what}; exit code {EXIT_CELLS_FAILED} (--allow-failures exits 0)")
         return EXIT_CELLS_FAILED
     return 0
-
-
-def _say(line: str) -> None:
-    """A progress line before the run starts, in the run's format."""
-    from pipeline.terminal import printable
-
-    print(printable(f"{time.strftime('%H:%M:%S')} [run] {line}"), file=sys.stderr, flush=True)
 
 
 def _note_clean_run(cfg, summary: dict, record_run) -> None:
@@ -98,7 +91,8 @@ def _note_clean_run(cfg, summary: dict, record_run) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from jobs.config.schema import load_config
+    """``repeval report``: the HTML report of a config, from the ledger (no run)."""
+    from jobs.config import load_config
     from jobs.report.inputs import correlate_and_report
     from jobs.results import config_cells
     from storage_schema.ledger import failure_id
@@ -110,12 +104,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = correlate_and_report(store, plan.config, cells, path=args.output, plan=plan, write_summary=False)
     failed_ids = {f["id"] for f in out["failures"] if f.get("kind") == "cell"}
     failed = sum(failure_id(c.model, c.dataset, c.layer, c.setting) in failed_ids for c in missing)
-    print(f"report: {out['report']} ({out['records']} cells; {failed} failed; "
-          f"{len(missing) - failed} not evaluated yet; {len(out['failures'])} failure(s) on record)")
+    print_line(f"report: {out['report']} ({out['records']} cells; {failed} failed; "
+               f"{len(missing) - failed} not evaluated yet; {len(out['failures'])} failure(s) on record)")
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """``repeval serve``: the checkpoint scan and the protocol watch, served until stopped."""
     from flows.runtime import prepare_environment
 
     prepare_environment(args.verbose)
@@ -160,7 +155,8 @@ def _check_in_child(config_path: str) -> None:
 
 
 def check_config_file(config_path: str) -> None:
-    from jobs.config.schema import load_config
+    """The full check of a config file (the plan's, with torch and timm); raises on a mistake."""
+    from jobs.config import load_config
     from jobs.plan import make_plan
 
     make_plan(load_config(config_path), record=False)
@@ -169,6 +165,7 @@ def check_config_file(config_path: str) -> None:
 def cmd_deploy(args: argparse.Namespace) -> int:
     # No prepare_environment(): the deployment goes to the user's Prefect server, taken
     # from their own Prefect profile or PREFECT_API_URL, never to an embedded one.
+    """``repeval deploy``: the benchmark as a deployment on the user's Prefect server, with how to run it."""
     from flows.deploy import deploy_config
     from flows.schedules import DEFAULT_CRON
 

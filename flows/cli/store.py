@@ -8,6 +8,7 @@ import argparse
 import json
 from collections.abc import Sequence
 
+from flows.cli.printing import print_json, print_line, print_table
 from pipeline.errors import RepevalError
 from pipeline.terminal import printable
 
@@ -38,17 +39,9 @@ def kv_pairs(pairs: Sequence[str]) -> dict:
     return out
 
 
-def print_table(rows: list[dict], cols: Sequence[str]) -> None:
-    """Rows as aligned columns; every value printable (names from data may hold escapes)."""
-    table = [[printable(r.get(c, "")) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
-    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip())
-    for t in table:
-        print("  ".join(v.ljust(w) for v, w in zip(t, widths)).rstrip())
-
-
 def cmd_extract(args: argparse.Namespace) -> int:
-    from jobs.config.schema import ExtractConfig
+    """``repeval extract``: one encoder's features on a dataset's splits, written to the store."""
+    from jobs.config import ExtractConfig
     from jobs.extraction.extract import extract
     from pipeline.datasets import make_dataset
     from jobs.config.weights import check_weights
@@ -81,7 +74,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
                                         "(`repeval datasets show` names every one)") from exc
             raise
         if args.json:
-            print(json.dumps(report.to_dict()))
+            print_json(report.to_dict())
         elif report.status in ("cached", "aliased"):  # no forward pass: "0 images" would read as an empty split
             same = sorted(set(report.aliases.values()))
             print(f"{report.status:9s} {report.model}/{report.dataset}/{split}: {report.rows} images already in "
@@ -96,6 +89,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    """``repeval ls``: the store's arrays, with the images adapters left out and what was done to checkpoints."""
     _, store = open_store_of(args)
     rows = []
     for st in store.list_arrays():
@@ -110,7 +104,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             **({"checkpoint": enc["weights"]} if _from_checkpoint(enc.get("weights")) else {}),
         })
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print_json(rows, indent=1)
         return 0
     if not rows:
         print(f"store {store.url} is empty")
@@ -164,7 +158,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     # each cell's evidence: chunks intact and still the bytes its record was made from
     checked, wrong = verify_evidence(store, Ledger(store))
     for problem in wrong:
-        print(printable(problem.line()))
+        print_line(problem.line())
     if args.verbose_ok and checked:
         print(f"ok         {checked - len(wrong)} of {checked} cells' evidence (predictions, scores, episodes)")
     problems += len(wrong)
@@ -179,7 +173,7 @@ def cmd_repair(args: argparse.Namespace) -> int:
     _, store = open_store_of(args, read_only=False)
     summary = repair(store, args.key or None, weights=args.weights, device=args.device, lease_ttl=args.lease_ttl)
     if args.json:
-        print(json.dumps(summary.to_dict()))
+        print_json(summary.to_dict())
     else:
         for r in summary.repaired:
             print(f"repaired   {r.key}: chunk(s) {r.chunks}")
@@ -195,6 +189,7 @@ def cmd_repair(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    """``repeval import-features``: precomputed features (.npz/.npy) filed in the store."""
     from jobs.extraction.import_features import import_features
     from pipeline.datasets import make_dataset
 
@@ -212,6 +207,7 @@ FAILURE_COLUMNS = ("kind", "label", "reason", "attempts", "first_failed", "recor
 
 
 def cmd_datasets_show(args: argparse.Namespace) -> int:
+    """``repeval datasets show``: one dataset copy's splits, counts, classes and problems."""
     from pipeline.datasets import show_dataset
 
     print(show_dataset(args.adapter, kv_pairs(args.param), name=args.name, as_json=args.json,
@@ -260,8 +256,8 @@ def cmd_results(args: argparse.Namespace) -> int:
     for r in rows:  # the warnings column names the codes; an untrusted score also says why
         reasons = unreliable_reasons(r)
         if reasons:
-            print(printable(f"unreliable: {r.get('model')}/{r.get('dataset')}/{r.get('layer')}:{r.get('setting')}: "
-                            + "; ".join(reasons)))
+            print_line(f"unreliable: {r.get('model')}/{r.get('dataset')}/{r.get('layer')}:{r.get('setting')}: "
+                       + "; ".join(reasons))
     if missing:
         print(f"{missing} cell(s) of the config not evaluated yet (or failed: repeval results --failed)")
     return 0
@@ -287,7 +283,7 @@ def _failed(store, cfg, args: argparse.Namespace) -> int:
 def open_store_of(args: argparse.Namespace, read_only: bool = True):
     """(config or None, store): ``--config``'s store (with its storage options), else ``--store``."""
     if getattr(args, "config", None):
-        from jobs.config.schema import load_config
+        from jobs.config import load_config
 
         cfg = load_config(args.config)
         return cfg, cfg.open_store(read_only=read_only)

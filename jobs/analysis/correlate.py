@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from pipeline.errors import ConfigError, DataValidationError, UnknownNameError
 from storage_schema.ledger import latest_records
 
-if TYPE_CHECKING:  # jobs.config.schema pulls in the encoders (torch, timm): only for type checkers
-    from jobs.config.schema import BenchmarkConfig, CorrelationSetting
+if TYPE_CHECKING:  # jobs.config calls check_correlation_metrics on load: only for type checkers
+    from jobs.config import BenchmarkConfig, CorrelationSetting
 
 __all__ = [
     "CorrelationReport",
@@ -67,9 +67,11 @@ class SettingReport:
 
     @property
     def n(self) -> int:
+        """Encoders correlated (0 unless the setting's status is ok)."""
         return len(self.models) if self.status == OK else 0
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain values for the run summary and the report (intervals as lists, keys as strings)."""
         return {
             "name": self.name, "protocol": self.protocol, "metric": self.metric, "layer": self.layer,
             "datasets": list(self.datasets), "status": self.status, "message": self.message, "n": self.n,
@@ -92,6 +94,7 @@ class CorrelationReport:
     seed: int
 
     def setting(self, name: str) -> SettingReport:
+        """The report of the correlation setting ``name``; an unknown name lists the settings."""
         for s in self.settings:
             if s.name == name:
                 return s
@@ -99,6 +102,7 @@ class CorrelationReport:
                                f"{', '.join(s.name for s in self.settings) or '(none)'}")
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain values for the run summary and the report."""
         return {
             "reference_name": self.reference_name, "reference": dict(self.reference),
             "bootstrap": self.bootstrap, "seed": self.seed,

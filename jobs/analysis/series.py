@@ -20,7 +20,7 @@ from typing import Any
 from jobs.analysis.compare import (
     CellKey, CompareOptions, cell_key, cell_label, compare_records, record_score, unreliable_reason,
 )
-from jobs.config.schema import BenchmarkConfig
+from jobs.config import BenchmarkConfig
 from pipeline.analysis.compare import CellVerdict, PairedComparison, decide_verdicts
 from pipeline.errors import RepevalError
 from pipeline.analysis.series import BestSoFar, SeriesCheck, best_so_far, check_newest

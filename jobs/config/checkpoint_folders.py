@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs.config.schema import BenchmarkConfig, CheckpointScan, EncoderConfig
+from jobs.config.benchmark import BenchmarkConfig
+from jobs.config.encoders import CheckpointScan, EncoderConfig
 from jobs.failures import checkpoint_failure
 from pipeline.encoders.checkpoints.names import checkpoint_extension, checkpoint_stem
 from pipeline.analysis.series.steps import series_name
@@ -68,10 +69,12 @@ class ScanResult:
     notes: list[str] = field(default_factory=list)  # folders that gave nothing, and why (scan_note)
 
     def signatures(self) -> dict[str, list[int]]:
+        """Encoder name -> [size, mtime_ns] of each file taken: what the watcher compares next time."""
         return {f.encoder.name: f.signature for f in self.taken}
 
 
 def encoder_name(scan: CheckpointScan, path: Path) -> str:
+    """The encoder name of a scanned file: the scan's prefix and the file's stem, made safe as a store key."""
     return _UNSAFE.sub("_", f"{scan.name_prefix}{checkpoint_stem(path.name)}").lstrip(".-+=@") or "checkpoint"
 
 

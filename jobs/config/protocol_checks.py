@@ -20,7 +20,8 @@ from pipeline.protocols.registry import get_protocol
 from storage_schema.ledger import config_hash
 
 if TYPE_CHECKING:
-    from jobs.config.schema import BenchmarkConfig, ProtocolConfig
+    from jobs.config.benchmark import BenchmarkConfig
+    from jobs.config.protocols import ProtocolConfig
 
 __all__ = ["ENCODER_LAYER", "check_correlation_layers", "check_protocol_entry", "check_protocol_networks",
            "resolve_protocol_paths", "settings_hash"]

@@ -3,6 +3,8 @@
 ``from_plain(BenchmarkConfig, data)`` rejects unknown keys, wrong types and missing
 fields, e.g. ``encoders[1].seed: expected int, got str 'x'``: every one it finds, each
 field and list item checked on its own (``jobs.config.mistakes``), a quoted value cut short.
+The inverse, dataclasses to plain values, is ``pipeline.plain.to_plain`` (every layer
+uses it).
 """
 
 from __future__ import annotations
@@ -13,10 +15,19 @@ import typing
 from typing import Any, Union
 
 from jobs.config.mistakes import Mistakes
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, InvalidNameError
+from pipeline.names import validate_name
 from pipeline.terminal import printable, short
 
 _MISSING = dataclasses.MISSING
+
+
+def check_name(value: str, path: str) -> None:
+    """Refuse a name that cannot be part of a store key, as a ConfigError naming the field."""
+    try:
+        validate_name(value, path)
+    except InvalidNameError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _type_name(tp: Any) -> str:
@@ -107,15 +118,4 @@ def from_plain(cls: type, data: Any, path: str = "config") -> Any:
     check = getattr(obj, "check", None)
     if callable(check):
         check(path)
-    return obj
-
-
-def to_plain(obj: Any) -> Any:
-    """The inverse: dataclasses to plain JSON/YAML-able values."""
-    if dataclasses.is_dataclass(obj):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, (list, tuple)):
-        return [to_plain(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: to_plain(v) for k, v in obj.items()}
     return obj

@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.config.schema import DatasetConfig, EncoderConfig
-from jobs.config.typed import from_plain, to_plain
+from jobs.config import DatasetConfig, EncoderConfig
+from jobs.config.typed import from_plain
+from pipeline.plain import to_plain
 from pipeline.protocols.cell import ENCODER_LAYER
 from pipeline.protocols.registry import Protocol, get_protocol
 

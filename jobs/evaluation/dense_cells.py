@@ -35,7 +35,7 @@ def dense_scratch(store: FeatureStore, cell_id: str) -> Path:
     Path
     """
     from jobs.evaluation.scratch import scratch_folder
-    from jobs.config.extract import ExtractConfig
+    from jobs.config.run import ExtractConfig
 
     return scratch_folder(store, ExtractConfig(), DENSE_SCRATCH, cell_id)
 

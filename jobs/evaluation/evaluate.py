@@ -32,7 +32,7 @@ DEFAULT_BLOCK_ROWS = STREAM_BLOCK_ROWS  # protocols that stream train features r
 
 @dataclass
 class CellOutcome:
-    """A cell's id, whether it was computed now or answered from the ledger, and its record."""
+    """What evaluating a cell gave: its id, ``computed`` or ``cached`` (from the ledger), and its record."""
 
     cell_id: str
     status: str  # "computed" | "cached"

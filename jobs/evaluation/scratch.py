@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from jobs.config.extract import ExtractConfig
+from jobs.config.run import ExtractConfig
 from storage_schema import keys
 from storage_schema.provenance import stable_hash
 

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jobs.config.extract import ExtractConfig
+from jobs.config.run import ExtractConfig
 from jobs.evaluation.cell import Cell
 from jobs.evaluation.identity import CellIdentity, weights_identity
 from jobs.evaluation.records import cell_record, point_to, write_record

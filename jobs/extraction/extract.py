@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
@@ -19,8 +19,9 @@ from jobs.extraction.forward import (
 from jobs.extraction.labels import store_labels
 from pipeline.datasets import DatasetAdapter
 from pipeline.encoders import Encoder, EncoderSpec, load_encoder
-from jobs.config.schema import DTYPES, ExtractConfig  # noqa: F401  (the config's extract: section)
+from jobs.config import DTYPES, ExtractConfig  # noqa: F401  (the config's extract: section)
 from pipeline.errors import DatasetError
+from pipeline.plain import to_plain
 from storage_schema import ArraySpec, ArrayStatus, FeatureStore, feature_key, features_group_key
 from storage_schema.leases import Lease
 from storage_schema.provenance import library_versions
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ExtractionReport:
+    """What one extraction of an encoder on a split did: its status, the arrays written or
+    reused, the work and its speed, the images left out."""
+
     model: str
     dataset: str
     split: str
@@ -44,7 +48,8 @@ class ExtractionReport:
     aliases: dict[str, str] = field(default_factory=dict)  # layer -> key of the identical array served
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Plain values (``repeval extract --json``, the run summary)."""
+        return to_plain(self)
 
 
 def extract(

@@ -20,7 +20,7 @@ from pipeline.datasets.torch_dataset import EncodedImageDataset, collate_encoded
 from pipeline.encoders import Encoder, EncoderSpec
 from pipeline.encoders.device_preprocess import DevicePreprocess, device_transform_steps
 from pipeline.encoders.spec import MAP_DTYPE, TOKENS_DTYPE, is_map_layer, is_token_layer
-from pipeline.protocols.devices import available_cores
+from pipeline.protocols.inputs.devices import available_cores
 from storage_schema import array_fingerprint
 
 log = logging.getLogger(__name__)

@@ -9,6 +9,7 @@ from storage_schema.provenance import now_iso
 
 
 def labels_attrs(dataset: DatasetAdapter, split: str) -> dict:
+    """The attributes stored with a split's labels: what the dataset is, how it is scored, what it left out."""
     return {
         "fingerprint": dataset.fingerprint(split), "kind": "labels", "dataset": dataset.name,
         "split": split, "class_names": list(dataset.class_names),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ from pipeline.encoders import Encoder, EncoderSpec, load_encoder
 from pipeline.errors import (
     ArrayNotFoundError, CheckpointError, ConfigError, CorruptChunkError, RepevalError, StaleArrayError, StoreError,
 )
+from pipeline.plain import to_plain
 from storage_schema import DEFAULT_TTL, ArraySpec, FeatureStore, parse_feature_key
 from storage_schema.keys import group_of
 from storage_schema.provenance import canonical_json, library_versions
@@ -36,12 +37,16 @@ _DESCRIBED_ONLY = ("adapter", "version", "name", "class_names", "splits", "featu
 
 @dataclass
 class ArrayRepair:
+    """One repaired array: its key and the chunks recomputed."""
+
     key: str
     chunks: list[int]
 
 
 @dataclass
 class RepairSummary:
+    """What ``repeval repair`` did: arrays checked, chunks recomputed, what it could not repair."""
+
     checked: int = 0
     repaired: list[ArrayRepair] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)  # resumed by extraction, not here
@@ -51,10 +56,12 @@ class RepairSummary:
 
     @property
     def chunks(self) -> int:
+        """Chunks recomputed in all."""
         return sum(len(r.chunks) for r in self.repaired)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "chunks": self.chunks}
+        """Plain values (``repeval repair --json``), with the chunk count."""
+        return {**to_plain(self), "chunks": self.chunks}
 
 
 def find_damage(store: FeatureStore, keys: list[str] | None = None) -> tuple[dict[str, list[int]], list[str], int]:

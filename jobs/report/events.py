@@ -114,10 +114,11 @@ def leaderboard_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
     return [row.to_dict() for row in leaderboard(table, missing="exclude")]
 
 
-def build_summary(records: Sequence[Mapping[str, Any]], failures: Sequence[Mapping[str, Any]], series: Sequence[Any],
-                  *, evaluated: Iterable[str] = (), report: str | None = None, store: str | None = None,
-                  ) -> dict[str, Any]:
-    """The run's summary (see the module docstring), without ``changes``.
+def build_report_summary(records: Sequence[Mapping[str, Any]], failures: Sequence[Mapping[str, Any]],
+                         series: Sequence[Any], *, evaluated: Iterable[str] = (), report: str | None = None,
+                         store: str | None = None) -> dict[str, Any]:
+    """The summary written beside the report (see the module docstring), without ``changes``;
+    the run's own terminal summary is ``jobs.report.run_summary.build_summary``.
 
     Parameters
     ----------

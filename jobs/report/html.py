@@ -22,10 +22,12 @@ class Markup(str):
 
 
 def esc(value: Any) -> Markup:
+    """``value`` as HTML text: escaped, unless it is Markup already."""
     return value if isinstance(value, Markup) else Markup(html.escape(str(value), quote=True))
 
 
 def join(parts: Iterable[Any], sep: str = "") -> Markup:
+    """The parts, each escaped, joined as Markup (None parts left out)."""
     return Markup(sep.join(esc(p) for p in parts if p is not None))
 
 
@@ -64,37 +66,45 @@ class Section(Markup):
 
 
 def section(sid: str, title: str, *body: Any, empty: bool = False, class_: str | None = None) -> Section:
+    """A ``<section>`` with its heading, remembering its id and title for the table of contents."""
     out = Section(el("section", el("h2", title), *body, id=sid, class_=class_))
     out.sid, out.title, out.empty = sid, title, empty
     return out
 
 
 def note(text: Any) -> Markup:
+    """A paragraph that explains what a section shows."""
     return el("p", text, class_="note")
 
 
 def notice(text: Any) -> Markup:
+    """A paragraph that warns (failures, a missing reference)."""
     return el("p", text, class_="notice")
 
 
 def row_head(text: Any) -> Markup:
+    """A row's header cell."""
     return el("th", text, scope="row")
 
 
 # -- numbers, labels, anchors ----------------------------------------------------------------
 def is_number(value: Any) -> bool:
+    """Whether ``value`` is a finite number (not a bool): what a table prints as one."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def pct(value: Any, digits: int = 1) -> str:
+    """``value`` in percent, or n/a when it is not a finite number."""
     return f"{100.0 * value:.{digits}f}" if is_number(value) else "n/a"
 
 
 def num(value: Any, digits: int = 3) -> str:
+    """``value`` with ``digits`` decimals, or n/a when it is not a finite number."""
     return f"{value:.{digits}f}" if is_number(value) else "n/a"
 
 
 def label_of(rec: Mapping[str, Any]) -> str:
+    """``model/dataset/layer:setting`` of a record."""
     return f"{rec.get('model')}/{rec.get('dataset')}/{rec.get('layer')}:{rec.get('setting')}"
 
 
@@ -107,6 +117,7 @@ def anchor(rec: Mapping[str, Any]) -> str:
 
 
 def link(rec: Mapping[str, Any], text: Any) -> Markup:
+    """A link from a table's score to its record's provenance block."""
     return el("a", text, href=f"#{anchor(rec)}", title=f"provenance of {label_of(rec)}")
 
 
@@ -127,6 +138,7 @@ _JS = ("function openTarget(){var e=document.getElementById(decodeURIComponent(l
 
 
 def page(title: str, sections: Sequence[Markup]) -> str:
+    """The whole HTML document: one page, styles and script inline (no file beside it)."""
     head = el("head", Markup('<meta charset="utf-8">'), el("title", title), Markup(f"<style>{_CSS}</style>"),
               Markup(f"<script>{_JS}</script>"))
     return "<!DOCTYPE html>\n" + el("html", head, el("body", el("h1", title), list(sections)), lang="en") + "\n"

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from jobs.config.schema import BenchmarkConfig
+from jobs.config import BenchmarkConfig
 from jobs.analysis.correlate import correlate_results, measured_reference
 from jobs.data_notes import fewshot_notes, label_notes
 from jobs.failures import sync_correlation_failures
@@ -170,7 +170,7 @@ def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Itera
                                plan.units if plan else ())
     known = {f.get("id") for f in failures}
     failures = [f for f in failed_correlations if f.get("id") not in known] + failures  # first: they are new
-    from jobs.report.events import build_summary, changes_since, read_summary, summary_path
+    from jobs.report.events import build_report_summary, changes_since, read_summary, summary_path
     from jobs.analysis.correlate import current_records
     from jobs.report import write_report  # matplotlib: only when a report is written
     from jobs.analysis.series import analyse_series
@@ -179,7 +179,7 @@ def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Itera
     shown = current_records(records, cfg)[0]
     series = analyse_series(store, shown, cfg)
     evaluated = {str(c.get("model")) for c in cells if c.get("status") == "computed"}
-    summary = build_summary(shown, failures, series, evaluated=evaluated, report=path, store=store.url)
+    summary = build_report_summary(shown, failures, series, evaluated=evaluated, report=path, store=store.url)
     previous = read_summary(summary_path(path))
     summary["changes"] = changes_since(previous, summary).to_dict()
     out = write_report(records, correlation, cfg, path, reference=reference,

@@ -10,11 +10,14 @@ from typing import TYPE_CHECKING, Any
 from jobs.analysis.correlate import current_records
 
 if TYPE_CHECKING:  # only for type checkers: reading a config is cheap, but not needed here
-    from jobs.config.schema import BenchmarkConfig
+    from jobs.config import BenchmarkConfig
 
 
 @dataclass
 class ReportRun:
+    """What the report shows, gathered once: the records and those set aside, the config's
+    names in its order, failures, notes and the run's summary."""
+
     records: list[dict]  # one per (setting, layer, model, dataset): the ones shown
     aside: list[dict]  # superseded or stale records, still listed under provenance
     models: list[str]
@@ -45,6 +48,7 @@ class ReportRun:
         return out
 
     def heading(self, setting: str, layer: str) -> str:
+        """A table's heading: the setting, its protocol and the layer."""
         return f"{setting} ({self.protocol_of.get(setting, '?')}), layer {layer}"
 
 

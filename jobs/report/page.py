@@ -25,7 +25,7 @@ from jobs.report.sections.series import series_section
 from jobs.report.sections.summary import REGRESSION_MARKER, summary_section
 
 if TYPE_CHECKING:
-    from jobs.config.schema import BenchmarkConfig
+    from jobs.config import BenchmarkConfig
     from jobs.analysis.correlate import CorrelationReport
 
 __all__ = ["BEST_MARKER", "REGRESSION_MARKER", "VIOLATION_MARKER", "write_report"]

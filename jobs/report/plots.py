@@ -18,6 +18,7 @@ ALL = "all"  # the low-shot point with every train image
 
 
 def png(fig: Figure) -> Markup:
+    """A matplotlib figure as an inline ``<img>`` (a PNG data URL)."""
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
@@ -26,6 +27,7 @@ def png(fig: Figure) -> Markup:
 
 
 def shot_key(shot: str) -> tuple[int, float]:
+    """Sort key of a low-shot point: by images per class, ``all`` last."""
     return (1, 0.0) if shot == ALL else (0, float(shot))
 
 

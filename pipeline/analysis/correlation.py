@@ -24,6 +24,7 @@ import numpy as np
 from scipy import stats
 
 from pipeline.errors import DataValidationError
+from pipeline.plain import to_plain
 
 DEFAULT_EPS = 1e-6
 MIN_MODELS = 3
@@ -144,18 +145,7 @@ class CorrelationResult:
         dict
             One entry per field.
         """
-        return {
-            "pearson": self.pearson,
-            "spearman": self.spearman,
-            "n": self.n,
-            "pearson_p": self.pearson_p,
-            "spearman_p": self.spearman_p,
-            "pearson_ci": self.pearson_ci,
-            "spearman_ci": self.spearman_ci,
-            "n_bootstrap": self.n_bootstrap,
-            "n_bootstrap_used": self.n_bootstrap_used,
-            "confidence": self.confidence,
-        }
+        return to_plain(self)
 
 
 def _rowwise_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:

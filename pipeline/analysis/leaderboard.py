@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.errors import DataValidationError
+from pipeline.plain import to_plain
 
 __all__ = ["MISSING_POLICIES", "LeaderboardRow", "RunChanges", "diff_summaries", "leaderboard"]
 
@@ -64,8 +65,7 @@ class LeaderboardRow:
         dict
             Every field, ``missing`` as a list.
         """
-        return {"model": self.model, "mean_rank": self.mean_rank, "ranks": dict(self.ranks),
-                "scores": dict(self.scores), "missing": list(self.missing)}
+        return to_plain(self)
 
 
 def _finite(value: object, where: str) -> float:
@@ -189,7 +189,7 @@ class RunChanges:
         dict
             Every field.
         """
-        return {f: list(getattr(self, f)) for f in self.__dataclass_fields__}
+        return to_plain(self)
 
 
 def _cells(summary: Mapping[str, object] | None, name: str) -> dict[str, dict[str, dict[str, object]]]:

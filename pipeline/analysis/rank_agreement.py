@@ -20,13 +20,14 @@ share the average rank.
 from __future__ import annotations
 
 from collections.abc import Collection, Hashable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
 from scipy import stats
 
 from pipeline.errors import DataValidationError
+from pipeline.plain import to_plain
 
 __all__ = [
     "MIN_ENCODERS", "PairAgreement", "RadarData", "encoder_ranks", "flip_count", "kendall_tau_b_rows",
@@ -193,7 +194,7 @@ class PairAgreement:
         -------
         dict
         """
-        return asdict(self)
+        return to_plain(self)
 
 
 def _check_bootstrap(n_bootstrap: int, confidence: float) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from pipeline.errors import ConfigError, unknown_name
 from pipeline.names import validate_name
+from pipeline.plain import to_plain
 
 PRE_LOGITS = "pre_logits"
 PRETRAINED_PREFIX = "timm:"
@@ -235,10 +236,25 @@ class EncoderSpec:
         dict
             One entry per field.
         """
-        out = dataclasses.asdict(self)
-        out["layers"] = list(self.layers)
-        out["strip_prefixes"] = list(self.strip_prefixes)
-        return out
+        return to_plain(self)
+
+    @classmethod
+    def from_fields(cls, entry: Any) -> EncoderSpec:
+        """The spec of an object that carries the spec's fields as attributes: the one
+        conversion from a config's encoder entry (``jobs.config.EncoderConfig``, which adds
+        fields of its own) to the spec.
+
+        Parameters
+        ----------
+        entry : object
+            Has an attribute per field of this class (lists are taken for tuples).
+
+        Returns
+        -------
+        EncoderSpec
+            The spec, checked.
+        """
+        return cls(**{f.name: getattr(entry, f.name) for f in dataclasses.fields(cls)})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EncoderSpec:

@@ -252,7 +252,7 @@ class FeatureRows:
 
     # -- reading --------------------------------------------------------------------
     def _checked(self, block: np.ndarray, start: int) -> np.ndarray:
-        from pipeline.protocols.validation import check_finite
+        from pipeline.protocols.inputs.features import check_finite
 
         if block.ndim != 2 or block.shape[1] != self.n_features:
             raise DataValidationError(f"train block at row {start} has shape {block.shape}, but the features "

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.protocols.devices import DEVICE_CHOICES
+from pipeline.protocols.inputs.devices import DEVICE_CHOICES
 from pipeline.protocols.registry import Bound, Protocol, get_protocol, list_protocols
 
 __all__ = ["WEIGHTS_HEADING", "SettingRow", "format_number", "protocol_listing", "protocol_record", "protocol_summary",

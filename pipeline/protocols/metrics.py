@@ -133,10 +133,11 @@ def multilabel_metrics(Y_true: np.ndarray, scores: np.ndarray) -> dict[str, Any]
         without a present test image has seed AP 1/11 and no devkit AP (the protocol's
         record then carries an ``undefined_ap`` warning).
     """
-    from pipeline.protocols.linear.average_precision import check_multilabel, mean_average_precision_11
+    from pipeline.protocols.linear.average_precision import mean_average_precision_11
+    from pipeline.protocols.inputs.labels import check_multilabel
 
     scores = np.asarray(scores, dtype=np.float64)
-    labels = check_multilabel(Y_true, "Y_true")
+    labels = check_multilabel(Y_true, name="Y_true", difficult=True)
     value, per_class = mean_average_precision_11(scores, labels, "seed")
     devkit, _ = mean_average_precision_11(scores, labels, "devkit")
     aps = [average_precision(labels[keep, k] == 1, scores[keep, k])

@@ -259,9 +259,8 @@ def check_eval_data(data: Any, protocol: Protocol | None = None) -> None:
     protocol : Protocol or None
         The protocol that will run (multi-label labels need ``protocol.multilabel``).
     """
-    from pipeline.protocols.linear.average_precision import check_multilabel
     from pipeline.protocols.dense.data import DenseData, check_dense_data
-    from pipeline.protocols.validation import check_class_indices, check_min_classes
+    from pipeline.protocols.inputs.labels import check_class_indices, check_min_classes, check_multilabel
 
     if protocol is not None and protocol.weights:
         if not isinstance(data, ImageData):
@@ -293,7 +292,7 @@ def check_eval_data(data: Any, protocol: Protocol | None = None) -> None:
             raise DataValidationError(f"X_{split} is missing")
         n_rows = None if X is None else len(X)
         if data.multilabel:  # 1 present, 0 absent, -1 "difficult" (VOC): see average_precision
-            labels = check_multilabel(y, name=f"y_{split}")
+            labels = check_multilabel(y, name=f"y_{split}", difficult=True)
             if n_rows is not None and len(labels) != n_rows:
                 raise DataValidationError(f"y_{split} has {len(labels)} rows, but X_{split} has {n_rows}; they "
                                           "must match one to one")
@@ -319,7 +318,7 @@ def check_eval_data(data: Any, protocol: Protocol | None = None) -> None:
 
 def _checked_features(X: Any, name: str, protocol: Protocol | None) -> np.ndarray:
     """Pooled (n, d) features, or (n, T, d) token features for a ``tokens`` protocol."""
-    from pipeline.protocols.validation import check_features
+    from pipeline.protocols.inputs.features import check_features
 
     tokens = protocol is not None and protocol.tokens
     if np.ndim(X) == 4:
@@ -332,7 +331,7 @@ def _checked_features(X: Any, name: str, protocol: Protocol | None) -> np.ndarra
                                   f"{getattr(protocol, 'name', None)!r} cannot take (it needs pooled (n, d) "
                                   f"features); protocols that read tokens: {able}")
     if tokens:
-        from pipeline.protocols.nets.attentive import check_tokens
+        from pipeline.protocols.inputs.features import check_tokens
 
         if np.ndim(X) != 3:
             raise DataValidationError(f"{name} has shape {np.shape(X)}, but protocol {protocol.name!r} reads token "

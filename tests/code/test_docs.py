@@ -213,7 +213,7 @@ TOP_LEVEL = "Top-level fields"
 
 def _config_sections() -> list[tuple[str, type]]:
     """(section heading, dataclass) for the config and every dataclass nested in it."""
-    from jobs.config.schema import BenchmarkConfig
+    from jobs.config import BenchmarkConfig
 
     out, todo = [], [("", BenchmarkConfig)]
     while todo:

@@ -8,6 +8,9 @@ a dataclass its fields); one annotated to return a value needs a ``Returns`` (or
 are. A method without a docstring of its own that overrides a documented method of a base
 class inherits that documentation (``help()`` and ``inspect.getdoc`` show it), so it
 passes. Every module of ``pipeline/`` and ``storage_schema/`` is held to the rule.
+
+In ``jobs/`` and ``flows/`` every public definition needs at least a one-line docstring
+(what it is and why), sections optional.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from tests.helpers.code import REPO, module_name, python_files
 
 # The packages held to the rule: every module of each.
 CHECKED = ("storage_schema", "pipeline")
+# The packages whose public definitions need a docstring, without numpydoc sections.
+DOCUMENTED = ("jobs", "flows")
 
 
 def _in_scope(module: str) -> bool:
@@ -120,7 +125,7 @@ def _documented_methods() -> dict[str, tuple[frozenset[str], tuple[str, ...]]]:
     """Class name -> (its methods with a docstring, its base classes' names), over the
     packages held to the rule (classes are matched by name)."""
     out: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
-    for folder in CHECKED:
+    for folder in (*CHECKED, *DOCUMENTED):
         for path in python_files(folder.replace(".", "/")):
             for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
                 if isinstance(node, ast.ClassDef):
@@ -178,6 +183,12 @@ def _modules() -> list[Path]:
 def test_public_definitions_have_numpydoc_docstrings(path: Path) -> None:
     problems = problems_of(path)
     assert not problems, "undocumented public definitions:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("path", [p for folder in DOCUMENTED for p in python_files(folder)], ids=module_name)
+def test_public_definitions_have_docstrings(path: Path) -> None:
+    missing = [p for p in problems_of(path) if p.endswith(": no docstring")]
+    assert not missing, "public definitions without a docstring:\n" + "\n".join(missing)
 
 
 def test_the_check_reads_numpydoc_sections(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from flows.benchmark import run_benchmark
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from pipeline.errors import ConfigError
 from storage_schema import FeatureStore
 from storage_schema.ledger import FailureLog, Ledger

@@ -127,7 +127,7 @@ def test_results_show_the_current_settings_and_all_shows_history(tmp_path, capsy
 def test_each_config_name_keeps_its_rows_when_weights_are_identical(tmp_path, capsys):
     import yaml
 
-    from jobs.config.schema import ExtractConfig
+    from jobs.config import ExtractConfig
     from jobs.extraction.extract import extract
     from pipeline.datasets import make_dataset
     from pipeline.encoders import EncoderSpec

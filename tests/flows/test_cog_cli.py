@@ -11,7 +11,7 @@ import yaml
 from PIL import Image
 
 from flows.cli.main import main
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.plan import check_plan, evaluation_cells
 from tests.pipeline.test_cog import COUNTS, DESCENDANTS, EDGES, EXCLUDED, EXPECTED, RANKED, SEEN
 

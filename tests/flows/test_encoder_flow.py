@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from flows.benchmark import run_benchmark
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from storage_schema import FeatureStore, keys
 from storage_schema.ledger import Ledger
 from tests.helpers.cli import REPO, cli_env

@@ -14,7 +14,7 @@ from flows.benchmark import run_plan
 from flows.cluster_memory import memory_request
 from flows.runtime import task_runner
 from jobs.evaluation.cell_memory import MEMORY_RESOURCE, declared_memory, task_bytes
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.plan import make_plan
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from flows.benchmark import run_benchmark
 from flows.cli.main import main
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from tests.helpers.configs import write_checkpoint
 
 pytestmark = pytest.mark.slow

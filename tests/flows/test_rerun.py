@@ -19,7 +19,7 @@ import yaml
 from PIL import Image
 
 from flows.cli.main import EXIT_PIPE, main
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.rerun import ledger_answer
 from storage_schema import FeatureStore
 from storage_schema.ledger import FailureLog, Ledger, failure_id

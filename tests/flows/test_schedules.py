@@ -11,7 +11,7 @@ import time
 import pytest
 
 from jobs.config.checkpoint_folders import scan_checkpoints, scan_folder, with_scanned_checkpoints
-from jobs.config.schema import CheckpointScan, load_config
+from jobs.config import CheckpointScan, load_config
 from jobs.plan import make_plan
 from jobs.watch import detect_changes, load_state, save_state, watch_key
 from pipeline.errors import ConfigError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from pipeline.protocols.registry import resolve_settings
 from storage_schema.ledger import cell_id, config_hash
 from storage_schema.provenance import stable_hash

@@ -9,7 +9,7 @@ import pytest
 
 from flows.benchmark import run_plan
 from jobs.evaluation.cell_memory import check_cells_fit, parse_bytes, task_bytes
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.evaluation.evaluate import evaluate_cells
 from jobs.extraction.import_features import import_features
 from jobs.plan import make_plan, run_extract_unit

@@ -13,7 +13,7 @@ import timm
 import torch
 
 from jobs.config.checkpoint_folders import scan_checkpoints, wait_for_settled
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.plan import make_plan
 from pipeline.errors import ConfigError
 from tests.helpers.configs import tiny_config

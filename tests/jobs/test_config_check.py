@@ -4,15 +4,18 @@ input (a YAML alias bomb, a huge value) refused first with one short line."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import yaml
 
 from flows.cli.main import main
-from jobs.config.schema import load_config
+from jobs.config import EncoderConfig, load_config
 from jobs.config.mistakes import MAX_FILE_BYTES, MAX_STRING, MAX_VALUES, ConfigMistakes, Mistakes
 from jobs.plan import make_plan
+from pipeline.encoders.spec import EncoderSpec
 from pipeline.errors import ConfigError
+from pipeline.plain import to_plain
 from tests.helpers.configs import tiny_config
 
 
@@ -153,3 +156,20 @@ def test_a_long_value_quoted_by_a_check_is_cut_on_the_terminal(tmp_path, capsys)
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("repeval: error: config.encoders[0].source: 'sss") and line.endswith("...")
     assert len(line) <= 1000 + len("repeval: error: ")
+
+
+def test_an_encoder_entry_converts_to_its_spec_field_by_field():
+    """EncoderConfig declares every EncoderSpec field (the config's defaults are the spec's),
+    and ``spec()`` carries each one over: the one conversion between the two types."""
+    spec_fields = {f.name: f for f in dataclasses.fields(EncoderSpec)}
+    config_fields = {f.name: f for f in dataclasses.fields(EncoderConfig)}
+    assert set(spec_fields) <= set(config_fields)
+    for name, f in spec_fields.items():
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            continue
+        c = config_fields[name]
+        default = c.default_factory() if c.default is dataclasses.MISSING else c.default
+        assert to_plain(default) == to_plain(f.default), name
+    entry = EncoderConfig(name="a", arch="resnet18", weights="random", seed=3, layers=["block1", "pre_logits"],
+                          input_size=32, strip_prefixes=["net."], checkpoint_key="teacher", dtype="float16")
+    assert entry.spec().to_dict() == {name: to_plain(getattr(entry, name)) for name in spec_fields}

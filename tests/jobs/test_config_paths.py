@@ -8,7 +8,7 @@ import os
 
 import yaml
 
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from pipeline.datasets.catalog import path_parameters
 
 

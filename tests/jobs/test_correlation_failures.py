@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from flows.cli.main import main
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.report.inputs import correlate_and_report
 from pipeline.errors import ConfigError
 from storage_schema.ledger import FailureLog

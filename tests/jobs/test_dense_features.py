@@ -17,7 +17,7 @@ from sklearn.metrics import confusion_matrix as sk_confusion
 
 from flows.cli.main import main
 from jobs.analysis.compare import compare_encoders
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.extraction.dense_targets import store_targets
 from jobs.evaluation.evaluate import Cell, evaluate_cell
 from jobs.extraction.extract import ExtractConfig, extract

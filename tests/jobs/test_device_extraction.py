@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from jobs.config.schema import ExtractConfig, load_config
+from jobs.config import ExtractConfig, load_config
 from jobs.extraction.extract import extract
 from jobs.extraction.forward import loader_settings
 from pipeline.datasets import make_dataset

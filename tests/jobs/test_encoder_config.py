@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.config.protocol_checks import settings_hash
 from jobs.evaluation.cell import Cell
 from jobs.plan import check_plan, evaluation_cells, extraction_units, make_plan
@@ -169,7 +169,7 @@ def test_every_encoder_protocol_declares_its_metrics_and_reads_no_torch():
         assert entry.metrics and set(entry.unbounded) <= set(entry.metrics)
         assert set(entry.lower_is_better) <= set(entry.metrics)
         assert entry.resolve(None) == entry.resolve({})
-    code = ("import json, sys\nfrom jobs.config.schema import load_config\nfrom jobs.plan import make_plan\n"
+    code = ("import json, sys\nfrom jobs.config import load_config\nfrom jobs.plan import make_plan\n"
             f"cfg = load_config({_config_literal()})\nmake_plan(cfg, check=False)\n"
             "print(json.dumps(sorted(m for m in ('torch', 'timm', 'sklearn') if m in sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), cwd=REPO,

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from flows.tasks import finetune_finish_task, finetune_point_task
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.analysis.correlate import correlate_results
 from jobs.config.protocol_checks import settings_hash
 from jobs.evaluation.identity import recorded_cells

@@ -14,11 +14,11 @@ from PIL import Image
 
 from flows.cli.main import main
 from flows.tasks import extract_task
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.data_notes import label_notes
 from jobs.plan import ExtractUnit, check_plan, evaluation_cells, make_plan
 from jobs.report.run_summary import build_summary, summary_lines
-from jobs.config.typed import to_plain
+from pipeline.plain import to_plain
 from pipeline.errors import ConfigError
 from storage_schema import FeatureStore
 from tests.helpers.cli import REPO, cli_env

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import timm
 import torch
 
-from jobs.config.schema import ExtractConfig
+from jobs.config import ExtractConfig
 from jobs.evaluation.evaluate import Cell, evaluate_cell
 from jobs.extraction.extract import extract
 from jobs.report.sections.overview import checkpoints_read

@@ -15,7 +15,7 @@ from safetensors.numpy import save_file
 
 from jobs.report.events import event_payload, read_summary, summary_path
 from jobs.analysis.compare import compare_records
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.evaluation.evaluate import evaluate_cells
 from jobs.plan import make_plan
 from jobs.report.inputs import correlate_and_report

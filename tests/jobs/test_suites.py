@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.plan import check_plan, evaluation_cells, extraction_units
 from jobs.config.suites import CD_FSL, FEW_SHOT, MANY_SHOT
 from pipeline.errors import ConfigError

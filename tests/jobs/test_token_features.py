@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.evaluation.evaluate import Cell, evaluate_cell
 from jobs.extraction.extract import ExtractConfig, extract
 from jobs.plan import check_plan, evaluation_cells

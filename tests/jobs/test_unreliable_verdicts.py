@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from flows.cli.main import main
-from jobs.report.events import build_summary, event_payload
+from jobs.report.events import build_report_summary, event_payload
 from jobs.analysis.compare import compare_encoders
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.report import write_report
 from jobs.analysis.series import analyse_series
 from jobs.report.run_summary import warning_lines
@@ -114,7 +114,7 @@ def test_a_series_newest_checkpoint_regresses_only_where_both_scores_can_be_trus
     assert series.verdicts[RIDGE].verdict == "unreliable"
     assert series.unreliable == [{"cell": "/".join(RIDGE), "reason": series.verdicts[RIDGE].reason}]
     assert [r["cell"] for r in series.regressions()] == ["/".join(KNN)]
-    summary = build_summary(list(records.values()), [], [series], evaluated=["noisy"])
+    summary = build_report_summary(list(records.values()), [], [series], evaluated=["noisy"])
     assert [r["cell"] for r in summary["regressions"]] == ["/".join(KNN)]
     flagged = {(w["encoder"], w["cell"]): w for w in summary["warnings"]}
     assert flagged["noisy", "/".join(RIDGE)]["unreliable"] and flagged["noisy", "/".join(RIDGE)]["codes"] == [
@@ -148,7 +148,7 @@ def test_a_series_newest_checkpoint_regresses_only_where_both_scores_can_be_trus
 def test_the_summary_of_trusted_records_says_so(cells, tmp_path):
     store, url, records = cells
     clean = [r for (m, _), r in records.items() if m == "clean"]
-    summary = build_summary(clean, [], [])
+    summary = build_report_summary(clean, [], [])
     assert summary["warnings"] == [] and warning_lines(summary["warnings"]) == []
     path = write_report(clean, None, _series_config(url), str(tmp_path / "r.html"), summary=summary)
     assert "No record carries a warning" in open(path, encoding="utf-8").read()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from storage_schema.ledger import Ledger
 from tests.helpers.load import load_config_dict, measure, prepare_features
 

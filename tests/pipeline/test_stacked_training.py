@@ -9,7 +9,8 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from pipeline.errors import ConfigError, DataValidationError
 from pipeline.protocols.nets.mlp import MLPProbe
-from pipeline.protocols.probe_inputs import encode_labels, resolve_device, validation_split
+from pipeline.protocols.inputs.devices import resolve_device
+from pipeline.protocols.inputs.labels import encode_labels, validation_split
 from pipeline.protocols.nets.stacked_training import GridRecord, StackedAdamW, select_member
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -90,7 +91,8 @@ def test_resolve_device():
     assert resolve_device("cpu") == torch.device("cpu")
     assert resolve_device(torch.device("cpu")) == torch.device("cpu")
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
-    for bad in ("gpu", 0, None, "mps"):
+    assert resolve_device(None) == resolve_device("auto")  # one contract: None is auto, as in the config
+    for bad in ("gpu", 0, "mps"):
         with pytest.raises(ConfigError, match="valid choices|supported"):
             resolve_device(bad)
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.plan import check_plan
 from tests.helpers.names import bad_names
 

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from jobs.config.schema import load_config
+from jobs.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"

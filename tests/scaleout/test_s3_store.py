@@ -12,7 +12,7 @@ import pytest
 import s3fs
 import torch
 
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.extraction.extract import ExtractConfig, extract
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec, load_encoder

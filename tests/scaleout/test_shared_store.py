@@ -18,7 +18,7 @@ import s3fs
 import yaml
 
 from flows.cli.main import main as cli_main
-from jobs.config.schema import load_config
+from jobs.config import load_config
 from jobs.evaluation.identity import cell_identity
 from jobs.plan import evaluation_cells
 from storage_schema import FeatureStore

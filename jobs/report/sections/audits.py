@@ -97,6 +97,7 @@ def _invariance_table(rec: Mapping[str, Any]) -> Markup:
 
 
 def invariance_section(run: ReportRun) -> Markup:
+    """The invariance audit: predictions changed by each feature map, violations marked."""
     recs = [r for r in run.records if isinstance((r.get("metrics") or {}).get("records"), list)]
     body: list[Any] = [note("Fraction of test predictions changed by each map of the features, and whether "
                             "the protocol is expected to ignore it. A cell expected invariant whose "
@@ -118,6 +119,7 @@ def _needs_warning(rec: Mapping[str, Any]) -> bool:
 
 
 def warnings_section(run: ReportRun) -> Markup:
+    """Every record with a fit warning or an unconverged solver, and the run's problems."""
     shown = [(r, False) for r in run.records if _needs_warning(r)]
     shown += [(r, True) for r in run.aside if _needs_warning(r)]
     body: list[Any] = [notice(p) for p in run.problems]

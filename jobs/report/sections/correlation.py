@@ -69,6 +69,7 @@ def _reference_table(reference: Mapping[str, float]) -> Markup:
 
 def correlation_section(run: ReportRun, correlation: CorrelationReport | None,
                         reference: Mapping[str, float] | None) -> Markup:
+    """The correlations with the reference score: figures, intervals and one scatter plot per setting."""
     body: list[Any] = [note("Logit-transformed scores correlated across models with the reference "
                             "(Ericsson et al. 2021): one point per encoder, least-squares line.")]
     if correlation is None:

@@ -57,6 +57,7 @@ def _grid_table(rec: Mapping[str, Any]) -> Markup:
 
 
 def finetune_section(run: ReportRun) -> Markup:
+    """The fine-tuning cells: the grid's validation scores, the selected point, the test score and its calibration."""
     recs = _of(run, FINETUNE)
     body: list[Any] = [note(
         f"Every weight trained with a linear head: each grid point trained on train and scored on validation "
@@ -108,6 +109,7 @@ def _picture(data: bytes | None, alt: str) -> Markup:
 
 
 def diagnostics_section(run: ReportRun, read_examples) -> Markup:
+    """The diagnostics: attentive diffusion of saliency maps and colour errors of reconstructions, with examples."""
     saliency, colour = _of(run, SALIENCY), _of(run, COLOUR_DETAIL)
     body: list[Any] = [note(
         "Attentive diffusion: the percentage of a saliency map's pixels above the map's mean, averaged over "

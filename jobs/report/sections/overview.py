@@ -52,6 +52,7 @@ def _block(rec: Mapping[str, Any], aside: bool) -> Markup:
 
 
 def provenance_section(run: ReportRun) -> Markup:
+    """One collapsible block per record: where its features, weights and settings came from."""
     seen: set[str] = set()
     blocks = []
     for rec, aside in [(r, False) for r in run.records] + [(r, True) for r in run.aside]:

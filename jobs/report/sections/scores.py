@@ -15,10 +15,12 @@ WARNING_MARKER = "\u26a0"  # after a score whose record carries fit warnings
 
 
 def has_score(rec: Mapping[str, Any]) -> bool:
+    """Whether a record has a headline score to tabulate."""
     return "score" in (rec.get("metrics") or {})
 
 
 def score_text(rec: Mapping[str, Any]) -> str:
+    """A record's score as the tables print it (few-shot: the mean with its 95 % interval)."""
     m = rec.get("metrics") or {}
     if is_number(m.get("ci95")):  # few-shot: mean accuracy over episodes with its 95 % CI
         return f"{pct(m.get('mean', m.get('score')))} \u00b1 {pct(m['ci95'])}"
@@ -72,6 +74,7 @@ def _accuracy_table(run: ReportRun, recs: list[dict], table_id: str) -> Markup:
 
 
 def accuracy_section(run: ReportRun) -> Markup:
+    """The test scores per setting and layer: encoders by datasets, the best per dataset marked."""
     from jobs.report.sections.dense import is_dense  # dense readouts have their own tables
 
     groups = run.group(lambda r: has_score(r) and not is_dense(r))
@@ -192,6 +195,7 @@ def _pick_baseline(run: ReportRun, available: list[str]) -> tuple[str | None, st
 
 
 def lowshot_section(run: ReportRun) -> Markup:
+    """The low-shot curves: accuracy against images per class, and against the baseline encoder."""
     groups = run.group(lambda r: isinstance((r.get("metrics") or {}).get("curve"), Mapping))
     body: list[Any] = [note("Mean test accuracy over the repeated train samples (\u00b1 std in the "
                             "tables) against train images per class; right: minus the baseline "
@@ -213,6 +217,7 @@ def lowshot_section(run: ReportRun) -> Markup:
 
 
 def calibration_section(run: ReportRun) -> Markup:
+    """Calibration: ECE before and after temperature scaling, the temperature at its bound flagged."""
     recs = [r for r in run.records if "ece" in (r.get("metrics") or {})]
     body: list[Any] = [note("Expected calibration error (equal-width confidence bins) of the logistic probe "
                             "on test, before and after temperature scaling fitted on validation "

@@ -20,6 +20,7 @@ import numpy as np
 from pipeline.analysis.compare.paired import PairedComparison
 from pipeline.analysis.compare.stats import benjamini_hochberg, check_probability
 from pipeline.errors import DataValidationError
+from pipeline.plain import to_plain
 
 __all__ = ["VERDICTS", "CellVerdict", "SettingSummary", "decide_verdicts", "summarise_by_setting"]
 
@@ -113,7 +114,7 @@ class SettingSummary:
         dict
             Every field.
         """
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return to_plain(self)
 
 
 def decide_verdicts(

@@ -147,12 +147,13 @@ def read_step_metadata(path: str | os.PathLike[str]) -> tuple[int, str] | None:
         The step and the key it came from (one of ``STEP_METADATA_KEYS``), or None when the
         file carries none of those keys.
     """
-    # Imported here: pipeline.encoders.checkpoints.reading imports torch, which a name pattern never needs.
+    # Imported here: the checkpoint readers import torch, which a name pattern never needs.
     from pipeline.encoders.checkpoints.reading import checked_path, container_format, read_checkpoint
+    from pipeline.encoders.checkpoints.safetensors_files import safetensors_metadata
 
     path = checked_path(path)
     if container_format(path) == "safetensors":
-        entries = _safetensors_metadata(path)
+        entries = safetensors_metadata(path)
     else:  # an archive is memory-mapped: only the top-level values are read
         loaded = read_checkpoint(path)
         entries = loaded if isinstance(loaded, Mapping) else {}
@@ -160,16 +161,6 @@ def read_step_metadata(path: str | os.PathLike[str]) -> tuple[int, str] | None:
         if key in entries:
             return _as_step(entries[key], f"{path.name!r} metadata key {key!r}"), key
     return None
-
-
-def _safetensors_metadata(path: Path) -> Mapping[str, object]:
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="numpy") as handle:
-            return handle.metadata() or {}
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"Cannot read the safetensors header of {path.name!r}: {exc}") from exc
 
 
 def checkpoint_step(path: str | os.PathLike[str], pattern: str | re.Pattern[str] | None = None) -> CheckpointStep:

@@ -18,7 +18,6 @@ attributes, a dict, the numpy scalar): nothing of theirs runs.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import pickle
 import struct
@@ -35,6 +34,7 @@ from torch import Tensor, nn
 from pipeline.encoders.checkpoints.names import (  # noqa: F401  (re-exported)
     CHECKPOINT_EXTENSIONS, PICKLE_EXTENSIONS, SAFETENSORS_EXTENSIONS, checkpoint_extension, checkpoint_stem,
 )
+from pipeline.encoders.checkpoints.safetensors_files import read_safetensors
 from pipeline.errors import CheckpointError, UnsafeCheckpointError
 
 #: Where training code usually puts the weights inside a checkpoint, most common first.
@@ -190,7 +190,7 @@ def read_checkpoint(path: str | os.PathLike[str], meta: bool = False) -> object:
             "one. Rename it to .pth if it is a torch.save file you mean to load (read with weights_only)"
         )
     if kind == "safetensors":
-        return _safetensors_meta(path) if meta else _load_safetensors(path)
+        return read_safetensors(path, meta=meta)
     if kind == "torch-zip" and not zipfile.is_zipfile(path):
         # a zip's directory is written last: without it the file was cut short (torch's own
         # message about miniz's central directory says nothing a user can act on)
@@ -323,55 +323,6 @@ def pick_mapping(found: Mapping[str, dict[str, Tensor]], checkpoint_key: str | N
         raise CheckpointError(f"Checkpoint {name!r} holds several mappings of tensors ({listed}); "
                               "say which with checkpoint_key")
     return dict(next(iter(found.values())))
-
-
-def _dtype_of(code: str) -> torch.dtype:
-    names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
-             "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
-    return getattr(torch, names.get(code, "float32"))
-
-
-def _check_complete(path: Path) -> None:
-    """Refuse a safetensors file shorter than its header says: the usual sign of a checkpoint
-    still being copied or written, which deserves a clearer message than a header error."""
-    size = path.stat().st_size
-    try:
-        with open(path, "rb") as f:
-            (n,) = struct.unpack("<Q", f.read(8))
-            needed = 8 + n
-            if needed <= size:
-                header = json.loads(f.read(n))
-                needed += max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),
-                              default=0)
-    except (struct.error, ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
-        return  # garbled rather than short: safetensors' own error says more
-    if needed > size:
-        raise CheckpointError(f"safetensors checkpoint {path.name!r} is truncated: its header describes "
-                              f"{needed} bytes, the file holds {size} (still being written?)")
-
-
-def _safetensors_meta(path: Path) -> dict[str, Tensor]:
-    """The header's tensors as meta tensors: names, shapes, dtypes; no bytes read."""
-    from safetensors import SafetensorError, safe_open
-
-    _check_complete(path)
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return {k: torch.empty(tuple(f.get_slice(k).get_shape()), dtype=_dtype_of(f.get_slice(k).get_dtype()),
-                                   device="meta") for k in f.keys()}
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"Cannot read safetensors checkpoint {path.name!r}: {exc}") from exc
-
-
-def _load_safetensors(path: Path) -> dict[str, Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    _check_complete(path)
-    try:
-        return load_file(str(path), device="cpu")
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"Cannot read safetensors checkpoint {path.name!r}: {exc}") from exc
 
 
 def _load_pickle(path: Path, meta: bool = False, mmap: bool = False) -> object:

@@ -32,7 +32,9 @@ from scipy import optimize
 from scipy.special import log_softmax, softmax
 
 from pipeline.errors import DataValidationError
-from pipeline.protocols.validation import check_class_indices, check_features
+from pipeline.plain import to_plain
+from pipeline.protocols.inputs.features import check_features
+from pipeline.protocols.inputs.labels import check_class_indices
 
 #: A callable returning an iterable of (logits (b, K), class indices (b,)) torch blocks.
 LogitBlocks = Callable[[], Iterable[tuple[torch.Tensor, torch.Tensor]]]
@@ -351,7 +353,7 @@ class CalibrationReport:
         -------
         dict
         """
-        return dict(self.__dict__)
+        return to_plain(self)
 
 
 def _test_sums(blocks: LogitBlocks, temperature: float, n_bins: int) -> tuple[float, float, float]:

@@ -43,7 +43,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
 from pipeline.errors import DataValidationError, unknown_name
-from pipeline.protocols.validation import check_class_indices, check_train_test
+from pipeline.protocols.inputs.labels import check_class_indices, check_train_test
 from pipeline.protocols.neighbours.knn import KNNClassifier
 from pipeline.protocols.linear.logistic import LogisticProbe
 from pipeline.protocols.linear.ridge import RidgeProbe

@@ -9,15 +9,13 @@ the runners import torch when they run.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.errors import ConfigError
 from pipeline.protocols.dense.memory import normals_memory, segmentation_memory
 from pipeline.protocols.dense.metrics import NORMAL_METRICS, SEGMENTATION_METRICS
-from pipeline.protocols.devices import DEVICE_DEFAULT, check_device_name
-from pipeline.protocols.nets.protocols import GRID_MAX
+from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_name
+from pipeline.protocols.inputs.settings import check_setting_grid
 from pipeline.protocols.registry import SEED, Bound, ProtocolResult, above, register_protocol
 
 __all__ = ["DENSE_SCHEDULE"]
@@ -30,10 +28,7 @@ _BOUNDS = {"epochs": Bound(1, 10_000), "batch_size": Bound(1, 4096), "momentum":
 
 
 def _check_segmentation(s: Mapping[str, Any]) -> None:
-    rates = s["learning_rates"]
-    if not (isinstance(rates, (list, tuple)) and 0 < len(rates) <= GRID_MAX and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in rates)):
-        raise ConfigError(f"learning_rates={rates!r} must be a list of 1 to {GRID_MAX} finite numbers > 0")
+    check_setting_grid(s["learning_rates"], "learning_rates", positive=True)
     check_device_name(s["device"])
 
 

@@ -35,7 +35,7 @@ from pipeline.protocols.dense import metrics as dm
 from pipeline.protocols.dense.data import DenseData
 from pipeline.protocols.dense.heads import make_head
 from pipeline.protocols.dense.training import Rows, Schedule, TrainOutcome, channel_stats, predict_batches, train_head
-from pipeline.protocols.devices import resolve_device
+from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.evidence import Evidence
 from pipeline.protocols.fit_warnings import fit_warning
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from pipeline.errors import DataValidationError
 from pipeline.protocols.blocks import FeatureRows
-from pipeline.protocols.devices import resolve_device
+from pipeline.protocols.inputs.devices import resolve_device
 
 CI_Z = 1.96
 #: Memory bounds per block of episodes: random sampling keys (float64) and gathered
@@ -273,7 +273,8 @@ def fewshot_episodes(
     """
     # scikit-learn's input checks, imported here: the episode sampler and its version are
     # imported by the comparison of stored results, which never fits anything
-    from pipeline.protocols.validation import check_class_indices, check_features
+    from pipeline.protocols.inputs.features import check_features
+    from pipeline.protocols.inputs.labels import check_class_indices
 
     n_way = _check_int(n_way, "n_way", 2)
     n_shot = _check_int(n_shot, "n_shot", 1)

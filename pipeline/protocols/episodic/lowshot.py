@@ -39,7 +39,8 @@ from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.linear.logistic import LogisticProbe
 from pipeline.protocols.linear.ridge import DEFAULT_ALPHAS, RidgeProbe
 from pipeline.protocols.transforms import fit_row_map, make_transform
-from pipeline.protocols.validation import check_class_indices, check_features, check_min_classes
+from pipeline.protocols.inputs.features import check_features
+from pipeline.protocols.inputs.labels import check_class_indices, check_min_classes
 
 ALL = "all"
 DEFAULT_SHOTS: tuple[int | str, ...] = (1, 2, 4, 8, 16, 32, 64, 128, ALL)

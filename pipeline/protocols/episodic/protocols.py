@@ -14,7 +14,7 @@ import numpy as np
 
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.cell import CellShape
-from pipeline.protocols.devices import DEVICE_DEFAULT, check_device_setting, resolve_device
+from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_setting, resolve_device
 from pipeline.protocols.evidence import Evidence, class_indices
 from pipeline.protocols.linear.protocols import TRANSFORM_NAMES, ridge_terms
 from pipeline.protocols.memory import F8, RUNTIME, held, label_bytes

@@ -30,7 +30,7 @@ from pipeline.protocols.finetune.settings import (
 _LAZY = {
     "cosine_lr": "optim", "make_optimizer": "optim", "make_scheduler": "optim", "optimizer_weight_decay": "optim",
     "finetune_result": "result", "run_finetune": "result", "select_best": "result",
-    "REFIT": "unit", "SELECT": "unit", "STAGES": "unit", "FinetuneClassifier": "unit", "resolve_device": "unit",
+    "REFIT": "unit", "SELECT": "unit", "STAGES": "unit", "FinetuneClassifier": "unit",
     "run_grid_point": "unit",
 }
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from pipeline.errors import ConfigError
 from pipeline.names import validate_name
+from pipeline.plain import to_plain
 
 RANDOM_RESIZED_CROP_FLIP = "random_resized_crop_flip"
 CENTER_CROP = "center_crop"
@@ -140,7 +141,7 @@ class FinetuneSettings:
         -------
         dict
         """
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+        return to_plain(self)
 
     def result_settings(self) -> dict[str, Any]:
         """The settings that decide the result: :meth:`to_dict` without ``save_every``,
@@ -209,7 +210,7 @@ class GridPoint:
         -------
         dict
         """
-        return dataclasses.asdict(self)
+        return to_plain(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GridPoint:

@@ -30,6 +30,7 @@ from pipeline.protocols.finetune import data as fdata
 from pipeline.protocols.finetune.optim import make_optimizer, make_scheduler, optimizer_weight_decay
 from pipeline.protocols.finetune.settings import DatasetSplits, FinetuneSettings, GridPoint
 from pipeline.protocols.finetune.state import capture_rng, load_state, restore_rng, run_identity, save_state
+from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.metrics import accuracy_metrics
 
 SELECT, REFIT = "select", "refit"
@@ -37,7 +38,7 @@ STAGES = (SELECT, REFIT)
 _LOSS_TAIL = 50  # steps averaged into train_loss_last
 _DROPOUT_STREAM = 2  # derived_seed stream of the process-wide generator; 0 and 1 are the data's
 
-__all__ = ["REFIT", "SELECT", "STAGES", "FinetuneClassifier", "resolve_device", "run_grid_point", "training_plan"]
+__all__ = ["REFIT", "SELECT", "STAGES", "FinetuneClassifier", "run_grid_point", "training_plan"]
 
 
 class FinetuneClassifier(nn.Module):
@@ -68,33 +69,6 @@ class FinetuneClassifier(nn.Module):
             Logits (B, classes).
         """
         return self.head(self.backbone.forward_head(self.backbone.forward_features(x), pre_logits=True))
-
-
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """``device`` as a torch device (default: CUDA when available, else CPU).
-
-    Parameters
-    ----------
-    device : a device, its name, or None.
-
-    Returns
-    -------
-    torch.device
-
-    Raises
-    ------
-    ConfigError
-        Not a device name, or CUDA asked for where there is none.
-    """
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ConfigError(f"device={device!r} is not a torch device: {exc}") from None
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device={device!r} asked for CUDA, but torch.cuda.is_available() is False")
-    return resolved
 
 
 def _check_inputs(spec: Any, settings: Any, point: Any, stage: str) -> tuple[FinetuneSettings, GridPoint]:

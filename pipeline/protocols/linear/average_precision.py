@@ -25,39 +25,14 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.errors import DataValidationError
+from pipeline.protocols.inputs.labels import check_multilabel
 
-__all__ = ["CONVENTIONS", "RECALL_THRESHOLDS", "check_multilabel", "devkit_average_precision",
-           "mean_average_precision_11", "seed_average_precision"]
+__all__ = ["CONVENTIONS", "RECALL_THRESHOLDS", "devkit_average_precision", "mean_average_precision_11",
+           "seed_average_precision"]
 
 #: The recall thresholds of both conventions: ``numpy.linspace(0, 1, 11)`` as floating point.
 RECALL_THRESHOLDS = np.linspace(0.0, 1.0, 11)
 CONVENTIONS = ("seed", "devkit")
-
-
-def check_multilabel(labels: np.ndarray, name: str = "labels") -> np.ndarray:
-    """``labels`` as int64 (n, C) with values in {-1, 0, 1}, else DataValidationError.
-
-    Parameters
-    ----------
-    labels : numpy.ndarray
-        Multi-label rows: 1 present, 0 absent, -1 difficult.
-    name : str
-        The array's name in messages.
-
-    Returns
-    -------
-    numpy.ndarray
-    """
-    arr = np.asarray(labels)
-    if arr.ndim != 2 or arr.dtype.kind not in "iub":
-        raise DataValidationError(f"{name} must be an integer (n, C) multi-label array, got {arr.dtype} {arr.shape}")
-    arr = arr.astype(np.int64)
-    bad = ~np.isin(arr, (-1, 0, 1))
-    if bad.any():
-        i, c = np.argwhere(bad)[0]
-        raise DataValidationError(f"{name}[{i}, {c}] = {arr[i, c]}; multi-label entries are 1 (present), "
-                                  "0 (absent) or -1 (difficult)")
-    return arr
 
 
 def _check_1d(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -157,7 +132,7 @@ def mean_average_precision_11(scores: np.ndarray, labels: np.ndarray,
     """
     if convention not in CONVENTIONS:
         raise DataValidationError(f"convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
-    labels = check_multilabel(labels)
+    labels = check_multilabel(labels, name="labels", difficult=True)
     scores = np.asarray(scores, dtype=np.float64)
     if scores.shape != labels.shape:
         raise DataValidationError(f"scores {scores.shape} and labels {labels.shape} must have the same shape")

@@ -33,14 +33,14 @@ from sklearn.utils.validation import check_is_fitted
 
 from pipeline.errors import ConfigError, DataValidationError
 from pipeline.protocols.blocks import FeatureRows, RowsPredictMixin
-from pipeline.protocols.devices import resolve_device
+from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.linear.lbfgs import LBFGSMemory, Preconditioner, SolverState, minimize
 from pipeline.protocols.linear.linear_loss import LinearLoss, gram_matrix, linear_score_blocks
 from pipeline.protocols.linear.logistic_checks import majority_rate, refine_to_optimum, refit_collapse, tie_rule_choice
 from pipeline.protocols.metrics import mean_average_precision
-from pipeline.protocols.validation import (
-    check_number, encode_targets, validate_features,
-)
+from pipeline.protocols.inputs.features import validate_features
+from pipeline.protocols.inputs.labels import encode_targets, validation_split
+from pipeline.protocols.inputs.settings import check_grid, check_number
 
 __all__ = ["DEFAULT_CS", "LogisticProbe"]
 
@@ -141,32 +141,12 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         if isinstance(self.Cs, str):
             if self.Cs != "default":
                 raise ConfigError(f"Cs must be None, 'default' or an array of C > 0, got {self.Cs!r}")
-            grid = DEFAULT_CS
-        else:
-            try:
-                grid = np.asarray(self.Cs, dtype=np.float64).ravel()
-            except (TypeError, ValueError):
-                grid = np.array([np.nan])
-        if grid.size == 0 or not np.all(np.isfinite(grid) & (grid > 0)):
-            raise ConfigError(f"Cs must be 'default' or a non-empty array of finite C > 0, got {self.Cs!r}")
-        return np.unique(grid)  # ascending C: from the strongest penalty down
+            return np.unique(DEFAULT_CS)
+        return check_grid(self.Cs, "Cs", low_open=True)  # ascending C: from the strongest penalty down
 
     def _split(self, labels: np.ndarray, multilabel: bool) -> tuple[np.ndarray, np.ndarray]:
-        from sklearn.model_selection import ShuffleSplit, StratifiedShuffleSplit
-
-        splitter = (ShuffleSplit if multilabel else StratifiedShuffleSplit)(
-            1, test_size=self.val_fraction, random_state=self.random_state)
-        try:
-            tr, va = next(splitter.split(np.zeros((len(labels), 1)), None if multilabel else labels))
-        except ValueError as exc:
-            counts = np.bincount(labels) if not multilabel else np.array([len(labels)])
-            raise DataValidationError(
-                f"Cannot draw a stratified {self.val_fraction:g} validation split from "
-                f"{len(labels)} samples of {counts.size} classes (smallest class: {counts.min()} "
-                f"samples): {exc}. Use Cs=None with a fixed C, or the ridge probe (exact LOO) "
-                "for low-shot data."
-            ) from None
-        return np.sort(tr), np.sort(va)
+        return validation_split(labels, self.val_fraction, self.random_state, stratify=not multilabel,
+                                hint="Use Cs=None with a fixed C, or the ridge probe (exact LOO) for low-shot data.")
 
     # -- fitting -----------------------------------------------------------------------
     def fit(self, X: Any, y: Any, val_mask: Any = None) -> LogisticProbe:

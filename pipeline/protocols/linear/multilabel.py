@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import DataValidationError
-from pipeline.protocols.linear.average_precision import check_multilabel, mean_average_precision_11
+from pipeline.protocols.linear.average_precision import mean_average_precision_11
+from pipeline.protocols.inputs.labels import check_multilabel
 from pipeline.protocols.registry import EvalData, ProtocolResult
 
 def accepts_multilabel(protocol: Any) -> bool:
@@ -134,7 +135,7 @@ class MultiLabelLogisticProbe:
             Itself, fitted.
         """
         X = np.asarray(X, dtype=np.float64)
-        Y = check_multilabel(Y, "Y")
+        Y = check_multilabel(Y, name="Y", difficult=True)
         if len(X) != len(Y):
             raise DataValidationError(f"X has {len(X)} rows but Y has {len(Y)}")
         from pipeline.protocols.linear.logistic import DEFAULT_CS
@@ -195,14 +196,14 @@ def check_multilabel_data(data: EvalData) -> None:
     data : EvalData
         A cell's features and label rows.
     """
-    from pipeline.protocols.validation import check_features
+    from pipeline.protocols.inputs.features import check_features
 
     width, classes = None, None
     for split, X, Y in (("train", data.X_train, data.y_train), ("test", data.X_test, data.y_test),
                         ("val", data.X_val, data.y_val)):
         if Y is None and split == "val":
             continue
-        Y = check_multilabel(Y, f"y_{split}")
+        Y = check_multilabel(Y, name=f"y_{split}", difficult=True)
         if classes is not None and Y.shape[1] != classes:
             raise DataValidationError(f"y_{split} has {Y.shape[1]} classes, y_train {classes}")
         classes = Y.shape[1]
@@ -241,11 +242,12 @@ def multilabel_logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     fitted = make_transform(s["transform"]).fit(X_train)
     X_tr, X_te = fitted.transform(X_train), fitted.transform(data.X_test)
     X_va = None if data.X_val is None else fitted.transform(data.X_val)
-    Y_tr = check_multilabel(data.y_train, "y_train")
+    Y_tr = check_multilabel(data.y_train, name="y_train", difficult=True)
     val_mask = None
     if X_va is not None:  # a dataset-defined validation split selects C; the refit uses both
         val_mask = np.r_[np.zeros(len(Y_tr), bool), np.ones(len(data.y_val), bool)]
-        X_tr, Y_tr = np.concatenate([X_tr, X_va]), np.concatenate([Y_tr, check_multilabel(data.y_val, "y_val")])
+        Y_va = check_multilabel(data.y_val, name="y_val", difficult=True)
+        X_tr, Y_tr = np.concatenate([X_tr, X_va]), np.concatenate([Y_tr, Y_va])
     probe = MultiLabelLogisticProbe(C=s["C"], Cs=s["Cs"], val_fraction=s["val_fraction"], tol=s["tol"],
                                     max_iter=s["max_iter"], random_state=s["seed"]).fit(X_tr, Y_tr, val_mask)
     from pipeline.protocols.evidence import Evidence, float16_scores

@@ -20,7 +20,7 @@ import numpy as np
 from pipeline.errors import DataValidationError
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.cell import CellShape
-from pipeline.protocols.devices import DEVICE_DEFAULT, check_device_setting, resolve_device
+from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_setting, resolve_device
 from pipeline.protocols.evidence import Evidence, class_evidence, float16_scores
 from pipeline.protocols.memory import BLOCK, F8, RUNTIME, held, label_bytes
 from pipeline.protocols.metrics import CLASS_METRICS, MULTILABEL_METRICS, accuracy_metrics, multilabel_metrics

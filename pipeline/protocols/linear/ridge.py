@@ -24,14 +24,14 @@ from sklearn.utils.validation import check_is_fitted
 
 from pipeline.errors import ConfigError
 from pipeline.protocols.blocks import FeatureRows, RowsPredictMixin
-from pipeline.protocols.devices import resolve_device
+from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.linear.linear_loss import linear_score_blocks
 from pipeline.protocols.linear.ridge_svd import (  # noqa: F401  (the closed form, public here too)
     RidgeSpectrum, loo_residuals, one_vs_rest_targets, press, ridge_coefficients, ridge_spectrum, svd_ridge,
 )
-from pipeline.protocols.validation import (
-    check_number, encode_targets, validate_features,
-)
+from pipeline.protocols.inputs.features import validate_features
+from pipeline.protocols.inputs.labels import encode_targets
+from pipeline.protocols.inputs.settings import check_grid, check_number
 
 __all__ = ["DEFAULT_ALPHAS", "RidgeProbe", "fit_ridge", "loo_residuals", "one_vs_rest_targets", "press",
            "ridge_coefficients", "ridge_spectrum"]
@@ -148,17 +148,7 @@ class RidgeProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
             raise ConfigError(f"The 'fit_intercept' parameter must be a bool; got {self.fit_intercept!r}")
         if self.alphas is None:
             return np.array([float(self.alpha)])
-        try:
-            grid = np.asarray(self.alphas, dtype=np.float64).ravel()
-        except (TypeError, ValueError):
-            grid = np.array([np.nan])
-        bad = ~np.isfinite(grid) | (grid < 0)
-        if grid.size == 0 or bad.any():
-            raise ConfigError(
-                f"alphas must be a non-empty array of finite values >= 0; got {grid.size} "
-                f"value(s), {int(bad.sum())} invalid (e.g. {grid[bad][:3].tolist()})"
-            )
-        return grid
+        return check_grid(self.alphas, "alphas", low_open=False, unique=False)
 
     def fit(self, X: Any, y: Any) -> RidgeProbe:
         """Fit on features ``X`` and labels ``y``.

@@ -23,12 +23,12 @@ from sklearn.utils.validation import check_is_fitted
 
 from pipeline.errors import ConfigError, DataValidationError, unknown_name
 from pipeline.protocols.blocks import FeatureRows
-from pipeline.protocols.devices import resolve_device
+from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.neighbours.pairs import KNN_METRICS, check_metric_weights
 from pipeline.protocols.transforms import l2_normalize_block
-from pipeline.protocols.validation import (
-    check_features, check_finite, check_min_classes, check_number, encode_labels, validate_features,
-)
+from pipeline.protocols.inputs.features import check_features, check_finite, validate_features
+from pipeline.protocols.inputs.labels import check_min_classes, encode_labels
+from pipeline.protocols.inputs.settings import check_number
 
 __all__ = ["METRICS", "KNNClassifier", "check_metric_weights", "knn_class_weights", "knn_predict_from_topk",
            "topk_blocks"]

@@ -15,7 +15,7 @@ import numpy as np
 from pipeline.errors import DataValidationError
 from pipeline.protocols.blocks import STREAM_BLOCK_ROWS, block_rows
 from pipeline.protocols.cell import CellShape
-from pipeline.protocols.devices import DEVICE_DEFAULT, check_device_name, resolve_device
+from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_name, resolve_device
 from pipeline.protocols.evidence import class_evidence
 from pipeline.protocols.memory import F8, RUNTIME, held, label_bytes
 from pipeline.protocols.metrics import CLASS_METRICS, accuracy_metrics

@@ -33,59 +33,19 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from pipeline.errors import ConfigError, DataValidationError
-from pipeline.protocols.probe_inputs import (
-    SoftmaxOutputMixin, as_cpu_tensor, check_fraction, check_grid, check_positive_int, check_seed, encode_labels,
-    resolve_device,
-)
+from pipeline.protocols.inputs.devices import resolve_device
+from pipeline.protocols.inputs.features import as_cpu_tensor, check_tokens
+from pipeline.protocols.inputs.labels import check_min_classes, encode_labels
+from pipeline.protocols.inputs.settings import check_grid, check_number
+from pipeline.protocols.nets.outputs import SoftmaxOutputMixin
 from pipeline.protocols.nets.stacked_training import GridSelectionMixin, RowBatches
 
-__all__ = ["AttentiveProbe", "DEFAULT_ATTENTIVE_LRS", "DEFAULT_ATTENTIVE_WEIGHT_DECAYS", "attentive_logits",
-           "check_tokens"]
+__all__ = ["AttentiveProbe", "DEFAULT_ATTENTIVE_LRS", "DEFAULT_ATTENTIVE_WEIGHT_DECAYS", "attentive_logits"]
 
 #: Learning rates and weight decays tried (every pair: 9 grid points).
 DEFAULT_ATTENTIVE_LRS: tuple[float, ...] = (1e-4, 1e-3, 1e-2)
 DEFAULT_ATTENTIVE_WEIGHT_DECAYS: tuple[float, ...] = (1e-3, 1e-2, 1e-1)
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default
-# Rows of the finiteness check at a time (bounds the temporary boolean array).
-_CHECK_ROWS = 4096
-
-
-def check_tokens(X: Any, name: str = "X") -> np.ndarray:
-    """Token features as a finite (n, T, d) float array (float16/32/64 kept; others float32).
-
-    Parameters
-    ----------
-    X : array-like of shape (n_samples, n_tokens, n_features)
-    name : str
-        Name used in error messages.
-
-    Returns
-    -------
-    ndarray of shape (n, T, d)
-
-    Raises
-    ------
-    DataValidationError
-        Not 3-D, an empty axis, a non-numeric dtype, or NaN/inf (with the first position).
-    """
-    X = np.asarray(X)
-    if X.ndim != 3:
-        raise DataValidationError(f"{name} must be token features of shape (n_samples, n_tokens, n_features), "
-                                  f"got shape {X.shape}")
-    if 0 in X.shape:
-        raise DataValidationError(f"{name} has shape {X.shape}; every axis needs at least one entry")
-    if X.dtype.kind in "biu":
-        X = X.astype(np.float32)
-    elif X.dtype.kind != "f":
-        raise DataValidationError(f"{name} must hold real numbers, got dtype {X.dtype}")
-    for start in range(0, X.shape[0], _CHECK_ROWS):
-        bad = ~np.isfinite(X[start:start + _CHECK_ROWS])
-        if bad.any():
-            where = tuple(int(i) for i in np.argwhere(bad)[0])
-            raise DataValidationError(
-                f"Input {name} contains NaN or infinity, first at (sample, token, feature) = "
-                f"({where[0] + start}, {where[1]}, {where[2]}) of shape {X.shape}; features must be finite")
-    return X
 
 
 def attentive_logits(p: dict[str, torch.Tensor], xb: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -252,9 +212,9 @@ class AttentiveProbe(GridSelectionMixin, SoftmaxOutputMixin, ClassifierMixin, Ba
 
     def _check_params(self) -> tuple[np.ndarray, torch.device]:
         for name in ("num_heads", "batch_size", "max_epochs", "patience"):
-            check_positive_int(getattr(self, name), name)
-        check_fraction(self.val_fraction, "val_fraction")
-        check_seed(self.random_state)
+            check_number(getattr(self, name), name, 1, integer=True)
+        check_number(self.val_fraction, "val_fraction", 0, 1, low_open=True, high_open=True)
+        check_number(self.random_state, "random_state", 0, 2**32 - 1, integer=True)
         lrs = check_grid(self.learning_rates, "learning_rates", low_open=True)
         wds = check_grid(self.weight_decays, "weight_decays", low_open=False)
         return np.array(list(product(lrs, wds)), dtype=np.float64), resolve_device(self.device)
@@ -308,6 +268,7 @@ class AttentiveProbe(GridSelectionMixin, SoftmaxOutputMixin, ClassifierMixin, Ba
             raise ConfigError(f"num_heads={self.num_heads} does not divide the feature width d={d}; choose a "
                               f"divisor of {d}")
         self.classes_, codes = encode_labels(y, n)
+        check_min_classes(self.classes_)
         K = self.classes_.size
 
         def make(G: int, generator: torch.Generator) -> StackedAttentive:

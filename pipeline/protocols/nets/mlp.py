@@ -26,7 +26,6 @@ and whether training ended by early stopping or by the epoch budget.
 from __future__ import annotations
 
 import math
-from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -34,13 +33,13 @@ import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
-from pipeline.errors import ConfigError, DataValidationError
+from pipeline.errors import DataValidationError
 from pipeline.protocols.blocks import FeatureRows, block_rows
-from pipeline.protocols.validation import validate_features
-from pipeline.protocols.probe_inputs import (
-    SoftmaxOutputMixin, check_fraction, check_grid, check_positive_int, check_seed, encode_labels,
-    resolve_device,
-)
+from pipeline.protocols.inputs.devices import resolve_device
+from pipeline.protocols.inputs.features import validate_features
+from pipeline.protocols.inputs.labels import check_min_classes, encode_labels
+from pipeline.protocols.inputs.settings import check_grid, check_number
+from pipeline.protocols.nets.outputs import SoftmaxOutputMixin
 from pipeline.protocols.nets.stacked_training import GridSelectionMixin, RowBatches
 
 __all__ = ["DEFAULT_MLP_WEIGHT_DECAYS", "MLPProbe"]
@@ -175,12 +174,10 @@ class MLPProbe(GridSelectionMixin, SoftmaxOutputMixin, ClassifierMixin, BaseEsti
 
     def _check_params(self) -> tuple[np.ndarray, torch.device]:
         for name in ("hidden_units", "batch_size", "max_epochs", "patience"):
-            check_positive_int(getattr(self, name), name)
-        lr = self.learning_rate
-        if isinstance(lr, bool) or not isinstance(lr, Real) or not (math.isfinite(lr) and lr > 0):
-            raise ConfigError(f"learning_rate must be a finite number > 0, got {lr!r}")
-        check_fraction(self.val_fraction, "val_fraction")
-        check_seed(self.random_state)
+            check_number(getattr(self, name), name, 1, integer=True)
+        check_number(self.learning_rate, "learning_rate", 0, low_open=True)
+        check_number(self.val_fraction, "val_fraction", 0, 1, low_open=True, high_open=True)
+        check_number(self.random_state, "random_state", 0, 2**32 - 1, integer=True)
         return check_grid(self.weight_decays, "weight_decays", low_open=False), resolve_device(self.device)
 
     def fit(self, X: Any, y: Any, val_mask: Any = None) -> MLPProbe:
@@ -231,6 +228,7 @@ class MLPProbe(GridSelectionMixin, SoftmaxOutputMixin, ClassifierMixin, BaseEsti
 
     def _fit(self, X: Any, y: Any, val_mask: Any, wds: np.ndarray, device: torch.device) -> MLPProbe:
         self.classes_, codes = encode_labels(y, X.shape[0])
+        check_min_classes(self.classes_)
         d, K = X.shape[1], self.classes_.size
 
         def make(G: int, generator: torch.Generator) -> StackedMLP:

@@ -28,7 +28,8 @@ import numpy as np
 from pipeline.errors import ConfigError
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.cell import CellShape
-from pipeline.protocols.devices import DEVICE_DEFAULT, check_device_name, resolve_device
+from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_name, resolve_device
+from pipeline.protocols.inputs.settings import GRID_MAX, check_setting_grid
 from pipeline.protocols.evidence import class_evidence
 from pipeline.protocols.linear.protocols import TRANSFORM_NAMES, logistic_terms
 from pipeline.protocols.memory import BLOCK, F4, F8, RUNTIME, held, label_bytes
@@ -37,36 +38,24 @@ from pipeline.protocols.registry import (
     SEED, Bound, EvalData, ProtocolResult, above, get_protocol, register_protocol, resolve_settings,
 )
 
-__all__ = ["GRID_MAX", "attentive_memory", "mlp_memory"]
+__all__ = ["attentive_memory", "mlp_memory"]
 
-#: Most values a hyperparameter list may hold (each is a network trained at once).
-GRID_MAX = 64
 _ADAMW_COPIES = 4  # a trained parameter, its gradient and AdamW's two moments
 _EVAL_ELEMENTS = BLOCK // F4  # elements of one evaluation pass on the CPU (as in stacked_training)
 _SIZES = {"batch_size": Bound(1, 1 << 20), "max_epochs": Bound(1, 10_000), "patience": Bound(1, 10_000),
           "val_fraction": Bound(0, 1, low_open=True, high_open=True), "seed": SEED}
 
 
-def _check_grid(values: Any, name: str, positive: bool) -> None:
-    """A list of finite numbers (> 0 or >= 0), checked at config load without torch."""
-    rule = "> 0" if positive else ">= 0"
-    ok = isinstance(values, (list, tuple)) and 0 < len(values) <= GRID_MAX and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v > 0 if positive else v >= 0)
-        for v in values)
-    if not ok:
-        raise ConfigError(f"{name}={values!r} must be a list of 1 to {GRID_MAX} finite numbers {rule}")
-
-
 def _check_mlp(s: Mapping[str, Any]) -> None:
-    _check_grid(s["weight_decays"], "weight_decays", positive=False)
+    check_setting_grid(s["weight_decays"], "weight_decays", positive=False)
     if s["linear_Cs"] != "default":
-        _check_grid(s["linear_Cs"], "linear_Cs", positive=True)
+        check_setting_grid(s["linear_Cs"], "linear_Cs", positive=True)
     check_device_name(s["device"])
 
 
 def _check_attentive(s: Mapping[str, Any]) -> None:
-    _check_grid(s["learning_rates"], "learning_rates", positive=True)
-    _check_grid(s["weight_decays"], "weight_decays", positive=False)
+    check_setting_grid(s["learning_rates"], "learning_rates", positive=True)
+    check_setting_grid(s["weight_decays"], "weight_decays", positive=False)
     if len(s["learning_rates"]) * len(s["weight_decays"]) > GRID_MAX:
         raise ConfigError(f"learning_rates x weight_decays makes {len(s['learning_rates']) * len(s['weight_decays'])} "
                           f"grid points; at most {GRID_MAX}")

@@ -33,7 +33,8 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from pipeline.protocols.blocks import BLOCK_BYTES
-from pipeline.protocols.probe_inputs import as_cpu_tensor, validation_split
+from pipeline.protocols.inputs.features import as_cpu_tensor
+from pipeline.protocols.inputs.labels import validation_split
 
 __all__ = [
     "GridRecord", "GridSelectionMixin", "RowBatches", "StackedAdamW", "StackedModel", "evaluate", "select_member",

@@ -1,11 +1,10 @@
-"""Input checks shared by the protocols: raise DataValidationError before any work.
+"""Targets: class labels of any sortable hashable type, the store's integer class indices,
+multi-label arrays, the validation split.
 
-Every check names the offending value and what was expected, with numbers, in the style
-of scikit-learn ("X has 31 features, but RidgeProbe is expecting 32 features as input").
-``DataValidationError`` is also a ``ValueError``, so scikit-learn-style callers still
-catch it. Feature arrays are never copied when they already have a float dtype (float16
-included: stored features stay in the store's precision), and the finiteness test runs
-over row blocks so it needs no full-size temporary.
+Like scikit-learn classifiers, labels are kept as given (``classes_`` in their own dtype,
+sorted) and encoded as indices; continuous, complex, non-finite or mutually incomparable
+labels are refused with the count and the first offending value. ``DataValidationError``
+is also a ``ValueError``, so scikit-learn-style callers still catch it.
 """
 
 from __future__ import annotations
@@ -15,117 +14,13 @@ from typing import Any
 
 import numpy as np
 from sklearn.exceptions import DataConversionWarning
-from sklearn.utils import check_array
-from sklearn.utils.validation import validate_data
+from sklearn.model_selection import ShuffleSplit, StratifiedShuffleSplit
 
-from pipeline.errors import ConfigError, DataValidationError
+from pipeline.errors import DataValidationError
+from pipeline.protocols.inputs.features import SHOWN, check_features
 
-__all__ = [
-    "FLOAT_DTYPES", "check_class_indices", "check_features", "check_finite", "check_min_classes", "check_number",
-    "check_multilabel", "check_train_test", "encode_labels", "encode_targets", "validate_features",
-]
-
-# How many offending positions an error message lists.
-SHOWN = 5
-#: Feature dtypes kept as they are; anything else (ints, bool, object) becomes float64.
-FLOAT_DTYPES = (np.float64, np.float32, np.float16)
-# Rows per block of the finiteness test: bounds its boolean temporary.
-_FINITE_BLOCK_ELEMENTS = 1 << 22
-
-
-def check_finite(X: np.ndarray, name: str = "X", row_offset: int = 0) -> np.ndarray:
-    """Raise if ``X`` holds NaN or +-inf, saying how many and the first positions.
-
-    Parameters
-    ----------
-    X : numpy.ndarray
-        A 1-D or 2-D float array.
-    name : str
-        The name the message gives the array.
-    row_offset : int
-        Added to the row numbers in the message (for a block of a larger array).
-
-    Returns
-    -------
-    numpy.ndarray
-        ``X`` itself.
-    """
-    rows = max(1, _FINITE_BLOCK_ELEMENTS // max(1, X.shape[1] if X.ndim == 2 else 1))
-    if all(np.isfinite(X[i:i + rows]).all() for i in range(0, max(len(X), 1), rows)):
-        return X
-    bad = ~np.isfinite(X)
-    n_nan = int(np.isnan(X).sum())
-    n_inf = int(bad.sum()) - n_nan
-    positions = np.argwhere(bad)[:SHOWN]
-    if X.ndim == 2:
-        shown = ", ".join(f"({r + row_offset}, {c})" for r, c in positions)
-    else:
-        shown = ", ".join(str(p[0] + row_offset) for p in positions)
-    more = f" (first {SHOWN} of {n_nan + n_inf})" if n_nan + n_inf > SHOWN else ""
-    where = "(row, col)" if X.ndim == 2 else "index"
-    raise DataValidationError(
-        f"Input {name} contains NaN or infinity: {n_nan} NaN and {n_inf} inf value(s) "
-        f"among {X.size} entries of shape {X.shape}; at {where}{more}: {shown}. "
-        "Features must be finite; fix or drop these rows upstream."
-    )
-
-
-def _float_dtype(X: Any) -> Any:
-    return FLOAT_DTYPES if getattr(X, "dtype", None) in FLOAT_DTYPES else np.float64
-
-
-def check_features(X: Any, name: str = "X") -> np.ndarray:
-    """Return ``X`` as a finite 2-D float array without copying a float one.
-
-    Parameters
-    ----------
-    X : array-like of shape (n_samples, n_features)
-        Features; float16/32/64 are kept, other numbers become float64.
-    name : str
-        The name error messages give the array.
-
-    Returns
-    -------
-    numpy.ndarray
-        The checked array.
-
-    Raises
-    ------
-    DataValidationError
-        For 1-D/3-D input, zero samples or features, complex values and NaN/inf (with
-        their count and first (row, col) positions). Non-numeric entries raise
-        scikit-learn's TypeError or a DataValidationError.
-    """
-    try:
-        X = check_array(X, dtype=_float_dtype(X), ensure_all_finite=False, input_name=name)
-    except ValueError as exc:
-        raise DataValidationError(str(exc)) from exc
-    return check_finite(X, name)
-
-
-def validate_features(estimator: Any, X: Any, *, reset: bool) -> np.ndarray:
-    """``check_features`` for an estimator; also records or checks its input width.
-
-    Parameters
-    ----------
-    estimator : object
-        A scikit-learn-style estimator.
-    X : array-like of shape (n_samples, n_features)
-        Features.
-    reset : bool
-        True in ``fit``: record ``n_features_in_`` (and ``feature_names_in_``); False
-        afterwards: check them.
-
-    Returns
-    -------
-    numpy.ndarray
-        The checked array (float, finite, 2-D, not copied when already float).
-    """
-    try:
-        X = validate_data(estimator, X, reset=reset, dtype=_float_dtype(X), ensure_all_finite=False)
-    except ValueError as exc:
-        raise DataValidationError(str(exc)) from exc
-    return check_finite(X, "X")
+__all__ = ["check_class_indices", "check_min_classes", "check_multilabel", "check_train_test", "encode_labels",
+           "encode_targets", "validation_split"]
 
 
 def _as_1d(y: Any, n_samples: int | None, name: str) -> np.ndarray:
@@ -179,7 +74,8 @@ def encode_labels(y: Any, n_samples: int | None = None, name: str = "y") -> tupl
     """Class labels of any sortable kind (ints, strings, ...) as (classes, indices).
 
     Like scikit-learn classifiers: ``classes`` are the distinct labels as given, sorted;
-    ``indices[i]`` is the position of ``y[i]`` in ``classes``.
+    ``indices[i]`` is the position of ``y[i]`` in ``classes``. How many classes a fit
+    needs is ``check_min_classes``' question.
 
     Parameters
     ----------
@@ -221,8 +117,8 @@ def encode_labels(y: Any, n_samples: int | None = None, name: str = "y") -> tupl
         except TypeError:
             shown = ", ".join(sorted(k.__name__ for k in kinds))
             raise DataValidationError(
-                f"Unknown label type: {name} mixes values that cannot be compared ({shown}); "
-                "class labels must all be numbers or all be strings"
+                f"Unknown label type: {name} mixes values that cannot be compared ({shown}). "
+                "Unusable class labels: they must all be numbers or all be strings"
             ) from None
     else:
         _check_numeric_labels(y_arr, name)
@@ -258,7 +154,7 @@ def encode_targets(y: Any, n_samples: int) -> tuple[np.ndarray, np.ndarray, bool
     if y_arr is not None and y_arr.ndim == 2 and y_arr.shape[1] > 1:
         indicators = check_multilabel(y_arr, n_samples=n_samples)
         return np.arange(indicators.shape[1]), indicators, True
-    classes, indices = encode_labels(y_arr if y_arr is not None else None, n_samples=n_samples)
+    classes, indices = encode_labels(y_arr, n_samples=n_samples)
     check_min_classes(classes)
     return classes, indices, False
 
@@ -306,30 +202,44 @@ def check_class_indices(y: Any, n_samples: int | None = None, name: str = "y") -
     return y_arr.astype(np.int64)
 
 
-def check_multilabel(Y: Any, n_samples: int | None = None, name: str = "y") -> np.ndarray:
-    """A multi-label target: an (n_samples, n_classes) array of 0/1 (or bool) values.
+def check_multilabel(Y: Any, n_samples: int | None = None, name: str = "y", *, difficult: bool = False) -> np.ndarray:
+    """A multi-label array (n_samples, n_classes): a classifier's 0/1 indicators, or the
+    store's labels with -1 for "difficult" (VOC).
 
     Parameters
     ----------
     Y : array-like of shape (n_samples, n_classes)
-        Binary indicators, one column per class.
+        One column per class.
     n_samples : int or None
         The number of feature rows ``Y`` must match.
     name : str
         The name error messages give the targets.
+    difficult : bool
+        False: 0/1 (or bool) indicators, as a classifier fits them. True: integers 1
+        (present), 0 (absent) or -1 (difficult), as the store keeps VOC labels.
 
     Returns
     -------
-    numpy.ndarray of uint8
-        The indicators.
+    numpy.ndarray
+        The indicators as uint8, or (``difficult``) the labels as int64.
     """
     Y = np.asarray(Y)
     if Y.ndim != 2 or Y.shape[1] < 1:
-        raise DataValidationError(f"{name} must be multi-label indicators of shape (n_samples, n_classes), "
-                                  f"got shape {Y.shape}")
+        raise DataValidationError(f"{name} must be a multi-label array of shape (n_samples, n_classes), got "
+                                  f"{Y.dtype} {Y.shape}")
     if n_samples is not None and Y.shape[0] != n_samples:
         raise DataValidationError(f"{name} has {Y.shape[0]} rows, but X has {n_samples} samples; "
                                   "they must match one to one")
+    if difficult:
+        if Y.dtype.kind not in "iub":
+            raise DataValidationError(f"{name} must hold integer multi-label entries, got dtype {Y.dtype}")
+        Y = Y.astype(np.int64)
+        bad = ~np.isin(Y, (-1, 0, 1))
+        if bad.any():
+            i, c = np.argwhere(bad)[0]
+            raise DataValidationError(f"{name}[{i}, {c}] = {Y[i, c]}; multi-label entries are 1 (present), "
+                                      "0 (absent) or -1 (difficult)")
+        return Y
     if Y.dtype.kind not in "biuf" or not np.isin(Y, (0, 1)).all():
         raise DataValidationError(f"{name} must hold 0/1 indicators (multi-label targets); got dtype "
                                   f"{Y.dtype} with values such as {np.unique(Y)[:SHOWN].tolist()}")
@@ -390,38 +300,51 @@ def check_train_test(X_train: Any, y_train: Any, X_test: Any) -> tuple[np.ndarra
     return X_train, y_train, X_test
 
 
-def check_number(value: Any, name: str, low: float | None = None, high: float | None = None, *,
-                 low_open: bool = False, high_open: bool = False, integer: bool = False) -> Any:
-    """Refuse an estimator parameter that is not a finite number in its range.
+def validation_split(codes: np.ndarray, val_fraction: float, random_state: Any, val_mask: Any = None, *,
+                     stratify: bool = True,
+                     hint: str = "Pass a dataset-defined val_mask or use more samples per class.",
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices (train, validation): the given ``val_mask`` or a seeded (stratified) draw.
 
     Parameters
     ----------
-    value : Any
-        The parameter's value.
-    name : str
-        Its name, for the message.
-    low, high : float or None
-        The range's ends (None: unbounded).
-    low_open, high_open : bool
-        Whether the ends are excluded.
-    integer : bool
-        Whether only integers are valid.
+    codes : ndarray of int
+        Class code per row, or (n, K) multi-label indicators with ``stratify=False``.
+    val_fraction : float
+        Share of the rows drawn for validation when ``val_mask`` is None.
+    random_state : int or None
+        Seed of the draw.
+    val_mask : array-like of bool, optional
+        Rows of a dataset-defined validation split.
+    stratify : bool
+        Keep the class shares in both parts (scikit-learn's StratifiedShuffleSplit);
+        False: a plain ShuffleSplit (multi-label targets).
+    hint : str
+        What to do instead, said when the draw is impossible.
 
     Returns
     -------
-    int or float
-        ``value``.
+    train, val : ndarray of int
+        Sorted row indices of the two parts.
     """
-    kinds = (int, np.integer) if integer else (int, float, np.integer, np.floating)
-    ok = isinstance(value, kinds) and not isinstance(value, (bool, np.bool_)) and np.isfinite(value)
-    if ok and low is not None:
-        ok = value > low if low_open else value >= low
-    if ok and high is not None:
-        ok = value < high if high_open else value <= high
-    if not ok:
-        parts = [f"{'>' if low_open else '>='} {low:g}" if low is not None else "",
-                 f"{'<' if high_open else '<='} {high:g}" if high is not None else ""]
-        rule = " and ".join(p for p in parts if p)
-        kind = "an integer" if integer else "a finite number"
-        raise ConfigError(f"The '{name}' parameter must be {kind}{' ' + rule if rule else ''}; got {value!r}")
-    return value
+    n = len(codes)
+    if val_mask is not None:
+        mask = np.asarray(val_mask)
+        if mask.dtype != bool or mask.shape != (n,):
+            raise DataValidationError(f"val_mask must be a boolean array of shape {(n,)}, got "
+                                      f"{mask.dtype} {mask.shape}")
+        if mask.all() or not mask.any():
+            raise DataValidationError(f"val_mask marks {int(mask.sum())} of {n} rows; both the train "
+                                      "and the validation part need rows")
+        return np.flatnonzero(~mask), np.flatnonzero(mask)
+    splitter = (StratifiedShuffleSplit if stratify else ShuffleSplit)(1, test_size=val_fraction,
+                                                                      random_state=random_state)
+    try:
+        train, val = next(splitter.split(np.zeros((n, 1)), codes if stratify else None))
+    except ValueError as exc:
+        counts = np.bincount(codes) if stratify else np.array([n])
+        raise DataValidationError(
+            f"Cannot draw a stratified {val_fraction:g} validation split from {n} samples of "
+            f"{counts.size} classes (smallest class: {counts.min()} samples): {exc}. {hint}"
+        ) from None
+    return np.sort(train), np.sort(val)

@@ -1,4 +1,5 @@
-"""The ``device`` setting of the probes: which torch device a cell runs on.
+"""The ``device`` setting of the probes and encoder protocols: which torch device a cell
+runs on.
 
 ``auto`` is the first CUDA device when torch sees one, else the CPU; ``cpu``, ``cuda``
 and ``cuda:<i>`` name one. The name is checked without torch when settings are loaded
@@ -56,7 +57,8 @@ def check_device_setting(settings: Any) -> None:
 
 
 def resolve_device(device: Any = "auto") -> Any:
-    """The torch device a ``device`` setting names.
+    """The torch device a ``device`` setting names: the one resolution every probe and
+    encoder protocol uses.
 
     Parameters
     ----------
@@ -67,33 +69,35 @@ def resolve_device(device: Any = "auto") -> Any:
     Returns
     -------
     torch.device
+        A CUDA device always with its index, so that results record which GPU.
 
     Raises
     ------
     ConfigError
-        For a name torch does not know, or CUDA asked for where torch sees none (or not
-        that many).
+        For a value that is no device name, a name torch does not know, a device other
+        than the CPU or CUDA, or CUDA asked for where torch sees none (or not that many).
     """
-    import torch
+    import torch  # deferred: settings are checked (check_device_name) where torch is absent
 
+    choices = ", ".join(DEVICE_CHOICES)
     if device is None or (isinstance(device, str) and device == "auto"):
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if not isinstance(device, (str, torch.device)):
+        raise ConfigError(f"device={device!r} is not a device; valid choices: {choices}")
     try:
         resolved = torch.device(device)
     except (RuntimeError, TypeError, ValueError) as exc:
-        raise ConfigError(f"device={device!r} is not a torch device: {exc}; valid: "
-                          f"{', '.join(DEVICE_CHOICES)}") from None
+        raise ConfigError(f"device={device!r} is not a torch device: {exc}; valid choices: {choices}") from None
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError(f"device={device!r} asked for CUDA, but torch.cuda.is_available() is False; "
                               "use device='auto' or 'cpu'")
         if resolved.index is not None and resolved.index >= torch.cuda.device_count():
             raise ConfigError(f"device={device!r}: torch sees {torch.cuda.device_count()} CUDA device(s)")
-        if resolved.index is None:  # explicit, so that results record which GPU
+        if resolved.index is None:
             resolved = torch.device("cuda", torch.cuda.current_device())
     elif resolved.type != "cpu":
-        raise ConfigError(f"device={device!r}: only CPU and CUDA devices are supported; valid: "
-                          f"{', '.join(DEVICE_CHOICES)}")
+        raise ConfigError(f"device={device!r}: only CPU and CUDA devices are supported; valid choices: {choices}")
     return resolved
 
 

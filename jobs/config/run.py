@@ -1,13 +1,29 @@
-"""The ``extract:`` section of a run config: how features are extracted (batching, the
-forward pass's precision and memory format, DataLoader workers, where images are
-decoded, the stored dtype). Kept apart from ``jobs.config.schema``, which re-exports it."""
+"""How a run executes: the ``extract:`` section (batching, the forward pass's precision
+and memory format, DataLoader workers, where images are decoded, the stored dtype) and the
+``dask:`` section (where tasks run)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from pipeline.errors import ConfigError
 from storage_schema.leases import DEFAULT_TTL
+
+__all__ = ["DECODERS", "DTYPES", "PRECISIONS", "DaskSettings", "ExtractConfig", "repeval_home"]
+
+def repeval_home() -> Path:
+    """repeval's own folder for state outside a store (``$REPEVAL_HOME``, default
+    ``~/.cache/repeval``): Prefect's home in the embedded mode, scratch space of encoder
+    protocols when the store is not a local folder.
+
+    Returns
+    -------
+    pathlib.Path
+    """
+    return Path(os.environ.get("REPEVAL_HOME", Path.home() / ".cache" / "repeval"))
+
 
 DTYPES = ("float32", "float16")  # of stored features
 PRECISIONS = ("auto", "float32", "float16", "bfloat16")  # of the forward pass (autocast)
@@ -46,6 +62,7 @@ class ExtractConfig:
     scratch_dir: str | None = None
 
     def validate(self) -> None:
+        """Refuse a bad dtype, batch, worker count, precision, decoder or lease time."""
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype {self.dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
         for name in ("batch_size", "chunk_batches"):
@@ -64,7 +81,46 @@ class ExtractConfig:
             raise ConfigError(f"lease_ttl must be a number of seconds > 0, got {self.lease_ttl!r}")
 
     def check(self, path: str) -> None:
+        """``validate``, each message naming the field's path in the config."""
         try:
             self.validate()
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
+
+
+@dataclass
+class DaskSettings:
+    """Where tasks run: a LocalCluster by default, or an existing scheduler."""
+
+    address: str | None = None  # e.g. tcp://scheduler:8786
+    n_workers: int = 2
+    threads_per_worker: int = 1
+    processes: bool = True  # worker processes (isolation); False: threads in one process
+    gpu: str = "auto"  # extraction tasks ask for a GPU worker resource: auto | always | never
+    # Cells of one (encoder, dataset) evaluated per task: submitting a task costs a few
+    # hundred ms of Prefect/Dask bookkeeping, so tiny cells are grouped.
+    cells_per_task: int = 16
+    # Memory of each embedded LocalCluster worker: bytes, "8GiB", or auto (the machine's
+    # memory shared by the workers). Each declares 75 % of it as its MEMORY resource, and
+    # evaluation tasks ask for what their cells need (jobs.evaluation.cell_memory).
+    memory_limit: int | str = "auto"
+    # Threads of each task's math (torch, BLAS) in local worker processes. Dask starts them
+    # with OMP_NUM_THREADS=1, so one large cell would use one core of many. auto: the
+    # machine's cores shared by every worker thread, at most OMP_NUM_THREADS where it is set.
+    math_threads: int | str = "auto"
+
+    def check(self, path: str) -> None:
+        """Refuse a bad GPU mode, memory limit, worker count, task size or thread count."""
+        if self.gpu not in ("auto", "always", "never"):
+            raise ConfigError(f"{path}.gpu: {self.gpu!r} is not one of 'auto', 'always', 'never'")
+        if self.memory_limit != "auto":
+            from jobs.evaluation.cell_memory import parse_bytes
+
+            parse_bytes(self.memory_limit, f"{path}.memory_limit")
+        if self.n_workers < 1 or self.threads_per_worker < 1:
+            raise ConfigError(f"{path}: n_workers and threads_per_worker must be >= 1")
+        if self.cells_per_task < 1:
+            raise ConfigError(f"{path}.cells_per_task: {self.cells_per_task} must be >= 1")
+        if self.math_threads != "auto" and (isinstance(self.math_threads, bool)
+                                            or not isinstance(self.math_threads, int) or self.math_threads < 1):
+            raise ConfigError(f"{path}.math_threads: {self.math_threads!r} must be 'auto' or an integer >= 1")

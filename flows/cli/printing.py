@@ -1,0 +1,129 @@
+"""What the commands print, in one place: aligned tables, JSON, progress lines and the
+``repeval: ...`` lines on stderr, each value taken from data escaped.
+
+``main`` also wraps stdout and stderr in ``pipeline.terminal.TerminalStream`` (control
+characters escaped in whatever is written); the helpers here escape every value on its
+own with ``printable``, so a name holding a newline never starts a line of its own.
+Nothing here imports more than the standard library and ``pipeline.terminal``: the
+commands that answer at once stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pipeline.terminal import printable
+
+__all__ = ["LINE_LIMIT", "cut", "error_lines", "note", "print_json", "print_line", "print_table", "say"]
+
+PROG = "repeval"
+#: Most characters of one ``repeval: error:`` line: a value quoted whole (up to 4,096
+#: characters in a config) is cut.
+LINE_LIMIT = 1000
+
+
+def print_table(rows: Sequence[dict], cols: Sequence[str]) -> None:
+    """Rows as aligned columns under a header; every value printable (names from data may
+    hold escapes).
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        One dict per row; a missing column prints empty.
+    cols : sequence of str
+        The columns, in order (also the header).
+    """
+    table = [[printable(r.get(c, "")) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip())
+    for t in table:
+        print("  ".join(v.ljust(w) for v, w in zip(t, widths)).rstrip())
+
+
+def print_json(value: Any, *, indent: int | None = None, default: Any = None) -> None:
+    """``value`` as JSON on stdout (``--json``): one document, on one line unless ``indent``.
+
+    Parameters
+    ----------
+    value : Any
+        JSON-able values.
+    indent : int, optional
+        Indentation of a multi-line document.
+    default : callable, optional
+        ``json.dumps``' converter of what JSON has no type for (``str``, ``float``).
+    """
+    print(json.dumps(value, indent=indent, default=default))
+
+
+def print_line(text: Any, *, err: bool = False) -> None:
+    """One line with every control character escaped (a value from data cannot break it).
+
+    Parameters
+    ----------
+    text : Any
+        The line (``str()`` of it).
+    err : bool
+        On stderr instead of stdout.
+    """
+    print(printable(text), file=sys.stderr if err else sys.stdout)
+
+
+def say(reason: str, line: str) -> None:
+    """A timestamped progress line on stderr, tagged with why the work runs (``run``).
+
+    Parameters
+    ----------
+    reason : str
+        The tag, e.g. ``run``.
+    line : str
+        The progress message.
+    """
+    print(f"{time.strftime('%H:%M:%S')} [{printable(reason)}] {printable(line)}", file=sys.stderr, flush=True)
+
+
+def cut(line: str, limit: int = LINE_LIMIT) -> str:
+    """A message line as printed: cut to ``limit`` characters, an ellipsis marking the cut.
+
+    Parameters
+    ----------
+    line : str
+        One line of a message.
+    limit : int
+        Most characters printed.
+
+    Returns
+    -------
+    str
+    """
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def error_lines(message: Any, kind: str = "error") -> None:
+    """``repeval: <kind>: <line>`` on stderr for each line of ``message`` (a config's
+    mistakes: one line each, all at once), each line cut to ``LINE_LIMIT``.
+
+    Parameters
+    ----------
+    message : Any
+        The error (``str()`` of it); an empty one still prints one line.
+    kind : str
+        ``error`` (a mistake, exit 2) or ``internal error`` (exit 4).
+    """
+    for line in str(message).splitlines() or [""]:
+        print(f"{PROG}: {kind}: {cut(line)}", file=sys.stderr)
+
+
+def note(message: str) -> None:
+    """``repeval: <message>`` on stderr: what a command says besides its output (why it
+    exits as it does, what it left out).
+
+    Parameters
+    ----------
+    message : str
+        The note; values from data in it already escaped.
+    """
+    print(f"{PROG}: {message}", file=sys.stderr)

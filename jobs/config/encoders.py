@@ -1,0 +1,158 @@
+"""The encoders of a run: ``encoders:`` entries, and ``checkpoints:`` folders whose files
+become encoders (``jobs.config.checkpoint_folders`` scans them)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from jobs.config.run import DTYPES, ExtractConfig
+from jobs.config.typed import check_name
+from jobs.config.weights import check_checkpoint_fields
+from pipeline.encoders.spec import EncoderSpec
+from pipeline.errors import ConfigError
+
+__all__ = ["ENCODER_SOURCES", "CheckpointScan", "EncoderConfig", "layer_shorthands"]
+
+ENCODER_SOURCES = ("extract", "store")  # features computed by the run, or already in the store
+
+
+def layer_shorthands(data: dict, path: str) -> dict:
+    """``layers`` entries may be mappings, ``{layer: block11, tokens: true}``: that block's
+    token features (n, T, d) rather than pooled ones, i.e. the layer ``block11.tokens``."""
+    layers = data.get("layers")
+    if not isinstance(layers, list) or not any(isinstance(v, dict) for v in layers):
+        return data
+    names = []
+    for i, entry in enumerate(layers):
+        if not isinstance(entry, dict):
+            names.append(entry)
+            continue
+        unknown = sorted(set(entry) - {"layer", "tokens"})
+        if unknown or not isinstance(entry.get("layer"), str) or not isinstance(entry.get("tokens", False), bool):
+            raise ConfigError(f"{path}.layers[{i}]: {entry!r}; a layer is a name (e.g. block3) or a mapping "
+                              "{layer: <name>, tokens: true|false}")
+        names.append(entry["layer"] + (".tokens" if entry.get("tokens") else ""))
+    return {**data, "layers": names}
+
+
+@dataclass
+class EncoderConfig:
+    """The config's fields of one encoder; :meth:`spec` builds the ``EncoderSpec`` that
+    loads it (kept apart so that reading a config never imports torch or timm).
+
+    The fields from ``name`` to ``checkpoint_key`` are ``EncoderSpec``'s, by name (lists
+    here for its tuples, ``arch`` optional for ``source: store``); ``EncoderSpec.from_fields``
+    is the one conversion, and a test holds the two field lists together.
+
+    ``dtype`` stores this encoder's features as float16 or float32 whatever
+    ``extract.dtype`` says. ``source: store`` names features already in the store
+    (``repeval import-features``): they are evaluated, never extracted, and ``arch``,
+    ``weights`` and the rest are not needed.
+    """
+
+    name: str
+    arch: str = ""
+    weights: str = "random"
+    seed: int = 0
+    layers: list[str] = field(default_factory=lambda: ["pre_logits"])
+    input_size: int | None = None
+    strip_prefixes: list[str] = field(default_factory=list)  # prefix parts tried besides the usual ones
+    checkpoint_key: str | None = None  # where a checkpoint holding several state dicts keeps the weights
+    dtype: str | None = None  # None: extract.dtype
+    source: str = "extract"
+    series: str | None = None  # a checkpoint series this encoder belongs to (set by a scan, or given)
+    step: int | None = None  # its training step in that series
+
+    @staticmethod
+    def prepare_plain(data: dict, path: str) -> dict:
+        """Read the ``layers`` shorthands (``{layer: block11, tokens: true}``) before typing."""
+        return layer_shorthands(data, path)
+
+    def check(self, path: str) -> None:
+        """Refuse bad names, steps, sources, dtypes and checkpoint fields, naming the field."""
+        check_name(self.name, f"{path}.name")
+        for i, layer in enumerate(self.layers):
+            check_name(layer, f"{path}.layers[{i}]")
+        if self.step is not None and (isinstance(self.step, bool) or self.step < 0):
+            raise ConfigError(f"{path}.step: {self.step!r} must be a training step >= 0")
+        if self.series is not None and not self.series.strip():
+            raise ConfigError(f"{path}.series: must not be empty")
+        if self.source not in ENCODER_SOURCES:
+            raise ConfigError(f"{path}.source: {self.source!r} is not one of {', '.join(ENCODER_SOURCES)}")
+        if self.source == "extract" and not self.arch.strip():
+            raise ConfigError(f"{path}.arch: missing; give the timm architecture (e.g. resnet50), or "
+                              "source: store for features already in the store")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ConfigError(f"{path}.dtype: {self.dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
+        check_checkpoint_fields(self, path)
+
+    @property
+    def extracted(self) -> bool:
+        """Whether a run extracts these features (False: they are read from the store)."""
+        return self.source == "extract"
+
+    def extract_settings(self, extract: ExtractConfig) -> ExtractConfig:
+        """``extract`` with this encoder's own ``dtype`` where it has one."""
+        return extract if self.dtype is None else dataclasses.replace(extract, dtype=self.dtype)
+
+    def spec(self) -> EncoderSpec:
+        """The ``EncoderSpec`` that loads this encoder (checked as the spec checks itself)."""
+        return EncoderSpec.from_fields(self)
+
+
+@dataclass
+class CheckpointScan:
+    """A folder of checkpoints of one architecture; each new file becomes an encoder.
+
+    A file still being written is left for a later scan: it is taken once its size and
+    modification time have not changed for ``settle_seconds``, or, with ``done_suffix``
+    (e.g. ``.done``), only once a marker file ``<checkpoint file name><done_suffix>`` exists
+    (a training script writes the checkpoint, then touches the marker).
+
+    ``checkpoint_key`` and ``strip_prefixes`` apply to every file, as an encoder's do.
+
+    The folder's checkpoints form a series (named ``series``, else after the folder); each
+    one's training step comes from its file name (``step_pattern``: ``"step{step}"`` or a
+    regular expression with a group ``step``), else from its metadata (``step``,
+    ``global_step`` or ``epoch``).
+    """
+
+    path: str
+    arch: str
+    pattern: str = "*.safetensors"
+    layers: list[str] = field(default_factory=lambda: ["pre_logits"])
+    input_size: int | None = None
+    name_prefix: str = ""
+    settle_seconds: float = 30.0
+    done_suffix: str | None = None
+    series: str | None = None
+    step_pattern: str | None = None
+    checkpoint_key: str | None = None  # as an encoder's, for every file of the folder
+    strip_prefixes: list[str] = field(default_factory=list)
+
+    @staticmethod
+    def prepare_plain(data: dict, path: str) -> dict:
+        """Read the ``layers`` shorthands, as an encoder's."""
+        return layer_shorthands(data, path)
+
+    def check(self, path: str) -> None:
+        """Refuse an empty path or pattern, a bad series, step pattern, settle time or suffix."""
+        if not self.path.strip() or not self.pattern.strip():
+            raise ConfigError(f"{path}: path and pattern must not be empty")
+        if self.series is not None and not self.series.strip():
+            raise ConfigError(f"{path}.series: must not be empty (leave it out to name the series after the folder)")
+        if self.step_pattern is not None:
+            from pipeline.analysis.series.steps import compile_step_pattern
+
+            try:
+                compile_step_pattern(self.step_pattern)
+            except ConfigError as exc:
+                raise ConfigError(f"{path}.step_pattern: {exc}") from None
+        if self.settle_seconds < 0:
+            raise ConfigError(f"{path}.settle_seconds: {self.settle_seconds} must be >= 0")
+        if self.done_suffix is not None and (not self.done_suffix.strip() or "/" in self.done_suffix):
+            raise ConfigError(f"{path}.done_suffix: {self.done_suffix!r} must be a file name suffix such as '.done'")
+        for i, layer in enumerate(self.layers):
+            check_name(layer, f"{path}.layers[{i}]")
+        check_checkpoint_fields(self, path)

@@ -1,0 +1,92 @@
+"""Loading a run config: YAML (or a dict) to a checked ``BenchmarkConfig``, relative paths
+taken from the config file's folder.
+
+Loaded into typed dataclasses (``jobs.config.typed``) so a bad file fails on load with the
+field's path, before any work: ``protocols[2].settings.n_neighbours: unknown setting of
+knn; valid settings: ...``. Reading a config imports neither torch nor timm (the CLI
+answers fast); what needs the registries of architectures and adapters is checked by
+``jobs.plan.make_plan``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from jobs.config.benchmark import BenchmarkConfig
+from jobs.config.protocol_checks import resolve_protocol_paths
+from jobs.config.mistakes import check_bounds, check_file_size
+from jobs.config.suites import expand_suite
+from jobs.config.typed import from_plain
+from pipeline.errors import ConfigError
+from pipeline.terminal import short
+
+__all__ = ["load_config", "resolve_paths"]
+
+
+def load_config(source: str | os.PathLike | dict) -> BenchmarkConfig:
+    """Load and validate a benchmark config from a YAML file or a dict.
+
+    Relative paths in a file (store, checkpoints, encoder weights, dataset roots and other
+    path parameters of adapters, suite roots, reference csv, report) are taken relative
+    to the file's folder, so a config means the same from any working folder. Oversized
+    input is refused first (``jobs.config.mistakes``); then every mistake found is reported
+    at once, one line each.
+    """
+    if isinstance(source, dict):
+        data = source
+        base = Path.cwd()
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        check_file_size(path, path.stat().st_size)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid YAML: {short(str(exc), 400)}") from None
+        base = path.resolve().parent
+    check_bounds(data)  # before anything walks it: an alias bomb is a few lines of YAML
+    cfg = from_plain(BenchmarkConfig, expand_suite(data, base), "config")  # `suite:` -> its entries
+    resolve_paths(cfg, base)
+    return cfg
+
+
+def resolve_paths(cfg: BenchmarkConfig, base: Path) -> None:
+    """Make the config's relative paths absolute from ``base`` (the config file's folder).
+
+    URLs and absolute paths stay as they are; checkpoint paths keep their own file name
+    (a link is not followed); dataset parameters are the ones an adapter annotates as paths.
+
+    Parameters
+    ----------
+    cfg : BenchmarkConfig
+        The config, changed in place.
+    base : Path
+        The folder relative paths are taken from.
+    """
+    def local(p: str) -> str:
+        return p if "://" in p or os.path.isabs(p) else str((base / p).resolve())
+
+    def as_given(p: str) -> str:  # a checkpoint link keeps its own name (last.pth -> last.ckpt)
+        return p if "://" in p or os.path.isabs(p) else os.path.normpath(os.path.join(base.resolve(), p))
+
+    cfg.store = local(cfg.store)
+    cfg.report.path = local(cfg.report.path)
+    if cfg.reference.csv:
+        cfg.reference.csv = local(cfg.reference.csv)
+    for scan in cfg.checkpoints:
+        scan.path = as_given(scan.path)
+    for enc in cfg.encoders:
+        if enc.weights not in ("random", "pretrained") and not enc.weights.startswith("timm:"):
+            enc.weights = as_given(os.path.expanduser(enc.weights))
+    from pipeline.datasets.catalog import path_parameters  # no torch: adapters' signatures only
+
+    for ds in cfg.datasets:  # root, csv_path, ...: the parameters annotated as paths
+        for key in path_parameters(ds.adapter):
+            value = ds.params.get(key)
+            if isinstance(value, str) and value.strip():
+                ds.params[key] = local(os.path.expanduser(value))
+    resolve_protocol_paths(cfg, local)

@@ -1,0 +1,37 @@
+"""Dataclasses as plain values (dicts, lists, numbers, strings): what JSON, YAML, the
+results ledger and Prefect's parameters hold.
+
+One conversion for every layer: a result, a spec or a config is turned into plain values
+by :func:`to_plain`, and a class writes its own ``to_dict`` only where it must leave a
+field out or reshape one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+__all__ = ["to_plain"]
+
+
+def to_plain(obj: Any) -> Any:
+    """``obj`` as plain values: a dataclass as the dict of its fields, tuples as lists,
+    recursively; anything else as it is.
+
+    Parameters
+    ----------
+    obj : Any
+        A dataclass instance, a list, tuple or dict of them, or a plain value.
+
+    Returns
+    -------
+    Any
+        The same content as dicts, lists and the leaf values.
+    """
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_plain(v) for k, v in obj.items()}
+    return obj

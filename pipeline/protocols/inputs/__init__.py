@@ -1,0 +1,14 @@
+"""The one input contract of every probe and protocol: what ``fit`` and a protocol's run
+accept, checked before any work, each refusal one line naming the value and what is valid.
+
+- ``features``: pooled (n, d) and token (n, T, d) feature arrays (finite; float16/32/64
+  kept as they are, never copied).
+- ``labels``: class labels of any sortable hashable type, the store's integer class
+  indices, multi-label arrays, the validation split.
+- ``settings``: an estimator's numeric parameters and grids; protocol-setting grids.
+- ``devices``: the ``device`` setting (checked without torch, resolved with it).
+
+The modules are imported by name (``from pipeline.protocols.inputs.labels import
+encode_labels``): the device names are checked on the command line's fast path, which
+must not load scikit-learn.
+"""
