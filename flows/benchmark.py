@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
 import time
 from typing import Any
 
@@ -32,20 +31,13 @@ from prefect.states import Failed
 from flows.alerts import emit_run_events, run_payload
 from flows.tasks import collect_cells, correlate_and_report_task, extract_task, open_store, submit_cells
 from pipeline.plain import to_plain
+from pipeline.terminal import say
 from jobs.failures import correlation_failure, sync_failures
 from jobs.plan import Plan
 from jobs.plan_store import read_plan, write_plan
 from jobs.report.run_summary import build_summary, failure_message, summary_lines, summary_table
 
 log = logging.getLogger("repeval")
-
-
-def say(reason: str, line: str) -> None:
-    """A timestamped progress line on stderr, tagged with why the run started (one line:
-    names from data in it are printed escaped)."""
-    from pipeline.terminal import printable
-
-    print(f"{time.strftime('%H:%M:%S')} [{printable(reason)}] {printable(line)}", file=sys.stderr, flush=True)
 
 
 def _progress(reason: str, kind: str, done: int, total: int, started: float, extra: str = "") -> None:

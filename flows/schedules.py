@@ -65,7 +65,7 @@ def _changes(config_path: str):
 
 def run_or_fail(config_path: str, reason: str, new_encoders: list[str] | None = None):
     """``run_config_file``, with a mistake in the (edited) config as one line and a Failed state."""
-    from flows.benchmark import say
+    from pipeline.terminal import say
     from pipeline.errors import RepevalError
 
     try:
@@ -82,7 +82,7 @@ def schedule_lease(config_path: str):
 
 
 def _note(reason: str, line: str) -> None:
-    from flows.benchmark import say
+    from pipeline.terminal import say
 
     say(reason, line)
     get_run_logger().info(line)

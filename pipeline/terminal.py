@@ -13,6 +13,8 @@ quotes a value in a message, bounded whatever its size.
 from __future__ import annotations
 
 import reprlib
+import sys
+import time
 import unicodedata
 from typing import Any, TextIO
 
@@ -142,3 +144,16 @@ class TerminalStream:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)
+
+
+def say(reason: str, line: str) -> None:
+    """A timestamped progress line on stderr, tagged with why the work runs (``run``).
+
+    Parameters
+    ----------
+    reason : str
+        The tag, e.g. ``run``.
+    line : str
+        The progress message.
+    """
+    print(f"{time.strftime('%H:%M:%S')} [{printable(reason)}] {printable(line)}", file=sys.stderr, flush=True)

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
-from pipeline.terminal import printable
+from pipeline.terminal import printable, say
 
 __all__ = ["LINE_LIMIT", "cut", "error_lines", "note", "print_json", "print_line", "print_table", "say"]
 
@@ -70,19 +69,6 @@ def print_line(text: Any, *, err: bool = False) -> None:
         On stderr instead of stdout.
     """
     print(printable(text), file=sys.stderr if err else sys.stdout)
-
-
-def say(reason: str, line: str) -> None:
-    """A timestamped progress line on stderr, tagged with why the work runs (``run``).
-
-    Parameters
-    ----------
-    reason : str
-        The tag, e.g. ``run``.
-    line : str
-        The progress message.
-    """
-    print(f"{time.strftime('%H:%M:%S')} [{printable(reason)}] {printable(line)}", file=sys.stderr, flush=True)
 
 
 def cut(line: str, limit: int = LINE_LIMIT) -> str:

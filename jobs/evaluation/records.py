@@ -6,7 +6,7 @@ diagnostics, warnings, convergence), sizes, timings and provenance. Writing it: 
 what the record names (its example pictures; its evidence and predicted maps, under the
 cell's evidence lease), then the record, so a record never names what is not there; for
 a cell whose id needs the encoder built (a protocol that reads its weights), then the
-pointer from the cell's names to the record (``jobs.evaluation.identity.point_to``).
+pointer from the cell's names to the record (``jobs.evaluation.records.point_to``).
 """
 
 from __future__ import annotations
