@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from jobs.config import load_config
+from jobs.evaluation.cell_memory import MEMORY_RESOURCE, parse_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
@@ -126,13 +127,23 @@ def test_prefect_server_uses_the_postgres_service(services):
 
 def test_gpu_worker_declares_the_resource_extraction_asks_for(services, config):
     argv = _argv(services["dask-worker-gpu"])
-    assert _flag(argv, "--resources") == "GPU=1"
+    assert _flag(argv, "--resources").split(",")[0] == "GPU=1"
     benchmark = (REPO / "flows" / "benchmark.py").read_text()
     assert 'resources={"GPU": 1}' in benchmark  # what extraction tasks are annotated with
     assert config.dask.gpu == "always"
     devices = services["dask-worker-gpu"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["capabilities"] == ["gpu"] and devices[0]["count"] == 1
-    assert "--resources" not in _argv(services["dask-worker-cpu"])
+    assert "GPU" not in _flag(_argv(services["dask-worker-cpu"]), "--resources")
+
+
+@pytest.mark.parametrize("name", ["dask-worker-gpu", "dask-worker-cpu"])
+def test_every_worker_declares_the_memory_evaluation_tasks_ask_for(services, name):
+    """Without a MEMORY resource every run warns that cells run unrestricted; declared as
+    repeval's own local workers do it: 75 % of the worker's memory limit."""
+    argv = _argv(services[name])
+    resources = dict(r.split("=") for r in _flag(argv, "--resources").split(","))
+    limit = parse_bytes(_flag(argv, "--memory-limit"))
+    assert float(resources[MEMORY_RESOURCE]) == pytest.approx(0.75 * limit, rel=0.01)
 
 
 def test_volumes_are_declared_and_hold_the_paths_the_config_names(compose, services, config):
