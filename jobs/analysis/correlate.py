@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import ConfigError, DataValidationError, UnknownNameError
+from pipeline.plain import to_plain
 from storage_schema.ledger import latest_records
 
 if TYPE_CHECKING:  # jobs.config calls check_correlation_metrics on load: only for type checkers
@@ -43,8 +44,8 @@ INVALID = "invalid"
 class SettingReport:
     """The outcome of one correlation setting; ``status`` is "ok", "not_enough_models" or "invalid".
 
-    ``setting`` and ``per_dataset`` hold ``CorrelationResult.to_dict()`` values when the
-    status is "ok". ``setting_scores`` is each used model's mean logit score over the
+    ``setting`` and ``per_dataset`` hold ``CorrelationResult`` values as plain dicts
+    (``to_plain``) when the status is "ok". ``setting_scores`` is each used model's mean logit score over the
     datasets, ``reference_logit`` its logit-transformed reference, ``scores`` the raw
     metric per model and dataset, and ``excluded`` the models left out with the reason.
     """
@@ -277,8 +278,8 @@ def _correlate_one(records: list[dict], s: CorrelationSetting, reference: Mappin
         return report
     report.status = OK
     report.models = [str(m) for m in result.models]
-    report.setting = result.setting.to_dict()
-    report.per_dataset = {str(d): r.to_dict() for d, r in result.per_dataset.items()}
+    report.setting = to_plain(result.setting)
+    report.per_dataset = {str(d): to_plain(r) for d, r in result.per_dataset.items()}
     report.setting_scores = {str(m): float(v) for m, v in result.setting_scores.items()}
     report.reference_logit = {m: float(v) for m, v in zip(report.models, ref_logit)}
     return report

@@ -19,6 +19,7 @@ from jobs.plan import check_plan, evaluation_cells, extraction_units, make_plan
 from pipeline.errors import ConfigError
 from pipeline.protocols import get_protocol, list_protocols
 from pipeline.protocols.finetune import FinetuneSettings, grid_points
+from pipeline.plain import to_plain
 from tests.helpers.cli import REPO, cli_env
 
 FT = {"name": "ft", "protocol": "finetune", "settings": {"steps": 3, "lrs": [0.01, 0.1], "weight_decays": [0.0],
@@ -54,7 +55,7 @@ def test_settings_resolve_to_every_setting_with_the_defaults(tmp_path):
                                                    {"name": "sal", "protocol": "saliency"},
                                                    {"name": "col", "protocol": "colour_detail"}]))
     ft, sal, col = cfg.protocols
-    assert ft.settings == FinetuneSettings().to_dict()
+    assert ft.settings == to_plain(FinetuneSettings())
     assert len(grid_points(FinetuneSettings.from_dict(ft.settings))) == 40  # 4 lr x 5 wd x 2 augmentations
     assert sal.settings["method"] == "gradient" and sal.settings["n_images"] == 64
     assert col.settings["steps"] == 500 and col.settings["perceptual"] is None

@@ -20,7 +20,6 @@ import numpy as np
 from pipeline.analysis.compare.paired import PairedComparison
 from pipeline.analysis.compare.stats import benjamini_hochberg, check_probability
 from pipeline.errors import DataValidationError
-from pipeline.plain import to_plain
 
 __all__ = ["VERDICTS", "CellVerdict", "SettingSummary", "decide_verdicts", "summarise_by_setting"]
 
@@ -105,16 +104,6 @@ class SettingSummary:
     indistinguishable: int
     mean_difference: float
     unreliable: int = 0
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain dictionary for JSON.
-
-        Returns
-        -------
-        dict
-            Every field.
-        """
-        return to_plain(self)
 
 
 def decide_verdicts(
