@@ -14,6 +14,7 @@ import yaml
 
 from jobs.config import load_config
 from jobs.config.protocol_checks import settings_hash
+from jobs.config.typed import from_plain
 from jobs.evaluation.cell import Cell
 from jobs.plan import check_plan, evaluation_cells, extraction_units, make_plan
 from pipeline.errors import ConfigError
@@ -122,7 +123,7 @@ def test_encoder_cells_are_planned_with_the_feature_cells(tmp_path):
         ("a", "tex", "pre_logits", "sal", "saliency"), ("b", "tex", "pre_logits", "sal", "saliency")]
     assert {c.setting for c in evaluation_cells(cfg) if c.entry.reads_features} == {"knn"}  # no feature cell of an encoder protocol
     assert cells[0].splits() == ["train", "test"] and cells[-1].splits() == ["test"]
-    assert Cell.from_dict(json.loads(json.dumps(cells[0].to_dict()))) == cells[0]  # plain values
+    assert from_plain(Cell, json.loads(json.dumps(to_plain(cells[0]))), "cell") == cells[0]  # plain values
 
 
 def test_a_dataset_only_encoder_protocols_read_is_not_extracted(tmp_path):
