@@ -57,7 +57,8 @@ class EncoderComparison:
     not_compared: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dictionary for ``--json``.
+        """Plain dictionary for ``--json``; not ``to_plain``: the verdicts, keyed by
+        (setting, dataset, layer) tuples that JSON cannot key, become a list of flat cells.
 
         Returns
         -------

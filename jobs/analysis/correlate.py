@@ -72,7 +72,8 @@ class SettingReport:
         return len(self.models) if self.status == OK else 0
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain values for the run summary and the report (intervals as lists, keys as strings)."""
+        """Plain values for the run summary and the report (intervals as lists, keys as
+        strings); not ``to_plain``: the stored record adds the derived ``n``."""
         return {
             "name": self.name, "protocol": self.protocol, "metric": self.metric, "layer": self.layer,
             "datasets": list(self.datasets), "status": self.status, "message": self.message, "n": self.n,
@@ -103,7 +104,8 @@ class CorrelationReport:
                                f"{', '.join(s.name for s in self.settings) or '(none)'}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain values for the run summary and the report."""
+        """Plain values for the run summary and the report; not ``to_plain``: each setting in
+        its own stored format (``SettingReport.to_dict``, with ``n``)."""
         return {
             "reference_name": self.reference_name, "reference": dict(self.reference),
             "bootstrap": self.bootstrap, "seed": self.seed,

@@ -64,6 +64,10 @@ class CellVerdict:
     def to_dict(self) -> dict[str, object]:
         """Plain dictionary for JSON.
 
+        Not ``to_plain``: one flat record (the comparison's fields beside the verdict's, no
+        replicates), ``p_adjusted`` None for an unreliable cell (NaN is not JSON) and
+        ``reason`` only where there is one.
+
         Returns
         -------
         dict
