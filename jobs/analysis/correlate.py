@@ -78,7 +78,7 @@ class SettingReport:
             "name": self.name, "protocol": self.protocol, "metric": self.metric, "layer": self.layer,
             "datasets": list(self.datasets), "status": self.status, "message": self.message, "n": self.n,
             "models": list(self.models), "excluded": dict(self.excluded),
-            "setting": _json_ready(self.setting), "per_dataset": _json_ready(self.per_dataset),
+            "setting": to_plain(self.setting), "per_dataset": to_plain(self.per_dataset),
             "setting_scores": dict(self.setting_scores), "reference_logit": dict(self.reference_logit),
             "scores": {m: dict(s) for m, s in self.scores.items()},
             "cells": {m: dict(c) for m, c in self.cells.items()},
@@ -111,15 +111,6 @@ class CorrelationReport:
             "bootstrap": self.bootstrap, "seed": self.seed,
             "settings": [s.to_dict() for s in self.settings],
         }
-
-
-def _json_ready(value: Any) -> Any:
-    """Tuples (bootstrap intervals) to lists so that the dict survives a JSON round trip unchanged."""
-    if isinstance(value, Mapping):
-        return {str(k): _json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
-    return value
 
 
 # -- config check ---------------------------------------------------------------------------
