@@ -8,27 +8,15 @@ whichever run asks. It is deleted once the record is written.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-from jobs.config.run import ExtractConfig
+from jobs.config.run import ExtractConfig, repeval_home
 from storage_schema import keys
 from storage_schema.provenance import stable_hash
 
-__all__ = ["remove_scratch", "repeval_home", "scratch_folder"]
-
-
-def repeval_home() -> Path:
-    """repeval's own folder for state outside a store (``$REPEVAL_HOME``, default
-    ``~/.cache/repeval``).
-
-    Returns
-    -------
-    pathlib.Path
-    """
-    return Path(os.environ.get("REPEVAL_HOME", Path.home() / ".cache" / "repeval"))
+__all__ = ["remove_scratch", "scratch_folder"]
 
 
 def scratch_folder(store: Any, extract: ExtractConfig, kind: str, run_id: str, part: str | None = None) -> Path:
