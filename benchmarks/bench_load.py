@@ -39,8 +39,9 @@ def profile_task_wrapper(cfg, repeats: int = 20) -> dict:
     from jobs.config import load_config
     from jobs.evaluation.identity import cell_identity
     from jobs.plan import evaluation_cells
+    from pipeline.plain import to_plain
 
-    config = cfg.to_dict()
+    config = to_plain(cfg)
     out = {}
     for name, fn in (
         ("load_config", lambda: load_config(config)),

@@ -63,7 +63,7 @@ def benchmark_flow(store: dict[str, Any], plan: str, gpu_resources: bool = False
     with gpu:
         for unit in units:
             fut = extract_task.with_options(task_run_name=f"extract {unit.label()}").submit(
-                store, unit.to_dict(), extract)
+                store, to_plain(unit), extract)
             extract_futures.setdefault((unit.encoder.name, unit.dataset.name), []).append(fut)
             unit_of[id(fut)] = unit
     submitted = submit_cells(cells, store, extract, extractions=extract_futures, gpu_resources=gpu_resources,

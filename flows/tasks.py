@@ -28,6 +28,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.cluster_memory import memory_request
 from jobs.evaluation.cell_memory import task_bytes
 from jobs.failures import is_transient
+from pipeline.plain import to_plain
 
 __all__ = ["Submitted", "collect_cells", "correlate_and_report_task", "diagnostic_task", "evaluate_task",
            "extract_task", "finetune_finish_task", "finetune_point_task", "io_errors_only", "open_store",
@@ -65,7 +66,7 @@ def _inputs(cell: dict[str, Any], extract: dict[str, Any]):
     from jobs.config.typed import from_plain
     from jobs.evaluation.cell import Cell
 
-    return Cell.from_dict(cell), from_plain(ExtractConfig, extract, "config.extract")
+    return from_plain(Cell, cell, "cell"), from_plain(ExtractConfig, extract, "config.extract")
 
 
 def _failed(cell, exc: BaseException) -> dict[str, Any]:
@@ -82,14 +83,14 @@ def extract_task(store: dict[str, Any], unit: dict[str, Any], extract: dict[str,
     from jobs.failures import extraction_failure
     from jobs.plan import ExtractUnit, run_extract_unit
 
-    u = ExtractUnit.from_dict(unit)
+    u = from_plain(ExtractUnit, unit, "unit")
     try:
         report = run_extract_unit(open_store(store), u, from_plain(ExtractConfig, extract, "config.extract"))
     except Exception as exc:  # noqa: BLE001  one unit's failure must not stop the others
         if is_transient(exc):
             raise
         return extraction_failure(u.encoder.name, u.dataset.name, u.split, u.encoder.weights, exc, u.encoder.arch)
-    out = report.to_dict()
+    out = to_plain(report)
     out.update(label=u.label(), weights=u.encoder.weights, worker=worker_address())
     return out
 
@@ -102,10 +103,11 @@ def evaluate_task(store: dict[str, Any], cells: list[dict[str, Any]],
     ``extractions`` are the outcomes of the extractions these cells read (futures, resolved
     by Prefect before the task runs): when one failed, the cells fail with its reason.
     """
+    from jobs.config.typed import from_plain
     from jobs.evaluation.cell import Cell
     from jobs.evaluation.evaluate import evaluate_cells
 
-    todo = [Cell.from_dict(c) for c in cells]
+    todo = [from_plain(Cell, c, f"cells[{i}]") for i, c in enumerate(cells)]
     unavailable = {(ext["model"], ext["dataset"]): f"extraction {ext['label']} failed: {ext['reason']}"
                    for ext in extractions if ext.get("status") == "failed"}
     return evaluate_cells(open_store(store), todo, unavailable=unavailable)
@@ -207,7 +209,7 @@ def submit_cells(cells: list[Any], store: dict[str, Any], extract: dict[str, Any
         need = task_bytes([c.label() for c in part], cell_memory) if cell_memory else None
         with memory_request(need):
             out.append(Submitted(evaluate_task.with_options(task_run_name=f"evaluate {label}").submit(
-                store, [c.to_dict() for c in part], extractions.get(group, [])), part))
+                store, [to_plain(c) for c in part], extractions.get(group, [])), part))
     gpu = _gpu(gpu_resources)
     with gpu:  # weights + images: no extraction to wait for
         for cell in (c for c in cells if not c.entry.reads_features):
@@ -224,7 +226,7 @@ def _gpu(gpu_resources: bool):
 def _submit_weights_cell(cell: Any, store: dict[str, Any], extract: dict[str, Any]) -> Any:
     """The future of a weights cell's outcome: its grid points' tasks then the finishing task,
     or its one task."""
-    plain, grid = cell.to_dict(), cell.entry.grid
+    plain, grid = to_plain(cell), cell.entry.grid
     if grid is None:
         return diagnostic_task.with_options(task_run_name=f"{cell.setting} {cell.label()}").submit(
             store, plain, extract)

@@ -17,8 +17,6 @@ from jobs.config.checkpoint_folders import ScanResult, scan_checkpoints, with_en
 from jobs.config.protocol_checks import check_protocol_networks
 from jobs.config.mistakes import Mistakes
 from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
-from jobs.config.typed import from_plain
-from pipeline.plain import to_plain
 from jobs.dense_plan import check_dense_pairs
 from jobs.evaluation.cell import ENCODER_LAYER, Cell
 from jobs.failures import checkpoint_failure, one_line, sync_failures
@@ -31,7 +29,11 @@ from storage_schema.ledger import FailureLog
 
 @dataclass(frozen=True)
 class ExtractUnit:
-    """One encoder on one dataset split: one forward pass over the split, all layers."""
+    """One encoder on one dataset split: one forward pass over the split, all layers.
+
+    Shipped to a worker as ``pipeline.plain.to_plain(unit)``, rebuilt with its config
+    entries checked again by ``jobs.config.typed.from_plain(ExtractUnit, plain)``.
+    """
 
     encoder: EncoderConfig
     dataset: DatasetConfig
@@ -40,16 +42,6 @@ class ExtractUnit:
     def label(self) -> str:
         """``encoder/dataset/split``, as failures and progress lines name a unit."""
         return f"{self.encoder.name}/{self.dataset.name}/{self.split}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain values, to ship the unit to a worker."""
-        return to_plain(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ExtractUnit:
-        """The unit ``to_dict`` gave, its config entries checked again."""
-        return cls(from_plain(EncoderConfig, data["encoder"], "unit.encoder"),
-                   from_plain(DatasetConfig, data["dataset"], "unit.dataset"), data["split"])
 
 
 @dataclass

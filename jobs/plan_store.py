@@ -27,6 +27,7 @@ from jobs.config.typed import from_plain
 from jobs.evaluation.cell import Cell
 from jobs.plan import ExtractUnit, Plan
 from pipeline.errors import StoreError
+from pipeline.plain import to_plain
 from storage_schema import keys
 from storage_schema.provenance import canonical_json, stable_hash
 
@@ -86,8 +87,8 @@ def write_plan(store: Any, plan: Plan, new_encoders: list[str] | None = None) ->
     str
         ``_repeval/plans/<hash>.json``.
     """
-    body = {"version": PLAN_VERSION, "config": plan.config.to_dict(), "units": [u.to_dict() for u in plan.units],
-            "cells": [c.to_dict() for c in plan.cells], "notes": plan_notes(plan, new_encoders),
+    body = {"version": PLAN_VERSION, "config": to_plain(plan.config), "units": [to_plain(u) for u in plan.units],
+            "cells": [to_plain(c) for c in plan.cells], "notes": plan_notes(plan, new_encoders),
             "cell_memory": dict(plan.cell_memory)}
     text = canonical_json(body)
     key = keys.plan_key(stable_hash(body))
@@ -121,5 +122,6 @@ def read_plan(store: Any, key: str) -> RunPlan:
         raise StoreError(f"run plan {key} has layout version {body.get('version')!r}; this repeval reads "
                          f"version {PLAN_VERSION}")
     return RunPlan(from_plain(BenchmarkConfig, body["config"], "plan.config"),
-                   [ExtractUnit.from_dict(u) for u in body["units"]], [Cell.from_dict(c) for c in body["cells"]],
+                   [from_plain(ExtractUnit, u, f"plan.units[{i}]") for i, u in enumerate(body["units"])],
+                   [from_plain(Cell, c, f"plan.cells[{i}]") for i, c in enumerate(body["cells"])],
                    dict(body["notes"]), dict(body["cell_memory"]))

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.config import BenchmarkConfig
+from pipeline.plain import to_plain
 from pipeline.protocols.registry import get_protocol
 from pipeline.protocols.settings import setting_at
 from storage_schema.keys import run_memo_key
@@ -132,7 +133,7 @@ def _observe(cfg: BenchmarkConfig, store) -> dict[str, Any] | None:
         return None
     if config_failures(store, plan.config, plan.cells, plan.units):
         return None
-    return {"key": stable_hash(plan.config.to_dict(), 16), "inputs": inputs, "arrays": arrays,
+    return {"key": stable_hash(to_plain(plan.config), 16), "inputs": inputs, "arrays": arrays,
             "labels": labels, "plan": plan, "cells": sorted({r["cell_id"] for r in found})}
 
 

@@ -3,25 +3,29 @@ results ledger and Prefect's parameters hold.
 
 One conversion for every layer: a result, a spec or a config is turned into plain values
 by :func:`to_plain`, and a class writes its own ``to_dict`` only where it must leave a
-field out or reshape one.
+field out, reshape one or add a derived value (its docstring says which).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["to_plain"]
 
 
 def to_plain(obj: Any) -> Any:
-    """``obj`` as plain values: a dataclass as the dict of its fields, tuples as lists,
+    """``obj`` as plain values: a dataclass as the dict of its fields, any mapping as a
+    dict with string keys (``str(key)``, as a ledger record has always written them),
+    tuples as lists, NumPy arrays as (nested) lists and NumPy scalars as Python numbers,
     recursively; anything else as it is.
 
     Parameters
     ----------
     obj : Any
-        A dataclass instance, a list, tuple or dict of them, or a plain value.
+        A dataclass instance, a list, tuple or mapping of them, or a plain value.
 
     Returns
     -------
@@ -32,6 +36,9 @@ def to_plain(obj: Any) -> Any:
         return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
         return [to_plain(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, Mapping):
+        return {str(k): to_plain(v) for k, v in obj.items()}
+    np = sys.modules.get("numpy")  # not imported here: without numpy loaded there is no numpy value
+    if np is not None and isinstance(obj, (np.ndarray, np.generic)):
+        return obj.tolist()
     return obj

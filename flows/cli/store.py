@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from flows.cli.printing import print_json, print_line, print_table
 from pipeline.errors import RepevalError
+from pipeline.plain import to_plain
 from pipeline.terminal import printable
 
 EXIT_PROBLEMS = 1  # verify / repair: damaged or incomplete arrays remain
@@ -74,7 +75,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
                                         "(`repeval datasets show` names every one)") from exc
             raise
         if args.json:
-            print_json(report.to_dict())
+            print_json(to_plain(report))
         elif report.status in ("cached", "aliased"):  # no forward pass: "0 images" would read as an empty split
             same = sorted(set(report.aliases.values()))
             print(f"{report.status:9s} {report.model}/{report.dataset}/{split}: {report.rows} images already in "

@@ -25,6 +25,7 @@ from pipeline.analysis.compare import (
 )
 from pipeline.analysis.compare.repeated import compare_repeated
 from pipeline.errors import DataValidationError, RepevalError, StaleArrayError
+from pipeline.plain import to_plain
 from pipeline.protocols.evidence import headline_rows
 from pipeline.protocols.fit_warnings import unreliable_reasons
 
@@ -56,7 +57,8 @@ class EncoderComparison:
     not_compared: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dictionary for ``--json``.
+        """Plain dictionary for ``--json``; not ``to_plain``: the verdicts, keyed by
+        (setting, dataset, layer) tuples that JSON cannot key, become a list of flat cells.
 
         Returns
         -------
@@ -67,7 +69,7 @@ class EncoderComparison:
             cells.append({"setting": setting, "dataset": dataset, "layer": layer,
                           **{k: val for k, val in v.to_dict().items() if k != "cell"}})
         return {"a": self.a, "b": self.b, "alpha": self.alpha, "cells": cells,
-                "settings": [s.to_dict() for s in self.settings.values()], "not_compared": self.not_compared}
+                "settings": [to_plain(s) for s in self.settings.values()], "not_compared": self.not_compared}
 
 
 def cell_key(rec: Mapping[str, Any]) -> CellKey:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import ConfigError, DataValidationError, UnknownNameError
+from pipeline.plain import to_plain
 from storage_schema.ledger import latest_records
 
 if TYPE_CHECKING:  # jobs.config calls check_correlation_metrics on load: only for type checkers
@@ -43,8 +44,8 @@ INVALID = "invalid"
 class SettingReport:
     """The outcome of one correlation setting; ``status`` is "ok", "not_enough_models" or "invalid".
 
-    ``setting`` and ``per_dataset`` hold ``CorrelationResult.to_dict()`` values when the
-    status is "ok". ``setting_scores`` is each used model's mean logit score over the
+    ``setting`` and ``per_dataset`` hold ``CorrelationResult`` values as plain dicts
+    (``to_plain``) when the status is "ok". ``setting_scores`` is each used model's mean logit score over the
     datasets, ``reference_logit`` its logit-transformed reference, ``scores`` the raw
     metric per model and dataset, and ``excluded`` the models left out with the reason.
     """
@@ -71,12 +72,13 @@ class SettingReport:
         return len(self.models) if self.status == OK else 0
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain values for the run summary and the report (intervals as lists, keys as strings)."""
+        """Plain values for the run summary and the report (intervals as lists, keys as
+        strings); not ``to_plain``: the stored record adds the derived ``n``."""
         return {
             "name": self.name, "protocol": self.protocol, "metric": self.metric, "layer": self.layer,
             "datasets": list(self.datasets), "status": self.status, "message": self.message, "n": self.n,
             "models": list(self.models), "excluded": dict(self.excluded),
-            "setting": _json_ready(self.setting), "per_dataset": _json_ready(self.per_dataset),
+            "setting": to_plain(self.setting), "per_dataset": to_plain(self.per_dataset),
             "setting_scores": dict(self.setting_scores), "reference_logit": dict(self.reference_logit),
             "scores": {m: dict(s) for m, s in self.scores.items()},
             "cells": {m: dict(c) for m, c in self.cells.items()},
@@ -102,21 +104,13 @@ class CorrelationReport:
                                f"{', '.join(s.name for s in self.settings) or '(none)'}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain values for the run summary and the report."""
+        """Plain values for the run summary and the report; not ``to_plain``: each setting in
+        its own stored format (``SettingReport.to_dict``, with ``n``)."""
         return {
             "reference_name": self.reference_name, "reference": dict(self.reference),
             "bootstrap": self.bootstrap, "seed": self.seed,
             "settings": [s.to_dict() for s in self.settings],
         }
-
-
-def _json_ready(value: Any) -> Any:
-    """Tuples (bootstrap intervals) to lists so that the dict survives a JSON round trip unchanged."""
-    if isinstance(value, Mapping):
-        return {str(k): _json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
-    return value
 
 
 # -- config check ---------------------------------------------------------------------------
@@ -277,8 +271,8 @@ def _correlate_one(records: list[dict], s: CorrelationSetting, reference: Mappin
         return report
     report.status = OK
     report.models = [str(m) for m in result.models]
-    report.setting = result.setting.to_dict()
-    report.per_dataset = {str(d): r.to_dict() for d, r in result.per_dataset.items()}
+    report.setting = to_plain(result.setting)
+    report.per_dataset = {str(d): to_plain(r) for d, r in result.per_dataset.items()}
     report.setting_scores = {str(m): float(v) for m, v in result.setting_scores.items()}
     report.reference_logit = {m: float(v) for m, v in zip(report.models, ref_logit)}
     return report

@@ -21,6 +21,7 @@ from itertools import combinations
 from typing import Any
 
 from pipeline.errors import DataValidationError
+from pipeline.plain import to_plain
 
 __all__ = ["RankAgreement", "best_layer_scores", "rank_agreement_of", "rank_rows"]
 
@@ -87,7 +88,7 @@ def rank_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 @dataclass
 class RankAgreement:
-    """Per dataset: the settings, each pair's agreement (``PairAgreement.to_dict()``), the
+    """Per dataset: the settings, each pair's agreement (``to_plain`` of its ``PairAgreement``), the
     pairs not compared with why, and each model's rank per setting (for radar charts)."""
 
     dataset: str
@@ -130,6 +131,6 @@ def rank_agreement_of(records: Sequence[Mapping[str, Any]], n_bootstrap: int = 1
             except DataValidationError as exc:
                 agreement.skipped.append((a, b, str(exc)))
                 continue
-            agreement.pairs.append(pair.to_dict())
+            agreement.pairs.append(to_plain(pair))
         out.append(agreement)
     return out

@@ -89,7 +89,9 @@ class SeriesAnalysis:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dictionary for the run summary.
+        """Plain dictionary for the run summary; not ``to_plain``: the summary's series entry
+        holds derived values (newest, flagged, regressions, newest-is-best) and each cell's
+        verdict by its label, not the analysis' fields.
 
         Returns
         -------

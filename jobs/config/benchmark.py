@@ -107,10 +107,6 @@ class BenchmarkConfig:
                     scores[row["model"]] = float(row["score"])
         return scores
 
-    def to_dict(self) -> dict[str, Any]:
-        """The config as plain values (``to_plain``): what flows receive as a parameter."""
-        return to_plain(self)
-
     def open_store(self, read_only: bool = False) -> FeatureStore:
         """The run's feature store, with the config's storage options."""
         from storage_schema import FeatureStore

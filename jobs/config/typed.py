@@ -10,6 +10,7 @@ uses it).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from typing import Any, Union
@@ -91,6 +92,13 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     raise ConfigError(f"{path}: unsupported field type {_type_name(tp)}")
 
 
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    """``cls``'s resolved field annotations, once per class (resolving them costs more than
+    building a small dataclass: a plan reads back thousands of cells)."""
+    return typing.get_type_hints(cls)
+
+
 def from_plain(cls: type, data: Any, path: str = "config") -> Any:
     """Instantiate dataclass ``cls`` from ``data``, validating every field recursively; every
     mistake found is reported at once (``jobs.config.mistakes.ConfigMistakes``)."""
@@ -99,7 +107,7 @@ def from_plain(cls: type, data: Any, path: str = "config") -> Any:
     prepare = getattr(cls, "prepare_plain", None)  # a class may accept shorthands of its fields
     if callable(prepare):
         data = prepare(data, path)
-    hints = typing.get_type_hints(cls)
+    hints = _field_types(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     mistakes = Mistakes()
     for key in sorted(map(str, set(data) - set(fields))):

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.config import DatasetConfig, EncoderConfig
-from jobs.config.typed import from_plain
-from pipeline.plain import to_plain
 from pipeline.protocols.cell import ENCODER_LAYER
 from pipeline.protocols.registry import Protocol, get_protocol
 
@@ -30,7 +28,9 @@ class Cell:
 
     ``setting`` is the config's name of the protocol setting (``knn20``), ``protocol`` its
     registry name (``knn``), ``settings`` the setting's values; ``encoder`` and
-    ``dataset_config`` are set for a protocol that reads the encoder's weights.
+    ``dataset_config`` are set for a protocol that reads the encoder's weights. Shipped to
+    a worker as ``pipeline.plain.to_plain(cell)``, rebuilt (and checked) by
+    ``jobs.config.typed.from_plain(Cell, plain)``.
     """
 
     model: str
@@ -60,16 +60,3 @@ class Cell:
     def label(self) -> str:
         """``model/dataset/layer:setting``, the cell's name in progress lines and failures."""
         return f"{self.model}/{self.dataset}/{self.layer}:{self.setting}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The cell as plain values (JSON-able)."""
-        return to_plain(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Cell:
-        """The cell :meth:`to_dict` gave."""
-        data = dict(data)
-        encoder, dataset = data.pop("encoder", None), data.pop("dataset_config", None)
-        return cls(**data, encoder=None if encoder is None else from_plain(EncoderConfig, encoder, "cell.encoder"),
-                   dataset_config=None if dataset is None else from_plain(DatasetConfig, dataset,
-                                                                          "cell.dataset_config"))

@@ -29,8 +29,8 @@ from typing import Any
 
 from jobs.config.protocol_checks import settings_hash
 from jobs.evaluation.cell import Cell
-from jobs.evaluation.records import json_ready
 from pipeline.errors import DataValidationError
+from pipeline.plain import to_plain
 from pipeline.protocols.settings import setting_at
 from storage_schema import FeatureStore, StoredArray, keys
 from storage_schema.ledger import Ledger, cell_id, encoder_fingerprints
@@ -149,7 +149,7 @@ def weights_identity(cell: Cell, adapter: Any) -> CellIdentity:
     cid = cell_id(fps, cell.protocol, result_settings, entry.version)
     provenance = {"arch": cell.encoder.arch, "weights_fingerprint": encoder.weights_fingerprint,
                   "weights": prov["weights"], "data_config": prov["data_config"], "versions": prov["versions"],
-                  "dataset": json_ready(adapter.describe())}
+                  "dataset": to_plain(adapter.describe())}
     return CellIdentity(cid, settings, result_settings, fps, provenance)
 
 

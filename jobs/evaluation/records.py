@@ -12,17 +12,15 @@ pointer from the cell's names to the record (``jobs.evaluation.records.point_to`
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
 from typing import Any
 
-import numpy as np
-
 from jobs.evaluation.cell import Cell
+from pipeline.plain import to_plain
 from storage_schema import FeatureStore, keys
 from storage_schema.ledger import Ledger, config_hash
 from storage_schema.provenance import canonical_json, now_iso
 
-__all__ = ["cell_record", "json_ready", "point_to", "write_record"]
+__all__ = ["cell_record", "point_to", "write_record"]
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +55,7 @@ def cell_record(cell: Cell, cid: str, settings: dict[str, Any], fingerprints: di
         JSON-able.
     """
     entry = cell.entry
-    return json_ready({
+    return to_plain({
         "cell_id": cid, "model": cell.model, "dataset": cell.dataset, "layer": cell.layer,
         "setting": cell.setting, "protocol": cell.protocol, "protocol_version": entry.version,
         "settings": settings, "config_hash": config_hash(entry.result_settings(settings)), "splits": cell.splits(),
@@ -138,26 +136,3 @@ def _put_with_evidence(store: FeatureStore, ledger: Ledger, rec: dict[str, Any],
         return ledger.put(rec)
 
 
-def json_ready(value: Any) -> Any:
-    """JSON-able copy: numpy scalars and arrays to Python numbers and lists, tuples and
-    dataclasses to lists and dicts.
-
-    Parameters
-    ----------
-    value : object
-
-    Returns
-    -------
-    object
-    """
-    if isinstance(value, dict):
-        return {str(k): json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_ready(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    if hasattr(value, "__dataclass_fields__"):
-        return json_ready(asdict(value))
-    return value

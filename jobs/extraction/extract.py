@@ -21,7 +21,6 @@ from pipeline.datasets import DatasetAdapter
 from pipeline.encoders import Encoder, EncoderSpec, load_encoder
 from jobs.config import DTYPES, ExtractConfig  # noqa: F401  (the config's extract: section)
 from pipeline.errors import DatasetError
-from pipeline.plain import to_plain
 from storage_schema import ArraySpec, ArrayStatus, FeatureStore, feature_key, features_group_key
 from storage_schema.leases import Lease
 from storage_schema.provenance import library_versions
@@ -31,7 +30,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class ExtractionReport:
     """What one extraction of an encoder on a split did: its status, the arrays written or
-    reused, the work and its speed, the images left out."""
+    reused, the work and its speed, the images left out; as plain values (``to_plain``),
+    what ``repeval extract --json`` prints and a run's task returns."""
 
     model: str
     dataset: str
@@ -46,10 +46,6 @@ class ExtractionReport:
     images_per_s: float = 0.0
     skipped_ids: list[str] = field(default_factory=list)
     aliases: dict[str, str] = field(default_factory=dict)  # layer -> key of the identical array served
-
-    def to_dict(self) -> dict:
-        """Plain values (``repeval extract --json``, the run summary)."""
-        return to_plain(self)
 
 
 def extract(

@@ -20,6 +20,7 @@ from pipeline.datasets.torch_dataset import EncodedImageDataset, collate_encoded
 from pipeline.encoders import Encoder, EncoderSpec
 from pipeline.encoders.device_preprocess import DevicePreprocess, device_transform_steps
 from pipeline.encoders.spec import MAP_DTYPE, TOKENS_DTYPE, is_map_layer, is_token_layer
+from pipeline.plain import to_plain
 from pipeline.protocols.inputs.devices import available_cores
 from storage_schema import array_fingerprint
 
@@ -165,7 +166,7 @@ def recorded_spec(spec: EncoderSpec) -> dict:
     dict
         JSON-able fields of the spec.
     """
-    out = spec.to_dict()
+    out = to_plain(spec)
     if spec.weights_kind == "checkpoint":
         out["weights"] = str(Path(spec.weights).expanduser().resolve())
     return out

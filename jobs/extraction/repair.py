@@ -60,7 +60,8 @@ class RepairSummary:
         return sum(len(r.chunks) for r in self.repaired)
 
     def to_dict(self) -> dict:
-        """Plain values (``repeval repair --json``), with the chunk count."""
+        """Plain values (``repeval repair --json``), with the chunk count: ``to_plain`` and
+        the derived ``chunks``, which ``to_plain`` cannot add."""
         return {**to_plain(self), "chunks": self.chunks}
 
 

@@ -32,6 +32,7 @@ from typing import Any
 from jobs.analysis.compare import cell_key, cell_label, record_score
 from pipeline.protocols.fit_warnings import WARNING_CODES, record_warnings
 from pipeline.analysis.leaderboard import RunChanges, diff_summaries, leaderboard
+from pipeline.plain import to_plain
 from storage_schema.provenance import now_iso
 
 log = logging.getLogger(__name__)
@@ -106,12 +107,12 @@ def leaderboard_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
     Returns
     -------
     list of dict
-        ``LeaderboardRow.to_dict()`` of each encoder, ranked first.
+        ``to_plain`` of each encoder's ``LeaderboardRow``, ranked first.
     """
     table = {m: row for m, row in setting_scores(records).items() if row}
     if not table:
         return []
-    return [row.to_dict() for row in leaderboard(table, missing="exclude")]
+    return [to_plain(row) for row in leaderboard(table, missing="exclude")]
 
 
 def build_report_summary(records: Sequence[Mapping[str, Any]], failures: Sequence[Mapping[str, Any]],

@@ -16,6 +16,7 @@ from jobs.analysis.correlate import correlate_results, measured_reference
 from jobs.data_notes import fewshot_notes, label_notes
 from jobs.failures import sync_correlation_failures
 from pipeline.errors import DataValidationError, RepevalError
+from pipeline.plain import to_plain
 from storage_schema import FeatureStore
 from storage_schema.ledger import FailureLog, Ledger, failure_id
 
@@ -181,7 +182,7 @@ def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Itera
     evaluated = {str(c.get("model")) for c in cells if c.get("status") == "computed"}
     summary = build_report_summary(shown, failures, series, evaluated=evaluated, report=path, store=store.url)
     previous = read_summary(summary_path(path))
-    summary["changes"] = changes_since(previous, summary).to_dict()
+    summary["changes"] = to_plain(changes_since(previous, summary))
     out = write_report(records, correlation, cfg, path, reference=reference,
                        failures=failures, aside=history(store, cfg, records), data_notes=notes,
                        waiting=list(waiting) or (plan.scan.waiting if plan else ()), problems=[problem] if problem else [],

@@ -137,16 +137,6 @@ class CorrelationResult:
     n_bootstrap_used: int = 0
     confidence: float = 0.95
 
-    def to_dict(self) -> dict[str, object]:
-        """Plain dictionary (for the results ledger).
-
-        Returns
-        -------
-        dict
-            One entry per field.
-        """
-        return to_plain(self)
-
 
 def _rowwise_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a = a - a.mean(axis=1, keepdims=True)
@@ -415,8 +405,8 @@ class SettingCorrelation:
         list of dict
             The records, the setting's first.
         """
-        rows = [{"dataset": None, **self.setting.to_dict()}]
-        rows += [{"dataset": d, **r.to_dict()} for d, r in self.per_dataset.items()]
+        rows = [{"dataset": None, **to_plain(self.setting)}]
+        rows += [{"dataset": d, **to_plain(r)} for d, r in self.per_dataset.items()]
         return rows
 
 

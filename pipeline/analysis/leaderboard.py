@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.errors import DataValidationError
-from pipeline.plain import to_plain
 
 __all__ = ["MISSING_POLICIES", "LeaderboardRow", "RunChanges", "diff_summaries", "leaderboard"]
 
@@ -56,16 +55,6 @@ class LeaderboardRow:
     ranks: dict[str, float]
     scores: dict[str, float]
     missing: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain dictionary for JSON.
-
-        Returns
-        -------
-        dict
-            Every field, ``missing`` as a list.
-        """
-        return to_plain(self)
 
 
 def _finite(value: object, where: str) -> float:
@@ -180,16 +169,6 @@ class RunChanges:
     def nothing_changed(self) -> bool:
         """True when no field lists anything (old failures still count as failures)."""
         return not any(getattr(self, f) for f in self.__dataclass_fields__)
-
-    def to_dict(self) -> dict[str, list]:
-        """Plain dictionary for JSON.
-
-        Returns
-        -------
-        dict
-            Every field.
-        """
-        return to_plain(self)
 
 
 def _cells(summary: Mapping[str, object] | None, name: str) -> dict[str, dict[str, dict[str, object]]]:

@@ -27,7 +27,6 @@ import numpy as np
 from scipy import stats
 
 from pipeline.errors import DataValidationError
-from pipeline.plain import to_plain
 
 __all__ = [
     "MIN_ENCODERS", "PairAgreement", "RadarData", "encoder_ranks", "flip_count", "kendall_tau_b_rows",
@@ -186,15 +185,6 @@ class PairAgreement:
     n_bootstrap: int = 0
     n_bootstrap_used: int = 0
     confidence: float = 0.95
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain dictionary (for the results ledger and the report).
-
-        Returns
-        -------
-        dict
-        """
-        return to_plain(self)
 
 
 def _check_bootstrap(n_bootstrap: int, confidence: float) -> None:

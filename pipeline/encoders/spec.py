@@ -16,7 +16,6 @@ from typing import Any
 
 from pipeline.errors import ConfigError, unknown_name
 from pipeline.names import validate_name
-from pipeline.plain import to_plain
 
 PRE_LOGITS = "pre_logits"
 PRETRAINED_PREFIX = "timm:"
@@ -228,16 +227,6 @@ class EncoderSpec:
             return f"{split_tag(self.arch)[0]}.{self.weights[len(PRETRAINED_PREFIX):]}"
         return self.arch
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able fields (tuples as lists).
-
-        Returns
-        -------
-        dict
-            One entry per field.
-        """
-        return to_plain(self)
-
     @classmethod
     def from_fields(cls, entry: Any) -> EncoderSpec:
         """The spec of an object that carries the spec's fields as attributes: the one
@@ -258,7 +247,8 @@ class EncoderSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EncoderSpec:
-        """Inverse of :meth:`to_dict`; unknown keys are an error, not ignored.
+        """Inverse of ``to_plain(spec)``; unknown keys are an error, not ignored (the
+        pipeline layer cannot use ``jobs.config.typed.from_plain``).
 
         Parameters
         ----------

@@ -15,14 +15,14 @@ instead, so a moved file keeps its records).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from pipeline.errors import ConfigError
+from pipeline.plain import to_plain
 
-__all__ = ["plain_settings", "resolve", "result_settings", "setting_at"]
+__all__ = ["resolve", "result_settings", "setting_at"]
 
 
 def _type_ok(default: Any, value: Any) -> bool:
@@ -104,27 +104,7 @@ def _built(protocol: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"settings: {exc}{_yaml_hint(settings)}") from None
     except TypeError as exc:  # a value of a type the settings class cannot take
         raise ConfigError(f"settings of protocol {protocol.name!r}: {exc}") from None
-    return plain_settings({**protocol.defaults, **built})
-
-
-def plain_settings(value: Any) -> Any:
-    """``value`` with mappings, sequences and dataclasses as dicts and lists (JSON-able).
-
-    Parameters
-    ----------
-    value : object
-
-    Returns
-    -------
-    object
-    """
-    if isinstance(value, Mapping):
-        return {str(k): plain_settings(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain_settings(v) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return plain_settings(dataclasses.asdict(value))
-    return value
+    return to_plain({**protocol.defaults, **built})
 
 
 def _yaml_hint(settings: Mapping[str, Any]) -> str:

@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 from jobs.extraction.extract import ExtractConfig, extract
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec, load_encoder
+from pipeline.plain import to_plain
 from storage_schema import FeatureStore
 
 # tqdm makes a multiprocessing lock (a named semaphore) on first use; made once here, in the
@@ -67,7 +68,7 @@ def extract_child(url: str, lease_ttl: float, conn, wait: bool = True, rlimit_fs
     except RepevalError as exc:
         conn.send(("error", type(exc).__name__, str(exc)))
     else:
-        conn.send(("report", report.to_dict()))
+        conn.send(("report", to_plain(report)))
 
 
 def start_extraction(ctx, url: str, lease_ttl: float, wait: bool = True, rlimit_fsize: int | None = None):

@@ -14,11 +14,13 @@ import yaml
 
 from jobs.config import load_config
 from jobs.config.protocol_checks import settings_hash
+from jobs.config.typed import from_plain
 from jobs.evaluation.cell import Cell
 from jobs.plan import check_plan, evaluation_cells, extraction_units, make_plan
 from pipeline.errors import ConfigError
 from pipeline.protocols import get_protocol, list_protocols
 from pipeline.protocols.finetune import FinetuneSettings, grid_points
+from pipeline.plain import to_plain
 from tests.helpers.cli import REPO, cli_env
 
 FT = {"name": "ft", "protocol": "finetune", "settings": {"steps": 3, "lrs": [0.01, 0.1], "weight_decays": [0.0],
@@ -54,7 +56,7 @@ def test_settings_resolve_to_every_setting_with_the_defaults(tmp_path):
                                                    {"name": "sal", "protocol": "saliency"},
                                                    {"name": "col", "protocol": "colour_detail"}]))
     ft, sal, col = cfg.protocols
-    assert ft.settings == FinetuneSettings().to_dict()
+    assert ft.settings == to_plain(FinetuneSettings())
     assert len(grid_points(FinetuneSettings.from_dict(ft.settings))) == 40  # 4 lr x 5 wd x 2 augmentations
     assert sal.settings["method"] == "gradient" and sal.settings["n_images"] == 64
     assert col.settings["steps"] == 500 and col.settings["perceptual"] is None
@@ -121,7 +123,7 @@ def test_encoder_cells_are_planned_with_the_feature_cells(tmp_path):
         ("a", "tex", "pre_logits", "sal", "saliency"), ("b", "tex", "pre_logits", "sal", "saliency")]
     assert {c.setting for c in evaluation_cells(cfg) if c.entry.reads_features} == {"knn"}  # no feature cell of an encoder protocol
     assert cells[0].splits() == ["train", "test"] and cells[-1].splits() == ["test"]
-    assert Cell.from_dict(json.loads(json.dumps(cells[0].to_dict()))) == cells[0]  # plain values
+    assert from_plain(Cell, json.loads(json.dumps(to_plain(cells[0]))), "cell") == cells[0]  # plain values
 
 
 def test_a_dataset_only_encoder_protocols_read_is_not_extracted(tmp_path):

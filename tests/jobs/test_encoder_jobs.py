@@ -28,6 +28,7 @@ from pipeline.protocols.diagnostics import SaliencySettings, saliency_study
 from pipeline.protocols import get_protocol
 from pipeline.encoders import load_encoder
 from pipeline.protocols.finetune import DatasetSplits, run_finetune
+from pipeline.plain import to_plain
 from storage_schema import FeatureStore, keys
 from storage_schema.ledger import FailureLog, Ledger, cell_id
 from tests.helpers.html import parse_strict
@@ -77,10 +78,10 @@ def ran(tmp_path_factory):
     out["sal"] = {m: weights_cell(store, cells[(m, "sal")], cfg.extract) for m in ("a", "b", "c")}
     out["col"] = weights_cell(store, cells[("a", "col")], cfg.extract)
     bad = cells[("a", "bad")]
-    out["bad_points"] = [finetune_point_task.fn({"url": cfg.store}, bad.to_dict(), i, cfg.to_dict()["extract"])
+    out["bad_points"] = [finetune_point_task.fn({"url": cfg.store}, to_plain(bad), i, to_plain(cfg.extract))
                          for i in range(2)]
-    out["bad"] = finetune_finish_task.fn({"url": cfg.store}, bad.to_dict(), out["bad_points"],
-                                         cfg.to_dict()["extract"])
+    out["bad"] = finetune_finish_task.fn({"url": cfg.store}, to_plain(bad), out["bad_points"],
+                                         to_plain(cfg.extract))
     yield out
     torch.set_num_threads(threads)
 

@@ -15,6 +15,7 @@ from PIL import Image
 from flows.cli.main import main
 from flows.tasks import extract_task
 from jobs.config import load_config
+from jobs.config.typed import from_plain
 from jobs.data_notes import label_notes
 from jobs.plan import ExtractUnit, check_plan, evaluation_cells, make_plan
 from jobs.report.run_summary import build_summary, summary_lines
@@ -132,8 +133,8 @@ def _unit(tmp_path, skip_bad: bool) -> dict:
     raw = _config(tmp_path, datasets=[{"name": "mine", "adapter": "image_folder",
                                        "params": {"root": str(tmp_path / "images"), "skip_bad": skip_bad}}])
     raw["encoders"] = raw["encoders"][:1]
-    return ExtractUnit.from_dict({"encoder": raw["encoders"][0], "dataset": raw["datasets"][0],
-                                  "split": "train"}).to_dict()
+    return to_plain(from_plain(ExtractUnit, {"encoder": raw["encoders"][0], "dataset": raw["datasets"][0],
+                                             "split": "train"}, "unit"))
 
 
 def test_an_unreadable_image_names_the_file_and_suggests_skip_bad(tmp_path):
@@ -179,8 +180,8 @@ def test_the_plan_is_written_once_and_read_back_as_planned(tmp_path):
     key = write_plan(store, plan, ["r18"])
     assert key.startswith(keys.plan_key("x")[:-len("x.json")]) and write_plan(store, plan, ["r18"]) == key
     run = read_plan(store, key)  # what the flow gets: the planned config, units and cells, not re-planned
-    assert run.config.to_dict() == plan.config.to_dict()
-    assert [u.to_dict() for u in run.units] == [u.to_dict() for u in plan.units]
+    assert to_plain(run.config) == to_plain(plan.config)
+    assert run.units == plan.units and [to_plain(u) for u in run.units] == [to_plain(u) for u in plan.units]
     assert run.cells == plan.cells and {c.protocol for c in run.cells} == {"knn", "saliency"}
     weights = [c for c in run.cells if c.protocol == "saliency"]
     assert weights and all(c.encoder is not None and c.dataset_config.name == "tex" for c in weights)

@@ -17,6 +17,7 @@ from pipeline.protocols.audits.calibration import (
     fit_temperature,
     negative_log_likelihood,
 )
+from pipeline.plain import to_plain
 
 
 def _hand_ece(conf: np.ndarray, correct: np.ndarray, n_bins: int) -> float:
@@ -109,7 +110,7 @@ def test_calibration_report_improves_ece() -> None:
     assert rep.nll_after < rep.nll_before
     assert rep.accuracy == pytest.approx(np.mean(logits[1500:].argmax(1) == y[1500:]))
     assert not rep.temperature_at_bound
-    assert rep.to_dict()["n_bins"] == 15
+    assert to_plain(rep)["n_bins"] == 15
 
 
 def test_separable_validation_hits_the_bound() -> None:

@@ -25,6 +25,7 @@ from pipeline.analysis.compare import (
 from pipeline.analysis.compare.resampling import bootstrap_indices, swap_masks
 from pipeline.errors import DataValidationError, RepevalError
 from pipeline.protocols import fewshot_episodes
+from pipeline.plain import to_plain
 
 
 def _classification(n: int = 300, classes: int = 5, seed: int = 0, acc_a: float = 0.75, acc_b: float = 0.65):
@@ -213,7 +214,7 @@ def test_verdicts_use_benjamini_hochberg_adjusted_p_values() -> None:
     assert (linear.n_cells, linear.better, linear.worse, linear.indistinguishable) == (
         6, expected[:6].count("better"), expected[:6].count("worse"), expected[:6].count("indistinguishable"))
     assert linear.mean_difference == pytest.approx(np.mean(diffs), abs=1e-15)
-    json.dumps([v.to_dict() for v in verdicts.values()] + [s.to_dict() for s in summary.values()])
+    json.dumps([v.to_dict() for v in verdicts.values()] + [to_plain(s) for s in summary.values()])
     with pytest.raises(DataValidationError, match="alpha"):
         decide_verdicts(cells, alpha=1.5)
     with pytest.raises(DataValidationError, match="PairedComparison"):

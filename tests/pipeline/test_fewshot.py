@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from pipeline.errors import DataValidationError
+from pipeline.plain import to_plain
 from pipeline.protocols.episodic import fewshot as fewshot_module
 from pipeline.protocols.episodic.fewshot import FewShotResult, fewshot_episodes, sample_episodes
 
@@ -97,7 +100,14 @@ def test_result_statistics_and_ci_formula() -> None:
     assert 0.2 < res.mean <= 1.0  # far above chance on separated clusters
     assert (res.n_way, res.n_shot, res.n_query, res.n_episodes) == (5, 5, 15, 600)
     assert res.eligible_classes == tuple(range(8))
-    assert res.to_dict()["accuracies"][:3] == res.accuracies[:3].tolist()
+    # its plain form (to_plain, which replaced a hand-written to_dict): every field, the
+    # episode accuracies and the eligible classes as lists of Python numbers
+    plain = to_plain(res)
+    assert plain == {"mean": res.mean, "ci95": res.ci95, "std": res.std, "accuracies": res.accuracies.tolist(),
+                     "n_way": 5, "n_shot": 5, "n_query": 15, "n_episodes": 600, "eligible_classes": list(range(8)),
+                     "seed": 0}
+    assert json.loads(json.dumps(plain)) == plain
+    assert {type(v) for v in plain["accuracies"] + plain["eligible_classes"]} <= {float, int}
     with pytest.raises(ValueError):
         res.accuracies[0] = 0.0  # read-only
 

@@ -32,6 +32,7 @@ from pipeline.protocols.finetune import (
 from pipeline.protocols.finetune.data import SeededTrainingImages, StepBatchSampler, held_out_validation, train_transform
 from pipeline.protocols.audits.calibration import calibration_report
 from pipeline.protocols.metrics import accuracy_metrics
+from pipeline.plain import to_plain
 
 SPEC = EncoderSpec(name="tiny", arch="test_resnet", input_size=32)
 SMALL = {"steps": 4, "batch_size": 8, "save_every": 2, "num_workers": 0, "eval_batch_size": 64,
@@ -67,7 +68,7 @@ def test_default_settings_are_the_papers():
     assert points[:2] == [GridPoint(s.lrs[0], 0.0, RANDOM_RESIZED_CROP_FLIP), GridPoint(s.lrs[0], 0.0, CENTER_CROP)]
     one = FinetuneSettings(augmentations=(RANDOM_RESIZED_CROP_FLIP,))
     assert len(grid_points(one)) == 20
-    assert FinetuneSettings.from_dict(s.to_dict()) == s
+    assert FinetuneSettings.from_dict(to_plain(s)) == s
 
 
 @pytest.mark.parametrize(("overrides", "fragment"), [
@@ -190,7 +191,7 @@ def test_selection_run_result_record(tmp_path, textures):
     s = _settings()
     point = grid_points(s)[0]
     r = run_grid_point(SPEC, textures, s, point, tmp_path / "a", "cpu")
-    assert r["stage"] == "select" and r["point"] == point.to_dict()
+    assert r["stage"] == "select" and r["point"] == to_plain(point)
     assert r["validation"] == "stratified 0.2 of train" and r["eval_split"] == "train"
     assert (r["n_train"], r["n_eval"]) == (32, 8)
     assert (r["steps"], r["steps_done"], r["batch_size"], r["diverged"]) == (4, 4, 8, False)
@@ -279,7 +280,7 @@ def test_splits_are_checked(tmp_path, textures):
 # -- selection and the record ------------------------------------------------------------
 
 def _fake_select(point: GridPoint, score: float, rng, diverged: bool = False) -> dict:
-    return {"stage": "select", "point": point.to_dict(), "score": score, "diverged": diverged,
+    return {"stage": "select", "point": to_plain(point), "score": score, "diverged": diverged,
             "train_loss_last": 1.0, "optimizer_weight_decay": optimizer_weight_decay(point),
             "validation": "stratified 0.2 of train", "logits": rng.normal(size=(30, 3)),
             "labels": rng.integers(0, 3, 30)}
@@ -292,9 +293,9 @@ def test_select_best_takes_the_highest_validation_score_ties_to_the_earlier_poin
     points = grid_points(s)
     scores = [0.5, 0.7, 0.9, 0.6, 0.9, 0.2]
     results = [_fake_select(p, v, rng) for p, v in zip(points, scores)]
-    assert select_best(results[::-1], s)["point"] == points[2].to_dict()  # order of the list does not matter
+    assert select_best(results[::-1], s)["point"] == to_plain(points[2])  # order of the list does not matter
     results[2] = _fake_select(points[2], float("nan"), rng, diverged=True)
-    assert select_best(results, s)["point"] == points[4].to_dict()
+    assert select_best(results, s)["point"] == to_plain(points[4])
     with pytest.raises(DataValidationError, match="1 grid point\\(s\\) have no selection result"):
         select_best(results[:-1], s)
     with pytest.raises(DataValidationError, match="appears twice"):
@@ -310,7 +311,7 @@ def test_finetune_result_calibrates_with_the_selection_runs_validation_logits():
     points = grid_points(s)
     results = [_fake_select(points[0], 0.4, rng), _fake_select(points[1], 0.8, rng)]
     test_logits, test_labels = rng.normal(size=(40, 3)) * 3, rng.integers(0, 3, 40)
-    refit = {"stage": "refit", "point": points[1].to_dict(), "score": 0.5, "top1": 0.5, "mean_per_class": 0.45,
+    refit = {"stage": "refit", "point": to_plain(points[1]), "score": 0.5, "top1": 0.5, "mean_per_class": 0.45,
              "diverged": False, "n_train": 100, "n_eval": 40, "weights_fingerprint": "abc",
              "logits": test_logits, "labels": test_labels}
     out = finetune_result(results, refit, s)
@@ -319,10 +320,10 @@ def test_finetune_result_calibrates_with_the_selection_runs_validation_logits():
                               "ece_temperature_scaled": cal.ece_after, "nll": cal.nll_before,
                               "nll_temperature_scaled": cal.nll_after}
     d = out["diagnostics"]
-    assert d["selected"] == points[1].to_dict() and d["temperature"] == cal.temperature
+    assert d["selected"] == to_plain(points[1]) and d["temperature"] == cal.temperature
     assert [v["score"] for v in d["val_scores"]] == [0.4, 0.8] and d["converged"] and d["diverged_points"] == 0
     with pytest.raises(DataValidationError, match="the refit ran point"):
-        finetune_result(results, {**refit, "point": points[0].to_dict()}, s)
+        finetune_result(results, {**refit, "point": to_plain(points[0])}, s)
 
 
 def test_run_finetune_selects_the_best_validation_point_and_refits_it(tmp_path, textures):
@@ -331,7 +332,7 @@ def test_run_finetune_selects_the_best_validation_point_and_refits_it(tmp_path, 
     out = run_finetune(SPEC, textures, s, tmp_path, "cpu")
     scores = [v["score"] for v in out["diagnostics"]["val_scores"]]
     best = int(np.argmax(scores))  # argmax: the first of equal maxima, as selection breaks ties
-    assert out["diagnostics"]["selected"] == grid_points(s)[best].to_dict()
+    assert out["diagnostics"]["selected"] == to_plain(grid_points(s)[best])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["refit", "select-000", "select-001", "select-002",
                                                            "select-003"]
     m = out["metrics"]

@@ -10,6 +10,7 @@ from scipy.stats import rankdata
 
 from pipeline.errors import DataValidationError
 from pipeline.analysis.leaderboard import diff_summaries, leaderboard
+from pipeline.plain import to_plain
 
 TABLE = {
     "vit": {"linear": 0.80, "fewshot": 0.60, "ece": 0.05},
@@ -28,7 +29,7 @@ def test_mean_rank_hand_worked_with_ties_and_directions() -> None:
     assert {r.model: r.mean_rank for r in rows} == pytest.approx(expected)
     assert rows[0].ranks == {"ece": 1.0, "fewshot": 1.0, "linear": 2.5}
     assert rows[0].scores == TABLE["resnet"] and rows[0].missing == ()
-    json.dumps([r.to_dict() for r in rows])
+    json.dumps([to_plain(r) for r in rows])
 
 
 def test_mean_rank_matches_scipy_rankdata() -> None:
@@ -113,7 +114,7 @@ def test_diff_summaries_hand_worked() -> None:
     ]
     assert changes.recovered == [{"encoder": "ckpt-200", "cell": "knn/cifar", "score": 0.58}]
     assert diff_summaries(PREVIOUS, CURRENT, tolerance=0.02).changed_scores == []
-    assert json.loads(json.dumps(changes.to_dict()))["new_encoders"] == ["ckpt-300"]
+    assert json.loads(json.dumps(to_plain(changes)))["new_encoders"] == ["ckpt-300"]
     assert not changes.nothing_changed
 
 

@@ -13,6 +13,7 @@ from pipeline.analysis.rank_agreement import (
     encoder_ranks, flip_count, kendall_tau_b_rows, pair_agreement, radar_data, rank_agreement, rank_table,
     spearman_rows,
 )
+from pipeline.plain import to_plain
 
 
 def _direct_flips(a, b):
@@ -91,7 +92,7 @@ def test_rank_agreement_covers_every_dataset_and_pair_of_settings():
     x = [scores[(e, "pets", "linear")] for e in ("r50", "vit", "dino", "mae")]
     y = [scores[(e, "pets", "mlp")] for e in ("r50", "vit", "dino", "mae")]
     assert first.kendall_tau == pytest.approx(stats.kendalltau(x, y).statistic)
-    assert first.to_dict()["n"] == 4
+    assert to_plain(first)["n"] == 4
     ranks = rank_table(scores, lower_is_better={"knn"})
     assert sorted(ranks) == sorted((ds, st) for ds in ("pets", "flowers") for st in ("linear", "mlp", "knn"))
     pets_knn = {e: scores[(e, "pets", "knn")] for e in ("r50", "vit", "dino", "mae")}

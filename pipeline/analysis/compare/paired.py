@@ -106,6 +106,9 @@ class PairedComparison:
     def to_dict(self) -> dict[str, object]:
         """Plain dictionary for JSON (without the bootstrap replicates).
 
+        Not ``to_plain``: that would add the replicates (``n_resamples`` numbers) to every
+        verdict that ``repeval compare --json`` prints.
+
         Returns
         -------
         dict

@@ -20,7 +20,6 @@ import numpy as np
 from pipeline.analysis.compare.paired import PairedComparison
 from pipeline.analysis.compare.stats import benjamini_hochberg, check_probability
 from pipeline.errors import DataValidationError
-from pipeline.plain import to_plain
 
 __all__ = ["VERDICTS", "CellVerdict", "SettingSummary", "decide_verdicts", "summarise_by_setting"]
 
@@ -65,6 +64,10 @@ class CellVerdict:
     def to_dict(self) -> dict[str, object]:
         """Plain dictionary for JSON.
 
+        Not ``to_plain``: one flat record (the comparison's fields beside the verdict's, no
+        replicates), ``p_adjusted`` None for an unreliable cell (NaN is not JSON) and
+        ``reason`` only where there is one.
+
         Returns
         -------
         dict
@@ -105,16 +108,6 @@ class SettingSummary:
     indistinguishable: int
     mean_difference: float
     unreliable: int = 0
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain dictionary for JSON.
-
-        Returns
-        -------
-        dict
-            Every field.
-        """
-        return to_plain(self)
 
 
 def decide_verdicts(

@@ -32,7 +32,6 @@ from scipy import optimize
 from scipy.special import log_softmax, softmax
 
 from pipeline.errors import DataValidationError
-from pipeline.plain import to_plain
 from pipeline.protocols.inputs.features import check_features
 from pipeline.protocols.inputs.labels import check_class_indices
 
@@ -345,15 +344,6 @@ class CalibrationReport:
     accuracy: float
     n_bins: int
     temperature_at_bound: bool
-
-    def to_dict(self) -> dict[str, object]:
-        """Plain dictionary (for the results ledger).
-
-        Returns
-        -------
-        dict
-        """
-        return to_plain(self)
 
 
 def _test_sums(blocks: LogitBlocks, temperature: float, n_bins: int) -> tuple[float, float, float]:

@@ -72,26 +72,6 @@ class FewShotResult:
     eligible_classes: tuple[int, ...]
     seed: int
 
-    def to_dict(self) -> dict[str, object]:
-        """Plain dictionary (for the results ledger); episode accuracies as a list.
-
-        Returns
-        -------
-        dict
-        """
-        return {
-            "mean": self.mean,
-            "ci95": self.ci95,
-            "std": self.std,
-            "accuracies": self.accuracies.tolist(),
-            "n_way": self.n_way,
-            "n_shot": self.n_shot,
-            "n_query": self.n_query,
-            "n_episodes": self.n_episodes,
-            "eligible_classes": list(self.eligible_classes),
-            "seed": self.seed,
-        }
-
 
 class Episodes(NamedTuple):
     """Sampled episodes: sample indices into X / y and the drawn class labels.

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ConfigError, DataValidationError
+from pipeline.plain import to_plain
 from pipeline.protocols.cell import ImageData
 from pipeline.protocols.finetune.settings import DatasetSplits, FinetuneSettings, grid_points
 from pipeline.protocols.registry import ProtocolResult, register_protocol
-from pipeline.protocols.settings import plain_settings
 
 __all__ = ["FINETUNE", "FinetuneGrid"]
 
@@ -145,8 +145,8 @@ _LOWER = ("ece", "ece_temperature_scaled", "nll", "nll_temperature_scaled")
 
 @register_protocol(
     FINETUNE, version=1,
-    defaults=plain_settings({f.name: f.default for f in dataclasses.fields(FinetuneSettings)}),
-    build=lambda settings: FinetuneSettings.from_dict(settings).to_dict(),
+    defaults=to_plain({f.name: f.default for f in dataclasses.fields(FinetuneSettings)}),
+    build=lambda settings: to_plain(FinetuneSettings.from_dict(settings)),
     weights=True, grid=_GRID, ignored=("save_every", "eval_batch_size", "num_workers"),
     metrics=("score", "top1", "mean_per_class", *_LOWER), unbounded=("nll", "nll_temperature_scaled"),
     lower_is_better=_LOWER,

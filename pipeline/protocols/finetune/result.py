@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import ConfigError, DataValidationError
+from pipeline.plain import to_plain
 from pipeline.protocols.finetune.settings import DatasetSplits, FinetuneSettings, GridPoint, grid_points
 from pipeline.protocols.finetune.unit import REFIT, SELECT, run_grid_point
 from pipeline.protocols.audits.calibration import calibration_report
@@ -56,11 +57,11 @@ def select_best(select_results: Sequence[Mapping[str, Any]], settings: FinetuneS
             raise DataValidationError(f"select_best needs selection runs, got stage {result.get('stage')!r}")
         point = GridPoint.from_dict(result["point"])
         if point not in index:
-            raise DataValidationError(f"grid point {point.to_dict()} is not in the grid of these settings")
+            raise DataValidationError(f"grid point {to_plain(point)} is not in the grid of these settings")
         if index[point] in seen:
-            raise DataValidationError(f"grid point {point.to_dict()} appears twice")
+            raise DataValidationError(f"grid point {to_plain(point)} appears twice")
         seen[index[point]] = result
-    missing = [p.to_dict() for p, i in index.items() if i not in seen]
+    missing = [to_plain(p) for p, i in index.items() if i not in seen]
     if missing:
         raise DataValidationError(f"{len(missing)} grid point(s) have no selection result, e.g. {missing[:3]}")
     best: Mapping[str, Any] | None = None

@@ -134,31 +134,23 @@ class FinetuneSettings:
             raise ConfigError(f"finetune setting precision must be one of {', '.join(PRECISIONS)}, "
                               f"got {self.precision!r}")
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able settings (tuples as lists).
-
-        Returns
-        -------
-        dict
-        """
-        return to_plain(self)
-
     def result_settings(self) -> dict[str, Any]:
-        """The settings that decide the result: :meth:`to_dict` without ``save_every``,
+        """The settings that decide the result: ``to_plain(self)`` without ``save_every``,
         ``eval_batch_size`` and ``num_workers`` (a record key must not change with them).
 
         Returns
         -------
         dict
         """
-        out = self.to_dict()
+        out = to_plain(self)
         for name in ("save_every", "eval_batch_size", "num_workers"):
             out.pop(name)
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FinetuneSettings:
-        """Inverse of :meth:`to_dict`; an unknown key is an error naming the valid ones.
+        """Inverse of ``to_plain(settings)``; an unknown key is an error naming the valid ones
+        (the probes' layer cannot use ``jobs.config.typed.from_plain``).
 
         Parameters
         ----------
@@ -203,18 +195,10 @@ class GridPoint:
         object.__setattr__(self, "lr", float(self.lr))
         object.__setattr__(self, "weight_decay", float(self.weight_decay))
 
-    def to_dict(self) -> dict[str, Any]:
-        """``{"lr", "weight_decay", "augmentation"}``.
-
-        Returns
-        -------
-        dict
-        """
-        return to_plain(self)
-
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GridPoint:
-        """Inverse of :meth:`to_dict`.
+        """Inverse of ``to_plain(point)`` (``{"lr", "weight_decay", "augmentation"}``), as a
+        worker's result carries the point.
 
         Parameters
         ----------

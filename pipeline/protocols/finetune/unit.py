@@ -26,6 +26,7 @@ from torch import nn
 
 from pipeline.encoders import EncoderSpec, load_encoder
 from pipeline.errors import ConfigError, DataValidationError
+from pipeline.plain import to_plain
 from pipeline.protocols.finetune import data as fdata
 from pipeline.protocols.finetune.optim import make_optimizer, make_scheduler, optimizer_weight_decay
 from pipeline.protocols.finetune.settings import DatasetSplits, FinetuneSettings, GridPoint
@@ -237,8 +238,8 @@ def run_grid_point(
     model, encoder = _build_model(spec, device, n_classes)
     used_splits = sorted({s for s, _ in plan["samples"]} | {plan["eval_split"]})
     identity = run_identity({
-        "spec": spec.to_dict(), "weights_fingerprint": encoder.weights_fingerprint,
-        "data_config": encoder.provenance()["data_config"], "stage": stage, "point": point.to_dict(),
+        "spec": to_plain(spec), "weights_fingerprint": encoder.weights_fingerprint,
+        "data_config": encoder.provenance()["data_config"], "stage": stage, "point": to_plain(point),
         "settings": settings.result_settings(), "dataset": adapter.describe(),
         "fingerprints": {s: adapter.fingerprint(s) for s in used_splits},
         "splits": [splits.train_split, splits.val_split, splits.test_split],
@@ -328,7 +329,7 @@ def run_grid_point(
         timing["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(device))
     return {
         "stage": stage,
-        "point": point.to_dict(),
+        "point": to_plain(point),
         "optimizer_weight_decay": optimizer_weight_decay(point),
         "steps": settings.steps,
         "steps_done": len(losses),
