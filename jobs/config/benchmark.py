@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from jobs.config.datasets import DatasetConfig
-from jobs.config.protocol_checks import check_correlation_layers
+from jobs.config.protocol_checks import check_correlation_layers, check_correlation_metrics
 from jobs.config.encoders import CheckpointScan, EncoderConfig
 from jobs.config.mistakes import Mistakes, check_no_credentials
 from jobs.config.protocols import ProtocolConfig
@@ -86,8 +86,6 @@ class BenchmarkConfig:
             if not 0.0 <= score <= 1.0:
                 mistakes.add(ConfigError(f"{path}.reference.scores.{model}: {score} is not a fraction in [0, 1] "
                                          "(give 0.765, not 76.5)"))
-        from jobs.analysis.correlate import check_correlation_metrics
-
         with mistakes.collect():
             check_correlation_metrics(self, path)  # a metric its protocol records, or its primary one
         with mistakes.collect():
