@@ -26,6 +26,7 @@ from pipeline.errors import ConfigError
 from pipeline.protocols.blocks import FeatureRows, RowsPredictMixin
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.linear.linear_loss import linear_score_blocks
+from pipeline.protocols.linear.ridge_gram import gram_ridge
 from pipeline.protocols.linear.ridge_svd import (  # noqa: F401  (the closed form, public here too)
     RidgeSpectrum, loo_residuals, one_vs_rest_targets, press, ridge_coefficients, ridge_spectrum, svd_ridge,
 )
@@ -79,8 +80,6 @@ def fit_ridge(rows: FeatureRows, labels: np.ndarray, n_classes: int, alphas: np.
     -------
     RidgeFit
     """
-    from pipeline.protocols.linear.ridge_gram import gram_ridge
-
     alphas = np.asarray(alphas, dtype=np.float64)
     n, d = len(rows), rows.n_features
     if method not in ("auto", "svd", "gram"):

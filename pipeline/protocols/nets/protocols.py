@@ -153,6 +153,7 @@ def attentive_memory(c: CellShape, s: Mapping[str, Any]) -> int:
                 "(Kolesnikov 2019)",
 )
 def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    # deferred: torch and scikit-learn load when a cell runs, not when the registry is read
     from pipeline.protocols.nets.mlp import MLPProbe
     from pipeline.protocols.nets.stacked_training import RowBatches
     from pipeline.protocols.transforms import fit_row_map
@@ -195,6 +196,7 @@ def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     description="one learned query cross-attends to the token features, layer norm, linear classifier",
 )
 def _attentive(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    # deferred: torch and scikit-learn load when a cell runs, not when the registry is read
     from pipeline.protocols.nets.attentive import AttentiveProbe
     from pipeline.protocols.nets.stacked_training import RowBatches
 
