@@ -195,7 +195,8 @@ def correlate_results(records: list[dict], config: BenchmarkConfig, reference: d
 
 def _correlate_one(records: list[dict], s: CorrelationSetting, reference: Mapping[str, float], n_bootstrap: int,
                    seed: int) -> SettingReport:
-    from pipeline.analysis.correlation import MIN_MODELS, correlate_setting, logit  # scipy: only when correlating
+    # deferred: scipy, only when correlating
+    from pipeline.analysis.correlation import MIN_MODELS, correlate_setting, logit
 
     report = SettingReport(name=s.name, protocol=s.protocol, metric=s.metric, layer=s.layer,
                            datasets=list(s.datasets), status=INVALID)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from jobs.config.weights import check_weights
 from pipeline.errors import ConfigError, RepevalError
 from pipeline.protocols.cell import ENCODER_LAYER
 from pipeline.protocols.registry import get_protocol
@@ -107,7 +108,6 @@ def check_protocol_networks(cfg: BenchmarkConfig) -> None:
     ----------
     cfg : BenchmarkConfig
     """
-    from jobs.config.weights import check_weights
     for i, p in enumerate(cfg.protocols):
         networks = get_protocol(p.protocol).networks
         if networks is None:
