@@ -15,7 +15,7 @@ from typing import Any
 from pipeline.protocols.dense.memory import normals_memory, segmentation_memory
 from pipeline.protocols.dense.metrics import NORMAL_METRICS, SEGMENTATION_METRICS
 from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_name
-from pipeline.protocols.inputs.settings import check_setting_grid
+from pipeline.protocols.inputs.parameters import check_setting_grid
 from pipeline.protocols.registry import SEED, Bound, ProtocolResult, above, register_protocol
 
 __all__ = ["DENSE_SCHEDULE"]

@@ -32,7 +32,7 @@ from pipeline.protocols.linear.ridge_svd import (  # noqa: F401  (the closed for
 )
 from pipeline.protocols.inputs.features import validate_features
 from pipeline.protocols.inputs.labels import encode_targets
-from pipeline.protocols.inputs.settings import check_grid, check_number
+from pipeline.protocols.inputs.parameters import check_grid, check_number
 
 __all__ = ["DEFAULT_ALPHAS", "RidgeProbe", "fit_ridge", "loo_residuals", "one_vs_rest_targets", "press",
            "ridge_coefficients", "ridge_spectrum"]

@@ -29,7 +29,7 @@ from pipeline.errors import ConfigError
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.cell import CellShape
 from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_name, resolve_device
-from pipeline.protocols.inputs.settings import GRID_MAX, check_setting_grid
+from pipeline.protocols.inputs.parameters import GRID_MAX, check_setting_grid
 from pipeline.protocols.evidence import class_evidence
 from pipeline.protocols.linear.protocols import TRANSFORM_NAMES, logistic_terms
 from pipeline.protocols.memory import BLOCK, F4, F8, RUNTIME, held, label_bytes
