@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
-from jobs.config import DTYPES, ExtractConfig  # noqa: F401  (the config's extract: section)
+from jobs.config import ExtractConfig
 from jobs.extraction.dense_targets import store_targets
 from jobs.extraction.forward import (
     decode_mode, forward_chunks, layer_dtype, layer_fingerprints, loader_settings, map_attrs, recorded_spec,

@@ -28,7 +28,7 @@ from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.linear.linear_loss import linear_score_blocks
 from pipeline.protocols.linear.ridge_gram import gram_ridge
 from pipeline.protocols.linear.ridge_svd import (  # noqa: F401  (the closed form, public here too)
-    RidgeSpectrum, loo_residuals, one_vs_rest_targets, press, ridge_coefficients, ridge_spectrum, svd_ridge,
+    loo_residuals, one_vs_rest_targets, press, ridge_coefficients, ridge_spectrum, svd_ridge,
 )
 from pipeline.protocols.inputs.features import validate_features
 from pipeline.protocols.inputs.labels import encode_targets
