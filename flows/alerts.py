@@ -14,6 +14,7 @@ from typing import Any
 
 from prefect.events import emit_event
 
+from jobs.report.events import event_payload
 from storage_schema.provenance import stable_hash
 
 EVALUATED_EVENT = "repeval.checkpoint.evaluated"
@@ -51,8 +52,6 @@ def run_payload(final: Mapping[str, Any] | None, outcomes: list[Mapping[str, Any
                 failures: list[Mapping[str, Any]], report_path: str) -> dict[str, Any]:
     """The events' payload: from the summary the report step wrote, or, when that step
     failed, what the run itself knows (encoders evaluated, failures; no verdicts)."""
-    from jobs.report.events import event_payload
-
     if final and final.get("summary") is not None:
         return event_payload(final["summary"], final.get("summary_path"))
     evaluated = sorted({str(o.get("model")) for o in outcomes if o.get("status") == "computed"})

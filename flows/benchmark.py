@@ -29,13 +29,18 @@ from prefect import flow, get_run_logger
 from prefect.states import Failed
 
 from flows.alerts import emit_run_events, run_payload
+from flows.cluster_memory import cluster_memory, local_memory, local_worker_limit
+from flows.runtime import (
+    flush_run_logs, gpu_count, local_workers, math_threads, prefect_api, task_runner, worker_math_threads,
+)
 from flows.tasks import collect_cells, correlate_and_report_task, extract_task, open_store, submit_cells
-from pipeline.plain import to_plain
-from pipeline.terminal import say
-from jobs.failures import correlation_failure, sync_failures
-from jobs.plan import Plan
+from jobs.evaluation.cell_memory import check_cells_fit
+from jobs.failures import correlation_failure, extraction_failure, sync_failures
+from jobs.plan import Plan, make_plan
 from jobs.plan_store import read_plan, write_plan
 from jobs.report.run_summary import build_summary, failure_message, summary_lines, summary_table
+from pipeline.plain import to_plain
+from pipeline.terminal import say
 
 log = logging.getLogger("repeval")
 
@@ -141,8 +146,6 @@ def _extraction_outcome(fut, unit) -> dict[str, Any]:
     try:
         return fut.result()
     except Exception as exc:  # noqa: BLE001  an I/O failure after its retries: this unit failed
-        from jobs.failures import extraction_failure
-
         return extraction_failure(unit.encoder.name, unit.dataset.name, unit.split, unit.encoder.weights, exc,
                                   unit.encoder.arch)
 
@@ -156,12 +159,6 @@ def _as_completed(futures):
 def run_plan(plan: Plan, *, dask_address: str | None = None, reason: str = "run",
              new_encoders: list[str] | None = None) -> dict[str, Any]:
     """Run a plan's flow (on this process's Prefect API and a Dask cluster); its summary."""
-    from flows.cluster_memory import cluster_memory, local_memory, local_worker_limit
-    from flows.runtime import (
-        flush_run_logs, gpu_count, local_workers, math_threads, task_runner, worker_math_threads,
-    )
-    from jobs.evaluation.cell_memory import check_cells_fit
-
     cfg = plan.config
     address = dask_address or cfg.dask.address
     gpu = cfg.dask.gpu == "always" or (cfg.dask.gpu == "auto" and (gpu_count() > 0))
@@ -190,9 +187,6 @@ def run_benchmark(cfg, dask_address: str | None = None, *, retry_failed: bool = 
                   plan: Plan | None = None) -> dict[str, Any]:
     """Plan (scan, check: before anything starts), then run the flow with embedded defaults
     (a temporary local Prefect API unless one is configured) and return its summary."""
-    from flows.runtime import prefect_api
-    from jobs.plan import make_plan
-
     plan = plan or make_plan(cfg, retry_failed=retry_failed)
     with prefect_api():
         return run_plan(plan, dask_address=dask_address)

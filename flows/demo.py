@@ -31,6 +31,11 @@ prepare_environment()
 
 import yaml  # noqa: E402
 
+from jobs.analysis.correlate import figure_lines  # noqa: E402
+from jobs.config import load_config  # noqa: E402
+from jobs.plan import make_plan  # noqa: E402
+from jobs.results import config_records  # noqa: E402
+
 INPUT_SIZE = 32
 #: The setting whose best accuracy per dataset the demo prints.
 LINEAR = "linear"
@@ -165,6 +170,8 @@ def train_sources(out: Path, size: DemoSize) -> dict[str, float]:
     dict
         Checkpoint file name -> its source-task accuracy (a fraction).
     """
+    # deferred: torch and timm load in main(): Dask's worker processes (spawned) run this script's top level
+    # again
     from jobs.source_training import train_checkpoints
     from pipeline.datasets import make_dataset
 
@@ -195,8 +202,6 @@ def best_linear(cfg) -> dict[str, tuple[str, float]]:
     -------
     dict
     """
-    from jobs.results import config_records
-
     rows, _ = config_records(cfg.open_store(read_only=True), cfg)
     best: dict[str, tuple[str, float]] = {}
     for row in sorted(rows, key=lambda r: (r["dataset"], r["model"], r["layer"])):
@@ -219,11 +224,9 @@ def main(small: bool | None = None) -> int:
     int
         The exit status: 0, or 3 when some work failed.
     """
+    # deferred: Prefect and Dask load in main(): Dask's worker processes (spawned) run this script's top level
+    # again
     from flows.benchmark import run_benchmark
-    from jobs.config import load_config
-    from jobs.analysis.correlate import figure_lines
-    from jobs.plan import make_plan
-
     small = os.environ.get("REPEVAL_DEMO_SMALL") == "1" if small is None else small
     size, out = (SMALL if small else FULL), demo_dir()
     out.mkdir(parents=True, exist_ok=True)

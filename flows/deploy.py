@@ -23,6 +23,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a worker imports this before tim
 from prefect import flow  # noqa: E402
 
 from flows.schedules import CHANGED_EVENT, DEFAULT_CRON, config_resource_id, run_or_fail  # noqa: E402
+from jobs.config import load_config  # noqa: E402
+from jobs.plan import check_plan  # noqa: E402
 from pipeline.errors import RepevalError  # noqa: E402
 
 FLOW_NAME = "repeval-config-benchmark"
@@ -65,9 +67,6 @@ def deploy_config(config: str, pool: str, name: str | None = None, cron: str = D
     from prefect.schedules import Cron
     from prefect.settings import PREFECT_API_URL
     from pydantic import ValidationError
-
-    from jobs.config import load_config
-    from jobs.plan import check_plan
 
     path = os.path.abspath(config)  # the same key `repeval serve` uses for this file
     check_plan(load_config(path))

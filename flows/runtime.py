@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from jobs.config.run import repeval_home
+from jobs.evaluation.cell_memory import MEMORY_RESOURCE, declared_memory
+from pipeline.protocols.inputs.devices import available_cores
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +187,6 @@ def math_threads(setting: int | str, n_workers: int, threads_per_worker: int) ->
     cores), at least one, and at most OMP_NUM_THREADS where this process has it (a limit
     the user or a test runner chose).
     """
-    from pipeline.protocols.inputs.devices import available_cores
-
     if setting != "auto":
         return int(setting)
     share = max(1, available_cores() // max(1, n_workers * threads_per_worker))
@@ -235,8 +235,6 @@ def task_runner(address: str | None, n_workers: int = 2, threads_per_worker: int
               "processes": processes, "dashboard_address": ":0"}
     resources = {"GPU": 1} if gpu else {}
     if memory_limit is not None:
-        from jobs.evaluation.cell_memory import MEMORY_RESOURCE, declared_memory
-
         if processes:
             kwargs["memory_limit"] = int(memory_limit)
         resources[MEMORY_RESOURCE] = declared_memory(memory_limit)

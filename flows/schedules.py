@@ -19,7 +19,11 @@ from prefect.events import emit_event
 from prefect.states import Failed
 
 from jobs.config import load_config
+from jobs.plan import make_plan
+from jobs.report.run_summary import failure_message
 from jobs.watch import SCHEDULE_LEASE, detect_changes, save_state, watch_key
+from pipeline.errors import RepevalError
+from pipeline.terminal import say
 from storage_schema.provenance import stable_hash
 
 CHANGED_EVENT = "repeval.config.protocols-changed"
@@ -31,8 +35,9 @@ def run_config_file(config_path: str, reason: str, new_encoders: list[str] | Non
     """The benchmark of a config file as it reads now (with the checkpoints ready in its
     folders), as a subflow; records what it completed for the schedules. Returns the
     summary, or a Failed state carrying it when something failed."""
+    # deferred: Dask and the benchmark flow load in a flow run's own process, never in the long-lived `repeval
+    # serve`
     from flows.benchmark import run_plan
-    from jobs.plan import make_plan
 
     cfg = load_config(config_path)
     plan = make_plan(cfg, retry_failed=retry_failed)
@@ -47,8 +52,6 @@ def run_config_file(config_path: str, reason: str, new_encoders: list[str] | Non
                           summary["computed"], summary["cached"], len(summary["failed"]), summary["report"])
     brief = {k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}
     if summary["failures"]:
-        from jobs.report.run_summary import failure_message
-
         return Failed(message=f"{reason}: {failure_message(summary)}", data=brief)
     return brief
 
@@ -65,9 +68,6 @@ def _changes(config_path: str):
 
 def run_or_fail(config_path: str, reason: str, new_encoders: list[str] | None = None):
     """``run_config_file``, with a mistake in the (edited) config as one line and a Failed state."""
-    from pipeline.terminal import say
-    from pipeline.errors import RepevalError
-
     try:
         return run_config_file(config_path, reason, new_encoders)
     except RepevalError as exc:
@@ -82,8 +82,6 @@ def schedule_lease(config_path: str):
 
 
 def _note(reason: str, line: str) -> None:
-    from pipeline.terminal import say
-
     say(reason, line)
     get_run_logger().info(line)
 

@@ -26,9 +26,17 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from flows.cluster_memory import memory_request
+from jobs.config.run import ExtractConfig
+from jobs.config.typed import from_plain
+from jobs.evaluation.cell import Cell
 from jobs.evaluation.cell_memory import task_bytes
-from jobs.failures import is_transient
+from jobs.evaluation.evaluate import evaluate_cells
+from jobs.evaluation.weights import grid_finish, grid_point, weights_cell
+from jobs.failures import cell_failure, extraction_failure, is_transient, one_line
+from jobs.plan import ExtractUnit, run_extract_unit
+from jobs.report.inputs import correlate_and_report
 from pipeline.plain import to_plain
+from storage_schema import FeatureStore
 
 __all__ = ["Submitted", "collect_cells", "correlate_and_report_task", "diagnostic_task", "evaluate_task",
            "extract_task", "finetune_finish_task", "finetune_point_task", "io_errors_only", "open_store",
@@ -46,8 +54,6 @@ def io_errors_only(task, task_run, state) -> bool:
 
 def open_store(store: Mapping[str, Any]):
     """The FeatureStore of ``store``'s plain values (``url``, ``storage_options``)."""
-    from storage_schema import FeatureStore
-
     return FeatureStore(store["url"], storage_options=store.get("storage_options") or None)
 
 
@@ -62,27 +68,16 @@ def worker_address() -> str | None:
 
 
 def _inputs(cell: dict[str, Any], extract: dict[str, Any]):
-    from jobs.config.run import ExtractConfig
-    from jobs.config.typed import from_plain
-    from jobs.evaluation.cell import Cell
-
     return from_plain(Cell, cell, "cell"), from_plain(ExtractConfig, extract, "config.extract")
 
 
 def _failed(cell, exc: BaseException) -> dict[str, Any]:
-    from jobs.failures import cell_failure, one_line
-
     return cell_failure(cell, one_line(exc), type(exc).__name__)
 
 
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)
 def extract_task(store: dict[str, Any], unit: dict[str, Any], extract: dict[str, Any]) -> dict[str, Any]:
     """Extract one (encoder, dataset split); its failure is an outcome, not an exception."""
-    from jobs.config.run import ExtractConfig
-    from jobs.config.typed import from_plain
-    from jobs.failures import extraction_failure
-    from jobs.plan import ExtractUnit, run_extract_unit
-
     u = from_plain(ExtractUnit, unit, "unit")
     try:
         report = run_extract_unit(open_store(store), u, from_plain(ExtractConfig, extract, "config.extract"))
@@ -103,9 +98,6 @@ def evaluate_task(store: dict[str, Any], cells: list[dict[str, Any]],
     ``extractions`` are the outcomes of the extractions these cells read (futures, resolved
     by Prefect before the task runs): when one failed, the cells fail with its reason.
     """
-    from jobs.config.typed import from_plain
-    from jobs.evaluation.cell import Cell
-    from jobs.evaluation.evaluate import evaluate_cells
 
     todo = [from_plain(Cell, c, f"cells[{i}]") for i, c in enumerate(cells)]
     unavailable = {(ext["model"], ext["dataset"]): f"extraction {ext['label']} failed: {ext['reason']}"
@@ -117,8 +109,6 @@ def evaluate_task(store: dict[str, Any], cells: list[dict[str, Any]],
 def finetune_point_task(store: dict[str, Any], cell: dict[str, Any], index: int,
                         extract: dict[str, Any]) -> dict[str, Any]:
     """Train and score one grid point (resumed from its saved state); a failure is an outcome."""
-    from jobs.evaluation.weights import grid_point
-
     c, ext = _inputs(cell, extract)
     try:
         return {**grid_point(open_store(store), c, index, ext), "worker": worker_address()}
@@ -132,8 +122,6 @@ def finetune_point_task(store: dict[str, Any], cell: dict[str, Any], index: int,
 def finetune_finish_task(store: dict[str, Any], cell: dict[str, Any], points: list[Any],
                          extract: dict[str, Any]) -> dict[str, Any]:
     """Select, refit, test and record a cell from its grid points' outcomes."""
-    from jobs.evaluation.weights import grid_finish
-
     c, ext = _inputs(cell, extract)
     try:
         out = grid_finish(open_store(store), c, points, ext)
@@ -148,8 +136,6 @@ def finetune_finish_task(store: dict[str, Any], cell: dict[str, Any], points: li
 def diagnostic_task(store: dict[str, Any], cell: dict[str, Any], extract: dict[str, Any]) -> dict[str, Any]:
     """Run and record one cell whose protocol reads the encoder's weights in one task
     (saliency, colour detail)."""
-    from jobs.evaluation.weights import weights_cell
-
     c, ext = _inputs(cell, extract)
     try:
         return {**weights_cell(open_store(store), c, ext), "worker": worker_address()}
@@ -163,15 +149,12 @@ def diagnostic_task(store: dict[str, Any], cell: dict[str, Any], extract: dict[s
 def correlate_and_report_task(config: Any, cells: list[dict[str, Any]], waiting: list[str] = ()) -> dict[str, Any]:
     """Read this run's records from the ledger, correlate, and write the report; ``config``
     is the plan's config (``jobs.plan_store``), not loaded again."""
-    from jobs.report.inputs import correlate_and_report
-
     return correlate_and_report(config.open_store(), config, cells, waiting=waiting)
 
 
 @dataclass
 class Submitted:
     """One submitted task and the cells its outcome answers (a group of feature cells, or one)."""
-
     future: Any
     cells: list[Any]
 
@@ -271,8 +254,6 @@ def collect_cells(submitted: list[Submitted], failed_units: Mapping[tuple[str, s
     list of dict
     """
     from prefect.futures import as_completed
-
-    from jobs.failures import cell_failure, one_line
 
     cells_of = {id(s.future): s.cells for s in submitted}
     outcomes: list[dict[str, Any]] = []

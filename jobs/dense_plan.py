@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.errors import ConfigError, RepevalError
+from pipeline.protocols.dense.metrics import NORMAL_METRICS
+from pipeline.protocols.registry import get_protocol
 
 __all__ = ["check_dense_pairs", "dataset_task", "dense_correlation_defaults", "pairs_with_dataset"]
 
@@ -28,6 +30,7 @@ def dataset_task(dataset: Any) -> str | None:
     -------
     str or None
     """
+    # deferred: the dataset adapters and PIL load when the datasets are checked, not when a config is read
     from pipeline.datasets import adapter_class
 
     try:
@@ -62,8 +65,6 @@ def check_dense_pairs(cfg: Any) -> None:
     ----------
     cfg : BenchmarkConfig
     """
-    from pipeline.protocols.registry import get_protocol
-
     tasks = {d.name: dataset_task(d) for d in cfg.datasets}
     for i, p in enumerate(cfg.protocols):
         mine = [d.name for d in cfg.datasets if p.datasets is None or d.name in p.datasets]
@@ -106,8 +107,6 @@ def dense_correlation_defaults(data: dict, path: str) -> dict:
     -------
     dict
     """
-    from pipeline.protocols.dense.metrics import NORMAL_METRICS
-
     if NORMAL_METRICS.get(data.get("metric")) != "lower":
         return data
     for name, wanted in (("bounded", False), ("lower_is_better", True)):

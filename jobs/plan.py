@@ -13,17 +13,21 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.config.checkpoint_folders import ScanResult, scan_checkpoints, with_encoders
-from jobs.config.protocol_checks import check_protocol_networks
-from jobs.config.mistakes import Mistakes
 from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
-from jobs.dense_plan import check_dense_pairs
+from jobs.config.checkpoint_folders import ScanResult, scan_checkpoints, with_encoders
+from jobs.config.mistakes import Mistakes
+from jobs.config.protocol_checks import check_protocol_networks
+from jobs.config.weights import check_weights
+from jobs.dense_plan import check_dense_pairs, pairs_with_dataset
 from jobs.evaluation.cell import ENCODER_LAYER, Cell
+from jobs.evaluation.cell_memory import estimate_cells
 from jobs.failures import checkpoint_failure, one_line, sync_failures
+from pipeline.encoders.spec import MAP_SUFFIX, TOKENS_SUFFIX, layer_kind
 from pipeline.errors import (
     ArrayNotFoundError, CheckpointError, ConfigError, HubUnavailableError, RepevalError, StoreError,
 )
 from pipeline.protocols.registry import get_protocol, list_protocols
+from storage_schema import feature_key
 from storage_schema.ledger import FailureLog
 
 
@@ -64,6 +68,7 @@ class Plan:
 
 def make_adapter(dataset: DatasetConfig):
     """The dataset adapter a config entry names, with its parameters."""
+    # deferred: the dataset adapters and PIL load when a plan builds datasets, not at the CLI's start
     from pipeline.datasets import make_dataset
 
     return make_dataset(dataset.adapter, name=dataset.name, **dataset.params)
@@ -93,9 +98,6 @@ def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
     the dense protocols of their task, and pooled layers only with the others. A protocol
     that reads the encoder's weights runs once per (extracted encoder, dataset), at
     ``ENCODER_LAYER`` (a ``source: store`` encoder has features, no weights)."""
-    from jobs.dense_plan import pairs_with_dataset
-    from pipeline.encoders.spec import layer_kind
-
     cells = []
     for p in cfg.protocols:
         entry = get_protocol(p.protocol)
@@ -120,6 +122,7 @@ def check_plan(cfg: BenchmarkConfig) -> dict[str, Any]:
     field (one ConfigError; ``jobs.config.mistakes``), before any work. Returns the dataset
     adapters built, by dataset name (a dataset that only ``source: store`` encoders use is
     not built: its features are in the store)."""
+    # deferred: the dataset adapters and PIL, as in make_adapter
     from pipeline.datasets import adapter_class
 
     mistakes = Mistakes()
@@ -177,8 +180,6 @@ def check_plan(cfg: BenchmarkConfig) -> dict[str, Any]:
 
 def check_stored_features(cfg: BenchmarkConfig) -> None:
     """Every array a ``source: store`` encoder's cells read must be complete in the store."""
-    from storage_schema import feature_key
-
     stored = [(i, e) for i, e in enumerate(cfg.encoders) if not e.extracted]
     if not stored:
         return
@@ -205,8 +206,6 @@ def check_token_layers(p: ProtocolConfig, i: int, provided: set[str]) -> None:
     """A protocol that reads token features (or maps) needs a ``block<i>.tokens`` (or
     ``block<i>.map``) layer, and its ``layers`` list names layers of its kind only: else it
     would silently have no cells."""
-    from pipeline.encoders.spec import MAP_SUFFIX, TOKENS_SUFFIX, layer_kind
-
     reads = get_protocol(p.protocol).reads
     names = {"pooled": "pooled", "tokens": "token", "map": "map"}
     wrong = [layer for layer in p.layers or () if layer_kind(layer) != reads]
@@ -228,6 +227,7 @@ def check_token_layers(p: ProtocolConfig, i: int, provided: set[str]) -> None:
 def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:
     """A protocol that needs one class per sample, asked to run on a multi-label dataset,
     fails here, from the adapter's class attribute: before any file is read or extracted."""
+    # deferred: the dataset adapters and PIL, as in make_adapter
     from pipeline.datasets import adapter_class
 
     mistakes = Mistakes()
@@ -251,7 +251,8 @@ def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:
 def check_encoder(encoder: EncoderConfig) -> None:
     """Architecture, layers and weights of one encoder (timm on the meta device, the
     checkpoint's header); raises the RepevalError that says what is wrong."""
-    from jobs.config.weights import check_weights
+    # deferred: timm and torch load when an encoder is checked (a full plan), never for a rerun answered from
+    # the ledger
     from pipeline.encoders import check_layers_available
 
     spec = encoder.spec()
@@ -309,8 +310,6 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
     cells = evaluation_cells(full)
     memory = {}
     if check:  # what each cell will need, from the store's shapes or the datasets and encoders
-        from jobs.evaluation.cell_memory import estimate_cells
-
         memory = estimate_cells(cells, full.encoders, adapters, store or _failure_store(cfg, writable=False),
                                 default_dtype=cfg.extract.dtype)
     return Plan(full, extraction_units(full), cells, scan, refused, cell_memory=memory,
@@ -321,6 +320,7 @@ def _data_notes(adapters: dict[str, Any]) -> list[dict[str, Any]]:
     """What the built datasets warn about (none built: nothing to read, no import)."""
     if not adapters:
         return []
+    # deferred: the dataset adapters and PIL, as in make_adapter
     from pipeline.datasets.inspection import dataset_notes
 
     return [n for a in adapters.values() for n in dataset_notes(a)]
@@ -335,6 +335,7 @@ def _failure_store(cfg: BenchmarkConfig, writable: bool):
 
 def run_extract_unit(store, unit: ExtractUnit, extract: BenchmarkConfig | ExtractConfig):
     """Extract one unit (no progress bar: the run reports progress per task)."""
+    # deferred: torch and timm load in the worker that extracts
     from jobs.extraction.extract import extract as extract_job
 
     settings = unit.encoder.extract_settings(extract.extract if isinstance(extract, BenchmarkConfig) else extract)

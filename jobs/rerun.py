@@ -32,10 +32,16 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs.analysis.correlate import figure_lines
 from jobs.config import BenchmarkConfig
 from pipeline.plain import to_plain
+from jobs.evaluation.identity import recorded_cells
+from jobs.plan import make_adapter, make_plan
+from jobs.report.inputs import config_failures
+from pipeline.errors import RepevalError
 from pipeline.protocols.registry import get_protocol
 from pipeline.protocols.settings import setting_at
+from storage_schema import feature_key
 from storage_schema.keys import run_memo_key
 from storage_schema.provenance import now_iso, stable_hash
 
@@ -108,11 +114,6 @@ def _inputs(cfg: BenchmarkConfig) -> dict[str, Any] | None:
 def _observe(cfg: BenchmarkConfig, store) -> dict[str, Any] | None:
     """The planned config's key, inputs, arrays and cell ids as the store holds them now;
     None when something is left to do or cannot be told without the full run."""
-    from jobs.evaluation.identity import recorded_cells
-    from jobs.plan import make_plan
-    from jobs.report.inputs import config_failures
-    from storage_schema import feature_key
-
     plan = make_plan(cfg, record=False, store=store, check=False)
     if plan.scan.waiting or plan.scan.skipped:
         return None
@@ -139,8 +140,6 @@ def _observe(cfg: BenchmarkConfig, store) -> dict[str, Any] | None:
 
 def _images_unchanged(cfg: BenchmarkConfig, store, labels: dict[tuple[str, str], str | None]) -> bool:
     """Each extracted split's images fingerprint, listed now, is the one its labels hold."""
-    from jobs.plan import make_adapter
-
     by_name = {d.name: d for d in cfg.datasets}
     adapters: dict[str, Any] = {}
     for (dataset, split), labels_key in labels.items():
@@ -163,8 +162,6 @@ def record_run(cfg: BenchmarkConfig, summary: dict[str, Any]) -> bool:
     cfg : the loaded config (as given to the run).
     summary : the run's summary.
     """
-    from jobs.analysis.correlate import figure_lines
-
     if summary.get("failures") or not summary.get("report"):
         return False
     store = cfg.open_store()
@@ -192,8 +189,6 @@ def ledger_answer(cfg: BenchmarkConfig) -> Answer | None:
     -------
     Answer or None
     """
-    from pipeline.errors import RepevalError
-
     try:
         store = cfg.open_store(read_only=True)
         seen = _observe(cfg, store)

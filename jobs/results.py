@@ -7,7 +7,8 @@ from typing import Any
 
 from jobs.config import BenchmarkConfig
 from jobs.evaluation.identity import recorded_cells
-from jobs.report.inputs import config_failures, history
+from jobs.plan import make_plan
+from jobs.report.inputs import config_failures, history, run_records
 from storage_schema.ledger import FailureLog, Ledger, latest_records
 
 
@@ -15,8 +16,6 @@ def config_cells(store, cfg: BenchmarkConfig) -> tuple[list[dict[str, Any]], lis
     """(recorded cells as ``cell_id`` + names, cells without a record, the plan) of ``cfg``
     at its current settings, the checkpoint folders listed as they are now (no encoder is
     loaded: ``jobs.evaluation.identity.recorded_cells``)."""
-    from jobs.plan import make_plan
-
     plan = make_plan(cfg, ready_only=False, record=False, store=store, check=False)
     found, missing = recorded_cells(store, plan.cells)
     return found, missing, plan
@@ -25,8 +24,6 @@ def config_cells(store, cfg: BenchmarkConfig) -> tuple[list[dict[str, Any]], lis
 def config_records(store, cfg: BenchmarkConfig, all_records: bool = False) -> tuple[list[dict[str, Any]], int]:
     """(rows, cells not evaluated yet): the config's current records under its names; with
     ``all_records`` its history too (older settings, replaced weights), marked not current."""
-    from jobs.report.inputs import run_records
-
     cells, missing, plan = config_cells(store, cfg)
     rows = [{**r, "current": True} for r in run_records(store, cells)]
     if all_records:
@@ -48,7 +45,6 @@ def failed_rows(store, cfg: BenchmarkConfig | None = None) -> list[dict[str, Any
     """Failure records on file (of ``cfg``'s work when given), oldest first."""
     if cfg is None:
         return FailureLog(store).records()
-    from jobs.plan import make_plan
 
     plan = make_plan(cfg, ready_only=False, record=False, store=store, check=False)
     return config_failures(store, plan.config, plan.cells, plan.units)

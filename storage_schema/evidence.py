@@ -18,9 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.analysis.compare.evidence import evidence_sha256
 from pipeline.errors import ArrayNotFoundError, StaleArrayError, StoreError
-from pipeline.protocols.evidence import Evidence
+from pipeline.protocols.evidence import Evidence, evidence_sha256
 from storage_schema import keys
 from storage_schema.leases import Lease
 from storage_schema.provenance import stable_hash

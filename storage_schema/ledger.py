@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from pipeline.errors import ConfigError, RecordNotFoundError
+from pipeline.protocols.fit_warnings import warning_codes
 from storage_schema import keys
 from storage_schema.keys import LEDGER
 from storage_schema.provenance import canonical_json, now_iso, stable_hash
@@ -210,8 +211,6 @@ def records_frame(records: Iterable[Mapping[str, Any]]):
         Sorted by model, dataset, layer, protocol, setting and cell id.
     """
     import pandas as pd
-
-    from pipeline.protocols.fit_warnings import warning_codes
 
     rows = []
     for rec in records:

@@ -96,6 +96,7 @@ def cmd_cog_levels(args: argparse.Namespace) -> int:
     """
     import yaml
 
+    # deferred: the dataset adapters and PIL load for this command only
     from pipeline.analysis.cog_build import build_cog_levels
 
     for name in ("is_a", "words", "counts", "seen"):

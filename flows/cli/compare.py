@@ -9,6 +9,8 @@ import argparse
 
 from flows.cli.printing import print_json, print_line, print_table
 from flows.cli.store import add_store_options, open_store_of
+from jobs.analysis.compare import CompareOptions, compare_encoders
+from jobs.results import config_records, store_records
 from pipeline.errors import RepevalError
 
 
@@ -40,16 +42,10 @@ def _pct(value: float) -> str:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """``repeval compare A B``: the paired comparison of two encoders, a table (or JSON) and a summary per setting."""
-    from jobs.analysis.compare import CompareOptions, compare_encoders
-
     cfg, store = open_store_of(args)
     if cfg is not None:
-        from jobs.results import config_records
-
         records, _ = config_records(store, cfg)
     else:
-        from jobs.results import store_records
-
         records = store_records(store)
     options = CompareOptions(alpha=args.alpha, n_resamples=args.resamples, n_permutations=args.permutations,
                              seed=args.seed)

@@ -8,7 +8,9 @@ import argparse
 from typing import Any
 
 from flows.cli.printing import print_line, print_table
+from jobs.analysis.ranks import rank_agreement_of, rank_rows
 from pipeline.errors import RepevalError
+from storage_schema.ledger import export_records
 
 RANK_COLUMNS = ("dataset", "setting", "rank", "model", "layer", "score")
 PAIR_COLUMNS = ("dataset", "settings", "n", "kendall_tau", "kendall_ci", "spearman_rho", "spearman_ci", "flips")
@@ -35,13 +37,10 @@ def print_ranks(records: list[dict[str, Any]], args: argparse.Namespace, correla
     int
         The exit code.
     """
-    from jobs.analysis.ranks import rank_agreement_of, rank_rows
-
     rows = rank_rows(records)
     if args.format != "table":
         if args.format not in ("csv", "json"):
             raise RepevalError(f"--ranks writes a table, csv or json, not {args.format!r}")
-        from storage_schema.ledger import export_records
 
         export_records(rows, args.output, args.format)
         print(f"wrote {args.output} ({len(rows)} ranks)")

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from flows.cli.printing import print_json
+from pipeline.protocols import describe
+from pipeline.protocols.registry import get_protocol, list_protocols
 
 
 def add_registry_commands(sub: Any, show_dataset_command: Callable[[argparse.Namespace], int]) -> None:
@@ -49,9 +51,6 @@ def add_registry_commands(sub: Any, show_dataset_command: Callable[[argparse.Nam
 
 def cmd_protocols(args: argparse.Namespace) -> int:
     """Every protocol with its settings' defaults, or one with their valid values too."""
-    from pipeline.protocols import describe
-    from pipeline.protocols.registry import get_protocol, list_protocols
-
     if args.name is not None:
         get_protocol(args.name)  # an unknown name: one line naming every protocol
     if args.json:
@@ -66,6 +65,7 @@ def cmd_protocols(args: argparse.Namespace) -> int:
 
 def cmd_datasets_list(args: argparse.Namespace) -> int:
     """Every dataset adapter with its metric, splits and parameters."""
+    # deferred: the dataset adapters and PIL load for the dataset commands only
     from pipeline.datasets import list_datasets
     from pipeline.datasets.catalog import adapter_listing, adapter_record
 

@@ -8,7 +8,17 @@ import signal
 import sys
 
 from flows.cli.printing import note, print_json, print_line, say
+from flows.runtime import prefect_api, prepare_environment
+from jobs.analysis.correlate import figure_lines
+from jobs.config import load_config
+from jobs.config.checkpoint_folders import wait_for_settled
+from jobs.plan import make_plan
+from jobs.report.inputs import correlate_and_report
+from jobs.rerun import ledger_answer, record_run
+from jobs.results import config_cells
+from pipeline.errors import RepevalError
 from pipeline.terminal import printable
+from storage_schema.ledger import failure_id
 
 EXIT_CELLS_FAILED = 3  # `repeval run`: some cells, extractions, checkpoints or the correlation failed
 
@@ -23,20 +33,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     ``--allow-failures``. A rerun with nothing to do is answered from the store and the
     ledger (``jobs.rerun``) without Prefect, Dask or torch.
     """
-    from flows.runtime import prepare_environment
-
     prepare_environment(args.verbose)
-    from jobs.config import load_config
-    from jobs.plan import make_plan
-    from jobs.rerun import ledger_answer, record_run
-
     # SIGTERM (a scheduler's timeout, docker stop, kill) stops like Ctrl-C: the embedded Dask
     # workers and Prefect server are shut down with the run instead of outliving it
     signal.signal(signal.SIGTERM, _interrupt)
     cfg = load_config(args.config)
     if cfg.checkpoints:  # a file written just before this run is evaluated by it, once settled
-        from jobs.config.checkpoint_folders import wait_for_settled
-
         wait_for_settled(cfg, say=lambda line: say("run", line))
     answer = None if args.retry_failed else ledger_answer(cfg)
     if answer is not None:
@@ -48,10 +50,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print_line(line)
         return 0
     plan = make_plan(cfg, retry_failed=args.retry_failed)
-    from flows.benchmark import run_benchmark  # Prefect and Dask: once the config is known good
+    from flows.benchmark import run_benchmark  # deferred: Prefect and Dask, once the config is known good
 
     for rec in plan.checkpoint_failures:
         say("run", f"checkpoint refused: {rec['file']}: {rec['reason']}")
+    # deferred: the dataset adapters and PIL, once a plan has built the datasets
     from pipeline.datasets.inspection import note_line
 
     for data_note in plan.data_notes:  # an empty class is never learned from, or never scored
@@ -61,8 +64,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}, default=str)
     else:
-        from jobs.analysis.correlate import figure_lines
-
         for line in figure_lines(summary.get("correlation")):  # what the run found, as the demo prints it
             print_line(line)
         print_line(f"report: {summary['report']}")
@@ -82,8 +83,6 @@ def _note_clean_run(cfg, summary: dict, record_run) -> None:
     costs that rerun its full check."""
     import logging
 
-    from pipeline.errors import RepevalError
-
     try:
         record_run(cfg, summary)
     except (RepevalError, OSError) as exc:
@@ -92,11 +91,6 @@ def _note_clean_run(cfg, summary: dict, record_run) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """``repeval report``: the HTML report of a config, from the ledger (no run)."""
-    from jobs.config import load_config
-    from jobs.report.inputs import correlate_and_report
-    from jobs.results import config_cells
-    from storage_schema.ledger import failure_id
-
     cfg = load_config(args.config)
     store = cfg.open_store(read_only=True)
     cells, missing, plan = config_cells(store, cfg)
@@ -111,10 +105,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """``repeval serve``: the checkpoint scan and the protocol watch, served until stopped."""
-    from flows.runtime import prepare_environment
-
     prepare_environment(args.verbose)
-    from flows.runtime import prefect_api
+    # deferred: Prefect loads for `repeval serve` only
     from flows.schedules import DEFAULT_CRON, serve_schedules
 
     path = os.path.abspath(args.config)
@@ -156,9 +148,6 @@ def _check_in_child(config_path: str) -> None:
 
 def check_config_file(config_path: str) -> None:
     """The full check of a config file (the plan's, with torch and timm); raises on a mistake."""
-    from jobs.config import load_config
-    from jobs.plan import make_plan
-
     make_plan(load_config(config_path), record=False)
 
 
@@ -166,6 +155,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     # No prepare_environment(): the deployment goes to the user's Prefect server, taken
     # from their own Prefect profile or PREFECT_API_URL, never to an embedded one.
     """``repeval deploy``: the benchmark as a deployment on the user's Prefect server, with how to run it."""
+    # deferred: Prefect loads for `repeval deploy` only
     from flows.deploy import deploy_config
     from flows.schedules import DEFAULT_CRON
 

@@ -9,9 +9,19 @@ import json
 from collections.abc import Sequence
 
 from flows.cli.printing import print_json, print_line, print_table
-from pipeline.errors import RepevalError
+from flows.cli.ranks import print_ranks
+from jobs.config import ExtractConfig, load_config
+from jobs.config.weights import check_weights
+from jobs.results import config_records, failed_rows, store_records
+from pipeline.errors import ArrayNotFoundError, CorruptImageError, RepevalError
 from pipeline.plain import to_plain
+from pipeline.protocols.fit_warnings import unreliable_reasons
 from pipeline.terminal import printable
+from storage_schema import FeatureStore
+from storage_schema.evidence import verify_evidence
+from storage_schema.ledger import EXPORT_FORMATS, Ledger, export_records, records_frame
+from storage_schema.provenance import weights_summary
+from storage_schema.store import DEFAULT_STORE
 
 EXIT_PROBLEMS = 1  # verify / repair: damaged or incomplete arrays remain
 
@@ -19,8 +29,6 @@ EXIT_PROBLEMS = 1  # verify / repair: damaged or incomplete arrays remain
 def add_store_options(parser: argparse.ArgumentParser, config_help: str | None = None) -> None:
     """``--store`` and ``--config`` (the config's ``store:``, with its storage options): every
     command that reads or writes the store takes both; a config wins over ``--store``."""
-    from storage_schema.store import DEFAULT_STORE
-
     parser.add_argument("--store", default=DEFAULT_STORE,
                         help="store path or fsspec URL, when no --config is given (default %(default)s)")
     parser.add_argument("--config", help=config_help or "a config whose store (and storage options) to read")
@@ -42,12 +50,10 @@ def kv_pairs(pairs: Sequence[str]) -> dict:
 
 def cmd_extract(args: argparse.Namespace) -> int:
     """``repeval extract``: one encoder's features on a dataset's splits, written to the store."""
-    from jobs.config import ExtractConfig
+    # deferred: torch, timm and the dataset adapters load for `repeval extract` only
     from jobs.extraction.extract import extract
     from pipeline.datasets import make_dataset
-    from jobs.config.weights import check_weights
     from pipeline.encoders import EncoderSpec, check_layers_available, load_encoder
-    from pipeline.errors import CorruptImageError
 
     spec = EncoderSpec(name=args.name or args.arch, arch=args.arch, weights=args.weights, seed=args.seed,
                        layers=tuple(args.layers), input_size=args.input_size,
@@ -126,8 +132,6 @@ def _from_checkpoint(weights: object) -> bool:
 def _print_checkpoints(rows: list[dict]) -> None:
     """What was done to each encoder's checkpoint file (inner key, prefix, dropped tensors,
     resampling), once per encoder and file."""
-    from storage_schema.provenance import weights_summary
-
     seen = set()
     for r in rows:
         ck = r.get("checkpoint")
@@ -153,9 +157,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
             print(f"damaged    {st.key}: chunk(s) {bad} fail their checksum")
         elif args.verbose_ok:
             print(f"ok         {st.key}")
-    from storage_schema.evidence import verify_evidence
-    from storage_schema.ledger import Ledger
-
     # each cell's evidence: chunks intact and still the bytes its record was made from
     checked, wrong = verify_evidence(store, Ledger(store))
     for problem in wrong:
@@ -169,6 +170,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_repair(args: argparse.Namespace) -> int:
     """Recompute the chunks that fail their checksum; exit 1 if incomplete arrays remain."""
+    # deferred: torch and timm load for `repeval repair` only
     from jobs.extraction.repair import repair
 
     _, store = open_store_of(args, read_only=False)
@@ -191,6 +193,7 @@ def cmd_repair(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     """``repeval import-features``: precomputed features (.npz/.npy) filed in the store."""
+    # deferred: the dataset adapters and PIL load for `repeval import-features` only
     from jobs.extraction.import_features import import_features
     from pipeline.datasets import make_dataset
 
@@ -209,6 +212,7 @@ FAILURE_COLUMNS = ("kind", "label", "reason", "attempts", "first_failed", "recor
 
 def cmd_datasets_show(args: argparse.Namespace) -> int:
     """``repeval datasets show``: one dataset copy's splits, counts, classes and problems."""
+    # deferred: the dataset adapters and PIL load for `repeval datasets show` only
     from pipeline.datasets import show_dataset
 
     print(show_dataset(args.adapter, kv_pairs(args.param), name=args.name, as_json=args.json,
@@ -219,8 +223,6 @@ def cmd_datasets_show(args: argparse.Namespace) -> int:
 def cmd_results(args: argparse.Namespace) -> int:
     """The records of the config's current settings (or the store's latest per cell); with
     --all the history too; with --failed the failures on record."""
-    from storage_schema.ledger import EXPORT_FORMATS, export_records, records_frame
-
     if args.format not in EXPORT_FORMATS:
         raise RepevalError(f"--format {args.format!r} is not one of {', '.join(EXPORT_FORMATS)}")
     if args.format != "table" and not args.output:
@@ -228,15 +230,12 @@ def cmd_results(args: argparse.Namespace) -> int:
     cfg, store = open_store_of(args)
     if args.failed:
         return _failed(store, cfg, args)
-    from jobs.results import config_records, store_records
 
     if cfg is not None:
         rows, missing = config_records(store, cfg, args.all)
     else:
         rows, missing = store_records(store, args.all), 0
     if args.ranks:
-        from flows.cli.ranks import print_ranks
-
         return print_ranks([r for r in rows if r.get("current", True)], args,
                            cfg.correlation if cfg is not None else None)
     if args.format != "table":
@@ -252,7 +251,6 @@ def cmd_results(args: argparse.Namespace) -> int:
         cols.append("recorded_as")  # a name sharing the record of identical weights
     cols += [c for c in HISTORY_COLUMNS if args.all and c in frame] + ["cell_id"]
     print(frame[cols].map(lambda v: printable(v) if isinstance(v, str) else v).to_string(index=False))
-    from pipeline.protocols.fit_warnings import unreliable_reasons
 
     for r in rows:  # the warnings column names the codes; an untrusted score also says why
         reasons = unreliable_reasons(r)
@@ -265,8 +263,6 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 
 def _failed(store, cfg, args: argparse.Namespace) -> int:
-    from jobs.results import failed_rows
-
     rows = failed_rows(store, cfg)
     if args.format == "json":
         with open(args.output, "w") as f:
@@ -284,14 +280,8 @@ def _failed(store, cfg, args: argparse.Namespace) -> int:
 def open_store_of(args: argparse.Namespace, read_only: bool = True):
     """(config or None, store): ``--config``'s store (with its storage options), else ``--store``."""
     if getattr(args, "config", None):
-        from jobs.config import load_config
-
         cfg = load_config(args.config)
         return cfg, cfg.open_store(read_only=read_only)
-    from pipeline.errors import ArrayNotFoundError
-    from storage_schema import FeatureStore
-    from storage_schema.store import DEFAULT_STORE
-
     try:
         return None, FeatureStore(args.store, read_only=read_only)
     except ArrayNotFoundError:

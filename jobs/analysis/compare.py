@@ -23,11 +23,13 @@ from pipeline.analysis.compare import (
     CellVerdict, PairedComparison, SettingSummary, check_paired, compare_episodes, compare_predictions,
     compare_scores, decide_verdicts, labels_fingerprint, summarise_by_setting,
 )
+from pipeline.analysis.compare.pixels import compare_pixel_counts
 from pipeline.analysis.compare.repeated import compare_repeated
 from pipeline.errors import DataValidationError, RepevalError, StaleArrayError
 from pipeline.plain import to_plain
 from pipeline.protocols.evidence import headline_rows
 from pipeline.protocols.fit_warnings import unreliable_reasons
+from storage_schema.evidence import read_evidence
 
 CellKey = tuple[str, str, str]  # (setting, dataset, layer)
 
@@ -180,8 +182,6 @@ def compare_records(store, rec_a: Mapping[str, Any], rec_b: Mapping[str, Any],
     StaleArrayError
         Evidence or labels changed since the records were made.
     """
-    from storage_schema.evidence import read_evidence
-
     reason = why_not_paired(rec_a, rec_b)
     if reason:
         raise DataValidationError(reason)
@@ -193,8 +193,6 @@ def compare_records(store, rec_a: Mapping[str, Any], rec_b: Mapping[str, Any],
         return compare_episodes(read_evidence(store, ea, what), read_evidence(store, eb, what),
                                 n_resamples=options.n_resamples, confidence=options.confidence, seed=options.seed)
     if kind == "pixel_counts":  # dense cells: the same test targets, image by image
-        from pipeline.analysis.compare.pixels import compare_pixel_counts
-
         check_paired(ea.get("targets_fingerprint"), eb.get("targets_fingerprint"), "test targets")
         return compare_pixel_counts(read_evidence(store, ea, what), read_evidence(store, eb, what), ea["metric"],
                                     n_resamples=options.n_resamples, n_permutations=options.n_permutations,

@@ -19,17 +19,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from jobs.config.protocol_checks import settings_hash
 from pipeline.errors import ConfigError, DataValidationError, UnknownNameError
 from pipeline.plain import to_plain
 from storage_schema.ledger import latest_records
 
-if TYPE_CHECKING:  # jobs.config calls check_correlation_metrics on load: only for type checkers
+if TYPE_CHECKING:
     from jobs.config import BenchmarkConfig, CorrelationSetting
 
 __all__ = [
     "CorrelationReport",
     "SettingReport",
-    "check_correlation_metrics",
     "correlate_results",
     "current_records",
     "measured_reference",
@@ -113,54 +113,12 @@ class CorrelationReport:
         }
 
 
-# -- config check ---------------------------------------------------------------------------
-def _metric_of(protocol: str, metric: str | None, bounded: bool | None, where: str) -> str:
-    """``metric`` (the protocol's primary one when None), refused unless the protocol records it;
-    with ``bounded``, refused when it is not a fraction in [0, 1]."""
-    from pipeline.protocols.registry import get_protocol
-
-    entry = get_protocol(protocol)
-    chosen = entry.primary_metric if metric is None else metric
-    if chosen not in entry.metrics:
-        raise ConfigError(f"{where}.metric: protocol {protocol!r} records no metric {metric!r}; its metrics: "
-                          f"{', '.join(entry.metrics)} (leave metric out for its primary one, "
-                          f"{entry.primary_metric!r})")
-    if bounded and chosen in entry.unbounded:
-        raise ConfigError(f"{where}.bounded: {chosen!r} of {protocol!r} is not a fraction in [0, 1]; it is read "
-                          "raw, without the logit transform: set bounded: false")
-    return chosen
-
-
-def check_correlation_metrics(cfg: BenchmarkConfig, path: str) -> None:
-    """Every correlation setting (and a measured reference) reads a metric its protocol
-    records: an unnamed metric becomes the protocol's primary one (``Protocol.primary_metric``,
-    e.g. few-shot's ``mean``), and a metric the protocol never writes is refused here,
-    naming the ones it does, instead of failing at the end of a run.
-
-    Parameters
-    ----------
-    cfg : BenchmarkConfig
-        The config, its protocol setting names already checked.
-    path : str
-        Where the config is, for messages.
-    """
-    kinds = {p.name: p.protocol for p in cfg.protocols}
-    for i, s in enumerate(cfg.correlation.settings):
-        if s.protocol in kinds:
-            s.metric = _metric_of(kinds[s.protocol], s.metric, s.bounded, f"{path}.correlation.settings[{i}]")
-    ref = cfg.reference
-    if ref.protocol in kinds:  # a reference score is a fraction: a metric it names must be one
-        ref.metric = _metric_of(kinds[ref.protocol], ref.metric, ref.metric is not None, f"{path}.reference")
-    elif ref.metric is None:
-        ref.metric = "score"
 
 
 # -- record selection -----------------------------------------------------------------------
 def _current_hashes(config: BenchmarkConfig) -> dict[str, tuple[str, str]]:
     """Protocol setting name -> (registry protocol, config hash of its current settings: of
     those that decide the result, as its records carry it)."""
-    from jobs.config.protocol_checks import settings_hash
-
     out = {}
     for p in config.protocols:
         try:
@@ -233,7 +191,8 @@ def correlate_results(records: list[dict], config: BenchmarkConfig, reference: d
 
 def _correlate_one(records: list[dict], s: CorrelationSetting, reference: Mapping[str, float], n_bootstrap: int,
                    seed: int) -> SettingReport:
-    from pipeline.analysis.correlation import MIN_MODELS, correlate_setting, logit  # scipy: only when correlating
+    # deferred: scipy, only when correlating
+    from pipeline.analysis.correlation import MIN_MODELS, correlate_setting, logit
 
     report = SettingReport(name=s.name, protocol=s.protocol, metric=s.metric, layer=s.layer,
                            datasets=list(s.datasets), status=INVALID)

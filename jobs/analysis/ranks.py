@@ -71,6 +71,7 @@ def rank_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         Keys dataset, setting, model, layer, score, rank; grouped by dataset and setting
         in first-seen order, best rank first.
     """
+    # deferred: scipy, only when ranks are computed (the CLI imports this module at its start)
     from pipeline.analysis.rank_agreement import rank_table
 
     best = best_layer_scores(records)
@@ -116,6 +117,7 @@ def rank_agreement_of(records: Sequence[Mapping[str, Any]], n_bootstrap: int = 1
     list of RankAgreement
         One per dataset, in first-seen order.
     """
+    # deferred: scipy, as in rank_rows
     from pipeline.analysis.rank_agreement import encoder_ranks, pair_agreement
 
     table: dict[str, dict[str, dict[str, float]]] = {}

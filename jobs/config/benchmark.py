@@ -6,21 +6,19 @@ from __future__ import annotations
 
 import csv
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobs.config.datasets import DatasetConfig
-from jobs.config.protocol_checks import check_correlation_layers
 from jobs.config.encoders import CheckpointScan, EncoderConfig
 from jobs.config.mistakes import Mistakes, check_no_credentials
+from jobs.config.protocol_checks import check_correlation_layers, check_correlation_metrics
 from jobs.config.protocols import ProtocolConfig
 from jobs.config.report import CorrelationConfig, ReferenceConfig, ReportConfig
 from jobs.config.run import DaskSettings, ExtractConfig
 from pipeline.errors import ConfigError
 from pipeline.plain import to_plain
+from storage_schema import FeatureStore
 from storage_schema.provenance import stable_hash
-
-if TYPE_CHECKING:
-    from storage_schema import FeatureStore
 
 __all__ = ["BenchmarkConfig"]
 
@@ -86,8 +84,6 @@ class BenchmarkConfig:
             if not 0.0 <= score <= 1.0:
                 mistakes.add(ConfigError(f"{path}.reference.scores.{model}: {score} is not a fraction in [0, 1] "
                                          "(give 0.765, not 76.5)"))
-        from jobs.analysis.correlate import check_correlation_metrics
-
         with mistakes.collect():
             check_correlation_metrics(self, path)  # a metric its protocol records, or its primary one
         with mistakes.collect():
@@ -109,6 +105,4 @@ class BenchmarkConfig:
 
     def open_store(self, read_only: bool = False) -> FeatureStore:
         """The run's feature store, with the config's storage options."""
-        from storage_schema import FeatureStore
-
         return FeatureStore(self.store, read_only=read_only, storage_options=self.storage_options or None)

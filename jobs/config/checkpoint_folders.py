@@ -34,8 +34,9 @@ from typing import Any
 from jobs.config.benchmark import BenchmarkConfig
 from jobs.config.encoders import CheckpointScan, EncoderConfig
 from jobs.failures import checkpoint_failure
+from pipeline.analysis.series.steps import checkpoint_step, series_name
 from pipeline.encoders.checkpoints.names import checkpoint_extension, checkpoint_stem
-from pipeline.analysis.series.steps import series_name
+from pipeline.errors import CheckpointError
 
 NAME_COLLISION = "NameCollision"  # error type of files refused for a name another file gives
 
@@ -98,9 +99,6 @@ def _sidecar_score(path: Path) -> float | None:
 def scan_step(scan: CheckpointScan, path: Path) -> int | None:
     """The checkpoint's training step: from its name (the scan's ``step_pattern``), else from
     its metadata; None when neither gives one (the series section says so)."""
-    from pipeline.errors import CheckpointError
-    from pipeline.analysis.series.steps import checkpoint_step
-
     try:
         return checkpoint_step(path, scan.step_pattern).step
     except CheckpointError:  # no step, or an unreadable file: the checkpoint is still evaluated

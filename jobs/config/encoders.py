@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from jobs.config.run import DTYPES, ExtractConfig
 from jobs.config.typed import check_name
 from jobs.config.weights import check_checkpoint_fields
+from pipeline.analysis.series.steps import compile_step_pattern
 from pipeline.encoders.spec import EncoderSpec
 from pipeline.errors import ConfigError
 
@@ -143,8 +144,6 @@ class CheckpointScan:
         if self.series is not None and not self.series.strip():
             raise ConfigError(f"{path}.series: must not be empty (leave it out to name the series after the folder)")
         if self.step_pattern is not None:
-            from pipeline.analysis.series.steps import compile_step_pattern
-
             try:
                 compile_step_pattern(self.step_pattern)
             except ConfigError as exc:

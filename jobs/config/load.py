@@ -82,7 +82,9 @@ def resolve_paths(cfg: BenchmarkConfig, base: Path) -> None:
     for enc in cfg.encoders:
         if enc.weights not in ("random", "pretrained") and not enc.weights.startswith("timm:"):
             enc.weights = as_given(os.path.expanduser(enc.weights))
-    from pipeline.datasets.catalog import path_parameters  # no torch: adapters' signatures only
+    # deferred: the dataset adapters and PIL load when a config names datasets (their signatures only, no
+    # torch), not at the CLI's start
+    from pipeline.datasets.catalog import path_parameters
 
     for ds in cfg.datasets:  # root, csv_path, ...: the parameters annotated as paths
         for key in path_parameters(ds.adapter):

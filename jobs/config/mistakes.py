@@ -38,6 +38,7 @@ from typing import Any
 
 from pipeline.errors import ConfigError
 from pipeline.terminal import short
+from storage_schema.backend import redact_url, url_has_password
 
 MAX_FILE_BYTES = 1 << 20  # a config file of over 1 MiB is not a config
 MAX_VALUES = 20_000  # every mapping, list and scalar counted, aliases as often as they are used
@@ -133,8 +134,6 @@ _SECRET_OPTIONS = ("key", "access_key", "access_key_id", "account_key", "passwd"
 def check_no_credentials(store: str, storage_options: dict[str, Any], path: str) -> None:
     """The config travels to Prefect (flow parameters, kept in its database) and into the
     report: credentials must come from the environment, never from the config."""
-    from storage_schema.backend import redact_url, url_has_password
-
     if url_has_password(store):
         raise ConfigError(f"{path}.store: {redact_url(store)!r} carries a password in its URL; remove it "
                           "and give credentials through the environment (for S3: AWS_ACCESS_KEY_ID, "

@@ -4,9 +4,10 @@ When the config loads (no torch, no timm): each entry's settings are resolved by
 registry entry (unknown names and bad values refused, one line naming the field); an
 entry whose protocol reads the encoder's weights works on the encoder itself, at
 ``ENCODER_LAYER``, so its ``layers`` and the correlation settings over it name that
-layer only; the local files its settings name (a perceptual network's checkpoint) are
-taken relative to the config's folder. Before any work (``jobs.plan.check_plan``): the
-other networks an entry loads must be there and fit. :func:`settings_hash` is the hash a
+layer only; a correlation setting reads a metric its protocol records
+(:func:`check_correlation_metrics`); the local files its settings name (a perceptual
+network's checkpoint) are taken relative to the config's folder. Before any work
+(``jobs.plan.check_plan``): the other networks an entry loads must be there and fit. :func:`settings_hash` is the hash a
 setting's records carry (a config's settings are matched to its records by it).
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from jobs.config.weights import check_weights
 from pipeline.errors import ConfigError, RepevalError
 from pipeline.protocols.cell import ENCODER_LAYER
 from pipeline.protocols.registry import get_protocol
@@ -23,8 +25,8 @@ if TYPE_CHECKING:
     from jobs.config.benchmark import BenchmarkConfig
     from jobs.config.protocols import ProtocolConfig
 
-__all__ = ["ENCODER_LAYER", "check_correlation_layers", "check_protocol_entry", "check_protocol_networks",
-           "resolve_protocol_paths", "settings_hash"]
+__all__ = ["ENCODER_LAYER", "check_correlation_layers", "check_correlation_metrics", "check_protocol_entry",
+           "check_protocol_networks", "resolve_protocol_paths", "settings_hash"]
 
 
 def check_protocol_entry(p: ProtocolConfig, path: str) -> None:
@@ -60,7 +62,7 @@ def check_protocol_entry(p: ProtocolConfig, path: str) -> None:
 def check_correlation_layers(cfg: BenchmarkConfig, path: str) -> None:
     """A correlation setting over a protocol that reads the encoder's weights reads its
     records' layer, ``ENCODER_LAYER`` (its metric is checked with every other setting's,
-    ``jobs.analysis.correlate.check_correlation_metrics``).
+    :func:`check_correlation_metrics`).
 
     Parameters
     ----------
@@ -106,7 +108,6 @@ def check_protocol_networks(cfg: BenchmarkConfig) -> None:
     ----------
     cfg : BenchmarkConfig
     """
-    from jobs.config.weights import check_weights
     for i, p in enumerate(cfg.protocols):
         networks = get_protocol(p.protocol).networks
         if networks is None:
@@ -120,6 +121,45 @@ def check_protocol_networks(cfg: BenchmarkConfig) -> None:
                 check_weights(spec)
             except RepevalError as exc:
                 raise ConfigError(f"config.protocols[{i}].settings.{name}: {exc}") from None
+
+
+def _metric_of(protocol: str, metric: str | None, bounded: bool | None, where: str) -> str:
+    """``metric`` (the protocol's primary one when None), refused unless the protocol records it;
+    with ``bounded``, refused when it is not a fraction in [0, 1]."""
+    entry = get_protocol(protocol)
+    chosen = entry.primary_metric if metric is None else metric
+    if chosen not in entry.metrics:
+        raise ConfigError(f"{where}.metric: protocol {protocol!r} records no metric {metric!r}; its metrics: "
+                          f"{', '.join(entry.metrics)} (leave metric out for its primary one, "
+                          f"{entry.primary_metric!r})")
+    if bounded and chosen in entry.unbounded:
+        raise ConfigError(f"{where}.bounded: {chosen!r} of {protocol!r} is not a fraction in [0, 1]; it is read "
+                          "raw, without the logit transform: set bounded: false")
+    return chosen
+
+
+def check_correlation_metrics(cfg: BenchmarkConfig, path: str) -> None:
+    """Every correlation setting (and a measured reference) reads a metric its protocol
+    records: an unnamed metric becomes the protocol's primary one (``Protocol.primary_metric``,
+    e.g. few-shot's ``mean``), and a metric the protocol never writes is refused here,
+    naming the ones it does, instead of failing at the end of a run.
+
+    Parameters
+    ----------
+    cfg : BenchmarkConfig
+        The config, its protocol setting names already checked.
+    path : str
+        Where the config is, for messages.
+    """
+    kinds = {p.name: p.protocol for p in cfg.protocols}
+    for i, s in enumerate(cfg.correlation.settings):
+        if s.protocol in kinds:
+            s.metric = _metric_of(kinds[s.protocol], s.metric, s.bounded, f"{path}.correlation.settings[{i}]")
+    ref = cfg.reference
+    if ref.protocol in kinds:  # a reference score is a fraction: a metric it names must be one
+        ref.metric = _metric_of(kinds[ref.protocol], ref.metric, ref.metric is not None, f"{path}.reference")
+    elif ref.metric is None:
+        ref.metric = "score"
 
 
 def settings_hash(protocol: str, settings: dict[str, Any]) -> str:

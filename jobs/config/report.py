@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from jobs.dense_plan import dense_correlation_defaults
 from pipeline.errors import ConfigError
 
 __all__ = ["CorrelationConfig", "CorrelationSetting", "ReferenceConfig", "ReportConfig"]
@@ -38,8 +39,6 @@ class CorrelationSetting:
     @staticmethod
     def prepare_plain(data: dict, path: str) -> dict:
         """Fill in a dense metric's defaults (angular errors: raw and negated) before typing."""
-        from jobs.dense_plan import dense_correlation_defaults
-
         return dense_correlation_defaults(data, path)
 
 

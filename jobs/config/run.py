@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs.evaluation.cell_memory import parse_bytes
 from pipeline.errors import ConfigError
 from storage_schema.leases import DEFAULT_TTL
 
@@ -114,8 +115,6 @@ class DaskSettings:
         if self.gpu not in ("auto", "always", "never"):
             raise ConfigError(f"{path}.gpu: {self.gpu!r} is not one of 'auto', 'always', 'never'")
         if self.memory_limit != "auto":
-            from jobs.evaluation.cell_memory import parse_bytes
-
             parse_bytes(self.memory_limit, f"{path}.memory_limit")
         if self.n_workers < 1 or self.threads_per_worker < 1:
             raise ConfigError(f"{path}: n_workers and threads_per_worker must be >= 1")

@@ -43,6 +43,7 @@ def suite_datasets(name: str) -> tuple[str, ...]:
 
 
 def _dataset_entry(adapter: str, params: dict[str, Any], pooled: bool) -> dict[str, Any]:
+    # deferred: the dataset adapters and PIL load only when a suite is expanded
     from pipeline.datasets import adapter_class
 
     cls = adapter_class(adapter)  # class attributes only: no file is read here

@@ -23,10 +23,13 @@ def check_weights(spec: Any) -> None:
         The encoder to check.
     """
     if spec.weights_kind == "checkpoint":
+        # deferred: torch reads the checkpoint when the plan checks it; reading a config needs neither torch
+        # nor timm
         from pipeline.encoders import check_checkpoint_fits
 
         check_checkpoint_fits(spec)
     elif spec.weights_kind == "pretrained":
+        # deferred: timm, as above
         from pipeline.encoders.hub import check_pretrained_available
 
         check_pretrained_available(spec)

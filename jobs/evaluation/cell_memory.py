@@ -22,6 +22,8 @@ import numpy as np
 
 from pipeline.encoders.spec import MAP_DTYPE, TOKENS_DTYPE, is_map_layer, layer_kind
 from pipeline.errors import CellTooLargeError, ConfigError
+from pipeline.protocols.registry import get_protocol
+from storage_schema import feature_key
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +113,6 @@ def stored_split_shape(store, model: str, dataset: str, split: str, layer: str) 
     -------
     SplitShape or None
     """
-    from storage_schema import feature_key
-
     feats = store.status(feature_key(model, dataset, split, layer))
     if feats is None or len(feats.shape) not in (2, 3, 4):
         return None
@@ -139,8 +139,6 @@ def cell_bytes(cell, shapes: Mapping[str, SplitShape]) -> int | None:
     -------
     int or None
     """
-    from pipeline.protocols.registry import get_protocol
-
     train, test = shapes[cell.train_split], shapes[cell.test_split]
     val = shapes.get(cell.val_split) if cell.val_split else None
     if train.dim is None:
@@ -206,6 +204,8 @@ def estimate_cells(cells: Sequence, encoders: Iterable, adapters: Mapping[str, A
 
 def _meta_widths(encoder) -> tuple[dict[str, tuple[int, ...]], tuple[int, int]] | None:
     """(shape of one image's features per layer, input crop (H, W)) on the meta device."""
+    # deferred: timm and torch load when an encoder's shapes are needed, not when the config checks a memory
+    # size
     from pipeline.encoders import meta_encoder
 
     try:

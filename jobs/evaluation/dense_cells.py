@@ -13,7 +13,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from jobs.config.run import ExtractConfig
+from jobs.evaluation.scratch import scratch_folder
 from pipeline.errors import DataValidationError
+from pipeline.protocols.dense.data import DenseData
 from storage_schema import FeatureStore, StoredArray
 
 __all__ = ["DENSE_SCRATCH", "dense_scratch", "load_dense_data", "remove_dense_scratch"]
@@ -34,9 +37,6 @@ def dense_scratch(store: FeatureStore, cell_id: str) -> Path:
     -------
     Path
     """
-    from jobs.evaluation.scratch import scratch_folder
-    from jobs.config.run import ExtractConfig
-
     return scratch_folder(store, ExtractConfig(), DENSE_SCRATCH, cell_id)
 
 
@@ -69,8 +69,6 @@ def load_dense_data(arrays: dict[str, tuple[StoredArray, StoredArray]], cell: An
     -------
     DenseData
     """
-    from pipeline.protocols.dense.data import DenseData
-
     train_maps, train_targets = arrays[cell.train_split]
     attrs = train_targets.attrs
     if attrs.get("kind") != "targets":

@@ -17,9 +17,12 @@ from typing import Any
 import numpy as np
 
 from jobs.evaluation.cell import Cell
+from jobs.evaluation.dense_cells import dense_scratch, load_dense_data, remove_dense_scratch
 from jobs.evaluation.identity import Arrays, cell_arrays, cell_identity
 from jobs.evaluation.records import cell_record, write_record
+from jobs.failures import cell_failure, is_transient, one_line
 from pipeline.protocols.blocks import STREAM_BLOCK_ROWS
+from pipeline.protocols.registry import EvalData
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
 
@@ -52,8 +55,6 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
         store.check_writable()  # a read-only store answers recorded cells; it must not compute others
     t0 = time.perf_counter()
     if protocol.dense:  # maps and per-pixel targets; training resumes from the cell's scratch folder
-        from jobs.evaluation.dense_cells import dense_scratch, load_dense_data
-
         data = load_dense_data(arrays, cell, protocol, dense_scratch(store, cid) if record else None)
     else:
         data = load_eval_data(arrays, cell, protocol, block_rows=block_rows)
@@ -78,8 +79,6 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
         return CellOutcome(cid, "computed", rec)
     stored = write_record(store, ledger, cell, rec, result, arrays[cell.test_split][1].key)
     if protocol.dense:
-        from jobs.evaluation.dense_cells import remove_dense_scratch
-
         remove_dense_scratch(store, cid)
     if not stored:
         return CellOutcome(cid, "cached", ledger.get(cid))
@@ -96,8 +95,6 @@ def evaluate_cells(store: FeatureStore, cells: list[Cell], *, unavailable: dict[
     ledger). Returns one outcome per cell: its names, ``status`` ("computed", "cached" or
     "failed"), ``cell_id`` and, when failed, ``error_type`` and one-line ``reason``.
     """
-    from jobs.failures import cell_failure, is_transient, one_line
-
     unavailable = unavailable or {}
     ledger = Ledger(store)
     outcomes = []
@@ -143,8 +140,6 @@ def load_eval_data(arrays: Arrays, cell: Cell, protocol: Any, *,
     -------
     EvalData
     """
-    from pipeline.protocols.registry import EvalData
-
     train_feats, train_labels = arrays[cell.train_split]
     test_feats, test_labels = arrays[cell.test_split]
     class_names = train_labels.attrs.get("class_names") or []

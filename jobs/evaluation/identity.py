@@ -32,7 +32,7 @@ from jobs.evaluation.cell import Cell
 from pipeline.errors import DataValidationError
 from pipeline.plain import to_plain
 from pipeline.protocols.settings import setting_at
-from storage_schema import FeatureStore, StoredArray, keys
+from storage_schema import FeatureStore, StoredArray, feature_key, keys
 from storage_schema.ledger import Ledger, cell_id, encoder_fingerprints
 from storage_schema.provenance import stable_hash
 
@@ -74,8 +74,6 @@ def cell_identity(store: FeatureStore, cell: Cell,
 def identify_cells(store: FeatureStore, cells: list[Cell]) -> list[str | None]:
     """The cell id of each feature cell from metadata alone (None where its features are
     not all extracted), each array's metadata read once however many cells share it."""
-    from storage_schema import feature_key
-
     statuses: dict[str, Any] = {}
     resolved: dict[str, tuple[dict[str, Any], int | str]] = {}
 
@@ -132,6 +130,8 @@ def weights_identity(cell: Cell, adapter: Any) -> CellIdentity:
     -------
     CellIdentity
     """
+    # deferred: torch and timm load for a cell that reads an encoder's weights; recorded cells are found
+    # without them
     from pipeline.encoders import load_encoder
 
     entry = cell.entry

@@ -17,6 +17,8 @@ from typing import Any
 from jobs.evaluation.cell import Cell
 from pipeline.plain import to_plain
 from storage_schema import FeatureStore, keys
+from storage_schema.evidence import write_evidence, write_predicted_maps
+from storage_schema.keys import evidence_group_key
 from storage_schema.ledger import Ledger, config_hash
 from storage_schema.provenance import canonical_json, now_iso
 
@@ -123,9 +125,6 @@ def _put_with_evidence(store: FeatureStore, ledger: Ledger, rec: dict[str, Any],
     """Store the cell's evidence (and a dense cell's predicted test maps), then its record,
     both under the cell's evidence lease: a second process evaluating the same cell finds
     the record once it gets the lease and leaves the evidence alone."""
-    from storage_schema.evidence import write_evidence, write_predicted_maps
-    from storage_schema.keys import evidence_group_key
-
     cid = rec["cell_id"]
     with store.lease(evidence_group_key(cid)) as lease:
         if ledger.has(cid):

@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
+from jobs.config import ExtractConfig
+from jobs.extraction.dense_targets import store_targets
 from jobs.extraction.forward import (
     decode_mode, forward_chunks, layer_dtype, layer_fingerprints, loader_settings, map_attrs, recorded_spec,
 )
 from jobs.extraction.labels import store_labels
 from pipeline.datasets import DatasetAdapter
 from pipeline.encoders import Encoder, EncoderSpec, load_encoder
-from jobs.config import DTYPES, ExtractConfig  # noqa: F401  (the config's extract: section)
+from pipeline.encoders.spec import is_map_layer
 from pipeline.errors import DatasetError
 from storage_schema import ArraySpec, ArrayStatus, FeatureStore, feature_key, features_group_key
 from storage_schema.leases import Lease
@@ -135,9 +137,6 @@ def _labels_keys(store: FeatureStore, encoder: Encoder, dataset: DatasetAdapter,
                  config: ExtractConfig) -> dict[str, str]:
     """The labels each layer's array names: the split's labels, or for a map layer of a dense
     dataset its per-pixel targets at the encoder's input geometry (both stored here)."""
-    from jobs.extraction.dense_targets import store_targets
-    from pipeline.encoders.spec import is_map_layer
-
     labels = store_labels(store, dataset, split, lease_ttl=config.lease_ttl)
     maps = [layer for layer in encoder.layers if is_map_layer(layer)]
     targets = store_targets(store, dataset, split, encoder.data_config, config.lease_ttl) \

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from jobs.extraction.dense_targets import target_chunks
 from jobs.extraction.forward import forward_chunks, layer_fingerprints
 from pipeline.datasets import DatasetAdapter, make_dataset
 from pipeline.encoders import Encoder, EncoderSpec, load_encoder
@@ -293,8 +294,6 @@ def _repair_labels(store: FeatureStore, key: str, lease_ttl: float, summary: Rep
 
 def _repair_targets(store: FeatureStore, key: str, lease_ttl: float, summary: RepairSummary) -> None:
     """A dense split's targets, recomputed from its dataset at their recorded geometry."""
-    from jobs.extraction.dense_targets import target_chunks
-
     st = store.status(key)
     split = st.attrs["split"]
     dataset = _dataset(st.attrs, key)

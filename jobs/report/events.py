@@ -30,9 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from jobs.analysis.compare import cell_key, cell_label, record_score
-from pipeline.protocols.fit_warnings import WARNING_CODES, record_warnings
+from jobs.report.files import write_atomic
 from pipeline.analysis.leaderboard import RunChanges, diff_summaries, leaderboard
 from pipeline.plain import to_plain
+from pipeline.errors import DataValidationError
+from pipeline.protocols.fit_warnings import WARNING_CODES, record_warnings
 from storage_schema.provenance import now_iso
 
 log = logging.getLogger(__name__)
@@ -222,8 +224,6 @@ def changes_since(previous: Mapping[str, Any] | None, current: Mapping[str, Any]
     -------
     RunChanges
     """
-    from pipeline.errors import DataValidationError
-
     try:
         return diff_summaries(previous, current)
     except DataValidationError as exc:  # a summary of another version: compare with nothing
@@ -243,8 +243,6 @@ def write_summary(path: str, summary: Mapping[str, Any]) -> str:
     -------
     str
     """
-    from jobs.report.files import write_atomic
-
     write_atomic(Path(path), json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
     return path
 

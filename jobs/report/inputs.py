@@ -11,13 +11,18 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from jobs.analysis.correlate import INVALID, correlate_results, current_records, measured_reference
+from jobs.analysis.series import analyse_series
 from jobs.config import BenchmarkConfig
-from jobs.analysis.correlate import correlate_results, measured_reference
 from jobs.data_notes import fewshot_notes, label_notes
-from jobs.failures import sync_correlation_failures
+from jobs.failures import correlation_setting_failure, sync_correlation_failures
+from jobs.report.events import (
+    build_report_summary, changes_since, read_summary, summary_path, write_summary as write_summary_file,
+)
 from pipeline.errors import DataValidationError, RepevalError
 from pipeline.plain import to_plain
 from storage_schema import FeatureStore
+from storage_schema.keys import feature_key
 from storage_schema.ledger import FailureLog, Ledger, failure_id
 
 log = logging.getLogger(__name__)
@@ -68,8 +73,6 @@ def _from_checkpoint(weights: object) -> bool:
 
 def _own_weights(store: FeatureStore, rec: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The weights record of ``rec``'s own feature arrays (its name's), when from a checkpoint."""
-    from storage_schema.keys import feature_key
-
     splits = list((rec["provenance"].get("feature_keys") or {}))
     if not splits:
         return None
@@ -118,9 +121,6 @@ def correlation_failures(cfg: BenchmarkConfig, correlation: Any, problem: str | 
     ``invalid`` (a record lacks its metric, a non-finite or out-of-range value), and every
     setting when a measured reference is unavailable. Too few models is not a failure (it
     is said in the report): a young series or a small config has them."""
-    from jobs.analysis.correlate import INVALID
-    from jobs.failures import correlation_setting_failure
-
     path = cfg.report.path
     if problem and correlation is None:
         return [correlation_setting_failure(path, s.name, problem) for s in cfg.correlation.settings]
@@ -171,10 +171,7 @@ def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Itera
                                plan.units if plan else ())
     known = {f.get("id") for f in failures}
     failures = [f for f in failed_correlations if f.get("id") not in known] + failures  # first: they are new
-    from jobs.report.events import build_report_summary, changes_since, read_summary, summary_path
-    from jobs.analysis.correlate import current_records
-    from jobs.report import write_report  # matplotlib: only when a report is written
-    from jobs.analysis.series import analyse_series
+    from jobs.report.page import write_report  # deferred: matplotlib, only when a report is written
 
     path = path or cfg.report.path
     shown = current_records(records, cfg)[0]
@@ -189,8 +186,6 @@ def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Itera
                        series=series, summary=summary, changes=summary["changes"] if previous is not None else None)
     written = None
     if write_summary:
-        from jobs.report.events import write_summary as write_summary_file
-
         written = write_summary_file(summary_path(out), summary)
     return {"report": out, "correlation": correlation.to_dict() if correlation else None,
             "reference_problem": problem, "records": len(records), "failures": failures, "data_notes": notes,

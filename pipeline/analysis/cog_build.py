@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from pipeline.analysis.cog import MAX_TRAIN, N_TEST, CogLevels, check_sizes, cog_levels, sample_images
+from pipeline.datasets.base import IMAGE_EXTENSIONS
 from pipeline.errors import DatasetError
 
 __all__ = ["build_cog_levels", "parse_counts", "parse_is_a", "parse_synsets", "parse_words"]
@@ -121,8 +122,6 @@ def _read_lines(path: str | os.PathLike[str], what: str) -> list[str]:
 
 
 def _image_files(images_root: Path, concept: str) -> list[str]:
-    from pipeline.datasets.base import IMAGE_EXTENSIONS  # loads the adapters (PIL): only when writing
-
     folder = images_root / concept
     if not folder.is_dir():
         raise DatasetError(f"no image folder for concept {concept}: {str(folder)!r} is not a directory")

@@ -30,11 +30,9 @@ from pipeline.datasets.adapters.voc_segmentation import VocSegmentationDataset
 from pipeline.datasets.adapters.webdataset import WebDatasetShards
 
 
-
 def __getattr__(name: str):
-    # TorchImageDataset needs torch: imported on first use, so listing or inspecting
-    # datasets (the CLI) does not pay for it
     if name == "TorchImageDataset":
+        # deferred: TorchImageDataset needs torch; listing or inspecting datasets (the CLI) never does
         from pipeline.datasets.torch_dataset import TorchImageDataset
 
         return TorchImageDataset

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.datasets.base import DatasetAdapter
+from pipeline.datasets.registry import make_dataset
 from pipeline.errors import DatasetError
 from pipeline.terminal import printable
 
@@ -231,8 +232,6 @@ def show_dataset(adapter: str, params: dict[str, Any], name: str | None = None, 
         What ``repeval datasets show`` prints.
     """
     import json
-
-    from pipeline.datasets.registry import make_dataset
 
     summary = dataset_summary(make_dataset(adapter, name=name, **params), decode=decode)
     return json.dumps(summary, indent=1) if as_json else format_summary(summary)

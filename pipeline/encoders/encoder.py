@@ -33,13 +33,12 @@ from pipeline.encoders.building import (
 )
 from pipeline.encoders.hub import create_pretrained
 from pipeline.encoders.outputs import grid_map, pooled, tokens_of
-from pipeline.encoders.precision import PRECISIONS, autocast_dtype  # noqa: F401  (re-exported)
+from pipeline.encoders.precision import autocast_dtype
 from pipeline.encoders.checkpoints.matching import checkpoint_path, load_checkpoint_into
 from pipeline.encoders.spec import (
     MAP_SUFFIX, PRE_LOGITS, TOKENS_SUFFIX, EncoderSpec, base_layer, check_architecture, is_map_layer,
     is_token_layer, layer_kind,
 )
-from pipeline.errors import ConfigError
 
 
 class Encoder:

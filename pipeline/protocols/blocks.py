@@ -252,6 +252,7 @@ class FeatureRows:
 
     # -- reading --------------------------------------------------------------------
     def _checked(self, block: np.ndarray, start: int) -> np.ndarray:
+        # deferred: scikit-learn's input checks, when a block is read (the registry imports this module)
         from pipeline.protocols.inputs.features import check_finite
 
         if block.ndim != 2 or block.shape[1] != self.n_features:

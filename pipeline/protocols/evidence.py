@@ -15,13 +15,16 @@ example: its evidence.
 The evidence carries the fingerprint that says what it can be paired with: the test
 labels' (classification, low-shot: same examples in the same order) or the episodes'
 (few-shot: same sampler, seed, labels and episode shape) or the test targets' (dense:
-the SHA-256 of the per-pixel targets). A protocol that keeps none
+the SHA-256 of the per-pixel targets): ``labels_fingerprint``, ``episodes_fingerprint``
+and ``evidence_sha256`` (a stored array's digest) make them. A protocol that keeps none
 (the invariance audit) returns ``evidence=None``; a registered protocol may do the same
 and its cells are then left out of comparisons.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,9 +32,10 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import DataValidationError
+from pipeline.protocols.episodic.fewshot import EPISODE_SAMPLER_VERSION
 
-__all__ = ["EVIDENCE_KINDS", "Evidence", "class_evidence", "class_indices", "float16_scores", "headline_rows",
-           "prediction_dtype"]
+__all__ = ["EVIDENCE_KINDS", "Evidence", "class_evidence", "class_indices", "episodes_fingerprint", "evidence_sha256",
+           "float16_scores", "headline_rows", "labels_fingerprint", "prediction_dtype"]
 
 EVIDENCE_KINDS = ("predictions", "scores", "episodes", "fits", "pixel_counts")
 #: Largest class index an int16 prediction holds.
@@ -73,6 +77,84 @@ def float16_scores(scores: Any) -> np.ndarray:
         raise DataValidationError("multi-label scores contain NaN or inf; nothing can be stored or ranked")
     return np.clip(arr, -_FLOAT16_MAX, _FLOAT16_MAX).astype(np.float16)
 
+
+def labels_fingerprint(y_true: object) -> str:
+    """SHA-256 of a label array: its shape and its values as little-endian int64.
+
+    Integer and boolean arrays with the same values give the same fingerprint whatever
+    their dtype (int16 class indices hash like int64 ones); a multi-label indicator matrix
+    hashes with its (examples, classes) shape.
+
+    Parameters
+    ----------
+    y_true : array-like of int or bool
+        Class indices (n,) or a 0/1 indicator matrix (n, n_classes).
+
+    Returns
+    -------
+    str
+        Hex digest.
+    """
+    y = np.asarray(y_true)
+    if not (y.dtype == bool or np.issubdtype(y.dtype, np.integer)):
+        raise DataValidationError(f"labels must be integers or booleans, got dtype {y.dtype}")
+    digest = hashlib.sha256(f"labels\x00{y.shape}\n".encode())
+    digest.update(np.ascontiguousarray(y, dtype="<i8").tobytes())
+    return digest.hexdigest()
+
+
+def episodes_fingerprint(
+    labels: object, seed: int, n_way: int, n_shot: int, n_query: int, n_episodes: int
+) -> str:
+    """SHA-256 identifying a set of few-shot episodes.
+
+    Parameters
+    ----------
+    labels : array-like of int, shape (n,)
+        Label of each image of the pool the episodes are drawn from, in pool order.
+    seed : int
+        The sampler's seed.
+    n_way, n_shot, n_query, n_episodes : int
+        The episode shape and count.
+
+    Returns
+    -------
+    str
+        Hex digest over the sampler version, these settings and :func:`labels_fingerprint`.
+    """
+    settings = {
+        "sampler": EPISODE_SAMPLER_VERSION,
+        "seed": int(seed),
+        "n_way": int(n_way),
+        "n_shot": int(n_shot),
+        "n_query": int(n_query),
+        "n_episodes": int(n_episodes),
+        "labels": labels_fingerprint(labels),
+    }
+    return hashlib.sha256(("episodes\x00" + json.dumps(settings, sort_keys=True)).encode()).hexdigest()
+
+
+def evidence_sha256(values: object) -> str:
+    """SHA-256 of a stored evidence array: its dtype, its shape and its bytes (little-endian).
+
+    Recomputed from the array read back, it tells whether stored predictions, scores or
+    episode accuracies are still the ones a record was made from.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        The array as stored (its dtype is part of the digest).
+
+    Returns
+    -------
+    str
+        Hex digest.
+    """
+    arr = np.asarray(values)
+    little = arr.dtype.newbyteorder("<")
+    digest = hashlib.sha256(f"evidence\x00{little.str}\x00{arr.shape}\n".encode())
+    digest.update(np.ascontiguousarray(arr, dtype=little).tobytes())
+    return digest.hexdigest()
 
 def _predictions(values: Any, n_classes: int, n_test: int, what: str) -> np.ndarray:
     arr = np.asarray(values)
@@ -163,8 +245,6 @@ class Evidence:
         -------
         Evidence
         """
-        from pipeline.analysis.compare.evidence import labels_fingerprint
-
         y = np.asarray(y_test)
         values = _predictions(predictions, n_classes, y.shape[0], "predictions")
         if values.ndim != 1:
@@ -187,8 +267,6 @@ class Evidence:
         -------
         Evidence
         """
-        from pipeline.analysis.compare.evidence import labels_fingerprint
-
         y = np.asarray(y_test)
         values = np.asarray(scores)
         if values.dtype != np.float16:
@@ -215,8 +293,6 @@ class Evidence:
         -------
         Evidence
         """
-        from pipeline.analysis.compare.evidence import episodes_fingerprint
-
         values = np.asarray(accuracies, dtype=np.float64)
         if values.ndim != 1 or values.size == 0:
             raise DataValidationError(f"episode accuracies must be a non-empty 1-D array, got shape {values.shape}")
@@ -242,8 +318,6 @@ class Evidence:
         -------
         Evidence
         """
-        from pipeline.analysis.compare.evidence import labels_fingerprint
-
         y = np.asarray(y_test)
         if not fits:
             raise DataValidationError("a low-shot cell without any fit has no evidence")
@@ -270,8 +344,6 @@ class Evidence:
         -------
         Evidence
         """
-        from pipeline.analysis.compare.evidence import evidence_sha256
-
         values = np.asarray(counts)
         y = np.asarray(y_test)
         if values.shape[:1] != y.shape[:1] or values.dtype.kind not in "iu" or values.ndim < 2:

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.protocols.evidence import headline_rows
+
 __all__ = ["ONE_CLASS_SHARE", "WARNING_CODES", "at_chance_warning", "chance_level", "class_share_collapsed",
            "evidence_warnings", "features_collapsed", "fit_warning", "grid_warnings", "merge_warnings",
            "prediction_warnings", "python_warning", "record_warnings", "unreliable_reasons", "warning_codes"]
@@ -369,8 +371,6 @@ def evidence_warnings(data: Any, result: Any) -> list[dict[str, str]]:
     -------
     list of dict
     """
-    from pipeline.protocols.evidence import headline_rows
-
     ev, score = result.evidence, result.metrics.get("score")
     y = np.asarray(data.y_test)
     if getattr(data, "multilabel", False):  # dense data (maps and pixels) has no such flag

@@ -133,6 +133,7 @@ def multilabel_metrics(Y_true: np.ndarray, scores: np.ndarray) -> dict[str, Any]
         without a present test image has seed AP 1/11 and no devkit AP (the protocol's
         record then carries an ``undefined_ap`` warning).
     """
+    # deferred: scikit-learn; the protocol families and the report import this module without it
     from pipeline.protocols.linear.average_precision import mean_average_precision_11
     from pipeline.protocols.inputs.labels import check_multilabel
 

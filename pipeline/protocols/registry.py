@@ -50,6 +50,8 @@ from pipeline.errors import ConfigError, DataValidationError, unknown_name
 from pipeline.protocols import settings as _settings
 from pipeline.protocols.bounds import SEED, Bound, above, at_least
 from pipeline.protocols.cell import Blocks, CellShape, EvalData, ImageData, ProtocolResult
+from pipeline.protocols.dense.data import DenseData, check_dense_data
+from pipeline.protocols.fit_warnings import WARNING_CODES, evidence_warnings, merge_warnings, python_warning
 
 __all__ = ["Blocks", "Bound", "CellShape", "EvalData", "ImageData", "Protocol", "ProtocolResult", "SEED", "above",
            "at_least", "check_eval_data", "get_protocol", "list_protocols", "register_protocol",
@@ -192,7 +194,6 @@ class Protocol:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = self.run(data, full)
-        from pipeline.protocols.fit_warnings import WARNING_CODES, evidence_warnings, merge_warnings, python_warning
 
         raised = [python_warning(w.category.__name__, str(w.message)) for w in caught]
         found = evidence_warnings(data, result)
@@ -259,7 +260,7 @@ def check_eval_data(data: Any, protocol: Protocol | None = None) -> None:
     protocol : Protocol or None
         The protocol that will run (multi-label labels need ``protocol.multilabel``).
     """
-    from pipeline.protocols.dense.data import DenseData, check_dense_data
+    # deferred: scikit-learn's input checks, when a cell's data is checked (reading the registry needs none)
     from pipeline.protocols.inputs.labels import check_class_indices, check_min_classes, check_multilabel
 
     if protocol is not None and protocol.weights:
@@ -318,6 +319,7 @@ def check_eval_data(data: Any, protocol: Protocol | None = None) -> None:
 
 def _checked_features(X: Any, name: str, protocol: Protocol | None) -> np.ndarray:
     """Pooled (n, d) features, or (n, T, d) token features for a ``tokens`` protocol."""
+    # deferred: scikit-learn's input checks, when a cell's data is checked (reading the registry needs none)
     from pipeline.protocols.inputs.features import check_features
 
     tokens = protocol is not None and protocol.tokens
@@ -331,6 +333,7 @@ def _checked_features(X: Any, name: str, protocol: Protocol | None) -> np.ndarra
                                   f"{getattr(protocol, 'name', None)!r} cannot take (it needs pooled (n, d) "
                                   f"features); protocols that read tokens: {able}")
     if tokens:
+        # deferred: scikit-learn's input checks, as above
         from pipeline.protocols.inputs.features import check_tokens
 
         if np.ndim(X) != 3:

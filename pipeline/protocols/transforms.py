@@ -22,7 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 from pipeline.errors import DataValidationError, unknown_name
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.inputs.features import validate_features
-from pipeline.protocols.inputs.settings import check_number
+from pipeline.protocols.inputs.parameters import check_number
 
 __all__ = ["Identity", "L2Normalize", "Standardize", "TRANSFORMS", "Whiten", "l2_normalize", "make_transform"]
 

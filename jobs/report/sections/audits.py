@@ -8,6 +8,7 @@ from typing import Any
 
 from jobs.report.html import Markup, el, label_of, link, note, notice, pct, row_head, section, table
 from jobs.report.model import ReportRun
+from pipeline.protocols.fit_warnings import WARNING_CODES, record_warnings, unreliable_reasons
 
 VIOLATION_MARKER = "\u26a0"
 _KIND_TITLE = {"cell": "cell", "extraction": "extraction", "checkpoint": "checkpoint file",
@@ -33,8 +34,6 @@ def failed_section(run: ReportRun) -> Markup:
 def flagged_section(run: ReportRun) -> Markup:
     """The records whose numbers carry fit warnings (``pipeline.protocols.fit_warnings``),
     untrusted scores first, before any table shows those numbers."""
-    from pipeline.protocols.fit_warnings import WARNING_CODES, record_warnings, unreliable_reasons
-
     shown = [r for r in run.records if record_warnings(r)]
     if not shown:
         return section("flags", "Warnings", note("No record carries a warning: no fit sits at a grid edge or on "
@@ -113,8 +112,6 @@ def invariance_section(run: ReportRun) -> Markup:
 
 
 def _needs_warning(rec: Mapping[str, Any]) -> bool:
-    from pipeline.protocols.fit_warnings import record_warnings
-
     return bool(record_warnings(rec))
 
 
@@ -131,7 +128,6 @@ def warnings_section(run: ReportRun) -> Markup:
     for rec, aside in shown:
         dg = rec.get("diagnostics") or {}
         solver = ", ".join(f"{k} = {dg[k]}" for k in ("n_iter", "C", "alpha", "calibration_fit_converged") if k in dg)
-        from pipeline.protocols.fit_warnings import record_warnings
 
         warnings = [f"{w['code']}: {w['message']}" for w in record_warnings(rec)]
         rows.append([link(rec, label_of(rec) + (" (set aside)" if aside else "")), rec.get("model"),

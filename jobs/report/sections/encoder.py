@@ -12,9 +12,10 @@ from typing import Any
 from jobs.report.html import Markup, el, link, note, num, pct, row_head, section, table
 from jobs.report.model import ReportRun
 from jobs.report.sections.scores import BEST_MARKER
+from pipeline.errors import RepevalError
 from pipeline.protocols.diagnostics.protocols import COLOUR_DETAIL, SALIENCY
 from pipeline.protocols.finetune.protocols import FINETUNE
-from pipeline.errors import RepevalError
+from storage_schema import keys
 
 __all__ = ["diagnostics_section", "encoder_sections", "finetune_section"]
 
@@ -86,8 +87,6 @@ def finetune_section(run: ReportRun) -> Markup:
 
 def _examples_reader(config: Any):
     """``read(cell_id) -> PNG bytes or None`` from the config's store (None when unreadable)."""
-    from storage_schema import keys
-
     try:
         store = config.open_store(read_only=True)
     except (RepevalError, OSError):

@@ -9,7 +9,8 @@ from typing import Any
 
 from jobs.report.html import Markup, Section, el, label_of, anchor, note, section, table
 from jobs.report.model import ReportRun
-from storage_schema.provenance import now_iso
+from storage_schema.provenance import now_iso, weights_summary
+
 
 def contents(sections: Sequence[Any]) -> list[tuple[str, str]]:
     """(id, title) of each section that has content, in page order: the table of contents."""
@@ -69,8 +70,6 @@ def provenance_section(run: ReportRun) -> Markup:
 def checkpoints_read(run: ReportRun) -> Markup | str:
     """What was done to each encoder's checkpoint file: the state dict's key, the prefix
     stripped, the tensors dropped, the resampling (docs/checkpoints.md)."""
-    from storage_schema.provenance import weights_summary
-
     rows: dict[tuple[str, str], str] = {}
     for rec in run.records:
         weights = (rec.get("provenance") or {}).get("weights")

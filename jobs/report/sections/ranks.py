@@ -56,6 +56,7 @@ def radar_axes(agreement: RankAgreement, reference: Mapping[str, float] | None) 
     """(models, {axis: {model: rank}}, settings left off): the models ranked by the most
     settings, every setting that ranks them all, and the reference when it scores them all
     (a model that a single setting ranks does not take the others off the chart)."""
+    # deferred: scipy, only when the report ranks encoders
     from pipeline.analysis.rank_agreement import encoder_ranks
 
     counts: dict[str, int] = {}

@@ -8,7 +8,9 @@ from typing import Any
 from jobs.report.html import Markup, el, is_number, link, note, pct, row_head, section, table
 from jobs.report.model import ReportRun
 from jobs.report.plots import ALL, lowshot_plot, shot_key
+from jobs.report.sections.dense import is_dense
 from pipeline.errors import DataValidationError
+from pipeline.protocols.fit_warnings import record_warnings, unreliable_reasons
 
 BEST_MARKER = "\u2605"  # the star after the best score of a column
 WARNING_MARKER = "\u26a0"  # after a score whose record carries fit warnings
@@ -34,8 +36,6 @@ def _score(rec: Mapping[str, Any]) -> float | None:
 
 def _warned(rec: Mapping[str, Any]) -> list[Any]:
     """The marker after a score with fit warnings (its messages as the tooltip); [] without."""
-    from pipeline.protocols.fit_warnings import record_warnings, unreliable_reasons
-
     found = record_warnings(rec)
     if not found:
         return []
@@ -45,8 +45,6 @@ def _warned(rec: Mapping[str, Any]) -> list[Any]:
 
 
 def _accuracy_table(run: ReportRun, recs: list[dict], table_id: str) -> Markup:
-    from pipeline.protocols.fit_warnings import unreliable_reasons
-
     cells = {(r["model"], r["dataset"]): r for r in recs}
     datasets = [d for d in run.datasets if any(k[1] == d for k in cells)]
     models = [m for m in run.models if any(k[0] == m for k in cells)]
@@ -75,8 +73,6 @@ def _accuracy_table(run: ReportRun, recs: list[dict], table_id: str) -> Markup:
 
 def accuracy_section(run: ReportRun) -> Markup:
     """The test scores per setting and layer: encoders by datasets, the best per dataset marked."""
-    from jobs.report.sections.dense import is_dense  # dense readouts have their own tables
-
     groups = run.group(lambda r: has_score(r) and not is_dense(r))
     body: list[Any] = [note(
         f"Test accuracy in %: the dataset's headline score (top-1, or mean per-class accuracy where the "
@@ -136,6 +132,7 @@ def _curve(rec: Mapping[str, Any], part: str = "curve") -> dict[str, float]:
 
 def lowshot_result(rec: Mapping[str, Any]):
     """The record's curve as the low-shot result it summarises (for relative curves)."""
+    # deferred: the low-shot module imports torch, scikit-learn and scipy; a report fits nothing
     from pipeline.protocols.episodic.lowshot import LowShotResult
 
     s = rec.get("settings") or {}
@@ -153,6 +150,7 @@ def _relative_curves(recs: dict[str, dict], order: list[str], baseline: str | No
                      ) -> tuple[dict[str, dict[str, float]], list[str]]:
     """Each encoder's curve minus the baseline's; an encoder whose curve cannot be compared
     (another probe, shots the baseline lacks) is left out with the reason."""
+    # deferred: torch, scikit-learn and scipy, as in lowshot_result
     from pipeline.protocols.episodic.lowshot import relative_to_baseline
 
     if baseline is None:

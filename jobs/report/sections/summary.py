@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from jobs.report.events import leaderboard_rows
 from jobs.report.html import Markup, el, is_number, note, notice, pct, row_head, section, table
 from jobs.report.model import ReportRun
 
@@ -77,8 +78,6 @@ def _changes(changes: Mapping[str, Any] | None) -> list[Markup]:
 
 def summary_section(run: ReportRun) -> Markup:
     """Leaderboard, regressions and changes since the previous run (empty without a summary)."""
-    from jobs.report.events import leaderboard_rows
-
     summary = run.summary or {}
     body: list[Any] = []
     regressions = summary.get("regressions") or [r for s in run.series for r in s.regressions()]

@@ -147,7 +147,7 @@ def read_step_metadata(path: str | os.PathLike[str]) -> tuple[int, str] | None:
         The step and the key it came from (one of ``STEP_METADATA_KEYS``), or None when the
         file carries none of those keys.
     """
-    # Imported here: the checkpoint readers import torch, which a name pattern never needs.
+    # deferred: the checkpoint readers import torch, which a name pattern (the config) never needs
     from pipeline.encoders.checkpoints.reading import checked_path, container_format, read_checkpoint
     from pipeline.encoders.checkpoints.safetensors_files import safetensors_metadata
 

@@ -26,6 +26,7 @@ from typing import ClassVar
 import numpy as np
 from PIL import Image
 
+from pipeline.datasets.layout import is_image_name, require_dir
 from pipeline.datasets.listing import Listing, PublishedDataset, stat_files
 from pipeline.errors import DatasetError
 
@@ -261,7 +262,5 @@ def image_ids(folder: Path, what: str) -> dict[str, str]:
     -------
     dict
     """
-    from pipeline.datasets.layout import is_image_name, require_dir
-
     require_dir(folder, what)
     return {os.path.splitext(e.name)[0]: e.name for e in os.scandir(folder) if e.is_file() and is_image_name(e.name)}

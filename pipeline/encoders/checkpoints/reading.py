@@ -31,9 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from pipeline.encoders.checkpoints.names import (  # noqa: F401  (re-exported)
-    CHECKPOINT_EXTENSIONS, PICKLE_EXTENSIONS, SAFETENSORS_EXTENSIONS, checkpoint_extension, checkpoint_stem,
-)
+from pipeline.encoders.checkpoints.names import CHECKPOINT_EXTENSIONS, SAFETENSORS_EXTENSIONS, checkpoint_extension
 from pipeline.encoders.checkpoints.safetensors_files import read_safetensors
 from pipeline.errors import CheckpointError, UnsafeCheckpointError
 

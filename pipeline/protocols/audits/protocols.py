@@ -46,6 +46,7 @@ def invariance_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     description="changed predictions under rotation, scale, translation, per-feature and dense maps",
 )
 def _invariance(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    # deferred: torch, scipy and scikit-learn load when a cell runs, not when the registry is read
     from pipeline.protocols.audits.invariance import invariance_audit
 
     rows, y = data.train_rows(), np.asarray(data.y_train)

@@ -15,7 +15,7 @@ from typing import Any
 from pipeline.protocols.dense.memory import normals_memory, segmentation_memory
 from pipeline.protocols.dense.metrics import NORMAL_METRICS, SEGMENTATION_METRICS
 from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_name
-from pipeline.protocols.inputs.settings import check_setting_grid
+from pipeline.protocols.inputs.parameters import check_setting_grid
 from pipeline.protocols.registry import SEED, Bound, ProtocolResult, above, register_protocol
 
 __all__ = ["DENSE_SCHEDULE"]
@@ -46,6 +46,7 @@ def _check_normals(s: Mapping[str, Any]) -> None:
                 "mIoU and pixel accuracy (DINOv2's linear protocol)",
 )
 def _segmentation(data: Any, s: Mapping[str, Any]) -> ProtocolResult:
+    # deferred: torch loads when a cell runs, not when the registry is read
     from pipeline.protocols.dense.runners import run_segmentation
 
     return run_segmentation(data, s)
@@ -63,6 +64,7 @@ def _segmentation(data: Any, s: Mapping[str, Any]) -> ProtocolResult:
                 "error, % within 11.25/22.5/30 degrees (Ericsson et al. 2021, Table 5)",
 )
 def _normals(data: Any, s: Mapping[str, Any]) -> ProtocolResult:
+    # deferred: torch loads when a cell runs, not when the registry is read
     from pipeline.protocols.dense.runners import run_normals
 
     return run_normals(data, s)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipeline.protocols.dense.heads import upsample
 from pipeline.protocols.finetune.state import load_state, save_state
 
 __all__ = ["Rows", "Schedule", "TrainOutcome", "channel_stats", "predict_batches", "train_head"]
@@ -197,8 +198,6 @@ def train_head(head: torch.nn.Module, rows: Rows, schedule: Schedule,
     -------
     TrainOutcome
     """
-    from pipeline.protocols.dense.heads import upsample
-
     started = time.perf_counter()
     per_epoch = -(-len(rows) // schedule.batch_size)
     total = schedule.epochs * per_epoch
@@ -265,8 +264,6 @@ def predict_batches(head: torch.nn.Module, maps: Any, size: tuple[int, int], bat
     tuple
         ``(first row, predictions as numpy)``.
     """
-    from pipeline.protocols.dense.heads import upsample
-
     head.eval()
     with torch.inference_mode():
         for start in range(0, len(maps), batch_size):

@@ -17,7 +17,9 @@ from typing import Any
 
 from pipeline.errors import ConfigError
 from pipeline.protocols.cell import ImageData
+from pipeline.protocols.diagnostics.render import render_reconstructions_png, render_saliency_png
 from pipeline.protocols.diagnostics.settings import InversionSettings, PerceptualNet, SaliencySettings
+from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.registry import ProtocolResult, register_protocol
 
 __all__ = ["COLOUR_DETAIL", "PERCEPTUAL", "SALIENCY"]
@@ -61,8 +63,6 @@ def _measured(data: ImageData, study: Callable[[Any], tuple[dict[str, Any], byte
     """Run ``study(device) -> (output, pictures)`` on the test split, timed, with its device use."""
     import torch
 
-    from pipeline.protocols.finetune.unit import resolve_device
-
     device = resolve_device(data.device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -84,7 +84,7 @@ def _measured(data: ImageData, study: Callable[[Any], tuple[dict[str, Any], byte
     description="attentive diffusion: percentage of a saliency map above its mean, averaged over images",
 )
 def _saliency(data: ImageData, s: Mapping[str, Any]) -> ProtocolResult:
-    from pipeline.protocols.diagnostics.render import render_saliency_png
+    # deferred: torch and timm load when a cell runs, not when the registry is read
     from pipeline.protocols.diagnostics.saliency import saliency_study
 
     def study(device: Any) -> tuple[dict[str, Any], bytes | None]:
@@ -102,8 +102,8 @@ def _saliency(data: ImageData, s: Mapping[str, Any]) -> ProtocolResult:
     description="features inverted to images: per-channel colour error and perceptual distance",
 )
 def _colour_detail(data: ImageData, s: Mapping[str, Any]) -> ProtocolResult:
+    # deferred: torch and timm load when a cell runs, not when the registry is read
     from pipeline.protocols.diagnostics.inversion import colour_detail_study
-    from pipeline.protocols.diagnostics.render import render_reconstructions_png
 
     inversion = {k: v for k, v in s.items() if k != PERCEPTUAL}
     net = s.get(PERCEPTUAL)

@@ -251,8 +251,8 @@ def fewshot_episodes(
         Naming the qualifying classes when fewer than ``n_way`` classes have
         ``n_shot + n_query`` images; bad settings or arrays.
     """
-    # scikit-learn's input checks, imported here: the episode sampler and its version are
-    # imported by the comparison of stored results, which never fits anything
+    # deferred: scikit-learn's input checks; the episode sampler's version is imported by the evidence, which
+    # the registry and the comparison of stored results import, and they fit nothing
     from pipeline.protocols.inputs.features import check_features
     from pipeline.protocols.inputs.labels import check_class_indices
 

@@ -14,6 +14,8 @@ import numpy as np
 
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.cell import CellShape
+from pipeline.protocols.episodic.fewshot import fewshot_episodes
+from pipeline.protocols.fit_warnings import at_chance_warning
 from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_setting, resolve_device
 from pipeline.protocols.evidence import Evidence, class_indices
 from pipeline.protocols.linear.protocols import TRANSFORM_NAMES, ridge_terms
@@ -76,8 +78,6 @@ def lowshot_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     description="N-way K-shot nearest-centroid episodes with a 95% CI (Ericsson 2021)",
 )
 def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-    from pipeline.protocols.episodic.fewshot import fewshot_episodes
-
     device = resolve_device(s["device"])
     d = data.X_test.shape[1]
     if s["pool"] == "all":  # Ericsson sample episodes from train, val and test pooled (no copy)
@@ -93,7 +93,6 @@ def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # the same data draws the same ones, so their episode accuracies pair up
     evidence = Evidence.of_episodes(np.asarray(y).astype(np.int64), res.accuracies, seed=s["seed"], n_way=s["n_way"], n_shot=s["n_shot"],
                                     n_query=s["n_query"])
-    from pipeline.protocols.fit_warnings import at_chance_warning
 
     chance = at_chance_warning(res.mean, 1.0 / s["n_way"], f"1/{s['n_way']} of an episode's ways")
     return ProtocolResult({"score": res.mean, "mean": res.mean, "ci95": res.ci95, "std": res.std},
@@ -111,6 +110,7 @@ def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     description="accuracy with N train images per class, 5 samples each (ImageNet-CoG)",
 )
 def _lowshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    # deferred: scipy, scikit-learn and torch load when a cell runs, not when the registry is read
     from pipeline.protocols.episodic.lowshot import lowshot_curve
 
     device = resolve_device(s["device"])

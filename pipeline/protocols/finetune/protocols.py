@@ -20,6 +20,7 @@ from pipeline.errors import ConfigError, DataValidationError
 from pipeline.plain import to_plain
 from pipeline.protocols.cell import ImageData
 from pipeline.protocols.finetune.settings import DatasetSplits, FinetuneSettings, grid_points
+from pipeline.protocols.fit_warnings import fit_warning
 from pipeline.protocols.registry import ProtocolResult, register_protocol
 
 __all__ = ["FINETUNE", "FinetuneGrid"]
@@ -61,6 +62,7 @@ class FinetuneGrid:
         dict
             What ``run_grid_point`` returned (JSON-able, plus the validation logits).
         """
+        # deferred: torch and timm load when a grid point runs, not when the registry is read
         from pipeline.protocols.finetune.unit import SELECT, run_grid_point
 
         s = FinetuneSettings.from_dict(settings)
@@ -90,9 +92,9 @@ class FinetuneGrid:
             warnings (diverged points, a temperature at its bound), the device use and
             the refit's train and test sizes.
         """
+        # deferred: torch, timm and scikit-learn load when the grid finishes, not when the registry is read
         from pipeline.protocols.finetune.result import finetune_result, select_best
         from pipeline.protocols.finetune.unit import REFIT, SELECT, run_grid_point
-        from pipeline.protocols.fit_warnings import fit_warning
 
         s = FinetuneSettings.from_dict(settings)
         grid = grid_points(s)

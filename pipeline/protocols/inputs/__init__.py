@@ -5,7 +5,8 @@ accept, checked before any work, each refusal one line naming the value and what
   kept as they are, never copied).
 - ``labels``: class labels of any sortable hashable type, the store's integer class
   indices, multi-label arrays, the validation split.
-- ``settings``: an estimator's numeric parameters and grids; protocol-setting grids.
+- ``parameters``: an estimator's numeric parameters and grids; protocol-setting grids
+  (a protocol's settings are resolved in ``pipeline.protocols.settings``).
 - ``devices``: the ``device`` setting (checked without torch, resolved with it).
 
 The modules are imported by name (``from pipeline.protocols.inputs.labels import

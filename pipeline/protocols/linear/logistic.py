@@ -40,7 +40,7 @@ from pipeline.protocols.linear.logistic_checks import majority_rate, refine_to_o
 from pipeline.protocols.metrics import mean_average_precision
 from pipeline.protocols.inputs.features import validate_features
 from pipeline.protocols.inputs.labels import encode_targets, validation_split
-from pipeline.protocols.inputs.settings import check_grid, check_number
+from pipeline.protocols.inputs.parameters import check_grid, check_number
 
 __all__ = ["DEFAULT_CS", "LogisticProbe"]
 

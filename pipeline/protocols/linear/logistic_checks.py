@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from pipeline.protocols.fit_warnings import class_share_collapsed
 from pipeline.protocols.linear.lbfgs import LBFGSMemory, Preconditioner, SolverState, minimize
 
 __all__ = ["F_RTOL", "majority_rate", "refine_to_optimum", "refit_collapse", "tie_rule_choice"]
@@ -86,8 +87,6 @@ def refit_collapse(predicted: np.ndarray, labels: np.ndarray, val_score: float, 
     -------
     str or None
     """
-    from pipeline.protocols.fit_warnings import class_share_collapsed
-
     if not val_score > val_chance:
         return None
     own, chance = float(np.mean(predicted == labels)), majority_rate(labels)

@@ -22,9 +22,16 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import DataValidationError
-from pipeline.protocols.linear.average_precision import mean_average_precision_11
+from pipeline.protocols.evidence import Evidence, float16_scores
+from pipeline.protocols.fit_warnings import fit_warning, grid_warnings
+from pipeline.protocols.inputs.features import check_features
 from pipeline.protocols.inputs.labels import check_multilabel
-from pipeline.protocols.registry import EvalData, ProtocolResult
+from pipeline.protocols.linear.average_precision import mean_average_precision_11
+from pipeline.protocols.linear.logistic import DEFAULT_CS
+from pipeline.protocols.metrics import multilabel_metrics
+from pipeline.protocols.registry import EvalData, ProtocolResult, get_protocol, list_protocols
+from pipeline.protocols.transforms import make_transform
+
 
 def accepts_multilabel(protocol: Any) -> bool:
     """Whether the registered protocol (an entry or its name) can fit multi-label data.
@@ -39,8 +46,6 @@ def accepts_multilabel(protocol: Any) -> bool:
     bool
         The entry's ``multilabel`` capability flag.
     """
-    from pipeline.protocols.registry import get_protocol
-
     entry = get_protocol(protocol) if isinstance(protocol, str) else protocol
     return bool(entry.multilabel)
 
@@ -55,8 +60,6 @@ def refuse_multilabel(protocol: Any, where: str = "") -> None:
     where : str
         Prefix of the message (the config entry that asks for it).
     """
-    from pipeline.protocols.registry import list_protocols
-
     if not accepts_multilabel(protocol):
         name = protocol if isinstance(protocol, str) else protocol.name
         able = ", ".join(p for p in list_protocols() if accepts_multilabel(p))
@@ -138,7 +141,6 @@ class MultiLabelLogisticProbe:
         Y = check_multilabel(Y, name="Y", difficult=True)
         if len(X) != len(Y):
             raise DataValidationError(f"X has {len(X)} rows but Y has {len(Y)}")
-        from pipeline.protocols.linear.logistic import DEFAULT_CS
 
         grid = None if self.Cs is None else np.unique(DEFAULT_CS if isinstance(self.Cs, str) else
                                                         np.asarray(self.Cs, dtype=np.float64).ravel())
@@ -196,8 +198,6 @@ def check_multilabel_data(data: EvalData) -> None:
     data : EvalData
         A cell's features and label rows.
     """
-    from pipeline.protocols.inputs.features import check_features
-
     width, classes = None, None
     for split, X, Y in (("train", data.X_train, data.y_train), ("test", data.X_test, data.y_test),
                         ("val", data.X_val, data.y_val)):
@@ -236,8 +236,6 @@ def multilabel_logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         ``map11`` (= ``score``), its per-class APs, ``map11_devkit`` and ``map`` (not interpolated),
         all from the float16 test scores kept as its evidence; C and its validation mAPs.
     """
-    from pipeline.protocols.transforms import make_transform
-
     X_train = data.train()
     fitted = make_transform(s["transform"]).fit(X_train)
     X_tr, X_te = fitted.transform(X_train), fitted.transform(data.X_test)
@@ -250,9 +248,6 @@ def multilabel_logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         X_tr, Y_tr = np.concatenate([X_tr, X_va]), np.concatenate([Y_tr, Y_va])
     probe = MultiLabelLogisticProbe(C=s["C"], Cs=s["Cs"], val_fraction=s["val_fraction"], tol=s["tol"],
                                     max_iter=s["max_iter"], random_state=s["seed"]).fit(X_tr, Y_tr, val_mask)
-    from pipeline.protocols.evidence import Evidence, float16_scores
-    from pipeline.protocols.metrics import multilabel_metrics
-
     # scored from the float16 copy that is stored: a later comparison reads the same numbers
     scores = float16_scores(probe.decision_function(X_te))
     metrics = multilabel_metrics(data.y_test, scores)
@@ -261,7 +256,6 @@ def multilabel_logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
                    "validation": validation, "val_scores": [float(v) for v in probe.val_scores_],
                    "multi_label": True, "classes_without_classifier": probe.constant_classes_,
                    "calibration": "not computed for multi-label data"}
-    from pipeline.protocols.fit_warnings import fit_warning, grid_warnings
 
     warnings_ = [] if probe.converged_ else [fit_warning(
         "not_converged", f"a binary fit reached max_iter={s['max_iter']} before tol={s['tol']:g}; converged is False")]

@@ -20,6 +20,7 @@ import numpy as np
 from pipeline.errors import DataValidationError
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.cell import CellShape
+from pipeline.protocols.fit_warnings import fit_warning, grid_warnings
 from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_setting, resolve_device
 from pipeline.protocols.evidence import Evidence, class_evidence, float16_scores
 from pipeline.protocols.memory import BLOCK, F8, RUNTIME, held, label_bytes
@@ -149,11 +150,13 @@ def ridge_memory(c: CellShape, s: Mapping[str, Any]) -> int:
 )
 def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     if data.multilabel:  # the paper's VOC setting: one binary probe per class, difficult left out
+        # deferred: scikit-learn loads when a cell runs, not when the registry is read
         from pipeline.protocols.linear.multilabel import multilabel_logistic
 
         return multilabel_logistic(data, s)
     import torch
 
+    # deferred: torch and scikit-learn load when a cell runs, not when the registry is read
     from pipeline.protocols.linear.logistic import LogisticProbe
     from pipeline.protocols.transforms import fit_row_map
 
@@ -181,6 +184,7 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         # with a model that did not see it (the selected C on the probe's train part),
         # then applied to the final model's test logits. (Softmax calibration has no
         # multi-label counterpart: such cells report none.)
+        # deferred: scipy, as the probe above
         from pipeline.protocols.audits.calibration import calibration_report_blocks
 
         tr, va = probe.train_index_, probe.val_index_
@@ -198,8 +202,6 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
                            calibration_fit_converged=bool(held.converged_))
         diagnostics["converged"] = bool(probe.converged_ and held.converged_)
         if cal.temperature_at_bound:
-            from pipeline.protocols.fit_warnings import fit_warning
-
             warnings.append(fit_warning("temperature_edge", f"T = {cal.temperature:g} is at an end of its search "
                                         "range: ece_temperature_scaled and nll_temperature_scaled are the bound's, "
                                         "not an optimum's"))
@@ -208,8 +210,6 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
 
 def _selection_warnings(probe: Any) -> list[dict[str, str]]:
     """Grid edge and plateau of the logistic probe's C, and a choice moved off a collapsed refit."""
-    from pipeline.protocols.fit_warnings import fit_warning, grid_warnings
-
     chosen = int(np.flatnonzero(probe.Cs_ == probe.C_)[0])
     out = grid_warnings("C", probe.Cs_, probe.val_scores_, chosen, criterion="validation score")
     for left, taken, why in probe.selection_moves_:
@@ -238,6 +238,7 @@ def _columns(classes: np.ndarray, labels: np.ndarray) -> np.ndarray:
     description="least squares to one-vs-rest targets, alpha by exact leave-one-out PRESS (ViT few-shot)",
 )
 def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    # deferred: torch, scipy and scikit-learn load when a cell runs, not when the registry is read
     from pipeline.protocols.linear.ridge import DEFAULT_ALPHAS, RidgeProbe
     from pipeline.protocols.transforms import fit_row_map
 
@@ -250,8 +251,6 @@ def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     diagnostics = {"alpha": float(probe.alpha_), "device": str(device)}
     warnings = []
     if getattr(probe, "press_", None) is not None:
-        from pipeline.protocols.fit_warnings import grid_warnings
-
         diagnostics["press"] = [float(p) for p in np.ravel(probe.press_)]
         grid = np.ravel(_grid(s["alphas"], DEFAULT_ALPHAS))
         # PRESS is continuous: a relative 1e-6 tells a real gain from round-off

@@ -26,12 +26,13 @@ from pipeline.errors import ConfigError
 from pipeline.protocols.blocks import FeatureRows, RowsPredictMixin
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.linear.linear_loss import linear_score_blocks
+from pipeline.protocols.linear.ridge_gram import gram_ridge
 from pipeline.protocols.linear.ridge_svd import (  # noqa: F401  (the closed form, public here too)
-    RidgeSpectrum, loo_residuals, one_vs_rest_targets, press, ridge_coefficients, ridge_spectrum, svd_ridge,
+    loo_residuals, one_vs_rest_targets, press, ridge_coefficients, ridge_spectrum, svd_ridge,
 )
 from pipeline.protocols.inputs.features import validate_features
 from pipeline.protocols.inputs.labels import encode_targets
-from pipeline.protocols.inputs.settings import check_grid, check_number
+from pipeline.protocols.inputs.parameters import check_grid, check_number
 
 __all__ = ["DEFAULT_ALPHAS", "RidgeProbe", "fit_ridge", "loo_residuals", "one_vs_rest_targets", "press",
            "ridge_coefficients", "ridge_spectrum"]
@@ -79,8 +80,6 @@ def fit_ridge(rows: FeatureRows, labels: np.ndarray, n_classes: int, alphas: np.
     -------
     RidgeFit
     """
-    from pipeline.protocols.linear.ridge_gram import gram_ridge
-
     alphas = np.asarray(alphas, dtype=np.float64)
     n, d = len(rows), rows.n_features
     if method not in ("auto", "svd", "gram"):

@@ -28,7 +28,7 @@ from pipeline.protocols.neighbours.pairs import KNN_METRICS, check_metric_weight
 from pipeline.protocols.transforms import l2_normalize_block
 from pipeline.protocols.inputs.features import check_features, check_finite, validate_features
 from pipeline.protocols.inputs.labels import check_min_classes, encode_labels
-from pipeline.protocols.inputs.settings import check_number
+from pipeline.protocols.inputs.parameters import check_number
 
 __all__ = ["METRICS", "KNNClassifier", "check_metric_weights", "knn_class_weights", "knn_predict_from_topk",
            "topk_blocks"]

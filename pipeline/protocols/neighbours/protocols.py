@@ -62,6 +62,7 @@ def knn_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     description="weighted k-NN on cosine similarity (Wu 2018, DINO); streams train blocks",
 )
 def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    # deferred: torch and scikit-learn load when a cell runs, not when the registry is read
     from pipeline.protocols.neighbours.knn import knn_class_weights, topk_blocks
 
     if s["n_neighbors"] > len(data.y_train):  # known before a single block is read

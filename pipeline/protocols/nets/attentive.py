@@ -36,7 +36,7 @@ from pipeline.errors import ConfigError, DataValidationError
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.inputs.features import as_cpu_tensor, check_tokens
 from pipeline.protocols.inputs.labels import check_min_classes, encode_labels
-from pipeline.protocols.inputs.settings import check_grid, check_number
+from pipeline.protocols.inputs.parameters import check_grid, check_number
 from pipeline.protocols.nets.outputs import SoftmaxOutputMixin
 from pipeline.protocols.nets.stacked_training import GridSelectionMixin, RowBatches
 

@@ -38,7 +38,7 @@ from pipeline.protocols.blocks import FeatureRows, block_rows
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.inputs.features import validate_features
 from pipeline.protocols.inputs.labels import check_min_classes, encode_labels
-from pipeline.protocols.inputs.settings import check_grid, check_number
+from pipeline.protocols.inputs.parameters import check_grid, check_number
 from pipeline.protocols.nets.outputs import SoftmaxOutputMixin
 from pipeline.protocols.nets.stacked_training import GridSelectionMixin, RowBatches
 

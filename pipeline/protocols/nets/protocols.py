@@ -29,7 +29,7 @@ from pipeline.errors import ConfigError
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.cell import CellShape
 from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_name, resolve_device
-from pipeline.protocols.inputs.settings import GRID_MAX, check_setting_grid
+from pipeline.protocols.inputs.parameters import GRID_MAX, check_setting_grid
 from pipeline.protocols.evidence import class_evidence
 from pipeline.protocols.linear.protocols import TRANSFORM_NAMES, logistic_terms
 from pipeline.protocols.memory import BLOCK, F4, F8, RUNTIME, held, label_bytes
@@ -153,6 +153,7 @@ def attentive_memory(c: CellShape, s: Mapping[str, Any]) -> int:
                 "(Kolesnikov 2019)",
 )
 def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    # deferred: torch and scikit-learn load when a cell runs, not when the registry is read
     from pipeline.protocols.nets.mlp import MLPProbe
     from pipeline.protocols.nets.stacked_training import RowBatches
     from pipeline.protocols.transforms import fit_row_map
@@ -195,6 +196,7 @@ def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     description="one learned query cross-attends to the token features, layer norm, linear classifier",
 )
 def _attentive(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    # deferred: torch and scikit-learn load when a cell runs, not when the registry is read
     from pipeline.protocols.nets.attentive import AttentiveProbe
     from pipeline.protocols.nets.stacked_training import RowBatches
 

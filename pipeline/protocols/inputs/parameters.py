@@ -1,4 +1,4 @@
-"""Settings: an estimator's numeric parameters and hyperparameter grids, and the grids of
+"""Parameters: an estimator's numeric parameters and hyperparameter grids, and the grids of
 a protocol's settings (checked at config load, without numpy arrays or torch).
 
 Estimator parameters are checked in ``fit`` (scikit-learn's convention: ``__init__`` only
