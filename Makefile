@@ -21,10 +21,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m flows.demo
 
-# Two pytest workers, each test file whole on one of them (module fixtures start once);
-# TEST_WORKERS=0 runs everything in one process.
+# Two pytest workers, each test file whole on one of them (module fixtures start once), the
+# files in collection order, those holding slow tests first (tests/conftest.py), so that
+# the short files fill in at the end; TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 test: $(STAMP)
 	$(PYTEST)

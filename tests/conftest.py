@@ -39,3 +39,19 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``make test``), the files that hold slow tests go first.
+
+    ``--dist loadfile`` hands each worker whole files, one after another as it runs out, in
+    collection order (``--no-loadscope-reorder``: xdist's own order is by number of tests,
+    which sends one-test files such as the demo's to the end). A long file handed out last
+    keeps one worker busy while the other has nothing left; handed out first, the many short
+    files fill in around it. One process (``make test-order``, a file run alone) keeps
+    pytest's order.
+    """
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_files)  # stable: same order otherwise

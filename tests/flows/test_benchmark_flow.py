@@ -28,6 +28,15 @@ def _run(raw: dict, tmp: Path) -> dict:
     return run_benchmark(load_config(path))
 
 
+def _in_threads(raw: dict) -> dict:
+    """``raw`` evaluated by one in-process Dask worker: what a later run computes is decided by
+    the store and the ledger, never by the kind of worker (the first run and the unchanged
+    rerun use worker processes); a worker process costs a torch import per run."""
+    out = copy.deepcopy(raw)
+    out["dask"] = {"n_workers": 1, "processes": False}
+    return out
+
+
 class _FirstRun(tuple):
     """(tmp, raw config, summary), and ``after``: the store and report as the first run left
     them, read at once (the module's other tests run more, in whatever order)."""
@@ -132,7 +141,7 @@ def test_rerun_of_unchanged_config_does_no_forward_pass_and_no_fit(first_run):
 @pytest.mark.slow
 def test_a_later_successful_run_clears_the_failures(first_run, tmp_path):
     tmp, raw, _ = first_run
-    fixed = copy.deepcopy(raw)
+    fixed = _in_threads(raw)
     fixed["protocols"][3]["settings"]["n_way"] = 3  # few5 now fits the 4 classes
     fixed["report"]["path"] = str(tmp_path / "report.html")
     summary = _run(fixed, tmp)
@@ -140,13 +149,13 @@ def test_a_later_successful_run_clears_the_failures(first_run, tmp_path):
     ours = {e["name"] for e in raw["encoders"]}  # (another test of the module may add an encoder)
     assert [f for f in FailureLog(FeatureStore(raw["store"], read_only=True)).records() if f.get("model") in ours] == []
     assert "Nothing failed" in Path(summary["report"]).read_text()
-    _run(raw, tmp)  # the module's other tests expect the original failures on record
+    _run(_in_threads(raw), tmp)  # the module's other tests expect the original failures on record
 
 
 @pytest.mark.slow
 def test_changed_protocol_settings_recompute_only_that_protocol(first_run):
     tmp, raw, _ = first_run
-    changed = copy.deepcopy(raw)
+    changed = _in_threads(raw)
     changed["protocols"][0]["settings"] = {"n_neighbors": 7}
     summary = _run(changed, tmp)
     assert summary["forward_batches"] == 0  # features are never re-extracted for a protocol change
@@ -158,7 +167,7 @@ def test_changed_protocol_settings_recompute_only_that_protocol(first_run):
 @pytest.mark.slow
 def test_added_encoder_extracts_and_evaluates_only_its_cells(first_run):
     tmp, raw, _ = first_run
-    more = copy.deepcopy(raw)
+    more = _in_threads(raw)
     more["encoders"].append({"name": "r18c", "arch": "resnet18", "input_size": 32, "seed": 2})
     summary = _run(more, tmp)
     assert summary["extracted"] == 2 and summary["forward_batches"] == 5 + 3
@@ -173,7 +182,7 @@ def test_a_correlation_that_cannot_be_computed_fails_the_run(first_run, tmp_path
     from jobs.results import failed_rows
 
     tmp, raw, _ = first_run
-    bad = copy.deepcopy(raw)
+    bad = _in_threads(raw)
     bad["protocols"][3]["settings"]["n_way"] = 3  # every cell succeeds: only the correlation fails
     bad["report"]["path"] = str(tmp_path / "report.html")
     # ridge records map11 on multi-label data only: the check passes, these cells have none
