@@ -13,7 +13,7 @@ from sklearn.metrics import precision_recall_curve
 
 from pipeline.errors import DataValidationError
 from pipeline.protocols.linear.average_precision import (
-    devkit_average_precision, mean_average_precision_11, seed_average_precision,
+    RECALL_THRESHOLDS, devkit_average_precision, mean_average_precision_11, seed_average_precision,
 )
 from pipeline.protocols.metrics import multilabel_metrics
 from pipeline.protocols.linear.multilabel import MultiLabelLogisticProbe, accepts_multilabel
@@ -92,6 +92,44 @@ def test_map11_devkit_is_the_devkit_computation(seed: int) -> None:
     for c in range(labels.shape[1]):
         assert devkit_average_precision(scores[:, c], labels[:, c]) == pytest.approx(
             devkit_ap(scores[:, c], to_devkit(labels[:, c])), abs=1e-12)
+
+
+def _devkit_formula(scores: np.ndarray, labels: np.ndarray) -> float:
+    """The devkit's Python formula, written out from it: difficult images dropped, a stable
+    ranking, then for t in np.arange(0, 1.1, 0.1): p = max(prec[rec >= t]) or 0; ap += p / 11."""
+    keep = labels >= 0
+    gt = labels[keep] == 1
+    ranked = gt[np.argsort(-scores[keep], kind="stable")]
+    tp, fp = np.cumsum(ranked), np.cumsum(~ranked)
+    rec, prec = tp / gt.sum(), tp / (fp + tp)
+    ap = 0.0
+    for t in np.arange(0, 1.1, 0.1):
+        p = prec[rec >= t]
+        ap += (np.max(p) if p.size else 0.0) / 11
+    return ap
+
+
+def test_map11_devkit_on_recalls_exactly_at_tenths() -> None:
+    # 10, 20 or 30 positives: the recall passes through exactly 0.3, 0.6 and 0.7, which
+    # the devkit's float thresholds (0.30000000000000004, ...) do not reach, exact k / 10 would
+    rng = np.random.default_rng(33)
+    exact_tenths_differ = 0
+    for _ in range(120):
+        n_pos = int(rng.choice([10, 20, 30]))
+        labels = np.r_[np.ones(n_pos, int), np.zeros(int(rng.integers(0, 40)), int),
+                       -np.ones(int(rng.integers(0, 4)), int)]
+        rng.shuffle(labels)
+        scores = np.round(rng.normal(size=labels.size), 1)  # ties too, kept in stored order
+        assert devkit_average_precision(scores, labels) == pytest.approx(_devkit_formula(scores, labels), abs=1e-15)
+        assert devkit_average_precision(scores, labels) == pytest.approx(
+            devkit_ap(scores, to_devkit(labels)), abs=1e-15)
+        ranked = (labels[labels >= 0] == 1)[np.argsort(-scores[labels >= 0], kind="stable")]
+        tp = np.cumsum(ranked)
+        rec, prec = tp / n_pos, tp / np.arange(1, ranked.size + 1)
+        tenths = sum(max(prec[rec >= k / 10], default=0.0) / 11 for k in range(11))
+        exact_tenths_differ += abs(tenths - _devkit_formula(scores, labels)) > 1e-12
+    assert np.array_equal(RECALL_THRESHOLDS, np.linspace(0, 1, 11))  # the seed's thresholds, bit for bit
+    assert exact_tenths_differ > 20  # the cases do land on the thresholds where the two readings part
 
 
 def test_the_two_conventions_differ_where_they_say() -> None:

@@ -1,9 +1,10 @@
 """PASCAL VOC 2007 11-point average precision, in the two conventions that are in use.
 
-Both average, over recall thresholds t in ``RECALL_THRESHOLDS`` (``numpy.linspace(0, 1,
-11)``: 0, 0.1, 0.2, 0.30000000000000004, ..., 0.6000000000000001, 0.7000000000000001,
-..., 1), the largest precision reached at a recall of at least t (0 when none is). They
-differ in the precision-recall points and in "difficult" images:
+Both average, over recall thresholds t in ``RECALL_THRESHOLDS`` (the devkit's
+``numpy.arange(0, 1.1, 0.1)``, bit for bit the seed's ``numpy.linspace(0, 1, 11)``: 0, 0.1,
+0.2, 0.30000000000000004, ..., 0.6000000000000001, 0.7000000000000001, ..., 1; a recall of
+exactly 0.3, 0.6 or 0.7 does not reach the threshold of that name, as in both codes), the
+largest precision reached at a recall of at least t (0 when none is). They differ in the precision-recall points and in "difficult" images:
 
 - ``seed`` (metric ``map11``): Ericsson et al.'s code (linusericsson/ssl-transfer,
   ``voc_eval_cls``), the number the seed paper reports. The points are scikit-learn's
@@ -30,8 +31,10 @@ from pipeline.protocols.inputs.labels import check_multilabel
 __all__ = ["CONVENTIONS", "RECALL_THRESHOLDS", "devkit_average_precision", "mean_average_precision_11",
            "seed_average_precision"]
 
-#: The recall thresholds of both conventions: ``numpy.linspace(0, 1, 11)`` as floating point.
-RECALL_THRESHOLDS = np.linspace(0.0, 1.0, 11)
+#: The recall thresholds of both conventions as the reference codes compute them in floating
+#: point (not exact k / 10): the devkit's ``numpy.arange(0, 1.1, 0.1)``, equal bit for bit to
+#: the seed's ``numpy.linspace(0, 1, 11)``.
+RECALL_THRESHOLDS = np.arange(0.0, 1.1, 0.1)
 CONVENTIONS = ("seed", "devkit")
 
 
