@@ -8,7 +8,7 @@ summary show them. Each code has a severity:
 - ``unreliable``: the headline score itself may be wrong or meaningless, so no
   comparison or series verdict is drawn from it (``one_class``, ``at_chance``,
   ``grid_edge``);
-- ``caution``: worth knowing, but the score stands (``plateau``, ``selection_moved``,
+- ``caution``: worth knowing, but the score stands (``short_grid``, ``plateau``, ``selection_moved``,
   ``temperature_edge`` (calibration metrics only), ``collapsed_features``,
   ``undefined_ap``, ``not_converged``, ``runtime``).
 
@@ -41,8 +41,11 @@ CAUTION = "caution"
 WARNING_CODES: dict[str, tuple[str, str]] = {
     "one_class": (UNRELIABLE, "the model predicts one class for (nearly) every test example"),
     "at_chance": (UNRELIABLE, "the score is at or below chance (1/K, or the majority-class rate)"),
-    "grid_edge": (UNRELIABLE, "the selected hyperparameter is at an end of its grid and the selection criterion "
-                              "was still improving there: the best value may lie outside the grid"),
+    "grid_edge": (UNRELIABLE, "the selected hyperparameter is at an end of its grid (three or more values) and "
+                              "the selection criterion was still improving there: the best value may lie outside "
+                              "the grid"),
+    "short_grid": (CAUTION, "the hyperparameter was chosen from a two-value grid, always at an edge, and the "
+                            "criterion differs between the two: a wider grid could move the choice"),
     "plateau": (CAUTION, "many grid values tie for the best validation score: the split cannot tell them apart"),
     "selection_moved": (CAUTION, "the validation choice gave a refitted model that collapsed; a weaker penalty "
                                  "was taken instead"),
@@ -255,23 +258,29 @@ def class_share_collapsed(y_pred: Any, y_true: Any) -> bool:
 # -- what a hyperparameter grid says -----------------------------------------------------------
 def grid_warnings(name: str, grid: Sequence[float], scores: Sequence[float], selected: int, *,
                   higher_is_better: bool = True, rtol: float = 0.0, criterion: str = "validation score",
-                  plateau: bool = True) -> list[dict[str, str]]:
-    """``grid_edge`` and ``plateau`` of a value selected from a grid.
+                  plateau: bool = True, setting: str | None = None) -> list[dict[str, str]]:
+    """``grid_edge``, ``short_grid`` and ``plateau`` of a value selected from a grid.
 
-    Grid edge: the selected value is the grid's first or last and its criterion is
-    better than at the next value inward by more than ``rtol`` (relative): the search was
-    cut off while still improving. A tie at the edge is not an edge (the inner values are
-    as good). Plateau: at least ``PLATEAU_MIN`` values and ``PLATEAU_SHARE`` of the grid
-    share the best criterion (within ``rtol``).
+    The rule: an edge is worth a warning only where a wider grid could change the
+    choice, i.e. the selected value is the grid's first or last (in grid order) and its
+    criterion beats the next value inward by more than ``rtol`` (relative; a NaN / inf
+    neighbour, a diverged fit, counts as beaten): the search was cut off while still
+    improving. A tie at the edge is not an edge (the inner values are as good). On a grid
+    of three or more values that is ``grid_edge`` (unreliable). A two-value grid picks an
+    edge whatever the scores and one difference cannot tell a peak from a trend, so there
+    it is ``short_grid`` (a caution: the score stands). Both messages say which setting to
+    widen, in which direction, with the next value at the grid's own spacing. Plateau: at
+    least ``PLATEAU_MIN`` values and ``PLATEAU_SHARE`` of the grid share the best
+    criterion (within ``rtol``).
 
     Parameters
     ----------
     name : str
-        The hyperparameter (``C``, ``alpha``).
+        The hyperparameter (``C``, ``alpha``, ``learning rate``).
     grid : sequence of float
-        Its values, in the order the scores are given.
+        Its values, in increasing (or decreasing) order, as the scores are given.
     scores : sequence of float
-        The criterion per grid value.
+        The criterion per grid value (NaN or inf where a fit gave none).
     selected : int
         Position of the selected value.
     higher_is_better : bool
@@ -282,6 +291,9 @@ def grid_warnings(name: str, grid: Sequence[float], scores: Sequence[float], sel
         The criterion's name in messages.
     plateau : bool
         Whether to look for a plateau.
+    setting : str, optional
+        The setting that holds the grid (``Cs``, ``alphas``, ``learning_rates``), named in
+        the message as what to widen.
 
     Returns
     -------
@@ -289,22 +301,40 @@ def grid_warnings(name: str, grid: Sequence[float], scores: Sequence[float], sel
     """
     s = np.asarray(scores, dtype=np.float64)
     g = np.asarray(grid, dtype=np.float64)
-    if s.size < 2 or s.size != g.size or np.isnan(s).any() or not np.isfinite(s[selected]):
-        return []  # an undefined criterion (inf PRESS at alpha = 0 beside) only where it is not the choice
+    if s.size < 2 or s.size != g.size or not np.isfinite(s[selected]):
+        return []
     sign = 1.0 if higher_is_better else -1.0
     best = s[selected]
     out = []
     for edge, inner in ((0, 1), (s.size - 1, s.size - 2)):
-        gain = sign * (s[edge] - s[inner])
-        if selected == edge and gain > rtol * max(abs(s[inner]), 1e-300):
-            out.append(fit_warning("grid_edge", f"{name} = {g[edge]:.3g} is the {'first' if edge == 0 else 'last'} "
-                                                f"of the grid ({g.min():.3g} .. {g.max():.3g}) and its {criterion} "
-                                                f"{s[edge]:.6g} beats the next value's {s[inner]:.6g}"))
-    tied = int(np.sum(np.abs(s - best) <= rtol * max(abs(best), 1e-300)))
+        gain = sign * (s[edge] - s[inner]) if np.isfinite(s[inner]) else math.inf
+        if selected == edge and gain > rtol * max(abs(s[inner]) if np.isfinite(s[inner]) else 0.0, 1e-300):
+            out.append(_edge_warning(name, g, s, edge, inner, criterion, setting))
+    finite = s[np.isfinite(s)]
+    tied = int(np.sum(np.abs(finite - best) <= rtol * max(abs(best), 1e-300)))
     if plateau and tied >= max(PLATEAU_MIN, math.ceil(PLATEAU_SHARE * s.size)):
         out.append(fit_warning("plateau", f"{tied} of {s.size} {name} values tie for the best {criterion} "
                                           f"({best:.6g}); the selection among them is a rule, not evidence"))
     return out
+
+
+def _edge_warning(name: str, g: np.ndarray, s: np.ndarray, edge: int, inner: int, criterion: str,
+                  setting: str | None) -> dict[str, str]:
+    """The ``grid_edge`` / ``short_grid`` warning of an edge pick, with what to widen."""
+    upward = g[edge] > g[inner]
+    # the next value at the grid's own spacing: geometric for a positive grid, else linear
+    beyond = g[edge] * (g[edge] / g[inner]) if g[edge] > 0 and g[inner] > 0 else 2 * g[edge] - g[inner]
+    what = f"`{setting}`" if setting else f"the {name} grid"
+    widen = f"widen {what} {'above' if upward else 'below'} {g[edge]:.3g} (e.g. add {beyond:.3g})"
+    theirs = f"{s[inner]:.6g}" if np.isfinite(s[inner]) else "none (the fit diverged)"
+    found = f"its {criterion} {s[edge]:.6g} beats the next value's ({g[inner]:.3g}) {theirs}"
+    if g.size == 2:
+        return fit_warning("short_grid", f"{name} = {g[edge]:.3g} is chosen from a two-value grid ({g.min():.3g}, "
+                                         f"{g.max():.3g}), always an edge; {found}: {widen} to learn whether it "
+                                         "still improves")
+    return fit_warning("grid_edge", f"{name} = {g[edge]:.3g} is the {'first' if edge == 0 else 'last'} of the grid "
+                                    f"({g.min():.3g} .. {g.max():.3g}) and {found}: the best value may lie outside "
+                                    f"it; {widen}")
 
 
 def merge_warnings(*groups: Iterable[Mapping[str, str]]) -> list[dict[str, str]]:

@@ -118,8 +118,10 @@ def test_bad_settings_are_refused_at_config_load(task, settings, message):
 
 def test_selection_warns_at_the_edge_of_the_grid_and_diverged_fits_are_not_scored():
     result = _run("segmentation", dense_data("segmentation"), learning_rates=[1e-2, 1e-1])  # still improving at 0.1
-    assert [w["code"] for w in result.warnings] == ["grid_edge"]
-    assert "selected at the edge of the grid" in result.warnings[0]["message"]
+    # a two-value grid always picks an edge: a caution saying what to widen, the score stands
+    assert [w["code"] for w in result.warnings] == ["short_grid"]
+    assert "two-value grid" in result.warnings[0]["message"] and "widen `learning_rates`" in result.warnings[0][
+        "message"]
     selection = result.diagnostics["selection"]
     best = max(r["val_miou"] for r in selection)
     assert result.diagnostics["learning_rate"] == next(r["learning_rate"] for r in selection if r["val_miou"] == best)

@@ -84,11 +84,34 @@ def test_grid_edge_only_while_still_improving():
     grid = [1.0, 10.0, 100.0]
     assert [w["code"] for w in grid_warnings("C", grid, [0.5, 0.6, 0.7], 2)] == ["grid_edge"]
     assert grid_warnings("C", grid, [0.5, 0.7, 0.7], 2) == []  # a tie at the edge: the inner value is as good
+    assert grid_warnings("C", grid, [0.5, 0.7, 0.6], 1) == []  # an inner pick: the grid brackets it
     assert [w["code"] for w in grid_warnings("alpha", grid, [1.0, 2.0, 3.0], 0, higher_is_better=False)] == [
         "grid_edge"]
     assert grid_warnings("alpha", grid, [1.0, 1.0 + 1e-9, 3.0], 0, higher_is_better=False, rtol=1e-6) == []
     codes = [w["code"] for w in grid_warnings("C", range(12), [0.9] * 12, 11)]
     assert codes == ["plateau"]
+
+
+def test_grid_edge_says_what_to_widen():
+    [w] = grid_warnings("C", [1e-2, 1e-1, 1.0], [0.5, 0.6, 0.7], 2, setting="Cs")
+    assert w["code"] == "grid_edge" and "widen `Cs` above 1 (e.g. add 10)" in w["message"]
+    [w] = grid_warnings("alpha", [1.0, 2.0, 3.0], [1.0, 2.0, 3.0], 0, higher_is_better=False, setting="alphas")
+    assert "widen `alphas` below 1 (e.g. add 0.5)" in w["message"]  # geometric spacing: 1 / 2
+    # a diverged neighbour (NaN) is beaten: a wider grid could still move the choice
+    assert grid_warnings("learning rate", [1e-3, 1e-2, 1e-1], [0.2, 0.3, float("nan")], 1) == []  # inner pick
+    [w] = grid_warnings("learning rate", [1e-3, 1e-2, 1e-1], [0.4, float("nan"), float("nan")], 0,
+                        setting="learning_rates")
+    assert w["code"] == "grid_edge" and "none (the fit diverged)" in w["message"] and "below 0.001" in w["message"]
+
+
+def test_a_two_value_grid_is_a_caution_not_an_unreliable_score():
+    # two values: the pick is an edge whatever the scores; one difference tells no trend
+    [w] = grid_warnings("learning rate", [1e-2, 1e-1], [0.3, 0.4], 1, setting="learning_rates")
+    assert w["code"] == "short_grid" and "widen `learning_rates` above 0.1 (e.g. add 1)" in w["message"]
+    assert WARNING_CODES["short_grid"][0] == "caution" and not unreliable_reasons({"warnings": [w]})
+    assert grid_warnings("learning rate", [1e-2, 1e-1], [0.4, 0.4], 0) == []  # tied: nothing to learn
+    [w] = grid_warnings("C", [1.0, 10.0], [0.9, 0.8], 0, setting="Cs")
+    assert w["code"] == "short_grid" and "below 1 (e.g. add 0.1)" in w["message"]
 
 
 def test_ridge_alpha_at_the_end_of_its_grid():

@@ -20,6 +20,7 @@ counts as its evidence.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from pipeline.protocols.dense.heads import make_head
 from pipeline.protocols.dense.training import Rows, Schedule, TrainOutcome, channel_stats, predict_batches, train_head
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.evidence import Evidence
-from pipeline.protocols.fit_warnings import fit_warning
+from pipeline.protocols.fit_warnings import fit_warning, grid_warnings
 
 __all__ = ["normals_loss", "run_normals", "run_segmentation", "segmentation_loss"]
 
@@ -164,13 +165,11 @@ def run_segmentation(data: DenseData, s: Mapping[str, Any]) -> ProtocolResult:
         raise DataValidationError(f"every learning rate of {grid} diverged (non-finite loss); try smaller ones")
     chosen = max(scored, key=lambda r: r["val_miou"])  # max keeps the first of equal scores
     by_rate = sorted(runs, key=lambda r: r["learning_rate"])
-    edge = {by_rate[0]["learning_rate"]: by_rate[1:2], by_rate[-1]["learning_rate"]: by_rate[-2:-1]}
-    inner = edge.get(chosen["learning_rate"]) if len(grid) > 1 else None
-    if inner and (inner[0]["val_miou"] is None or chosen["val_miou"] > inner[0]["val_miou"]):
-        # still improving at the grid's end (a tie there says nothing about what lies beyond)
-        warnings.append(fit_warning("grid_edge", f"learning rate {chosen['learning_rate']:g} selected at the edge of "
-                                                 f"the grid {grid}, better than its neighbour: the best value may "
-                                                 "lie beyond it"))
+    # a diverged fit beside the edge counts as beaten (NaN); a tie at the edge is no edge
+    warnings += grid_warnings("learning rate", [r["learning_rate"] for r in by_rate],
+                              [math.nan if r["val_miou"] is None else r["val_miou"] for r in by_rate],
+                              by_rate.index(chosen), criterion="validation mIoU", plateau=False,
+                              setting="learning_rates")
     all_rows = [np.arange(len(t)) for t in _parts(data)[1]]
     head, outcome = _fit(data, s, all_rows, "linear", data.n_classes, chosen["learning_rate"], loss, "refit", device)
     if outcome.diverged:

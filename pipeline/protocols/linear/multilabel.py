@@ -261,5 +261,5 @@ def multilabel_logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         "not_converged", f"a binary fit reached max_iter={s['max_iter']} before tol={s['tol']:g}; converged is False")]
     if probe.val_scores_.size:
         warnings_ += grid_warnings("C", probe.Cs_, probe.val_scores_, int(np.flatnonzero(probe.Cs_ == probe.C_)[0]),
-                                   criterion="validation map11")
+                                   criterion="validation map11", setting="Cs")
     return ProtocolResult(metrics, diagnostics, warnings_, evidence=Evidence.of_scores(data.y_test, scores))

@@ -211,7 +211,7 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
 def _selection_warnings(probe: Any) -> list[dict[str, str]]:
     """Grid edge and plateau of the logistic probe's C, and a choice moved off a collapsed refit."""
     chosen = int(np.flatnonzero(probe.Cs_ == probe.C_)[0])
-    out = grid_warnings("C", probe.Cs_, probe.val_scores_, chosen, criterion="validation score")
+    out = grid_warnings("C", probe.Cs_, probe.val_scores_, chosen, criterion="validation score", setting="Cs")
     for left, taken, why in probe.selection_moves_:
         out.append(fit_warning("selection_moved", f"the refit on all rows at C = {left:.3g} collapsed ({why}); "
                                                   f"C = {taken:.3g} taken, the best of the weaker penalties"))
@@ -255,5 +255,6 @@ def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         grid = np.ravel(_grid(s["alphas"], DEFAULT_ALPHAS))
         # PRESS is continuous: a relative 1e-6 tells a real gain from round-off
         warnings = grid_warnings("alpha", grid, diagnostics["press"], int(np.flatnonzero(grid == probe.alpha_)[0]),
-                                 higher_is_better=False, rtol=1e-6, criterion="LOO PRESS")
+                                 higher_is_better=False, rtol=1e-6, criterion="LOO PRESS",
+                                 setting="alphas")
     return ProtocolResult(metrics, diagnostics, warnings, evidence=evidence)
