@@ -106,7 +106,7 @@ def test_bad_input_is_refused_before_training():
     ("segmentation", {"learning_rates": []}, "learning_rates=.* must be a list of 1 to 64 finite numbers > 0"),
     ("segmentation", {"learning_rates": [0.1, -1.0]}, "must be a list of 1 to 64 finite numbers > 0"),
     ("segmentation", {"val_fraction": 1.0}, "val_fraction: 1.0 is out of range"),
-    ("normals", {"head": "ppm"}, "head: 'ppm' is not one of 'conv', 'linear'"),
+    ("normals", {"head": "ppm"}, "head: 'ppm' is not one of 'pspnet', 'conv', 'linear'"),
     ("normals", {"momentum": 1.0}, "momentum: 1.0 is out of range"),
     ("normals", {"epochs": 0}, "epochs: 0 is out of range"),
     ("normals", {"device": "gpu"}, "device='gpu' is not a device"),

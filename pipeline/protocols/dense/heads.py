@@ -1,5 +1,18 @@
-"""The heads trained on frozen maps: a 1x1 convolution (linear, per grid cell) or a small
-convolutional head, their outputs upsampled bilinearly to the targets' resolution.
+"""The heads trained on frozen maps: a 1x1 convolution (linear, per grid cell), a small
+convolutional head, or PSPNet's pyramid pooling head, their outputs upsampled bilinearly
+to the targets' resolution.
+
+``pspnet`` (Zhao et al. 2017's pyramid pooling module, the decoder of the seed's
+surface-normal code, Goyal et al. 2019 as used by Ericsson et al. 2021): the map is
+average-pooled to 1 x 1, 2 x 2, 3 x 3 and 6 x 6 cells, each pooled map goes through a 1x1
+convolution to ``hidden`` channels, batch norm and ReLU and is upsampled bilinearly back to
+the map's grid; the map and the four branches are concatenated, then a 3x3 convolution to
+``hidden`` channels, batch norm, ReLU, channel dropout (0.1) and a 1x1 convolution give
+the outputs. Two things are this project's: the dropout masks are drawn from a generator
+seeded by the cell's seed and the number of training calls so far (kept with the head's
+state, so a resumed run draws the same masks), and a batch norm that sees one value per
+channel (a batch of one image in the 1 x 1 branch) normalises with its running
+statistics instead of failing.
 
 Initial weights come from a generator seeded by the cell's seed (PyTorch's default
 initialisation, drawn from that generator), never from the process-wide one, so two
@@ -14,10 +27,83 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["HEADS", "DenseHead", "make_head", "upsample"]
+__all__ = ["HEADS", "POOL_SCALES", "DenseHead", "PyramidPooling", "make_head", "upsample"]
 
-#: ``linear``: one 1x1 convolution; ``conv``: 3x3 convolution, ReLU, 1x1 convolution.
-HEADS = ("linear", "conv")
+#: ``linear``: one 1x1 convolution; ``conv``: 3x3 convolution, ReLU, 1x1 convolution;
+#: ``pspnet``: the pyramid pooling head (module doc).
+HEADS = ("pspnet", "conv", "linear")
+#: The pyramid's pooled grid sizes (PSPNet's and the seed's).
+POOL_SCALES = (1, 2, 3, 6)
+_DROPOUT = 0.1
+
+
+class _BatchNorm(nn.BatchNorm2d):
+    """Batch norm that falls back to its running statistics when a training batch holds a
+    single value per channel (where batch statistics are undefined)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.training and x.shape[0] * x.shape[2] * x.shape[3] == 1:
+            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+        return super().forward(x)
+
+
+class _SeededDropout2d(nn.Module):
+    """Channel dropout whose masks come from (seed, training calls so far), not the
+    process-wide generator; the call count is a buffer, saved and resumed with the head."""
+
+    def __init__(self, p: float, seed: int) -> None:
+        super().__init__()
+        self.p, self.seed = float(p), int(seed)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + int(self.calls))
+        self.calls += 1
+        keep = torch.rand((x.shape[0], x.shape[1], 1, 1), generator=generator) >= self.p
+        return x * keep.to(x.device, x.dtype) / (1.0 - self.p)
+
+
+class PyramidPooling(nn.Module):
+    """PSPNet's pyramid pooling head (module doc), (B, d, h, w) -> (B, out, h, w).
+
+    Parameters
+    ----------
+    in_channels, out_channels : int
+    hidden : int
+        Channels of each pooled branch and of the fusing convolution (512 in the seed).
+    seed : int
+        Seeds the dropout masks.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, hidden: int, seed: int) -> None:
+        super().__init__()
+        self.branches = nn.ModuleList(
+            nn.Sequential(nn.AdaptiveAvgPool2d(scale), nn.Conv2d(in_channels, hidden, 1, bias=False),
+                          _BatchNorm(hidden), nn.ReLU())
+            for scale in POOL_SCALES)
+        self.fuse = nn.Sequential(
+            nn.Conv2d(in_channels + len(POOL_SCALES) * hidden, hidden, 3, padding=1, bias=False), _BatchNorm(hidden),
+            nn.ReLU(), _SeededDropout2d(_DROPOUT, seed), nn.Conv2d(hidden, out_channels, 1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Outputs on the map's grid.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            (B, d, h, w) standardised maps.
+
+        Returns
+        -------
+        torch.Tensor
+            (B, out, h, w).
+        """
+        size = x.shape[2:]
+        pooled = [F.interpolate(branch(x), size=size, mode="bilinear", align_corners=False)
+                  for branch in self.branches]
+        return self.fuse(torch.cat([x, *pooled], dim=1))
 
 
 class DenseHead(nn.Module):
@@ -66,7 +152,8 @@ def make_head(kind: str, in_channels: int, out_channels: int, hidden: int, mean:
     in_channels, out_channels : int
         Map width and outputs per pixel (classes, or 3 for normals).
     hidden : int
-        Channels of the ``conv`` head's hidden layer.
+        Channels of the ``conv`` head's hidden layer, or of the ``pspnet`` head's branches
+        and fusing convolution.
     mean, std : torch.Tensor
         The train maps' per-channel statistics.
     seed : int
@@ -78,6 +165,8 @@ def make_head(kind: str, in_channels: int, out_channels: int, hidden: int, mean:
     """
     if kind == "linear":
         layers: nn.Module = nn.Conv2d(in_channels, out_channels, 1)
+    elif kind == "pspnet":
+        layers = PyramidPooling(in_channels, out_channels, hidden, seed)
     else:
         layers = nn.Sequential(nn.Conv2d(in_channels, hidden, 3, padding=1), nn.ReLU(),
                                nn.Conv2d(hidden, out_channels, 1))
@@ -85,8 +174,9 @@ def make_head(kind: str, in_channels: int, out_channels: int, hidden: int, mean:
     for module in layers.modules():
         if isinstance(module, nn.Conv2d):  # PyTorch's default init, from the cell's generator
             nn.init.kaiming_uniform_(module.weight, a=math.sqrt(5), generator=generator)
-            fan_in = module.weight.shape[1] * module.weight.shape[2] * module.weight.shape[3]
-            nn.init.uniform_(module.bias, -1 / math.sqrt(fan_in), 1 / math.sqrt(fan_in), generator=generator)
+            if module.bias is not None:
+                fan_in = module.weight.shape[1] * module.weight.shape[2] * module.weight.shape[3]
+                nn.init.uniform_(module.bias, -1 / math.sqrt(fan_in), 1 / math.sqrt(fan_in), generator=generator)
     return DenseHead(layers, mean, std)
 
 

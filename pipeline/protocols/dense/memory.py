@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.protocols.cell import CellShape
+from pipeline.protocols.dense.codebook import CODEBOOK_SAMPLE
 
 __all__ = ["normals_memory", "segmentation_memory"]
 
@@ -22,16 +23,24 @@ _RUNTIME = 64 << 20  # torch's allocator and library slack of one run
 _STAT_ROWS = 64  # as in training.channel_stats
 
 
-def _common(c: CellShape, s: Mapping[str, Any], target_bytes: int, out_channels: int, hidden: int) -> int:
+def _common(c: CellShape, s: Mapping[str, Any], target_bytes: int, out_channels: int, hidden: int,
+            pyramid: bool = False) -> int:
     rows = c.n_train + c.n_val + c.n_test
     held = rows * c.n_tokens * c.dim * c.itemsize + rows * c.target_pixels * target_bytes
     predictions = c.n_test * c.target_pixels * target_bytes
     B = int(s.get("batch_size", 16))
-    per_image = (c.n_tokens * (3 * c.dim + 3 * hidden + 2 * out_channels) + 5 * out_channels * c.target_pixels
+    if pyramid:  # the branches upsampled, their concatenation with the map, the fuse's conv/norm/ReLU/dropout,
+        # each with its gradient
+        grid = 3 * c.dim + 2 * (c.dim + 4 * hidden) + 2 * 4 * hidden * 2 + 2 * 4 * hidden
+        params = 4 * c.dim * hidden + 9 * (c.dim + 4 * hidden) * hidden + hidden * out_channels
+    else:
+        grid = 3 * c.dim + 3 * hidden
+        params = c.dim * (9 if hidden else 1) * max(hidden, out_channels) + hidden * out_channels
+    per_image = (c.n_tokens * (grid + 2 * out_channels) + 5 * out_channels * c.target_pixels
                  + 2 * c.target_pixels) * _F4
     stats = min(_STAT_ROWS, max(c.n_train, 1)) * c.n_tokens * c.dim * _F8 * 3
-    params = (c.dim * (9 if hidden else 1) * max(hidden, out_channels) + hidden * out_channels) * _F4 * 4
-    return held + predictions + B * per_image + stats + params + _RUNTIME
+    # weights, gradients, momentum and the saved state's copy, and the state's serialised bytes
+    return held + predictions + B * per_image + stats + params * _F4 * 5 + _RUNTIME
 
 
 def segmentation_memory(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -54,7 +63,8 @@ def segmentation_memory(c: CellShape, s: Mapping[str, Any]) -> int:
 
 def normals_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     """The normals head: float16 unit-vector targets and predictions, every valid test
-    pixel's angular error (float64) for the median.
+    pixel's angular error (float64) for the median; in the classification formulation K
+    logits per pixel, the codebook's fit and each batch's label assignment.
 
     Parameters
     ----------
@@ -66,6 +76,14 @@ def normals_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     -------
     int
     """
-    hidden = int(s.get("hidden_units", 256)) if s.get("head", "conv") == "conv" else 0
+    head = s.get("head", "pspnet")
+    hidden = int(s.get("hidden_units", 512)) if head != "linear" else 0
     errors = c.n_test * c.target_pixels * _F8 * 2 + c.target_pixels * 3 * _F8 * 4
-    return _common(c, s, 6, 3, hidden) + errors
+    if s.get("formulation", "classification") != "classification":
+        return _common(c, s, 6, 3, hidden, head == "pspnet") + errors
+    K = int(s.get("clusters", 40))
+    # the codebook's pixel sample and k-means' distances; per batch image the labels'
+    # distances to every centre, the softmax and the weighted centres of the predictions
+    codebook = CODEBOOK_SAMPLE * (3 + 2 * K) * _F8 * 2
+    labels = int(s.get("batch_size", 16)) * c.target_pixels * (K + 3) * _F4 * 2
+    return _common(c, s, 6, K, hidden, head == "pspnet") + errors + codebook + labels

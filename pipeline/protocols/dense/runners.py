@@ -7,10 +7,14 @@ selection rows (train, or train without a seeded share of its images when the da
 no validation split) and scored by validation mIoU; the best (the first of equals) is
 retrained on every training row and tested once.
 
-``normals``: a head (``conv``: 3x3 convolution, ReLU, 1x1 convolution; or ``linear``) on
-the standardised maps predicting three channels, upsampled bilinearly and normalised to
-unit length, trained by the mean cosine distance ``1 - <p, g>`` over valid pixels with one
-learning rate, then tested.
+``normals``: a head (``pspnet``, the seed's pyramid pooling head, by default; ``conv``: 3x3
+convolution, ReLU, 1x1 convolution; or ``linear``) on the standardised maps, trained with
+one learning rate on every training row, then tested. By default in the seed's
+formulation, ``classification`` (:mod:`pipeline.protocols.dense.codebook`): logits over
+K k-means centres of the training normals, cross-entropy against each pixel's nearest
+centre, predictions the softmax-weighted centres renormalised; or ``regression``: three
+channels upsampled bilinearly and normalised to unit length, trained by the mean cosine
+distance ``1 - <p, g>`` over valid pixels.
 
 Both train with :mod:`pipeline.protocols.dense.training` (resumable from the cell's scratch
 folder, one sub-folder per run). Test predictions are kept as the cell's maps (uint8 class
@@ -33,6 +37,7 @@ from pipeline.errors import DataValidationError
 from pipeline.protocols.finetune.state import run_identity
 from pipeline.protocols.cell import ProtocolResult
 from pipeline.protocols.dense import metrics as dm
+from pipeline.protocols.dense.codebook import codebook_loss, decode_normals, normal_codebook
 from pipeline.protocols.dense.data import DenseData
 from pipeline.protocols.dense.heads import make_head
 from pipeline.protocols.dense.training import Rows, Schedule, TrainOutcome, channel_stats, predict_batches, train_head
@@ -262,13 +267,20 @@ def run_normals(data: DenseData, s: Mapping[str, Any]) -> ProtocolResult:
     """
     device = resolve_device(s["device"])
     rows = [np.arange(len(t)) for t in _parts(data)[1]]
-    head, outcome = _fit(data, s, rows, s["head"], 3, float(s["learning_rate"]), normals_loss, "train", device)
+    formulation = {"formulation": s["formulation"]}
+    if s["formulation"] == "classification":
+        codebook = normal_codebook(_parts(data)[1], rows, int(s["clusters"]), int(s["seed"]))
+        loss, finish, outputs = codebook_loss(codebook), decode_normals(codebook), len(codebook)
+        formulation.update(clusters=int(len(codebook)), codebook=np.round(codebook, 6).tolist())
+    else:
+        loss, finish, outputs = normals_loss, _unit_normals, 3
+    head, outcome = _fit(data, s, rows, s["head"], outputs, float(s["learning_rate"]), loss, "train", device)
     if outcome.diverged:
         raise DataValidationError(f"training diverged (non-finite loss) at step {outcome.steps} with learning rate "
                                   f"{s['learning_rate']:g}; lower learning_rate")
     pred = np.empty(np.shape(data.y_test), dtype=np.float16)
     for start, block in predict_batches(head, data.X_test, data.target_size, int(s["batch_size"]), device,
-                                        _unit_normals):
+                                        finish):
         pred[start:start + len(block)] = block
     y = np.asarray(data.y_test)
     errors = [dm.angular_errors(pred[i], y[i]) for i in range(len(y))]  # from the stored float16 predictions
@@ -278,7 +290,7 @@ def run_normals(data: DenseData, s: Mapping[str, Any]) -> ProtocolResult:
     metrics = {"score": found["within_11_25"], **found}
     dm.check_scores(metrics, dm.NORMAL_METRICS)
     diagnostics = {"train": _run_record(outcome, sum(len(r) for r in rows), s["batch_size"]), **_shapes(data),
-                   "head": s["head"], "device": str(device), "converged": True}
+                   "head": s["head"], **formulation, "device": str(device), "converged": True}
     return ProtocolResult(metrics, diagnostics, evidence=Evidence.of_pixel_counts(y, counts, "within_11_25"),
                           maps=pred)
 
