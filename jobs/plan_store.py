@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.config import BenchmarkConfig
+from jobs.config.checkpoint_aliases import alias_line
 from jobs.config.typed import from_plain
 from jobs.evaluation.cell import Cell
 from jobs.plan import ExtractUnit, Plan
@@ -66,7 +67,7 @@ def plan_notes(plan: Plan, new_encoders: list[str] | None = None) -> dict[str, A
     """
     return {"new_encoders": list(new_encoders or []), "waiting": list(plan.scan.waiting),
             "skipped": list(plan.scan.skipped), "checkpoint_failures": list(plan.checkpoint_failures),
-            "data_notes": list(plan.data_notes), "scan_notes": list(plan.scan.notes),
+            "data_notes": list(plan.data_notes), "scan_notes": list(plan.scan.notes) + [alias_line(a) for a in plan.scan.aliases],
             "aliases": list(plan.scan.aliases),
             "scanned": {f.encoder.name: [*f.signature, f.settings] for f in plan.scan.taken}}
 
