@@ -26,7 +26,7 @@ from pipeline.encoders.checkpoints.names import checkpoint_stem
 if TYPE_CHECKING:  # type hints only: the folder scan imports this module
     from jobs.config.checkpoint_folders import ScannedFile
 
-_COMPARED = 2  # numbered files an unnumbered one is compared with: its step's, then the newest
+_COMPARED = 3  # numbered files an unnumbered one is compared with: its step's (or the one before), the newest
 
 
 def numbered(scan: CheckpointScan, path: str) -> bool:
@@ -70,10 +70,12 @@ def find_aliases(scan: CheckpointScan, files: list[ScannedFile]) -> tuple[list[S
         if is_numbered[f.path] or f.path in standing:
             continue
         # the numbered file of its own step first (DINO, Lightning and timm save the epoch or step
-        # inside), then the newest: the one an alias of the newest equals
+        # inside), then the newest: the one an alias of the newest equals; at most _COMPARED read
         newest = sorted(candidates, key=lambda g: (-1 if g.encoder.step is None else g.encoder.step, g.path),
                         reverse=True)
-        own = [g for g in newest if f.encoder.step is not None and g.encoder.step == f.encoder.step]
+        step = f.encoder.step  # saved inside; DINO and MoCo save their file's number + 1 as the epoch
+        own = [g for s in (step, None if step is None else step - 1) for g in newest
+               if s is not None and g.encoder.step == s]
         order = own + [g for g in newest if g not in own]
         for g in order[:_COMPARED]:
             if _same_weights(f.path, g.path):
