@@ -53,12 +53,14 @@ def cell_failure(cell: Any, reason: str, error_type: str) -> dict[str, Any]:
 
 
 def checkpoint_failure(path: str, size: int, mtime_ns: int, encoder: str, arch: str, reason: str,
-                       error_type: str = "CheckpointError") -> dict[str, Any]:
+                       error_type: str = "CheckpointError", settings: str | None = None) -> dict[str, Any]:
     """A scanned checkpoint file refused; its size and mtime tell when it changed, ``arch``
-    what it was read as (a corrected ``arch:`` in the config tries it again)."""
+    what it was read as and ``settings`` the hash of every setting that decides how it is
+    read and evaluated (``jobs.config.checkpoint_folders.reading_settings``): a corrected
+    ``checkpoint_key:``, ``arch:``, ``layers:``... in the config tries it again."""
     return {"kind": "checkpoint", "id": failure_id(path), "status": FAILED, "label": path,
             "encoder": encoder, "file": path, "size": size, "mtime_ns": mtime_ns, "arch": arch,
-            "error_type": error_type, "reason": reason}
+            "settings": settings, "error_type": error_type, "reason": reason}
 
 
 def correlation_failure(report_path: str, exc: BaseException) -> dict[str, Any]:
@@ -95,13 +97,14 @@ def sync_correlation_failures(store, report_path: str, failing: Iterable[Mapping
 
 def sync_failures(store, *, extractions: Iterable[Mapping[str, Any]] = (), cells: Iterable[Mapping[str, Any]] = (),
                   correlation: Mapping[str, Any] | None = None, report_path: str | None = None,
-                  scanned: Mapping[str, tuple[int, int]] | None = None,
+                  scanned: Mapping[str, tuple[Any, ...]] | None = None,
                   checkpoints: Iterable[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
     """Record this run's failures and clear the records of what succeeded; return the failures.
 
-    ``checkpoints``: scanned files refused by the plan's checks. ``scanned`` maps the encoders that came from a checkpoint scan to their file's (size,
-    mtime_ns): a checkpoint error while extracting one is recorded against the file, so an
-    unchanged file is not taken again.
+    ``checkpoints``: scanned files refused by the plan's checks. ``scanned`` maps the
+    encoders that came from a checkpoint scan to their file's (size, mtime_ns, reading
+    settings hash): a checkpoint error while extracting one is recorded against the file, so
+    an unchanged file under unchanged settings is not taken again.
     """
     failures = FailureLog(store)
     written: list[dict[str, Any]] = []
@@ -116,7 +119,7 @@ def sync_failures(store, *, extractions: Iterable[Mapping[str, Any]] = (), cells
                 if ext.get("checkpoint_error") and file is not None:
                     written.append(_write(failures, checkpoint_failure(
                         str(ext["weights"]), file[0], file[1], str(ext["model"]), str(ext.get("arch")),
-                        str(ext["reason"]), str(ext["error_type"]))))
+                        str(ext["reason"]), str(ext["error_type"]), file[2] if len(file) > 2 else None)))
                 continue
             fid = failure_id(ext.get("model"), ext.get("dataset"), ext.get("split"))
             if fid in known["extraction"]:

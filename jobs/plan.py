@@ -17,11 +17,12 @@ from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractCo
 from jobs.config.checkpoint_folders import ScanResult, scan_checkpoints, with_encoders
 from jobs.config.mistakes import Mistakes
 from jobs.config.protocol_checks import check_protocol_networks
-from jobs.config.weights import check_weights
+from jobs.config.folder_checks import check_scanned_files, folder_mistakes, scan_entry_mistakes
+from jobs.config.weights import check_encoder
 from jobs.dense_plan import check_dense_pairs, pairs_with_dataset
 from jobs.evaluation.cell import ENCODER_LAYER, Cell
 from jobs.evaluation.cell_memory import estimate_cells
-from jobs.failures import checkpoint_failure, one_line, sync_failures
+from jobs.failures import sync_failures
 from pipeline.encoders.spec import MAP_SUFFIX, TOKENS_SUFFIX, layer_kind
 from pipeline.errors import (
     ArrayNotFoundError, CheckpointError, ConfigError, HubUnavailableError, RepevalError, StoreError,
@@ -248,20 +249,8 @@ def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:
     mistakes.raise_any()
 
 
-def check_encoder(encoder: EncoderConfig) -> None:
-    """Architecture, layers and weights of one encoder (timm on the meta device, the
-    checkpoint's header); raises the RepevalError that says what is wrong."""
-    # deferred: timm and torch load when an encoder is checked (a full plan), never for a rerun answered from
-    # the ledger
-    from pipeline.encoders import check_layers_available
-
-    spec = encoder.spec()
-    check_layers_available(spec)
-    check_weights(spec)
-
-
 def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: bool = True, record: bool = True,
-              store=None, check: bool = True) -> Plan:
+              store=None, check: bool = True, strict_folders: bool = True) -> Plan:
     """Check, scan and list a run's work, once, before anything runs.
 
     Parameters
@@ -281,32 +270,41 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
     check : bool
         Check adapters, architectures and checkpoints (a run); False only lists the work
         (a report or a listing of results: no torch, no timm).
+    strict_folders : bool
+        With ``check``: a scan whose settings are wrong (its ``arch`` or ``layers``, or
+        every file it offers refused) is a config mistake, raised with the others before
+        anything is recorded or run (``jobs.config.folder_checks``); False (a scheduled
+        scan) refuses such files one by one instead. A file refused alone beside files that
+        pass is recorded either way, and the run goes on.
 
     Returns
     -------
     Plan
     """
-    adapters = check_plan(cfg) if check else {}  # the config's own encoders: a mistake is refused
+    mistakes, adapters, bad_scans = Mistakes(), {}, set()
+    if check:  # the config's own encoders and the scans' settings: every mistake, before any work
+        with mistakes.collect():
+            adapters = check_plan(cfg)
+        if strict_folders:
+            entry_mistakes, bad_scans = scan_entry_mistakes(cfg)
+            mistakes.messages += entry_mistakes.messages
     failed: dict[str, dict[str, Any]] = {}
     if cfg.checkpoints and store is None:
-        store = _failure_store(cfg, writable=record)
+        store = _failure_store(cfg, writable=record and not mistakes.messages)
     if store is not None:
         failed = {r.get("file"): r for r in FailureLog(store).records("checkpoint")}
     scan = scan_checkpoints(cfg, failed, ready_only=ready_only, retry_failed=retry_failed)
-    taken, refused = [], list(scan.collisions)  # files sharing a name: refused together, each naming the others
-    for f in scan.taken:  # a scanned file is one checkpoint among many: refuse it alone
-        try:
-            if check:
-                check_encoder(f.encoder)
-        except RepevalError as exc:
-            refused.append(checkpoint_failure(f.path, f.size, f.mtime_ns, f.encoder.name, f.encoder.arch,
-                                              one_line(exc), type(exc).__name__))
-            continue
-        taken.append(f)
+    offered = [f for f in scan.taken if f.origin not in bad_scans]
+    # a scanned file is one checkpoint among many: refused alone, whatever its reader raised
+    taken, refused = check_scanned_files(offered) if check else (offered, [])
+    if check and strict_folders:  # a folder none of whose files fits: its settings are the mistake
+        mistakes.messages += folder_mistakes(cfg, offered, refused, bad_scans).messages
+    mistakes.raise_any()
+    refused = list(scan.collisions) + refused  # files sharing a name: refused together, each naming the others
     if store is not None and record and refused:
         refused = sync_failures(store, checkpoints=refused) or refused
     full = with_encoders(cfg, taken)
-    scan = ScanResult(taken, scan.waiting, scan.skipped, scan.collisions, scan.notes)
+    scan = ScanResult(taken, scan.waiting, scan.skipped, scan.collisions, scan.notes, scan.aliases)
     cells = evaluation_cells(full)
     memory = {}
     if check:  # what each cell will need, from the store's shapes or the datasets and encoders

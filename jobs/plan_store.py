@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.config import BenchmarkConfig
+from jobs.config.checkpoint_aliases import alias_line
 from jobs.config.typed import from_plain
 from jobs.evaluation.cell import Cell
 from jobs.plan import ExtractUnit, Plan
@@ -66,8 +67,9 @@ def plan_notes(plan: Plan, new_encoders: list[str] | None = None) -> dict[str, A
     """
     return {"new_encoders": list(new_encoders or []), "waiting": list(plan.scan.waiting),
             "skipped": list(plan.scan.skipped), "checkpoint_failures": list(plan.checkpoint_failures),
-            "data_notes": list(plan.data_notes), "scan_notes": list(plan.scan.notes),
-            "scanned": {f.encoder.name: list(f.signature) for f in plan.scan.taken}}
+            "data_notes": list(plan.data_notes), "scan_notes": list(plan.scan.notes) + [alias_line(a) for a in plan.scan.aliases],
+            "aliases": list(plan.scan.aliases),
+            "scanned": {f.encoder.name: [*f.signature, f.settings] for f in plan.scan.taken}}
 
 
 def write_plan(store: Any, plan: Plan, new_encoders: list[str] | None = None) -> str:

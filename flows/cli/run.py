@@ -11,6 +11,7 @@ from flows.cli.printing import note, print_json, print_line, say
 from flows.runtime import prefect_api, prepare_environment
 from jobs.analysis.correlate import figure_lines
 from jobs.config import load_config
+from jobs.config.checkpoint_aliases import alias_line
 from jobs.config.checkpoint_folders import wait_for_settled
 from jobs.plan import make_plan
 from jobs.report.inputs import correlate_and_report
@@ -28,8 +29,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     the correlation figures and the report's path.
 
     Exits 3 when something failed (listed in the summary and recorded for
-    ``repeval results --failed``), or a checkpoint of a ``checkpoints:`` folder was still
-    being written after waiting up to its ``settle_seconds`` (named), unless
+    ``repeval results --failed``), a checkpoint of a ``checkpoints:`` folder was still
+    being written after waiting up to its ``settle_seconds`` (named), or every file of the
+    folders was skipped as failed before and unchanged (said prominently), unless
     ``--allow-failures``. A rerun with nothing to do is answered from the store and the
     ledger (``jobs.rerun``) without Prefect, Dask or torch.
     """
@@ -50,10 +52,21 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print_line(line)
         return 0
     plan = make_plan(cfg, retry_failed=args.retry_failed)
-    from flows.benchmark import run_benchmark  # deferred: Prefect and Dask, once the config is known good
-
     for rec in plan.checkpoint_failures:
         say("run", f"checkpoint refused: {rec['file']}: {rec['reason']}")
+    for alias in plan.scan.aliases:  # DINO's checkpoint.pth beside checkpoint0005.pth: one encoder
+        say("run", alias_line(alias))
+    if plan.scan.all_skipped:  # the folders give this run nothing: never a quiet exit 0
+        _say_all_skipped(plan.scan.skipped)
+        if not plan.cells and not plan.units:  # nothing else to run: said at once, without the flow
+            if args.json:
+                print_json({"all_skipped": True, "skipped_checkpoints": plan.scan.skipped}, default=str)
+            if args.allow_failures:
+                return 0
+            note(f"nothing evaluated; exit code {EXIT_CELLS_FAILED} (--allow-failures exits 0)")
+            return EXIT_CELLS_FAILED
+    from flows.benchmark import run_benchmark  # deferred: Prefect and Dask, once the config is known good
+
     # deferred: the dataset adapters and PIL, once a plan has built the datasets
     from pipeline.datasets.inspection import note_line
 
@@ -71,11 +84,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     if left:
         note(f"{len(left)} checkpoint(s) still being written after their settle_seconds were not "
              f"evaluated: {printable(', '.join(left))}")
-    if (summary["failures"] or left) and not args.allow_failures:
-        what = f"{len(summary['failures'])} failure(s)" + (f", {len(left)} checkpoint(s) left out" if left else "")
+    skipped = len(plan.scan.skipped) if plan.scan.all_skipped else 0
+    if skipped:
+        _say_all_skipped(plan.scan.skipped)  # again at the end, where the exit code is said
+    if (summary["failures"] or left or skipped) and not args.allow_failures:
+        what = f"{len(summary['failures'])} failure(s)" + (f", {len(left)} checkpoint(s) left out" if left else "") + (
+            f", every checkpoint file ({skipped}) skipped as failed before" if skipped else "")
         note(f"{what}; exit code {EXIT_CELLS_FAILED} (--allow-failures exits 0)")
         return EXIT_CELLS_FAILED
     return 0
+
+
+def _say_all_skipped(skipped: list[dict]) -> None:
+    """Every folder file was skipped as failed before, unchanged, under unchanged settings."""
+    note(f"NOTHING EVALUATED FROM THE CHECKPOINT FOLDERS: every file ({len(skipped)}) failed before and neither "
+         "the file nor the settings that read it (arch, checkpoint_key, strip_prefixes, input_size, layers, "
+         "extract) changed since:")
+    for rec in skipped[:10]:
+        note(f"  {printable(str(rec.get('file')))}: {printable(str(rec.get('reason')))}")
+    if len(skipped) > 10:
+        note(f"  ... ({len(skipped)} in all: repeval results --failed)")
+    note("fix the config or the files (a changed setting or file is taken again), or try them again as they "
+         "are: repeval run --retry-failed")
 
 
 def _note_clean_run(cfg, summary: dict, record_run) -> None:

@@ -10,8 +10,15 @@ accuracy the trainer measured), which becomes that encoder's reference score.
 A run takes only files that are ready: unchanged for the scan's ``settle_seconds`` (their
 modification time is at least that old), or marked done by a ``<file><done_suffix>``
 marker when the scan names a suffix. A file that failed before (unreadable, another
-architecture) is not taken again while its size and modification time are unchanged,
-(nor the scan's architecture) unless a retry is asked for; it is reported as skipped instead.
+architecture, an ambiguous key) is not taken again while neither the file (its size and
+modification time) nor the settings that decide how it is read and evaluated
+(:func:`reading_settings`: ``arch``, ``checkpoint_key``, ``strip_prefixes``, ``input_size``,
+``layers``, the ``extract:`` settings) changed, unless a retry is asked for; it is reported
+as skipped instead. A corrected setting takes it again.
+
+A file that holds the weights of another file of its folder (DINO's ``checkpoint.pth`` beside
+``checkpoint0005.pth``, Lightning's ``last.ckpt``, a ``latest`` link) is not an encoder of
+its own: it is named as an alias of the numbered file (``jobs.config.checkpoint_aliases``).
 
 Names never collide silently: two files that would give one encoder name (``ck.pth`` and
 ``ck.ckpt``, or the same stem in two folders) are refused together, each naming the other,
@@ -24,6 +31,7 @@ A one-shot run waits for files still settling (:func:`wait_for_settled`), up to 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 import time
@@ -32,11 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from jobs.config.benchmark import BenchmarkConfig
+from jobs.config.checkpoint_aliases import find_aliases
 from jobs.config.encoders import CheckpointScan, EncoderConfig
 from jobs.failures import checkpoint_failure
 from pipeline.analysis.series.steps import checkpoint_step, series_name
 from pipeline.encoders.checkpoints.names import checkpoint_extension, checkpoint_stem
-from pipeline.errors import CheckpointError
+from pipeline.plain import to_plain
+from storage_schema.provenance import stable_hash
 
 NAME_COLLISION = "NameCollision"  # error type of files refused for a name another file gives
 
@@ -52,6 +62,8 @@ class ScannedFile:
     size: int
     mtime_ns: int
     reference_score: float | None = None
+    settings: str = ""  # reading_settings(): a failure recorded with other settings is tried again
+    origin: int = -1  # the index of its scan in the config's checkpoints: list
 
     @property
     def signature(self) -> list[int]:
@@ -68,10 +80,30 @@ class ScanResult:
     skipped: list[dict[str, Any]] = field(default_factory=list)  # failure records of unchanged bad files
     collisions: list[dict[str, Any]] = field(default_factory=list)  # failure records: files sharing a name
     notes: list[str] = field(default_factory=list)  # folders that gave nothing, and why (scan_note)
+    aliases: list[dict[str, Any]] = field(default_factory=list)  # files holding another file's weights
+
+    @property
+    def all_skipped(self) -> bool:
+        """Every file the folders offer failed before and is unchanged, settings included:
+        the folders give this run nothing (said prominently; the run exits 3)."""
+        return bool(self.skipped) and not self.taken and not self.collisions
 
     def signatures(self) -> dict[str, list[int]]:
         """Encoder name -> [size, mtime_ns] of each file taken: what the watcher compares next time."""
         return {f.encoder.name: f.signature for f in self.taken}
+
+
+_IDENTITY_FIELDS = ("name", "weights", "series", "step")  # which file, not how it is read
+
+
+def reading_settings(encoder: EncoderConfig, cfg: BenchmarkConfig | None = None) -> str:
+    """A hash of the settings that decide how a scanned file is read and evaluated: the
+    encoder's fields but its name, file, series and step (``arch``, ``checkpoint_key``,
+    ``strip_prefixes``, ``input_size``, ``layers``, ``dtype``...) and the config's
+    ``extract:`` settings. A failure recorded under another hash is not "unchanged"."""
+    fields = {k: v for k, v in to_plain(encoder).items() if k not in _IDENTITY_FIELDS}
+    return stable_hash({"encoder": fields, "extract": to_plain(cfg.extract) if cfg is not None else None},
+                       length=16)
 
 
 def encoder_name(scan: CheckpointScan, path: Path) -> str:
@@ -101,7 +133,9 @@ def scan_step(scan: CheckpointScan, path: Path) -> int | None:
     its metadata; None when neither gives one (the series section says so)."""
     try:
         return checkpoint_step(path, scan.step_pattern).step
-    except CheckpointError:  # no step, or an unreadable file: the checkpoint is still evaluated
+    # no step, or a file that cannot be read (whatever the reader raised): the checkpoint is
+    # still offered, and its own check refuses it alone, naming it (never the whole scan)
+    except Exception:  # noqa: BLE001
         return None
 
 
@@ -172,11 +206,14 @@ def scan_checkpoints(cfg: BenchmarkConfig, failed: dict[str, dict[str, Any]] | N
     given = {e.name: e for e in cfg.encoders}
     out = ScanResult()
     by_name: dict[str, list[tuple[CheckpointScan, ScannedFile]]] = {}
-    for scan in cfg.checkpoints:
+    for i, scan in enumerate(cfg.checkpoints):
         files, waiting = scan_files(scan, ready_only=ready_only, now=now)
         out.waiting.extend(waiting)
         if not files and not waiting:  # a wrong path or pattern would otherwise evaluate nothing, silently
             out.notes.append(scan_note(scan))
+        files, aliases = find_aliases(scan, files)  # a copy or a link of a numbered file: one encoder
+        out.aliases.extend(aliases)
+        files = [dataclasses.replace(f, settings=reading_settings(f.encoder, cfg), origin=i) for f in files]
         for f in files:
             by_name.setdefault(f.encoder.name, []).append((scan, f))
     for name, found in by_name.items():
@@ -197,14 +234,20 @@ def scan_checkpoints(cfg: BenchmarkConfig, failed: dict[str, dict[str, Any]] | N
             continue
         scan, f = found[0]
         record = failed.get(f.path)
-        unchanged = record is not None and [record.get("size"), record.get("mtime_ns")] == f.signature
-        if (unchanged and not retry_failed and record.get("arch", scan.arch) == scan.arch
-                and record.get("error_type") != NAME_COLLISION):
+        if record is not None and not retry_failed and failed_unchanged(record, f):
             out.skipped.append(record)
             continue
         out.taken.append(f)
     out.taken.sort(key=lambda f: f.path)
     return out
+
+
+def failed_unchanged(record: dict[str, Any], f: ScannedFile) -> bool:
+    """Whether ``f`` is what ``record`` failed on: the same size and modification time, and
+    the same reading settings (a record without them, from an older run, is tried again);
+    a name collision is decided afresh each time."""
+    return ([record.get("size"), record.get("mtime_ns")] == f.signature and bool(f.settings)
+            and record.get("settings") == f.settings and record.get("error_type") != NAME_COLLISION)
 
 
 def _same_file(weights: str, path: str) -> bool:
@@ -216,7 +259,7 @@ def _same_file(weights: str, path: str) -> bool:
 
 def _collision(f: ScannedFile, reason: str) -> dict[str, Any]:
     return checkpoint_failure(f.path, f.size, f.mtime_ns, f.encoder.name, f.encoder.arch,
-                              f"{NAME_COLLISION}: {reason}", NAME_COLLISION)
+                              f"{NAME_COLLISION}: {reason}", NAME_COLLISION, settings=f.settings)
 
 
 def wait_for_settled(cfg: BenchmarkConfig, say=None, *, clock=time.time, sleep=time.sleep) -> list[str]:

@@ -35,6 +35,18 @@ def check_weights(spec: Any) -> None:
         check_pretrained_available(spec)
 
 
+def check_encoder(encoder: Any) -> None:
+    """Architecture, layers and weights of one encoder config (timm on the meta device, the
+    checkpoint's header); raises the RepevalError that says what is wrong."""
+    # deferred: timm and torch load when an encoder is checked (a full plan), never for a rerun answered from
+    # the ledger
+    from pipeline.encoders import check_layers_available
+
+    spec = encoder.spec()
+    check_layers_available(spec)
+    check_weights(spec)
+
+
 def check_checkpoint_fields(entry: Any, path: str) -> None:
     """``checkpoint_key`` names a key (``teacher``); ``strip_prefixes`` holds name prefixes
     ending in a dot (``net.``), tried besides the usual ones (docs/checkpoints.md)."""

@@ -5,7 +5,7 @@ reader, a script or an automation needs without opening the report::
 
     {"version": 1, "written": "...", "report": "...", "store": "...",
      "evaluated": ["ck-step300"],                      # encoders with cells computed this run
-     "encoders": {"<encoder>": {"cells": {"<setting>/<dataset>/<layer>":
+     "encoders": {"<encoder>": {"weights": "<weights fingerprint>", "cells": {"<setting>/<dataset>/<layer>":
                      {"status": "ok", "score": 0.83, "warnings": ["plateau"]}
                      | {"status": "failed", "error": "..."}}}},
      "warnings": [{"encoder", "cell", "codes", "unreliable", "messages"}, ...],  # records with fit warnings
@@ -147,6 +147,9 @@ def build_report_summary(records: Sequence[Mapping[str, Any]], failures: Sequenc
         found = record_warnings(rec)
         if found:
             flagged.append(warning_entry(rec, found))
+        weights = (rec.get("provenance") or {}).get("weights_fingerprint")
+        if weights and score is not None:  # which weights the scores are of: a rewritten file is not a "change"
+            encoders.setdefault(str(rec.get("model")), {"cells": {}}).setdefault("weights", str(weights))
         if score is not None:
             cells = encoders.setdefault(str(rec.get("model")), {"cells": {}})["cells"]
             cells[cell_label(cell_key(rec))] = {"status": "ok", "score": score,

@@ -8,14 +8,16 @@ writes them to JSON)::
 
     {
       "encoders": {
-        "<encoder>": {"cells": {
+        "<encoder>": {"weights": "<fingerprint>", "cells": {
             "<cell>": {"status": "ok", "score": 0.83},
             "<cell>": {"status": "failed", "error": "..."}}}},
       "regressions": [{"encoder": "<encoder>", "cell": "<cell>", "against": "<best encoder>"}]
     }
 
 ``regressions`` is optional (a run without a checkpoint series has none); entries may carry
-more keys (difference, p-values), which are kept.
+more keys (difference, p-values), which are kept. ``weights`` is optional too: an encoder
+whose weights differ between the two summaries (a file rewritten in place, a training
+script's moving alias such as DINO's ``checkpoint.pth``) is a new encoder, not a change.
 """
 
 from __future__ import annotations
@@ -195,6 +197,13 @@ def _cells(summary: Mapping[str, object] | None, name: str) -> dict[str, dict[st
     return out
 
 
+def _weights(summary: Mapping[str, object] | None, encoder: str) -> str | None:
+    """The weights fingerprint a summary gives ``encoder``'s scores (None: not said)."""
+    entry = (summary or {}).get("encoders", {}).get(encoder)
+    weights = entry.get("weights") if isinstance(entry, Mapping) else None
+    return weights if isinstance(weights, str) and weights else None
+
+
 def _regressions(summary: Mapping[str, object] | None, name: str) -> list[dict[str, object]]:
     entries = [] if summary is None else summary.get("regressions", [])
     if not isinstance(entries, list):
@@ -222,13 +231,21 @@ def diff_summaries(
     Returns
     -------
     RunChanges
-        Lists sorted by encoder then cell, so two equal inputs give equal outputs.
+        Lists sorted by encoder then cell, so two equal inputs give equal outputs. An
+        encoder whose ``weights`` differ from the previous summary's is listed as new, its
+        scores compared with nothing.
     """
     tolerance = _finite(tolerance, "tolerance")
     if tolerance < 0:
         raise DataValidationError(f"tolerance must be >= 0, got {tolerance!r}")
     before, now = _cells(previous, "previous"), _cells(current, "current")
+    # an encoder whose weights differ from the previous summary's (a file rewritten in place, a
+    # training script's moving alias) is new weights under an old name: new, never a "change"
+    rewritten = {e for e in set(before) & set(now)
+                 if None not in (_weights(previous, e), _weights(current, e))
+                 and _weights(previous, e) != _weights(current, e)}
     seen_cells = {c for cells in before.values() for c in cells}
+    before = {e: cells for e, cells in before.items() if e not in rewritten}
     new_cells = sorted({c for cells in now.values() for c in cells} - seen_cells)
 
     changed, failures, recovered = [], [], []

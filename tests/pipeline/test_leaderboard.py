@@ -118,6 +118,19 @@ def test_diff_summaries_hand_worked() -> None:
     assert not changes.nothing_changed
 
 
+def test_an_encoder_whose_weights_changed_is_new_not_a_change() -> None:
+    """DINO's checkpoint.pth rewritten between two runs: its 34-point move is new weights."""
+    before = {"encoders": {"checkpoint": {"weights": "adb180", "cells": {"knn/tex": _ok(0.80)}},
+                           "ck0005": {"weights": "e1", "cells": {"knn/tex": _ok(0.60)}}}}
+    after = {"encoders": {"checkpoint": {"weights": "ebf433", "cells": {"knn/tex": _ok(0.46)}},
+                          "ck0005": {"weights": "e1", "cells": {"knn/tex": _ok(0.62)}}}}
+    changes = diff_summaries(before, after)
+    assert changes.new_encoders == ["checkpoint"] and changes.removed_encoders == [] and changes.new_cells == []
+    assert [c["encoder"] for c in changes.changed_scores] == ["ck0005"]  # same weights: a change
+    unsaid = {"encoders": {e: {"cells": v["cells"]} for e, v in after["encoders"].items()}}  # older summaries
+    assert sorted(c["encoder"] for c in diff_summaries(before, unsaid).changed_scores) == ["checkpoint", "ck0005"]
+
+
 def test_diff_of_a_run_with_itself_and_of_a_first_run() -> None:
     same = diff_summaries(PREVIOUS | {"regressions": []}, PREVIOUS | {"regressions": []})
     assert same.failures and all(not f["new"] for f in same.failures)
