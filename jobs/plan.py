@@ -22,7 +22,7 @@ from jobs.dense_plan import check_dense_pairs, pairs_with_dataset
 from jobs.evaluation.cell import ENCODER_LAYER, Cell
 from jobs.evaluation.cell_memory import estimate_cells
 from jobs.failures import checkpoint_failure, one_line, sync_failures
-from pipeline.encoders.spec import MAP_SUFFIX, TOKENS_SUFFIX, layer_kind
+from pipeline.encoders.spec import MAP_SUFFIX, PRE_LOGITS, TOKENS_SUFFIX, is_layer_name, layer_kind
 from pipeline.errors import (
     ArrayNotFoundError, CheckpointError, ConfigError, HubUnavailableError, RepevalError, StoreError,
 )
@@ -254,7 +254,10 @@ def check_encoder(encoder: EncoderConfig) -> None:
     # deferred: timm and torch load when an encoder is checked (a full plan), never for a rerun answered from
     # the ledger
     from pipeline.encoders import check_layers_available
+    from pipeline.encoders.building import check_requested_layers
 
+    if not all(is_layer_name(layer) for layer in encoder.layers):  # every bad layer at once, with the range
+        check_requested_layers(dataclasses.replace(encoder, layers=[PRE_LOGITS]).spec(), encoder.layers)
     spec = encoder.spec()
     check_layers_available(spec)
     check_weights(spec)
