@@ -33,7 +33,8 @@ def add_cog_parser(sub: Any) -> None:
     c.add_argument("--seen", required=True, help="the ImageNet-1K synset ids (first field of each line)")
     c.add_argument("--out", required=True, help="output folder: manifests, concepts.csv, summary.csv, cog.yaml")
     c.add_argument("--images", help="ImageNet-21K images, one folder per synset id (without: no manifests)")
-    c.add_argument("--exclude", nargs="*", default=[], help="lists of synset ids to leave out")
+    c.add_argument("--exclude", action="extend", nargs="+", default=[],
+                   help="lists of synset ids to leave out (repeatable)")
     c.add_argument("--seed", type=int, default=0, help="seed of the per-concept image draw")
     # defaults: pipeline.analysis.cog's (the paper's), applied there; not imported here to keep the CLI's start fast
     c.add_argument("--n-test", type=int, help="test images per concept (default 50)")

@@ -37,6 +37,17 @@ EXIT_INTERRUPTED = 130
 EXIT_PIPE = 128 + 13  # SIGPIPE's: the reader of the output went away (`| head`), as Unix tools exit
 
 
+class Repeated(argparse.Action):
+    """A list option that may be given several times, its values merged in order
+    (``--param root=DIR --param test_fraction=0.25``); the first use replaces the default."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = getattr(namespace, f"_{self.dest}_given", False)
+        items = list(getattr(namespace, self.dest, None) or []) if given else []
+        setattr(namespace, self.dest, items + list(values))
+        setattr(namespace, f"_{self.dest}_given", True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line's parser: every command, its options and its help."""
     p = argparse.ArgumentParser(prog="repeval", description="Judge frozen image encoders from a feature store.",
@@ -52,16 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--name", help="encoder name in the store (default: the architecture)")
     e.add_argument("--weights", default="random", help="'random', a checkpoint path, or 'pretrained'")
     e.add_argument("--seed", type=int, default=0, help="seed of random-init weights")
-    e.add_argument("--layers", nargs="+", default=["pre_logits"], help="pre_logits, block<i> and/or block<i>.tokens")
+    e.add_argument("--layers", action=Repeated, nargs="+", default=["pre_logits"],
+                   help="pre_logits, block<i> and/or block<i>.tokens (repeatable)")
     e.add_argument("--input-size", type=int, help="override the model's input size")
     e.add_argument("--checkpoint-key", help="where a checkpoint holding several state dicts keeps the weights "
                                             "(e.g. teacher; default: found from the architecture)")
-    e.add_argument("--strip-prefixes", nargs="+", default=[],
+    e.add_argument("--strip-prefixes", action=Repeated, nargs="+", default=[],
                    help="name prefixes tried besides the usual ones (module., backbone., encoder_q., ...)")
     e.add_argument("--dataset", required=True, help="dataset adapter: digits, textures, image_folder, ...")
     e.add_argument("--dataset-name", help="dataset name in the store (default: the adapter's)")
-    e.add_argument("--param", nargs="*", default=[], help="adapter parameters as key=value")
-    e.add_argument("--split", nargs="*", help="splits to extract (default: all)")
+    e.add_argument("--param", action=Repeated, nargs="*", default=[],
+                   help="adapter parameters as key=value (repeatable)")
+    e.add_argument("--split", action=Repeated, nargs="*", help="splits to extract (repeatable; default: all)")
     e.add_argument("--batch-size", type=int, default=64)
     e.add_argument("--chunk-batches", type=int, default=4, help="batches per stored chunk")
     e.add_argument("--workers", default="auto",
@@ -90,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("repair", help="recompute exactly the chunks that fail their checksum, then verify")
     add_store_options(rp)
-    rp.add_argument("--key", nargs="*", help="arrays to repair (default: every array of the store)")
+    rp.add_argument("--key", action=Repeated, nargs="*",
+                    help="arrays to repair (repeatable; default: every array of the store)")
     rp.add_argument("--weights", help="checkpoint to use where an array's recorded one moved (same weights)")
     rp.add_argument("--device", help="torch device (default: the device type of the extraction)")
     rp.add_argument("--lease-ttl", type=float, default=DEFAULT_TTL,
@@ -104,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--path", required=True, help=".npz file or folder of .npy files")
     imp.add_argument("--dataset-name", required=True)
     imp.add_argument("--layer", default="pre_logits")
-    imp.add_argument("--split", nargs="*")
+    imp.add_argument("--split", action=Repeated, nargs="*", help="splits to import (repeatable; default: all)")
     imp.add_argument("--dtype", choices=("float16", "float32"),
                      help="stored dtype (default: float16 features stay float16, others become float32)")
     imp.set_defaults(func=cmd_import)

@@ -35,16 +35,20 @@ def add_store_options(parser: argparse.ArgumentParser, config_help: str | None =
 
 
 def kv_pairs(pairs: Sequence[str]) -> dict:
-    """``key=value`` pairs; values parsed as JSON when they parse (numbers, true, lists)."""
-    out = {}
+    """``key=value`` pairs, from every ``--param`` given; values parsed as JSON when they
+    parse (numbers, true, lists). A key given twice with different values is refused."""
+    out: dict = {}
     for pair in pairs:
         if "=" not in pair:
             raise RepevalError(f"expected key=value, got {pair!r}")
         k, v = pair.split("=", 1)
         try:
-            out[k] = json.loads(v)
+            value = json.loads(v)
         except json.JSONDecodeError:
-            out[k] = v
+            value = v
+        if k in out and out[k] != value:
+            raise RepevalError(f"--param {k} given twice with different values: {out[k]!r} and {value!r}")
+        out[k] = value
     return out
 
 

@@ -9,8 +9,10 @@ to give a local file in the config instead.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from pipeline.encoders.spec import PRE_LOGITS, is_layer_name
 from pipeline.errors import ConfigError
 
 
@@ -41,7 +43,10 @@ def check_encoder(encoder: Any) -> None:
     # deferred: timm and torch load when an encoder is checked (a full plan), never for a rerun answered from
     # the ledger
     from pipeline.encoders import check_layers_available
+    from pipeline.encoders.building import check_requested_layers
 
+    if not all(is_layer_name(layer) for layer in encoder.layers):  # every bad layer at once, with the range
+        check_requested_layers(dataclasses.replace(encoder, layers=[PRE_LOGITS]).spec(), encoder.layers)
     spec = encoder.spec()
     check_layers_available(spec)
     check_weights(spec)

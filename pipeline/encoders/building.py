@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from pipeline.encoders.spec import PRE_LOGITS, EncoderSpec, base_layer, check_architecture
-from pipeline.errors import ConfigError, unknown_name
+from pipeline.errors import ConfigError, UnknownNameError
 
 # torch's RNG is one per process: two threads seeding and building models at once (Dask
 # workers with threads) would interleave draws and get other random-init weights each run.
@@ -123,8 +123,70 @@ def available_layers(model: nn.Module) -> tuple[str, ...]:
     return (PRE_LOGITS,) + tuple(f"block{i}" for i in range(count))
 
 
-def check_layer_names(spec: EncoderSpec, available: tuple[str, ...]) -> None:
-    """Raise UnknownNameError, listing ``available``, for a layer of ``spec`` not among them
+def layer_modules(model: nn.Module) -> dict[str, str]:
+    """timm's module name of each block (``blocks.11``, ``layer4``, ``stages.2``) -> its
+    layer name here (``block11``), from the model's ``feature_info``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A timm model.
+
+    Returns
+    -------
+    dict
+        Module name -> ``block<i>``.
+    """
+    out = {}
+    for i, entry in enumerate(getattr(model, "feature_info", None) or ()):
+        module = entry.get("module") if isinstance(entry, dict) else None
+        if isinstance(module, str) and module:
+            out[module] = f"block{i}"
+    return out
+
+
+def layer_problem(name: str, arch: str, layers: tuple[str, ...] | list[str], available: tuple[str, ...],
+                  modules: dict[str, str] | None = None) -> str | None:
+    """One line naming every layer of ``layers`` the model lacks, with the valid range and,
+    for timm's own module names (``blocks.11``), the layer they mean; None when all are fine.
+
+    Parameters
+    ----------
+    name, arch : str
+        The encoder's name and architecture (named in the line).
+    layers : sequence of str
+        The layers asked for (any strings: grammar is checked here too).
+    available : tuple of str
+        The model's layers (:func:`available_layers`).
+    modules : dict, optional
+        timm's module names (:func:`layer_modules`).
+
+    Returns
+    -------
+    str or None
+    """
+    modules = modules or {}
+    bad, hints = [], []
+    for layer in layers:
+        base = base_layer(layer) if isinstance(layer, str) else layer
+        if base in available:
+            continue
+        bad.append(layer)
+        if base in modules:
+            hints.append(f"{layer!r} is timm's module name of {modules[base]}: did you mean "
+                         f"{modules[base] + layer[len(base):]!r}?")
+    if not bad:
+        return None
+    blocks = [a for a in available if a != PRE_LOGITS]
+    offered = f"{PRE_LOGITS} and block0-{blocks[-1]} ({len(blocks)} blocks)" if blocks else f"only {PRE_LOGITS}"
+    what = "layer" if len(bad) == 1 else "layers"
+    line = (f"encoder {name!r}: {what} {', '.join(repr(b) for b in bad)} not offered by {arch}, which has {offered}"
+            f"; a block's tokens or map: block<i>.tokens, block<i>.map")
+    return line + (f"; {'; '.join(hints)}" if hints else "")
+
+
+def check_layer_names(spec: EncoderSpec, available: tuple[str, ...], modules: dict[str, str] | None = None) -> None:
+    """Raise UnknownNameError naming every layer of ``spec`` not among ``available``, at once
     (a ``block<i>.tokens`` layer needs ``block<i>``).
 
     Parameters
@@ -133,10 +195,33 @@ def check_layer_names(spec: EncoderSpec, available: tuple[str, ...]) -> None:
         The spec whose layers are checked.
     available : tuple of str
         The model's layers (:func:`available_layers`).
+    modules : dict, optional
+        timm's module names of the blocks (:func:`layer_modules`), for a hint.
     """
-    for layer in spec.layers:
-        if base_layer(layer) not in available:
-            raise unknown_name(f"layer of {spec.arch}", base_layer(layer), available)
+    problem = layer_problem(spec.name, spec.arch, spec.layers, available, modules)
+    if problem is not None:
+        raise UnknownNameError(problem)
+
+
+def check_requested_layers(spec: EncoderSpec, layers: tuple[str, ...] | list[str]) -> None:
+    """Refuse every one of ``layers`` (any strings, as a config gives them) that ``spec``'s
+    model lacks, in one error: the valid range, and timm's module names mapped to layers.
+
+    The model is built on the meta device. A layer of bad grammar (``layer4``) is named
+    with the others instead of alone, before the model is consulted.
+
+    Parameters
+    ----------
+    spec : EncoderSpec
+        The encoder (its layers are not read: give it any valid ones).
+    layers : sequence of str
+        The layers asked for.
+    """
+    model = build_on_meta(spec)
+    if model is not None:
+        problem = layer_problem(spec.name, spec.arch, tuple(layers), available_layers(model), layer_modules(model))
+        if problem is not None:
+            raise UnknownNameError(problem)
 
 
 def check_layers_available(spec: EncoderSpec) -> None:
@@ -152,4 +237,4 @@ def check_layers_available(spec: EncoderSpec) -> None:
     """
     model = build_on_meta(spec)
     if model is not None:
-        check_layer_names(spec, available_layers(model))
+        check_layer_names(spec, available_layers(model), layer_modules(model))

@@ -96,6 +96,22 @@ def base_layer(layer: str) -> str:
     return layer
 
 
+def is_layer_name(layer: object) -> bool:
+    """Whether ``layer`` is a layer name's grammar: ``pre_logits``, ``block<i>``,
+    ``block<i>.tokens`` or ``block<i>.map`` (whether the model has it is another check).
+
+    Parameters
+    ----------
+    layer : object
+        A config's layer entry.
+
+    Returns
+    -------
+    bool
+    """
+    return isinstance(layer, str) and (layer == PRE_LOGITS or bool(_BLOCK_RE.match(base_layer(layer))))
+
+
 def split_tag(arch: str) -> tuple[str, str]:
     """Split ``resnet50.a1_in1k`` into the architecture and its pretrained tag.
 
@@ -202,12 +218,13 @@ class EncoderSpec:
     def _check_layers(self) -> None:
         if not self.layers:
             raise ConfigError(f"encoder {self.name!r}: layers must not be empty; e.g. ({PRE_LOGITS!r},)")
-        for layer in self.layers:
-            if not isinstance(layer, str) or (layer != PRE_LOGITS and not _BLOCK_RE.match(base_layer(layer))):
-                raise ConfigError(
-                    f"encoder {self.name!r}: layer {layer!r} is not {PRE_LOGITS!r}, 'block<i>' (e.g. 'block3'), "
-                    f"'block<i>{TOKENS_SUFFIX}' (that block's tokens) or 'block<i>{MAP_SUFFIX}' (its spatial map)"
-                )
+        bad = [layer for layer in self.layers if not is_layer_name(layer)]
+        if bad:  # every one at once
+            what = f"layer {bad[0]!r} is" if len(bad) == 1 else f"layers {', '.join(repr(b) for b in bad)} are"
+            raise ConfigError(
+                f"encoder {self.name!r}: {what} not {PRE_LOGITS!r}, 'block<i>' (e.g. 'block3'), "
+                f"'block<i>{TOKENS_SUFFIX}' (that block's tokens) or 'block<i>{MAP_SUFFIX}' (its spatial map)"
+            )
         if len(set(self.layers)) != len(self.layers):
             raise ConfigError(f"encoder {self.name!r}: duplicate layers in {list(self.layers)}")
 
