@@ -141,7 +141,7 @@ def test_report_opens_with_failures_then_the_summary_and_shows_the_series(tmp_pa
     first = _run(tmp_path, raw, [100, 200])
     text = Path(first["report"]).read_text(encoding="utf-8")
     page = _page(text)
-    order = [text.index(f'<section id="{s}">') for s in ("failed", "summary", "overview", "series", "accuracy")]
+    order = [text.index(f'<section id="{s}">') for s in ("summary", "overview", "series", "accuracy")]
     assert order == sorted(order)
     assert "No previous run summary beside this report" in page.section_text["summary"]
     assert "No checkpoint series" not in page.section_text["series"]
@@ -152,7 +152,8 @@ def test_report_opens_with_failures_then_the_summary_and_shows_the_series(tmp_pa
     page = _page(text)
     summary_text = page.section_text["summary"]
     assert "new encoders (1): ck-step300" in summary_text and "new regressions (2)" in summary_text
-    assert "2 regression(s)" in summary_text and "is worse than ck-step200" in summary_text
+    assert "is significantly worse than the best so far on 2 of 2 cell(s)" in summary_text
+    assert "Regressed or improved" in summary_text and "ck-step200 (step 200)" in summary_text
     series_text = page.section_text["series"]
     assert "newest checkpoint ck-step300 (step 300) is significantly worse than the best so far on 2 cell(s)" \
         in series_text

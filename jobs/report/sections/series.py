@@ -8,12 +8,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from jobs.report.html import Markup, el, note, notice, pct, row_head, section, table
 from jobs.report.model import ReportRun
 from jobs.report.plots import png
 from jobs.report.sections.scores import BEST_MARKER
-from jobs.report.sections.summary import REGRESSION_MARKER
+from jobs.report.marks import REGRESSION_MARKER, UNRELIABLE_MARKER
 
 
 def _plot(analysis: Any, setting: str, layer: str, datasets: Sequence[str], reference: Mapping[str, float],
@@ -37,6 +38,7 @@ def _plot(analysis: Any, setting: str, layer: str, datasets: Sequence[str], refe
     if ref:
         ax.plot([s for s, _ in ref], [100 * v for _, v in ref], linestyle="--", color="black", marker=".",
                 label="reference")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a step is a whole number: no tick at 1.5
     ax.set_xlabel("training step")
     ax.set_ylabel("score (%)")
     ax.set_title(f"{analysis.name}: {setting}, layer {layer}")
@@ -94,8 +96,8 @@ def _verdict_lines(analysis: Any) -> list[Markup]:
                         f"{leads} cell(s); on {judged} other cell(s) not significantly "
                         "worse than the best (paired test, false discovery rate controlled over the series' cells)."))
     if analysis.unreliable:
-        out.append(notice(f"{REGRESSION_MARKER} no verdict on {len(analysis.unreliable)} cell(s): a score there is "
-                          "not to be trusted (see the warnings at the top of the report)"))
+        out.append(notice(f"{UNRELIABLE_MARKER} no verdict on {len(analysis.unreliable)} cell(s): a score there is "
+                          "not to be trusted (see 'Not to be trusted' in the summary)"))
         out.append(el("ul", [el("li", f"{u['cell']}: unreliable: {u['reason']}") for u in analysis.unreliable]))
     for n in analysis.not_compared:
         out.append(note(f"not compared: {n['cell']}: {n['reason']}"))
