@@ -196,3 +196,23 @@ def test_a_copy_or_link_of_a_checkpoint_at_its_step_is_one_point_of_the_series(t
         {"name": "other", "arch": "resnet18", "series": "runs", "step": 200}]})
     [series] = analyse_series(None, records, cfg)  # other weights at one step: the series cannot be ordered
     assert series.problem == "epoch=1-step=200 and other both have step 200; a series needs one checkpoint per step"
+
+
+def test_the_step_axis_has_whole_steps_only():
+    from jobs.analysis.series import SeriesAnalysis, SeriesPoint
+    from jobs.report.sections.series import series_figure
+    from pipeline.analysis.series import best_so_far
+
+    cell = ("knn", DATASET, "pre_logits")
+    scores = {1: 0.5, 2: 0.7, 3: 0.6}  # matplotlib's default ticks would be 1.0, 1.25, 1.5, ...
+    analysis = SeriesAnalysis("run7", points=[SeriesPoint(f"ck{s}", s) for s in scores], scores={cell: scores},
+                              running={cell: best_so_far(scores)})
+    fig = series_figure(analysis, "knn", "pre_logits", [DATASET], {}, set())
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()
+    [ax] = fig.axes
+    low, high = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if low <= t <= high]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    assert {1, 2, 3} <= set(ticks)

@@ -17,8 +17,10 @@ from jobs.report.sections.scores import BEST_MARKER
 from jobs.report.marks import REGRESSION_MARKER, UNRELIABLE_MARKER
 
 
-def _plot(analysis: Any, setting: str, layer: str, datasets: Sequence[str], reference: Mapping[str, float],
-          regressed: set) -> Markup:
+def series_figure(analysis: Any, setting: str, layer: str, datasets: Sequence[str], reference: Mapping[str, float],
+                  regressed: set) -> Figure:
+    """Score against training step of one setting and layer: a line per dataset, the best so
+    far starred, a regressed newest checkpoint ringed; whole steps on the axis."""
     fig = Figure(figsize=(7, 3.6))
     ax = fig.subplots()
     for d in datasets:
@@ -44,7 +46,7 @@ def _plot(analysis: Any, setting: str, layer: str, datasets: Sequence[str], refe
     ax.set_title(f"{analysis.name}: {setting}, layer {layer}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    return png(fig)
+    return fig
 
 
 def _table(analysis: Any, setting: str, layer: str, datasets: Sequence[str], reference: Mapping[str, float],
@@ -138,6 +140,6 @@ def series_section(run: ReportRun) -> Markup:
             datasets = [d for d in run.datasets if (setting, d, layer) in analysis.scores]
             datasets += sorted({c[1] for c in analysis.scores if c[0] == setting and c[2] == layer} - set(datasets))
             body += [el("h4", run.heading(setting, layer)),
-                     _plot(analysis, setting, layer, datasets, reference, regressed),
+                     png(series_figure(analysis, setting, layer, datasets, reference, regressed)),
                      _table(analysis, setting, layer, datasets, reference, regressed)]
     return section("series", "Checkpoint series", body)
