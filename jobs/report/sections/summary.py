@@ -52,7 +52,7 @@ def _interval(r: Mapping[str, Any]) -> str:
     """The deciding test's interval where it has one (exact McNemar), else the bootstrap one."""
     low, high = r.get("test_ci_low"), r.get("test_ci_high")
     if is_number(low) and is_number(high):
-        return f"[{pct(low, 2)}, {pct(high, 2)}] (exact, the test's own)"
+        return f"[{pct(low, 2)}, {pct(high, 2)}] (exact McNemar, given the discordant images)"
     low, high = r.get("ci_low"), r.get("ci_high")
     if is_number(low) and is_number(high):
         return f"[{pct(low, 2)}, {pct(high, 2)}] (bootstrap)"

@@ -13,7 +13,9 @@ that reads as a contradiction, so every comparison carries:
   it exactly. For McNemar it is the Clopper-Pearson interval of the share of discordant
   examples A gets right, ``a_only / (a_only + b_only)``, mapped to the difference
   ``(a_only + b_only) / n * (2 q - 1)``: it excludes 0 exactly when the (unadjusted) exact
-  two-sided test rejects at ``1 - confidence``. Other tests: None.
+  two-sided test rejects at ``1 - confidence``. Like the test, it is conditional on the
+  number of discordant examples, so it is narrower than the bootstrap interval, which
+  also resamples that number. Other tests: None.
 - ``agreement``: None when the bootstrap interval and the verdict agree (the interval
   excludes 0 exactly when the verdict is ``better`` or ``worse``), else one line saying
   why they may disagree.
