@@ -15,7 +15,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,s3]'
+	$(BIN)/python -m pip install -q -e '.[test,s3,trackers,browser]'
 	touch $(STAMP)
 
 demo: $(STAMP)

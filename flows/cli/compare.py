@@ -11,6 +11,7 @@ from flows.cli.printing import print_json, print_line, print_table
 from flows.cli.store import add_store_options, open_store_of
 from jobs.analysis.compare import CompareOptions, compare_encoders
 from jobs.results import config_records, store_records
+from pipeline.analysis.compare.agreement import decided_by
 from pipeline.errors import RepevalError
 
 
@@ -19,7 +20,8 @@ def add_compare_parser(sub) -> None:
     c = sub.add_parser("compare", help="is encoder A better or worse than B, cell by cell, beyond noise?",
                        description="Compare encoder A with encoder B on every cell both have (same dataset, "
                                    "layer and protocol setting): the score difference A - B with a paired "
-                                   "bootstrap interval, an exact McNemar test (accuracies), a randomization "
+                                   "bootstrap interval, an exact McNemar test (accuracies; its own exact "
+                                   "interval beside the bootstrap one), a randomization "
                                    "test (mean per-class accuracy, mAP) or a paired t test (few-shot episodes, "
                                    "low-shot fits), and a verdict per cell with the false discovery rate "
                                    "controlled over the cells compared (Benjamini-Hochberg).")
@@ -50,19 +52,27 @@ def cmd_compare(args: argparse.Namespace) -> int:
     options = CompareOptions(alpha=args.alpha, n_resamples=args.resamples, n_permutations=args.permutations,
                              seed=args.seed)
     result = compare_encoders(store, records, args.a, args.b, options, settings=args.setting)
+    decided = {cell: decided_by(v.comparison, v.verdict, v.p_adjusted, args.alpha) for cell, v in result.verdicts.items()}
     if args.json:
-        print_json(result.to_dict(), default=float)
+        out = result.to_dict()
+        for entry, how in zip(out["cells"], decided.values()):  # the same order: the verdicts'
+            entry.update({k: how[k] for k in ("test_ci_low", "test_ci_high", "agreement")})
+        print_json(out, default=float)
         return 0
     if not result.verdicts:
         reasons = "; ".join(f"{n['cell']}: {n['reason']}" for n in result.not_compared[:5])
         raise RepevalError(f"no cell of {args.a} and {args.b} could be compared: {reasons}")
     rows = []
     for (setting, dataset, layer), v in result.verdicts.items():
-        c = v.comparison
+        c, how = v.comparison, decided[setting, dataset, layer]
+        exact = how["test_ci_low"] is not None
         rows.append({"setting": setting, "dataset": dataset, "layer": layer, "metric": c.metric,
                      "A %": _pct(c.score_a), "B %": _pct(c.score_b), "A-B": _pct(c.difference),
-                     f"{100 * c.confidence:g}% interval": f"[{_pct(c.ci_low)}, {_pct(c.ci_high)}]",
-                     "test": c.test, "p": f"{c.p_value:.3g}",
+                     f"{100 * c.confidence:g}% bootstrap": f"[{_pct(c.ci_low)}, {_pct(c.ci_high)}]",
+                     "test's interval": f"[{_pct(how['test_ci_low'])}, {_pct(how['test_ci_high'])}]" if exact
+                     else "\u2013",
+                     "test": c.test + (f" ({c.a_only + c.b_only} of {c.n} discordant)" if exact else ""),
+                     "p": f"{c.p_value:.3g}",
                      "p adj": "\u2013" if v.verdict == "unreliable" else f"{v.p_adjusted:.3g}",
                      "verdict": v.verdict})
     print(f"{args.a} (A) against {args.b} (B): {len(rows)} cell(s), false discovery rate {args.alpha:g} "
@@ -77,6 +87,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for (setting, dataset, layer), v in result.verdicts.items():
         if v.verdict == "unreliable":  # a side's score is not to be trusted: say why, claim nothing
             print(f"{setting}/{dataset}/{layer}: {v.text}")
+        elif decided[setting, dataset, layer]["agreement"]:  # interval and verdict read differently: say why
+            print(f"{setting}/{dataset}/{layer}: {decided[setting, dataset, layer]['agreement']}")
     for n in result.not_compared:
         print_line(f"not compared: {n['cell']}: {n['reason']}")
     return 0

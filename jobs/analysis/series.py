@@ -20,6 +20,7 @@ from typing import Any
 from jobs.analysis.compare import (
     CellKey, CompareOptions, cell_key, cell_label, compare_records, record_score, unreliable_reason,
 )
+from pipeline.analysis.compare.agreement import decided_by
 from jobs.config import BenchmarkConfig
 from pipeline.analysis.compare import CellVerdict, PairedComparison, decide_verdicts
 from pipeline.errors import RepevalError
@@ -58,6 +59,7 @@ class SeriesAnalysis:
     not_compared: list[dict[str, str]] = field(default_factory=list)
     problem: str | None = None
     unreliable: list[dict[str, str]] = field(default_factory=list)
+    alpha: float = 0.05  # the false discovery rate of the verdicts
 
     @property
     def newest(self) -> SeriesPoint | None:
@@ -75,7 +77,9 @@ class SeriesAnalysis:
 
     def regressions(self) -> list[dict[str, Any]]:
         """One entry per regressed cell: ``encoder`` (the newest), ``cell``, ``against`` (the
-        cell's best checkpoint), their steps, the difference and the adjusted p-value."""
+        cell's best checkpoint), their steps, the difference and the adjusted p-value, and
+        how it was decided (``pipeline.analysis.compare.agreement.decided_by``: the interval, the test, its
+        p-value and units, and the line saying why the two may disagree)."""
         if self.check is None or self.newest is None:
             return []
         out = []
@@ -85,7 +89,8 @@ class SeriesAnalysis:
             out.append({"series": self.name, "encoder": self.newest.encoder, "cell": cell_label(cell),
                         "against": self.encoder_at(best), "step": self.newest.step, "best_step": best,
                         "difference": v.comparison.difference, "p_adjusted": v.p_adjusted,
-                        "metric": v.comparison.metric})
+                        "metric": v.comparison.metric,
+                        **decided_by(v.comparison, v.verdict, v.p_adjusted, self.alpha)})
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -158,7 +163,7 @@ def analyse_series(store, records: Iterable[Mapping[str, Any]], cfg: BenchmarkCo
             weights.setdefault(str(rec.get("model")), str(fingerprint))
     out = []
     for name, members in sorted(series_members(cfg).items()):
-        analysis = SeriesAnalysis(name)
+        analysis = SeriesAnalysis(name, alpha=options.alpha)
         steps: dict[int, str] = {}
         for encoder, step in members:
             if step is None:

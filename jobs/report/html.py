@@ -130,6 +130,11 @@ td.best{background:#e6f4e6}.best-marker{color:#b8860b}td.violation{background:#f
 .note{color:#555}.notice{color:#a40000;font-weight:bold}img.plot{max-width:100%;display:block}
 a{color:inherit}details{margin:0.3em 0}details:target,details[open]{background:#fafafa}
 pre{font-size:12px;overflow-x:auto}section.failing{border:2px solid #a40000;padding:0 1em}
+.mark-regression,.mark-failure,.mark-unreliable{color:#b00000}.mark-improvement{color:#1a7f37}.mark-caution{color:#777}
+#verdict{margin:0.5em 0 1em}p.verdict{font-size:1.1em;margin:0.2em 0}p.verdict.bad{color:#a40000;font-weight:bold}
+div.untrusted{color:#a40000}details.cautions,details.cautions .note{color:#666}td.agreement{text-align:left}
+table.changes td,table.changes th{text-align:left}td.regression,td.improvement{white-space:nowrap}
+summary{cursor:pointer}
 """
 # Following a provenance link opens the <details> block it points at.
 _JS = ("function openTarget(){var e=document.getElementById(decodeURIComponent(location.hash.slice(1)));"

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.report.sections.audits import (
-    VIOLATION_MARKER, data_section, failed_section, flagged_section, invariance_section, warnings_section,
+    VIOLATION_MARKER, data_section, failed_section, invariance_section, warnings_section,
 )
 from jobs.report.sections.cog import cog_section
 from jobs.report.sections.correlation import correlation_section
@@ -52,8 +52,7 @@ def write_report(records: list[dict], correlation: CorrelationReport | None, con
     run.reference = dict(reference or {})
     sections = [
         failed_section(run),
-        flagged_section(run),
-        summary_section(run),
+        summary_section(run),  # the first screen: verdicts, leaderboard, what is not to be trusted
         series_section(run),
         data_section(run),
         accuracy_section(run),
@@ -70,9 +69,11 @@ def write_report(records: list[dict], correlation: CorrelationReport | None, con
         warnings_section(run),
         provenance_section(run),
     ]
-    # after what needs reading first (failures, untrusted numbers, the run's summary): the
-    # overview, whose contents list the sections with content
-    sections.insert(3, overview_section(run, contents(sections)))
+    # a section with nothing to show is left out; after what needs reading first (failures,
+    # the run's summary): the overview, whose contents list the sections shown
+    sections = [s for s in sections if not getattr(s, "empty", False)]
+    at = next(i for i, s in enumerate(sections) if getattr(s, "sid", "") == "summary") + 1
+    sections.insert(at, overview_section(run, contents(sections)))
     out = Path(path)
     write_atomic(out, page("repeval benchmark report", sections))
     return str(out)

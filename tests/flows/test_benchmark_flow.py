@@ -198,7 +198,7 @@ def test_a_correlation_that_cannot_be_computed_fails_the_run(first_run, tmp_path
     assert failure["kind"] == "correlation" and "has no metric 'map11'" in failure["reason"]
     text = Path(bad["report"]["path"]).read_text()
     assert "correlation ridge-map" in text[text.index('<section id="failed" class="failing">'):text.index(
-        '<section id="flags">')]
+        '<section id="summary">')]
     FailureLog(store).clear("correlation", failure["id"])  # the module's other tests count the failures
 
 

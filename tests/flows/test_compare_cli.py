@@ -55,6 +55,11 @@ def test_compare_gives_the_direct_statistics_of_every_cell(compared, capsys):
         assert c["score_a"] == records["clean", setting]["metrics"]["score"]
         assert c["score_b"] == records["noisy", setting]["metrics"]["score"]
         assert c["ci_low"] < c["difference"] < c["ci_high"]
+        exact = stats.binomtest(a_only, a_only + b_only).proportion_ci(method="exact")  # the test's own interval
+        scale = (a_only + b_only) / y.size
+        assert (c["test_ci_low"], c["test_ci_high"]) == pytest.approx((scale * (2 * exact.low - 1),
+                                                                      scale * (2 * exact.high - 1)), rel=1e-9)
+        assert c["agreement"] is None  # clean beats noisy by far: interval and verdict read alike
     fa = read_evidence(store, records["clean", "few"]["evidence"])
     fb = read_evidence(store, records["noisy", "few"]["evidence"])
     assert cells["few"]["p_value"] == pytest.approx(stats.ttest_rel(fa, fb).pvalue, rel=1e-9)
@@ -79,7 +84,7 @@ def test_identical_quality_is_indistinguishable_and_a_line_per_setting(compared,
     text = capsys.readouterr().out
     for setting in QUICK:
         assert f"{setting}: noisy better on 0, worse on 1, indistinguishable on 0 of 1 cell(s)" in text
-    assert "worse" in text and "mcnemar-exact" in text
+    assert "worse" in text and "mcnemar-exact" in text and "test's interval" in text and "discordant)" in text
 
 
 def test_stale_labels_refuse_the_comparison_and_name_why(compared, tmp_path, capsys):

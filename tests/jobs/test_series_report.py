@@ -141,7 +141,7 @@ def test_report_opens_with_failures_then_the_summary_and_shows_the_series(tmp_pa
     first = _run(tmp_path, raw, [100, 200])
     text = Path(first["report"]).read_text(encoding="utf-8")
     page = _page(text)
-    order = [text.index(f'<section id="{s}">') for s in ("failed", "summary", "overview", "series", "accuracy")]
+    order = [text.index(f'<section id="{s}">') for s in ("summary", "overview", "series", "accuracy")]
     assert order == sorted(order)
     assert "No previous run summary beside this report" in page.section_text["summary"]
     assert "No checkpoint series" not in page.section_text["series"]
@@ -152,7 +152,8 @@ def test_report_opens_with_failures_then_the_summary_and_shows_the_series(tmp_pa
     page = _page(text)
     summary_text = page.section_text["summary"]
     assert "new encoders (1): ck-step300" in summary_text and "new regressions (2)" in summary_text
-    assert "2 regression(s)" in summary_text and "is worse than ck-step200" in summary_text
+    assert "is significantly worse than the best so far on 2 of 2 cell(s)" in summary_text
+    assert "Regressed or improved" in summary_text and "ck-step200 (step 200)" in summary_text
     series_text = page.section_text["series"]
     assert "newest checkpoint ck-step300 (step 300) is significantly worse than the best so far on 2 cell(s)" \
         in series_text
@@ -195,3 +196,23 @@ def test_a_copy_or_link_of_a_checkpoint_at_its_step_is_one_point_of_the_series(t
         {"name": "other", "arch": "resnet18", "series": "runs", "step": 200}]})
     [series] = analyse_series(None, records, cfg)  # other weights at one step: the series cannot be ordered
     assert series.problem == "epoch=1-step=200 and other both have step 200; a series needs one checkpoint per step"
+
+
+def test_the_step_axis_has_whole_steps_only():
+    from jobs.analysis.series import SeriesAnalysis, SeriesPoint
+    from jobs.report.sections.series import series_figure
+    from pipeline.analysis.series import best_so_far
+
+    cell = ("knn", DATASET, "pre_logits")
+    scores = {1: 0.5, 2: 0.7, 3: 0.6}  # matplotlib's default ticks would be 1.0, 1.25, 1.5, ...
+    analysis = SeriesAnalysis("run7", points=[SeriesPoint(f"ck{s}", s) for s in scores], scores={cell: scores},
+                              running={cell: best_so_far(scores)})
+    fig = series_figure(analysis, "knn", "pre_logits", [DATASET], {}, set())
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()
+    [ax] = fig.axes
+    low, high = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if low <= t <= high]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    assert {1, 2, 3} <= set(ticks)

@@ -127,22 +127,20 @@ def test_a_series_newest_checkpoint_regresses_only_where_both_scores_can_be_trus
                                     "unreliable": True}]
     lines = warning_lines(summary["warnings"])
     assert lines[0].startswith("WARNINGS: 1 record(s)") and "UNRELIABLE noisy ridge/" in lines[1]
-    # the report: warnings at the top, no regression and no "best" from the untrusted cell
+    # the report: the untrusted cell on the first screen, red; no regression and no "best" from it
     path = write_report(list(records.values()), None, cfg, str(tmp_path / "r.html"), series=[series],
                         summary=summary)
     text = open(path, encoding="utf-8").read()
     parse_strict(text)
-    assert text.index('<section id="flags">') < text.index('<section id="summary">') < text.index(
-        '<section id="accuracy">')
-    flags = text[text.index('<section id="flags">'):text.index('<section id="summary">')]
-    assert "1 record(s) carry warnings; 1 of them have a score that is not to be trusted" in flags
-    assert f"noisy/{DATASET}/pre_logits:ridge" in flags and "grid_edge: alpha = 1e+04" in flags
+    assert text.index('<section id="summary">') < text.index('<section id="accuracy">')
     opening = text[text.index('<section id="summary">'):text.index('<section id="overview">')]
-    assert "1 regression(s)" in opening and f"knn/{DATASET}/pre_logits" in opening
-    assert f"noisy ridge/{DATASET}/pre_logits: unreliable: noisy grid_edge" in opening
-    section = text[text.index('<section id="series">'):text.index('<section id="data">')]
-    assert "no verdict on 1 cell(s)" in section
-    assert "No record carries a warning" not in text
+    assert "1 score(s) not to be trusted" in opening and "Not to be trusted (1)" in opening
+    untrusted = opening[opening.index('id="untrusted"'):]
+    assert f"noisy/{DATASET}/pre_logits:ridge" in untrusted and "grid_edge: alpha = 1e+04" in untrusted
+    assert "significantly worse than the best so far on 1 of" in opening and f"knn/{DATASET}/pre_logits" in opening
+    section = text[text.index('<section id="series">'):]
+    assert "no verdict on 1 cell(s)" in section[:section.index("</section>")]
+    assert "every score can back a verdict" not in text
 
 
 def test_the_summary_of_trusted_records_says_so(cells, tmp_path):
@@ -151,5 +149,5 @@ def test_the_summary_of_trusted_records_says_so(cells, tmp_path):
     summary = build_report_summary(clean, [], [])
     assert summary["warnings"] == [] and warning_lines(summary["warnings"]) == []
     path = write_report(clean, None, _series_config(url), str(tmp_path / "r.html"), summary=summary)
-    assert "No record carries a warning" in open(path, encoding="utf-8").read()
+    assert "Nothing failed and every score can back a verdict" in open(path, encoding="utf-8").read()
     np.testing.assert_array_equal([r["metrics"]["score"] > 0.9 for r in clean], [True, True])

@@ -1,5 +1,5 @@
-"""What must not be missed: failures and fit warnings (at the top), data problems, solver
-warnings, and the invariance audit."""
+"""What must not be missed: failures (at the top), data problems, solver warnings (every
+record with a fit warning), and the invariance audit."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from jobs.report.html import Markup, el, label_of, link, note, notice, pct, row_head, section, table
 from jobs.report.model import ReportRun
-from pipeline.protocols.fit_warnings import WARNING_CODES, record_warnings, unreliable_reasons
+from pipeline.protocols.fit_warnings import record_warnings
 
 VIOLATION_MARKER = "\u26a0"
 _KIND_TITLE = {"cell": "cell", "extraction": "extraction", "checkpoint": "checkpoint file",
@@ -29,26 +29,6 @@ def failed_section(run: ReportRun) -> Markup:
                           "stands without them. A later run that succeeds clears them."),
                    table(["what", "name", "reason", "attempts", "first failed", "last failed"], rows,
                          class_="warnings"), class_="failing")
-
-
-def flagged_section(run: ReportRun) -> Markup:
-    """The records whose numbers carry fit warnings (``pipeline.protocols.fit_warnings``),
-    untrusted scores first, before any table shows those numbers."""
-    shown = [r for r in run.records if record_warnings(r)]
-    if not shown:
-        return section("flags", "Warnings", note("No record carries a warning: no fit sits at a grid edge or on "
-                                                 "a plateau, predicts one class or scores at chance."), empty=True)
-    shown.sort(key=lambda r: (not unreliable_reasons(r), label_of(r)))
-    bad = sum(1 for r in shown if unreliable_reasons(r))
-    rows = [[link(r, label_of(r)), "unreliable" if unreliable_reasons(r) else "caution",
-             el("ul", [el("li", f"{w['code']}: {w['message']}") for w in record_warnings(r)])] for r in shown]
-    codes = "; ".join(f"{c}: {what} ({severity})" for c, (severity, what) in WARNING_CODES.items())
-    return section("flags", "Warnings",
-                   notice(f"{len(shown)} record(s) carry warnings; {bad} of them have a score that is not to be "
-                          "trusted: no comparison or series verdict is drawn from those (they read "
-                          "'unreliable: <reason>')."),
-                   table(["cell", "severity", "warnings"], rows, class_="warnings"),
-                   note(f"Codes: {codes}."))
 
 
 def data_section(run: ReportRun) -> Markup:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jobs.report.html import Markup, el, is_number, link, note, pct, row_head, section, table
+from jobs.report.marks import CAUTION_MARKER, UNRELIABLE_MARKER
 from jobs.report.model import ReportRun
 from jobs.report.plots import ALL, lowshot_plot, shot_key
 from jobs.report.sections.dense import is_dense
@@ -13,7 +14,7 @@ from pipeline.errors import DataValidationError
 from pipeline.protocols.fit_warnings import record_warnings, unreliable_reasons
 
 BEST_MARKER = "\u2605"  # the star after the best score of a column
-WARNING_MARKER = "\u26a0"  # after a score whose record carries fit warnings
+WARNING_MARKER = UNRELIABLE_MARKER  # after a score not to be trusted (CAUTION_MARKER: after one that stands)
 
 
 def has_score(rec: Mapping[str, Any]) -> bool:
@@ -40,8 +41,9 @@ def _warned(rec: Mapping[str, Any]) -> list[Any]:
     if not found:
         return []
     bad = bool(unreliable_reasons(rec))
-    return [" ", el("span", f"{WARNING_MARKER} {'unreliable' if bad else ', '.join(w['code'] for w in found)}",
-                    class_="notice" if bad else "note", title="; ".join(f"{w['code']}: {w['message']}" for w in found))]
+    text = f"{UNRELIABLE_MARKER} unreliable" if bad else f"{CAUTION_MARKER} {', '.join(w['code'] for w in found)}"
+    return [" ", el("span", text, class_="notice" if bad else "note",
+                    title="; ".join(f"{w['code']}: {w['message']}" for w in found))]
 
 
 def _accuracy_table(run: ReportRun, recs: list[dict], table_id: str) -> Markup:
@@ -79,8 +81,9 @@ def accuracy_section(run: ReportRun) -> Markup:
         f"dataset declares it); few-shot cells are the mean over episodes \u00b1 the 95 % confidence "
         f"interval; low-shot cells are the accuracy with every train image ('all'), else with the "
         f"largest N. One table per protocol setting and layer. Bold with {BEST_MARKER}: best in its "
-        f"column. {WARNING_MARKER}: the record carries fit warnings (hover for them; 'unreliable': the "
-        f"score is not to be trusted and is never marked best). Each number links to its provenance.")]
+        f"column. {UNRELIABLE_MARKER} unreliable: the score is not to be trusted and is never marked best; "
+        f"{CAUTION_MARKER}: a caution, the score stands (hover for the warnings). Each number links to its "
+        f"provenance.")]
     if not groups:
         return section("accuracy", "Accuracy", body, note("No scored records."), empty=True)
     for setting, layer, recs in groups:

@@ -8,16 +8,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from jobs.report.html import Markup, el, note, notice, pct, row_head, section, table
 from jobs.report.model import ReportRun
 from jobs.report.plots import png
 from jobs.report.sections.scores import BEST_MARKER
-from jobs.report.sections.summary import REGRESSION_MARKER
+from jobs.report.marks import REGRESSION_MARKER, UNRELIABLE_MARKER
 
 
-def _plot(analysis: Any, setting: str, layer: str, datasets: Sequence[str], reference: Mapping[str, float],
-          regressed: set) -> Markup:
+def series_figure(analysis: Any, setting: str, layer: str, datasets: Sequence[str], reference: Mapping[str, float],
+                  regressed: set) -> Figure:
+    """Score against training step of one setting and layer: a line per dataset, the best so
+    far starred, a regressed newest checkpoint ringed; whole steps on the axis."""
     fig = Figure(figsize=(7, 3.6))
     ax = fig.subplots()
     for d in datasets:
@@ -37,12 +40,13 @@ def _plot(analysis: Any, setting: str, layer: str, datasets: Sequence[str], refe
     if ref:
         ax.plot([s for s, _ in ref], [100 * v for _, v in ref], linestyle="--", color="black", marker=".",
                 label="reference")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a step is a whole number: no tick at 1.5
     ax.set_xlabel("training step")
     ax.set_ylabel("score (%)")
     ax.set_title(f"{analysis.name}: {setting}, layer {layer}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    return png(fig)
+    return fig
 
 
 def _table(analysis: Any, setting: str, layer: str, datasets: Sequence[str], reference: Mapping[str, float],
@@ -94,8 +98,8 @@ def _verdict_lines(analysis: Any) -> list[Markup]:
                         f"{leads} cell(s); on {judged} other cell(s) not significantly "
                         "worse than the best (paired test, false discovery rate controlled over the series' cells)."))
     if analysis.unreliable:
-        out.append(notice(f"{REGRESSION_MARKER} no verdict on {len(analysis.unreliable)} cell(s): a score there is "
-                          "not to be trusted (see the warnings at the top of the report)"))
+        out.append(notice(f"{UNRELIABLE_MARKER} no verdict on {len(analysis.unreliable)} cell(s): a score there is "
+                          "not to be trusted (see 'Not to be trusted' in the summary)"))
         out.append(el("ul", [el("li", f"{u['cell']}: unreliable: {u['reason']}") for u in analysis.unreliable]))
     for n in analysis.not_compared:
         out.append(note(f"not compared: {n['cell']}: {n['reason']}"))
@@ -136,6 +140,6 @@ def series_section(run: ReportRun) -> Markup:
             datasets = [d for d in run.datasets if (setting, d, layer) in analysis.scores]
             datasets += sorted({c[1] for c in analysis.scores if c[0] == setting and c[2] == layer} - set(datasets))
             body += [el("h4", run.heading(setting, layer)),
-                     _plot(analysis, setting, layer, datasets, reference, regressed),
+                     png(series_figure(analysis, setting, layer, datasets, reference, regressed)),
                      _table(analysis, setting, layer, datasets, reference, regressed)]
     return section("series", "Checkpoint series", body)

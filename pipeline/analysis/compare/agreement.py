@@ -1,0 +1,138 @@
+"""One story per comparison: the interval of the test that decides a verdict, and the line
+saying why the bootstrap interval beside it may disagree.
+
+A comparison reports a paired percentile bootstrap interval of the difference A - B, but
+its verdict comes from another procedure: an exact McNemar test on the discordant
+examples (top-1 accuracy), a randomization test or a paired t test, its p-value adjusted
+over the cells compared (Benjamini-Hochberg). The two usually agree; when few examples are
+discordant, or the adjustment raises p above alpha, the bootstrap interval can exclude 0
+beside an ``indistinguishable`` verdict (or include it beside ``better``). Shown bare,
+that reads as a contradiction, so every comparison carries:
+
+- ``test_ci_low`` / ``test_ci_high``: the interval of the deciding test where one inverts
+  it exactly. For McNemar it is the Clopper-Pearson interval of the share of discordant
+  examples A gets right, ``a_only / (a_only + b_only)``, mapped to the difference
+  ``(a_only + b_only) / n * (2 q - 1)``: it excludes 0 exactly when the (unadjusted) exact
+  two-sided test rejects at ``1 - confidence``. Like the test, it is conditional on the
+  number of discordant examples, so it is narrower than the bootstrap interval, which
+  also resamples that number. Other tests: None.
+- ``agreement``: None when the bootstrap interval and the verdict agree (the interval
+  excludes 0 exactly when the verdict is ``better`` or ``worse``), else one line saying
+  why they may disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["agreement_line", "decided_by", "mcnemar_interval"]
+
+
+def mcnemar_interval(a_only: int, b_only: int, n: int, confidence: float) -> tuple[float, float]:
+    """The difference interval that inverts the exact McNemar test (Clopper-Pearson).
+
+    Parameters
+    ----------
+    a_only, b_only : int
+        Examples only A / only B classifies correctly.
+    n : int
+        Paired examples.
+    confidence : float
+        The interval's level (e.g. 0.95).
+
+    Returns
+    -------
+    tuple of float
+        (low, high) of the top-1 accuracy difference A - B; (0, 0) without a discordant
+        example (the two agree everywhere: the difference is exactly 0).
+    """
+    m = int(a_only) + int(b_only)
+    if m == 0 or n <= 0:
+        return 0.0, 0.0
+    from scipy import stats  # deferred: importing the comparison modules stays cheap (fast CLI)
+
+    tail = (1.0 - confidence) / 2.0
+    low = 0.0 if a_only == 0 else float(stats.beta.ppf(tail, a_only, m - a_only + 1))
+    high = 1.0 if a_only == m else float(stats.beta.ppf(1.0 - tail, a_only + 1, m - a_only))
+    scale = m / n
+    return scale * (2.0 * low - 1.0), scale * (2.0 * high - 1.0)
+
+
+def _excludes_zero(low: float, high: float) -> bool:
+    return (low > 0.0 or high < 0.0) and math.isfinite(low) and math.isfinite(high)
+
+
+def agreement_line(comparison: Any, verdict: str, p_adjusted: float, alpha: float) -> str | None:
+    """Why the bootstrap interval and the verdict may disagree; None when they agree.
+
+    Parameters
+    ----------
+    comparison : PairedComparison
+        The cell's comparison.
+    verdict : str
+        Its verdict (``better``, ``worse``, ``indistinguishable`` or ``unreliable``).
+    p_adjusted : float
+        The Benjamini-Hochberg adjusted p-value behind the verdict.
+    alpha : float
+        The false discovery rate.
+
+    Returns
+    -------
+    str or None
+    """
+    if verdict == "unreliable":
+        return None
+    c = comparison
+    excludes = _excludes_zero(c.ci_low, c.ci_high)
+    decided = verdict in ("better", "worse")
+    if excludes == decided:
+        return None
+    level = f"{100 * c.confidence:g} %"
+    if c.test.startswith("mcnemar"):
+        test = (f"the exact McNemar test on the {c.a_only + c.b_only} of {c.n} images where the two disagree "
+                f"({c.a_only} only A right, {c.b_only} only B right)")
+    elif c.test == "paired-t":
+        test = f"a paired t test over the {c.n} episodes"
+    else:
+        test = f"a {c.test} test over the {c.n} paired units"
+    if excludes:
+        return (f"why these differ: the {level} interval is a bootstrap interval of the difference; the verdict "
+                f"is {test}, p = {c.p_value:.3g}, adjusted over the cells compared (Benjamini-Hochberg) to "
+                f"{p_adjusted:.3g} > {alpha:g}: too few discordant units, or too many cells, to call it")
+    return (f"why these differ: the verdict is {test}, adjusted p = {p_adjusted:.3g} <= {alpha:g}; the {level} "
+            f"bootstrap interval of the difference, a different procedure, just reaches 0")
+
+
+def decided_by(comparison: Any, verdict: str | None = None, p_adjusted: float | None = None,
+               alpha: float = 0.05) -> dict[str, Any]:
+    """How a comparison's verdict was decided, as plain fields for JSON and the report.
+
+    Parameters
+    ----------
+    comparison : PairedComparison
+        The cell's comparison.
+    verdict : str, optional
+        Its verdict; without one, ``agreement`` is None.
+    p_adjusted : float, optional
+        The adjusted p-value behind the verdict.
+    alpha : float
+        The false discovery rate.
+
+    Returns
+    -------
+    dict
+        ``test``, ``p_value``, ``n``, ``a_only``, ``b_only``, ``ci_low``, ``ci_high``,
+        ``confidence`` (the bootstrap interval), ``test_ci_low`` / ``test_ci_high`` (the
+        deciding test's interval, None where it has none) and ``agreement``.
+    """
+    c = comparison
+    test_ci: tuple[float | None, float | None] = (None, None)
+    if c.test == "mcnemar-exact" and c.a_only is not None and c.b_only is not None:
+        test_ci = mcnemar_interval(c.a_only, c.b_only, c.n, c.confidence)
+    line = None
+    if verdict is not None and p_adjusted is not None:
+        line = agreement_line(c, verdict, p_adjusted, alpha)
+    return {"test": c.test, "p_value": c.p_value, "n": c.n, "a_only": c.a_only, "b_only": c.b_only,
+            "ci_low": c.ci_low, "ci_high": c.ci_high, "confidence": c.confidence,
+            "test_ci_low": test_ci[0], "test_ci_high": test_ci[1], "agreement": line}
