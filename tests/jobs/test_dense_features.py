@@ -321,8 +321,9 @@ def test_the_report_shows_the_dense_tables_and_predicted_maps(world, evaluated):
     dense = dense[:dense.index("</section>")]
     assert "Semantic segmentation" in dense and "Surface normals" in dense and dense.count("data:image/png") == 2
     assert "seg on ade20k: first test images" in dense and "baseline" in dense
-    accuracy = html[html.index('<section id="accuracy">'):]
-    assert "seg (segmentation)" not in accuracy[:accuracy.index("</section>")]  # not among the accuracy tables
+    if '<section id="accuracy">' in html:  # a section with no content is not rendered at all
+        accuracy = html[html.index('<section id="accuracy">'):]
+        assert "seg (segmentation)" not in accuracy[:accuracy.index("</section>")]  # not among the accuracy tables
 
 
 def test_a_damaged_targets_chunk_is_repaired_bitwise(world, tmp_path):
