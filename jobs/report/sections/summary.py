@@ -138,8 +138,9 @@ def _verdict_lines(run: ReportRun, regressions: Sequence[Mapping[str, Any]]) -> 
         lines.append(el("p", mark(UNRELIABLE_MARKER), " ", el("a", f"{n_bad} score(s) not to be trusted",
                                                                href="#untrusted"),
                         ": no verdict is drawn from them.", class_="verdict bad"))
-    if not run.failures and not n_bad and run.records:
-        lines.append(el("p", "Nothing failed and every score can back a verdict.", class_="verdict"))
+    if not run.failures and run.records:
+        lines.append(el("p", "Nothing failed and every score can back a verdict." if not n_bad
+                        else "Nothing failed.", class_="verdict"))
     return lines
 
 
