@@ -116,6 +116,9 @@ def store_targets(store: FeatureStore, dataset: DatasetAdapter, split: str, data
 
     if done():
         return key
+    # every split's targets decoded and checked before any is stored: a bad test annotation
+    # refuses the dataset before the train split's features are extracted, naming each file
+    dataset.check_targets()
     shape, dtype = targets_layout(dataset, geometry)
     n = dataset.num_samples(split)
     attrs = {

@@ -47,8 +47,8 @@ def dataset_notes(dataset: DatasetAdapter) -> list[dict[str, Any]]:
     """
     notes = []
     for split in dataset.splits:
-        if split == dataset.pooled_split:  # the union of the others: said there
-            continue
+        if split == dataset.pooled_split or getattr(dataset, "dense_task", None):
+            continue  # pooled: the union of the others, said there; dense: one 0 per image, no class count
         labels = dataset.labels(split)
         n = len(dataset.class_names)
         counts = (labels == 1).sum(axis=0) if labels.ndim == 2 else np.bincount(labels, minlength=n)
@@ -137,7 +137,14 @@ def dataset_summary(dataset: DatasetAdapter, decode: bool = True) -> dict[str, A
         "roles": {k: v for k, v in roles.items() if v in dataset.splits}, "params": params,
         "splits": [dataset.info(split) for split in dataset.splits],
         "notes": dataset_notes(dataset), "undecodable": undecodable(dataset) if decode else None,
+        "bad_targets": _bad_targets(dataset) if decode else None,
     }
+
+
+def _bad_targets(dataset: DatasetAdapter) -> list[str] | None:
+    """A dense dataset's every target decoded and checked as a run would (None: no targets)."""
+    problems = getattr(dataset, "target_problems", None)
+    return problems() if callable(problems) else None
 
 
 def _validation_text(validation: dict[str, Any]) -> str:
@@ -210,6 +217,11 @@ def format_summary(summary: dict[str, Any]) -> str:
         if total and summary["params"].get("skip_bad") is False:  # an adapter that can leave them out
             lines.append("  an extraction stops at the first of these; `skip_bad: true` in the dataset's params "
                          "(--param skip_bad=true) leaves them out")
+    targets = summary.get("bad_targets")
+    if targets is not None:
+        lines.append(f"  targets      every one decoded: {len(targets)} cannot be used" if targets else
+                     "  targets      every one decoded: all valid")
+        lines += [f"  bad target   {printable(t)}" for t in targets]  # every one: the check before a run
     lines += [f"  warning: {printable(note_line(n))}" for n in summary.get("notes") or []]
     return "\n".join(lines)
 

@@ -51,12 +51,14 @@ def _split_indices(base: Path) -> tuple[dict[str, list[int]], str]:
     """The official split as 1-based frame indices: ``splits.mat`` (trainNdxs, testNdxs), else
     ``train.txt`` and ``test.txt`` (one index per line)."""
     if (base / "splits.mat").is_file():
-        mat = load_mat(base / "splits.mat", "nyuv2_normals")
+        path = base / "splits.mat"
+        mat = load_mat(path, "nyuv2_normals")
         missing = [k for k, _ in _SPLITS.values() if k not in mat]
         if missing:
-            raise DatasetError(f"nyuv2_normals: {str(base / 'splits.mat')!r} lacks {missing[0]!r}; it must hold "
+            raise DatasetError(f"nyuv2_normals: {str(path)!r} lacks {missing[0]!r}; it must hold "
                                "trainNdxs and testNdxs")
-        return {s: [int(v) for v in np.ravel(mat[k])] for s, (k, _) in _SPLITS.items()}, repr(str(base / "splits.mat"))
+        out = {s: _frame_numbers(mat[k], path, k) for s, (k, _) in _SPLITS.items()}
+        return _disjoint(out, repr(str(path))), repr(str(path))
     out = {}
     for split, (_, name) in _SPLITS.items():
         lines = read_lines(base / name, "nyuv2_normals")
@@ -64,7 +66,41 @@ def _split_indices(base: Path) -> tuple[dict[str, list[int]], str]:
             out[split] = [int(line.split()[0]) for line in lines]
         except ValueError:
             raise DatasetError(f"nyuv2_normals: {str(base / name)!r} must list one frame index per line") from None
-    return out, repr(str(base / "train.txt"))
+        _frame_numbers(np.array(out[split], dtype=np.int64), base / name, "its lines")
+    return _disjoint(out, f"{str(base / 'train.txt')!r} and {str(base / 'test.txt')!r}"), repr(str(base / "train.txt"))
+
+
+def _frame_numbers(values: np.ndarray, path: Path, field: str) -> list[int]:
+    """A split's frame indices, exactly: every value a whole number (MATLAB stores them as
+    doubles) from 1 to 1,449, none twice; anything else refused naming the file, never
+    truncated (9.5 is not frame 9)."""
+    flat = np.ravel(np.asarray(values))
+    where = f"nyuv2_normals: {str(path)!r} ({field})"
+    if flat.dtype.kind not in "iuf":
+        raise DatasetError(f"{where} holds {flat.dtype} values; frame indices are whole numbers 1 to {NYU_LABELLED}")
+    as_float = flat.astype(np.float64)
+    bad = ~np.isfinite(as_float) | (as_float != np.round(as_float))
+    if bad.any():
+        raise DatasetError(f"{where} holds {float(as_float[bad][0])!r} ({int(bad.sum())} value(s) not whole numbers); "
+                           f"frame indices are whole numbers 1 to {NYU_LABELLED}")
+    frames = as_float.astype(np.int64)
+    outside = frames[(frames < 1) | (frames > NYU_LABELLED)]
+    if outside.size:
+        raise DatasetError(f"{where} lists frame {int(outside[0])}; frames are 1 to {NYU_LABELLED}")
+    unique, counts = np.unique(frames, return_counts=True)
+    if (counts > 1).any():
+        raise DatasetError(f"{where} lists frame {int(unique[counts > 1][0])} more than once "
+                           f"({int((counts > 1).sum())} frame(s) repeated)")
+    return [int(v) for v in frames]
+
+
+def _disjoint(indices: dict[str, list[int]], source: str) -> dict[str, list[int]]:
+    """Train and test must not share a frame: a test frame seen in training inflates the score."""
+    shared = sorted(set(indices["train"]) & set(indices["test"]))
+    if shared:
+        raise DatasetError(f"nyuv2_normals: {source} put {len(shared)} frame(s) in both train and test, e.g. "
+                           f"{shared[0]}; the splits must be disjoint")
+    return indices
 
 
 @register_dataset("nyuv2_normals")
@@ -96,10 +132,6 @@ class Nyuv2NormalsDataset(DenseDataset):
         by_index = {kind: _by_index(files, kind) for kind, files in folders.items()}
         listings = {}
         for split, frames in indices.items():
-            bad = [i for i in frames if not 1 <= i <= NYU_LABELLED]
-            if bad:
-                raise DatasetError(f"nyuv2_normals: {source} lists frame {bad[0]} in {split}; frames are 1 to "
-                                   f"{NYU_LABELLED}")
             for kind, files in by_index.items():
                 lacking = [i for i in frames if i not in files]
                 if lacking:
@@ -112,17 +144,24 @@ class Nyuv2NormalsDataset(DenseDataset):
             listings[split] = self.listing(ids, [f"{prefix}/images/{by_index['images'][i]}" for i in frames], source)
         return listings
 
-    def _decode_target(self, paths: list[str]) -> np.ndarray:
+    def _decode_target(self, paths: list[str], size: tuple[int, int]) -> np.ndarray:
         img = read_png(paths[0], "nyuv2_normals")
         if img.mode != "RGB":
             raise DatasetError(f"nyuv2_normals: normal map {paths[0]!r} has mode {img.mode}; it must be 8-bit RGB")
+        _check_size(paths[0], "normal map", img.size, size)
         mask = None
         if len(paths) > 1:
-            mask = np.asarray(read_png(paths[1], "nyuv2_normals").convert("L"))
-            if mask.shape != img.size[::-1]:
-                raise DatasetError(f"nyuv2_normals: mask {paths[1]!r} is {mask.shape[1]} x {mask.shape[0]} pixels "
-                                   f"but the normal map {img.size[0]} x {img.size[1]}")
+            mask_img = read_png(paths[1], "nyuv2_normals")
+            _check_size(paths[1], "mask", mask_img.size, size)
+            mask = np.asarray(mask_img.convert("L"))
         return decode_normals(np.asarray(img), mask)
+
+
+def _check_size(path: str, kind: str, size: tuple[int, int], image: tuple[int, int]) -> None:
+    """Each file of a target against its image, so that the message names the file that differs."""
+    if size != image:
+        raise DatasetError(f"nyuv2_normals: {kind} {path!r} is {size[0]} x {size[1]} pixels but its image is "
+                           f"{image[0]} x {image[1]}; they must match")
 
 
 def _by_index(files: dict[str, str], kind: str) -> dict[int, str]:
