@@ -103,8 +103,8 @@ def benchmark_flow(store: dict[str, Any], plan: str, gpu_resources: bool = False
     # after the records are in the ledger: a tracker that cannot log is a warning, never a lost record
     tracked = log_to_trackers(st, cfg, outcomes)
     for t in tracked:
-        if t["error"]:
-            say(reason, f"{t['kind']} tracker {t['where']}: the new scores were not logged: {t['error']}")
+        say(reason, f"{t['kind']} tracker {t['where']}: " + (f"the new scores were not logged: {t['error']}"
+                                                            if t["error"] else f"{t['logged']} new score(s) logged"))
     # always `evaluated`, and `regressed` when a series' newest checkpoint got worse: for automations
     emitted = emit_run_events(run_payload(final, outcomes, failures, cfg.report.path), cfg.report.path)
     summary = build_summary(

@@ -94,3 +94,26 @@ def test_store_records_carry_their_weights_fingerprint(tmp_path):
     assert pd.isna(row["series"]) and pd.isna(row["step"])  # no config: no series known
     assert frame["recorded"].iloc[0] == pd.Timestamp("2025-01-01", tz="UTC")
     assert results_frame(store=store, failed=True).empty
+
+
+def test_the_documented_snippets_run(series, monkeypatch):
+    """docs/results.md's read-back and plot snippets, on this series (named run7, as there)."""
+    import re
+
+    import matplotlib
+
+    from tests.helpers.cli import REPO
+
+    matplotlib.use("Agg")
+    tmp, _, config = series
+    monkeypatch.chdir(tmp)
+    (tmp / "nightly.yaml").write_text(config.read_text())
+    for fmt in ("parquet", "csv", "json"):
+        assert main(["results", "--config", "nightly.yaml", "--format", fmt, "--output", f"results.{fmt}"]) == 0
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "results.md").read_text(encoding="utf-8"), re.S)
+    read_back, plot = (b for b in blocks if "read_parquet" in b or "savefig" in b)
+    scope: dict = {}
+    exec(read_back, scope)  # noqa: S102  the document's own code
+    assert len(scope["best"]) == 3 and set(scope["best"]["step"]) <= {100, 200}
+    exec(plot, {})  # noqa: S102
+    assert (tmp / "score-by-step.png").stat().st_size > 0
