@@ -116,7 +116,7 @@ def finetune_result(select_results: Sequence[Mapping[str, Any]], refit_result: M
         "val_scores": [{**r["point"], "score": r["score"], "diverged": r["diverged"],
                         "train_loss_last": r["train_loss_last"]} for r in ordered],
         "validation": best["validation"],
-        "n_val": best["n_eval"],  # the images the selection runs were scored on
+        "n_val": int(len(best["labels"])),  # the images the selection runs were scored on
         "steps": settings.steps,
         "batch_size": settings.batch_size,
         "diverged_points": sum(bool(r["diverged"]) for r in ordered),
