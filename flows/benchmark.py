@@ -39,6 +39,7 @@ from jobs.failures import correlation_failure, extraction_failure, sync_failures
 from jobs.plan import Plan, make_plan
 from jobs.plan_store import read_plan, write_plan
 from jobs.report.run_summary import build_summary, failure_message, summary_lines, summary_table
+from jobs.trackers import log_to_trackers
 from pipeline.plain import to_plain
 from pipeline.terminal import say
 
@@ -99,6 +100,11 @@ def benchmark_flow(store: dict[str, Any], plan: str, gpu_resources: bool = False
         failures += list(final.get("correlation_failures") or [])  # settings that could not be computed
     except Exception as exc:  # noqa: BLE001  the run's results stay in the ledger; say what failed
         failures += sync_failures(st, correlation=correlation_failure(cfg.report.path, exc))
+    # after the records are in the ledger: a tracker that cannot log is a warning, never a lost record
+    tracked = log_to_trackers(st, cfg, outcomes)
+    for t in tracked:
+        say(reason, f"{t['kind']} tracker {t['where']}: " + (f"the new scores were not logged: {t['error']}"
+                                                            if t["error"] else f"{t['logged']} new score(s) logged"))
     # always `evaluated`, and `regressed` when a series' newest checkpoint got worse: for automations
     emitted = emit_run_events(run_payload(final, outcomes, failures, cfg.report.path), cfg.report.path)
     summary = build_summary(
@@ -108,6 +114,7 @@ def benchmark_flow(store: dict[str, Any], plan: str, gpu_resources: bool = False
         skipped_checkpoints=notes.get("skipped") or (), data_notes=notes.get("data_notes") or (),
         scan_notes=notes.get("scan_notes") or ())
     summary["events"] = emitted
+    summary["trackers"] = tracked
     summary["flow_run_id"] = _flow_run_id()  # which Prefect run this summary is the summary of
     summary["regressions"] = list((final or {}).get("summary", {}).get("regressions") or [])
     summary["warnings"] = list((final or {}).get("summary", {}).get("warnings") or [])  # records with fit warnings

@@ -1,15 +1,24 @@
 """What ``repeval results`` and ``repeval report`` show: a config's current records under
-its own names, the store's history, and the failures on record."""
+its own names, the store's history, and the failures on record; and the same records as a
+pandas table for a notebook (:func:`results_frame`), each row with its checkpoint's
+series, step, file, epoch and weights fingerprint where they are known."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from jobs.config import BenchmarkConfig
+from jobs.config import BenchmarkConfig, load_config
 from jobs.evaluation.identity import recorded_cells
 from jobs.plan import make_plan
 from jobs.report.inputs import config_failures, history, run_records
+from pipeline.analysis.series.steps import checkpoint_epoch
+from storage_schema import FeatureStore
 from storage_schema.ledger import FailureLog, Ledger, latest_records
+from storage_schema.store import DEFAULT_STORE
+from storage_schema.tables import records_frame
+
+#: The fields :func:`checkpoint_fields` adds to every row (None where not known).
+CHECKPOINT_FIELDS = ("series", "step", "epoch", "checkpoint", "weights_fingerprint")
 
 
 def config_cells(store, cfg: BenchmarkConfig) -> tuple[list[dict[str, Any]], list[Any], Any]:
@@ -24,11 +33,16 @@ def config_cells(store, cfg: BenchmarkConfig) -> tuple[list[dict[str, Any]], lis
 def config_records(store, cfg: BenchmarkConfig, all_records: bool = False) -> tuple[list[dict[str, Any]], int]:
     """(rows, cells not evaluated yet): the config's current records under its names; with
     ``all_records`` its history too (older settings, replaced weights), marked not current."""
+    rows, missing, _ = _config_rows(store, cfg, all_records)
+    return rows, missing
+
+
+def _config_rows(store, cfg: BenchmarkConfig, all_records: bool) -> tuple[list[dict[str, Any]], int, Any]:
     cells, missing, plan = config_cells(store, cfg)
     rows = [{**r, "current": True} for r in run_records(store, cells)]
     if all_records:
         rows += [{**r, "current": False} for r in history(store, plan.config, rows)]
-    return rows, len(missing)
+    return rows, len(missing), plan
 
 
 def store_records(store, all_records: bool = False) -> list[dict[str, Any]]:
@@ -48,3 +62,63 @@ def failed_rows(store, cfg: BenchmarkConfig | None = None) -> list[dict[str, Any
 
     plan = make_plan(cfg, ready_only=False, record=False, store=store, check=False)
     return config_failures(store, plan.config, plan.cells, plan.units)
+
+
+def result_rows(store, cfg: BenchmarkConfig | None, all_records: bool = False) -> tuple[list[dict[str, Any]], int]:
+    """(rows, cells not evaluated yet) as ``repeval results`` shows them: ``cfg``'s records
+    (:func:`config_records`), or without a config the store's latest per cell
+    (:func:`store_records`), each with :func:`checkpoint_fields`."""
+    if cfg is None:
+        return checkpoint_fields(store_records(store, all_records), []), 0
+    rows, missing, plan = _config_rows(store, cfg, all_records)
+    # the scanned checkpoints are encoders of the planned config, not of the file's
+    return checkpoint_fields(rows, plan.config.encoders), missing
+
+
+def checkpoint_fields(rows: list[dict[str, Any]], encoders) -> list[dict[str, Any]]:
+    """Each row with ``series`` and ``step`` (its encoder's, in ``encoders``), ``checkpoint``
+    (the encoder's weights file, else the file its record's provenance names), ``epoch``
+    (``pipeline.analysis.series.steps.checkpoint_epoch``) and ``weights_fingerprint`` (the
+    record's provenance); None where not known (a record of imported features has no weights)."""
+    by_name = {e.name: e for e in encoders}
+    epochs: dict[str, int | None] = {}
+    out = []
+    for row in rows:
+        enc = by_name.get(str(row.get("model")))
+        prov = row.get("provenance") if isinstance(row.get("provenance"), dict) else {}
+        weights = prov.get("weights") if isinstance(prov.get("weights"), dict) else {}
+        path = None
+        if enc is not None and enc.weights not in ("random", "pretrained") and not enc.weights.startswith("timm:"):
+            path = enc.weights
+        elif weights.get("source") == "checkpoint":
+            path = weights.get("file")
+        if path is not None and path not in epochs:
+            epochs[path] = None if "://" in path else checkpoint_epoch(path)
+        out.append({**row, "series": enc.series if enc is not None else None,
+                    "step": enc.step if enc is not None else None, "epoch": epochs.get(path) if path else None,
+                    "checkpoint": path, "weights_fingerprint": prov.get("weights_fingerprint")})
+    return out
+
+
+def results_frame(config=None, *, store=None, all_records: bool = False, failed: bool = False):
+    """What ``repeval results`` shows, as a pandas DataFrame (the table its ``--format
+    parquet`` writes: ``storage_schema.tables.records_frame``): ``from jobs.results import
+    results_frame``.
+
+    ``config`` (a YAML path, a dict or a ``BenchmarkConfig``): its records at its current
+    settings under its names, as ``repeval results --config``; else ``store`` (a path, URL
+    or ``FeatureStore``; default ``./repeval-store``): the latest record per cell, as
+    ``repeval results --store``. ``all_records`` adds the history (``--all``, with a
+    ``current`` column); ``failed`` returns the failures on record instead (``--failed``).
+    """
+    import pandas as pd
+
+    cfg = load_config(config) if config is not None and not isinstance(config, BenchmarkConfig) else config
+    if cfg is not None:
+        st = cfg.open_store(read_only=True)
+    else:
+        st = store if isinstance(store, FeatureStore) else FeatureStore(store or DEFAULT_STORE, read_only=True)
+    if failed:
+        return pd.DataFrame(failed_rows(st, cfg))
+    rows, _ = result_rows(st, cfg, all_records)
+    return records_frame(rows)

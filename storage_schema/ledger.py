@@ -19,11 +19,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from pipeline.errors import ConfigError, RecordNotFoundError
-from pipeline.protocols.fit_warnings import warning_codes
 from storage_schema import keys
 from storage_schema.keys import LEDGER
 from storage_schema.provenance import canonical_json, now_iso, stable_hash
-EXPORT_FORMATS = ("table", "csv", "parquet", "json")
+from storage_schema.tables import EXPORT_FORMATS, export_records, records_frame
 # What can fail: a scanned checkpoint file, an extraction unit (encoder/dataset/split), an
 # evaluation cell (encoder/dataset/layer:setting) and a config's correlation + report step.
 FAILURE_KINDS = ("checkpoint", "extraction", "cell", "correlation")
@@ -192,68 +191,6 @@ class Ledger:
             ``csv``, ``parquet`` (one row per cell) or ``json`` (the records as they are).
         """
         export_records(list(self), path, fmt)
-
-
-def records_frame(records: Iterable[Mapping[str, Any]]):
-    """Records as a pandas table: one row per record; scalar metrics as ``metric.<name>``
-    and diagnostics as ``diag.<name>`` columns; settings as canonical JSON; ``warnings`` the
-    record's warning codes (``pipeline.protocols.fit_warnings``) joined by commas, ``-``
-    for none.
-
-    Parameters
-    ----------
-    records : iterable of mapping
-        Ledger records (possibly renamed, with extra scalar fields such as ``current``).
-
-    Returns
-    -------
-    pandas.DataFrame
-        Sorted by model, dataset, layer, protocol, setting and cell id.
-    """
-    import pandas as pd
-
-    rows = []
-    for rec in records:
-        row = {k: v for k, v in rec.items() if not isinstance(v, (dict, list))}
-        row["warnings"] = ",".join(warning_codes(rec)) or "-"
-        for name, value in (rec.get("metrics") or {}).items():
-            if isinstance(value, (int, float, str, bool)) or value is None:
-                row[f"metric.{name}"] = value
-        for name, value in (rec.get("diagnostics") or {}).items():
-            if isinstance(value, (int, float, str, bool)) or value is None:
-                row[f"diag.{name}"] = value
-        row["settings"] = canonical_json(rec.get("settings", {}))
-        rows.append(row)
-    frame = pd.DataFrame(rows)
-    if not frame.empty:
-        order = [c for c in ("model", "dataset", "layer", "protocol", "setting") if c in frame]
-        frame = frame.sort_values(order + ["cell_id"]).reset_index(drop=True)
-    return frame
-
-
-def export_records(records: list[Mapping[str, Any]], path: str, fmt: str) -> None:
-    """Write records to ``path``: csv or parquet (the table of ``records_frame``) or json.
-
-    Parameters
-    ----------
-    records : list of mapping
-        Ledger records.
-    path : str
-        The file to write.
-    fmt : str
-        ``csv``, ``parquet`` or ``json``.
-    """
-    if fmt not in ("csv", "parquet", "json"):
-        raise ConfigError(f"export format {fmt!r} is not supported; choose csv, parquet or json")
-    if fmt == "json":
-        with open(path, "w") as f:
-            json.dump([dict(r) for r in records], f, indent=1, default=str)
-        return
-    frame = records_frame(records)
-    if fmt == "csv":
-        frame.to_csv(path, index=False)
-    else:
-        frame.to_parquet(path, index=False)
 
 
 def latest_records(records: Iterable[Mapping[str, Any]],

@@ -12,14 +12,15 @@ from flows.cli.printing import print_json, print_line, print_table
 from flows.cli.ranks import print_ranks
 from jobs.config import ExtractConfig, load_config
 from jobs.config.weights import check_weights
-from jobs.results import config_records, failed_rows, store_records
+from jobs.results import failed_rows, result_rows
 from pipeline.errors import ArrayNotFoundError, CorruptImageError, RepevalError
 from pipeline.plain import to_plain
 from pipeline.protocols.fit_warnings import unreliable_reasons
 from pipeline.terminal import printable
 from storage_schema import FeatureStore
 from storage_schema.evidence import verify_evidence
-from storage_schema.ledger import EXPORT_FORMATS, Ledger, export_records, records_frame
+from storage_schema.ledger import Ledger
+from storage_schema.tables import EXPORT_FORMATS, export_records, records_frame
 from storage_schema.provenance import weights_summary
 from storage_schema.store import DEFAULT_STORE
 
@@ -236,10 +237,7 @@ def cmd_results(args: argparse.Namespace) -> int:
     if args.failed:
         return _failed(store, cfg, args)
 
-    if cfg is not None:
-        rows, missing = config_records(store, cfg, args.all)
-    else:
-        rows, missing = store_records(store, args.all), 0
+    rows, missing = result_rows(store, cfg, args.all)
     if args.ranks:
         return print_ranks([r for r in rows if r.get("current", True)], args,
                            cfg.correlation if cfg is not None else None)
@@ -252,6 +250,8 @@ def cmd_results(args: argparse.Namespace) -> int:
         return 0
     frame = records_frame(rows)
     cols = [c for c in RESULT_COLUMNS if c in frame]
+    if "step" in frame and frame["step"].notna().any():
+        cols.insert(1, "step")  # a series' checkpoints, read in training order
     if "recorded_as" in frame and frame["recorded_as"].notna().any():
         cols.append("recorded_as")  # a name sharing the record of identical weights
     cols += [c for c in HISTORY_COLUMNS if args.all and c in frame] + ["cell_id"]

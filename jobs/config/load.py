@@ -11,6 +11,8 @@ answers fast); what needs the registries of architectures and adapters is checke
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -23,7 +25,9 @@ from jobs.config.typed import from_plain
 from pipeline.errors import ConfigError
 from pipeline.terminal import short
 
-__all__ = ["load_config", "resolve_paths"]
+__all__ = ["load_config", "resolve_paths", "resolve_tracker_paths"]
+
+_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
 def load_config(source: str | os.PathLike | dict) -> BenchmarkConfig:
@@ -75,6 +79,7 @@ def resolve_paths(cfg: BenchmarkConfig, base: Path) -> None:
 
     cfg.store = local(cfg.store)
     cfg.report.path = local(cfg.report.path)
+    resolve_tracker_paths(cfg, base, local)
     if cfg.reference.csv:
         cfg.reference.csv = local(cfg.reference.csv)
     for scan in cfg.checkpoints:
@@ -92,3 +97,19 @@ def resolve_paths(cfg: BenchmarkConfig, base: Path) -> None:
             if isinstance(value, str) and value.strip():
                 ds.params[key] = local(os.path.expanduser(value))
     resolve_protocol_paths(cfg, local)
+
+
+def resolve_tracker_paths(cfg: BenchmarkConfig, base: Path, local: Callable[[str], str]) -> None:
+    """``report.trackers``' folders made absolute, and their defaults beside the report: a
+    tensorboard ``dir`` of ``tensorboard/``, an mlflow ``tracking_uri`` of the ``file:`` URI
+    of ``mlruns/``; a tracking URI that is a plain path becomes that folder's ``file:`` URI."""
+    beside = base if "://" in cfg.report.path else Path(cfg.report.path).parent
+    for tracker in cfg.report.trackers:
+        if tracker.kind == "tensorboard":
+            tracker.dir = local(os.path.expanduser(tracker.dir)) if tracker.dir else str(beside / "tensorboard")
+        elif tracker.kind == "mlflow":
+            uri = tracker.tracking_uri
+            if uri is None:
+                tracker.tracking_uri = (beside / "mlruns").resolve().as_uri()
+            elif not _URI_SCHEME.match(uri):
+                tracker.tracking_uri = Path(local(os.path.expanduser(uri))).as_uri()

@@ -1,5 +1,6 @@
-"""What a run reports: the reference scores, the correlation settings against them, and
-the HTML report (whether a metric exists is checked by ``jobs.analysis.correlate``)."""
+"""What a run reports: the reference scores, the correlation settings against them, the
+HTML report (whether a metric exists is checked by ``jobs.analysis.correlate``) and the
+experiment trackers each newly evaluated checkpoint's scores go to (``jobs.trackers``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from dataclasses import dataclass, field
 from jobs.dense_plan import dense_correlation_defaults
 from pipeline.errors import ConfigError
 
-__all__ = ["CorrelationConfig", "CorrelationSetting", "ReferenceConfig", "ReportConfig"]
+__all__ = ["TRACKER_KINDS", "CorrelationConfig", "CorrelationSetting", "ReferenceConfig", "ReportConfig",
+           "TrackerConfig"]
+
+TRACKER_KINDS = ("tensorboard", "mlflow")
 
 
 @dataclass
@@ -57,8 +61,40 @@ class CorrelationConfig:
 
 
 @dataclass
+class TrackerConfig:
+    """One experiment tracker of ``report.trackers``: each newly evaluated checkpoint's
+    primary scores, keyed by its training step, go to TensorBoard event files (``dir``) or
+    an MLflow tracking store (``tracking_uri``, ``experiment``). Relative paths are taken
+    from the config file's folder; left out, they are ``tensorboard/`` and ``mlruns/``
+    beside the report (``jobs.config.load.resolve_paths``)."""
+
+    kind: str
+    dir: str | None = None  # tensorboard: event files under <dir>/<series>/
+    tracking_uri: str | None = None  # mlflow: any tracking URI (file:, sqlite:, http(s):, databricks)
+    experiment: str = "repeval"  # mlflow: the experiment the series' runs belong to
+
+    def check(self, path: str) -> None:
+        """Refuse an unknown kind (naming the valid ones) and a field of the other kind."""
+        if self.kind not in TRACKER_KINDS:
+            raise ConfigError(f"{path}.kind: {self.kind!r} is not a tracker; choose one of {', '.join(TRACKER_KINDS)}")
+        if self.kind != "tensorboard" and self.dir is not None:
+            raise ConfigError(f"{path}.dir: only a tensorboard tracker has a dir; an {self.kind} one takes "
+                              "tracking_uri")
+        if self.kind != "mlflow" and self.tracking_uri is not None:
+            raise ConfigError(f"{path}.tracking_uri: only an mlflow tracker has a tracking_uri; a {self.kind} "
+                              "one takes dir")
+        for name in ("dir", "tracking_uri"):
+            if getattr(self, name) is not None and not getattr(self, name).strip():
+                raise ConfigError(f"{path}.{name}: must not be empty (leave it out for the default)")
+        if not self.experiment.strip():
+            raise ConfigError(f"{path}.experiment: must not be empty")
+
+
+@dataclass
 class ReportConfig:
-    """The ``report:`` section: where the HTML report is written, and the low-shot baseline."""
+    """The ``report:`` section: where the HTML report is written, the low-shot baseline,
+    and the experiment trackers the new scores are logged to."""
 
     path: str = "repeval-report/report.html"
     baseline: str | None = None  # encoder that low-shot curves are drawn relative to
+    trackers: list[TrackerConfig] = field(default_factory=list)

@@ -57,7 +57,8 @@ def _config(tmp: Path) -> Path:
         "datasets": [{"name": "tex", "adapter": "textures", "params": {"n_per_class": {"train": 20, "test": 40}}}],
         "protocols": [{"name": "knn", "protocol": "knn", "settings": {"n_neighbors": 5}},
                       {"name": "few", "protocol": "fewshot", "settings": {"n_way": 4, "n_shot": 5, "n_episodes": 40}}],
-        "report": {"path": str(tmp / "out" / "report.html")},
+        # the trackers' defaults: out/tensorboard/ and the file: URI of out/mlruns/
+        "report": {"path": str(tmp / "out" / "report.html"), "trackers": [{"kind": "tensorboard"}, {"kind": "mlflow"}]},
     }
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(raw))
@@ -213,6 +214,44 @@ def test_each_run_emits_evaluated_and_the_regressed_run_also_regressed_carrying_
     for r in summary["regressions"]:
         assert f"ck-step300 (step 300) is worse than {r['against']} (step {r['best_step']}) on {r['cell']}: " in body
     assert body.endswith(f"report: {report}")
+
+
+@pytest.mark.slow
+def test_each_night_logs_its_new_checkpoints_to_tensorboard_and_mlflow(series_run):
+    """The first night logs steps 100 and 200, the second only 300: read back with
+    TensorBoard's and MLflow's own readers, each step once, the ledger's scores; the
+    results table carries each checkpoint's step, file and weights fingerprint."""
+    pytest.importorskip("tensorboard", reason="the trackers extra: pip install -e '.[trackers]'")
+    pytest.importorskip("mlflow", reason="the trackers extra: pip install -e '.[trackers]'")
+    import os
+
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from jobs.results import results_frame
+
+    out = series_run["tmp"] / "out"
+    assert [(t["kind"], t["logged"], t["error"]) for t in series_run["first"]["trackers"]] == [
+        ("tensorboard", 4, None), ("mlflow", 4, None)]  # 2 checkpoints x 2 settings
+    assert [t["logged"] for t in series_run["summary"]["trackers"]] == [2, 2]  # the new checkpoint only
+    frame = results_frame(series_run["tmp"] / "config.yaml")
+    scores = {(s, int(step)): score
+              for s, step, score in frame[["setting", "step", "metric.score"]].itertuples(index=False, name=None)}
+    assert frame["weights_fingerprint"].notna().all() and frame["checkpoint"].str.endswith(".safetensors").all()
+    assert sorted(frame["step"].unique()) == [100, 200, 300]
+
+    events = EventAccumulator(str(out / "tensorboard" / "r10t-run7"))
+    events.Reload()
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow >= 3.7 reads a file: store only so
+    client = MlflowClient(tracking_uri=(out / "mlruns").as_uri())
+    (run,) = client.search_runs([client.get_experiment_by_name("repeval").experiment_id])
+    for setting in SETTINGS:
+        key = f"{setting}/tex/pre_logits"
+        expected = {step: score for (s, step), score in scores.items() if s == setting}
+        tb = {e.step: e.value for e in events.Scalars(key)}
+        ml = {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
+        assert len(events.Scalars(key)) == 3 and tb == pytest.approx(expected, abs=1e-6)
+        assert len(client.get_metric_history(run.info.run_id, key)) == 3 and ml == pytest.approx(expected)
 
 
 def test_the_documented_automation_is_one_prefect_accepts_and_renders_the_regressions():

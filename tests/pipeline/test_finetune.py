@@ -322,6 +322,7 @@ def test_finetune_result_calibrates_with_the_selection_runs_validation_logits():
     d = out["diagnostics"]
     assert d["selected"] == to_plain(points[1]) and d["temperature"] == cal.temperature
     assert [v["score"] for v in d["val_scores"]] == [0.4, 0.8] and d["converged"] and d["diverged_points"] == 0
+    assert d["n_val"] == 30  # the validation images the selection runs were scored on
     with pytest.raises(DataValidationError, match="the refit ran point"):
         finetune_result(results, {**refit, "point": to_plain(points[0])}, s)
 

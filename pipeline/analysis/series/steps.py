@@ -253,3 +253,38 @@ def series_name(path: str | os.PathLike[str], declared: str | None = None) -> st
     return Path(os.path.abspath(path)).parent.name
 
 
+
+
+_EPOCH_IN_NAME = re.compile(r"(?:^|[^a-z])epoch[=_-]?(?P<epoch>[0-9]+)", re.IGNORECASE)
+
+
+def checkpoint_epoch(path: str | os.PathLike[str]) -> int | None:
+    """A checkpoint's training epoch where it says so, for tables beside its step.
+
+    Parameters
+    ----------
+    path : str or path
+        The checkpoint file.
+
+    Returns
+    -------
+    int or None
+        ``epoch=<N>`` (or ``epoch_<N>``, ``epoch<N>``) in the file name, as Lightning names
+        them (``epoch=9-step=1200.ckpt``); else the ``epoch`` of a safetensors header's
+        metadata (the header alone is read, without torch); else None, also for a file
+        that cannot be read. A PyTorch file is not opened for it: its entries are read only
+        by loading it.
+    """
+    found = _EPOCH_IN_NAME.search(Path(path).name)
+    if found is not None:
+        return int(found.group("epoch"))
+    if not str(path).endswith(".safetensors"):
+        return None
+    from safetensors import safe_open  # the header only: no tensor, no torch
+
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            value = (handle.metadata() or {}).get("epoch")
+        return None if value is None else _as_step(value, f"{Path(path).name!r} metadata key 'epoch'")
+    except Exception:  # noqa: BLE001  unreadable or moved since: the epoch is not known
+        return None

@@ -193,9 +193,12 @@ def run_segmentation(data: DenseData, s: Mapping[str, Any]) -> ProtocolResult:
     metrics = {"score": found["miou"], "miou": found["miou"], "pixel_accuracy": found["pixel_accuracy"],
                "classes_scored": found["classes_scored"], "labelled_pixels": found["labelled_pixels"]}
     dm.check_scores(metrics, ("miou", "pixel_accuracy"))
+    # the counts of what was done: the grid trained on the selection rows and was scored on
+    # the validation images (a held-out share of train, or the split); the refit on all rows
     diagnostics = {"learning_rate": chosen["learning_rate"], "selection": runs, "validation": validation,
                    "iou": found["iou"], "refit": _run_record(outcome, sum(len(r) for r in all_rows), s["batch_size"]),
-                   **_shapes(data), "device": str(device), "converged": True}
+                   **_shapes(data, n_train=sum(len(r) for r in all_rows), n_val=len(val_targets)),
+                   "n_selection_images": int(len(rows[0])), "device": str(device), "converged": True}
     evidence = Evidence.of_pixel_counts(y, counts, "miou")
     return ProtocolResult(metrics, diagnostics, warnings, evidence=evidence, maps=pred)
 
@@ -289,14 +292,19 @@ def run_normals(data: DenseData, s: Mapping[str, Any]) -> ProtocolResult:
                       dtype=np.int64).reshape(len(y), 1 + len(dm.ANGLE_THRESHOLDS))
     metrics = {"score": found["within_11_25"], **found}
     dm.check_scores(metrics, dm.NORMAL_METRICS)
-    diagnostics = {"train": _run_record(outcome, sum(len(r) for r in rows), s["batch_size"]), **_shapes(data),
+    # one learning rate, no selection: no image is spent on validation (a validation split is trained on)
+    trained = sum(len(r) for r in rows)
+    validation = "none: one learning rate" + ("; the validation split is trained on" if data.X_val is not None else "")
+    diagnostics = {"train": _run_record(outcome, trained, s["batch_size"]),
+                   **_shapes(data, n_train=trained, n_val=0), "validation": validation,
                    "head": s["head"], **formulation, "device": str(device), "converged": True}
     return ProtocolResult(metrics, diagnostics, evidence=Evidence.of_pixel_counts(y, counts, "within_11_25"),
                           maps=pred)
 
 
-def _shapes(data: DenseData) -> dict[str, Any]:
+def _shapes(data: DenseData, n_train: int, n_val: int) -> dict[str, Any]:
+    """The maps' geometry and the images used: ``n_train`` trained the final head, ``n_val``
+    scored the selection (0: none was made), as the runner did, not as the splits are."""
     (h, w), (H, W) = data.grid, data.target_size
     return {"grid": [h, w], "target_size": [H, W], "upsampling": [H / h, W / w],
-            "n_train_images": int(len(data.y_train)), "n_test_images": int(len(data.y_test)),
-            "n_val_images": 0 if data.y_val is None else int(len(data.y_val))}
+            "n_train_images": int(n_train), "n_test_images": int(len(data.y_test)), "n_val_images": int(n_val)}

@@ -52,7 +52,7 @@ PROBES: dict[str, tuple[type, dict[str, Any]]] = {
     "logistic": (LogisticProbe, {}),
 }
 # Fitted attributes copied into each run's record when the probe has them.
-_DIAGNOSTICS = ("alpha_", "C_", "converged_")
+_DIAGNOSTICS = ("alpha_", "C_", "converged_", "n_val_")  # n_val_: a logistic probe's
 
 __all__ = [
     "DEFAULT_SHOTS",

@@ -95,7 +95,8 @@ def finetune_result(select_results: Sequence[Mapping[str, Any]], refit_result: M
         ``nll``, ``nll_temperature_scaled`` (test split; NaN when the refit diverged).
         Diagnostics: ``selected`` (the point), ``optimizer_weight_decay``,
         ``val_scores`` (one entry per grid point in grid order: the point, ``score``,
-        ``diverged``, ``train_loss_last``), ``validation``, ``steps``, ``batch_size``,
+        ``diverged``, ``train_loss_last``), ``validation``, ``n_val`` (the validation
+        images the selection runs were scored on), ``steps``, ``batch_size``,
         ``temperature``, ``temperature_at_bound``, ``diverged_points``, ``refit_diverged``,
         ``converged`` (False when the refit diverged), ``n_train``, ``n_test``,
         ``weights_fingerprint``.
@@ -115,6 +116,7 @@ def finetune_result(select_results: Sequence[Mapping[str, Any]], refit_result: M
         "val_scores": [{**r["point"], "score": r["score"], "diverged": r["diverged"],
                         "train_loss_last": r["train_loss_last"]} for r in ordered],
         "validation": best["validation"],
+        "n_val": int(len(best["labels"])),  # the images the selection runs were scored on
         "steps": settings.steps,
         "batch_size": settings.batch_size,
         "diverged_points": sum(bool(r["diverged"]) for r in ordered),

@@ -94,6 +94,8 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         Validation score per ``Cs_`` (empty without a grid).
     train_index_, val_index_ : numpy.ndarray or None
         Sorted row positions of the selection split (None without a grid).
+    n_val_ : int
+        Rows the grid's C values were scored on (0 without a grid).
     n_iter_ : numpy.ndarray of shape (1,)
         Iterations of the final fit.
     grid_n_iter_ : numpy.ndarray
@@ -216,6 +218,7 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         reg_from, precond = 0.0, None  # the penalty the memory's pairs were taken at
 
         self.train_index_ = self.val_index_ = None
+        self.n_val_ = 0
         if grid is None:
             C = float(self.C)
             self.Cs_, self.val_scores_ = np.array([C]), np.array([])
@@ -227,6 +230,7 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
                 va = val_index
                 tr = np.setdiff1d(np.arange(n), va)
             self.train_index_, self.val_index_ = tr, va
+            self.n_val_ = int(len(va))
             train_rows = rows.select(tr)
             loss = LinearLoss(train_rows, targets[torch.from_numpy(tr).to(device)], K, device)
             precond = Preconditioner(gram_matrix(train_rows, device))

@@ -81,7 +81,8 @@ class MultiLabelLogisticProbe:
 
     Attributes
     ----------
-    coef_ (K, d), intercept_ (K,), C_, Cs_, val_scores_ (validation mAP per C),
+    coef_ (K, d), intercept_ (K,), C_, Cs_, val_scores_ (validation mAP per C), n_val_ (the
+    rows those were scored on; 0 without a grid),
     n_iter_ (most iterations of a final fit), converged_ (no fit hit max_iter),
     constant_classes_ (classes whose fitting rows hold one label only: no classifier,
     scored as a constant).
@@ -148,6 +149,7 @@ class MultiLabelLogisticProbe:
         if grid is None:
             C = float(self.C)
             self.Cs_, self.val_scores_ = np.array([C]), np.array([])
+            self.n_val_ = 0
         else:
             if val_mask is None:
                 rng = np.random.default_rng(self.random_state)
@@ -166,6 +168,7 @@ class MultiLabelLogisticProbe:
                 if best is None or score >= scores[best[0]]:  # Ericsson et al.: the weaker penalty wins ties
                     best = (len(scores) - 1, warm)
             self.Cs_, self.val_scores_ = grid, np.array(scores)
+            self.n_val_ = int(va.sum())
             C, warm = float(grid[best[0]]), best[1]
         models, self.n_iter_, ok = self._fit_all(X, Y, C, warm)
         self.C_, self.converged_ = C, bool(converged and ok)
@@ -252,8 +255,10 @@ def multilabel_logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     scores = float16_scores(probe.decision_function(X_te))
     metrics = multilabel_metrics(data.y_test, scores)
     validation = "dataset split" if val_mask is not None else f"random {s['val_fraction']:g} of train (seeded)"
+    if s["Cs"] is None:  # a fixed C: nothing selected, a validation split trained on
+        validation = "none: C fixed" + ("; the validation split is trained on" if val_mask is not None else "")
     diagnostics = {"C": probe.C_, "n_iter": int(probe.n_iter_), "converged": probe.converged_,
-                   "validation": validation, "val_scores": [float(v) for v in probe.val_scores_],
+                   "validation": validation, "n_val": int(probe.n_val_), "val_scores": [float(v) for v in probe.val_scores_],
                    "multi_label": True, "classes_without_classifier": probe.constant_classes_,
                    "calibration": "not computed for multi-label data"}
 

@@ -168,9 +168,11 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     probe = LogisticProbe(C=s["C"], Cs=s["Cs"], val_fraction=s["val_fraction"], tol=s["tol"], max_iter=s["max_iter"],
                           random_state=s["seed"], device=device).fit_rows(rows, y, val_index=val_index)
     metrics, evidence = _score(data, probe, test, probe.score_blocks)
+    validation = "dataset split" if val_index is not None else f"stratified {s['val_fraction']:g} of train"
+    if s["Cs"] is None:  # a fixed C: nothing selected, a validation split trained on
+        validation = "none: C fixed" + ("; the validation split is trained on" if val_index is not None else "")
     diagnostics = {"C": float(probe.C_), "n_iter": int(np.max(probe.n_iter_)), "converged": bool(probe.converged_),
-                   "validation": "dataset split" if val_index is not None else f"stratified {s['val_fraction']:g} of train",
-                   "device": str(device)}
+                   "validation": validation, "n_val": int(probe.n_val_), "device": str(device)}
     warnings = []
     if s["Cs"] is not None:
         diagnostics["val_scores"] = [float(v) for v in probe.val_scores_]
@@ -248,7 +250,9 @@ def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     probe = RidgeProbe(alpha=s["alpha"], fit_intercept=s["fit_intercept"], alphas=_grid(s["alphas"], DEFAULT_ALPHAS),
                        device=device).fit_rows(train.with_map(row_map), _present(data))
     metrics, evidence = _score(data, probe, FeatureRows.of(data.X_test).with_map(row_map), probe.score_blocks)
-    diagnostics = {"alpha": float(probe.alpha_), "device": str(device)}
+    # leave-one-out on train: no row is held out (a validation split is not read)
+    diagnostics = {"alpha": float(probe.alpha_), "device": str(device), "n_val": 0,
+                   "validation": "exact leave-one-out on train" if s["alphas"] is not None else "none: alpha fixed"}
     warnings = []
     if getattr(probe, "press_", None) is not None:
         diagnostics["press"] = [float(p) for p in np.ravel(probe.press_)]

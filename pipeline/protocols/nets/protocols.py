@@ -178,9 +178,10 @@ def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         "weight_decays": [float(w) for w in probe.weight_decays_],
         "val_accuracy": [float(v) for v in probe.val_accuracy_], "val_loss": [float(v) for v in probe.val_loss_],
         "best_epochs": [int(e) for e in probe.best_epochs_], "val_curves": _without_nan(probe.val_curves_),
-        "solver": probe.solver_, "validation": _validation(data, s), "device": str(device),
+        "solver": probe.solver_, "validation": _validation(data, s), "n_val": probe.n_val_, "device": str(device),
         "mlp_converged": bool(within_budget),
         "linear": {"C": linear.diagnostics.get("C"), "converged": bool(linear.diagnostics.get("converged", True)),
+                   "n_val": linear.diagnostics.get("n_val"),
                    "settings": dict(linear_settings)},
         "converged": bool(within_budget and linear.diagnostics.get("converged", True)),
     }
@@ -214,7 +215,7 @@ def _attentive(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         "stopped_early": probe.stopped_early_, "grid": [[float(a), float(b)] for a, b in probe.grid_],
         "val_accuracy": [float(v) for v in probe.val_accuracy_], "val_loss": [float(v) for v in probe.val_loss_],
         "best_epochs": [int(e) for e in probe.best_epochs_], "val_curves": _without_nan(probe.val_curves_),
-        "solver": probe.solver_, "validation": _validation(data, s), "device": str(device),
+        "solver": probe.solver_, "validation": _validation(data, s), "n_val": probe.n_val_, "device": str(device),
         "n_tokens": int(np.shape(data.X_test)[1]), "converged": bool(within_budget),
     }
     return ProtocolResult(metrics, diagnostics, evidence=class_evidence(data, predicted))

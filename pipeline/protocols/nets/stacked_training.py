@@ -404,6 +404,7 @@ class GridSelectionMixin:
                             self.patience, self.random_state, device)
         best = select_member(record, lrs, wds)
         self.n_epochs_ = int(record.best_epoch[best])
+        self.n_val_ = int(len(val_rows))  # the rows every grid member was scored on
         self.val_accuracy_, self.val_loss_ = record.best_accuracy, record.best_loss
         self.best_epochs_, self.val_curves_ = record.best_epoch, record.val_accuracy
         self.stopped_early_ = bool(record.stopped_early[best])

@@ -1,0 +1,115 @@
+"""Records as one tidy, typed table: what ``repeval results --format`` writes and what
+``jobs.results.results_frame`` returns to a notebook.
+
+One row per record. Typed so that a reader does not parse strings: ``recorded`` is a UTC
+timestamp, ``step`` and ``epoch`` (a checkpoint series' training step and epoch, where
+the rows carry them) nullable integers, ``settings`` the protocol's full settings as
+canonical JSON (in Parquet a column of Arrow's JSON type), scalar metrics
+``metric.<name>`` and scalar diagnostics ``diag.<name>`` columns of their own. The
+columns that name a row come first (model, series, step, epoch, dataset, layer, setting,
+protocol), then the metrics, then the rest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pipeline.errors import ConfigError
+from pipeline.protocols.fit_warnings import warning_codes
+from storage_schema.provenance import canonical_json
+
+__all__ = ["EXPORT_FORMATS", "NAME_COLUMNS", "export_records", "records_frame"]
+
+EXPORT_FORMATS = ("table", "csv", "parquet", "json")
+#: The columns that say which cell a row is, in this order, first in the table.
+NAME_COLUMNS = ("model", "series", "step", "epoch", "dataset", "layer", "setting", "protocol")
+#: Whole numbers that a missing value must not turn into floats (a step of 1200.0).
+_INTEGER_COLUMNS = ("step", "epoch", "n_train", "n_test", "dim", "protocol_version")
+
+
+def records_frame(records: Iterable[Mapping[str, Any]]):
+    """Records as a pandas table: one row per record; scalar metrics as ``metric.<name>``
+    and diagnostics as ``diag.<name>`` columns; settings as canonical JSON; ``warnings`` the
+    record's warning codes (``pipeline.protocols.fit_warnings``) joined by commas, ``-``
+    for none; ``recorded`` a UTC timestamp; ``step``, ``epoch`` and the counts nullable
+    integers.
+
+    Parameters
+    ----------
+    records : iterable of mapping
+        Ledger records (possibly renamed, with extra scalar fields such as ``current``,
+        ``series`` or ``step``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Sorted by model, dataset, layer, protocol, setting and cell id.
+    """
+    import pandas as pd
+
+    rows = []
+    for rec in records:
+        row = {k: v for k, v in rec.items() if not isinstance(v, (dict, list))}
+        row["warnings"] = ",".join(warning_codes(rec)) or "-"
+        for name, value in (rec.get("metrics") or {}).items():
+            if isinstance(value, (int, float, str, bool)) or value is None:
+                row[f"metric.{name}"] = value
+        for name, value in (rec.get("diagnostics") or {}).items():
+            if isinstance(value, (int, float, str, bool)) or value is None:
+                row[f"diag.{name}"] = value
+        row["settings"] = canonical_json(rec.get("settings", {}))
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    if "recorded" in frame:  # every record is stamped in ISO 8601 (storage_schema.provenance.now_iso)
+        frame["recorded"] = pd.to_datetime(frame["recorded"], utc=True, format="ISO8601")
+    for col in _INTEGER_COLUMNS:
+        if col in frame:
+            frame[col] = frame[col].astype("Int64")
+    order = [c for c in ("model", "dataset", "layer", "protocol", "setting") if c in frame]
+    frame = frame.sort_values(order + ["cell_id"]).reset_index(drop=True)
+    first = [c for c in NAME_COLUMNS if c in frame]
+    metrics = [c for c in frame.columns if c.startswith("metric.")]
+    return frame[first + metrics + [c for c in frame.columns if c not in first and c not in metrics]]
+
+
+def export_records(records: list[Mapping[str, Any]], path: str, fmt: str) -> None:
+    """Write records to ``path``: csv or parquet (the table of ``records_frame``) or json
+    (the records as they are, nested settings, metrics and diagnostics included).
+
+    Parameters
+    ----------
+    records : list of mapping
+        Ledger records.
+    path : str
+        The file to write.
+    fmt : str
+        ``csv``, ``parquet`` or ``json``.
+    """
+    if fmt not in ("csv", "parquet", "json"):
+        raise ConfigError(f"export format {fmt!r} is not supported; choose csv, parquet or json")
+    if fmt == "json":
+        with open(path, "w") as f:
+            json.dump([dict(r) for r in records], f, indent=1, default=str)
+        return
+    frame = records_frame(records)
+    if fmt == "csv":
+        frame.to_csv(path, index=False)
+    else:
+        _write_parquet(frame, path)
+
+
+def _write_parquet(frame, path: str) -> None:
+    """The table with ``settings`` as Arrow's JSON type (a reader sees JSON, not just text)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    if "settings" in frame and hasattr(pa, "json_"):  # pyarrow >= 19
+        i = table.schema.get_field_index("settings")
+        table = table.set_column(i, pa.field("settings", pa.json_()),
+                                 pa.array(frame["settings"].tolist(), type=pa.json_()))
+    pq.write_table(table, path)
