@@ -32,6 +32,11 @@ from pipeline.encoders import EncoderSpec, load_encoder
 
 #: Threads torch uses while training, on every machine (results depend on the count).
 TRAINING_THREADS = 1
+#: Training runs in float64: the CPU's kernels (oneDNN, MKL, ATen's vector code) sum in an
+#: order of their own per instruction set, and a hundred optimiser steps amplify float32's
+#: rounding differences into other checkpoints; float64's are about 1e9 times smaller, so
+#: every machine's checkpoints agree to far below float32's resolution.
+TRAINING_DTYPE = torch.float64
 
 
 @dataclass
@@ -91,7 +96,7 @@ def _accuracy(model: torch.nn.Module, adapter: DatasetAdapter, split: str, trans
     model.eval()
     correct = 0
     for images, index in DataLoader(TorchImageDataset(adapter, split, transform), batch_size=256):
-        pred = model(images).argmax(1).numpy()
+        pred = model(images.to(TRAINING_DTYPE)).argmax(1).numpy()
         correct += int(np.sum(pred == adapter.labels(split)[index.numpy()]))
     return correct / adapter.num_samples(split)
 
@@ -139,6 +144,7 @@ def _train(arch: str, source: DatasetAdapter, steps: list[int], out: Path, trans
            batch_size: int, lr: float, seed: int, prefix: str) -> list[TrainedCheckpoint]:
     kwargs = {"img_size": input_size} if "vit" in arch else {}
     model = timm.create_model(arch, pretrained=False, num_classes=len(source.class_names), **kwargs)
+    model = model.to(TRAINING_DTYPE)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
     batches = _batches(source, "train", transform, batch_size, seed)
     saved, done = [], 0
@@ -147,14 +153,15 @@ def _train(arch: str, source: DatasetAdapter, steps: list[int], out: Path, trans
         while done < target:
             images, index = next(batches)
             labels = torch.as_tensor(source.labels("train")[index.numpy()])
-            loss = torch.nn.functional.cross_entropy(model(images), labels)
+            loss = torch.nn.functional.cross_entropy(model(images.to(TRAINING_DTYPE)), labels)
             opt.zero_grad()
             loss.backward()
             opt.step()
             done += 1
         acc = _accuracy(model, source, "test", transform)
         path = out / f"{prefix}{arch}-step{target:04d}.safetensors"
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+        save_file({k: (v.float() if v.is_floating_point() else v).contiguous()
+                   for k, v in model.state_dict().items()}, str(path))  # float32, as training code saves
         path.with_suffix(".json").write_text(json.dumps(
             {"reference_score": acc, "steps": target, "arch": arch, "source": source.describe()}))
         saved.append(TrainedCheckpoint(str(path), target, acc))
