@@ -22,7 +22,19 @@ __all__ = ["WeightsFinding", "check_record", "verify_weights"]
 
 @dataclass(frozen=True)
 class WeightsFinding:
-    """One record whose weights disagree (``problem``) or cannot be checked (a warning)."""
+    """One record whose weights disagree (``problem``) or cannot be checked (a warning).
+
+    Parameters
+    ----------
+    cell_id : str
+        The record's cell id.
+    label : str
+        ``model/dataset/layer/setting``.
+    reason : str
+        What disagrees, naming the arrays and their weights (short form).
+    problem : bool
+        True: mixed weights (verify fails); False: a warning (weights unknown).
+    """
 
     cell_id: str
     label: str
@@ -30,7 +42,13 @@ class WeightsFinding:
     problem: bool
 
     def line(self) -> str:
-        """One terminal line."""
+        """One terminal line.
+
+        Returns
+        -------
+        str
+            E.g. ``mixed weights m/d/l/s (cell 05376e542abc): ...``.
+        """
         head = "mixed weights" if self.problem else "warning   "
         return f"{head} {self.label} (cell {self.cell_id[:12]}): {self.reason}"
 
@@ -41,7 +59,19 @@ def _label(rec: Mapping[str, Any]) -> str:
 
 def check_record(status: Callable[[str], Any], rec: Mapping[str, Any]) -> WeightsFinding | None:
     """The finding of one record (None: its arrays agree, or it reads no stored features);
-    ``status`` is the store's ``status`` (an array key -> its ArrayStatus or None)."""
+    ``status`` is the store's ``status`` (an array key -> its ArrayStatus or None).
+
+    Parameters
+    ----------
+    status : callable
+        An array key -> its ArrayStatus, or None.
+    rec : mapping
+        A ledger record.
+
+    Returns
+    -------
+    WeightsFinding or None
+    """
     prov = rec.get("provenance") or {}
     keys = prov.get("feature_keys") if isinstance(prov, Mapping) else None
     if not isinstance(keys, Mapping) or not keys:

@@ -155,7 +155,7 @@ def _record(store: Any, cell: Cell, ident: CellIdentity, result: Any, extract: E
     now = file_signature(weights_file(cell.encoder.spec()))
     if ident.weights_signature is not None and now != ident.weights_signature:
         raise WeightsChangedError(f"checkpoint {cell.encoder.weights} was rewritten while {cell.label()} ran: "
-                                  "no record is made from mixed weights; the next scan takes it")
+                                  "no record is made from mixed weights; the next run or scan takes it")
     gpu = dict(result.device_use or {})
     record = cell_record(cell, ident.cell_id, ident.settings, ident.fingerprints, result, n_train=result.n_train or 0,
                          n_test=result.n_test or 0, gpu=gpu,

@@ -12,6 +12,7 @@ features a cell reads can be checked to come from one set of weights.
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,10 @@ def file_signature(path: str | os.PathLike | None) -> list[int] | None:
 
 
 def _what(sig: list[int] | None) -> str:
-    return "missing" if sig is None else f"{sig[0]} bytes, modified {sig[1]}"
+    if sig is None:
+        return "missing"
+    when = datetime.fromtimestamp(sig[1] / 1e9, timezone.utc).isoformat(timespec="milliseconds")
+    return f"{sig[0]} bytes, modified {when}"
 
 
 def load_checked(spec: Any, expected: list[int] | None = None, **load_options: Any):
@@ -74,11 +78,11 @@ def load_checked(spec: Any, expected: list[int] | None = None, **load_options: A
     if path is not None and expected is not None and before is not None and before != list(expected):
         raise WeightsChangedError(
             f"checkpoint {path} was rewritten after this run was planned ({_what(list(expected))} then, "
-            f"{_what(before)} now): its features are not extracted from mixed weights; the next scan takes it")
+            f"{_what(before)} now): its features are not extracted from mixed weights; the next run or scan takes it")
     encoder = load_encoder(spec, **load_options)
     after = file_signature(path)
     if path is not None and after != before:
         raise WeightsChangedError(
             f"checkpoint {path} changed while it was read ({_what(before)} before, {_what(after)} after): "
-            "what was loaded is not one file's weights; the next scan takes it")
+            "what was loaded is not one file's weights; the next run or scan takes it")
     return encoder
