@@ -19,7 +19,7 @@ from jobs.evaluation.evaluate import evaluate_cells
 from jobs.evaluation.identity import identify_cells
 from jobs.extraction.extract import extract
 from jobs.failures import extraction_failure
-from jobs.plan import make_plan, run_extract_unit
+from jobs.plan import make_adapter, make_plan, run_extract_unit
 from pipeline.encoders import load_encoder
 from pipeline.errors import WeightsChangedError
 from storage_schema.ledger import Ledger
@@ -64,8 +64,8 @@ def _run_units(store, plan, between=lambda: None):
             run_extract_unit(store, unit, plan.config)
             outcomes.append({"status": "extracted"})
         except Exception as exc:  # noqa: BLE001  as flows.tasks.extract_task
-            outcomes.append({**extraction_failure(unit.encoder.name, unit.dataset.name, unit.split,
-                                                  unit.encoder.weights, exc), })
+            outcomes.append(extraction_failure(unit.encoder.name, unit.dataset.name, unit.split,
+                                               unit.encoder.weights, exc))
     unavailable = {(o["model"], o["dataset"]): f"extraction {o['label']} failed: {o['reason']}"
                    for o in outcomes if o["status"] == "failed"}
     return outcomes, evaluate_cells(store, plan.cells, unavailable=unavailable)
@@ -104,10 +104,7 @@ def test_arrays_of_different_weights_are_never_one_cell(setup) -> None:
     """Even when the file's signature cannot tell (a unit planned without one): the cell
     compares the weights each array came from."""
     ck, plan, store = setup
-    spec, adapter = plan.config.encoders[0].spec(), None
-    from jobs.plan import make_adapter
-
-    adapter = make_adapter(plan.config.datasets[0])
+    spec, adapter = plan.config.encoders[0].spec(), make_adapter(plan.config.datasets[0])
     settings = plan.config.encoders[0].extract_settings(plan.config.extract)
     extract(store, spec, adapter, "train", settings)
     old = _fingerprint(plan)
@@ -174,3 +171,33 @@ def test_verify_finds_a_record_whose_arrays_disagree_and_warns_on_unknown(setup,
     assert cli(["ls", "--store", store.url, "--json"]) == 0
     rows = {r["key"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows[key]["weights"] == "unknown"
+
+
+def test_a_cell_that_reads_the_weights_gives_no_record_when_the_file_is_rewritten_while_it_runs(
+        tmp_path: Path, monkeypatch) -> None:
+    import jobs.evaluation.weights as weights_jobs
+
+    ck = _write(tmp_path / "ck" / "checkpoint.pth", seed=0)
+    cfg = load_config({
+        "store": str(tmp_path / "store"), "extract": {"device": "cpu"},
+        "encoders": [{"name": "checkpoint", "arch": ARCH, "weights": str(ck), "input_size": 32}],
+        "datasets": [{"name": "tex", "adapter": "textures", "params": {"n_per_class": {"train": 4, "test": 4}}}],
+        "protocols": [{"name": "sal", "protocol": "saliency", "settings": {"n_images": 2, "n_examples": 1}}],
+    })
+    (cell,) = make_plan(cfg).cells
+    store = cfg.open_store()
+    real = weights_jobs._image_data
+
+    def then_rewrite(*args, **kwargs):  # after the cell id was taken from the old weights
+        out = real(*args, **kwargs)
+        _write(ck, seed=1)
+        return out
+
+    monkeypatch.setattr(weights_jobs, "_image_data", then_rewrite)
+    with pytest.raises(WeightsChangedError, match="rewritten while checkpoint/tex"):
+        weights_jobs.weights_cell(store, cell, cfg.extract)
+    assert len(Ledger(store)) == 0
+    monkeypatch.setattr(weights_jobs, "_image_data", real)  # the file now still: the next run records it
+    assert weights_jobs.weights_cell(store, cell, cfg.extract)["status"] == "computed"
+    (rec,) = list(Ledger(store))
+    assert rec["provenance"][WEIGHTS_FIELD] == _fingerprint(make_plan(cfg))
