@@ -87,6 +87,12 @@ def test_a_normal_run_records_the_loaded_weights_on_every_array_and_the_record(s
     assert listing.count(expected[:12]) == 2  # each feature array's own weights, short form
     assert cli(["verify", "--store", store.url]) == 0
     assert "0 problem(s)" in capsys.readouterr().out
+    from jobs.report.page import write_report  # the report's provenance: the record's and each array's weights
+
+    html = Path(write_report([rec], None, plan.config, str(ck.parent.parent / "report.html"))).read_text()
+    block = html[html.index('<section id="provenance">'):]
+    assert f'"weights": "{expected[:12]}"' in block.replace("&#34;", '"').replace("&quot;", '"')
+    assert block.count(expected[:12]) >= 3  # the record's, and the train and test arrays'
 
 
 def test_a_checkpoint_rewritten_between_the_splits_gives_no_record_and_one_line(setup) -> None:
