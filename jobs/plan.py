@@ -80,11 +80,15 @@ def make_adapter(dataset: DatasetConfig):
     return make_dataset(dataset.adapter, name=dataset.name, **dataset.params)
 
 
-def extraction_units(cfg: BenchmarkConfig) -> list[ExtractUnit]:
+def extraction_units(cfg: BenchmarkConfig, scanned: dict[str, list[int]] | None = None) -> list[ExtractUnit]:
     """One unit per (extracted encoder, dataset, split) whose features a protocol reads;
-    ``source: store`` encoders have none. Each notes its checkpoint file's signature now,
-    so a file rewritten before its unit runs is refused, not extracted from other weights."""
-    signatures = {e.name: file_signature(weights_file(e.spec())) for e in cfg.encoders if e.extracted}
+    ``source: store`` encoders have none. Each notes its checkpoint file's signature (for a
+    scanned file, ``[size, mtime_ns]`` as the scan saw it: ``scanned``, by encoder name;
+    else the file's now), so a file rewritten before its unit runs is refused, not
+    extracted from other weights."""
+    scanned = scanned or {}
+    signatures = {e.name: list(scanned[e.name]) if e.name in scanned else file_signature(weights_file(e.spec()))
+                  for e in cfg.encoders if e.extracted}
     return [ExtractUnit(e, d, split, signatures[e.name]) for e in cfg.encoders if e.extracted for d in cfg.datasets
             if needs_features(cfg, d)
             for split in d.splits()]
@@ -317,7 +321,7 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
     if check:  # what each cell will need, from the store's shapes or the datasets and encoders
         memory = estimate_cells(cells, full.encoders, adapters, store or _failure_store(cfg, writable=False),
                                 default_dtype=cfg.extract.dtype)
-    return Plan(full, extraction_units(full), cells, scan, refused, cell_memory=memory,
+    return Plan(full, extraction_units(full, scan.signatures()), cells, scan, refused, cell_memory=memory,
                 data_notes=_data_notes(adapters))
 
 

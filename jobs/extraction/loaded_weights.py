@@ -55,8 +55,9 @@ def load_checked(spec: Any, expected: list[int] | None = None, **load_options: A
     spec : pipeline.encoders.EncoderSpec
         The encoder to load.
     expected : list of int, optional
-        The checkpoint's :func:`file_signature` when the run was planned; None checks only
-        that the file did not change while it was read.
+        The checkpoint's :func:`file_signature` when the run was planned (or its first
+        items: a scan's ``[size, mtime_ns]``); None checks only that the file did not
+        change while it was read.
     **load_options
         ``device``, ``precision``, ``channels_last`` (``pipeline.encoders.load_encoder``).
 
@@ -75,7 +76,8 @@ def load_checked(spec: Any, expected: list[int] | None = None, **load_options: A
 
     path = weights_file(spec)
     before = file_signature(path)
-    if path is not None and expected is not None and before is not None and before != list(expected):
+    # a scan's signature is [size, mtime_ns]; a plan's own stat adds the inode
+    if path is not None and expected is not None and before is not None and before[:len(expected)] != list(expected):
         raise WeightsChangedError(
             f"checkpoint {path} was rewritten after this run was planned ({_what(list(expected))} then, "
             f"{_what(before)} now): its features are not extracted from mixed weights; the next run or scan takes it")
