@@ -19,10 +19,10 @@ from pipeline.protocols.fit_warnings import unreliable_reasons
 from pipeline.terminal import printable
 from storage_schema import FeatureStore
 from storage_schema.evidence import verify_evidence
-from storage_schema.weights_check import verify_weights
 from storage_schema.ledger import EXPORT_FORMATS, Ledger, export_records, records_frame
 from storage_schema.provenance import array_weights, short_weights, weights_summary
 from storage_schema.store import DEFAULT_STORE
+from storage_schema.weights_check import verify_weights
 
 EXIT_PROBLEMS = 1  # verify / repair: damaged or incomplete arrays remain
 

@@ -21,8 +21,8 @@ from jobs.evaluation.dense_cells import dense_scratch, load_dense_data, remove_d
 from jobs.evaluation.identity import Arrays, cell_arrays, cell_identity, cell_weights
 from jobs.evaluation.records import cell_record, write_record
 from jobs.failures import cell_failure, is_transient, one_line
-from pipeline.protocols.blocks import STREAM_BLOCK_ROWS
 from pipeline.errors import WeightsMismatchError
+from pipeline.protocols.blocks import STREAM_BLOCK_ROWS
 from pipeline.protocols.registry import EvalData
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
