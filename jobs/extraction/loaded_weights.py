@@ -80,11 +80,12 @@ def load_checked(spec: Any, expected: list[int] | None = None, **load_options: A
     if path is not None and expected is not None and before is not None and before[:len(expected)] != list(expected):
         raise WeightsChangedError(
             f"checkpoint {path} was rewritten after this run was planned ({_what(list(expected))} then, "
-            f"{_what(before)} now): its features are not extracted from mixed weights; the next run or scan takes it")
+            f"{_what(before)} now): nothing is extracted from it and its cells are not evaluated (no record from mixed "
+            "weights); the next run or scan takes it")
     encoder = load_encoder(spec, **load_options)
     after = file_signature(path)
     if path is not None and after != before:
         raise WeightsChangedError(
             f"checkpoint {path} changed while it was read ({_what(before)} before, {_what(after)} after): "
-            "what was loaded is not one file's weights; the next run or scan takes it")
+            "what was loaded is not one file's weights, so nothing is extracted from it; the next run or scan takes it")
     return encoder
