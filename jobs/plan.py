@@ -22,6 +22,7 @@ from jobs.config.weights import check_encoder
 from jobs.dense_plan import check_dense_pairs, pairs_with_dataset
 from jobs.evaluation.cell import ENCODER_LAYER, Cell
 from jobs.evaluation.cell_memory import estimate_cells
+from jobs.extraction.loaded_weights import file_signature, weights_file
 from jobs.failures import sync_failures
 from pipeline.encoders.spec import MAP_SUFFIX, TOKENS_SUFFIX, layer_kind
 from pipeline.errors import (
@@ -38,11 +39,15 @@ class ExtractUnit:
 
     Shipped to a worker as ``pipeline.plain.to_plain(unit)``, rebuilt with its config
     entries checked again by ``jobs.config.typed.from_plain(ExtractUnit, plain)``.
+    ``weights_signature`` is the checkpoint file's ``[size, mtime_ns, inode]`` when the run
+    was planned (``jobs.extraction.loaded_weights.file_signature``; None for pretrained or
+    random weights): the unit refuses a file rewritten since.
     """
 
     encoder: EncoderConfig
     dataset: DatasetConfig
     split: str
+    weights_signature: list[int] | None = None
 
     def label(self) -> str:
         """``encoder/dataset/split``, as failures and progress lines name a unit."""
@@ -75,10 +80,16 @@ def make_adapter(dataset: DatasetConfig):
     return make_dataset(dataset.adapter, name=dataset.name, **dataset.params)
 
 
-def extraction_units(cfg: BenchmarkConfig) -> list[ExtractUnit]:
+def extraction_units(cfg: BenchmarkConfig, scanned: dict[str, list[int]] | None = None) -> list[ExtractUnit]:
     """One unit per (extracted encoder, dataset, split) whose features a protocol reads;
-    ``source: store`` encoders have none."""
-    return [ExtractUnit(e, d, split) for e in cfg.encoders if e.extracted for d in cfg.datasets
+    ``source: store`` encoders have none. Each notes its checkpoint file's signature (for a
+    scanned file, ``[size, mtime_ns]`` as the scan saw it: ``scanned``, by encoder name;
+    else the file's now), so a file rewritten before its unit runs is refused, not
+    extracted from other weights."""
+    scanned = scanned or {}
+    signatures = {e.name: list(scanned[e.name]) if e.name in scanned else file_signature(weights_file(e.spec()))
+                  for e in cfg.encoders if e.extracted}
+    return [ExtractUnit(e, d, split, signatures[e.name]) for e in cfg.encoders if e.extracted for d in cfg.datasets
             if needs_features(cfg, d)
             for split in d.splits()]
 
@@ -310,7 +321,7 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
     if check:  # what each cell will need, from the store's shapes or the datasets and encoders
         memory = estimate_cells(cells, full.encoders, adapters, store or _failure_store(cfg, writable=False),
                                 default_dtype=cfg.extract.dtype)
-    return Plan(full, extraction_units(full), cells, scan, refused, cell_memory=memory,
+    return Plan(full, extraction_units(full, scan.signatures()), cells, scan, refused, cell_memory=memory,
                 data_notes=_data_notes(adapters))
 
 
@@ -338,4 +349,4 @@ def run_extract_unit(store, unit: ExtractUnit, extract: BenchmarkConfig | Extrac
 
     settings = unit.encoder.extract_settings(extract.extract if isinstance(extract, BenchmarkConfig) else extract)
     return extract_job(store, unit.encoder.spec(), make_adapter(unit.dataset), unit.split,
-                       dataclasses.replace(settings, progress=False))
+                       dataclasses.replace(settings, progress=False), expected_weights=unit.weights_signature)

@@ -46,6 +46,15 @@ class UnsafeCheckpointError(CheckpointError):
     """A pickle checkpoint would need to run arbitrary code; it is refused."""
 
 
+class WeightsChangedError(RepevalError, RuntimeError):
+    """A checkpoint file changed between planning and loading, or while it was read: what
+    was loaded is not what the run planned; its features are left for the next scan."""
+
+
+class WeightsMismatchError(RepevalError, ValueError):
+    """The feature arrays of a cell (or a record and its arrays) came from different weights."""
+
+
 class HubUnavailableError(RepevalError, RuntimeError):
     """Pretrained weights are not in the local hub cache and the hub is offline."""
 

@@ -157,3 +157,99 @@ def weights_summary(record: Mapping[str, Any]) -> str:
     elif record.get("converted_by"):
         parts.append(f"converted by {record['converted_by']}")
     return "; ".join(parts)
+
+
+# -- which weights a feature array came from ----------------------------------------------
+# Every feature array records the fingerprint of the tensors its extraction actually loaded
+# (pipeline.encoders.checkpoints.reading.weights_fingerprint of the built model), so a cell
+# can refuse arrays of different weights: a checkpoint rewritten between the train and the
+# test split's extraction must not give one record.
+WEIGHTS_FIELD = "weights_fingerprint"
+UNKNOWN_WEIGHTS = "unknown"
+SHORT_WEIGHTS = 12  # hexadecimal digits shown by `repeval ls`, the report and messages
+
+
+def array_weights(attrs: Mapping[str, Any]) -> str | None:
+    """The weights fingerprint a feature array came from, from its attributes.
+
+    The array's own ``weights_fingerprint`` attribute; an array written before that
+    attribute existed falls back to its encoder provenance's (computed from the same
+    loaded model); None when neither is there (imported features: unknown).
+
+    Parameters
+    ----------
+    attrs : mapping
+        The array's attributes.
+
+    Returns
+    -------
+    str or None
+        The fingerprint, or None when unknown.
+    """
+    own = attrs.get(WEIGHTS_FIELD)
+    if own:
+        return str(own)
+    enc = attrs.get("encoder")
+    fallback = enc.get(WEIGHTS_FIELD) if isinstance(enc, Mapping) else None
+    return str(fallback) if fallback else None
+
+
+def record_weights(record: Mapping[str, Any]) -> str | None:
+    """The weights fingerprint a ledger record says its cell was computed from (None: not said).
+
+    Parameters
+    ----------
+    record : mapping
+        A ledger record.
+
+    Returns
+    -------
+    str or None
+    """
+    prov = record.get("provenance")
+    fp = prov.get(WEIGHTS_FIELD) if isinstance(prov, Mapping) else None
+    return str(fp) if fp else None
+
+
+def short_weights(fingerprint: str | None) -> str:
+    """A weights fingerprint as shown to people: its first 12 hexadecimal digits, or ``unknown``.
+
+    Parameters
+    ----------
+    fingerprint : str or None
+
+    Returns
+    -------
+    str
+    """
+    return str(fingerprint)[:SHORT_WEIGHTS] if fingerprint else UNKNOWN_WEIGHTS
+
+
+def weights_disagreement(arrays: Mapping[str, str | None], record: str | None = None) -> str | None:
+    """One line saying how the weights of a cell's arrays (and its record) disagree, or None.
+
+    An unknown fingerprint (None) disagrees with nothing: old and imported arrays stay usable.
+
+    Parameters
+    ----------
+    arrays : mapping
+        What each array is (``train features features/m/d/train/l``) -> its weights fingerprint.
+    record : str, optional
+        The weights fingerprint the cell's record says.
+
+    Returns
+    -------
+    str or None
+        E.g. ``train features K1 come from weights adb180e1c2d3, test features K2 from
+        ebf4331f0a9b``; None when they agree.
+    """
+    known = [(what, fp) for what, fp in arrays.items() if fp]
+    if known:
+        first_what, first = known[0]
+        for what, fp in known[1:]:
+            if fp != first:
+                return (f"{first_what} come from weights {short_weights(first)}, {what} from weights "
+                        f"{short_weights(fp)}")
+        if record and record != first:
+            return f"the record says weights {short_weights(record)}, its {first_what} come from {short_weights(first)}"
+    return None

@@ -21,8 +21,9 @@ from storage_schema import FeatureStore
 from storage_schema.evidence import verify_evidence
 from storage_schema.ledger import Ledger
 from storage_schema.tables import EXPORT_FORMATS, export_records, records_frame
-from storage_schema.provenance import weights_summary
+from storage_schema.provenance import array_weights, short_weights, weights_summary
 from storage_schema.store import DEFAULT_STORE
+from storage_schema.weights_check import verify_weights
 
 EXIT_PROBLEMS = 1  # verify / repair: damaged or incomplete arrays remain
 
@@ -111,7 +112,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
             "key": st.key, "shape": list(st.shape), "dtype": st.dtype,
             "status": "complete" if st.complete else f"partial {100 * st.fraction_done:.0f}%",
             "fingerprint": st.fingerprint[:12], "arch": enc.get("arch", ""),
-            "weights": str(enc.get("weights_fingerprint", ""))[:12], "pooling": st.attrs.get("pooling", ""),
+            # the weights this array's extraction loaded (unknown: imported, or no record of them)
+            "weights": short_weights(array_weights(st.attrs)) if st.key.startswith("features/") else "",
+            "pooling": st.attrs.get("pooling", ""),
             "created": st.attrs.get("created", ""), "skipped": len(skipped), "skipped_ids": skipped,
             **({"checkpoint": enc["weights"]} if _from_checkpoint(enc.get("weights")) else {}),
         })
@@ -169,6 +172,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.verbose_ok and checked:
         print(f"ok         {checked - len(wrong)} of {checked} cells' evidence (predictions, scores, episodes)")
     problems += len(wrong)
+    # each record's arrays: from one set of weights, the one the record says
+    weighed, findings = verify_weights(store, Ledger(store))
+    for finding in findings:
+        print_line(finding.line())
+    mixed = sum(f.problem for f in findings)
+    if args.verbose_ok and weighed:
+        print(f"ok         {weighed - mixed} of {weighed} records' weights agree with their arrays")
+    problems += mixed
     print(f"{problems} problem(s) in {store.url}")
     return EXIT_PROBLEMS if problems else 0
 

@@ -18,13 +18,15 @@ import numpy as np
 
 from jobs.evaluation.cell import Cell
 from jobs.evaluation.dense_cells import dense_scratch, load_dense_data, remove_dense_scratch
-from jobs.evaluation.identity import Arrays, cell_arrays, cell_identity
+from jobs.evaluation.identity import Arrays, cell_arrays, cell_identity, cell_weights
 from jobs.evaluation.records import cell_record, write_record
 from jobs.failures import cell_failure, is_transient, one_line
+from pipeline.errors import WeightsMismatchError
 from pipeline.protocols.blocks import STREAM_BLOCK_ROWS
 from pipeline.protocols.registry import EvalData
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
+from storage_schema.provenance import WEIGHTS_FIELD, array_weights, record_weights, weights_disagreement
 
 __all__ = ["DEFAULT_BLOCK_ROWS", "Cell", "CellOutcome", "evaluate_cell", "evaluate_cells", "load_eval_data"]
 
@@ -47,10 +49,15 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
     """Evaluate ``cell`` unless the ledger holds it; append the result to the ledger."""
     protocol = cell.entry
     arrays = cell_arrays(store, cell)
+    weights = cell_weights(cell, arrays)  # arrays of different weights give no cell, no verdict
     cid, settings, fps = cell_identity(store, cell, arrays)
     ledger = Ledger(store) if ledger is None else ledger
     if ledger.has(cid):
-        return CellOutcome(cid, "cached", ledger.get(cid))
+        cached = ledger.get(cid)
+        why = weights_disagreement({"features": weights}, record_weights(cached))
+        if why is not None:
+            raise WeightsMismatchError(f"not answered from the ledger: {why}")
+        return CellOutcome(cid, "cached", cached)
     if record:
         store.check_writable()  # a read-only store answers recorded cells; it must not compute others
     t0 = time.perf_counter()
@@ -70,7 +77,9 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
         # the fit's math threads: seconds mean little without them (Dask workers default to one)
         timings={"read_s": read_seconds, "fit_s": result.seconds, "threads": _math_threads()},
         provenance={
-            "arch": enc.get("arch"), "weights_fingerprint": enc.get("weights_fingerprint"),
+            "arch": enc.get("arch"), WEIGHTS_FIELD: weights or enc.get(WEIGHTS_FIELD),
+            # each array's own, as `repeval verify` checks them against the record
+            "feature_weights": {s: array_weights(a[0].attrs) for s, a in arrays.items()},
             "weights": enc.get("weights"), "data_config": enc.get("data_config"),
             "pooling": train_feats.attrs.get("pooling"), "feature_keys": {s: a[0].key for s, a in arrays.items()},
             "store": store.url,

@@ -29,15 +29,15 @@ from typing import Any
 
 from jobs.config.protocol_checks import settings_hash
 from jobs.evaluation.cell import Cell
-from pipeline.errors import DataValidationError
+from pipeline.errors import DataValidationError, WeightsMismatchError
 from pipeline.plain import to_plain
 from pipeline.protocols.settings import setting_at
 from storage_schema import FeatureStore, StoredArray, feature_key, keys
 from storage_schema.ledger import Ledger, cell_id, encoder_fingerprints
-from storage_schema.provenance import stable_hash
+from storage_schema.provenance import array_weights, stable_hash, weights_disagreement
 
-__all__ = ["Arrays", "CellIdentity", "cell_arrays", "cell_identity", "identify_cells", "recorded_cells",
-           "weights_identity"]
+__all__ = ["Arrays", "CellIdentity", "cell_arrays", "cell_identity", "cell_weights", "identify_cells",
+           "recorded_cells", "weights_identity"]
 
 Arrays = dict[str, tuple[StoredArray, StoredArray]]  # split -> (features, labels)
 
@@ -55,6 +55,24 @@ def cell_arrays(store: FeatureStore, cell: Cell) -> Arrays:
             )
         out[split] = (feats, labels)
     return out
+
+
+def cell_weights(cell: Cell, arrays: Arrays) -> str | None:
+    """The one weights fingerprint every feature array of ``cell`` came from (None: unknown,
+    e.g. imported features).
+
+    Raises
+    ------
+    WeightsMismatchError
+        Two arrays came from different weights (a checkpoint rewritten between the
+        extraction of its splits): the cell is not computed from them (one line, naming both).
+    """
+    named = {f"{split} features {feats.key}": array_weights(feats.attrs) for split, (feats, _) in arrays.items()}
+    why = weights_disagreement(named)
+    if why is not None:
+        raise WeightsMismatchError(f"not computed: {why}; the next run re-extracts the features of other weights "
+                                   "once the checkpoint stays unchanged")
+    return next((fp for fp in named.values() if fp), None)
 
 
 def cell_identity(store: FeatureStore, cell: Cell,
@@ -85,6 +103,7 @@ def identify_cells(store: FeatureStore, cells: list[Cell]) -> list[str | None]:
     out: list[str | None] = []
     for cell in cells:
         fps: dict[str, str] | None = {}
+        weights: dict[str, str | None] = {}
         for split in cell.splits():
             feats = status(feature_key(cell.model, cell.dataset, split, cell.layer))
             labels = status(feats.attrs["labels"]) if feats is not None and feats.complete else None
@@ -92,7 +111,8 @@ def identify_cells(store: FeatureStore, cells: list[Cell]) -> list[str | None]:
                 fps = None
                 break
             fps[f"{split}.features"], fps[f"{split}.labels"] = feats.fingerprint, labels.fingerprint
-        if fps is None:
+            weights[split] = array_weights(feats.attrs)
+        if fps is None or weights_disagreement(weights) is not None:  # mixed weights: never a recorded cell
             out.append(None)
             continue
         key = f"{cell.protocol}|{sorted(cell.settings.items())!r}"
@@ -114,6 +134,7 @@ class CellIdentity:
     result_settings: dict[str, Any]  # those that decide the result (hashed into the id)
     fingerprints: dict[str, str]
     provenance: dict[str, Any]
+    weights_signature: list[int] | None = None  # the checkpoint file read (loaded_weights.file_signature)
 
 
 def weights_identity(cell: Cell, adapter: Any) -> CellIdentity:
@@ -132,12 +153,14 @@ def weights_identity(cell: Cell, adapter: Any) -> CellIdentity:
     """
     # deferred: torch and timm load for a cell that reads an encoder's weights; recorded cells are found
     # without them
-    from pipeline.encoders import load_encoder
+    from jobs.extraction.loaded_weights import file_signature, load_checked, weights_file
 
     entry = cell.entry
     settings = entry.resolve(cell.settings)
     result_settings = entry.result_settings(settings)
-    encoder = load_encoder(cell.encoder.spec(), device="cpu", autocast=False)
+    spec = cell.encoder.spec()
+    signature = file_signature(weights_file(spec))
+    encoder = load_checked(spec, signature, device="cpu", autocast=False)
     prov = encoder.provenance()
     model_input = stable_hash({"arch": cell.encoder.arch, "data_config": prov["data_config"]})
     images = {split: adapter.fingerprint(split) for split in cell.splits()}
@@ -150,7 +173,7 @@ def weights_identity(cell: Cell, adapter: Any) -> CellIdentity:
     provenance = {"arch": cell.encoder.arch, "weights_fingerprint": encoder.weights_fingerprint,
                   "weights": prov["weights"], "data_config": prov["data_config"], "versions": prov["versions"],
                   "dataset": to_plain(adapter.describe())}
-    return CellIdentity(cid, settings, result_settings, fps, provenance)
+    return CellIdentity(cid, settings, result_settings, fps, provenance, signature)
 
 
 def _file_sha256(path: str) -> str:

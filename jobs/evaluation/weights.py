@@ -22,8 +22,9 @@ from jobs.evaluation.cell import Cell
 from jobs.evaluation.identity import CellIdentity, weights_identity
 from jobs.evaluation.records import cell_record, point_to, write_record
 from jobs.evaluation.scratch import remove_scratch, scratch_folder
+from jobs.extraction.loaded_weights import file_signature, weights_file
 from jobs.plan import make_adapter
-from pipeline.errors import DataValidationError
+from pipeline.errors import DataValidationError, WeightsChangedError
 from pipeline.protocols.cell import ImageData
 from storage_schema.ledger import Ledger
 
@@ -148,7 +149,13 @@ def weights_cell(store: Any, cell: Cell, extract: ExtractConfig) -> dict[str, An
 
 def _record(store: Any, cell: Cell, ident: CellIdentity, result: Any, extract: ExtractConfig) -> dict[str, Any]:
     """Write the record of a weights cell (of the same shape as a feature cell's, plus the
-    device it ran on), then delete its scratch state."""
+    device it ran on), then delete its scratch state. A checkpoint rewritten while the cell
+    ran (its protocol loads the file again) gives no record: its weights are not the ones
+    the cell id and provenance name."""
+    now = file_signature(weights_file(cell.encoder.spec()))
+    if ident.weights_signature is not None and now != ident.weights_signature:
+        raise WeightsChangedError(f"checkpoint {cell.encoder.weights} was rewritten while {cell.label()} ran: "
+                                  "no record is made from mixed weights; the next run or scan takes it")
     gpu = dict(result.device_use or {})
     record = cell_record(cell, ident.cell_id, ident.settings, ident.fingerprints, result, n_train=result.n_train or 0,
                          n_test=result.n_test or 0, gpu=gpu,

@@ -19,13 +19,14 @@ from jobs.extraction.forward import (
     decode_mode, forward_chunks, layer_dtype, layer_fingerprints, loader_settings, map_attrs, recorded_spec,
 )
 from jobs.extraction.labels import store_labels
+from jobs.extraction.loaded_weights import load_checked
 from pipeline.datasets import DatasetAdapter
-from pipeline.encoders import Encoder, EncoderSpec, load_encoder
+from pipeline.encoders import Encoder, EncoderSpec
 from pipeline.encoders.spec import is_map_layer
 from pipeline.errors import DatasetError
 from storage_schema import ArraySpec, ArrayStatus, FeatureStore, feature_key, features_group_key
 from storage_schema.leases import Lease
-from storage_schema.provenance import library_versions
+from storage_schema.provenance import WEIGHTS_FIELD, library_versions
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ def extract(
     dataset: DatasetAdapter,
     split: str,
     config: ExtractConfig = ExtractConfig(),
+    expected_weights: list[int] | None = None,
 ) -> ExtractionReport:
     """Extract every requested layer of ``encoder`` on ``dataset``/``split`` into ``store``.
 
@@ -77,6 +79,10 @@ def extract(
         One of the dataset's splits.
     config : ExtractConfig
         Batching, dtype, device and lease settings.
+    expected_weights : list of int, optional
+        The checkpoint file's signature when the run was planned
+        (``jobs.extraction.loaded_weights.file_signature``): a file rewritten since is
+        refused (``WeightsChangedError``) before anything is written.
 
     Returns
     -------
@@ -92,7 +98,7 @@ def extract(
     if split not in dataset.splits:
         raise DatasetError(f"dataset {dataset.name!r} has no split {split!r}; splits: {', '.join(dataset.splits)}")
     if isinstance(encoder, EncoderSpec):
-        encoder = load_encoder(encoder, device=config.device, precision=config.precision,
+        encoder = load_checked(encoder, expected_weights, device=config.device, precision=config.precision,
                                channels_last=config.channels_last)
     model = encoder.spec.name
     group = features_group_key(model, dataset.name, split)
@@ -153,7 +159,8 @@ def _alias_identical(store: FeatureStore, lease: Lease, encoder: Encoder, report
         if target is None or target.key == report.keys[layer]:
             rest[layer] = st
             continue
-        own = {"model": report.model, "encoder": encoder.provenance(), "encoder_spec": recorded_spec(encoder.spec)}
+        own = {"model": report.model, "encoder": encoder.provenance(), "encoder_spec": recorded_spec(encoder.spec),
+               WEIGHTS_FIELD: encoder.weights_fingerprint}
         store.write_alias(lease, report.keys[layer], target, own)
         report.aliases[layer] = target.key
         log.info("%s holds the same features as %s (identical weights): recorded as an alias",
@@ -176,6 +183,7 @@ def _run(store: FeatureStore, lease: Lease, encoder: Encoder, dataset: DatasetAd
             "dtype": layer_dtype(layer, config.dtype), "chunk_rows": chunk_rows, "batch_size": config.batch_size,
             "labels": labels_keys[layer], **map_attrs(layer, shapes[layer], encoder.data_config),
             "encoder": encoder.provenance(), "encoder_spec": recorded_spec(encoder.spec),
+            WEIGHTS_FIELD: encoder.weights_fingerprint,  # of the tensors this process loaded
             "dataset_fingerprint": dataset.fingerprint(split), "dataset_params": dataset.describe(),
             "skipped_ids": report.skipped_ids, "libraries": library_versions(), "decode": decode,
         }

@@ -9,7 +9,7 @@ from typing import Any
 
 from jobs.report.html import Markup, Section, el, label_of, anchor, note, section, table
 from jobs.report.model import ReportRun
-from storage_schema.provenance import now_iso, weights_summary
+from storage_schema.provenance import now_iso, record_weights, short_weights, weights_summary
 
 
 def contents(sections: Sequence[Any]) -> list[tuple[str, str]]:
@@ -44,12 +44,27 @@ def _block(rec: Mapping[str, Any], aside: bool) -> Markup:
     head = {k: rec.get(k) for k in ("cell_id", "model", "recorded_as", "protocol", "protocol_version",
                                     "config_hash", "splits", "converged", "n_train", "n_test", "dim", "recorded")
             if rec.get(k) is not None}
+    head.update(_weights_of(rec))
     parts = [el("h4", "cell"), el("pre", json.dumps(head, indent=1, default=str))]
     for key in _PARTS:
         if key in rec:
             parts += [el("h4", key), el("pre", json.dumps(rec[key], indent=1, sort_keys=True, default=str))]
     summary = label_of(rec) + (" (set aside: older record or changed settings)" if aside else "")
     return el("details", el("summary", summary), parts, id=anchor(rec))
+
+
+def _weights_of(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """The weights the record says (short form) and, for a feature cell, the weights each of
+    its arrays came from (``unknown`` for arrays that did not record them)."""
+    prov = rec.get("provenance") or {}
+    out: dict[str, Any] = {}
+    if record_weights(rec):
+        out["weights"] = short_weights(record_weights(rec))
+    per_array = prov.get("feature_weights") if isinstance(prov, Mapping) else None
+    keys = prov.get("feature_keys") if isinstance(prov, Mapping) else None
+    if isinstance(per_array, Mapping):
+        out["array_weights"] = {str((keys or {}).get(s, s)): short_weights(fp) for s, fp in per_array.items()}
+    return out
 
 
 def provenance_section(run: ReportRun) -> Markup:
