@@ -21,17 +21,16 @@ its bytes are read, so the replay costs at most a few MB whatever the file. Refu
 
 from __future__ import annotations
 
-import io
+import mmap
 import pickletools
 import struct
 import zipfile
 from pathlib import Path
-from typing import BinaryIO
 
 from pipeline.errors import CheckpointError
 
 MAX_PICKLE_BYTES = 256 << 20
-MAX_OPS = 5_000_000
+MAX_OPS = 2_000_000
 MAX_VALUES = 2_000_000
 MAX_TEXT = 256 << 20
 MAX_SHARED = 1_000_000
@@ -39,91 +38,190 @@ MAX_DEPTH = 100
 MAX_STRING = 16 << 20
 MAX_INT_BYTES = 64
 _LEGACY_PICKLES = 5  # a legacy torch.save: magic number, protocol, sys info, the object, storage keys
-
-_OPS = {op.code.encode("latin-1"): op for op in pickletools.opcodes}
-_LENGTH_PREFIX = {pickletools.TAKEN_FROM_ARGUMENT1: ("<B", 1), pickletools.TAKEN_FROM_ARGUMENT4: ("<i", 4),
-                  pickletools.TAKEN_FROM_ARGUMENT4U: ("<I", 4), pickletools.TAKEN_FROM_ARGUMENT8U: ("<Q", 8)}
-_TEXT_OPS = {"STRING", "BINSTRING", "SHORT_BINSTRING", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "BYTEARRAY8",
-             "UNICODE", "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8"}
-_INT_OPS = {"LONG", "LONG1", "LONG4"}
-_MEMO_INDEX = {"BINGET": "<B", "LONG_BINGET": "<I", "BINPUT": "<B", "LONG_BINPUT": "<I"}
-_PUSH_NEW = {"EMPTY_DICT", "EMPTY_LIST", "EMPTY_SET", "EMPTY_TUPLE", "NONE", "NEWTRUE", "NEWFALSE", "INT",
-             "BININT", "BININT1", "BININT2", "FLOAT", "BINFLOAT", "GLOBAL", "PERSID", "EXT1", "EXT2", "EXT4",
-             "NEXT_BUFFER"} | _TEXT_OPS | _INT_OPS
-_COLLECT = {"LIST", "TUPLE", "DICT", "FROZENSET", "OBJ", "INST"}  # pop to mark, push one
-_FILL_FROM_MARK = {"APPENDS", "SETITEMS", "ADDITEMS"}  # pop to mark, into the value below it
-_COMBINE = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3, "REDUCE": 2, "NEWOBJ": 2, "NEWOBJ_EX": 3, "STACK_GLOBAL": 2,
-            "BINPERSID": 1}
+_LINE = 4096  # the longest argument line (a global's module or name, a protocol-0 number)
 
 
 class _Value:
-    """A stand-in: how many values and characters it stands for, its depth, whether shared."""
+    """A stand-in: how many values and characters it stands for, its depth, whether shared
+    (a memo get or DUP handed it out again) and whether it can take items (a leaf cannot)."""
 
-    __slots__ = ("values", "text", "depth", "shared")
+    __slots__ = ("values", "text", "depth", "shared", "leaf")
 
-    def __init__(self, values: int = 1, text: int = 0, depth: int = 0) -> None:
-        self.values, self.text, self.depth, self.shared = values, text, depth, False
+    def __init__(self, values: int = 1, text: int = 0, depth: int = 0, leaf: bool = False) -> None:
+        self.values, self.text, self.depth, self.shared, self.leaf = values, text, depth, False, leaf
 
 
-_MARK = object()
+_MARK = None  # a mark on the stack
+_LEAF = _Value(leaf=True)  # every scalar without text: one stand-in, never changed
+
+# what each opcode does, by kind
+(_SCALAR, _TEXT, _EMPTY, _MARK_OP, _COLLECT, _COMBINE, _FILL, _FILL_MARK, _POP, _POP_MARK, _DUP, _GET, _PUT,
+ _MEMOIZE, _NONE, _STOP) = range(16)
+_KINDS = {
+    _SCALAR: "INT BININT BININT1 BININT2 NONE NEWTRUE NEWFALSE FLOAT BINFLOAT GLOBAL PERSID EXT1 EXT2 EXT4 "
+             "NEXT_BUFFER LONG LONG1 LONG4",
+    _TEXT: "STRING BINSTRING SHORT_BINSTRING BINBYTES SHORT_BINBYTES BINBYTES8 BYTEARRAY8 UNICODE BINUNICODE "
+           "SHORT_BINUNICODE BINUNICODE8",
+    _EMPTY: "EMPTY_DICT EMPTY_LIST EMPTY_SET EMPTY_TUPLE", _MARK_OP: "MARK",
+    _COLLECT: "LIST TUPLE DICT FROZENSET OBJ INST",  # pop to the mark, push one
+    _COMBINE: "TUPLE1 TUPLE2 TUPLE3 REDUCE NEWOBJ NEWOBJ_EX STACK_GLOBAL BINPERSID",  # pop n, push one
+    _FILL: "APPEND SETITEM BUILD", _FILL_MARK: "APPENDS SETITEMS ADDITEMS",  # into the value below
+    _POP: "POP", _POP_MARK: "POP_MARK", _DUP: "DUP", _GET: "GET BINGET LONG_BINGET",
+    _PUT: "PUT BINPUT LONG_BINPUT", _MEMOIZE: "MEMOIZE", _STOP: "STOP", _NONE: "PROTO FRAME READONLY_BUFFER",
+}
+_POPPED = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3, "REDUCE": 2, "NEWOBJ": 2, "NEWOBJ_EX": 3, "STACK_GLOBAL": 2,
+           "BINPERSID": 1, "APPEND": 1, "SETITEM": 2, "BUILD": 1}
+_LENGTH = {pickletools.TAKEN_FROM_ARGUMENT1: ("<B", 1), pickletools.TAKEN_FROM_ARGUMENT4: ("<i", 4),
+           pickletools.TAKEN_FROM_ARGUMENT4U: ("<I", 4), pickletools.TAKEN_FROM_ARGUMENT8U: ("<Q", 8)}
+_INDEX = {"BINGET": "<B", "LONG_BINGET": "<I", "BINPUT": "<B", "LONG_BINPUT": "<I"}
+
+
+def _table() -> list[tuple | None]:
+    """Per opcode byte: (name, kind, items popped, argument size or kind, length or index format)."""
+    kinds = {name: kind for kind, names in _KINDS.items() for name in names.split()}
+    table: list[tuple | None] = [None] * 256
+    for op in pickletools.opcodes:
+        arg = op.arg
+        n = 0 if arg is None else arg.n
+        lines = 2 if arg is not None and arg.name == "stringnl_noescape_pair" else 1
+        fmt = _LENGTH.get(n) or _INDEX.get(op.name)
+        limit = MAX_INT_BYTES if op.name.startswith("LONG") and op.name != "LONG_BINGET" else MAX_STRING
+        table[ord(op.code)] = (op.name, kinds[op.name], _POPPED.get(op.name, 0), n, fmt, lines, limit)
+    return table
+
+
+_TABLE = _table()
 
 
 class _Replay:
-    """One pickle replayed on stand-ins; :meth:`run` raises at the first budget passed."""
+    """Pickles replayed on stand-ins from a buffer; :meth:`run` raises at the first budget passed."""
 
-    def __init__(self, stream: BinaryIO, size: int, name: str) -> None:
-        self.f, self.left, self.name = stream, size, name
-        self.stack: list[object] = []
-        self.memo: dict[int, _Value] = {}
-        self.ops = self.shared = self.marks = 0
+    def __init__(self, buf: bytes | mmap.mmap, end: int, name: str) -> None:
+        self.buf, self.pos, self.end, self.name = buf, 0, end, name
 
-    def refuse(self, what: str, limit: int | None = None) -> None:
-        bound = f" (at most {limit:,})" if limit is not None else ""
-        raise CheckpointError(f"Refusing checkpoint {self.name!r}: {what}{bound}; a checkpoint's values besides "
-                              "its tensors are bounded (see the README's security section)")
+    def refuse(self, what: str, limit: int) -> None:
+        raise CheckpointError(f"Refusing checkpoint {self.name!r}: {what} (at most {limit:,}); a checkpoint's "
+                              "values besides its tensors are bounded (see the README's security section)")
 
-    def read(self, n: int) -> bytes:
-        if n > self.left:
-            raise CheckpointError(f"Cannot read checkpoint {self.name!r}: a damaged pickle (it ends "
-                                  f"{n - self.left:,} bytes early)")
-        data = self.f.read(n)
-        if len(data) < n:
-            raise CheckpointError(f"Cannot read checkpoint {self.name!r}: a damaged pickle (truncated)")
-        self.left -= n
-        return data
+    def damaged(self, what: str) -> CheckpointError:
+        return CheckpointError(f"Cannot read checkpoint {self.name!r}: a damaged pickle ({what})")
 
-    def line(self) -> bytes:
-        data = self.f.readline(min(self.left, 4096) + 1)
-        if not data.endswith(b"\n"):
-            raise CheckpointError(f"Cannot read checkpoint {self.name!r}: a damaged pickle (a line too long "
-                                  "or cut short)")
-        self.left -= len(data)
-        return data[:-1]
+    def run(self) -> None:  # noqa: C901  one loop over the opcodes, branches by kind: the hot path
+        """Replay one pickle, from the current position to its STOP."""
+        buf, end, table = self.buf, self.end, _TABLE
+        pos, ops, shared, marks = self.pos, 0, 0, 0
+        stack: list[_Value | None] = []
+        memo: dict[int, _Value] = {}
+        while True:
+            if pos >= end:
+                raise self.damaged("truncated: it ends before its STOP")
+            entry = table[buf[pos]]
+            if entry is None:
+                raise self.damaged(f"invalid load key {bytes([buf[pos]])!r}")
+            pos += 1
+            ops += 1
+            if ops > MAX_OPS:
+                self.refuse(f"more than {MAX_OPS:,} pickle operations", MAX_OPS)
+            name, kind, popped, n, fmt, lines, limit = entry
+            index = text = 0
+            if n > 0:
+                if fmt is not None:
+                    index = struct.unpack_from(fmt, buf, pos)[0] if pos + n <= end else 0
+                pos += n
+            elif n == pickletools.UP_TO_NEWLINE:
+                for _ in range(lines):
+                    stop = buf.find(b"\n", pos, min(end, pos + _LINE + 1))
+                    if stop < 0:
+                        raise self.damaged(f"{name}'s argument line is cut short or too long")
+                    text += stop - pos
+                    if name in ("GET", "PUT"):
+                        try:
+                            index = int(buf[pos:stop])
+                        except ValueError:
+                            raise self.damaged("a memo index that is not a number") from None
+                    pos = stop + 1
+                if name == "LONG" and text > MAX_INT_BYTES:
+                    self.refuse(f"a number of {text:,} digits", MAX_INT_BYTES)
+            elif n < 0:
+                lfmt, width = fmt
+                if pos + width > end:
+                    raise self.damaged("truncated")
+                text = struct.unpack_from(lfmt, buf, pos)[0]
+                if text < 0 or text > limit:
+                    self.refuse(f"a {'number' if limit == MAX_INT_BYTES else 'string'} of {text:,} bytes", limit)
+                pos += width + text
+            if pos > end:
+                raise self.damaged(f"truncated: {name} runs {pos - end:,} bytes past the end")
+            if kind == _SCALAR:
+                stack.append(_LEAF if not text else _Value(1, text, leaf=True))
+            elif kind == _TEXT:
+                stack.append(_Value(1, text, leaf=True))
+            elif kind == _EMPTY:
+                stack.append(_Value(leaf=name == "EMPTY_TUPLE"))
+            elif kind == _MARK_OP:
+                stack.append(_MARK)
+                marks += 1
+                if marks > MAX_DEPTH:
+                    self.refuse(f"values nested more than {MAX_DEPTH} levels deep", MAX_DEPTH)
+            elif kind == _GET or kind == _DUP:
+                value = memo.get(index) if kind == _GET else (stack[-1] if stack else None)
+                if value is None:
+                    raise self.damaged(f"memo entry {index} not found" if kind == _GET else "stack underflow")
+                shared += 1
+                if shared > MAX_SHARED:
+                    self.refuse(f"more than {MAX_SHARED:,} shared references", MAX_SHARED)
+                value.shared = True
+                stack.append(value)
+            elif kind == _PUT or kind == _MEMOIZE:
+                if not stack or stack[-1] is None:
+                    raise self.damaged("stack underflow")
+                memo[len(memo) if kind == _MEMOIZE else index] = stack[-1]
+            elif kind == _STOP:
+                self.pos = pos
+                return
+            elif kind == _NONE:
+                continue
+            else:
+                if kind == _COLLECT or kind == _FILL_MARK or kind == _POP_MARK:
+                    items = self.to_mark(stack)
+                    marks -= 1
+                elif kind == _POP and stack and stack[-1] is None:
+                    stack.pop()
+                    marks -= 1
+                    continue
+                else:
+                    if len(stack) < max(popped, 1) or None in stack[-max(popped, 1):]:
+                        raise self.damaged("stack underflow")
+                    items = stack[-popped:] if popped else [stack[-1]]
+                    del stack[-max(popped, 1):]
+                if kind == _COLLECT or kind == _COMBINE:
+                    stack.append(self.made(items))
+                elif kind == _FILL or kind == _FILL_MARK:
+                    if not stack or stack[-1] is None:
+                        raise self.damaged("stack underflow")
+                    self.fill(stack[-1], items)
+                # POP, POP_MARK: dropped
 
-    def pop(self) -> _Value:
-        if not self.stack or self.stack[-1] is _MARK:
-            raise CheckpointError(f"Cannot read checkpoint {self.name!r}: a damaged pickle (stack underflow)")
-        return self.stack.pop()  # type: ignore[return-value]
+    def to_mark(self, stack: list[_Value | None]) -> list[_Value]:
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is None:
+                items = stack[i + 1:]
+                del stack[i:]
+                return items  # type: ignore[return-value]
+        raise self.damaged("no mark")
 
-    def pop_mark(self) -> list[_Value]:
-        items: list[_Value] = []
-        while self.stack and self.stack[-1] is not _MARK:
-            items.append(self.stack.pop())  # type: ignore[arg-type]
-        if not self.stack:
-            raise CheckpointError(f"Cannot read checkpoint {self.name!r}: a damaged pickle (no mark)")
-        self.stack.pop()
-        self.marks -= 1
-        return items
-
-    def made(self, items: list[_Value], text: int = 0) -> _Value:
-        value = _Value(1 + sum(i.values for i in items), text + sum(i.text for i in items),
+    def made(self, items: list[_Value]) -> _Value:
+        value = _Value(1 + sum(i.values for i in items), sum(i.text for i in items),
                        1 + max(i.depth for i in items) if items else 0)
         self.check(value)
         return value
 
     def fill(self, target: _Value, items: list[_Value]) -> None:
+        if target.leaf:
+            raise self.damaged("items added to a value that takes none")
         if target.shared:
-            self.refuse("a value that holds itself or is changed after it is shared")
+            raise CheckpointError(f"Refusing checkpoint {self.name!r}: a value that holds itself or is changed "
+                                  "after it is shared (a state dict or training record never needs one)")
         target.values += sum(i.values for i in items)
         target.text += sum(i.text for i in items)
         target.depth = max([target.depth] + [i.depth + 1 for i in items])
@@ -133,126 +231,20 @@ class _Replay:
         if value.values > MAX_VALUES:
             self.refuse(f"{value.values:,} values counted as often as they are referenced", MAX_VALUES)
         if value.text > MAX_TEXT:
-            self.refuse(f"{value.text:,} characters of text counted as often as referenced", MAX_TEXT)
+            self.refuse(f"{value.text:,} characters of text counted as often as they are referenced", MAX_TEXT)
         if value.depth > MAX_DEPTH:
             self.refuse(f"values nested {value.depth} levels deep", MAX_DEPTH)
 
-    def argument(self, op: pickletools.OpcodeInfo) -> tuple[int | None, int]:
-        """(the integer argument where one is needed, the text length) of ``op``; reads its bytes."""
-        arg = op.arg
-        if arg is None:
-            return None, 0
-        if arg.n in _LENGTH_PREFIX:
-            fmt, width = _LENGTH_PREFIX[arg.n]
-            n = struct.unpack(fmt, self.read(width))[0]
-            limit = MAX_INT_BYTES if op.name in _INT_OPS else MAX_STRING
-            if n < 0 or n > limit:
-                self.refuse(f"a {'number' if op.name in _INT_OPS else 'string'} of {n:,} bytes", limit)
-            self.skip(n)
-            return None, n
-        if arg.n == pickletools.UP_TO_NEWLINE:
-            data = self.line()
-            if op.name == "LONG" and len(data) > MAX_INT_BYTES:
-                self.refuse(f"a number of {len(data):,} digits", MAX_INT_BYTES)
-            if op.name in ("GET", "PUT"):
-                try:
-                    return int(data), 0
-                except ValueError:
-                    raise CheckpointError(f"Cannot read checkpoint {self.name!r}: a damaged pickle (bad memo "
-                                          "index)") from None
-            if arg.name == "stringnl_noescape_pair":
-                self.line()  # GLOBAL, INST: module, then name
-            return None, len(data)
-        data = self.read(arg.n)
-        if op.name in _MEMO_INDEX:
-            return struct.unpack(_MEMO_INDEX[op.name], data)[0], 0
-        return None, 0
 
-    def skip(self, n: int) -> None:
-        while n:
-            n -= len(self.read(min(n, 1 << 20)))
-
-    def run(self) -> None:
-        while True:
-            code = self.read(1)
-            op = _OPS.get(code)
-            if op is None:
-                raise CheckpointError(f"Cannot read checkpoint {self.name!r}: a damaged pickle (invalid load key "
-                                      f"{code!r})")
-            self.ops += 1
-            if self.ops > MAX_OPS:
-                self.refuse(f"more than {MAX_OPS:,} pickle operations", MAX_OPS)
-            index, text = self.argument(op)
-            if self.step(op.name, index, text):
-                return
-
-    def step(self, name: str, index: int | None, text: int) -> bool:  # noqa: C901  one branch per opcode kind
-        stack = self.stack
-        if name == "STOP":
-            return True
-        if name in _PUSH_NEW:
-            stack.append(self.made([], text))
-        elif name == "MARK":
-            stack.append(_MARK)
-            self.marks += 1
-            if self.marks > MAX_DEPTH:
-                self.refuse(f"values nested more than {MAX_DEPTH} levels deep", MAX_DEPTH)
-        elif name in _COLLECT:
-            items = self.pop_mark()
-            if name == "INST":
-                items.append(self.made([]))
-            stack.append(self.made(items))
-        elif name in _COMBINE:
-            items = [self.pop() for _ in range(_COMBINE[name])]
-            stack.append(self.made(items))
-        elif name in ("APPEND", "SETITEM", "BUILD"):
-            items = [self.pop() for _ in range(2 if name == "SETITEM" else 1)]
-            self.fill(self.pop_target(), items)
-        elif name in _FILL_FROM_MARK:
-            items = self.pop_mark()
-            self.fill(self.pop_target(), items)
-        elif name == "POP":
-            if stack and stack[-1] is _MARK:
-                stack.pop()
-                self.marks -= 1
-            else:
-                self.pop()
-        elif name == "POP_MARK":
-            self.pop_mark()
-        elif name in ("DUP", "GET", "BINGET", "LONG_BINGET"):
-            value = self.pop() if name == "DUP" else self.memo.get(index)  # type: ignore[arg-type]
-            if value is None:
-                raise CheckpointError(f"Cannot read checkpoint {self.name!r}: a damaged pickle (memo {index} "
-                                      "not found)")
-            self.shared += 1
-            if self.shared > MAX_SHARED:
-                self.refuse(f"more than {MAX_SHARED:,} shared references", MAX_SHARED)
-            value.shared = True
-            stack.extend([value, value] if name == "DUP" else [value])
-        elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
-            value = self.pop()
-            stack.append(value)
-            self.memo[len(self.memo) if name == "MEMOIZE" else index] = value  # type: ignore[index]
-        # PROTO, FRAME, READONLY_BUFFER: no value
-        return False
-
-    def pop_target(self) -> _Value:
-        target = self.pop()
-        self.stack.append(target)
-        return target
-
-
-def _replay(stream: BinaryIO, size: int, name: str, pickles: int = 1) -> None:
-    """Replay up to ``pickles`` pickles one after another from ``stream`` (``size`` bytes left)."""
-    if size > MAX_PICKLE_BYTES and pickles == 1:
-        raise CheckpointError(f"Refusing checkpoint {name!r}: a pickle of {size:,} bytes (at most "
-                              f"{MAX_PICKLE_BYTES:,}); a checkpoint's values besides its tensors are bounded")
+def _replay(buf: bytes | mmap.mmap, size: int, name: str, pickles: int = 1) -> None:
+    """Replay up to ``pickles`` pickles one after another from the start of ``buf`` (``size`` bytes)."""
+    replay = _Replay(buf, min(size, len(buf)), name)
     for _ in range(pickles):
-        if size <= 0:
+        if replay.pos >= replay.end:
             return  # a plain pickle, not torch.save's sequence: torch says so
-        replay = _Replay(stream, min(size, MAX_PICKLE_BYTES), name)
+        if replay.pos > MAX_PICKLE_BYTES:
+            replay.refuse(f"pickles of more than {MAX_PICKLE_BYTES:,} bytes", MAX_PICKLE_BYTES)
         replay.run()
-        size -= min(size, MAX_PICKLE_BYTES) - replay.left
 
 
 def check_pickle_budget(path: str | Path, kind: str) -> None:
@@ -263,7 +255,7 @@ def check_pickle_budget(path: str | Path, kind: str) -> None:
     path : str or Path
         The checkpoint file.
     kind : str
-        ``torch-zip`` or ``pickle``.
+        ``torch-zip`` or ``pickle``; any other kind is not a pickle, and passes.
 
     Raises
     ------
@@ -271,15 +263,19 @@ def check_pickle_budget(path: str | Path, kind: str) -> None:
         Naming the file and the budget passed, or what is damaged.
     """
     path = Path(path)
-    name = path.name
     if kind == "torch-zip":
         with zipfile.ZipFile(path) as archive:
-            infos = [i for i in archive.infolist() if i.filename.endswith("data.pkl")]
-            for info in infos[:1]:
-                if info.file_size > MAX_PICKLE_BYTES:
-                    _replay(io.BytesIO(), info.file_size, name)  # refused by its size
-                with archive.open(info) as member:
-                    _replay(io.BytesIO(member.read(info.file_size)), info.file_size, name)
+            info = next((i for i in archive.infolist() if i.filename.endswith("data.pkl")), None)
+            if info is None:
+                return  # no pickle: torch names what the archive lacks
+            if info.file_size > MAX_PICKLE_BYTES:
+                raise CheckpointError(f"Refusing checkpoint {path.name!r}: a pickle of {info.file_size:,} bytes "
+                                      f"(at most {MAX_PICKLE_BYTES:,}); a checkpoint's values besides its tensors "
+                                      "are bounded (see the README's security section)")
+            with archive.open(info) as member:
+                data = member.read(info.file_size)
+        _replay(data, len(data), path.name)
     elif kind == "pickle":
-        with open(path, "rb") as f:
-            _replay(f, path.stat().st_size, name, pickles=_LEGACY_PICKLES)
+        size = path.stat().st_size
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            _replay(buf, size, path.name, pickles=_LEGACY_PICKLES)  # the storages' bytes follow: not read
