@@ -77,7 +77,8 @@ _INDEX = {"BINGET": "<B", "LONG_BINGET": "<I", "BINPUT": "<B", "LONG_BINPUT": "<
 
 
 def _table() -> list[tuple | None]:
-    """Per opcode byte: (name, kind, items popped, argument size or kind, length or index format)."""
+    """Per opcode byte: (name, kind, items popped, argument size or kind, length or index format,
+    argument lines, whether its argument is an integer's bytes)."""
     kinds = {name: kind for kind, names in _KINDS.items() for name in names.split()}
     table: list[tuple | None] = [None] * 256
     for op in pickletools.opcodes:
@@ -85,8 +86,8 @@ def _table() -> list[tuple | None]:
         n = 0 if arg is None else arg.n
         lines = 2 if arg is not None and arg.name == "stringnl_noescape_pair" else 1
         fmt = _LENGTH.get(n) or _INDEX.get(op.name)
-        limit = MAX_INT_BYTES if op.name.startswith("LONG") and op.name != "LONG_BINGET" else MAX_STRING
-        table[ord(op.code)] = (op.name, kinds[op.name], _POPPED.get(op.name, 0), n, fmt, lines, limit)
+        is_int = op.name in ("LONG1", "LONG4")
+        table[ord(op.code)] = (op.name, kinds[op.name], _POPPED.get(op.name, 0), n, fmt, lines, is_int)
     return table
 
 
@@ -122,7 +123,7 @@ class _Replay:
             ops += 1
             if ops > MAX_OPS:
                 self.refuse(f"more than {MAX_OPS:,} pickle operations", MAX_OPS)
-            name, kind, popped, n, fmt, lines, limit = entry
+            name, kind, popped, n, fmt, lines, is_int = entry
             index = text = 0
             if n > 0:
                 if fmt is not None:
@@ -147,8 +148,9 @@ class _Replay:
                 if pos + width > end:
                     raise self.damaged("truncated")
                 text = struct.unpack_from(lfmt, buf, pos)[0]
+                limit = MAX_INT_BYTES if is_int else MAX_STRING
                 if text < 0 or text > limit:
-                    self.refuse(f"a {'number' if limit == MAX_INT_BYTES else 'string'} of {text:,} bytes", limit)
+                    self.refuse(f"a {'number' if is_int else 'string'} of {text:,} bytes", limit)
                 pos += width + text
             if pos > end:
                 raise self.damaged(f"truncated: {name} runs {pos - end:,} bytes past the end")
