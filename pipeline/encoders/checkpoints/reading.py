@@ -51,8 +51,8 @@ USUAL_KEYS = ("state_dict", "model", "module", "teacher", "student", "model_ema"
 # what torch's weights-only unpickler says about a torn file (anything else it refuses would need code)
 _DAMAGED = ("truncated", "invalid load key", "ran out of input", "stack underflow", "unexpected eof")
 # torch's advice in its messages, never passed on: each points at loading with its unrestricted unpickler
-_TORCH_ADVICE = ("weights_only", "trusted source", "arbitrary code", "safe_globals", "allowlist", "pickle_module",
-                 "docs.pytorch.org", "pytorch.org/docs", "check the recommended steps")
+_TORCH_ADVICE = ("weights_only", "weights only", "trusted source", "arbitrary code", "safe_globals", "allowlist",
+                 "pickle_module", "docs.pytorch.org", "pytorch.org/docs", "check the recommended steps")
 _MAX_DEPTH = 3  # nesting levels searched for mappings of tensors (checkpoint -> state_dict -> model)
 _SHOWN = 5
 
