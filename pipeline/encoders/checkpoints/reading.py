@@ -42,7 +42,7 @@ from pipeline.errors import CheckpointError, UnsafeCheckpointError
 from pipeline.terminal import printable, short
 
 __all__ = ["ArgsRecord", "USUAL_KEYS", "checked_path", "container_format", "load_state_dict", "location_label",
-           "pick_mapping", "read_checkpoint", "tensor_mappings", "weights_fingerprint"]
+           "pick_mapping", "read_checkpoint", "tensor_mappings", "torch_message", "weights_fingerprint"]
 
 #: Where training code usually puts the weights inside a checkpoint, most common first.
 USUAL_KEYS = ("state_dict", "model", "module", "teacher", "student", "model_ema", "state_dict_ema",
@@ -328,7 +328,7 @@ def _load_pickle(path: Path, meta: bool = False, mmap: bool = False) -> object:
         text = str(exc)
         if any(s in text.lower() for s in _DAMAGED):
             raise CheckpointError(f"Cannot read checkpoint {path.name!r}: a damaged pickle "
-                                  f"({_detail(text)})") from exc
+                                  f"({torch_message(text)})") from exc
         # weights_only refuses any global it does not know: the file would run code to load.
         raise UnsafeCheckpointError(
             f"Refusing to load checkpoint {path.name!r}: it is a pickle that needs arbitrary "
@@ -337,12 +337,23 @@ def _load_pickle(path: Path, meta: bool = False, mmap: bool = False) -> object:
             "'weights.pth'))"
         ) from exc
     except (RuntimeError, OSError, EOFError, ValueError, tarfile.TarError) as exc:
-        raise CheckpointError(f"Cannot read checkpoint {path.name!r}: {_detail(str(exc))}") from exc
+        raise CheckpointError(f"Cannot read checkpoint {path.name!r}: {torch_message(str(exc))}") from exc
 
 
-def _detail(text: str) -> str:
+def torch_message(text: str) -> str:
     """The line of torch's message that says what went wrong, without its advice: torch
-    suggests loading with ``weights_only=False``, which would run whatever the file holds."""
+    suggests loading with ``weights_only=False``, which would run whatever the file holds.
+
+    Parameters
+    ----------
+    text : str
+        torch's message.
+
+    Returns
+    -------
+    str
+        One printable line of at most 300 characters.
+    """
     marker = "WeightsUnpickler error:"
     if marker in text:
         text = text[text.index(marker) + len(marker):]
@@ -364,7 +375,7 @@ def _unsafe_names(path: Path, text: str) -> str:
         names = []
     if names:
         return f"it needs {', '.join(names[:_SHOWN])}" + (", ..." if len(names) > _SHOWN else "")
-    return _detail(text)
+    return torch_message(text)
 
 
 def weights_fingerprint(weights: Mapping[str, Tensor] | nn.Module) -> str:
