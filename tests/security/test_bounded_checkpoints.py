@@ -204,3 +204,25 @@ def test_a_torn_pickle_is_damaged_not_unsafe(tmp_path):
     path.write_bytes(pickle.dumps(1, protocol=2)[:-1] + b"\xff")  # an opcode that does not exist
     with pytest.raises(CheckpointError, match="invalid load key"):
         read_checkpoint(path)
+
+
+@pytest.mark.parametrize("case", ["selfref", "epoch"])
+def test_extract_refuses_the_issue_files_by_name_and_writes_nothing(tmp_path, case):
+    """The issue's entry point: ``extract`` took 28 s and 1 GB on the self-referencing dict."""
+    from jobs.extraction.extract import ExtractConfig, extract
+    from pipeline.datasets import make_dataset
+    from pipeline.encoders import EncoderSpec
+    from storage_schema import FeatureStore
+    from tests.helpers.tally import tree
+
+    path = (_self_referencing if case == "selfref" else _huge_epoch)(tmp_path / f"{case}.pth")
+    store_dir = tmp_path / "store"
+    store = FeatureStore(str(store_dir))
+    before = tree(store_dir)
+    spec = EncoderSpec(name="x", arch="resnet18", weights=str(path), input_size=32)
+    dataset = make_dataset("textures", n_per_class={"train": 4, "test": 4})
+    with measured() as cost, pytest.raises(CheckpointError) as info:
+        extract(store, spec, dataset, "test", ExtractConfig(batch_size=4, progress=False))
+    assert f"'{case}.pth'" in str(info.value) and "Refusing checkpoint" in str(info.value)
+    assert cost.cpu < CPU_S, cost
+    assert tree(store_dir) == before
