@@ -90,8 +90,8 @@ class Ade20kDataset(DenseDataset):
         if img.mode not in ("L", "P", "I", "I;16"):
             raise DatasetError(f"ade20k: annotation {paths[0]!r} has mode {img.mode}; it must be one value per pixel")
         values = np.asarray(img, dtype=np.int64)
-        if values.max(initial=0) > ADE20K_CLASSES:
-            raise DatasetError(f"ade20k: {paths[0]!r} holds label {int(values.max())}; labels are 0 to "
-                               f"{ADE20K_CLASSES}")
+        if values.max(initial=0) > ADE20K_CLASSES or values.min(initial=0) < 0:  # every value, before any cast
+            shown = int(values.min()) if values.min(initial=0) < 0 else int(values.max())
+            raise DatasetError(f"ade20k: {paths[0]!r} holds label {shown}; labels are 0 to {ADE20K_CLASSES}")
         return class_map(np.where(values == 0, IGNORE_INDEX, values - 1), ADE20K_CLASSES, paths[0], "ade20k")
 

@@ -40,7 +40,8 @@ _SHOWN = 3
 
 
 def read_png(path: str, what: str) -> Image.Image:
-    """A target image, fully decoded; a missing or undecodable file is a DatasetError naming it.
+    """A target image, fully decoded; a missing or undecodable file, or one whose real format
+    is not the one its extension names (a TIFF named ``.png``), is a DatasetError naming it.
 
     Parameters
     ----------
@@ -53,12 +54,22 @@ def read_png(path: str, what: str) -> Image.Image:
     -------
     PIL.Image.Image
     """
+    expected = _FORMATS.get(os.path.splitext(path)[1].lower())
     try:
         with Image.open(path) as img:
-            img.load()
-            return img.copy()
+            real = img.format
+            if expected is None or real == expected:
+                img.load()
+                return img.copy()
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise DatasetError(f"{what}: cannot read the target {path!r}: {exc}") from None
+    # a TIFF of int32 named .png: other values, another dtype than the format promises
+    raise DatasetError(f"{what}: the target {path!r} is a {real} file, not the {expected} its name says; "
+                       "save it in its own format")
+
+
+# the format a target's extension promises (Pillow's name for it)
+_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".tif": "TIFF", ".tiff": "TIFF", ".bmp": "BMP"}
 
 
 class DenseDataset(PublishedDataset):
@@ -241,9 +252,11 @@ def class_map(values: np.ndarray, n_classes: int, path: str, what: str) -> np.nd
     numpy.ndarray
         uint8 (H, W).
     """
-    bad = (values >= n_classes) & (values != IGNORE_INDEX)
-    if bad.any():
-        raise DatasetError(f"{what}: {path!r} holds label {int(values[bad].max())}; labels are 0 to "
+    bad = ((values >= n_classes) | (values < 0)) & (values != IGNORE_INDEX)
+    if bad.any():  # every value checked before the cast: -150 would wrap to class 105
+        found = values[bad]
+        shown = int(found.min()) if found.min() < 0 else int(found.max())
+        raise DatasetError(f"{what}: {path!r} holds label {shown}; labels are 0 to "
                            f"{n_classes - 1} and {IGNORE_INDEX} (ignored)")
     return values.astype(np.uint8)
 

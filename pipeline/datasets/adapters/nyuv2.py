@@ -49,14 +49,17 @@ def decode_normals(rgb: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
 
 def _split_indices(base: Path) -> tuple[dict[str, list[int]], str]:
     """The official split as 1-based frame indices: ``splits.mat`` (trainNdxs, testNdxs), else
-    ``train.txt`` and ``test.txt`` (one index per line)."""
+    ``train.txt`` and ``test.txt`` (one index per line); each a whole number in range, listed
+    once, and no frame in both splits (refused otherwise, naming the file)."""
     if (base / "splits.mat").is_file():
         mat = load_mat(base / "splits.mat", "nyuv2_normals")
         missing = [k for k, _ in _SPLITS.values() if k not in mat]
         if missing:
             raise DatasetError(f"nyuv2_normals: {str(base / 'splits.mat')!r} lacks {missing[0]!r}; it must hold "
                                "trainNdxs and testNdxs")
-        return {s: [int(v) for v in np.ravel(mat[k])] for s, (k, _) in _SPLITS.items()}, repr(str(base / "splits.mat"))
+        source = repr(str(base / "splits.mat"))
+        out = {s: _whole_numbers(mat[k], f"{source} ({k})") for s, (k, _) in _SPLITS.items()}
+        return _checked_split(out, source), source
     out = {}
     for split, (_, name) in _SPLITS.items():
         lines = read_lines(base / name, "nyuv2_normals")
@@ -64,7 +67,40 @@ def _split_indices(base: Path) -> tuple[dict[str, list[int]], str]:
             out[split] = [int(line.split()[0]) for line in lines]
         except ValueError:
             raise DatasetError(f"nyuv2_normals: {str(base / name)!r} must list one frame index per line") from None
-    return out, repr(str(base / "train.txt"))
+    source = f"{str(base / 'train.txt')!r} and {str(base / 'test.txt')!r}"
+    return _checked_split(out, source), source
+
+
+def _whole_numbers(values: object, where: str) -> list[int]:
+    """Frame indices from a MATLAB array: every value a whole number (9.5 is not truncated to 9)."""
+    array = np.ravel(np.asarray(values))
+    if array.dtype.kind not in "iuf":
+        raise DatasetError(f"nyuv2_normals: {where} holds {array.dtype} values; it must hold frame indices")
+    if array.dtype.kind == "f":
+        bad = np.flatnonzero(~np.isfinite(array) | (array != np.round(array)))
+        if bad.size:
+            raise DatasetError(f"nyuv2_normals: {where} holds {float(array[bad[0]])!r} at position {bad[0] + 1} "
+                               f"({bad.size} such value(s)); frame indices are whole numbers 1 to {NYU_LABELLED}")
+    return [int(v) for v in array]
+
+
+def _checked_split(indices: dict[str, list[int]], source: str) -> dict[str, list[int]]:
+    """Each split's frames in range and listed once, and no frame in both splits."""
+    for split, frames in indices.items():
+        bad = [i for i in frames if not 1 <= i <= NYU_LABELLED]
+        if bad:
+            raise DatasetError(f"nyuv2_normals: {source} lists frame {bad[0]} in {split}; frames are 1 to "
+                               f"{NYU_LABELLED}")
+        seen: set[int] = set()
+        twice = [i for i in frames if i in seen or seen.add(i)]  # type: ignore[func-returns-value]
+        if twice:
+            raise DatasetError(f"nyuv2_normals: {source} lists frame {twice[0]} twice in {split} "
+                               f"({len(twice)} repeat(s)); each frame is listed once")
+    shared = sorted(set(indices["train"]) & set(indices["test"]))
+    if shared:
+        raise DatasetError(f"nyuv2_normals: {source} lists {len(shared)} frame(s) in both train and test (frame "
+                           f"{shared[0]} first); a probe trained on test frames would score them as unseen")
+    return indices
 
 
 @register_dataset("nyuv2_normals")
@@ -96,10 +132,6 @@ class Nyuv2NormalsDataset(DenseDataset):
         by_index = {kind: _by_index(files, kind) for kind, files in folders.items()}
         listings = {}
         for split, frames in indices.items():
-            bad = [i for i in frames if not 1 <= i <= NYU_LABELLED]
-            if bad:
-                raise DatasetError(f"nyuv2_normals: {source} lists frame {bad[0]} in {split}; frames are 1 to "
-                                   f"{NYU_LABELLED}")
             for kind, files in by_index.items():
                 lacking = [i for i in frames if i not in files]
                 if lacking:
@@ -119,9 +151,10 @@ class Nyuv2NormalsDataset(DenseDataset):
         mask = None
         if len(paths) > 1:
             mask = np.asarray(read_png(paths[1], "nyuv2_normals").convert("L"))
-            if mask.shape != img.size[::-1]:
-                raise DatasetError(f"nyuv2_normals: mask {paths[1]!r} is {mask.shape[1]} x {mask.shape[0]} pixels "
-                                   f"but the normal map {img.size[0]} x {img.size[1]}")
+            if mask.shape != img.size[::-1]:  # either may be the wrong one: both named
+                raise DatasetError(f"nyuv2_normals: normal map {paths[0]!r} is {img.size[0]} x {img.size[1]} pixels "
+                                   f"but its mask {paths[1]!r} is {mask.shape[1]} x {mask.shape[0]}; a frame's "
+                                   "image, normal map and mask must have one size")
         return decode_normals(np.asarray(img), mask)
 
 

@@ -1,0 +1,70 @@
+"""Broken dense-dataset files are read exactly or refused naming the file (issue 30, item 3).
+
+Split indices that are not whole numbers (NYUv2's ``testNdxs = [9.5, 10.2, ...]`` was read
+as frames 9-12), NaN, repeated or shared by train and test; an ADE20K annotation that is
+a 32-bit TIFF named ``.png`` holding -150 (it was stored as class 105); a mask and a normal
+map of different sizes (the message named only the mask).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from pipeline.datasets import make_dataset
+from pipeline.datasets.adapters.dense import class_map
+from pipeline.errors import DatasetError
+from tests.helpers.dense_layouts import write_ade20k, write_nyuv2
+
+
+def _splits(root, train, test):
+    from scipy.io import savemat
+
+    savemat(root / "splits.mat", {"trainNdxs": np.array(train, dtype=np.float64)[:, None],
+                                  "testNdxs": np.array(test, dtype=np.float64)[:, None]})
+
+
+@pytest.mark.parametrize("test, expected", [
+    ([9.5, 10.2, 2, 5], r"holds 9.5 at position 1 \(2 such value\(s\)\); frame indices are whole numbers"),
+    ([2, float("nan"), 8], r"holds nan at position 2"),
+    ([2, 5, 5, 8], r"lists frame 5 twice in test"),
+    ([2, 3, 8], r"lists 1 frame\(s\) in both train and test \(frame 3 first\)"),
+])
+def test_nyuv2_split_indices_are_whole_distinct_and_disjoint(tmp_path, test, expected):
+    root = write_nyuv2(tmp_path / "nyu", train=(1, 3, 4), test=(2, 5, 8, 9, 10))
+    _splits(root, [1, 3, 4], test)
+    with pytest.raises(DatasetError, match=expected) as info:
+        make_dataset("nyuv2_normals", root=str(root)).load_image("test", 0)
+    assert "splits.mat" in str(info.value)
+
+
+def test_the_official_whole_number_split_still_reads(tmp_path):
+    root = write_nyuv2(tmp_path / "nyu", train=(1, 3), test=(2,))
+    ds = make_dataset("nyuv2_normals", root=str(root))
+    assert ds.load_target("test", 0).shape[-1] == 3
+
+
+def test_an_ade20k_tiff_named_png_is_refused_by_its_real_format(tmp_path):
+    root = write_ade20k(tmp_path / "ade")
+    ds = make_dataset("ade20k", root=str(root))
+    [target] = ds.target_files("val", 0)
+    path = ds._path(target)  # noqa: SLF001  the file on disk, to overwrite with a hostile one
+    Image.fromarray(np.full((48, 64), -150, dtype=np.int32)).save(path, format="TIFF")
+    fresh = make_dataset("ade20k", root=str(root))
+    with pytest.raises(DatasetError, match=r"is a TIFF file, not the PNG its name says") as info:
+        fresh.load_target("val", 0)
+    assert path in str(info.value)
+
+
+def test_negative_labels_are_refused_before_the_cast():
+    with pytest.raises(DatasetError, match=r"'x.png' holds label -151; labels are 0 to 149"):
+        class_map(np.array([[3, -151]]), 150, "x.png", "ade20k")
+
+
+def test_a_mask_of_another_size_names_the_normal_map_too(tmp_path):
+    root = write_nyuv2(tmp_path / "nyu", train=(1, 3), test=(2,))
+    Image.fromarray(np.zeros((24, 32, 3), dtype=np.uint8)).save(root / "normals" / "0002.png")
+    with pytest.raises(DatasetError) as info:
+        make_dataset("nyuv2_normals", root=str(root)).load_target("test", 0)
+    assert "normals/0002.png" in str(info.value) and "masks/0002.png" in str(info.value)
