@@ -68,3 +68,20 @@ def test_a_mask_of_another_size_names_the_normal_map_too(tmp_path):
     with pytest.raises(DatasetError) as info:
         make_dataset("nyuv2_normals", root=str(root)).load_target("test", 0)
     assert "normals/0002.png" in str(info.value) and "masks/0002.png" in str(info.value)
+
+
+def test_datasets_show_checks_every_dense_target_and_names_each_bad_file(tmp_path, capsys):
+    from flows.cli.main import main
+
+    root = write_ade20k(tmp_path / "ade")
+    assert main(["datasets", "show", "ade20k", "--param", f"root={root}"]) == 0
+    out = capsys.readouterr().out
+    assert "every target checked: all read" in out and "without any image" not in out
+    ds = make_dataset("ade20k", root=str(root))
+    bad = [ds._path(ds.target_files("val", i)[0]) for i in (0, 1)]  # noqa: SLF001  the files on disk
+    Image.fromarray(np.full((48, 64), -150, dtype=np.int32)).save(bad[0], format="TIFF")
+    Image.fromarray(np.full((48, 64), 200, dtype=np.uint8)).save(bad[1])
+    assert main(["datasets", "show", "ade20k", "--param", f"root={root}"]) == 1
+    out = capsys.readouterr().out
+    assert "every target checked: 2 refused" in out
+    assert all(any(path in line for line in out.splitlines() if "bad target in val" in line) for path in bad)
