@@ -85,3 +85,29 @@ def test_datasets_show_checks_every_dense_target_and_names_each_bad_file(tmp_pat
     out = capsys.readouterr().out
     assert "every target checked: 2 refused" in out
     assert all(any(path in line for line in out.splitlines() if "bad target in val" in line) for path in bad)
+
+
+def test_a_bad_test_target_is_named_before_the_train_split_is_extracted(tmp_path):
+    """The issue: a label out of range in the test split was found only after train was
+    extracted, leaving a "partial 0 %" targets array. Now every target is checked before the
+    first array of the dataset is made."""
+    from jobs.extraction.extract import ExtractConfig, extract
+    from pipeline.encoders import EncoderSpec, load_encoder
+    from storage_schema import FeatureStore
+    from tests.helpers.tally import tree
+
+    root = write_ade20k(tmp_path / "ade", n_train=3, n_val=2, size=(32, 32))
+    ds = make_dataset("ade20k", root=str(root))
+    bad = ds._path(ds.target_files("val", 1)[0])  # noqa: SLF001  the file on disk
+    Image.fromarray(np.full((32, 32), 200, dtype=np.uint8)).save(bad)
+    ds = make_dataset("ade20k", root=str(root))
+    store_dir = tmp_path / "store"
+    store = FeatureStore(str(store_dir))
+    encoder = load_encoder(EncoderSpec(name="r18", arch="resnet18", input_size=32, layers=("block1.map",)),
+                           device="cpu")
+    before = tree(store_dir)
+    with pytest.raises(DatasetError, match="holds label 200") as info:
+        extract(store, encoder, ds, "train", ExtractConfig(batch_size=4, progress=False))
+    assert bad in str(info.value)
+    made = [p for p, _ in tree(store_dir) if (p, _) not in before]
+    assert not [p for p in made if "targets" in p or "features" in p], made  # no partial array left
