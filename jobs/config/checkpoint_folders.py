@@ -217,7 +217,8 @@ def scan_checkpoints(cfg: BenchmarkConfig, failed: dict[str, dict[str, Any]] | N
         files = [dataclasses.replace(f, settings=reading_settings(f.encoder, cfg), origin=i) for f in files]
         # a file that failed unchanged is not read again (no step, no alias check): it costs a stat
         known = [f for f in files if _skipped(failed.get(f.path), f, retry_failed)]
-        fresh = [with_step(scan, f) for f in files if f not in known]
+        skip = {f.path for f in known}
+        fresh = [with_step(scan, f) for f in files if f.path not in skip]
         fresh, aliases = find_aliases(scan, fresh)  # a copy or a link of a numbered file: one encoder
         out.aliases.extend(aliases)
         files = sorted(known + fresh, key=lambda f: f.path)
