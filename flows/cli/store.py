@@ -227,14 +227,15 @@ FAILURE_COLUMNS = ("kind", "label", "reason", "attempts", "first_failed", "recor
 
 
 def cmd_datasets_show(args: argparse.Namespace) -> int:
-    """``repeval datasets show``: one dataset copy's splits, counts, classes and problems."""
+    """``repeval datasets show``: one dataset copy's splits, counts, classes and problems;
+    exit 1 when a dense dataset holds a target a run would refuse (each one named)."""
     # deferred: the dataset adapters and PIL load for `repeval datasets show` only
     from pipeline.datasets import dataset_summary, format_summary, make_dataset
 
     summary = dataset_summary(make_dataset(args.adapter, name=args.name, **kv_pairs(args.param)),
                               decode=not args.no_decode)
     print(json.dumps(summary, indent=1) if args.json else format_summary(summary))
-    return 1 if summary.get("bad_targets") else 0  # as `verify` finding damage: a run would stop on them
+    return 1 if any((summary.get("bad_targets") or {}).values()) else 0
 
 
 def cmd_results(args: argparse.Namespace) -> int:

@@ -14,7 +14,9 @@ architecture, an ambiguous key) is not taken again while neither the file (its s
 modification time) nor the settings that decide how it is read and evaluated
 (:func:`reading_settings`: ``arch``, ``checkpoint_key``, ``strip_prefixes``, ``input_size``,
 ``layers``, the ``extract:`` settings) changed, unless a retry is asked for; it is reported
-as skipped instead. A corrected setting takes it again.
+as skipped instead, and not read at all (neither for its step nor to compare it with
+another file): a torn 300 MB file costs a ``stat`` on each rerun. A corrected setting
+takes it again.
 
 A file that holds the weights of another file of its folder (DINO's ``checkpoint.pth`` beside
 ``checkpoint0005.pth``, Lightning's ``last.ckpt``, a ``latest`` link) is not an encoder of
@@ -156,12 +158,13 @@ def scan_note(scan: CheckpointScan) -> str:
     return line + f"; it holds {len(others)} other checkpoint file(s) ({shown}): set `pattern: \"{pattern}\"`"
 
 
-def scan_files(scan: CheckpointScan, *, ready_only: bool = True, now: float | None = None,
+def scan_files(scan: CheckpointScan, *, ready_only: bool = True, now: float | None = None, steps: bool = True,
                ) -> tuple[list[ScannedFile], list[str]]:
     """(ready files as encoders, paths still being written) in ``scan.path``, sorted by name.
 
     ``ready_only=False`` takes every matching file (what a report or results listing
-    names), ready or not.
+    names), ready or not; ``steps=False`` reads no file (each encoder's step left None,
+    for :func:`with_step`).
     """
     folder = Path(scan.path)
     if not folder.is_dir():
@@ -183,7 +186,7 @@ def scan_files(scan: CheckpointScan, *, ready_only: bool = True, now: float | No
         enc = EncoderConfig(name=encoder_name(scan, path), arch=scan.arch, weights=str(path),
                             layers=list(scan.layers), input_size=scan.input_size,
                             strip_prefixes=list(scan.strip_prefixes), checkpoint_key=scan.checkpoint_key,
-                            series=series_name(path, scan.series), step=scan_step(scan, path))
+                            series=series_name(path, scan.series), step=scan_step(scan, path) if steps else None)
         taken.append(ScannedFile(enc, str(path), st.st_size, st.st_mtime_ns, _sidecar_score(path)))
     return taken, waiting
 
@@ -207,13 +210,18 @@ def scan_checkpoints(cfg: BenchmarkConfig, failed: dict[str, dict[str, Any]] | N
     out = ScanResult()
     by_name: dict[str, list[tuple[CheckpointScan, ScannedFile]]] = {}
     for i, scan in enumerate(cfg.checkpoints):
-        files, waiting = scan_files(scan, ready_only=ready_only, now=now)
+        files, waiting = scan_files(scan, ready_only=ready_only, now=now, steps=False)
         out.waiting.extend(waiting)
         if not files and not waiting:  # a wrong path or pattern would otherwise evaluate nothing, silently
             out.notes.append(scan_note(scan))
-        files, aliases = find_aliases(scan, files)  # a copy or a link of a numbered file: one encoder
-        out.aliases.extend(aliases)
         files = [dataclasses.replace(f, settings=reading_settings(f.encoder, cfg), origin=i) for f in files]
+        # a file that failed unchanged is not read again (no step, no alias check): it costs a stat
+        known = [f for f in files if _skipped(failed.get(f.path), f, retry_failed)]
+        skip = {f.path for f in known}
+        fresh = [with_step(scan, f) for f in files if f.path not in skip]
+        fresh, aliases = find_aliases(scan, fresh)  # a copy or a link of a numbered file: one encoder
+        out.aliases.extend(aliases)
+        files = sorted(known + fresh, key=lambda f: f.path)
         for f in files:
             by_name.setdefault(f.encoder.name, []).append((scan, f))
     for name, found in by_name.items():
@@ -234,12 +242,22 @@ def scan_checkpoints(cfg: BenchmarkConfig, failed: dict[str, dict[str, Any]] | N
             continue
         scan, f = found[0]
         record = failed.get(f.path)
-        if record is not None and not retry_failed and failed_unchanged(record, f):
+        if _skipped(record, f, retry_failed):
             out.skipped.append(record)
             continue
         out.taken.append(f)
     out.taken.sort(key=lambda f: f.path)
     return out
+
+
+def with_step(scan: CheckpointScan, f: ScannedFile) -> ScannedFile:
+    """``f`` with its encoder's training step (from its name, else read from the file)."""
+    step = scan_step(scan, Path(f.path))
+    return dataclasses.replace(f, encoder=dataclasses.replace(f.encoder, step=step))
+
+
+def _skipped(record: dict[str, Any] | None, f: ScannedFile, retry_failed: bool) -> bool:
+    return record is not None and not retry_failed and failed_unchanged(record, f)
 
 
 def failed_unchanged(record: dict[str, Any], f: ScannedFile) -> bool:

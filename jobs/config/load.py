@@ -15,9 +15,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
-
 from jobs.config.benchmark import BenchmarkConfig
+from jobs.config.bounded_yaml import load_yaml
 from jobs.config.protocol_checks import resolve_protocol_paths
 from jobs.config.mistakes import check_bounds, check_file_size
 from jobs.config.suites import expand_suite
@@ -36,8 +35,9 @@ def load_config(source: str | os.PathLike | dict) -> BenchmarkConfig:
     Relative paths in a file (store, checkpoints, encoder weights, dataset roots and other
     path parameters of adapters, suite roots, reference csv, report) are taken relative
     to the file's folder, so a config means the same from any working folder. Oversized
-    input is refused first (``jobs.config.mistakes``); then every mistake found is reported
-    at once, one line each.
+    input is refused first (``jobs.config.bounded_yaml`` while the YAML is parsed,
+    ``jobs.config.mistakes`` for a dict); then every mistake found is reported at once, one
+    line each.
     """
     if isinstance(source, dict):
         data = source
@@ -48,9 +48,10 @@ def load_config(source: str | os.PathLike | dict) -> BenchmarkConfig:
             raise ConfigError(f"config file {str(path)!r} does not exist")
         check_file_size(path, path.stat().st_size)
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
             raise ConfigError(f"{path}: not valid YAML: {short(str(exc), 400)}") from None
+        data = load_yaml(text, str(path))  # aliases, merge keys and nesting bounded while it is parsed
         base = path.resolve().parent
     check_bounds(data)  # before anything walks it: an alias bomb is a few lines of YAML
     cfg = from_plain(BenchmarkConfig, expand_suite(data, base), "config")  # `suite:` -> its entries

@@ -19,13 +19,15 @@ import numpy as np
 
 from pipeline.datasets import DatasetAdapter
 from pipeline.datasets.dense_geometry import geometry_tag, resample_target, target_geometry
+from pipeline.datasets.inspection import bad_targets
 from pipeline.errors import DatasetError
 from storage_schema import ArraySpec, FeatureStore
 from storage_schema.keys import labels_group_key, targets_key
 from storage_schema.leases import DEFAULT_TTL
 from storage_schema.provenance import now_iso, stable_hash
 
-__all__ = ["TARGET_CHUNK_ROWS", "TARGETS_FORMAT", "store_targets", "target_chunks", "targets_layout"]
+__all__ = ["TARGET_CHUNK_ROWS", "TARGETS_FORMAT", "check_every_target", "store_targets", "target_chunks",
+           "targets_layout"]
 
 #: Images per chunk of a targets array.
 TARGET_CHUNK_ROWS = 64
@@ -84,6 +86,37 @@ def target_chunks(dataset: DatasetAdapter, split: str, geometry: dict[str, Any],
         yield chunk, np.stack(rows).astype(dtype)
 
 
+_CHECKED: set[str] = set()  # datasets (by their splits' fingerprints) whose every target read, in this process
+
+
+def check_every_target(dataset: DatasetAdapter) -> None:
+    """Refuse a dense dataset any of whose targets (every split) a run would refuse, naming
+    the files, before any target or feature array is made: a label out of range in the test
+    split is found before the train split is extracted, and leaves no partial array.
+
+    Checked once per process and dataset state (its splits' fingerprints).
+
+    Parameters
+    ----------
+    dataset : DatasetAdapter
+        A dense dataset.
+
+    Raises
+    ------
+    DatasetError
+        The first bad target's message, and how many there are.
+    """
+    state = stable_hash({split: dataset.fingerprint(split) for split in dataset.splits
+                         if split != dataset.pooled_split})
+    if state in _CHECKED:
+        return
+    bad = [message for messages in bad_targets(dataset).values() for message in messages]
+    if bad:
+        more = f" (and {len(bad) - 1} other bad target(s); `repeval datasets show` names each)" if len(bad) > 1 else ""
+        raise DatasetError(f"{bad[0]}{more}")
+    _CHECKED.add(state)
+
+
 def store_targets(store: FeatureStore, dataset: DatasetAdapter, split: str, data_config: dict[str, Any],
                   lease_ttl: float = DEFAULT_TTL) -> str:
     """Write the split's targets at the geometry of ``data_config`` unless they are stored; their key.
@@ -116,9 +149,7 @@ def store_targets(store: FeatureStore, dataset: DatasetAdapter, split: str, data
 
     if done():
         return key
-    # every split's targets decoded and checked before any is stored: a bad test annotation
-    # refuses the dataset before the train split's features are extracted, naming each file
-    dataset.check_targets()
+    check_every_target(dataset)  # a bad file of any split is named before a first array is made
     shape, dtype = targets_layout(dataset, geometry)
     n = dataset.num_samples(split)
     attrs = {

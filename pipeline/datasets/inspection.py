@@ -48,7 +48,7 @@ def dataset_notes(dataset: DatasetAdapter) -> list[dict[str, Any]]:
     notes = []
     for split in dataset.splits:
         if split == dataset.pooled_split or getattr(dataset, "dense_task", None):
-            continue  # pooled: the union of the others, said there; dense: one 0 per image, no class count
+            continue  # the pooled split: said in the others; a dense split: its image labels are all 0
         labels = dataset.labels(split)
         n = len(dataset.class_names)
         counts = (labels == 1).sum(axis=0) if labels.ndim == 2 else np.bincount(labels, minlength=n)
@@ -109,6 +109,35 @@ def undecodable(dataset: DatasetAdapter) -> dict[str, list[str]]:
     return out
 
 
+def bad_targets(dataset: DatasetAdapter) -> dict[str, list[str]]:
+    """Every per-pixel target that a run would refuse, by split: each decoded and checked as
+    an extraction does (format, values, size), the message naming its file.
+
+    Parameters
+    ----------
+    dataset : a constructed dense adapter (others have no targets: an empty dict).
+
+    Returns
+    -------
+    dict
+        Split -> one message per bad target (empty lists included).
+    """
+    out: dict[str, list[str]] = {}
+    if not getattr(dataset, "dense_task", None):
+        return out
+    for split in dataset.splits:
+        if split == dataset.pooled_split:
+            continue
+        bad = []
+        for i in range(len(dataset.sample_ids(split))):
+            try:
+                dataset.load_target(split, i)  # type: ignore[attr-defined]
+            except (DatasetError, OSError) as exc:
+                bad.append(str(exc))
+        out[split] = bad
+    return out
+
+
 def dataset_summary(dataset: DatasetAdapter, decode: bool = True) -> dict[str, Any]:
     """Everything ``repeval datasets show`` prints, JSON-able.
 
@@ -125,7 +154,8 @@ def dataset_summary(dataset: DatasetAdapter, decode: bool = True) -> dict[str, A
         ``roles`` (train/val/test/pooled split names),
         ``params`` (the adapter's description without class names), ``splits`` (one
         ``DatasetAdapter.info`` dict per split), ``notes`` (:func:`dataset_notes`) and
-        ``undecodable`` (split -> ids; None when not decoded).
+        ``undecodable`` (split -> ids; None when not decoded), ``bad_targets`` (a dense
+        dataset's :func:`bad_targets`; None when not decoded).
     """
     params = {k: v for k, v in dataset.describe().items() if k != "class_names"}
     meta = dataset.metadata()
@@ -137,14 +167,8 @@ def dataset_summary(dataset: DatasetAdapter, decode: bool = True) -> dict[str, A
         "roles": {k: v for k, v in roles.items() if v in dataset.splits}, "params": params,
         "splits": [dataset.info(split) for split in dataset.splits],
         "notes": dataset_notes(dataset), "undecodable": undecodable(dataset) if decode else None,
-        "bad_targets": _bad_targets(dataset) if decode else None,
+        "bad_targets": bad_targets(dataset) if decode else None,
     }
-
-
-def _bad_targets(dataset: DatasetAdapter) -> list[str] | None:
-    """A dense dataset's every target decoded and checked as a run would (None: no targets)."""
-    problems = getattr(dataset, "target_problems", None)
-    return problems() if callable(problems) else None
 
 
 def _validation_text(validation: dict[str, Any]) -> str:
@@ -218,10 +242,11 @@ def format_summary(summary: dict[str, Any]) -> str:
             lines.append("  an extraction stops at the first of these; `skip_bad: true` in the dataset's params "
                          "(--param skip_bad=true) leaves them out")
     targets = summary.get("bad_targets")
-    if targets is not None:
-        lines.append(f"  targets      every one decoded: {len(targets)} cannot be used" if targets else
-                     "  targets      every one decoded: all valid")
-        lines += [f"  bad target   {printable(t)}" for t in targets]  # every one: the check before a run
+    if targets:  # a dense dataset, decoded: every target checked as a run would
+        total = sum(len(v) for v in targets.values())
+        lines.append(f"  targets      every target checked: {total} refused" if total else
+                     "  targets      every target checked: all read")
+        lines += [f"  bad target in {split}: {printable(m)}" for split, messages in targets.items() for m in messages]
     lines += [f"  warning: {printable(note_line(n))}" for n in summary.get("notes") or []]
     return "\n".join(lines)
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from pipeline.analysis.compare.verdicts import VERDICTS
 from pipeline.errors import DataValidationError
+from pipeline.terminal import short
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,9 @@ def _checked_scores(scores_by_step: Mapping[int, float], cell: Hashable = None) 
     out = []
     for step, score in scores_by_step.items():
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-            raise DataValidationError(f"steps{where} must be integers >= 0, got {step!r}")
+            raise DataValidationError(f"steps{where} must be integers >= 0, got {short(step)}")
         if isinstance(score, bool) or not isinstance(score, (int, float, np.number)) or not math.isfinite(score):
-            raise DataValidationError(f"score at step {step}{where} must be a finite number, got {score!r}")
+            raise DataValidationError(f"score at step {step}{where} must be a finite number, got {short(score)}")
         out.append((int(step), float(score)))
     return sorted(out)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import CheckpointError, ConfigError
+from pipeline.terminal import short
 
 STEP_METADATA_KEYS = ("step", "global_step", "epoch")
 _STEP_FIELD = "{step}"
@@ -128,7 +129,8 @@ def _as_step(value: object, where: str) -> int:
         return int(value)
     if isinstance(value, (float, np.floating)) and math.isfinite(value) and value >= 0 and float(value).is_integer():
         return int(value)
-    raise CheckpointError(f"The step in {where} must be a whole number >= 0, got {value!r}")
+    # quoted shortened: a hostile value's whole repr can be gigabytes
+    raise CheckpointError(f"The step in {where} must be a whole number >= 0, got {short(value)}")
 
 
 def read_step_metadata(path: str | os.PathLike[str]) -> tuple[int, str] | None:

@@ -85,14 +85,13 @@ class Ade20kDataset(DenseDataset):
                                            repr(str(base / "images" / folder)))
         return listings
 
-    def _decode_target(self, paths: list[str], size: tuple[int, int]) -> np.ndarray:
+    def _decode_target(self, paths: list[str]) -> np.ndarray:
         img = read_png(paths[0], "ade20k")
         if img.mode not in ("L", "P", "I", "I;16"):
             raise DatasetError(f"ade20k: annotation {paths[0]!r} has mode {img.mode}; it must be one value per pixel")
         values = np.asarray(img, dtype=np.int64)
-        low, high = int(values.min(initial=0)), int(values.max(initial=0))
-        if low < 0 or high > ADE20K_CLASSES:  # before any cast: -150 would wrap to a valid class
-            raise DatasetError(f"ade20k: {paths[0]!r} holds label {low if low < 0 else high}; labels are 0 to "
-                               f"{ADE20K_CLASSES}")
+        if values.max(initial=0) > ADE20K_CLASSES or values.min(initial=0) < 0:  # every value, before any cast
+            shown = int(values.min()) if values.min(initial=0) < 0 else int(values.max())
+            raise DatasetError(f"ade20k: {paths[0]!r} holds label {shown}; labels are 0 to {ADE20K_CLASSES}")
         return class_map(np.where(values == 0, IGNORE_INDEX, values - 1), ADE20K_CLASSES, paths[0], "ade20k")
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from abc import abstractmethod
-from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar
 
@@ -42,8 +41,7 @@ _SHOWN = 3
 
 def read_png(path: str, what: str) -> Image.Image:
     """A target image, fully decoded; a missing or undecodable file, or one whose real format
-    is not PNG (a TIFF or JPEG named ``.png``: its values would be read differently), is a
-    DatasetError naming it.
+    is not the one its extension names (a TIFF named ``.png``), is a DatasetError naming it.
 
     Parameters
     ----------
@@ -56,15 +54,22 @@ def read_png(path: str, what: str) -> Image.Image:
     -------
     PIL.Image.Image
     """
+    expected = _FORMATS.get(os.path.splitext(path)[1].lower())
     try:
         with Image.open(path) as img:
-            if img.format != "PNG":
-                raise DatasetError(f"{what}: the target {path!r} is a {img.format or 'unknown'} file, not a PNG; "
-                                   "targets are read as PNGs only (convert it, keeping its values)")
-            img.load()
-            return img.copy()
+            real = img.format
+            if expected is None or real == expected:
+                img.load()
+                return img.copy()
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise DatasetError(f"{what}: cannot read the target {path!r}: {exc}") from None
+    # a TIFF of int32 named .png: other values, another dtype than the format promises
+    raise DatasetError(f"{what}: the target {path!r} is a {real} file, not the {expected} its name says; "
+                       "save it in its own format")
+
+
+# the format a target's extension promises (Pillow's name for it)
+_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".tif": "TIFF", ".tiff": "TIFF", ".bmp": "BMP"}
 
 
 class DenseDataset(PublishedDataset):
@@ -96,7 +101,6 @@ class DenseDataset(PublishedDataset):
         super().__init__(root, name, skip_bad, content_hash)
         self._targets: dict[str, list[tuple[str, ...]]] = {}
         self._target_stats: dict[str, np.ndarray] = {}
-        self._target_problems: dict[str, list[str]] = {}
         for split in self.splits:
             by_id = self._target_files[split]
             self._targets[split] = [by_id[i] for i in self._ids[split]]
@@ -157,8 +161,8 @@ class DenseDataset(PublishedDataset):
             (H, W) uint8 for segmentation, (H, W, 3) float32 for normals.
         """
         paths = [self._path(f) for f in self.target_files(split, i)]
+        target = self._decode_target(paths)
         width, height = self._image_size(split, i)
-        target = self._decode_target(paths, (width, height))
         if target.shape[:2] != (height, width):
             raise DatasetError(f"{self.adapter}: target {paths[0]!r} is {target.shape[1]} x {target.shape[0]} "
                                f"pixels but its image is {width} x {height}; they must match")
@@ -169,52 +173,8 @@ class DenseDataset(PublishedDataset):
             return img.size
 
     @abstractmethod
-    def _decode_target(self, paths: list[str], size: tuple[int, int]) -> np.ndarray:
-        """One sample's target from its files (absolute paths); ``size`` is its image's
-        (width, height), for a target read from several files to name the one that differs."""
-
-    def check_targets(self, splits: Iterable[str] | None = None, shown: int = 10) -> None:
-        """Decode every target of ``splits`` (default: all) as a run would and refuse the
-        dataset, naming each bad file (sizes, values, formats), before anything is stored.
-
-        Parameters
-        ----------
-        splits : iterable of str, optional
-        shown : int
-            Problems quoted in the message (all are counted).
-        """
-        problems = self.target_problems(splits)
-        if problems:
-            more = f"\n  ... and {len(problems) - shown} more" if len(problems) > shown else ""
-            raise DatasetError(f"Dataset {self.name!r}: {len(problems)} target(s) cannot be used:\n  "
-                               + "\n  ".join(problems[:shown]) + more)
-
-    def target_problems(self, splits: Iterable[str] | None = None) -> list[str]:
-        """One line per sample whose target does not decode to a valid map (the adapter's
-        message, naming the file), over ``splits`` (default: all); cached per split.
-
-        Parameters
-        ----------
-        splits : iterable of str, optional
-
-        Returns
-        -------
-        list of str
-        """
-        out = []
-        for split in self.splits if splits is None else splits:
-            if split == self.pooled_split:
-                continue
-            if split not in self._target_problems:
-                found = []
-                for i in range(self.num_samples(self.check_split(split))):
-                    try:
-                        self.load_target(split, i)
-                    except (DatasetError, OSError) as exc:
-                        found.append(f"{split}: {exc}")
-                self._target_problems[split] = found
-            out += self._target_problems[split]
-        return out
+    def _decode_target(self, paths: list[str]) -> np.ndarray:
+        """One sample's target from its files (absolute paths)."""
 
     def fingerprint(self, split: str) -> str:
         """Hash of ids, skipped ids and, per image and target file, its size and modification
@@ -292,10 +252,11 @@ def class_map(values: np.ndarray, n_classes: int, path: str, what: str) -> np.nd
     numpy.ndarray
         uint8 (H, W).
     """
-    bad = ((values < 0) | (values >= n_classes)) & (values != IGNORE_INDEX)
-    if bad.any():  # checked before the cast: a negative or wide value would wrap into a valid class
-        worst = int(values[bad].min()) if (values[bad] < 0).any() else int(values[bad].max())
-        raise DatasetError(f"{what}: {path!r} holds label {worst}; labels are 0 to "
+    bad = ((values >= n_classes) | (values < 0)) & (values != IGNORE_INDEX)
+    if bad.any():  # every value checked before the cast: -150 would wrap to class 105
+        found = values[bad]
+        shown = int(found.min()) if found.min() < 0 else int(found.max())
+        raise DatasetError(f"{what}: {path!r} holds label {shown}; labels are 0 to "
                            f"{n_classes - 1} and {IGNORE_INDEX} (ignored)")
     return values.astype(np.uint8)
 

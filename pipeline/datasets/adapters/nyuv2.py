@@ -49,16 +49,17 @@ def decode_normals(rgb: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
 
 def _split_indices(base: Path) -> tuple[dict[str, list[int]], str]:
     """The official split as 1-based frame indices: ``splits.mat`` (trainNdxs, testNdxs), else
-    ``train.txt`` and ``test.txt`` (one index per line)."""
+    ``train.txt`` and ``test.txt`` (one index per line); each a whole number in range, listed
+    once, and no frame in both splits (refused otherwise, naming the file)."""
     if (base / "splits.mat").is_file():
-        path = base / "splits.mat"
-        mat = load_mat(path, "nyuv2_normals")
+        mat = load_mat(base / "splits.mat", "nyuv2_normals")
         missing = [k for k, _ in _SPLITS.values() if k not in mat]
         if missing:
-            raise DatasetError(f"nyuv2_normals: {str(path)!r} lacks {missing[0]!r}; it must hold "
+            raise DatasetError(f"nyuv2_normals: {str(base / 'splits.mat')!r} lacks {missing[0]!r}; it must hold "
                                "trainNdxs and testNdxs")
-        out = {s: _frame_numbers(mat[k], path, k) for s, (k, _) in _SPLITS.items()}
-        return _disjoint(out, repr(str(path))), repr(str(path))
+        source = repr(str(base / "splits.mat"))
+        out = {s: _whole_numbers(mat[k], f"{source} ({k})") for s, (k, _) in _SPLITS.items()}
+        return _checked_split(out, source), source
     out = {}
     for split, (_, name) in _SPLITS.items():
         lines = read_lines(base / name, "nyuv2_normals")
@@ -66,40 +67,39 @@ def _split_indices(base: Path) -> tuple[dict[str, list[int]], str]:
             out[split] = [int(line.split()[0]) for line in lines]
         except ValueError:
             raise DatasetError(f"nyuv2_normals: {str(base / name)!r} must list one frame index per line") from None
-        _frame_numbers(np.array(out[split], dtype=np.int64), base / name, "its lines")
-    return _disjoint(out, f"{str(base / 'train.txt')!r} and {str(base / 'test.txt')!r}"), repr(str(base / "train.txt"))
+    source = f"{str(base / 'train.txt')!r} and {str(base / 'test.txt')!r}"
+    return _checked_split(out, source), source
 
 
-def _frame_numbers(values: np.ndarray, path: Path, field: str) -> list[int]:
-    """A split's frame indices, exactly: every value a whole number (MATLAB stores them as
-    doubles) from 1 to 1,449, none twice; anything else refused naming the file, never
-    truncated (9.5 is not frame 9)."""
-    flat = np.ravel(np.asarray(values))
-    where = f"nyuv2_normals: {str(path)!r} ({field})"
-    if flat.dtype.kind not in "iuf":
-        raise DatasetError(f"{where} holds {flat.dtype} values; frame indices are whole numbers 1 to {NYU_LABELLED}")
-    as_float = flat.astype(np.float64)
-    bad = ~np.isfinite(as_float) | (as_float != np.round(as_float))
-    if bad.any():
-        raise DatasetError(f"{where} holds {float(as_float[bad][0])!r} ({int(bad.sum())} value(s) not whole numbers); "
-                           f"frame indices are whole numbers 1 to {NYU_LABELLED}")
-    frames = as_float.astype(np.int64)
-    outside = frames[(frames < 1) | (frames > NYU_LABELLED)]
-    if outside.size:
-        raise DatasetError(f"{where} lists frame {int(outside[0])}; frames are 1 to {NYU_LABELLED}")
-    unique, counts = np.unique(frames, return_counts=True)
-    if (counts > 1).any():
-        raise DatasetError(f"{where} lists frame {int(unique[counts > 1][0])} more than once "
-                           f"({int((counts > 1).sum())} frame(s) repeated)")
-    return [int(v) for v in frames]
+def _whole_numbers(values: object, where: str) -> list[int]:
+    """Frame indices from a MATLAB array: every value a whole number (9.5 is not truncated to 9)."""
+    array = np.ravel(np.asarray(values))
+    if array.dtype.kind not in "iuf":
+        raise DatasetError(f"nyuv2_normals: {where} holds {array.dtype} values; it must hold frame indices")
+    if array.dtype.kind == "f":
+        bad = np.flatnonzero(~np.isfinite(array) | (array != np.round(array)))
+        if bad.size:
+            raise DatasetError(f"nyuv2_normals: {where} holds {float(array[bad[0]])!r} at position {bad[0] + 1} "
+                               f"({bad.size} such value(s)); frame indices are whole numbers 1 to {NYU_LABELLED}")
+    return [int(v) for v in array]
 
 
-def _disjoint(indices: dict[str, list[int]], source: str) -> dict[str, list[int]]:
-    """Train and test must not share a frame: a test frame seen in training inflates the score."""
+def _checked_split(indices: dict[str, list[int]], source: str) -> dict[str, list[int]]:
+    """Each split's frames in range and listed once, and no frame in both splits."""
+    for split, frames in indices.items():
+        bad = [i for i in frames if not 1 <= i <= NYU_LABELLED]
+        if bad:
+            raise DatasetError(f"nyuv2_normals: {source} lists frame {bad[0]} in {split}; frames are 1 to "
+                               f"{NYU_LABELLED}")
+        seen: set[int] = set()
+        twice = [i for i in frames if i in seen or seen.add(i)]  # type: ignore[func-returns-value]
+        if twice:
+            raise DatasetError(f"nyuv2_normals: {source} lists frame {twice[0]} twice in {split} "
+                               f"({len(twice)} repeat(s)); each frame is listed once")
     shared = sorted(set(indices["train"]) & set(indices["test"]))
     if shared:
-        raise DatasetError(f"nyuv2_normals: {source} put {len(shared)} frame(s) in both train and test, e.g. "
-                           f"{shared[0]}; the splits must be disjoint")
+        raise DatasetError(f"nyuv2_normals: {source} lists {len(shared)} frame(s) in both train and test (frame "
+                           f"{shared[0]} first); a probe trained on test frames would score them as unseen")
     return indices
 
 
@@ -144,24 +144,18 @@ class Nyuv2NormalsDataset(DenseDataset):
             listings[split] = self.listing(ids, [f"{prefix}/images/{by_index['images'][i]}" for i in frames], source)
         return listings
 
-    def _decode_target(self, paths: list[str], size: tuple[int, int]) -> np.ndarray:
+    def _decode_target(self, paths: list[str]) -> np.ndarray:
         img = read_png(paths[0], "nyuv2_normals")
         if img.mode != "RGB":
             raise DatasetError(f"nyuv2_normals: normal map {paths[0]!r} has mode {img.mode}; it must be 8-bit RGB")
-        _check_size(paths[0], "normal map", img.size, size)
         mask = None
         if len(paths) > 1:
-            mask_img = read_png(paths[1], "nyuv2_normals")
-            _check_size(paths[1], "mask", mask_img.size, size)
-            mask = np.asarray(mask_img.convert("L"))
+            mask = np.asarray(read_png(paths[1], "nyuv2_normals").convert("L"))
+            if mask.shape != img.size[::-1]:  # either may be the wrong one: both named
+                raise DatasetError(f"nyuv2_normals: normal map {paths[0]!r} is {img.size[0]} x {img.size[1]} pixels "
+                                   f"but its mask {paths[1]!r} is {mask.shape[1]} x {mask.shape[0]}; a frame's "
+                                   "image, normal map and mask must have one size")
         return decode_normals(np.asarray(img), mask)
-
-
-def _check_size(path: str, kind: str, size: tuple[int, int], image: tuple[int, int]) -> None:
-    """Each file of a target against its image, so that the message names the file that differs."""
-    if size != image:
-        raise DatasetError(f"nyuv2_normals: {kind} {path!r} is {size[0]} x {size[1]} pixels but its image is "
-                           f"{image[0]} x {image[1]}; they must match")
 
 
 def _by_index(files: dict[str, str], kind: str) -> dict[int, str]:

@@ -1,12 +1,15 @@
 """Reading local checkpoints safely, finding the tensors inside, fingerprinting them.
 
 Only formats that cannot run code are read: safetensors, and PyTorch files (zip archives,
-legacy pickles, legacy tar files) loaded with ``torch.load(weights_only=True)``. The
-format is told by the file's first bytes, not its name: a MoCo ``.pth.tar``, a Lightning
-``.ckpt`` or a ``.bin`` are all PyTorch files. A file named ``.safetensors`` is only ever
-read as safetensors. A pickle that needs arbitrary objects is refused with
-:class:`UnsafeCheckpointError`, naming them, rather than loaded with
-``weights_only=False``; a file in none of these formats says it is not a checkpoint.
+legacy pickles) loaded with ``torch.load(weights_only=True)``, after their pickle passed
+the budget of :mod:`pipeline.encoders.checkpoints.pickle_budget`. The format is told by a
+bounded prefix of the file, not its name (:mod:`pipeline.encoders.checkpoints.formats`): a
+MoCo ``.pth.tar``, a Lightning ``.ckpt`` or a ``.bin`` are all PyTorch files. A file named
+``.safetensors`` is only ever read as safetensors. A pickle that needs arbitrary objects,
+and PyTorch's legacy tar format (which only an unrestricted unpickler reads), are refused
+with :class:`UnsafeCheckpointError`, saying how to save the weights instead: no message
+points at a way of loading that could run code. A compressed file is named as such; a
+file in none of these formats says it is not a checkpoint.
 
 Besides tensors and plain Python values, training scripts store records of plain values
 that ``weights_only`` refuses by default: ``argparse.Namespace`` (DINO, MAE, timm's
@@ -20,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-import struct
+import re
 import tarfile
 import threading
 import zipfile
@@ -31,9 +34,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pipeline.encoders.checkpoints.formats import COMPRESSED, container_format
 from pipeline.encoders.checkpoints.names import CHECKPOINT_EXTENSIONS, SAFETENSORS_EXTENSIONS, checkpoint_extension
+from pipeline.encoders.checkpoints.pickle_budget import check_pickle_budget
 from pipeline.encoders.checkpoints.safetensors_files import read_safetensors
 from pipeline.errors import CheckpointError, UnsafeCheckpointError
+from pipeline.terminal import printable, short
+
+__all__ = ["ArgsRecord", "USUAL_KEYS", "checked_path", "container_format", "load_state_dict", "location_label",
+           "pick_mapping", "read_checkpoint", "tensor_mappings", "torch_message", "weights_fingerprint"]
 
 #: Where training code usually puts the weights inside a checkpoint, most common first.
 USUAL_KEYS = ("state_dict", "model", "module", "teacher", "student", "model_ema", "state_dict_ema",
@@ -41,6 +50,9 @@ USUAL_KEYS = ("state_dict", "model", "module", "teacher", "student", "model_ema"
               "net", "weights", "params")
 # what torch's weights-only unpickler says about a torn file (anything else it refuses would need code)
 _DAMAGED = ("truncated", "invalid load key", "ran out of input", "stack underflow", "unexpected eof")
+# torch's advice in its messages, never passed on: each points at loading with its unrestricted unpickler
+_TORCH_ADVICE = ("weights_only", "weights only", "trusted source", "arbitrary code", "safe_globals", "allowlist",
+                 "pickle_module", "docs.pytorch.org", "pytorch.org/docs", "check the recommended steps")
 _MAX_DEPTH = 3  # nesting levels searched for mappings of tensors (checkpoint -> state_dict -> model)
 _SHOWN = 5
 
@@ -58,7 +70,7 @@ class ArgsRecord:
         self.__dict__.update(attrs)
 
     def __repr__(self) -> str:
-        return f"ArgsRecord({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
+        return f"ArgsRecord({', '.join(f'{k}={short(v)}' for k, v in self.__dict__.items())})"  # bounded
 
 
 _RECORDS_LOCK = threading.Lock()
@@ -84,38 +96,6 @@ def _allow_plain_records() -> None:
         records += sorted({type(np.dtype(c)) for c in "?bhilqBHILQefdgFD"}, key=str)
         torch.serialization.add_safe_globals(records)
         _RECORDS_ALLOWED = True
-
-
-def container_format(path: str | os.PathLike[str]) -> str | None:
-    """What a file holds, from its first bytes: ``safetensors``, ``torch-zip`` (torch.save's
-    archive), ``pickle`` (a legacy torch.save or plain pickle), ``torch-tar`` or None.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The file.
-
-    Returns
-    -------
-    str or None
-        The format, or None when the file is none of them.
-    """
-    path = Path(path)
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(16)
-    if head[:4] == b"PK\x03\x04":
-        return "torch-zip"
-    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
-        return "pickle"
-    # a safetensors header's length, then its JSON: the length may exceed a torn file's size
-    if len(head) >= 9 and head[8:9] == b"{" and struct.unpack("<Q", head[:8])[0] < 1 << 30:
-        return "safetensors"
-    if zipfile.is_zipfile(path):
-        return "torch-zip"
-    if size > 512 and tarfile.is_tarfile(path):
-        return "torch-tar"
-    return None
 
 
 def checked_path(path: str | os.PathLike[str]) -> Path:
@@ -181,11 +161,24 @@ def read_checkpoint(path: str | os.PathLike[str], meta: bool = False) -> object:
             f"{path.name!r} is not a checkpoint: its {path.stat().st_size} bytes are neither safetensors, "
             "a PyTorch archive (torch.save) nor a pickle of tensors"
         )
+    if kind in {name for _, name in COMPRESSED}:
+        raise CheckpointError(
+            f"{path.name!r} is a {kind}-compressed file, not a checkpoint: decompress it and give the file "
+            "inside (a .pth, .pt, .ckpt, .bin or .safetensors)"
+        )
+    if kind == "torch-tar":
+        # torch reads its oldest format only with its unrestricted unpickler: never done here
+        raise UnsafeCheckpointError(
+            f"Refusing to load checkpoint {path.name!r}: it is in PyTorch's legacy tar format, which cannot be "
+            "read without running the code it may hold. Where it was made, save its weights again with "
+            "torch.save(model.state_dict(), 'weights.pth') or safetensors.torch.save_file"
+        )
     if named_safe and kind != "safetensors":
         # a pickle under a safe name is never unpickled: the name promised it could not run code
         raise CheckpointError(
             f"{path.name!r} is named .safetensors but holds a PyTorch pickle ({kind}); it is not read as "
-            "one. Rename it to .pth if it is a torch.save file you mean to load (read with weights_only)"
+            "one. Rename it to .pth if it is a torch.save file you mean to load (its pickle is then read "
+            "with tensors and plain values only)"
         )
     if kind == "safetensors":
         return read_safetensors(path, meta=meta)
@@ -196,6 +189,10 @@ def read_checkpoint(path: str | os.PathLike[str], meta: bool = False) -> object:
             f"{path.name!r} is a truncated PyTorch archive: its {path.stat().st_size} bytes end before the "
             "archive's directory (still being written or copied?); use it once it is complete"
         )
+    try:  # what the pickle builds besides tensors, bounded before torch builds it
+        check_pickle_budget(path, kind)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(f"Cannot read checkpoint {path.name!r}: {short(str(exc), 300)}") from exc
     # an archive is memory-mapped: tensor bytes are read when used (never, on the meta device)
     return _load_pickle(path, meta=meta, mmap=kind == "torch-zip")
 
@@ -331,25 +328,43 @@ def _load_pickle(path: Path, meta: bool = False, mmap: bool = False) -> object:
         text = str(exc)
         if any(s in text.lower() for s in _DAMAGED):
             raise CheckpointError(f"Cannot read checkpoint {path.name!r}: a damaged pickle "
-                                  f"({_detail(text)})") from exc
+                                  f"({torch_message(text)})") from exc
         # weights_only refuses any global it does not know: the file would run code to load.
         raise UnsafeCheckpointError(
             f"Refusing to load checkpoint {path.name!r}: it is a pickle that needs arbitrary "
-            f"code to load ({_unsafe_names(path, text)}; torch.load(weights_only=True) rejected it). "
-            "Re-save it as safetensors (safetensors.torch.save_file) or as a plain state dict "
-            "(torch.save(model.state_dict(), ...))"
+            f"code to load ({_unsafe_names(path, text)}). Where it was made, save its weights again as "
+            "safetensors (safetensors.torch.save_file) or as a plain state dict (torch.save(model.state_dict(), "
+            "'weights.pth'))"
         ) from exc
     except (RuntimeError, OSError, EOFError, ValueError, tarfile.TarError) as exc:
-        raise CheckpointError(f"Cannot read checkpoint {path.name!r}: {_detail(str(exc))}") from exc
+        raise CheckpointError(f"Cannot read checkpoint {path.name!r}: {torch_message(str(exc))}") from exc
 
 
-def _detail(text: str) -> str:
-    """The line of torch's message that says what went wrong."""
+def torch_message(text: str) -> str:
+    """The line of torch's message that says what went wrong, without its advice: torch
+    suggests loading with ``weights_only=False``, which would run whatever the file holds.
+
+    Parameters
+    ----------
+    text : str
+        torch's message.
+
+    Returns
+    -------
+    str
+        One printable line of at most 300 characters.
+    """
     marker = "WeightsUnpickler error:"
     if marker in text:
         text = text[text.index(marker) + len(marker):]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return (lines or ["no detail"])[0][:300]
+    kept = []
+    for line in text.splitlines():
+        sentences = [s for s in re.split(r"(?<=[.!?])\s+", line.strip())
+                     if s and not any(w in s.lower() for w in _TORCH_ADVICE)]
+        if sentences:
+            kept.append(" ".join(sentences))
+    line = printable(kept[0] if kept else "no detail")
+    return line if len(line) <= 300 else line[:297] + "..."
 
 
 def _unsafe_names(path: Path, text: str) -> str:
@@ -360,7 +375,7 @@ def _unsafe_names(path: Path, text: str) -> str:
         names = []
     if names:
         return f"it needs {', '.join(names[:_SHOWN])}" + (", ..." if len(names) > _SHOWN else "")
-    return _detail(text)
+    return torch_message(text)
 
 
 def weights_fingerprint(weights: Mapping[str, Tensor] | nn.Module) -> str:

@@ -20,7 +20,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipeline.encoders.checkpoints.formats import container_format
+from pipeline.encoders.checkpoints.pickle_budget import check_pickle_budget
+from pipeline.encoders.checkpoints.reading import torch_message
 from pipeline.errors import CheckpointError
+from pipeline.terminal import short
 
 STATE_FILE = "state.pt"
 FORMAT = 1
@@ -131,13 +135,16 @@ def load_state(scratch_dir: Path, identity: str, what: str = "fine-tuning") -> d
     path = scratch_dir / STATE_FILE
     if not path.is_file():
         return None
-    try:
+    try:  # a scratch folder is a folder like any other: its file is read under the checkpoints' budget
+        check_pickle_budget(path, container_format(path) or "")
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises several types for a damaged file
+    except CheckpointError as exc:
         raise CheckpointError(f"Saved {what} state {str(path)!r} cannot be read: {exc}") from exc
+    except Exception as exc:  # torch raises several types for a damaged file
+        raise CheckpointError(f"Saved {what} state {str(path)!r} cannot be read: {torch_message(str(exc))}") from exc
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"Saved {what} state {str(path)!r} has an unknown format "
-                              f"{state.get('format') if isinstance(state, dict) else type(state).__name__!r}")
+                              f"{short(state.get('format')) if isinstance(state, dict) else type(state).__name__!r}")
     if state.get("identity") != identity:
         raise CheckpointError(
             f"Scratch folder {str(scratch_dir)!r} holds the state of another {what} run "
