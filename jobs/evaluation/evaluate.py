@@ -9,6 +9,7 @@ imported only when a cell is identified or evaluated.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from jobs.encoder_identity import array_identity, point_identity
 from jobs.evaluation.cell import Cell
 from jobs.evaluation.dense_cells import dense_scratch, load_dense_data, remove_dense_scratch
 from jobs.evaluation.identity import Arrays, cell_arrays, cell_identity
@@ -23,7 +25,7 @@ from jobs.evaluation.records import cell_record, write_record
 from jobs.failures import cell_failure, is_transient, one_line
 from pipeline.protocols.blocks import STREAM_BLOCK_ROWS
 from pipeline.protocols.registry import EvalData
-from storage_schema import FeatureStore
+from storage_schema import FeatureStore, keys
 from storage_schema.ledger import Ledger
 
 __all__ = ["DEFAULT_BLOCK_ROWS", "Cell", "CellOutcome", "evaluate_cell", "evaluate_cells", "load_eval_data"]
@@ -44,15 +46,47 @@ class CellOutcome:
 
 def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_BLOCK_ROWS,
                   record: bool = True, ledger: Ledger | None = None) -> CellOutcome:
-    """Evaluate ``cell`` unless the ledger holds it; append the result to the ledger."""
-    protocol = cell.entry
+    """Evaluate ``cell`` unless the ledger holds it; append the result to the ledger.
+
+    A recorded evaluation holds the cell's lease (``storage_schema.keys.cell_work_key``)
+    while it computes: a second run (or worker) asked for the same cell waits for it, then
+    takes the ledger's answer, so two runs at once compute each cell once."""
     arrays = cell_arrays(store, cell)
     cid, settings, fps = cell_identity(store, cell, arrays)
+    held = array_identity(arrays[cell.test_split][0].attrs)
+    if held is not None and held != cell.identity:  # the record and pointer say whose weights were read
+        log.warning("%s: the stored features were extracted for another encoder of this name (identity %s, "
+                    "this config's %s); recorded under theirs", cell.label(), held, cell.identity)
+        cell = dataclasses.replace(cell, identity=held)
     ledger = Ledger(store) if ledger is None else ledger
     if ledger.has(cid):
-        return CellOutcome(cid, "cached", ledger.get(cid))
-    if record:
-        store.check_writable()  # a read-only store answers recorded cells; it must not compute others
+        return _cached(store, ledger, cell, cid, record)
+    if not record:
+        return _compute(store, ledger, cell, arrays, cid, settings, fps, block_rows, record=False)
+    store.check_writable()  # a read-only store answers recorded cells; it must not compute others
+    lease = store.lease(keys.cell_work_key(cid))
+    if not lease.acquire(wait=False):
+        log.info("cell %s is being computed by another run: waiting for its record", cell.label())
+        lease.acquire()
+    try:
+        if ledger.has(cid):  # the other run recorded it while this one waited
+            log.info("cell %s was computed by another run meanwhile: its record is used", cell.label())
+            return _cached(store, ledger, cell, cid, record)
+        return _compute(store, ledger, cell, arrays, cid, settings, fps, block_rows, record=True)
+    finally:
+        lease.release()
+
+
+def _cached(store: FeatureStore, ledger: Ledger, cell: Cell, cid: str, record: bool) -> CellOutcome:
+    """The ledger's record of the cell; its encoder identity now points at it."""
+    if record and not store.read_only:
+        point_identity(store, cell.identity, cell, cid)
+    return CellOutcome(cid, "cached", ledger.get(cid))
+
+
+def _compute(store: FeatureStore, ledger: Ledger, cell: Cell, arrays: Arrays, cid: str, settings: dict[str, Any],
+             fps: dict[str, str], block_rows: int, *, record: bool) -> CellOutcome:
+    protocol = cell.entry
     t0 = time.perf_counter()
     if protocol.dense:  # maps and per-pixel targets; training resumes from the cell's scratch folder
         data = load_dense_data(arrays, cell, protocol, dense_scratch(store, cid) if record else None)

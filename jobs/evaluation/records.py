@@ -6,7 +6,8 @@ diagnostics, warnings, convergence), sizes, timings and provenance. Writing it: 
 what the record names (its example pictures; its evidence and predicted maps, under the
 cell's evidence lease), then the record, so a record never names what is not there; for
 a cell whose id needs the encoder built (a protocol that reads its weights), then the
-pointer from the cell's names to the record (``jobs.evaluation.records.point_to``).
+pointer from the cell's names to the record (``jobs.evaluation.records.point_to``); for
+every cell, the pointer from its encoder identity to the record (``jobs.encoder_identity``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from jobs.encoder_identity import point_identity
 from jobs.evaluation.cell import Cell
 from pipeline.plain import to_plain
 from storage_schema import FeatureStore, keys
@@ -63,7 +65,9 @@ def cell_record(cell: Cell, cid: str, settings: dict[str, Any], fingerprints: di
         "settings": settings, "config_hash": config_hash(entry.result_settings(settings)), "splits": cell.splits(),
         "fingerprints": fingerprints, "metrics": dict(result.metrics), "diagnostics": dict(result.diagnostics),
         "warnings": result.warnings, "converged": bool(result.diagnostics.get("converged", True)),
-        "n_train": int(n_train), "n_test": int(n_test), **extra, "timings": timings, "provenance": provenance,
+        "n_train": int(n_train), "n_test": int(n_test), **extra, "timings": timings,
+        # the config's encoder identity it was evaluated for (jobs.encoder_identity); None: unknown
+        "provenance": {**provenance, "encoder_identity": cell.identity},
         "recorded": now_iso(),
     })
 
@@ -99,6 +103,7 @@ def write_record(store: FeatureStore, ledger: Ledger, cell: Cell, record: dict[s
         added = _put_with_evidence(store, ledger, record, result.evidence, labels_key, result.maps)
     if not cell.entry.reads_features:  # its id needs the encoder built: a listing finds it by its names
         point_to(store, cell, cid)
+    point_identity(store, cell.identity, cell, cid)  # found again once the name holds other weights
     if not added:
         log.info("cell %s was recorded by another process meanwhile", cid)
     return added

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jobs.config.run import ExtractConfig
+from jobs.encoder_identity import point_identity
 from jobs.evaluation.cell import Cell
 from jobs.evaluation.identity import CellIdentity, weights_identity
 from jobs.evaluation.records import cell_record, point_to, write_record
@@ -44,6 +45,7 @@ def _cached(store: Any, cell: Cell, ident: CellIdentity, ledger: Ledger) -> dict
         return None
     if not store.read_only:
         point_to(store, cell, ident.cell_id)
+        point_identity(store, cell.identity, cell, ident.cell_id)
     return _outcome(cell, ident.cell_id, "cached")
 
 

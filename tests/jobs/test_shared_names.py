@@ -1,0 +1,139 @@
+"""A shared store: two configs that give the name ``ra`` to other weights (random-init
+resnet18 checkpoints saved with seeds 0 and 7) each see their own records in ``results``,
+``compare`` and the report, whichever ran last; two evaluations of one cell at once
+compute it once (the cell's lease)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import pytest
+import yaml
+
+from flows.cli.main import main
+from jobs.config import load_config
+from jobs.encoder_identity import encoder_identity
+from jobs.evaluation.evaluate import evaluate_cell
+from jobs.plan import make_plan, run_extract_unit
+from jobs.report.inputs import correlate_and_report
+from jobs.results import config_cells, config_records
+from storage_schema import FeatureStore
+from storage_schema.ledger import Ledger
+from tests.helpers.configs import write_checkpoint
+
+
+def _config(tmp_path, name: str, seed: int) -> str:
+    weights = write_checkpoint(tmp_path / f"weights{seed}", "ra", seed)
+    raw = {
+        "store": str(tmp_path / "store"),
+        "extract": {"batch_size": 16, "chunk_batches": 1},
+        "encoders": [{"name": "ra", "arch": "resnet18", "input_size": 32, "weights": str(weights)},
+                     {"name": "base", "arch": "resnet18", "input_size": 32, "seed": 1}],
+        "datasets": [{"name": "tex", "adapter": "textures", "params": {"n_per_class": {"train": 12, "test": 8}}}],
+        "protocols": [{"name": "knn5", "protocol": "knn", "settings": {"n_neighbors": 5}}],
+        "report": {"path": str(tmp_path / name / "report.html")},
+    }
+    (tmp_path / name).mkdir()
+    path = tmp_path / name / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def _run(path: str) -> dict[str, dict]:
+    """Extract and evaluate a config without Prefect; its records by encoder name."""
+    cfg = load_config(path)
+    store = cfg.open_store()
+    plan = make_plan(cfg, store=store)
+    for unit in plan.units:
+        run_extract_unit(store, unit, plan.config)
+    return {c.model: evaluate_cell(store, c).record for c in plan.cells}
+
+
+def _results(path: str, tmp_path) -> dict[str, dict]:
+    """What ``repeval results --config`` shows, as its JSON export, by encoder name."""
+    out = tmp_path / "results.json"
+    assert main(["results", "--config", path, "--format", "json", "--output", str(out)]) == 0
+    return {r["model"]: r for r in json.loads(out.read_text())}
+
+
+@pytest.fixture(scope="module")
+def two_configs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("shared")
+    a, b = _config(tmp, "a", 0), _config(tmp, "b", 7)
+    first = _run(a)
+    second = _run(b)  # b's extraction replaces the features stored under `ra`
+    return tmp, a, b, first, second
+
+
+def test_the_two_encoders_named_ra_are_other_weights(two_configs):
+    _, a, b, first, second = two_configs
+    assert encoder_identity(load_config(a).encoders[0]) != encoder_identity(load_config(b).encoders[0])
+    assert first["ra"]["provenance"]["weights_fingerprint"] != second["ra"]["provenance"]["weights_fingerprint"]
+    assert first["ra"]["cell_id"] != second["ra"]["cell_id"]
+    assert first["base"]["cell_id"] == second["base"]["cell_id"]  # the same weights: one record
+
+
+def test_each_config_shows_its_own_record_whichever_ran_last(two_configs):
+    tmp, a, b, first, second = two_configs
+    for path, own in ((a, first), (b, second)):
+        shown = _results(path, tmp)
+        assert shown["ra"]["cell_id"] == own["ra"]["cell_id"]
+        assert shown["ra"]["metrics"] == own["ra"]["metrics"]
+    # history (--all) never lists the other config's record of `ra`
+    for path, other in ((a, second), (b, first)):
+        cfg = load_config(path)
+        rows, _ = config_records(cfg.open_store(read_only=True), cfg, all_records=True)
+        assert other["ra"]["cell_id"] not in {r["cell_id"] for r in rows if r["model"] == "ra"}
+
+
+def test_compare_and_report_agree_with_results(two_configs, capsys):
+    tmp, a, b, first, second = two_configs
+    for path, own in ((a, first), (b, second)):
+        capsys.readouterr()
+        assert main(["compare", "ra", "base", "--config", path, "--json"]) == 0
+        cells = json.loads(capsys.readouterr().out)["cells"]
+        assert [c["score_a"] for c in cells] == [pytest.approx(own["ra"]["metrics"][cells[0]["metric"]])]
+        cfg = load_config(path)
+        store = cfg.open_store(read_only=True)
+        found, _, plan = config_cells(store, cfg)
+        out = correlate_and_report(store, plan.config, found, path=str(tmp / "r.html"), plan=plan,
+                                   write_summary=False)
+        weights = out["summary"]["encoders"]["ra"]["weights"]
+        assert weights == own["ra"]["provenance"]["weights_fingerprint"]
+
+
+def test_a_rerun_of_the_first_config_takes_its_own_record_again(two_configs):
+    tmp, a, b, first, second = two_configs
+    again = _run(a)  # re-extracts `ra` from seed 0; the ledger answers the cell
+    assert again["ra"]["cell_id"] == first["ra"]["cell_id"]
+    assert _results(a, tmp)["ra"]["cell_id"] == first["ra"]["cell_id"]
+    assert _results(b, tmp)["ra"]["cell_id"] == second["ra"]["cell_id"]
+
+
+def test_two_evaluations_of_one_cell_at_once_compute_it_once(tmp_path, caplog):
+    path = _config(tmp_path, "c", 0)
+    cfg = load_config(path)
+    store = cfg.open_store()
+    plan = make_plan(cfg, store=store)
+    for unit in plan.units:
+        run_extract_unit(store, unit, plan.config)
+    cell = plan.cells[0]
+    start, outcomes = threading.Barrier(2), []
+
+    def evaluate():
+        own = FeatureStore(cfg.store)  # each "run" opens the store itself
+        start.wait()
+        outcomes.append(evaluate_cell(own, cell))
+
+    caplog.set_level(logging.INFO)
+    threads = [threading.Thread(target=evaluate) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(o.status for o in outcomes) == ["cached", "computed"]
+    # the second waited for the first and took its record: it never computed the cell itself
+    assert "recorded by another process meanwhile" not in caplog.text
+    assert len(Ledger(store)) == 1 and outcomes[0].cell_id == outcomes[1].cell_id
