@@ -33,7 +33,7 @@ from storage_schema import keys
 from storage_schema.provenance import canonical_json, now_iso, stable_hash
 
 __all__ = ["IDENTITY_FIELDS", "array_identity", "config_identities", "encoder_identity", "identity_of_spec",
-           "pointed_record", "point_identity", "record_identity"]
+           "name_clash_lines", "pointed_record", "point_identity", "record_identity"]
 
 # what decides an encoder's weights and its input; not its name, layers, dtype or series
 IDENTITY_FIELDS = ("arch", "weights", "seed", "input_size", "checkpoint_key", "strip_prefixes")
@@ -152,3 +152,42 @@ def pointed_record(store: Any, ledger: Any, identity: str | None, cell: Any, con
     if rec is None or rec.get("protocol") != cell.protocol or rec.get("config_hash") != config_hash:
         return None
     return cid  # written by a run of this identity: its record (identical weights elsewhere included)
+
+
+def name_clash_lines(store: Any, cells: Iterable[Any]) -> list[str]:
+    """One line per encoder whose name's stored features are another encoder's (another
+    config's weights under the same name): this run extracts them again, each config keeps
+    its own records, and a distinct name stops the two configs replacing each other's
+    features on every run.
+
+    Parameters
+    ----------
+    store : FeatureStore, optional
+        The config's store (None: nothing stored yet).
+    cells : iterable of Cell
+        The plan's cells (one feature array per encoder is read).
+
+    Returns
+    -------
+    list of str
+    """
+    if store is None:
+        return []
+    lines, seen = [], set()
+    for cell in cells:
+        if cell.model in seen or cell.identity is None or not cell.entry.reads_features:
+            continue
+        seen.add(cell.model)
+        try:
+            st = store.status(keys.feature_key(cell.model, cell.dataset, cell.test_split, cell.layer))
+        except RepevalError:
+            continue
+        held = array_identity(st.attrs) if st is not None else None
+        if held is not None and held != cell.identity:
+            spec = st.attrs.get("encoder_spec") or {}
+            lines.append(f"encoder {cell.model!r}: the store's features of this name were extracted for other "
+                         f"weights ({spec.get('arch')}, weights {spec.get('weights')}, seed {spec.get('seed')}), "
+                         "another config's encoder of the same name; this run extracts its own again and each "
+                         "config keeps its own records; give one of them another name to stop them replacing "
+                         "each other's features")
+    return lines

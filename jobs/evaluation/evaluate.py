@@ -23,6 +23,7 @@ from jobs.evaluation.dense_cells import dense_scratch, load_dense_data, remove_d
 from jobs.evaluation.identity import Arrays, cell_arrays, cell_identity
 from jobs.evaluation.records import cell_record, write_record
 from jobs.failures import cell_failure, is_transient, one_line
+from pipeline.errors import StaleArrayError
 from pipeline.protocols.blocks import STREAM_BLOCK_ROWS
 from pipeline.protocols.registry import EvalData
 from storage_schema import FeatureStore, keys
@@ -94,6 +95,7 @@ def _compute(store: FeatureStore, ledger: Ledger, cell: Cell, arrays: Arrays, ci
         data = load_eval_data(arrays, cell, protocol, block_rows=block_rows)
     read_seconds = time.perf_counter() - t0
     result = protocol(data, settings)
+    check_unchanged(store, cell, arrays)
     train_feats, test_feats = arrays[cell.train_split][0], arrays[cell.test_split][0]
     enc = train_feats.attrs.get("encoder", {})
     shape = {"dim": int(train_feats.shape[-1]),
@@ -117,6 +119,26 @@ def _compute(store: FeatureStore, ledger: Ledger, cell: Cell, arrays: Arrays, ci
     if not stored:
         return CellOutcome(cid, "cached", ledger.get(cid))
     return CellOutcome(cid, "computed", rec)
+
+
+def check_unchanged(store: FeatureStore, cell: Cell, arrays: Arrays) -> None:
+    """Refuse to record a cell whose arrays were replaced while it read them (another
+    config's encoder of the same name extracted meanwhile, a re-extraction): its rows may
+    be of two encoders, and its record would claim the fingerprints it started from.
+
+    Raises
+    ------
+    StaleArrayError
+        Naming the replaced array; the next run evaluates the cell again.
+    """
+    for feats, labels in arrays.values():
+        for st in (feats, labels):
+            now = store.status(st.key)
+            if now is None or now.fingerprint != st.fingerprint or not now.complete:
+                raise StaleArrayError(
+                    f"{cell.label()}: {st.key} was replaced while the cell read it (fingerprint "
+                    f"{st.fingerprint[:12]} -> {now.fingerprint[:12] if now else 'gone'}: another run extracted "
+                    "it meanwhile); not recorded, the next run evaluates it again")
 
 
 def evaluate_cells(store: FeatureStore, cells: list[Cell], *, unavailable: dict[tuple[str, str], str] | None = None,

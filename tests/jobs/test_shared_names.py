@@ -14,11 +14,13 @@ import yaml
 
 from flows.cli.main import main
 from jobs.config import load_config
-from jobs.encoder_identity import encoder_identity
-from jobs.evaluation.evaluate import evaluate_cell
+from jobs.encoder_identity import encoder_identity, name_clash_lines
+from jobs.evaluation.evaluate import check_unchanged, evaluate_cell
+from jobs.evaluation.identity import cell_arrays
 from jobs.plan import make_plan, run_extract_unit
 from jobs.report.inputs import correlate_and_report
 from jobs.results import config_cells, config_records
+from pipeline.errors import StaleArrayError
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
 from tests.helpers.configs import write_checkpoint
@@ -45,7 +47,7 @@ def _run(path: str) -> dict[str, dict]:
     """Extract and evaluate a config without Prefect; its records by encoder name."""
     cfg = load_config(path)
     store = cfg.open_store()
-    plan = make_plan(cfg, store=store)
+    plan = make_plan(cfg, store=store, check=False)  # its checks are tested elsewhere
     for unit in plan.units:
         run_extract_unit(store, unit, plan.config)
     return {c.model: evaluate_cell(store, c).record for c in plan.cells}
@@ -104,6 +106,14 @@ def test_compare_and_report_agree_with_results(two_configs, capsys):
         assert weights == own["ra"]["provenance"]["weights_fingerprint"]
 
 
+def test_a_run_says_the_name_holds_another_configs_weights(two_configs):
+    _, a, b, _, _ = two_configs
+    cfg = load_config(a)
+    lines = name_clash_lines(cfg.open_store(read_only=True), make_plan(cfg, check=False).cells)
+    assert len(lines) == 1 and lines[0].startswith("encoder 'ra': ") and "weights7" in lines[0]
+    assert name_clash_lines(None, make_plan(cfg, check=False).cells) == []
+
+
 def test_a_rerun_of_the_first_config_takes_its_own_record_again(two_configs):
     tmp, a, b, first, second = two_configs
     again = _run(a)  # re-extracts `ra` from seed 0; the ledger answers the cell
@@ -116,10 +126,11 @@ def test_two_evaluations_of_one_cell_at_once_compute_it_once(tmp_path, caplog):
     path = _config(tmp_path, "c", 0)
     cfg = load_config(path)
     store = cfg.open_store()
-    plan = make_plan(cfg, store=store)
+    plan = make_plan(cfg, store=store, check=False)
     for unit in plan.units:
-        run_extract_unit(store, unit, plan.config)
-    cell = plan.cells[0]
+        if unit.encoder.name == "ra":
+            run_extract_unit(store, unit, plan.config)
+    cell = next(c for c in plan.cells if c.model == "ra")
     start, outcomes = threading.Barrier(2), []
 
     def evaluate():
@@ -137,3 +148,17 @@ def test_two_evaluations_of_one_cell_at_once_compute_it_once(tmp_path, caplog):
     # the second waited for the first and took its record: it never computed the cell itself
     assert "recorded by another process meanwhile" not in caplog.text
     assert len(Ledger(store)) == 1 and outcomes[0].cell_id == outcomes[1].cell_id
+
+
+def test_a_cell_whose_arrays_were_replaced_while_read_is_not_recorded(two_configs):
+    _, a, b, _, _ = two_configs
+    cfg = load_config(a)
+    store = cfg.open_store()
+    cell = next(c for c in make_plan(cfg, check=False).cells if c.model == "ra")
+    arrays = cell_arrays(store, cell)  # read as config a's run would
+    other = load_config(b)
+    for unit in make_plan(other, check=False).units:  # config b extracts `ra` meanwhile
+        if unit.encoder.name == "ra":
+            run_extract_unit(store, unit, other)
+    with pytest.raises(StaleArrayError, match="was replaced while the cell read it"):
+        check_unchanged(store, cell, arrays)
