@@ -20,7 +20,7 @@ from jobs.config.protocol_checks import check_protocol_networks
 from jobs.config.folder_checks import check_scanned_files, folder_mistakes, scan_entry_mistakes
 from jobs.config.weights import check_encoder
 from jobs.dense_plan import check_dense_pairs, pairs_with_dataset
-from jobs.encoder_identity import encoder_identity
+from jobs.encoder_identity import encoder_identity, note_owner, unit_identity
 from jobs.evaluation.cell import ENCODER_LAYER, Cell
 from jobs.evaluation.cell_memory import estimate_cells
 from jobs.failures import sync_failures
@@ -106,7 +106,8 @@ def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
         mine = [d for d in cfg.datasets if p.datasets is None or d.name in p.datasets]
         if not entry.reads_features:  # the encoder and the images: the cell carries their fields
             cells += [Cell(e.name, d.name, ENCODER_LAYER, p.name, p.protocol, dict(p.settings), d.train_split,
-                           d.test_split, d.val_split, encoder=e, dataset_config=d, identity=encoder_identity(e))
+                           d.test_split, d.val_split, encoder=e, dataset_config=d,
+                           identity=unit_identity(e, d), encoder_identity=encoder_identity(e))
                       for d in mine for e in cfg.encoders if e.extracted]
             continue
         for d in [d for d in mine if pairs_with_dataset(entry, d)]:
@@ -114,7 +115,8 @@ def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
                 for layer in e.layers:
                     if (p.layers is None or layer in p.layers) and layer_kind(layer) == entry.reads:
                         cells.append(Cell(e.name, d.name, layer, p.name, p.protocol, dict(p.settings),
-                                          d.train_split, d.test_split, d.val_split, identity=encoder_identity(e)))
+                                          d.train_split, d.test_split, d.val_split, identity=unit_identity(e, d),
+                                          encoder_identity=encoder_identity(e)))
     return cells
 
 
@@ -338,5 +340,9 @@ def run_extract_unit(store, unit: ExtractUnit, extract: BenchmarkConfig | Extrac
     from jobs.extraction.extract import extract as extract_job
 
     settings = unit.encoder.extract_settings(extract.extract if isinstance(extract, BenchmarkConfig) else extract)
-    return extract_job(store, unit.encoder.spec(), make_adapter(unit.dataset), unit.split,
-                       dataclasses.replace(settings, progress=False))
+    report = extract_job(store, unit.encoder.spec(), make_adapter(unit.dataset), unit.split,
+                         dataclasses.replace(settings, progress=False))
+    if report.status != "busy":  # its arrays now hold this unit's weights and images: noted as its own
+        note_owner(store, unit_identity(unit.encoder, unit.dataset),
+                   {report.keys[layer]: fp for layer, fp in report.fingerprints.items()})
+    return report

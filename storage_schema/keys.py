@@ -26,6 +26,8 @@ Bookkeeping beside them, under ``_repeval/`` (never a Zarr node):
   cell of these names last used (found without loading the encoder);
 * ``identity_cells/<identity>/<dataset>/<layer>/<setting>.json``: the ledger record the
   cell of one encoder identity last used (two configs sharing an encoder name);
+* ``owners/<array key>/<identity>.json``: the fingerprint one config identity extracted
+  (or found up to date) at that key: whose weights and data the name's array holds;
 * ``leases/cells/<cell id[:2]>/<cell id>/``: the lease of a cell being computed;
 * ``examples/<cell id[:2]>/<cell id>.png``: example pictures of an encoder-protocol cell;
 * ``scratch/<kind>/<run id>/<part>/``: resumable training state, deleted once recorded;
@@ -63,6 +65,7 @@ _RUNS = f"{SIDE}/runs"
 _PLANS = f"{SIDE}/plans"
 _ENCODER_CELLS = f"{SIDE}/encoder_cells"
 _IDENTITY_CELLS = f"{SIDE}/identity_cells"
+_OWNERS = f"{SIDE}/owners"
 _EXAMPLES = f"{SIDE}/examples"
 SCRATCH = f"{SIDE}/scratch"
 
@@ -532,6 +535,41 @@ def identity_cell_key(identity: str, dataset: str, layer: str, setting: str) -> 
     return "/".join((_IDENTITY_CELLS, validate_name(identity, "encoder identity"),
                      validate_name(dataset, "dataset name"), validate_name(layer, "layer name"),
                      validate_name(setting, "protocol setting name") + ".json"))
+
+
+def array_owners_dir(key: str) -> str:
+    """The folder of the notes saying which config identities extracted (or found up to
+    date) the array at ``key``, and at which fingerprint.
+
+    Parameters
+    ----------
+    key : str
+        A feature key (built by :func:`feature_key`).
+
+    Returns
+    -------
+    str
+        ``_repeval/owners/<key>``.
+    """
+    return f"{_OWNERS}/{key}"
+
+
+def array_owner_key(key: str, identity: str) -> str:
+    """The note of one config identity on the array at ``key`` (its fingerprint).
+
+    Parameters
+    ----------
+    key : str
+        A feature key.
+    identity : str
+        The identity (hexadecimal, validated).
+
+    Returns
+    -------
+    str
+        ``_repeval/owners/<key>/<identity>.json``.
+    """
+    return f"{array_owners_dir(key)}/{validate_name(identity, 'identity')}.json"
 
 
 def cell_work_key(cell_id: str) -> str:

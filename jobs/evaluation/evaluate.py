@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from jobs.encoder_identity import array_identity, point_identity
+from jobs.encoder_identity import belongs, owner_of, owners, point_identity
 from jobs.evaluation.cell import Cell
 from jobs.evaluation.dense_cells import dense_scratch, load_dense_data, remove_dense_scratch
 from jobs.evaluation.identity import Arrays, cell_arrays, cell_identity
@@ -54,10 +54,13 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
     takes the ledger's answer, so two runs at once compute each cell once."""
     arrays = cell_arrays(store, cell)
     cid, settings, fps = cell_identity(store, cell, arrays)
-    held = array_identity(arrays[cell.test_split][0].attrs)
-    if held is not None and held != cell.identity:  # the record and pointer say whose weights were read
-        log.warning("%s: the stored features were extracted for another encoder of this name (identity %s, "
-                    "this config's %s); recorded under theirs", cell.label(), held, cell.identity)
+    notes = {feats.key: owners(store, feats.key) for feats, _ in arrays.values()}
+    if not all(belongs(feats, notes[feats.key], cell.identity, cell.encoder_identity) for feats, _ in arrays.values()):
+        # the record and pointer say whose weights and images were read, never this config's
+        feats = arrays[cell.test_split][0]
+        held = owner_of(feats, notes[feats.key])
+        log.warning("%s: the stored features are another config's (an encoder or dataset of the same name: "
+                    "identity %s, this config's %s); recorded under theirs", cell.label(), held, cell.identity)
         cell = dataclasses.replace(cell, identity=held)
     ledger = Ledger(store) if ledger is None else ledger
     if ledger.has(cid):

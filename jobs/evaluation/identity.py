@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.config.protocol_checks import settings_hash
-from jobs.encoder_identity import array_identity, pointed_record, record_identity
+from jobs.encoder_identity import belongs, owners, pointed_record, record_identity
 from jobs.evaluation.cell import Cell
 from pipeline.errors import DataValidationError
 from pipeline.plain import to_plain
@@ -78,8 +78,9 @@ def identify_cells(store: FeatureStore, cells: list[Cell]) -> list[str | None]:
     return [cid for cid, _ in _identify(store, cells)]
 
 
-def _identify(store: FeatureStore, cells: list[Cell]) -> list[tuple[str | None, str | None]]:
-    """(cell id, identity of the encoder its arrays were extracted for) of each feature cell."""
+def _identify(store: FeatureStore, cells: list[Cell]) -> list[tuple[str | None, bool]]:
+    """(cell id, whether its arrays hold what its identity extracts) of each feature cell
+    (``jobs.encoder_identity.belongs``)."""
     statuses: dict[str, Any] = {}
     resolved: dict[str, tuple[dict[str, Any], int | str]] = {}
 
@@ -88,27 +89,36 @@ def _identify(store: FeatureStore, cells: list[Cell]) -> list[tuple[str | None, 
             statuses[key] = store.status(key)
         return statuses[key]
 
-    out: list[tuple[str | None, str | None]] = []
+    notes: dict[str, dict[str, str]] = {}
+
+    def owned(cell: Cell, feats) -> bool:
+        if cell.identity is None:
+            return True
+        if feats.key not in notes:
+            notes[feats.key] = owners(store, feats.key)
+        return belongs(feats, notes[feats.key], cell.identity, cell.encoder_identity)
+
+    out: list[tuple[str | None, bool]] = []
     for cell in cells:
         fps: dict[str, str] | None = {}
-        held = None
+        own = True
         for split in cell.splits():
             feats = status(feature_key(cell.model, cell.dataset, split, cell.layer))
             labels = status(feats.attrs["labels"]) if feats is not None and feats.complete else None
             if labels is None or not labels.complete:
                 fps = None
                 break
-            held = held or array_identity(feats.attrs)
+            own = own and owned(cell, feats)
             fps[f"{split}.features"], fps[f"{split}.labels"] = feats.fingerprint, labels.fingerprint
         if fps is None:
-            out.append((None, None))
+            out.append((None, True))
             continue
         key = f"{cell.protocol}|{sorted(cell.settings.items())!r}"
         if key not in resolved:
             entry = cell.entry
             resolved[key] = (entry.result_settings(entry.resolve(cell.settings)), entry.version)
         settings, version = resolved[key]
-        out.append((cell_id(fps, cell.protocol, settings, version), held))
+        out.append((cell_id(fps, cell.protocol, settings, version), own))
     return out
 
 
@@ -193,7 +203,7 @@ def recorded_cells(store: Any, cells: Iterable[Cell]) -> tuple[list[dict[str, An
     ledger = Ledger(store)
     features = [c for c in cells if c.entry.reads_features]
     weights = [c for c in cells if not c.entry.reads_features]
-    ids = [_own(store, ledger, c, cid, held) for c, (cid, held) in zip(features, _identify(store, features))]
+    ids = [cid if own else _pointed_own(store, ledger, c) for c, (cid, own) in zip(features, _identify(store, features))]
     ids += [_pointed(store, ledger, c) for c in weights]
     found, missing = [], []
     for cell, cid in zip(features + weights, ids):  # feature cells first, as listings show them
@@ -205,11 +215,9 @@ def recorded_cells(store: Any, cells: Iterable[Cell]) -> tuple[list[dict[str, An
     return found, missing
 
 
-def _own(store: Any, ledger: Ledger, cell: Cell, cid: str | None, held: str | None) -> str | None:
-    """The feature cell's record: from its arrays when they hold its own encoder's weights
-    (or either identity is unknown), else from its identity's pointer."""
-    if cell.identity is None or held is None or held == cell.identity:
-        return cid
+def _pointed_own(store: Any, ledger: Ledger, cell: Cell) -> str | None:
+    """The record of a feature cell whose arrays now hold another config's weights or
+    images: the one its identity's last evaluation used, if of its current settings."""
     return pointed_record(store, ledger, cell.identity, cell, settings_hash(cell.protocol, cell.settings))
 
 

@@ -66,8 +66,8 @@ def cell_record(cell: Cell, cid: str, settings: dict[str, Any], fingerprints: di
         "fingerprints": fingerprints, "metrics": dict(result.metrics), "diagnostics": dict(result.diagnostics),
         "warnings": result.warnings, "converged": bool(result.diagnostics.get("converged", True)),
         "n_train": int(n_train), "n_test": int(n_test), **extra, "timings": timings,
-        # the config's encoder identity it was evaluated for (jobs.encoder_identity); None: unknown
-        "provenance": {**provenance, "encoder_identity": cell.identity},
+        # what the config's encoder and dataset were (jobs.encoder_identity); None: unknown
+        "provenance": {**provenance, "config_identity": cell.identity},
         "recorded": now_iso(),
     })
 

@@ -90,12 +90,13 @@ def history(store: FeatureStore, cfg: BenchmarkConfig, shown: Iterable[Mapping[s
     settings of a setting name, features of replaced weights (what the report sets aside);
     never a record of another config's encoder of the same name (``jobs.encoder_identity``;
     a record without an identity, of an older store, is taken by its name)."""
-    identities = config_identities(cfg.encoders)
+    models = {e.name for e in cfg.encoders}
+    identities = config_identities(cfg)
     settings = {p.name for p in cfg.protocols}
     shown_ids = {r.get("cell_id") for r in shown}
-    return [r for r in Ledger(store) if r.get("model") in identities and r.get("setting") in settings
+    return [r for r in Ledger(store) if r.get("model") in models and r.get("setting") in settings
             and r.get("cell_id") not in shown_ids
-            and record_identity(r) in (None, identities[r.get("model")])]
+            and record_identity(r) in (None, identities.get((r.get("model"), r.get("dataset"))))]
 
 
 def config_failures(store: FeatureStore, cfg: BenchmarkConfig, cells: Iterable[Any] = (),

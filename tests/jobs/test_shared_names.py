@@ -110,7 +110,7 @@ def test_a_run_says_the_name_holds_another_configs_weights(two_configs):
     _, a, b, _, _ = two_configs
     cfg = load_config(a)
     lines = name_clash_lines(cfg.open_store(read_only=True), make_plan(cfg, check=False).cells)
-    assert len(lines) == 1 and lines[0].startswith("encoder 'ra': ") and "weights7" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("encoder 'ra' on 'tex': ") and "weights7" in lines[0]
     assert name_clash_lines(None, make_plan(cfg, check=False).cells) == []
 
 
