@@ -10,9 +10,11 @@ fingerprints) and the ledger (cell ids) when it runs.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs.checkpoint_facts import keep_facts, take_facts
 from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
 from jobs.config.checkpoint_folders import ScanResult, scan_checkpoints, with_encoders
 from jobs.config.mistakes import Mistakes
@@ -31,6 +33,8 @@ from pipeline.errors import (
 from pipeline.protocols.registry import get_protocol, list_protocols
 from storage_schema import feature_key
 from storage_schema.ledger import FailureLog
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -296,7 +300,13 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
         store = _failure_store(cfg, writable=record and not mistakes.messages)
     if store is not None:
         failed = {r.get("file"): r for r in FailureLog(store).records("checkpoint")}
+    facts = take_facts(store) if cfg.checkpoints else {}  # steps and fingerprints read by an earlier scan
     scan = scan_checkpoints(cfg, failed, ready_only=ready_only, retry_failed=retry_failed)
+    if cfg.checkpoints and record:
+        try:
+            keep_facts(store, facts)
+        except (RepevalError, OSError) as exc:  # only costs the next scan its reads
+            log.warning("the checkpoint facts were not stored: %s", exc)
     offered = [f for f in scan.taken if f.origin not in bad_scans]
     # a scanned file is one checkpoint among many: refused alone, whatever its reader raised
     taken, refused = check_scanned_files(offered) if check else (offered, [])

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.analysis.correlate import figure_lines
+from jobs.checkpoint_facts import keep_facts
 from jobs.config import BenchmarkConfig
 from pipeline.plain import to_plain
 from jobs.evaluation.identity import recorded_cells
@@ -181,6 +182,8 @@ def record_run(cfg: BenchmarkConfig, summary: dict[str, Any]) -> bool:
             "recorded": now_iso()}
     store.check_writable()
     store.backend.write_atomic(run_memo_key(seen["key"]), json.dumps(memo, default=str).encode())
+    if cfg.checkpoints:  # the folders' steps and fingerprints: the rerun scans them without a read
+        keep_facts(store, {})
     return True
 
 

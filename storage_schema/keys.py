@@ -28,6 +28,8 @@ Bookkeeping beside them, under ``_repeval/`` (never a Zarr node):
   cell of one encoder identity last used (two configs sharing an encoder name);
 * ``owners/<array key>/<identity>.json``: the fingerprint one config identity extracted
   (or found up to date) at that key: whose weights and data the name's array holds;
+* ``checkpoint_facts/facts.json``: what scans read from checkpoint files (steps, content
+  fingerprints), by real path, size and modification time;
 * ``leases/cells/<cell id[:2]>/<cell id>/``: the lease of a cell being computed;
 * ``examples/<cell id[:2]>/<cell id>.png``: example pictures of an encoder-protocol cell;
 * ``scratch/<kind>/<run id>/<part>/``: resumable training state, deleted once recorded;
@@ -66,6 +68,7 @@ _PLANS = f"{SIDE}/plans"
 _ENCODER_CELLS = f"{SIDE}/encoder_cells"
 _IDENTITY_CELLS = f"{SIDE}/identity_cells"
 _OWNERS = f"{SIDE}/owners"
+_CHECKPOINT_FACTS = f"{SIDE}/checkpoint_facts"
 _EXAMPLES = f"{SIDE}/examples"
 SCRATCH = f"{SIDE}/scratch"
 
@@ -570,6 +573,18 @@ def array_owner_key(key: str, identity: str) -> str:
         ``_repeval/owners/<key>/<identity>.json``.
     """
     return f"{array_owners_dir(key)}/{validate_name(identity, 'identity')}.json"
+
+
+def checkpoint_facts_key() -> str:
+    """What scans read from checkpoint files (steps, content fingerprints), by real path,
+    size and modification time: an unchanged folder is scanned again without reading them.
+
+    Returns
+    -------
+    str
+        ``_repeval/checkpoint_facts/facts.json``.
+    """
+    return f"{_CHECKPOINT_FACTS}/facts.json"
 
 
 def cell_work_key(cell_id: str) -> str:

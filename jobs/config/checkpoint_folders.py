@@ -156,12 +156,12 @@ def scan_note(scan: CheckpointScan) -> str:
     return line + f"; it holds {len(others)} other checkpoint file(s) ({shown}): set `pattern: \"{pattern}\"`"
 
 
-def scan_files(scan: CheckpointScan, *, ready_only: bool = True, now: float | None = None,
+def scan_files(scan: CheckpointScan, *, ready_only: bool = True, now: float | None = None, steps: bool = True,
                ) -> tuple[list[ScannedFile], list[str]]:
     """(ready files as encoders, paths still being written) in ``scan.path``, sorted by name.
 
     ``ready_only=False`` takes every matching file (what a report or results listing
-    names), ready or not.
+    names), ready or not; ``steps=False`` leaves the files' steps out (no file is read).
     """
     folder = Path(scan.path)
     if not folder.is_dir():
@@ -183,7 +183,7 @@ def scan_files(scan: CheckpointScan, *, ready_only: bool = True, now: float | No
         enc = EncoderConfig(name=encoder_name(scan, path), arch=scan.arch, weights=str(path),
                             layers=list(scan.layers), input_size=scan.input_size,
                             strip_prefixes=list(scan.strip_prefixes), checkpoint_key=scan.checkpoint_key,
-                            series=series_name(path, scan.series), step=scan_step(scan, path))
+                            series=series_name(path, scan.series), step=scan_step(scan, path) if steps else None)
         taken.append(ScannedFile(enc, str(path), st.st_size, st.st_mtime_ns, _sidecar_score(path)))
     return taken, waiting
 
@@ -194,8 +194,10 @@ def scan_folder(scan: CheckpointScan, ready_only: bool = False) -> list[tuple[En
 
 
 def scan_checkpoints(cfg: BenchmarkConfig, failed: dict[str, dict[str, Any]] | None = None, *,
-                     ready_only: bool = True, retry_failed: bool = False, now: float | None = None) -> ScanResult:
-    """Every scan folder of ``cfg`` as a run sees it.
+                     ready_only: bool = True, retry_failed: bool = False, now: float | None = None,
+                     waiting_only: bool = False) -> ScanResult:
+    """Every scan folder of ``cfg`` as a run sees it (``waiting_only``: only the files still
+    being written, read from the folders' listings alone).
 
     ``failed`` maps a checkpoint's path to its failure record (``size``, ``mtime_ns``): an
     unchanged file is skipped unless ``retry_failed``. A file that names the checkpoint an
@@ -207,8 +209,10 @@ def scan_checkpoints(cfg: BenchmarkConfig, failed: dict[str, dict[str, Any]] | N
     out = ScanResult()
     by_name: dict[str, list[tuple[CheckpointScan, ScannedFile]]] = {}
     for i, scan in enumerate(cfg.checkpoints):
-        files, waiting = scan_files(scan, ready_only=ready_only, now=now)
+        files, waiting = scan_files(scan, ready_only=ready_only, now=now, steps=not waiting_only)
         out.waiting.extend(waiting)
+        if waiting_only:
+            continue
         if not files and not waiting:  # a wrong path or pattern would otherwise evaluate nothing, silently
             out.notes.append(scan_note(scan))
         files, aliases = find_aliases(scan, files)  # a copy or a link of a numbered file: one encoder
@@ -271,7 +275,7 @@ def wait_for_settled(cfg: BenchmarkConfig, say=None, *, clock=time.time, sleep=t
     is evaluated by that run. ``say`` gets one line when there is something to wait for.
     """
     start = clock()
-    waiting = scan_checkpoints(cfg, now=start).waiting
+    waiting = scan_checkpoints(cfg, now=start, waiting_only=True).waiting
     if not waiting:
         return []
     limit = max(s.settle_seconds for s in cfg.checkpoints)
@@ -280,7 +284,7 @@ def wait_for_settled(cfg: BenchmarkConfig, say=None, *, clock=time.time, sleep=t
             + ", ".join(Path(p).name for p in waiting[:5]) + (", ..." if len(waiting) > 5 else ""))
     while waiting and clock() - start < limit:
         sleep(min(0.5, max(0.0, limit - (clock() - start))))
-        waiting = scan_checkpoints(cfg, now=clock()).waiting
+        waiting = scan_checkpoints(cfg, now=clock(), waiting_only=True).waiting
     return waiting
 
 
