@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import threading
 
 import pytest
@@ -26,14 +27,14 @@ from storage_schema.ledger import Ledger
 from tests.helpers.configs import write_checkpoint
 
 
-def _config(tmp_path, name: str, seed: int) -> str:
-    weights = write_checkpoint(tmp_path / f"weights{seed}", "ra", seed)
+def _config(tmp_path, name: str, seed: int, *, weights=None, train: int = 12, base: bool = True) -> str:
+    weights = weights or write_checkpoint(tmp_path / f"weights{seed}", "ra", seed)
     raw = {
         "store": str(tmp_path / "store"),
         "extract": {"batch_size": 16, "chunk_batches": 1},
-        "encoders": [{"name": "ra", "arch": "resnet18", "input_size": 32, "weights": str(weights)},
-                     {"name": "base", "arch": "resnet18", "input_size": 32, "seed": 1}],
-        "datasets": [{"name": "tex", "adapter": "textures", "params": {"n_per_class": {"train": 12, "test": 8}}}],
+        "encoders": [{"name": "ra", "arch": "resnet18", "input_size": 32, "weights": str(weights)}]
+        + ([{"name": "base", "arch": "resnet18", "input_size": 32, "seed": 1}] if base else []),
+        "datasets": [{"name": "tex", "adapter": "textures", "params": {"n_per_class": {"train": train, "test": 8}}}],
         "protocols": [{"name": "knn5", "protocol": "knn", "settings": {"n_neighbors": 5}}],
         "report": {"path": str(tmp_path / name / "report.html")},
     }
@@ -162,3 +163,22 @@ def test_a_cell_whose_arrays_were_replaced_while_read_is_not_recorded(two_config
             run_extract_unit(store, unit, other)
     with pytest.raises(StaleArrayError, match="was replaced while the cell read it"):
         check_unchanged(store, cell, arrays)
+
+
+@pytest.mark.slow  # three configs extracted and evaluated
+def test_a_dataset_name_for_other_images_and_a_copy_of_the_weights(tmp_path):
+    weights = write_checkpoint(tmp_path / "w", "ra", 3)
+    copy = tmp_path / "copy" / "ra.safetensors"
+    copy.parent.mkdir()
+    shutil.copy(weights, copy)
+    p = _config(tmp_path, "p", 3, weights=weights, base=False)
+    q = _config(tmp_path, "q", 3, weights=copy, base=False)  # identical weights at another path
+    r = _config(tmp_path, "r", 3, weights=weights, train=16, base=False)  # `tex` of other images
+    first = _run(p)["ra"]
+    assert _run(q)["ra"]["cell_id"] == first["cell_id"]  # the same arrays: the ledger's answer
+    other = _run(r)["ra"]  # replaces `tex`'s labels and `ra`'s features
+    assert other["cell_id"] != first["cell_id"] and other["n_train"] != first["n_train"]
+    for path, own in ((p, first), (q, first), (r, other)):
+        cfg = load_config(path)
+        found, missing, _ = config_cells(cfg.open_store(read_only=True), cfg)
+        assert [c["cell_id"] for c in found] == [own["cell_id"]] and not missing
