@@ -21,12 +21,12 @@ from jobs.encoder_identity import belongs, owner_of, owners, point_identity
 from jobs.evaluation.cell import Cell
 from jobs.evaluation.dense_cells import dense_scratch, load_dense_data, remove_dense_scratch
 from jobs.evaluation.identity import Arrays, cell_arrays, cell_identity
-from jobs.evaluation.records import cell_record, write_record
+from jobs.evaluation.records import cell_lease, cell_record, write_record
 from jobs.failures import cell_failure, is_transient, one_line
 from pipeline.errors import StaleArrayError
 from pipeline.protocols.blocks import STREAM_BLOCK_ROWS
 from pipeline.protocols.registry import EvalData
-from storage_schema import FeatureStore, keys
+from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
 
 __all__ = ["DEFAULT_BLOCK_ROWS", "Cell", "CellOutcome", "evaluate_cell", "evaluate_cells", "load_eval_data"]
@@ -68,17 +68,11 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
     if not record:
         return _compute(store, ledger, cell, arrays, cid, settings, fps, block_rows, record=False)
     store.check_writable()  # a read-only store answers recorded cells; it must not compute others
-    lease = store.lease(keys.cell_work_key(cid))
-    if not lease.acquire(wait=False):
-        log.info("cell %s is being computed by another run: waiting for its record", cell.label())
-        lease.acquire()
-    try:
+    with cell_lease(store, cid, cell.label()):
         if ledger.has(cid):  # the other run recorded it while this one waited
             log.info("cell %s was computed by another run meanwhile: its record is used", cell.label())
             return _cached(store, ledger, cell, cid, record)
         return _compute(store, ledger, cell, arrays, cid, settings, fps, block_rows, record=True)
-    finally:
-        lease.release()
 
 
 def _cached(store: FeatureStore, ledger: Ledger, cell: Cell, cid: str, record: bool) -> CellOutcome:

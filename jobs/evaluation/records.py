@@ -13,6 +13,8 @@ every cell, the pointer from its encoder identity to the record (``jobs.encoder_
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from jobs.encoder_identity import point_identity
@@ -24,9 +26,33 @@ from storage_schema.keys import evidence_group_key
 from storage_schema.ledger import Ledger, config_hash
 from storage_schema.provenance import canonical_json, now_iso
 
-__all__ = ["cell_record", "point_to", "write_record"]
+__all__ = ["cell_lease", "cell_record", "point_to", "write_record"]
 
 log = logging.getLogger(__name__)
+
+
+@contextmanager
+def cell_lease(store: FeatureStore, cid: str, label: str) -> Iterator[None]:
+    """Hold the lease of cell ``cid`` while it is computed (``storage_schema.keys.cell_work_key``):
+    a second run asked for the same cell waits here, then finds its record in the ledger.
+
+    Parameters
+    ----------
+    store : FeatureStore
+        A writable store.
+    cid : str
+        The cell id.
+    label : str
+        The cell's name, for the line said while waiting.
+    """
+    lease = store.lease(keys.cell_work_key(cid))
+    if not lease.acquire(wait=False):
+        log.info("cell %s is being computed by another run: waiting for its record", label)
+        lease.acquire()
+    try:
+        yield
+    finally:
+        lease.release()
 
 
 def cell_record(cell: Cell, cid: str, settings: dict[str, Any], fingerprints: dict[str, str], result: Any, *,
