@@ -40,7 +40,8 @@ from storage_schema import keys
 from storage_schema.provenance import canonical_json, now_iso, stable_hash
 
 __all__ = ["IDENTITY_FIELDS", "array_identity", "belongs", "config_identities", "dataset_identity",
-           "encoder_identity", "identity_of_spec", "name_clash_lines", "note_owner", "owner_of", "owners",
+           "encoder_identity", "identity_of_spec", "name_clash_lines", "names_of_several", "note_owner",
+           "owner_of", "owners",
            "pointed_record", "point_identity", "record_identity", "unit_identity"]
 
 # what decides an encoder's weights and its input; not its name, layers, dtype or series
@@ -289,3 +290,28 @@ def name_clash_lines(store: Any, cells: Iterable[Any]) -> list[str]:
                      "run extracts its own again and each config keeps its own records; give one of them other "
                      "names to stop them replacing each other's features")
     return lines
+
+
+def names_of_several(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line per encoder name whose records in ``records`` were evaluated for more than
+    one identity (two configs giving the name to other weights or images): a listing of the
+    whole store by names shows whichever was recorded last, and ``--config`` shows one
+    config's own.
+
+    Parameters
+    ----------
+    records : iterable of mapping
+        Ledger records.
+
+    Returns
+    -------
+    list of str
+    """
+    seen: dict[str, set[str]] = {}
+    for rec in records:
+        ident = record_identity(rec)
+        if ident is not None:
+            seen.setdefault(str(rec.get("model")), set()).add(ident)
+    return [f"encoder {name!r} names the weights or images of {len(ids)} configs in this store: by name alone "
+            "the latest record of each cell is shown; give --config to see one config's own"
+            for name, ids in sorted(seen.items()) if len(ids) > 1]

@@ -12,6 +12,7 @@ from flows.cli.printing import print_json, print_line, print_table
 from flows.cli.ranks import print_ranks
 from jobs.config import ExtractConfig, load_config
 from jobs.config.weights import check_weights
+from jobs.encoder_identity import names_of_several
 from jobs.results import config_records, failed_rows, store_records
 from pipeline.errors import ArrayNotFoundError, CorruptImageError, RepevalError
 from pipeline.plain import to_plain
@@ -238,7 +239,10 @@ def cmd_results(args: argparse.Namespace) -> int:
     if cfg is not None:
         rows, missing = config_records(store, cfg, args.all)
     else:
-        rows, missing = store_records(store, args.all), 0
+        every = list(Ledger(store))
+        rows, missing = store_records(store, args.all, records=every), 0
+        for line in names_of_several(every):  # two configs, one name: by name, either may show
+            print_line(line, err=True)
     if args.ranks:
         return print_ranks([r for r in rows if r.get("current", True)], args,
                            cfg.correlation if cfg is not None else None)

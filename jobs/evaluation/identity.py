@@ -203,7 +203,8 @@ def recorded_cells(store: Any, cells: Iterable[Cell]) -> tuple[list[dict[str, An
     ledger = Ledger(store)
     features = [c for c in cells if c.entry.reads_features]
     weights = [c for c in cells if not c.entry.reads_features]
-    ids = [cid if own else _pointed_own(store, ledger, c) for c, (cid, own) in zip(features, _identify(store, features))]
+    ids = [cid if own else _pointed_own(store, ledger, c)
+           for c, (cid, own) in zip(features, _identify(store, features))]
     ids += [_pointed(store, ledger, c) for c in weights]
     found, missing = [], []
     for cell, cid in zip(features + weights, ids):  # feature cells first, as listings show them

@@ -107,6 +107,14 @@ def test_compare_and_report_agree_with_results(two_configs, capsys):
         assert weights == own["ra"]["provenance"]["weights_fingerprint"]
 
 
+def test_a_listing_by_names_alone_says_a_name_holds_two_configs_weights(two_configs, capsys):
+    tmp, *_ = two_configs
+    capsys.readouterr()
+    assert main(["results", "--store", str(tmp / "store")]) == 0
+    err = capsys.readouterr().err
+    assert "encoder 'ra' names the weights or images of 2 configs" in err and "'base'" not in err
+
+
 def test_a_run_says_the_name_holds_another_configs_weights(two_configs):
     _, a, b, _, _ = two_configs
     cfg = load_config(a)
