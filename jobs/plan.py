@@ -10,9 +10,11 @@ fingerprints) and the ledger (cell ids) when it runs.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs.checkpoint_facts import keep_facts, take_facts
 from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
 from jobs.config.checkpoint_folders import ScanResult, scan_checkpoints, with_encoders
 from jobs.config.mistakes import Mistakes
@@ -20,6 +22,7 @@ from jobs.config.protocol_checks import check_protocol_networks
 from jobs.config.folder_checks import check_scanned_files, folder_mistakes, scan_entry_mistakes
 from jobs.config.weights import check_encoder
 from jobs.dense_plan import check_dense_pairs, pairs_with_dataset
+from jobs.encoder_identity import encoder_identity, note_owner, unit_identity
 from jobs.evaluation.cell import ENCODER_LAYER, Cell
 from jobs.evaluation.cell_memory import estimate_cells
 from jobs.extraction.loaded_weights import file_signature, weights_file
@@ -31,6 +34,8 @@ from pipeline.errors import (
 from pipeline.protocols.registry import get_protocol, list_protocols
 from storage_schema import feature_key
 from storage_schema.ledger import FailureLog
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -116,7 +121,8 @@ def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
         mine = [d for d in cfg.datasets if p.datasets is None or d.name in p.datasets]
         if not entry.reads_features:  # the encoder and the images: the cell carries their fields
             cells += [Cell(e.name, d.name, ENCODER_LAYER, p.name, p.protocol, dict(p.settings), d.train_split,
-                           d.test_split, d.val_split, encoder=e, dataset_config=d)
+                           d.test_split, d.val_split, encoder=e, dataset_config=d,
+                           identity=unit_identity(e, d), encoder_identity=encoder_identity(e))
                       for d in mine for e in cfg.encoders if e.extracted]
             continue
         for d in [d for d in mine if pairs_with_dataset(entry, d)]:
@@ -124,7 +130,8 @@ def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
                 for layer in e.layers:
                     if (p.layers is None or layer in p.layers) and layer_kind(layer) == entry.reads:
                         cells.append(Cell(e.name, d.name, layer, p.name, p.protocol, dict(p.settings),
-                                          d.train_split, d.test_split, d.val_split))
+                                          d.train_split, d.test_split, d.val_split, identity=unit_identity(e, d),
+                                          encoder_identity=encoder_identity(e)))
     return cells
 
 
@@ -304,7 +311,13 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
         store = _failure_store(cfg, writable=record and not mistakes.messages)
     if store is not None:
         failed = {r.get("file"): r for r in FailureLog(store).records("checkpoint")}
+    facts = take_facts(store) if cfg.checkpoints else {}  # steps and fingerprints read by an earlier scan
     scan = scan_checkpoints(cfg, failed, ready_only=ready_only, retry_failed=retry_failed)
+    if cfg.checkpoints and record:
+        try:
+            keep_facts(store, facts)
+        except (RepevalError, OSError) as exc:  # only costs the next scan its reads
+            log.warning("the checkpoint facts were not stored: %s", exc)
     offered = [f for f in scan.taken if f.origin not in bad_scans]
     # a scanned file is one checkpoint among many: refused alone, whatever its reader raised
     taken, refused = check_scanned_files(offered) if check else (offered, [])
@@ -348,5 +361,10 @@ def run_extract_unit(store, unit: ExtractUnit, extract: BenchmarkConfig | Extrac
     from jobs.extraction.extract import extract as extract_job
 
     settings = unit.encoder.extract_settings(extract.extract if isinstance(extract, BenchmarkConfig) else extract)
-    return extract_job(store, unit.encoder.spec(), make_adapter(unit.dataset), unit.split,
-                       dataclasses.replace(settings, progress=False), expected_weights=unit.weights_signature)
+    report = extract_job(store, unit.encoder.spec(), make_adapter(unit.dataset), unit.split,
+                         dataclasses.replace(settings, progress=False),
+                         expected_weights=unit.weights_signature)
+    if report.status != "busy":  # its arrays now hold this unit's weights and images: noted as its own
+        note_owner(store, unit_identity(unit.encoder, unit.dataset),
+                   {report.keys[layer]: fp for layer, fp in report.fingerprints.items()})
+    return report

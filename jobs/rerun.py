@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.analysis.correlate import figure_lines
+from jobs.checkpoint_facts import keep_facts
 from jobs.config import BenchmarkConfig
 from pipeline.plain import to_plain
 from jobs.evaluation.identity import recorded_cells
@@ -128,7 +129,7 @@ def _observe(cfg: BenchmarkConfig, store) -> dict[str, Any] | None:
             if st is None or not st.complete:
                 return None
             arrays[key] = st.fingerprint
-            labels[(unit.dataset.name, unit.split)] = st.attrs.get("labels")
+            labels[st.attrs.get("labels")] = (unit.dataset.name, unit.split)
     found, missing = recorded_cells(store, plan.cells)
     if missing:
         return None
@@ -138,17 +139,23 @@ def _observe(cfg: BenchmarkConfig, store) -> dict[str, Any] | None:
             "labels": labels, "plan": plan, "cells": sorted({r["cell_id"] for r in found})}
 
 
-def _images_unchanged(cfg: BenchmarkConfig, store, labels: dict[tuple[str, str], str | None]) -> bool:
-    """Each extracted split's images fingerprint, listed now, is the one its labels hold."""
+def _images_unchanged(cfg: BenchmarkConfig, store, labels: dict[str | None, tuple[str, str]]) -> bool:
+    """Each extracted split's images fingerprint, listed now, is the one its labels hold
+    (a dense split's per-pixel targets: the one they were made from). ``labels`` maps each
+    labels (or targets) key the features name to its (dataset, split)."""
     by_name = {d.name: d for d in cfg.datasets}
     adapters: dict[str, Any] = {}
-    for (dataset, split), labels_key in labels.items():
+    listed: dict[tuple[str, str], str] = {}
+    for labels_key, (dataset, split) in labels.items():
         st = store.status(labels_key) if labels_key else None
         if st is None or not st.complete:
             return False
         if dataset not in adapters:
             adapters[dataset] = make_adapter(by_name[dataset])
-        if adapters[dataset].fingerprint(split) != st.fingerprint:
+        if (dataset, split) not in listed:  # one listing per split, however many arrays name it
+            listed[dataset, split] = adapters[dataset].fingerprint(split)
+        held = st.attrs.get("dataset_fingerprint") if st.attrs.get("kind") == "targets" else st.fingerprint
+        if listed[dataset, split] != held:
             return False
     return True
 
@@ -175,6 +182,8 @@ def record_run(cfg: BenchmarkConfig, summary: dict[str, Any]) -> bool:
             "recorded": now_iso()}
     store.check_writable()
     store.backend.write_atomic(run_memo_key(seen["key"]), json.dumps(memo, default=str).encode())
+    if cfg.checkpoints:  # the folders' steps and fingerprints: the rerun scans them without a read
+        keep_facts(store, {})
     return True
 
 

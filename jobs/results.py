@@ -45,9 +45,11 @@ def _config_rows(store, cfg: BenchmarkConfig, all_records: bool) -> tuple[list[d
     return rows, len(missing), plan
 
 
-def store_records(store, all_records: bool = False) -> list[dict[str, Any]]:
-    """Every ledger record (``all_records``), or the latest per (model, dataset, layer, setting)."""
-    records = list(Ledger(store))
+def store_records(store, all_records: bool = False,
+                  records: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Every ledger record (``all_records``), or the latest per (model, dataset, layer,
+    setting); ``records``: the ledger's records when already read."""
+    records = list(Ledger(store)) if records is None else records
     if all_records:
         chosen, _ = latest_records(records)
         latest = {r.get("cell_id") for r in chosen}

@@ -24,6 +24,13 @@ Bookkeeping beside them, under ``_repeval/`` (never a Zarr node):
 * ``failures/<kind>/<id>.json``: one failed unit of work;
 * ``encoder_cells/<model>/<dataset>/<setting>.json``: the ledger record an encoder-protocol
   cell of these names last used (found without loading the encoder);
+* ``identity_cells/<identity>/<dataset>/<layer>/<setting>.json``: the ledger record the
+  cell of one encoder identity last used (two configs sharing an encoder name);
+* ``owners/<array key>/<identity>.json``: the fingerprint one config identity extracted
+  (or found up to date) at that key: whose weights and data the name's array holds;
+* ``checkpoint_facts/facts.json``: what scans read from checkpoint files (steps, content
+  fingerprints), by real path, size and modification time;
+* ``leases/cells/<cell id[:2]>/<cell id>/``: the lease of a cell being computed;
 * ``examples/<cell id[:2]>/<cell id>.png``: example pictures of an encoder-protocol cell;
 * ``scratch/<kind>/<run id>/<part>/``: resumable training state, deleted once recorded;
 * ``watch/<hash of a config path>.json``: what a schedule saw last;
@@ -59,6 +66,9 @@ _WATCH = f"{SIDE}/watch"
 _RUNS = f"{SIDE}/runs"
 _PLANS = f"{SIDE}/plans"
 _ENCODER_CELLS = f"{SIDE}/encoder_cells"
+_IDENTITY_CELLS = f"{SIDE}/identity_cells"
+_OWNERS = f"{SIDE}/owners"
+_CHECKPOINT_FACTS = f"{SIDE}/checkpoint_facts"
 _EXAMPLES = f"{SIDE}/examples"
 SCRATCH = f"{SIDE}/scratch"
 
@@ -506,6 +516,92 @@ def encoder_cell_key(model: str, dataset: str, setting: str) -> str:
     """
     return "/".join((_ENCODER_CELLS, validate_name(model, "model name"), validate_name(dataset, "dataset name"),
                      validate_name(setting, "protocol setting name") + ".json"))
+
+
+def identity_cell_key(identity: str, dataset: str, layer: str, setting: str) -> str:
+    """Which ledger record the cell of one encoder identity (a hash of the config fields
+    that decide its weights and input, ``jobs.encoder_identity``) last used: found again
+    when the name's arrays now hold another config's weights.
+
+    Parameters
+    ----------
+    identity : str
+        The encoder identity (hexadecimal, validated).
+    dataset, layer, setting : str
+        Names of the dataset, the layer and the protocol setting (validated).
+
+    Returns
+    -------
+    str
+        ``_repeval/identity_cells/<identity>/<dataset>/<layer>/<setting>.json``.
+    """
+    return "/".join((_IDENTITY_CELLS, validate_name(identity, "encoder identity"),
+                     validate_name(dataset, "dataset name"), validate_name(layer, "layer name"),
+                     validate_name(setting, "protocol setting name") + ".json"))
+
+
+def array_owners_dir(key: str) -> str:
+    """The folder of the notes saying which config identities extracted (or found up to
+    date) the array at ``key``, and at which fingerprint.
+
+    Parameters
+    ----------
+    key : str
+        A feature key (built by :func:`feature_key`).
+
+    Returns
+    -------
+    str
+        ``_repeval/owners/<key>``.
+    """
+    return f"{_OWNERS}/{key}"
+
+
+def array_owner_key(key: str, identity: str) -> str:
+    """The note of one config identity on the array at ``key`` (its fingerprint).
+
+    Parameters
+    ----------
+    key : str
+        A feature key.
+    identity : str
+        The identity (hexadecimal, validated).
+
+    Returns
+    -------
+    str
+        ``_repeval/owners/<key>/<identity>.json``.
+    """
+    return f"{array_owners_dir(key)}/{validate_name(identity, 'identity')}.json"
+
+
+def checkpoint_facts_key() -> str:
+    """What scans read from checkpoint files (steps, content fingerprints), by real path,
+    size and modification time: an unchanged folder is scanned again without reading them.
+
+    Returns
+    -------
+    str
+        ``_repeval/checkpoint_facts/facts.json``.
+    """
+    return f"{_CHECKPOINT_FACTS}/facts.json"
+
+
+def cell_work_key(cell_id: str) -> str:
+    """The group leased while one cell is computed: two runs at once compute it once.
+
+    Parameters
+    ----------
+    cell_id : str
+        The cell's id (hexadecimal, validated).
+
+    Returns
+    -------
+    str
+        ``cells/<cell_id[:2]>/<cell_id>`` (a lease key, never a Zarr node).
+    """
+    validate_name(cell_id, "cell id")
+    return f"cells/{cell_id[:2]}/{cell_id}"
 
 
 def examples_key(cell_id: str) -> str:

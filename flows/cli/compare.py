@@ -10,9 +10,11 @@ import argparse
 from flows.cli.printing import print_json, print_line, print_table
 from flows.cli.store import add_store_options, open_store_of
 from jobs.analysis.compare import CompareOptions, compare_encoders
+from jobs.encoder_identity import names_of_several
 from jobs.results import config_records, store_records
 from pipeline.analysis.compare.agreement import decided_by
 from pipeline.errors import RepevalError
+from storage_schema.ledger import Ledger
 
 
 def add_compare_parser(sub) -> None:
@@ -48,7 +50,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if cfg is not None:
         records, _ = config_records(store, cfg)
     else:
-        records = store_records(store)
+        every = list(Ledger(store))
+        records = store_records(store, records=every)
+        for line in names_of_several(r for r in every if r.get("model") in (args.a, args.b)):
+            print_line(line, err=True)  # by name alone either config's record may be compared
     options = CompareOptions(alpha=args.alpha, n_resamples=args.resamples, n_permutations=args.permutations,
                              seed=args.seed)
     result = compare_encoders(store, records, args.a, args.b, options, settings=args.setting)

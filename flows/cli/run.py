@@ -13,11 +13,12 @@ from jobs.analysis.correlate import figure_lines
 from jobs.config import load_config
 from jobs.config.checkpoint_aliases import alias_line
 from jobs.config.checkpoint_folders import wait_for_settled
+from jobs.encoder_identity import name_clash_lines
 from jobs.plan import make_plan
 from jobs.report.inputs import correlate_and_report
 from jobs.rerun import ledger_answer, record_run
 from jobs.results import config_cells
-from pipeline.errors import RepevalError
+from pipeline.errors import ArrayNotFoundError, RepevalError, StoreError
 from pipeline.terminal import printable
 from storage_schema.ledger import failure_id
 
@@ -56,6 +57,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         say("run", f"checkpoint refused: {rec['file']}: {rec['reason']}")
     for alias in plan.scan.aliases:  # DINO's checkpoint.pth beside checkpoint0005.pth: one encoder
         say("run", alias_line(alias))
+    for line in name_clash_lines(_existing_store(cfg), plan.cells):  # two configs, one name, other weights
+        say("run", line)
     if plan.scan.all_skipped:  # the folders give this run nothing: never a quiet exit 0
         _say_all_skipped(plan.scan.skipped)
         if not plan.cells and not plan.units:  # nothing else to run: said at once, without the flow
@@ -117,6 +120,14 @@ def _note_clean_run(cfg, summary: dict, record_run) -> None:
         record_run(cfg, summary)
     except (RepevalError, OSError) as exc:
         logging.getLogger("repeval").warning("the run's note for a rerun was not written: %s", exc)
+
+
+def _existing_store(cfg):
+    """The config's store, read-only, or None when there is none yet."""
+    try:
+        return cfg.open_store(read_only=True)
+    except (StoreError, ArrayNotFoundError):
+        return None
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from flows.cli.printing import print_json, print_line, print_table
 from flows.cli.ranks import print_ranks
 from jobs.config import ExtractConfig, load_config
 from jobs.config.weights import check_weights
+from jobs.encoder_identity import names_of_several
 from jobs.results import failed_rows, result_rows
 from pipeline.errors import ArrayNotFoundError, CorruptImageError, RepevalError
 from pipeline.plain import to_plain
@@ -250,6 +251,9 @@ def cmd_results(args: argparse.Namespace) -> int:
         return _failed(store, cfg, args)
 
     rows, missing = result_rows(store, cfg, args.all)
+    if cfg is None:
+        for line in names_of_several(list(Ledger(store))):  # two configs, one name: by name, either may show
+            print_line(line, err=True)
     if args.ranks:
         return print_ranks([r for r in rows if r.get("current", True)], args,
                            cfg.correlation if cfg is not None else None)

@@ -197,8 +197,10 @@ def scan_folder(scan: CheckpointScan, ready_only: bool = False) -> list[tuple[En
 
 
 def scan_checkpoints(cfg: BenchmarkConfig, failed: dict[str, dict[str, Any]] | None = None, *,
-                     ready_only: bool = True, retry_failed: bool = False, now: float | None = None) -> ScanResult:
-    """Every scan folder of ``cfg`` as a run sees it.
+                     ready_only: bool = True, retry_failed: bool = False, now: float | None = None,
+                     waiting_only: bool = False) -> ScanResult:
+    """Every scan folder of ``cfg`` as a run sees it (``waiting_only``: only the files still
+    being written, read from the folders' listings alone).
 
     ``failed`` maps a checkpoint's path to its failure record (``size``, ``mtime_ns``): an
     unchanged file is skipped unless ``retry_failed``. A file that names the checkpoint an
@@ -212,6 +214,8 @@ def scan_checkpoints(cfg: BenchmarkConfig, failed: dict[str, dict[str, Any]] | N
     for i, scan in enumerate(cfg.checkpoints):
         files, waiting = scan_files(scan, ready_only=ready_only, now=now, steps=False)
         out.waiting.extend(waiting)
+        if waiting_only:
+            continue
         if not files and not waiting:  # a wrong path or pattern would otherwise evaluate nothing, silently
             out.notes.append(scan_note(scan))
         files = [dataclasses.replace(f, settings=reading_settings(f.encoder, cfg), origin=i) for f in files]
@@ -289,7 +293,7 @@ def wait_for_settled(cfg: BenchmarkConfig, say=None, *, clock=time.time, sleep=t
     is evaluated by that run. ``say`` gets one line when there is something to wait for.
     """
     start = clock()
-    waiting = scan_checkpoints(cfg, now=start).waiting
+    waiting = scan_checkpoints(cfg, now=start, waiting_only=True).waiting
     if not waiting:
         return []
     limit = max(s.settle_seconds for s in cfg.checkpoints)
@@ -298,7 +302,7 @@ def wait_for_settled(cfg: BenchmarkConfig, say=None, *, clock=time.time, sleep=t
             + ", ".join(Path(p).name for p in waiting[:5]) + (", ..." if len(waiting) > 5 else ""))
     while waiting and clock() - start < limit:
         sleep(min(0.5, max(0.0, limit - (clock() - start))))
-        waiting = scan_checkpoints(cfg, now=clock()).waiting
+        waiting = scan_checkpoints(cfg, now=clock(), waiting_only=True).waiting
     return waiting
 
 

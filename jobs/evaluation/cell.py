@@ -28,7 +28,9 @@ class Cell:
 
     ``setting`` is the config's name of the protocol setting (``knn20``), ``protocol`` its
     registry name (``knn``), ``settings`` the setting's values; ``encoder`` and
-    ``dataset_config`` are set for a protocol that reads the encoder's weights. Shipped to
+    ``dataset_config`` are set for a protocol that reads the encoder's weights; ``identity``
+    says what the config's encoder and dataset are (``jobs.encoder_identity``), which its
+    record keeps. Shipped to
     a worker as ``pipeline.plain.to_plain(cell)``, rebuilt (and checked) by
     ``jobs.config.typed.from_plain(Cell, plain)``.
     """
@@ -44,6 +46,8 @@ class Cell:
     val_split: str | None = None
     encoder: EncoderConfig | None = None
     dataset_config: DatasetConfig | None = None
+    identity: str | None = None  # what its arrays hold: encoder and dataset (jobs.encoder_identity); None: unknown
+    encoder_identity: str | None = None  # the encoder's part alone (arrays of an older store record only it)
 
     @property
     def entry(self) -> Protocol:

@@ -9,6 +9,7 @@ imported only when a cell is identified or evaluated.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -16,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from jobs.encoder_identity import belongs, owner_of, owners, point_identity
 from jobs.evaluation.cell import Cell
 from jobs.evaluation.dense_cells import dense_scratch, load_dense_data, remove_dense_scratch
 from jobs.evaluation.identity import Arrays, cell_arrays, cell_identity, cell_weights
-from jobs.evaluation.records import cell_record, write_record
+from jobs.evaluation.records import cell_lease, cell_record, write_record
 from jobs.failures import cell_failure, is_transient, one_line
-from pipeline.errors import WeightsMismatchError
+from pipeline.errors import StaleArrayError, WeightsMismatchError
 from pipeline.protocols.blocks import STREAM_BLOCK_ROWS
 from pipeline.protocols.registry import EvalData
 from storage_schema import FeatureStore
@@ -46,20 +48,51 @@ class CellOutcome:
 
 def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_BLOCK_ROWS,
                   record: bool = True, ledger: Ledger | None = None) -> CellOutcome:
-    """Evaluate ``cell`` unless the ledger holds it; append the result to the ledger."""
-    protocol = cell.entry
+    """Evaluate ``cell`` unless the ledger holds it; append the result to the ledger.
+
+    A recorded evaluation holds the cell's lease (``storage_schema.keys.cell_work_key``)
+    while it computes: a second run (or worker) asked for the same cell waits for it, then
+    takes the ledger's answer, so two runs at once compute each cell once."""
     arrays = cell_arrays(store, cell)
     weights = cell_weights(cell, arrays)  # arrays of different weights give no cell, no verdict
     cid, settings, fps = cell_identity(store, cell, arrays)
+    notes = {feats.key: owners(store, feats.key) for feats, _ in arrays.values()}
+    if not all(belongs(feats, notes[feats.key], cell.identity, cell.encoder_identity) for feats, _ in arrays.values()):
+        # the record and pointer say whose weights and images were read, never this config's
+        feats = arrays[cell.test_split][0]
+        held = owner_of(feats, notes[feats.key])
+        log.warning("%s: the stored features are another config's (an encoder or dataset of the same name: "
+                    "identity %s, this config's %s); recorded under theirs", cell.label(), held, cell.identity)
+        cell = dataclasses.replace(cell, identity=held)
     ledger = Ledger(store) if ledger is None else ledger
     if ledger.has(cid):
-        cached = ledger.get(cid)
-        why = weights_disagreement({"features": weights}, record_weights(cached))
-        if why is not None:
-            raise WeightsMismatchError(f"not answered from the ledger: {why}")
-        return CellOutcome(cid, "cached", cached)
-    if record:
-        store.check_writable()  # a read-only store answers recorded cells; it must not compute others
+        return _cached(store, ledger, cell, cid, record, weights)
+    if not record:
+        return _compute(store, ledger, cell, arrays, cid, settings, fps, block_rows, weights, record=False)
+    store.check_writable()  # a read-only store answers recorded cells; it must not compute others
+    with cell_lease(store, cid, cell.label()):
+        if ledger.has(cid):  # the other run recorded it while this one waited
+            log.info("cell %s was computed by another run meanwhile: its record is used", cell.label())
+            return _cached(store, ledger, cell, cid, record, weights)
+        return _compute(store, ledger, cell, arrays, cid, settings, fps, block_rows, weights, record=True)
+
+
+def _cached(store: FeatureStore, ledger: Ledger, cell: Cell, cid: str, record: bool,
+            weights: str | None) -> CellOutcome:
+    """The ledger's record of the cell, if its weights are the arrays'; its encoder identity
+    now points at it."""
+    cached = ledger.get(cid)
+    why = weights_disagreement({"features": weights}, record_weights(cached))
+    if why is not None:
+        raise WeightsMismatchError(f"not answered from the ledger: {why}")
+    if record and not store.read_only:
+        point_identity(store, cell.identity, cell, cid)
+    return CellOutcome(cid, "cached", cached)
+
+
+def _compute(store: FeatureStore, ledger: Ledger, cell: Cell, arrays: Arrays, cid: str, settings: dict[str, Any],
+             fps: dict[str, str], block_rows: int, weights: str | None, *, record: bool) -> CellOutcome:
+    protocol = cell.entry
     t0 = time.perf_counter()
     if protocol.dense:  # maps and per-pixel targets; training resumes from the cell's scratch folder
         data = load_dense_data(arrays, cell, protocol, dense_scratch(store, cid) if record else None)
@@ -67,6 +100,7 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
         data = load_eval_data(arrays, cell, protocol, block_rows=block_rows)
     read_seconds = time.perf_counter() - t0
     result = protocol(data, settings)
+    check_unchanged(store, cell, arrays)
     train_feats, test_feats = arrays[cell.train_split][0], arrays[cell.test_split][0]
     enc = train_feats.attrs.get("encoder", {})
     shape = {"dim": int(train_feats.shape[-1]),
@@ -92,6 +126,26 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
     if not stored:
         return CellOutcome(cid, "cached", ledger.get(cid))
     return CellOutcome(cid, "computed", rec)
+
+
+def check_unchanged(store: FeatureStore, cell: Cell, arrays: Arrays) -> None:
+    """Refuse to record a cell whose arrays were replaced while it read them (another
+    config's encoder of the same name extracted meanwhile, a re-extraction): its rows may
+    be of two encoders, and its record would claim the fingerprints it started from.
+
+    Raises
+    ------
+    StaleArrayError
+        Naming the replaced array; the next run evaluates the cell again.
+    """
+    for feats, labels in arrays.values():
+        for st in (feats, labels):
+            now = store.status(st.key)
+            if now is None or now.fingerprint != st.fingerprint or not now.complete:
+                raise StaleArrayError(
+                    f"{cell.label()}: {st.key} was replaced while the cell read it (fingerprint "
+                    f"{st.fingerprint[:12]} -> {now.fingerprint[:12] if now else 'gone'}: another run extracted "
+                    "it meanwhile); not recorded, the next run evaluates it again")
 
 
 def evaluate_cells(store: FeatureStore, cells: list[Cell], *, unavailable: dict[tuple[str, str], str] | None = None,

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.config.protocol_checks import settings_hash
+from jobs.encoder_identity import belongs, owners, pointed_record, record_identity
 from jobs.evaluation.cell import Cell
 from pipeline.errors import DataValidationError, WeightsMismatchError
 from pipeline.plain import to_plain
@@ -92,6 +93,12 @@ def cell_identity(store: FeatureStore, cell: Cell,
 def identify_cells(store: FeatureStore, cells: list[Cell]) -> list[str | None]:
     """The cell id of each feature cell from metadata alone (None where its features are
     not all extracted), each array's metadata read once however many cells share it."""
+    return [cid for cid, _ in _identify(store, cells)]
+
+
+def _identify(store: FeatureStore, cells: list[Cell]) -> list[tuple[str | None, bool]]:
+    """(cell id, whether its arrays hold what its identity extracts) of each feature cell
+    (``jobs.encoder_identity.belongs``)."""
     statuses: dict[str, Any] = {}
     resolved: dict[str, tuple[dict[str, Any], int | str]] = {}
 
@@ -100,27 +107,37 @@ def identify_cells(store: FeatureStore, cells: list[Cell]) -> list[str | None]:
             statuses[key] = store.status(key)
         return statuses[key]
 
-    out: list[str | None] = []
+    notes: dict[str, dict[str, str]] = {}
+
+    def owned(cell: Cell, feats) -> bool:
+        if cell.identity is None:
+            return True
+        if feats.key not in notes:
+            notes[feats.key] = owners(store, feats.key)
+        return belongs(feats, notes[feats.key], cell.identity, cell.encoder_identity)
+
+    out: list[tuple[str | None, bool]] = []
     for cell in cells:
         fps: dict[str, str] | None = {}
         weights: dict[str, str | None] = {}
+        own = True
         for split in cell.splits():
             feats = status(feature_key(cell.model, cell.dataset, split, cell.layer))
             labels = status(feats.attrs["labels"]) if feats is not None and feats.complete else None
             if labels is None or not labels.complete:
                 fps = None
                 break
+            own = own and owned(cell, feats)
             fps[f"{split}.features"], fps[f"{split}.labels"] = feats.fingerprint, labels.fingerprint
-            weights[split] = array_weights(feats.attrs)
         if fps is None or weights_disagreement(weights) is not None:  # mixed weights: never a recorded cell
-            out.append(None)
+            out.append((None, True))
             continue
         key = f"{cell.protocol}|{sorted(cell.settings.items())!r}"
         if key not in resolved:
             entry = cell.entry
             resolved[key] = (entry.result_settings(entry.resolve(cell.settings)), entry.version)
         settings, version = resolved[key]
-        out.append(cell_id(fps, cell.protocol, settings, version))
+        out.append((cell_id(fps, cell.protocol, settings, version), own))
     return out
 
 
@@ -191,6 +208,10 @@ def recorded_cells(store: Any, cells: Iterable[Cell]) -> tuple[list[dict[str, An
     weights cell from its name's pointer (no encoder is loaded; a changed checkpoint file
     is seen by the next run, which checks the weights).
 
+    Only records of the cell's own encoder are found (``jobs.encoder_identity``): where the
+    name's arrays (or its pointer) hold another config's weights, the cell's identity
+    pointer answers, else the cell is not recorded; never the other config's number.
+
     Parameters
     ----------
     store : FeatureStore
@@ -204,7 +225,9 @@ def recorded_cells(store: Any, cells: Iterable[Cell]) -> tuple[list[dict[str, An
     ledger = Ledger(store)
     features = [c for c in cells if c.entry.reads_features]
     weights = [c for c in cells if not c.entry.reads_features]
-    ids = identify_cells(store, features) + [_pointed(store, ledger, c) for c in weights]
+    ids = [cid if own else _pointed_own(store, ledger, c)
+           for c, (cid, own) in zip(features, _identify(store, features))]
+    ids += [_pointed(store, ledger, c) for c in weights]
     found, missing = [], []
     for cell, cid in zip(features + weights, ids):  # feature cells first, as listings show them
         if cid is None or not ledger.has(cid):
@@ -215,12 +238,25 @@ def recorded_cells(store: Any, cells: Iterable[Cell]) -> tuple[list[dict[str, An
     return found, missing
 
 
+def _pointed_own(store: Any, ledger: Ledger, cell: Cell) -> str | None:
+    """The record of a feature cell whose arrays now hold another config's weights or
+    images: the one its identity's last evaluation used, if of its current settings."""
+    return pointed_record(store, ledger, cell.identity, cell, settings_hash(cell.protocol, cell.settings))
+
+
 def _pointed(store: Any, ledger: Ledger, cell: Cell) -> str | None:
-    """The record a weights cell's name points at, if it is of the cell's current settings."""
+    """The record a weights cell's identity (else its name) points at, if it is of the
+    cell's current settings and its own encoder's (a record of an older store, without an
+    identity, is taken by its name)."""
+    wanted = settings_hash(cell.protocol, cell.settings)
+    own = pointed_record(store, ledger, cell.identity, cell, wanted)
+    if own is not None:
+        return own
     raw = store.backend.read(keys.encoder_cell_key(cell.model, cell.dataset, cell.setting))
     cid = json.loads(raw).get("cell_id") if raw is not None else None
     rec = ledger.get(cid) if cid and ledger.has(cid) else None
-    if rec is None or rec.get("protocol") != cell.protocol or rec.get("config_hash") != settings_hash(
-            cell.protocol, cell.settings):
+    if rec is None or rec.get("protocol") != cell.protocol or rec.get("config_hash") != wanted:
         return None
+    if cell.identity is not None and record_identity(rec) not in (None, cell.identity):
+        return None  # another config's encoder of this name
     return cid

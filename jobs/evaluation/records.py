@@ -6,14 +6,18 @@ diagnostics, warnings, convergence), sizes, timings and provenance. Writing it: 
 what the record names (its example pictures; its evidence and predicted maps, under the
 cell's evidence lease), then the record, so a record never names what is not there; for
 a cell whose id needs the encoder built (a protocol that reads its weights), then the
-pointer from the cell's names to the record (``jobs.evaluation.records.point_to``).
+pointer from the cell's names to the record (``jobs.evaluation.records.point_to``); for
+every cell, the pointer from its encoder identity to the record (``jobs.encoder_identity``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from jobs.encoder_identity import point_identity
 from jobs.evaluation.cell import Cell
 from pipeline.plain import to_plain
 from storage_schema import FeatureStore, keys
@@ -22,9 +26,33 @@ from storage_schema.keys import evidence_group_key
 from storage_schema.ledger import Ledger, config_hash
 from storage_schema.provenance import canonical_json, now_iso
 
-__all__ = ["cell_record", "point_to", "write_record"]
+__all__ = ["cell_lease", "cell_record", "point_to", "write_record"]
 
 log = logging.getLogger(__name__)
+
+
+@contextmanager
+def cell_lease(store: FeatureStore, cid: str, label: str) -> Iterator[None]:
+    """Hold the lease of cell ``cid`` while it is computed (``storage_schema.keys.cell_work_key``):
+    a second run asked for the same cell waits here, then finds its record in the ledger.
+
+    Parameters
+    ----------
+    store : FeatureStore
+        A writable store.
+    cid : str
+        The cell id.
+    label : str
+        The cell's name, for the line said while waiting.
+    """
+    lease = store.lease(keys.cell_work_key(cid))
+    if not lease.acquire(wait=False):
+        log.info("cell %s is being computed by another run: waiting for its record", label)
+        lease.acquire()
+    try:
+        yield
+    finally:
+        lease.release()
 
 
 def cell_record(cell: Cell, cid: str, settings: dict[str, Any], fingerprints: dict[str, str], result: Any, *,
@@ -63,7 +91,9 @@ def cell_record(cell: Cell, cid: str, settings: dict[str, Any], fingerprints: di
         "settings": settings, "config_hash": config_hash(entry.result_settings(settings)), "splits": cell.splits(),
         "fingerprints": fingerprints, "metrics": dict(result.metrics), "diagnostics": dict(result.diagnostics),
         "warnings": result.warnings, "converged": bool(result.diagnostics.get("converged", True)),
-        "n_train": int(n_train), "n_test": int(n_test), **extra, "timings": timings, "provenance": provenance,
+        "n_train": int(n_train), "n_test": int(n_test), **extra, "timings": timings,
+        # what the config's encoder and dataset were (jobs.encoder_identity); None: unknown
+        "provenance": {**provenance, "config_identity": cell.identity},
         "recorded": now_iso(),
     })
 
@@ -99,6 +129,7 @@ def write_record(store: FeatureStore, ledger: Ledger, cell: Cell, record: dict[s
         added = _put_with_evidence(store, ledger, record, result.evidence, labels_key, result.maps)
     if not cell.entry.reads_features:  # its id needs the encoder built: a listing finds it by its names
         point_to(store, cell, cid)
+    point_identity(store, cell.identity, cell, cid)  # found again once the name holds other weights
     if not added:
         log.info("cell %s was recorded by another process meanwhile", cid)
     return added

@@ -18,9 +18,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jobs.config.run import ExtractConfig
+from jobs.encoder_identity import point_identity
 from jobs.evaluation.cell import Cell
 from jobs.evaluation.identity import CellIdentity, weights_identity
-from jobs.evaluation.records import cell_record, point_to, write_record
+from jobs.evaluation.records import cell_lease, cell_record, point_to, write_record
 from jobs.evaluation.scratch import remove_scratch, scratch_folder
 from jobs.extraction.loaded_weights import file_signature, weights_file
 from jobs.plan import make_adapter
@@ -45,6 +46,7 @@ def _cached(store: Any, cell: Cell, ident: CellIdentity, ledger: Ledger) -> dict
         return None
     if not store.read_only:
         point_to(store, cell, ident.cell_id)
+        point_identity(store, cell.identity, cell, ident.cell_id)
     return _outcome(cell, ident.cell_id, "cached")
 
 
@@ -141,10 +143,14 @@ def weights_cell(store: Any, cell: Cell, extract: ExtractConfig) -> dict[str, An
     if cached is not None:
         return cached
     store.check_writable()
-    data = _image_data(store, cell, adapter, ident, extract)
-    with _ONE_RUN:
-        result = cell.entry(data, ident.settings)
-    return _record(store, cell, ident, result, extract)
+    with cell_lease(store, ident.cell_id, cell.label()):  # two runs at once: the second takes the record
+        cached = _cached(store, cell, ident, Ledger(store))
+        if cached is not None:
+            return cached
+        data = _image_data(store, cell, adapter, ident, extract)
+        with _ONE_RUN:
+            result = cell.entry(data, ident.settings)
+        return _record(store, cell, ident, result, extract)
 
 
 def _record(store: Any, cell: Cell, ident: CellIdentity, result: Any, extract: ExtractConfig) -> dict[str, Any]:

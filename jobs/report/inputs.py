@@ -15,6 +15,7 @@ from jobs.analysis.correlate import INVALID, correlate_results, current_records,
 from jobs.analysis.series import analyse_series
 from jobs.config import BenchmarkConfig
 from jobs.data_notes import fewshot_notes, label_notes
+from jobs.encoder_identity import config_identities, record_identity
 from jobs.failures import correlation_setting_failure, sync_correlation_failures
 from jobs.report.events import (
     build_report_summary, changes_since, read_summary, summary_path, write_summary as write_summary_file,
@@ -86,12 +87,16 @@ def _own_weights(store: FeatureStore, rec: Mapping[str, Any]) -> Mapping[str, An
 
 def history(store: FeatureStore, cfg: BenchmarkConfig, shown: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Ledger records of this config's encoders and settings that are not shown: earlier
-    settings of a setting name, features of replaced weights (what the report sets aside)."""
+    settings of a setting name, features of replaced weights (what the report sets aside);
+    never a record of another config's encoder of the same name (``jobs.encoder_identity``;
+    a record without an identity, of an older store, is taken by its name)."""
     models = {e.name for e in cfg.encoders}
+    identities = config_identities(cfg)
     settings = {p.name for p in cfg.protocols}
     shown_ids = {r.get("cell_id") for r in shown}
     return [r for r in Ledger(store) if r.get("model") in models and r.get("setting") in settings
-            and r.get("cell_id") not in shown_ids]
+            and r.get("cell_id") not in shown_ids
+            and record_identity(r) in (None, identities.get((r.get("model"), r.get("dataset"))))]
 
 
 def config_failures(store: FeatureStore, cfg: BenchmarkConfig, cells: Iterable[Any] = (),

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.encoders.checkpoints.facts import recall, remember
 from pipeline.errors import CheckpointError, ConfigError
 from pipeline.terminal import short
 
@@ -149,6 +150,9 @@ def read_step_metadata(path: str | os.PathLike[str]) -> tuple[int, str] | None:
         The step and the key it came from (one of ``STEP_METADATA_KEYS``), or None when the
         file carries none of those keys.
     """
+    known, step = recall(path, "step")  # read before from this very file (size, modification time)
+    if known:
+        return (int(step[0]), str(step[1])) if step else None
     # deferred: the checkpoint readers import torch, which a name pattern (the config) never needs
     from pipeline.encoders.checkpoints.reading import checked_path, container_format, read_checkpoint
     from pipeline.encoders.checkpoints.safetensors_files import safetensors_metadata
@@ -159,10 +163,10 @@ def read_step_metadata(path: str | os.PathLike[str]) -> tuple[int, str] | None:
     else:  # an archive is memory-mapped: only the top-level values are read
         loaded = read_checkpoint(path)
         entries = loaded if isinstance(loaded, Mapping) else {}
-    for key in STEP_METADATA_KEYS:
-        if key in entries:
-            return _as_step(entries[key], f"{path.name!r} metadata key {key!r}"), key
-    return None
+    found = next(((_as_step(entries[key], f"{path.name!r} metadata key {key!r}"), key)
+                  for key in STEP_METADATA_KEYS if key in entries), None)
+    remember(path, "step", list(found) if found else None)
+    return found
 
 
 def checkpoint_step(path: str | os.PathLike[str], pattern: str | re.Pattern[str] | None = None) -> CheckpointStep:

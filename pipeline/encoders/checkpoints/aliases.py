@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from pathlib import Path
 
+from pipeline.encoders.checkpoints.facts import recall, remember
 from pipeline.encoders.checkpoints.reading import read_checkpoint, tensor_mappings, weights_fingerprint
 
 __all__ = ["content_fingerprint", "same_file", "same_weights", "sizes_close"]
 
 _SIZE_SLACK = 64 * 1024  # bytes two saves of one state may differ by (record names in the archive)
-_CACHE: dict[tuple[str, int, int], str] = {}  # (real path, size, mtime_ns) -> content fingerprint
-_CACHE_LOCK = threading.Lock()
-_CACHE_LIMIT = 256
 
 
 def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
@@ -75,7 +72,8 @@ def content_fingerprint(path: str | os.PathLike[str]) -> str:
     Returns
     -------
     str
-        64 hexadecimal digits; remembered for the file's size and modification time.
+        64 hexadecimal digits; remembered for the file's size and modification time
+        (``pipeline.encoders.checkpoints.facts``: a later process finds it too).
 
     Raises
     ------
@@ -83,19 +81,14 @@ def content_fingerprint(path: str | os.PathLike[str]) -> str:
         The file cannot be read (any error of its reader propagates).
     """
     real = Path(path).resolve()
-    st = real.stat()
-    key = (str(real), st.st_size, st.st_mtime_ns)
-    with _CACHE_LOCK:
-        if key in _CACHE:
-            return _CACHE[key]
+    known, out = recall(real, "content")  # this very file (size, modification time), read before
+    if known:
+        return str(out)
     digest = hashlib.sha256()
     for where, tensors in sorted(tensor_mappings(read_checkpoint(real)).items()):
         digest.update(f"{where}\x00{weights_fingerprint(tensors)}\n".encode())
     out = digest.hexdigest()
-    with _CACHE_LOCK:
-        if len(_CACHE) >= _CACHE_LIMIT:
-            _CACHE.clear()
-        _CACHE[key] = out
+    remember(real, "content", out)
     return out
 
 
