@@ -129,6 +129,7 @@ def _identify(store: FeatureStore, cells: list[Cell]) -> list[tuple[str | None, 
                 break
             own = own and owned(cell, feats)
             fps[f"{split}.features"], fps[f"{split}.labels"] = feats.fingerprint, labels.fingerprint
+            weights[split] = array_weights(feats.attrs)
         if fps is None or weights_disagreement(weights) is not None:  # mixed weights: never a recorded cell
             out.append((None, True))
             continue
