@@ -7,6 +7,7 @@ stays an encoder. Real timm checkpoints written here."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import timm
@@ -73,7 +74,8 @@ def test_dino_checkpoint_pth_and_a_latest_link_are_the_numbered_files(tmp_path: 
     assert line in plan_notes(plan)["scan_notes"]  # in the run's summary and the report
 
     _dino_save(ck / "checkpoint.pth", seed=4, epoch=5)  # the next epoch, not saved numbered: an encoder of its own
-    t = os.stat(ck / "checkpoint0003.pth").st_mtime + 1
+    t = time.time() - 60  # newer than the numbered files, and settled (not still being written)
+    os.utime(ck / "checkpoint0003.pth", (t - 60, t - 60))
     os.utime(ck / "checkpoint.pth", (t, t))
     names = [f.encoder.name for f in scan_checkpoints(load_config(_config(tmp_path))).taken]
     assert names == ["checkpoint", "checkpoint0001", "checkpoint0002", "checkpoint0003"]
