@@ -9,8 +9,8 @@
    the correlations, the best linear accuracy per dataset and where the report is.
    Running it again reuses the store: nothing is recomputed.
 
-The figures it prints are the same on every machine: training is seeded, deterministic
-and runs on a fixed number of threads (``jobs.source_training``), and Dask's worker
+The figures it prints are the same on every machine: training is seeded, deterministic,
+in float64 and on a fixed number of threads (``jobs.source_training``), and Dask's worker
 processes run numerical libraries on one thread each. Every figure is also written at
 full precision to ``figures.json`` beside the config (the reproducibility test compares
 two runs' files). ``REPEVAL_DEMO_SMALL=1`` (or ``main(small=True)``) runs the same steps

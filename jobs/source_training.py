@@ -5,11 +5,13 @@ better source accuracy), so that the transfer correlation has something to find.
 source-task test accuracy is written beside the checkpoint as its reference score.
 
 Training is reproducible across machines as far as torch allows on a CPU: the initial
-weights and the batch order are seeded, deterministic kernels are requested, and torch
-runs on a fixed number of threads whatever the machine has (a floating-point sum split
-over another number of threads rounds differently, and a hundred optimiser steps amplify
-that into visibly different checkpoints). The caller's random state, thread count and
-deterministic-algorithms flag are restored afterwards.
+weights and the batch order are seeded, deterministic kernels are requested, torch runs
+on a fixed number of threads whatever the machine has (a floating-point sum split over
+another number of threads rounds differently, and a hundred optimiser steps amplify that
+into visibly different checkpoints), and the training computes in float64 (the kernels
+of another instruction set round differently too; float64's differences stay below
+float32's resolution, so the saved float32 checkpoints agree). The caller's random state,
+thread count and deterministic-algorithms flag are restored afterwards.
 """
 
 from __future__ import annotations
