@@ -4,6 +4,7 @@ split over another number of threads rounds differently, and training amplifies 
 
 from __future__ import annotations
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -51,6 +52,7 @@ for c in train_checkpoints("resnet18", source, [4, 12], sys.argv[1], input_size=
 """
 
 
+@pytest.mark.slow
 def test_checkpoints_agree_under_another_machines_kernels(tmp_path):
     """Float32 training on other kernels ends in other checkpoints (rounding differences
     amplified by each step: the demo's differed by up to 10 in a weight); the float64
