@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from jobs.config import load_config
 from storage_schema import keys
 
 log = logging.getLogger(__name__)
@@ -174,8 +175,6 @@ def reclaim(config_path: str, say: Callable[[str], None] = print) -> list[DeadRu
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
     from prefect.states import Crashed
-
-    from jobs.config import load_config
 
     store = load_config(config_path).open_store()
     with get_client(sync_client=True) as client:

@@ -168,18 +168,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         end_children()
         print(f"repeval serve: stopped: its Prefect server stopped answering ({printable(str(exc))[:200]}; "
               f"its log: {os.environ['PREFECT_HOME']}/server.log); start serve again", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        os._exit(EXIT_SERVER_LOST)
+        return EXIT_SERVER_LOST
     if stopped_by:  # what the runner could not stop (its server gone) ends before the last line
         end_children()
     how = f"stopped by {signal.Signals(stopped_by).name}" if stopped_by else "stopped"
     print(f"repeval serve: {how}; the store and Prefect's run history are kept (list past runs: "
           f"PREFECT_HOME={os.environ['PREFECT_HOME']} prefect flow-run ls)", file=sys.stderr, flush=True)
-    code = 128 + stopped_by if stopped_by else 0
-    if stopped_by:  # leave now: Prefect's exit handlers would retry a server that is gone
-        sys.stdout.flush()
-        os._exit(code)
-    return code
+    return 128 + stopped_by if stopped_by else 0  # as a process ended by that signal
 
 
 _received: list[int] = []

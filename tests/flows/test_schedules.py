@@ -161,3 +161,54 @@ def test_the_watcher_runs_only_on_edited_settings_and_never_beside_a_scan(tmp_pa
     held.release()
     scan.join(timeout=120)
     assert results == [{"ran": False, "new_encoders": []}]  # it looked again once the store was free
+
+
+def _imported(tmp_path, models, configured) -> dict:
+    """A config of imported features (no extraction: quick): ``models`` in its store, ``configured`` in it."""
+    import numpy as np
+
+    from flows.cli.main import main
+
+    rng = np.random.default_rng(0)
+    y = {"train": np.arange(40) % 2, "test": np.arange(20) % 2}
+    for i, model in enumerate(models):
+        feats = {f"{s}_features": (rng.normal(size=(len(y[s]), 4)) + (1 + i) * y[s][:, None]).astype(np.float32)
+                 for s in y}
+        np.savez(tmp_path / f"{model}.npz", **{f"{s}_labels": y[s] for s in y}, **feats)
+        assert main(["import-features", "--store", str(tmp_path / "store"), "--model", model, "--path",
+                     str(tmp_path / f"{model}.npz"), "--dataset-name", "blobs"]) == 0
+    return {"store": str(tmp_path / "store"), "dask": {"n_workers": 1, "processes": False},
+            "encoders": [{"name": m, "source": "store"} for m in configured],
+            "datasets": [{"name": "blobs", "adapter": "features", "params": {"path": str(tmp_path / "a.npz")}}],
+            "protocols": [{"name": "knn", "protocol": "knn", "settings": {"n_neighbors": 3}},
+                          {"name": "ridge", "protocol": "ridge"}],
+            "reference": {"scores": {}}, "correlation": {"settings": []},
+            "report": {"path": str(tmp_path / "report.html")}}
+
+
+@pytest.mark.slow  # a run and a scan on the session's Prefect API
+def test_the_first_scan_after_a_run_knows_what_the_ledger_holds(tmp_path, prefect_harness, capsys):
+    import yaml
+
+    from flows.cli.main import main
+    from flows.schedules import scan_checkpoints_flow
+
+    raw = _imported(tmp_path, ["a", "b", "c"], ["a", "b"])
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    config = str(path)
+    assert main(["run", config]) == 0  # everything evaluated, before serve ever ran
+    cfg = load_config(config)
+    changes = detect_changes(cfg.open_store(), cfg, watch_key(config))
+    assert not changes.recorded and changes.new_encoders == []  # not "new encoders: a, b"
+    capsys.readouterr()
+    assert scan_checkpoints_flow(config) == {"ran": False, "new_encoders": []}
+    assert "[scan] no new checkpoints: all 4 cells are in the ledger" in capsys.readouterr().err
+    assert load_state(cfg.open_store(), watch_key(config)).encoders == ["a", "b"]  # recorded for the next scans
+
+    other = tmp_path / "other.yaml"  # the same store, a config with one encoder no run evaluated
+    raw["encoders"].append({"name": "c", "source": "store"})
+    other.write_text(yaml.safe_dump(raw))
+    cfg = load_config(str(other))
+    changes = detect_changes(cfg.open_store(), cfg, watch_key(str(other)))
+    assert not changes.recorded and changes.new_encoders == ["c"]
