@@ -6,7 +6,7 @@ RUNNING in Prefect's database, and the run keeps the deployment's concurrency sl
 for ever, without a word. So each scheduled run holds a store lease of its own while its
 flow code runs (:func:`hold_run_lease`: host, boot, pid and start time of its process,
 with a heartbeat), and :func:`reclaim` (when serve starts, then every
-:data:`RECLAIM_INTERVAL` seconds) marks Crashed, with ``force``, every PENDING/RUNNING run
+:data:`RECLAIM_INTERVAL` seconds) marks Crashed, with ``force``, every PENDING/RUNNING/CANCELLING run
 of this config's deployments whose holder is dead, then releases what its deployment's
 concurrency limit still counts beyond the runs alive. Dead means:
 
@@ -83,8 +83,8 @@ class DeadRun:
 
     def line(self) -> str:
         """The one line printed when it is reclaimed."""
-        return (f"reclaimed flow run {self.name} ({self.id}) of dead serve pid {self.serve_pid} on host {self.host} "
-                f"({self.why}): marked Crashed, slot released")
+        whose = f"dead serve pid {self.serve_pid} on host {self.host}" if self.serve_pid != "?" else "a dead serve"
+        return f"reclaimed flow run {self.name} ({self.id}) of {whose} ({self.why}): marked Crashed, slot released"
 
 
 def _holder(flow_run) -> tuple[str, str]:
@@ -112,15 +112,20 @@ def judge(flow_run, lease_info, now: float | None = None) -> str | None:
     return None
 
 
-def dead_runs(client, store, config_path: str) -> list[DeadRun]:
-    """This config's scheduled runs in PENDING/RUNNING whose process is known dead."""
-    from prefect.client.schemas.filters import (
-        FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType,
-    )
+def _unfinished():
+    """The states in which a run holds its deployment's concurrency slot."""
+    from prefect.client.schemas.filters import FlowRunFilterState, FlowRunFilterStateType
     from prefect.client.schemas.objects import StateType
 
-    live = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
-        any_=[StateType.PENDING, StateType.RUNNING])))
+    return FlowRunFilterState(type=FlowRunFilterStateType(
+        any_=[StateType.PENDING, StateType.RUNNING, StateType.CANCELLING]))
+
+
+def dead_runs(client, store, config_path: str) -> list[DeadRun]:
+    """This config's scheduled runs in PENDING/RUNNING/CANCELLING whose process is known dead."""
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter
+
+    live = FlowRunFilter(state=_unfinished())
     runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=list(SERVED_FLOWS))),
                                  flow_run_filter=live, limit=200)
     found = []
@@ -138,10 +143,7 @@ def dead_runs(client, store, config_path: str) -> list[DeadRun]:
 def _release_unheld_slots(client, deployment_id: str) -> int:
     """Slots the deployment's limit counts beyond its runs alive (a killed run's, when the
     server that leased it was restarted): released; how many."""
-    from prefect.client.schemas.filters import (
-        DeploymentFilter, DeploymentFilterId, FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType,
-    )
-    from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId, FlowRunFilter
     from prefect.exceptions import ObjectNotFound
 
     name = f"deployment:{deployment_id}"  # Prefect's own limit of a deployment's concurrency_limit
@@ -151,12 +153,22 @@ def _release_unheld_slots(client, deployment_id: str) -> int:
         return 0
     holding = client.count_flow_runs(
         deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
-        flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
-            any_=[StateType.PENDING, StateType.RUNNING, StateType.CANCELLING]))))
+        flow_run_filter=FlowRunFilter(state=_unfinished()))
     excess = limit.active_slots - holding
     if excess > 0:
         client.release_concurrency_slots(names=[name], slots=excess, occupancy_seconds=0)
     return max(excess, 0)
+
+
+def _crash_subflows(client, run: DeadRun) -> None:
+    """The benchmark subflow a dead scan was running died with it: Crashed too (it holds no slot)."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+    from prefect.states import Crashed
+
+    children = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+        parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id]), state=_unfinished()))
+    for child in children:
+        client.set_flow_run_state(child.id, Crashed(message=f"repeval: its parent run {run.id} died"), force=True)
 
 
 def _forget_old_leases(store) -> None:
@@ -181,6 +193,7 @@ def reclaim(config_path: str, say: Callable[[str], None] = print) -> list[DeadRu
         found = dead_runs(client, store, config_path)
         for run in found:
             client.set_flow_run_state(run.id, Crashed(message=f"repeval: {run.line()}"), force=True)
+            _crash_subflows(client, run)
             lease = store.lease(run_lease_key(run.id))
             if (info := lease.current()) is not None:  # its holder is dead: the record is history now
                 store.backend.delete(keys.lease_generation_key(run_lease_key(run.id), info.generation))

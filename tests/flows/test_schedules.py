@@ -212,3 +212,41 @@ def test_the_first_scan_after_a_run_knows_what_the_ledger_holds(tmp_path, prefec
     cfg = load_config(str(other))
     changes = detect_changes(cfg.open_store(), cfg, watch_key(str(other)))
     assert not changes.recorded and changes.new_encoders == ["c"]
+
+
+def test_a_scheduled_run_is_judged_dead_only_when_its_process_is_known_gone(tmp_path):
+    import subprocess
+    import sys
+
+    from prefect.client.schemas.objects import FlowRun
+    from prefect.states import Running
+
+    from flows.reclaim import RELEASED_GRACE, START_GRACE, judge, run_lease_key
+    from storage_schema.leases import LeaseInfo
+
+    store = FeatureStore(str(tmp_path / "store"))
+    run = FlowRun(flow_id="00000000-0000-0000-0000-000000000001", state=Running())
+    started = run.state.timestamp.timestamp()
+    assert judge(run, None, now=started + 5) is None  # its process is still starting
+    assert "no process ran it for 181 s" in judge(run, None, now=started + START_GRACE + 1)
+
+    live = store.lease(run_lease_key("live"))
+    live.acquire()
+    try:
+        assert judge(run, live.current()) is None  # this process: alive
+    finally:
+        live.release()
+    released = store.lease(run_lease_key("live")).current()
+    assert judge(run, released, now=released.heartbeat + 1) is None  # its final state is on its way
+    assert "without a final state" in judge(run, released, now=released.heartbeat + RELEASED_GRACE + 1)
+
+    # a holder that died holding it (kill -9): known dead at once, on this machine
+    code = ("import os, sys; from storage_schema import FeatureStore; from flows.reclaim import run_lease_key; "
+            "FeatureStore(sys.argv[1]).lease(run_lease_key('dead')).acquire(); os._exit(0)")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], check=True, timeout=120)
+    dead = store.lease(run_lease_key("dead")).current()
+    assert not dead.released and f"process {dead.process['pid']} is gone" == judge(run, dead)
+    # a holder on another machine: alive while it beats, dead after its ttl without one
+    remote = LeaseInfo(0, "gpu3:1:x", dead.heartbeat, 60.0, False, {**dead.process, "host": "gpu3"})
+    assert judge(run, remote, now=remote.heartbeat + 30) is None
+    assert "no heartbeat for 61 s" in judge(run, remote, now=remote.heartbeat + 61)
