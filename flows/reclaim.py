@@ -214,6 +214,16 @@ def reclaim(config_path: str, say: Callable[[str], None] = print) -> list[DeadRu
     return found
 
 
+def reclaim_quietly(config_path: str, say: Callable[[str], None]) -> list[DeadRun]:
+    """:func:`reclaim` where it must never fail its caller (`repeval run`, which needs no
+    slot; serve's look every :data:`RECLAIM_INTERVAL` s): what goes wrong is logged."""
+    try:
+        return reclaim(config_path, say)
+    except Exception as exc:  # noqa: BLE001  the next serve reclaims them as well
+        log.warning("looking for runs a killed serve left behind failed: %s", exc)
+        return []
+
+
 def reclaim_periodically(config_path: str, say: Callable[[str], None], stop: threading.Event,
                          interval: float = RECLAIM_INTERVAL) -> threading.Thread:
     """A daemon thread of the serving process: :func:`reclaim` every ``interval`` s until
@@ -223,11 +233,8 @@ def reclaim_periodically(config_path: str, say: Callable[[str], None], stop: thr
 
     def loop() -> None:
         while not stop.wait(interval):
-            try:
-                reclaim(config_path, say)
-            except Exception as exc:  # noqa: BLE001  the next look tries again; serving goes on
-                if not stop.is_set():
-                    log.warning("looking for dead scheduled runs failed: %s", exc)
+            if not stop.is_set():
+                reclaim_quietly(config_path, say)  # a failed look is tried again at the next
 
     ctx = contextvars.copy_context()
     thread = threading.Thread(target=ctx.run, args=(loop,), name="repeval-reclaim", daemon=True)

@@ -1,8 +1,10 @@
 """Deployments that `repeval serve` runs: a nightly scan of checkpoint folders and a
 watcher that reruns the benchmark when the config's protocol settings change.
 
-Both only start the benchmark flow (`repeval serve` serves them: flows.serving); what it computes is decided by the store and the
-ledger, so a scheduled run evaluates exactly the new encoders or the changed settings.
+Both only start the benchmark flow (`repeval serve` serves them: flows.serving); what it
+computes is decided by the store and the ledger, so a scheduled run evaluates exactly the
+new encoders or the changed settings. Each holds a lease of its own while its code runs
+(:func:`this_run`), by which a killed serve's runs are told from live ones (flows.reclaim).
 One scheduled run at a time evaluates a store (the lease ``jobs.watch.SCHEDULE_LEASE``):
 the scan waits for a watcher's run, the watcher leaves its work to a scan in progress and
 runs only when the settings differ from those of a recorded run.

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from flows.reclaim import reclaim, reclaim_periodically
+from flows.reclaim import RECLAIM_INTERVAL, reclaim, reclaim_periodically
 from flows.schedules import DEFAULT_CRON, scan_checkpoints_flow, watch_protocols_flow
 
 STOP_GRACE = 10.0  # seconds the runner gets to stop its runs after a signal
@@ -77,7 +77,13 @@ def serve_schedules(config_path: str, cron: str | None = DEFAULT_CRON, interval:
     from prefect.runner import Runner
 
     try:
-        reclaim(config_path, say)  # a killed serve's runs hold the slot the next scan needs
+        try:
+            reclaim(config_path, say)  # a killed serve's runs hold the slot the next scan needs
+        except Exception as exc:  # noqa: BLE001  said, and tried again every RECLAIM_INTERVAL s
+            if _unreachable():
+                raise
+            say(f"looking for runs a killed serve left behind failed ({type(exc).__name__}: {exc}); "
+                f"trying again every {RECLAIM_INTERVAL:g} s")
         # concurrency_limit=1: a slow run is never overlapped by the next scheduled one
         scan = scan_checkpoints_flow.to_deployment(
             name="nightly-scan", parameters={"config_path": config_path}, concurrency_limit=1,

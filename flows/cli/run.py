@@ -73,7 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     for data_note in plan.data_notes:  # an empty class is never learned from, or never scored
         say("run", f"data warning: {note_line(data_note)}")
-    summary = run_benchmark(cfg, dask_address=args.dask_address, plan=plan)
+    summary = run_benchmark(cfg, dask_address=args.dask_address, plan=plan, config_path=os.path.abspath(args.config))
     _note_clean_run(cfg, summary, record_run)
     if args.json:
         print_json({k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}, default=str)
