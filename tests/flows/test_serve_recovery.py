@@ -2,8 +2,9 @@
 real `repeval serve` process groups on one REPEVAL_HOME (one Prefect database), a scan
 caught RUNNING (held on the store's schedule lease by the test).
 
-- ``kill -9`` of the whole group: the next serve reclaims the dead scan (one line naming
-  it and the dead serve's pid), its concurrency slot is free and the next scans complete;
+- ``kill -9`` of the whole group: the next serve (or `repeval run` of the config) reclaims
+  the dead scan (one line naming it and the dead serve's pid), its concurrency slot is free
+  and the next scans complete;
 - SIGTERM to the whole group and its Prefect server at once, with a scan in progress:
   serve stops within seconds with one line, no traceback, exit 143, and leaves no process
   behind; SIGINT to serve alone: 130; its Prefect server killed under it: one line, exit 1.
@@ -199,3 +200,18 @@ def test_serve_whose_prefect_server_died_stops_with_one_line(lab):
     assert "repeval serve: stopped: its Prefect server stopped answering" in log and "Traceback" not in log, log
     assert "server.log" in log
     _all_gone(children)
+
+
+def test_a_run_of_the_config_reclaims_a_killed_serve_too(lab):
+    served = _serve(lab, "sixth")
+    held, run_id = _hold_a_scan(lab, served)
+    os.killpg(served["proc"].pid, signal.SIGKILL)
+    served["proc"].wait()
+    held.release()
+    deadline = time.monotonic() + 60
+    while _stray_servers(lab) and time.monotonic() < deadline:  # one server on the database at a time
+        time.sleep(0.5)
+    out = subprocess.run([sys.executable, "-m", "flows.cli", "run", lab["config"]], cwd=REPO, env=lab["env"],
+                         capture_output=True, text=True, timeout=300)
+    assert re.search(rf"\[run\] reclaimed flow run \S+ \({run_id}\) of dead serve pid {served['proc'].pid} ",
+                     out.stderr), out.stderr[-4000:]
