@@ -172,13 +172,13 @@ def _crash_subflows(client, run: DeadRun) -> None:
 
 
 def _forget_old_leases(store) -> None:
+    """Each scheduled run leaves its released lease (a watcher's every minute): removed after
+    :data:`_KEEP_RELEASED` s, long after its run reached its final state."""
     now = time.time()
     for run_id in store.backend.list(keys.lease_dir(RUN_LEASES), dirs_only=True):
-        lease = store.lease(run_lease_key(run_id))
-        info = lease.current()
-        if info is None or (info.released and now - info.heartbeat > _KEEP_RELEASED):
-            for name in store.backend.list(keys.lease_dir(run_lease_key(run_id))):
-                store.backend.delete(f"{keys.lease_dir(run_lease_key(run_id))}/{name}")
+        info = store.lease(run_lease_key(run_id)).current()
+        if info is not None and info.released and now - info.heartbeat > _KEEP_RELEASED:
+            store.backend.delete(keys.lease_dir(run_lease_key(run_id)), recursive=True)
 
 
 def reclaim(config_path: str, say: Callable[[str], None] = print) -> list[DeadRun]:
@@ -194,9 +194,7 @@ def reclaim(config_path: str, say: Callable[[str], None] = print) -> list[DeadRu
         for run in found:
             client.set_flow_run_state(run.id, Crashed(message=f"repeval: {run.line()}"), force=True)
             _crash_subflows(client, run)
-            lease = store.lease(run_lease_key(run.id))
-            if (info := lease.current()) is not None:  # its holder is dead: the record is history now
-                store.backend.delete(keys.lease_generation_key(run_lease_key(run.id), info.generation))
+            store.backend.delete(keys.lease_dir(run_lease_key(run.id)), recursive=True)  # its holder is dead
         deployments = client.read_deployments(deployment_filter=DeploymentFilter(
             name=DeploymentFilterName(any_=["nightly-scan", "protocol-watch"])))
         for dep in deployments:

@@ -5,6 +5,7 @@ records as done, folder-only configs, one scheduled evaluation at a time per sto
 from __future__ import annotations
 
 import copy
+import json
 import os
 import time
 
@@ -250,3 +251,54 @@ def test_a_scheduled_run_is_judged_dead_only_when_its_process_is_known_gone(tmp_
     remote = LeaseInfo(0, "gpu3:1:x", dead.heartbeat, 60.0, False, {**dead.process, "host": "gpu3"})
     assert judge(run, remote, now=remote.heartbeat + 30) is None
     assert "no heartbeat for 61 s" in judge(run, remote, now=remote.heartbeat + 61)
+
+
+@pytest.mark.slow  # a reclaim on the session's Prefect API
+def test_reclaim_leaves_live_and_other_configs_runs_and_forgets_old_leases(tmp_path, prefect_harness):
+    import time as clock
+
+    import yaml
+
+    from flows import reclaim as rc
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.states import Running
+
+    raw = tiny_config(tmp_path)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    store = FeatureStore(raw["store"])
+
+    @flow(name="repeval-scan-checkpoints")
+    def scan(config_path: str) -> None:  # a scan's name and parameters, never run
+        pass
+
+    with get_client(sync_client=True) as client:
+        mine = client.create_flow_run(scan, parameters={"config_path": str(path)}, state=Running())
+        other = client.create_flow_run(scan, parameters={"config_path": str(tmp_path / "other.yaml")},
+                                       state=Running())
+        held = store.lease(rc.run_lease_key(str(mine.id)))
+        held.acquire()  # its process (this one) lives
+        try:
+            assert rc.reclaim(str(path), say=lambda line: None) == []
+        finally:
+            held.release()
+        lines = []
+        old = clock.time() - rc.RELEASED_GRACE - 1  # its code ended long ago, no final state came
+        record = json.loads(store.backend.read(f"_repeval/leases/{rc.run_lease_key(str(mine.id))}/0.json"))
+        store.backend.write_atomic(f"_repeval/leases/{rc.run_lease_key(str(mine.id))}/0.json",
+                                   json.dumps({**record, "heartbeat": old}).encode())
+        found = rc.reclaim(str(path), say=lines.append)
+        assert [r.id for r in found] == [str(mine.id)] and len(lines) == 1
+        assert lines[0].startswith(f"reclaimed flow run {mine.name} ({mine.id}) of a dead serve (its flow ended")
+        assert client.read_flow_run(mine.id).state.is_crashed()
+        assert client.read_flow_run(other.id).state.is_running()  # another config's: never touched
+
+    done = store.lease(rc.run_lease_key("finished"))
+    done.acquire()
+    done.release()
+    key = f"_repeval/leases/{rc.run_lease_key('finished')}/0.json"
+    store.backend.write_atomic(key, json.dumps({**json.loads(store.backend.read(key)),
+                                                "heartbeat": clock.time() - 7200}).encode())
+    rc.reclaim(str(path), say=lambda line: None)
+    assert store.backend.read(key) is None  # a released lease of two hours ago: removed
