@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from jobs.config.checkpoint_folders import scan_checkpoints
 from jobs.config import BenchmarkConfig
 from jobs.evaluation.identity import recorded_cells
+from jobs.plan import make_plan
 from pipeline.errors import RepevalError
 from storage_schema import FeatureStore
 from storage_schema.keys import watch_key
@@ -88,8 +89,6 @@ def detect_changes(store: FeatureStore, cfg: BenchmarkConfig, key: str) -> Chang
 def evaluated_encoders(store: FeatureStore, cfg: BenchmarkConfig) -> set[str]:
     """The encoders of ``cfg`` (its folders scanned now) with at least one cell in the ledger
     at their current settings, told without torch (``jobs.evaluation.identity.recorded_cells``)."""
-    from jobs.plan import make_plan  # deferred: the planner imports the config and dataset layers
-
     try:
         plan = make_plan(cfg, record=False, store=store, check=False)
         found, _ = recorded_cells(store, plan.cells)
