@@ -30,6 +30,7 @@ from prefect.states import Failed
 
 from flows.alerts import emit_run_events, run_payload
 from flows.cluster_memory import cluster_memory, local_memory, local_worker_limit
+from flows.reclaim import reclaim_quietly
 from flows.runtime import (
     flush_run_logs, gpu_count, local_workers, math_threads, prefect_api, task_runner, worker_math_threads,
 )
@@ -191,9 +192,13 @@ def run_plan(plan: Plan, *, dask_address: str | None = None, reason: str = "run"
 
 
 def run_benchmark(cfg, dask_address: str | None = None, *, retry_failed: bool = False,
-                  plan: Plan | None = None) -> dict[str, Any]:
+                  plan: Plan | None = None, config_path: str | None = None) -> dict[str, Any]:
     """Plan (scan, check: before anything starts), then run the flow with embedded defaults
-    (a temporary local Prefect API unless one is configured) and return its summary."""
+    (a temporary local Prefect API unless one is configured) and return its summary.
+    ``config_path``: the config's file, whose scheduled runs a killed `repeval serve` left
+    behind are reclaimed on the way (``flows.reclaim``)."""
     plan = plan or make_plan(cfg, retry_failed=retry_failed)
     with prefect_api():
+        if config_path:
+            reclaim_quietly(config_path, lambda line: say("run", line))
         return run_plan(plan, dask_address=dask_address)

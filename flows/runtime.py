@@ -135,6 +135,10 @@ def full_server(timeout: float = 120.0) -> Iterator[str]:
             [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port),
              "--analytics-off"],  # with its web UI: the run history, one click from the banner
             stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, "PREFECT_API_URL": ""},
+            # out of serve's process group: a signal to the group (Ctrl-C, systemd) reaches serve,
+            # which stops its runs while the server still records them, then stops the server;
+            # and the server ends with serve when serve is killed (kill -9: no stray server)
+            start_new_session=True, preexec_fn=_end_with_parent,
         )
     try:
         deadline = time.monotonic() + timeout
@@ -156,6 +160,16 @@ def full_server(timeout: float = 120.0) -> Iterator[str]:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def _end_with_parent() -> None:
+    """In a child before exec (Linux): SIGTERM to it when the process that started it dies."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
+    except (OSError, AttributeError):  # not Linux: the server is stopped by serve's own exit only
+        pass
 
 
 def _restore(name: str, value: str | None) -> None:

@@ -1,8 +1,10 @@
 """Deployments that `repeval serve` runs: a nightly scan of checkpoint folders and a
 watcher that reruns the benchmark when the config's protocol settings change.
 
-Both only start the benchmark flow; what it computes is decided by the store and the
-ledger, so a scheduled run evaluates exactly the new encoders or the changed settings.
+Both only start the benchmark flow (`repeval serve` serves them: flows.serving); what it
+computes is decided by the store and the ledger, so a scheduled run evaluates exactly the
+new encoders or the changed settings. Each holds a lease of its own while its code runs
+(:func:`this_run`), by which a killed serve's runs are told from live ones (flows.reclaim).
 One scheduled run at a time evaluates a store (the lease ``jobs.watch.SCHEDULE_LEASE``):
 the scan waits for a watcher's run, the watcher leaves its work to a scan in progress and
 runs only when the settings differ from those of a recorded run.
@@ -12,15 +14,19 @@ does not accumulate the memory of the runs (torch, the Dask cluster, features).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.events import emit_event
 from prefect.states import Failed
 
+from flows.reclaim import hold_run_lease
 from jobs.config import load_config
 from jobs.plan import make_plan
 from jobs.report.run_summary import failure_message
+from jobs.rerun import ledger_answer
 from jobs.watch import SCHEDULE_LEASE, detect_changes, save_state, watch_key
 from pipeline.errors import RepevalError
 from pipeline.terminal import say
@@ -86,22 +92,49 @@ def _note(reason: str, line: str) -> None:
     get_run_logger().info(line)
 
 
+@contextlib.contextmanager
+def this_run(config_path: str) -> Iterator[None]:
+    """Hold this scheduled run's own lease while its code runs: the liveness of its process,
+    by which the next serve tells a killed run from a live one (``flows.reclaim``)."""
+    lease = hold_run_lease(load_config(config_path).open_store())
+    try:
+        yield
+    finally:
+        if lease is not None:
+            lease.release()
+
+
+def _ledger_has_everything(config_path: str, cfg) -> bool:
+    """No scheduled run recorded yet, but a `repeval run` left every cell in the ledger and
+    the store (its no-op answer holds): recorded as the schedules' state, nothing to run."""
+    answer = ledger_answer(cfg)
+    if answer is None:
+        return False
+    plan = make_plan(cfg, record=False, check=False)
+    save_state(cfg.open_store(), plan.config, watch_key(config_path), files=plan.scan.signatures())
+    _note("scan", f"no new checkpoints: all {answer.cells} cells are in the ledger (run of {answer.recorded})")
+    return True
+
+
 @flow(name="repeval-scan-checkpoints")
 def scan_checkpoints_flow(config_path: str) -> dict[str, Any]:
     """Scheduled (cron): evaluate every checkpoint that appeared since the last run. A
     watcher's run in progress is waited for, then the changes are read again (it may have
     done the work)."""
-    lease = schedule_lease(config_path)
-    lease.acquire(wait=True)
-    try:
-        _, changes = _changes(config_path)
-        if not changes.any:
-            _note("scan", "no new checkpoints and no protocol change")
-            return {"ran": False, "new_encoders": []}
-        why = "scan: new checkpoints" if changes.new_encoders else "scan: protocol settings changed"
-        return run_or_fail(config_path, why, changes.new_encoders)
-    finally:
-        lease.release()
+    with this_run(config_path):
+        lease = schedule_lease(config_path)
+        lease.acquire(wait=True)
+        try:
+            cfg, changes = _changes(config_path)
+            if not changes.recorded and _ledger_has_everything(config_path, cfg):
+                return {"ran": False, "new_encoders": []}
+            if not changes.any:
+                _note("scan", "no new checkpoints and no protocol change")
+                return {"ran": False, "new_encoders": []}
+            why = "scan: new checkpoints" if changes.new_encoders else "scan: protocol settings changed"
+            return run_or_fail(config_path, why, changes.new_encoders)
+        finally:
+            lease.release()
 
 
 @flow(name="repeval-watch-protocols")
@@ -110,6 +143,11 @@ def watch_protocols_flow(config_path: str) -> dict[str, Any]:
     event and rerun. Before any run is recorded the scan evaluates the config; while a
     scan runs, the watcher leaves its work to it (the scan records the settings it used,
     so an edit made during the scan is seen at the next poll)."""
+    with this_run(config_path):
+        return _watch(config_path)
+
+
+def _watch(config_path: str) -> dict[str, Any]:
     cfg, changes = _changes(config_path)
     if not changes.settings_edited:
         return {"ran": False, "reason": "unchanged" if changes.recorded else "no run recorded yet (the scan evaluates first)"}
@@ -128,20 +166,3 @@ def watch_protocols_flow(config_path: str) -> dict[str, Any]:
     finally:
         lease.release()
 
-
-def serve_schedules(config_path: str, cron: str | None = DEFAULT_CRON, interval: float | None = None,
-                    watch_interval: float = 60.0) -> None:
-    """Serve both deployments until interrupted (embedded: on this run's local API)."""
-    from prefect import serve
-
-    # concurrency_limit=1: a slow run is never overlapped by the next scheduled one
-    scan = scan_checkpoints_flow.to_deployment(
-        name="nightly-scan", parameters={"config_path": config_path}, concurrency_limit=1,
-        **({"interval": interval} if interval else {"cron": cron}),
-    )
-    watch = watch_protocols_flow.to_deployment(
-        name="protocol-watch", parameters={"config_path": config_path}, interval=watch_interval,
-        concurrency_limit=1,
-    )
-    # Prefect's own start message links a web UI that the embedded server does not serve.
-    serve(scan, watch, print_starting_message=False)

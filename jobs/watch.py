@@ -5,6 +5,8 @@ settings and the encoders a run completed (with their checkpoint file's size and
 modification time), so a schedule can tell "new checkpoints" and "protocol settings
 changed" apart from "nothing to do" without running anything. Only what a run actually
 planned and extracted is recorded: a file that arrived during the run, or failed, stays new.
+Before any scheduled run is recorded (serve's first scan, after a ``repeval run`` of the
+config), the ledger is asked instead: an encoder it holds cells of is not new.
 
 The schedules evaluate one at a time per store: each holds the store's
 :data:`SCHEDULE_LEASE` while it looks for changes and runs (a lease, so a killed run's
@@ -18,6 +20,9 @@ from dataclasses import asdict, dataclass, field
 
 from jobs.config.checkpoint_folders import scan_checkpoints
 from jobs.config import BenchmarkConfig
+from jobs.evaluation.identity import recorded_cells
+from jobs.plan import make_plan
+from pipeline.errors import RepevalError
 from storage_schema import FeatureStore
 from storage_schema.keys import watch_key
 from storage_schema.ledger import FailureLog
@@ -72,12 +77,24 @@ def detect_changes(store: FeatureStore, cfg: BenchmarkConfig, key: str) -> Chang
     failed = {r.get("file"): r for r in FailureLog(store).records("checkpoint")}
     scan = scan_checkpoints(cfg, failed)
     names = [e.name for e in cfg.encoders] + [f.encoder.name for f in scan.taken]
-    if state is None:
-        return Changes(names, True, recorded=False)
+    if state is None:  # the settings count as changed (a run decides); new: what the ledger lacks
+        held = evaluated_encoders(store, cfg)
+        return Changes([n for n in names if n not in held], True, recorded=False)
     new = [n for n in names if n not in state.encoders]
     new += [f.encoder.name for f in scan.taken
             if f.encoder.name in state.encoders and state.files.get(f.encoder.name, f.signature) != f.signature]
     return Changes(new, state.protocol_hash != cfg.protocol_hash())
+
+
+def evaluated_encoders(store: FeatureStore, cfg: BenchmarkConfig) -> set[str]:
+    """The encoders of ``cfg`` (its folders scanned now) with at least one cell in the ledger
+    at their current settings, told without torch (``jobs.evaluation.identity.recorded_cells``)."""
+    try:
+        plan = make_plan(cfg, record=False, store=store, check=False)
+        found, _ = recorded_cells(store, plan.cells)
+    except (RepevalError, OSError):  # no store yet, or a state the run's own checks explain
+        return set()
+    return {r["model"] for r in found}
 
 
 def save_state(store: FeatureStore, cfg: BenchmarkConfig, key: str, completed: list[str] | None = None,

@@ -1,11 +1,12 @@
 """The ``repeval`` command line. Store-only commands never import Prefect (fast start).
 
-Exit codes: 0 done; 1 ``verify``/``repair`` found damaged or incomplete arrays; 2 a mistake
+Exit codes: 0 done; 1 ``verify``/``repair`` found damaged or incomplete arrays, or ``serve``
+lost its Prefect server; 2 a mistake
 in the command, config, data or checkpoint (one line naming it, before any work); 3
 ``run`` finished but some cells, extractions, checkpoints or the correlation failed, or a
 checkpoint still being written was left out (they are listed and recorded; ``--allow-failures``
 exits 0); 4 an unexpected internal error (one line; ``-v`` shows the traceback); 130
-interrupted; 141 the output's reader went away (``| head``: the command stops quietly, as
+interrupted (``serve``: 130 after SIGINT, 143 after SIGTERM); 141 the output's reader went away (``| head``: the command stops quietly, as
 Unix tools do).
 """
 

@@ -23,6 +23,7 @@ from pipeline.terminal import printable
 from storage_schema.ledger import failure_id
 
 EXIT_CELLS_FAILED = 3  # `repeval run`: some cells, extractions, checkpoints or the correlation failed
+EXIT_SERVER_LOST = 1  # `repeval serve`: its Prefect server went away under it
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -75,7 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     for data_note in plan.data_notes:  # an empty class is never learned from, or never scored
         say("run", f"data warning: {note_line(data_note)}")
-    summary = run_benchmark(cfg, dask_address=args.dask_address, plan=plan)
+    summary = run_benchmark(cfg, dask_address=args.dask_address, plan=plan, config_path=os.path.abspath(args.config))
     _note_clean_run(cfg, summary, record_run)
     if args.json:
         print_json({k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}, default=str)
@@ -145,17 +146,23 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """``repeval serve``: the checkpoint scan and the protocol watch, served until stopped."""
+    """``repeval serve``: the checkpoint scan and the protocol watch, served until stopped.
+
+    SIGTERM or SIGINT (to serve or its process group) stops it in seconds with one line;
+    exit 143 or 130, as a process ended by that signal. What a killed serve left behind is
+    reclaimed when the next one starts (``flows.reclaim``)."""
     prepare_environment(args.verbose)
     # deferred: Prefect loads for `repeval serve` only
-    from flows.schedules import DEFAULT_CRON, serve_schedules
+    from flows.schedules import DEFAULT_CRON
+    from flows.serving import ServerLost, end_children, serve_schedules
 
     path = os.path.abspath(args.config)
     _check_in_child(path)  # refuse a broken config before serving it forever
     cron = args.cron or DEFAULT_CRON
     # SIGTERM (systemd, docker stop, kill) while starting stops like Ctrl-C, so the local
-    # server is shut down; once serving, Prefect's runner stops the runs itself.
+    # server is shut down; once serving, flows.serving handles both signals.
     signal.signal(signal.SIGTERM, _interrupt)
+    stopped_by = signal.SIGINT
     try:
         with prefect_api(scheduler=True) as api:
             what = f"every {args.interval:g} s" if args.interval else f"cron {cron!r}"
@@ -164,16 +171,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
                   f"  run history: {api.removesuffix('/api')} (Prefect UI), or "
                   f"PREFECT_API_URL={api} prefect flow-run ls\n"
                   "  stop: Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
-            serve_schedules(path, cron=cron, interval=args.interval, watch_interval=args.watch_interval)
-    except KeyboardInterrupt:  # stopped while starting (once serving, Prefect handles it)
-        pass
-    print(f"repeval serve: stopped; the store and Prefect's run history are kept (list past runs: "
+            stopped_by = serve_schedules(path, cron=cron, interval=args.interval, watch_interval=args.watch_interval,
+                                         say=lambda line: say("serve", line))
+    except KeyboardInterrupt:  # stopped while starting
+        stopped_by = _received[0] if _received else signal.SIGINT
+    except ServerLost as exc:  # nothing is served without it: said in one line, never a page of tracebacks
+        end_children()
+        print(f"repeval serve: stopped: its Prefect server stopped answering ({printable(str(exc))[:200]}; "
+              f"its log: {os.environ['PREFECT_HOME']}/server.log); start serve again", file=sys.stderr, flush=True)
+        return EXIT_SERVER_LOST
+    if stopped_by:  # what the runner could not stop (its server gone) ends before the last line
+        end_children()
+    how = f"stopped by {signal.Signals(stopped_by).name}" if stopped_by else "stopped"
+    print(f"repeval serve: {how}; the store and Prefect's run history are kept (list past runs: "
           f"PREFECT_HOME={os.environ['PREFECT_HOME']} prefect flow-run ls)", file=sys.stderr, flush=True)
-    return 0
+    return 128 + stopped_by if stopped_by else 0  # as a process ended by that signal
+
+
+_received: list[int] = []
 
 
 def _interrupt(signum, frame) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one clean stop
+    _received.append(signum)
     raise KeyboardInterrupt
 
 

@@ -5,6 +5,7 @@ records as done, folder-only configs, one scheduled evaluation at a time per sto
 from __future__ import annotations
 
 import copy
+import json
 import os
 import time
 
@@ -161,3 +162,143 @@ def test_the_watcher_runs_only_on_edited_settings_and_never_beside_a_scan(tmp_pa
     held.release()
     scan.join(timeout=120)
     assert results == [{"ran": False, "new_encoders": []}]  # it looked again once the store was free
+
+
+def _imported(tmp_path, models, configured) -> dict:
+    """A config of imported features (no extraction: quick): ``models`` in its store, ``configured`` in it."""
+    import numpy as np
+
+    from flows.cli.main import main
+
+    rng = np.random.default_rng(0)
+    y = {"train": np.arange(40) % 2, "test": np.arange(20) % 2}
+    for i, model in enumerate(models):
+        feats = {f"{s}_features": (rng.normal(size=(len(y[s]), 4)) + (1 + i) * y[s][:, None]).astype(np.float32)
+                 for s in y}
+        np.savez(tmp_path / f"{model}.npz", **{f"{s}_labels": y[s] for s in y}, **feats)
+        assert main(["import-features", "--store", str(tmp_path / "store"), "--model", model, "--path",
+                     str(tmp_path / f"{model}.npz"), "--dataset-name", "blobs"]) == 0
+    return {"store": str(tmp_path / "store"), "dask": {"n_workers": 1, "processes": False},
+            "encoders": [{"name": m, "source": "store"} for m in configured],
+            "datasets": [{"name": "blobs", "adapter": "features", "params": {"path": str(tmp_path / "a.npz")}}],
+            "protocols": [{"name": "knn", "protocol": "knn", "settings": {"n_neighbors": 3}},
+                          {"name": "ridge", "protocol": "ridge"}],
+            "reference": {"scores": {}}, "correlation": {"settings": []},
+            "report": {"path": str(tmp_path / "report.html")}}
+
+
+@pytest.mark.slow  # a run and a scan on the session's Prefect API
+def test_the_first_scan_after_a_run_knows_what_the_ledger_holds(tmp_path, prefect_harness, capsys):
+    import yaml
+
+    from flows.cli.main import main
+    from flows.schedules import scan_checkpoints_flow
+
+    raw = _imported(tmp_path, ["a", "b", "c"], ["a", "b"])
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    config = str(path)
+    assert main(["run", config]) == 0  # everything evaluated, before serve ever ran
+    cfg = load_config(config)
+    changes = detect_changes(cfg.open_store(), cfg, watch_key(config))
+    assert not changes.recorded and changes.new_encoders == []  # not "new encoders: a, b"
+    capsys.readouterr()
+    assert scan_checkpoints_flow(config) == {"ran": False, "new_encoders": []}
+    assert "[scan] no new checkpoints: all 4 cells are in the ledger" in capsys.readouterr().err
+    assert load_state(cfg.open_store(), watch_key(config)).encoders == ["a", "b"]  # recorded for the next scans
+
+    other = tmp_path / "other.yaml"  # the same store, a config with one encoder no run evaluated
+    raw["encoders"].append({"name": "c", "source": "store"})
+    other.write_text(yaml.safe_dump(raw))
+    cfg = load_config(str(other))
+    changes = detect_changes(cfg.open_store(), cfg, watch_key(str(other)))
+    assert not changes.recorded and changes.new_encoders == ["c"]
+
+
+def test_a_scheduled_run_is_judged_dead_only_when_its_process_is_known_gone(tmp_path):
+    import subprocess
+    import sys
+
+    from prefect.client.schemas.objects import FlowRun
+    from prefect.states import Running
+
+    from flows.reclaim import RELEASED_GRACE, START_GRACE, judge, run_lease_key
+    from storage_schema.leases import LeaseInfo
+
+    store = FeatureStore(str(tmp_path / "store"))
+    run = FlowRun(flow_id="00000000-0000-0000-0000-000000000001", state=Running())
+    started = run.state.timestamp.timestamp()
+    assert judge(run, None, now=started + 5) is None  # its process is still starting
+    assert "no process ran it for 181 s" in judge(run, None, now=started + START_GRACE + 1)
+
+    live = store.lease(run_lease_key("live"))
+    live.acquire()
+    try:
+        assert judge(run, live.current()) is None  # this process: alive
+    finally:
+        live.release()
+    released = store.lease(run_lease_key("live")).current()
+    assert judge(run, released, now=released.heartbeat + 1) is None  # its final state is on its way
+    assert "without a final state" in judge(run, released, now=released.heartbeat + RELEASED_GRACE + 1)
+
+    # a holder that died holding it (kill -9): known dead at once, on this machine
+    code = ("import os, sys; from storage_schema import FeatureStore; from flows.reclaim import run_lease_key; "
+            "FeatureStore(sys.argv[1]).lease(run_lease_key('dead')).acquire(); os._exit(0)")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], check=True, timeout=120)
+    dead = store.lease(run_lease_key("dead")).current()
+    assert not dead.released and f"process {dead.process['pid']} is gone" == judge(run, dead)
+    # a holder on another machine: alive while it beats, dead after its ttl without one
+    remote = LeaseInfo(0, "gpu3:1:x", dead.heartbeat, 60.0, False, {**dead.process, "host": "gpu3"})
+    assert judge(run, remote, now=remote.heartbeat + 30) is None
+    assert "no heartbeat for 61 s" in judge(run, remote, now=remote.heartbeat + 61)
+
+
+@pytest.mark.slow  # a reclaim on the session's Prefect API
+def test_reclaim_leaves_live_and_other_configs_runs_and_forgets_old_leases(tmp_path, prefect_harness):
+    import time as clock
+
+    import yaml
+
+    from flows import reclaim as rc
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.states import Running
+
+    raw = tiny_config(tmp_path)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    store = FeatureStore(raw["store"])
+
+    @flow(name="repeval-scan-checkpoints")
+    def scan(config_path: str) -> None:  # a scan's name and parameters, never run
+        pass
+
+    with get_client(sync_client=True) as client:
+        mine = client.create_flow_run(scan, parameters={"config_path": str(path)}, state=Running())
+        other = client.create_flow_run(scan, parameters={"config_path": str(tmp_path / "other.yaml")},
+                                       state=Running())
+        held = store.lease(rc.run_lease_key(str(mine.id)))
+        held.acquire()  # its process (this one) lives
+        try:
+            assert rc.reclaim(str(path), say=lambda line: None) == []
+        finally:
+            held.release()
+        lines = []
+        old = clock.time() - rc.RELEASED_GRACE - 1  # its code ended long ago, no final state came
+        record = json.loads(store.backend.read(f"_repeval/leases/{rc.run_lease_key(str(mine.id))}/0.json"))
+        store.backend.write_atomic(f"_repeval/leases/{rc.run_lease_key(str(mine.id))}/0.json",
+                                   json.dumps({**record, "heartbeat": old}).encode())
+        found = rc.reclaim(str(path), say=lines.append)
+        assert [r.id for r in found] == [str(mine.id)] and len(lines) == 1
+        assert lines[0].startswith(f"reclaimed flow run {mine.name} ({mine.id}) of a dead serve (its flow ended")
+        assert client.read_flow_run(mine.id).state.is_crashed()
+        assert client.read_flow_run(other.id).state.is_running()  # another config's: never touched
+
+    done = store.lease(rc.run_lease_key("finished"))
+    done.acquire()
+    done.release()
+    key = f"_repeval/leases/{rc.run_lease_key('finished')}/0.json"
+    store.backend.write_atomic(key, json.dumps({**json.loads(store.backend.read(key)),
+                                                "heartbeat": clock.time() - 7200}).encode())
+    rc.reclaim(str(path), say=lambda line: None)
+    assert store.backend.read(key) is None  # a released lease of two hours ago: removed

@@ -1,0 +1,154 @@
+"""`repeval serve`'s serving loop: Prefect's runner for the two schedules, stopped by a
+signal in seconds, cleanly, whichever of the Prefect server and serve dies first.
+
+Prefect's runner runs in a thread of its own; the main thread keeps the signals. SIGTERM
+or SIGINT (to serve or to its whole process group: Ctrl-C, systemd, docker stop) asks the
+runner to stop (it stops the runs in progress and records them), waits at most
+:data:`STOP_GRACE` seconds for it, and leaves: Prefect's loggers and any thread still
+talking to a server that is gone are silenced first, so the stop is one line, never a
+page of httpx or websocket tracebacks; what is left of the runs' processes is ended
+(``end_children``). Before serving, and then every
+``flows.reclaim.RECLAIM_INTERVAL`` seconds, the runs a killed serve left behind are
+reclaimed (``flows.reclaim``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from flows.reclaim import RECLAIM_INTERVAL, reclaim, reclaim_periodically
+from flows.schedules import DEFAULT_CRON, scan_checkpoints_flow, watch_protocols_flow
+
+STOP_GRACE = 10.0  # seconds the runner gets to stop its runs after a signal
+
+
+class ServerLost(Exception):
+    """The runner stopped because the Prefect server it reports to is gone."""
+
+
+def _quiet() -> None:
+    """From here on nothing prints but repeval's own last line: the server may be gone,
+    and every Prefect client still running would log (or raise) its failed requests."""
+    logging.disable(logging.CRITICAL)
+    threading.excepthook = lambda args: None
+    sys.unraisablehook = lambda unraisable: None
+
+
+def end_children() -> None:
+    """SIGKILL to what is left of this process's children: a flow run's process the runner
+    could not stop in its grace (its server gone); a SIGTERM would have it retry that server
+    and print its tracebacks. Their runs stay RUNNING in Prefect's database, and the next
+    serve reclaims them at once (their processes are gone: ``flows.reclaim``)."""
+    import psutil  # a dependency of dask.distributed
+
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(children, timeout=5)
+
+
+def _unreachable(timeout: float = 5.0) -> bool:
+    import httpx
+    from prefect.settings import PREFECT_API_URL
+
+    try:
+        return httpx.get(f"{PREFECT_API_URL.value()}/health", timeout=timeout).status_code != 200
+    except httpx.HTTPError:
+        return True
+
+
+def serve_schedules(config_path: str, cron: str | None = DEFAULT_CRON, interval: float | None = None,
+                    watch_interval: float = 60.0, say: Callable[[str], None] = print) -> int:
+    """Serve both deployments until a signal; the signal's number (0: the runner ended by itself).
+
+    Runs in the main thread, with PREFECT_API_URL set (the serve's own server, or the user's).
+    Raises ServerLost when that server went away under the runner.
+    """
+    from prefect.runner import Runner
+
+    try:
+        try:
+            reclaim(config_path, say)  # a killed serve's runs hold the slot the next scan needs
+        except Exception as exc:  # noqa: BLE001  said, and tried again every RECLAIM_INTERVAL s
+            if _unreachable():
+                raise
+            say(f"looking for runs a killed serve left behind failed ({type(exc).__name__}: {exc}); "
+                f"trying again every {RECLAIM_INTERVAL:g} s")
+        # concurrency_limit=1: a slow run is never overlapped by the next scheduled one
+        scan = scan_checkpoints_flow.to_deployment(
+            name="nightly-scan", parameters={"config_path": config_path}, concurrency_limit=1,
+            **({"interval": interval} if interval else {"cron": cron}),
+        )
+        watch = watch_protocols_flow.to_deployment(
+            name="protocol-watch", parameters={"config_path": config_path}, interval=watch_interval,
+            concurrency_limit=1,
+        )
+        runner = Runner(pause_on_shutdown=True)
+        runner.add_deployment(scan)
+        runner.add_deployment(watch)
+    except Exception as exc:
+        if _unreachable():
+            _quiet()
+            raise ServerLost(f"{type(exc).__name__}: {exc}") from None
+        raise
+
+    received: list[int] = []
+    errors: list[BaseException] = []
+    ended = threading.Event()
+
+    def on_signal(signum, frame) -> None:
+        if not received:
+            received.append(signum)
+            _quiet()
+        ended.set()
+
+    def run() -> None:
+        try:
+            asyncio.run(runner.start())
+        except BaseException as exc:  # noqa: BLE001  said by the main thread (unless stopping anyway)
+            errors.append(exc)
+        finally:
+            ended.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    stop_reclaiming = threading.Event()
+    try:
+        # the runner's thread talks to the caller's API: it runs in a copy of this context
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(run,), name="repeval-runner",
+                                  daemon=True)
+        thread.start()
+        reclaim_periodically(config_path, say, stop_reclaiming)
+        while not ended.wait(0.5):  # the signal handler runs here, between waits
+            pass
+        stop_reclaiming.set()
+        if received and runner.started and not runner.stopping:
+            runner.stopping = True
+            try:
+                runner.execute_in_background(runner.astop)
+            except Exception:  # noqa: BLE001  its loop already gone: nothing left to stop
+                pass
+        deadline = time.monotonic() + STOP_GRACE  # what it has not stopped by then dies with the process
+        while thread.is_alive() and time.monotonic() < deadline:
+            thread.join(0.5)
+            if received and _unreachable(timeout=0.5):  # the server went first: nothing left to record
+                break
+    finally:
+        stop_reclaiming.set()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if errors and not received:
+        _quiet()  # what is still running of Prefect's clients meets the same gone server
+        if _unreachable():
+            raise ServerLost(f"{type(errors[0]).__name__}: {errors[0]}") from None
+        raise errors[0]
+    return received[0] if received else 0
