@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from pipeline.encoders.checkpoints.facts import export_facts, load_facts
-from storage_schema.keys import checkpoint_facts_key
+from storage_schema.record_keys import checkpoint_facts_key
 
 __all__ = ["keep_facts", "take_facts"]
 

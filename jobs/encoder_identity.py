@@ -12,12 +12,12 @@ the dataset's (adapter and parameters: :func:`dataset_identity`), known from the
 alone (no torch, no file read).
 
 - Every extraction of a config notes, beside each array, the fingerprint it extracted
-  (or found up to date) for its identity (``storage_schema.keys.array_owner_key``): an
+  (or found up to date) for its identity (``storage_schema.record_keys.array_owner_key``): an
   array belongs to an identity when its note names the array's current fingerprint
   (identical weights and images under two configs belong to both).
 - A cell whose arrays belong to its identity is found from the arrays, as always; else
   from the pointer its identity's last evaluation left
-  (``storage_schema.keys.identity_cell_key``), or it is not recorded.
+  (``storage_schema.record_keys.identity_cell_key``), or it is not recorded.
 - An array without notes (an older store, ``repeval extract``) belongs by name unless its
   recorded ``encoder_spec`` is another encoder's ("identity unknown" otherwise);
   ``source: store`` encoders (imported features) have no identity and match by name.
@@ -36,7 +36,7 @@ from typing import Any
 
 from pipeline.errors import RepevalError
 from pipeline.plain import to_plain
-from storage_schema import keys
+from storage_schema import keys, record_keys
 from storage_schema.provenance import canonical_json, now_iso, stable_hash
 
 __all__ = ["IDENTITY_FIELDS", "array_identity", "belongs", "config_identities", "dataset_identity",
@@ -147,7 +147,7 @@ def note_owner(store: Any, identity: str | None, keys_fps: Mapping[str, str]) ->
     if identity is None:
         return
     for key, fp in keys_fps.items():
-        note = keys.array_owner_key(key, identity)
+        note = record_keys.array_owner_key(key, identity)
         raw = store.backend.read(note)
         if raw is None or json.loads(raw).get("fingerprint") != fp:
             store.backend.write_atomic(note, canonical_json({"fingerprint": fp, "noted": now_iso()}).encode())
@@ -156,7 +156,7 @@ def note_owner(store: Any, identity: str | None, keys_fps: Mapping[str, str]) ->
 def owners(store: Any, key: str) -> dict[str, str]:
     """Identity -> fingerprint of every note on the array at ``key``."""
     out = {}
-    folder = keys.array_owners_dir(key)
+    folder = record_keys.array_owners_dir(key)
     for name in store.backend.list(folder):
         if name.endswith(".json"):
             raw = store.backend.read(f"{folder}/{name}")
@@ -214,7 +214,7 @@ def point_identity(store: Any, identity: str | None, cell: Any, cid: str) -> Non
     """
     if identity is None:
         return
-    key = keys.identity_cell_key(identity, cell.dataset, cell.layer, cell.setting)
+    key = record_keys.identity_cell_key(identity, cell.dataset, cell.layer, cell.setting)
     raw = store.backend.read(key)
     if raw is not None and json.loads(raw).get("cell_id") == cid:
         return  # already there: a cached cell writes nothing
@@ -243,7 +243,7 @@ def pointed_record(store: Any, ledger: Any, identity: str | None, cell: Any, con
     if identity is None:
         return None
     try:
-        raw = store.backend.read(keys.identity_cell_key(identity, cell.dataset, cell.layer, cell.setting))
+        raw = store.backend.read(record_keys.identity_cell_key(identity, cell.dataset, cell.layer, cell.setting))
     except RepevalError:  # a name that is no key component: no pointer
         return None
     cid = json.loads(raw).get("cell_id") if raw is not None else None

@@ -29,7 +29,7 @@ from jobs.evaluation.cell import Cell
 from jobs.plan import ExtractUnit, Plan
 from pipeline.errors import StoreError
 from pipeline.plain import to_plain
-from storage_schema import keys
+from storage_schema import record_keys
 from storage_schema.provenance import canonical_json, stable_hash
 
 __all__ = ["PLAN_VERSION", "RunPlan", "plan_notes", "read_plan", "write_plan"]
@@ -93,7 +93,7 @@ def write_plan(store: Any, plan: Plan, new_encoders: list[str] | None = None) ->
             "cells": [to_plain(c) for c in plan.cells], "notes": plan_notes(plan, new_encoders),
             "cell_memory": dict(plan.cell_memory)}
     text = canonical_json(body)
-    key = keys.plan_key(stable_hash(body))
+    key = record_keys.plan_key(stable_hash(body))
     store.check_writable()
     store.backend.write_atomic(key, text.encode())
     return key

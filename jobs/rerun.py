@@ -43,7 +43,7 @@ from pipeline.errors import RepevalError
 from pipeline.protocols.registry import get_protocol
 from pipeline.protocols.settings import setting_at
 from storage_schema import feature_key
-from storage_schema.keys import run_memo_key
+from storage_schema.record_keys import run_memo_key
 from storage_schema.provenance import now_iso, stable_hash
 
 MEMO_VERSION = 1

@@ -24,7 +24,7 @@ from jobs.evaluation.identity import recorded_cells
 from jobs.plan import make_plan
 from pipeline.errors import RepevalError
 from storage_schema import FeatureStore
-from storage_schema.keys import watch_key
+from storage_schema.record_keys import watch_key
 from storage_schema.ledger import FailureLog
 from storage_schema.provenance import now_iso
 

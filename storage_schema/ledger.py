@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from pipeline.errors import ConfigError, RecordNotFoundError
-from storage_schema import keys
+from storage_schema import record_keys
 from storage_schema.keys import LEDGER
 from storage_schema.provenance import canonical_json, now_iso, stable_hash
 from storage_schema.tables import EXPORT_FORMATS, export_records, records_frame
@@ -120,7 +120,7 @@ class Ledger:
         bool
             True when its record exists.
         """
-        return self.backend.exists(keys.ledger_record_key(cid))
+        return self.backend.exists(record_keys.ledger_record_key(cid))
 
     def get(self, cid: str) -> dict[str, Any]:
         """The record of cell ``cid``.
@@ -140,7 +140,7 @@ class Ledger:
         RecordNotFoundError
             No record of that cell (also a KeyError).
         """
-        raw = self.backend.read(keys.ledger_record_key(cid))
+        raw = self.backend.read(record_keys.ledger_record_key(cid))
         if raw is None:
             raise RecordNotFoundError(f"no ledger record {cid!r} in store {self.store.url!r}")
         return json.loads(raw)
@@ -162,14 +162,14 @@ class Ledger:
         if "cell_id" not in record:
             raise ConfigError("a ledger record needs a 'cell_id'")
         body = {**record, "recorded": record.get("recorded", now_iso())}
-        return self.backend.create_exclusive(keys.ledger_record_key(body["cell_id"]), canonical_json(body).encode())
+        return self.backend.create_exclusive(record_keys.ledger_record_key(body["cell_id"]), canonical_json(body).encode())
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for shard in self.backend.list(LEDGER, dirs_only=True):
-            for name in self.backend.list(keys.ledger_shard_key(shard)):
+            for name in self.backend.list(record_keys.ledger_shard_key(shard)):
                 cid = name.removesuffix(".json")
                 if name.endswith(".json") and cid.startswith(shard):  # else not a record (a temporary file)
-                    raw = self.backend.read(keys.ledger_record_key(cid))
+                    raw = self.backend.read(record_keys.ledger_record_key(cid))
                     if raw is not None:
                         yield json.loads(raw)
 
@@ -279,7 +279,7 @@ class FailureLog:
     def _key(kind: str, fid: str) -> str:
         if kind not in FAILURE_KINDS:
             raise ConfigError(f"failure kind {kind!r} is not one of {', '.join(FAILURE_KINDS)}")
-        return keys.failure_key(kind, fid)
+        return record_keys.failure_key(kind, fid)
 
     def get(self, kind: str, fid: str) -> dict[str, Any] | None:
         """The failure record, or None when that thing has not failed (or was cleared).
@@ -352,7 +352,7 @@ class FailureLog:
         set of str
         """
         self._key(kind, "x")  # validates the kind
-        return {n[:-len(".json")] for n in self.backend.list(keys.failures_dir(kind)) if n.endswith(".json")}
+        return {n[:-len(".json")] for n in self.backend.list(record_keys.failures_dir(kind)) if n.endswith(".json")}
 
     def records(self, kind: str | None = None) -> list[dict[str, Any]]:
         """Every failure record (of ``kind``, or of all kinds), oldest first failure first.

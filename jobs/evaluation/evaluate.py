@@ -50,7 +50,7 @@ def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_
                   record: bool = True, ledger: Ledger | None = None) -> CellOutcome:
     """Evaluate ``cell`` unless the ledger holds it; append the result to the ledger.
 
-    A recorded evaluation holds the cell's lease (``storage_schema.keys.cell_work_key``)
+    A recorded evaluation holds the cell's lease (``storage_schema.record_keys.cell_work_key``)
     while it computes: a second run (or worker) asked for the same cell waits for it, then
     takes the ledger's answer, so two runs at once compute each cell once."""
     arrays = cell_arrays(store, cell)

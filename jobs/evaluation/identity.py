@@ -33,7 +33,7 @@ from jobs.evaluation.cell import Cell
 from pipeline.errors import DataValidationError, WeightsMismatchError
 from pipeline.plain import to_plain
 from pipeline.protocols.settings import setting_at
-from storage_schema import FeatureStore, StoredArray, feature_key, keys
+from storage_schema import FeatureStore, StoredArray, feature_key, record_keys
 from storage_schema.ledger import Ledger, cell_id, encoder_fingerprints
 from storage_schema.provenance import array_weights, stable_hash, weights_disagreement
 
@@ -253,7 +253,7 @@ def _pointed(store: Any, ledger: Ledger, cell: Cell) -> str | None:
     own = pointed_record(store, ledger, cell.identity, cell, wanted)
     if own is not None:
         return own
-    raw = store.backend.read(keys.encoder_cell_key(cell.model, cell.dataset, cell.setting))
+    raw = store.backend.read(record_keys.encoder_cell_key(cell.model, cell.dataset, cell.setting))
     cid = json.loads(raw).get("cell_id") if raw is not None else None
     rec = ledger.get(cid) if cid and ledger.has(cid) else None
     if rec is None or rec.get("protocol") != cell.protocol or rec.get("config_hash") != wanted:

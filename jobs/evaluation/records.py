@@ -20,7 +20,7 @@ from typing import Any
 from jobs.encoder_identity import point_identity
 from jobs.evaluation.cell import Cell
 from pipeline.plain import to_plain
-from storage_schema import FeatureStore, keys
+from storage_schema import FeatureStore, record_keys
 from storage_schema.evidence import write_evidence, write_predicted_maps
 from storage_schema.keys import evidence_group_key
 from storage_schema.ledger import Ledger, config_hash
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 @contextmanager
 def cell_lease(store: FeatureStore, cid: str, label: str) -> Iterator[None]:
-    """Hold the lease of cell ``cid`` while it is computed (``storage_schema.keys.cell_work_key``):
+    """Hold the lease of cell ``cid`` while it is computed (``storage_schema.record_keys.cell_work_key``):
     a second run asked for the same cell waits here, then finds its record in the ledger.
 
     Parameters
@@ -45,7 +45,7 @@ def cell_lease(store: FeatureStore, cid: str, label: str) -> Iterator[None]:
     label : str
         The cell's name, for the line said while waiting.
     """
-    lease = store.lease(keys.cell_work_key(cid))
+    lease = store.lease(record_keys.cell_work_key(cid))
     if not lease.acquire(wait=False):
         log.info("cell %s is being computed by another run: waiting for its record", label)
         lease.acquire()
@@ -122,7 +122,7 @@ def write_record(store: FeatureStore, ledger: Ledger, cell: Cell, record: dict[s
     """
     cid = record["cell_id"]
     if result.pictures is not None:  # first, so that a record never lacks its pictures
-        store.backend.write_atomic(keys.examples_key(cid), result.pictures)
+        store.backend.write_atomic(record_keys.examples_key(cid), result.pictures)
     if result.evidence is None:
         added = ledger.put(record)
     else:
@@ -147,7 +147,7 @@ def point_to(store: Any, cell: Cell, cid: str) -> None:
         Its cell id.
     """
     body = {"cell_id": cid, "protocol": cell.protocol, "updated": now_iso()}
-    store.backend.write_atomic(keys.encoder_cell_key(cell.model, cell.dataset, cell.setting),
+    store.backend.write_atomic(record_keys.encoder_cell_key(cell.model, cell.dataset, cell.setting),
                                canonical_json(body).encode())
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.config.run import ExtractConfig, repeval_home
-from storage_schema import keys
+from storage_schema import keys, record_keys
 from storage_schema.provenance import stable_hash
 
 __all__ = ["remove_scratch", "scratch_folder"]
@@ -34,7 +34,7 @@ def scratch_folder(store: Any, extract: ExtractConfig, kind: str, run_id: str, p
     -------
     pathlib.Path
     """
-    key = keys.scratch_key(kind, run_id, part)
+    key = record_keys.scratch_key(kind, run_id, part)
     if extract.scratch_dir:
         return Path(extract.scratch_dir) / key.removeprefix(keys.SCRATCH + "/")
     if store.backend.local:

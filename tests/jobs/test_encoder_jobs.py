@@ -29,7 +29,7 @@ from pipeline.protocols import get_protocol
 from pipeline.encoders import load_encoder
 from pipeline.protocols.finetune import DatasetSplits, run_finetune
 from pipeline.plain import to_plain
-from storage_schema import FeatureStore, keys
+from storage_schema import FeatureStore, keys, record_keys
 from storage_schema.ledger import FailureLog, Ledger, cell_id
 from tests.helpers.html import parse_strict
 
@@ -160,7 +160,7 @@ def test_diagnostic_records_match_the_study_and_keep_their_pictures(ran):
     assert rec["metrics"]["attentive_diffusion"] == direct["metrics"]["attentive_diffusion"]
     assert sorted(rec["fingerprints"]) == ["input", "test.images", "weights"] and rec["splits"] == ["test"]
     for r in (rec, _record(ran, "a", "col")):
-        png = ran["store"].backend.read(keys.examples_key(r["cell_id"]))
+        png = ran["store"].backend.read(record_keys.examples_key(r["cell_id"]))
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and r["diagnostics"]["examples"] is True
         assert r["gpu"]["device"] == "cpu" and r["gpu"]["images_per_second"] > 0
     col = _record(ran, "a", "col")["metrics"]

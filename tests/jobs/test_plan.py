@@ -171,14 +171,14 @@ def test_make_plan_checks_once_and_lists_the_work(tmp_path):
 
 def test_the_plan_is_written_once_and_read_back_as_planned(tmp_path):
     from jobs.plan_store import read_plan, write_plan
-    from storage_schema import keys
+    from storage_schema import record_keys
 
     raw = _config(tmp_path, protocols=[{"name": "knn5", "protocol": "knn", "settings": {"n_neighbors": 5}},
                                        {"name": "sal", "protocol": "saliency", "settings": {"n_images": 2}}])
     plan = make_plan(load_config(raw), check=False)
     store = FeatureStore(raw["store"])
     key = write_plan(store, plan, ["r18"])
-    assert key.startswith(keys.plan_key("x")[:-len("x.json")]) and write_plan(store, plan, ["r18"]) == key
+    assert key.startswith(record_keys.plan_key("x")[:-len("x.json")]) and write_plan(store, plan, ["r18"]) == key
     run = read_plan(store, key)  # what the flow gets: the planned config, units and cells, not re-planned
     assert to_plain(run.config) == to_plain(plan.config)
     assert run.units == plan.units and [to_plain(u) for u in run.units] == [to_plain(u) for u in plan.units]
@@ -187,4 +187,4 @@ def test_the_plan_is_written_once_and_read_back_as_planned(tmp_path):
     assert weights and all(c.encoder is not None and c.dataset_config.name == "tex" for c in weights)
     assert run.notes["new_encoders"] == ["r18"] and run.cell_memory == plan.cell_memory
     with pytest.raises(Exception, match="no run plan"):
-        read_plan(store, keys.plan_key("0" * 32))
+        read_plan(store, record_keys.plan_key("0" * 32))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pipeline.errors import ArrayNotFoundError, InvalidNameError, RecordNotFoundError
-from storage_schema import FeatureStore, keys
+from storage_schema import FeatureStore, keys, record_keys
 from storage_schema.ledger import Ledger
 
 
@@ -23,16 +23,17 @@ def test_layout() -> None:
     assert keys.lease_generation_key("features/m/d/train", 2) == "_repeval/leases/features/m/d/train/2.json"
     assert keys.alias_key(fk) == f"_repeval/aliases/{fk}.json"
     assert keys.fingerprint_index_key("abc123") == "_repeval/fingerprints/abc123.json"
-    assert keys.ledger_record_key("ab12cd") == "_repeval/ledger/ab/ab12cd.json"
-    assert keys.failure_key("cell", "ab12cd") == "_repeval/failures/cell/ab12cd.json"
-    assert keys.watch_key("/x/config.yaml").startswith("_repeval/watch/")
-    assert keys.watch_key("/x/config.yaml") == keys.watch_key("/x/config.yaml") != keys.watch_key("/y/config.yaml")
+    assert record_keys.ledger_record_key("ab12cd") == "_repeval/ledger/ab/ab12cd.json"
+    assert record_keys.failure_key("cell", "ab12cd") == "_repeval/failures/cell/ab12cd.json"
+    assert record_keys.watch_key("/x/config.yaml").startswith("_repeval/watch/")
+    watch = record_keys.watch_key
+    assert watch("/x/config.yaml") == watch("/x/config.yaml") != watch("/y/config.yaml")
 
 
 @pytest.mark.parametrize("bad", ["", "..", "a/b", "../x", ".hidden"])
 def test_bookkeeping_keys_refuse_path_like_names(bad: str) -> None:
-    for make in (lambda: keys.failure_key(bad, "x"), lambda: keys.failure_key("cell", bad),
-                 lambda: keys.ledger_record_key(bad), lambda: keys.fingerprint_index_key(bad)):
+    for make in (lambda: record_keys.failure_key(bad, "x"), lambda: record_keys.failure_key("cell", bad),
+                 lambda: record_keys.ledger_record_key(bad), lambda: keys.fingerprint_index_key(bad)):
         with pytest.raises(InvalidNameError):
             make()
 

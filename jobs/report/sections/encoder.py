@@ -15,7 +15,7 @@ from jobs.report.sections.scores import BEST_MARKER
 from pipeline.errors import RepevalError
 from pipeline.protocols.diagnostics.protocols import COLOUR_DETAIL, SALIENCY
 from pipeline.protocols.finetune.protocols import FINETUNE
-from storage_schema import keys
+from storage_schema import record_keys
 
 __all__ = ["diagnostics_section", "encoder_sections", "finetune_section"]
 
@@ -94,7 +94,7 @@ def _examples_reader(config: Any):
 
     def read(cid: str) -> bytes | None:
         try:
-            return store.backend.read(keys.examples_key(cid))
+            return store.backend.read(record_keys.examples_key(cid))
         except (RepevalError, OSError):
             return None
 
