@@ -28,6 +28,7 @@ import yaml
 from storage_schema import FeatureStore
 from storage_schema.ledger import FailureLog, Ledger
 from tests.helpers.cli import REPO
+from tests.helpers.serving import wait_for
 from tests.helpers.configs import tiny_config, write_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -39,14 +40,7 @@ FAST = {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "1", "PREFECT_RUNNER_P
 
 
 def _wait(what: str, check, served, timeout: float = 300):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        assert served["proc"].poll() is None, f"serve exited {served['proc'].returncode}:\n{served['log']()}"
-        time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}; serve log:\n{served['log']()[-6000:]}")
+    return wait_for(what, check, served, timeout, poll=1)
 
 
 def _models(store: str) -> set[str]:

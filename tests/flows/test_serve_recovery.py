@@ -31,6 +31,7 @@ from flows.reclaim import RUN_LEASES, run_lease_key
 from storage_schema import FeatureStore
 from storage_schema import keys
 from tests.helpers.cli import REPO
+from tests.helpers.serving import wait_for
 from tests.helpers.configs import tiny_config
 
 pytestmark = pytest.mark.slow
@@ -80,14 +81,7 @@ def _serve(lab, name: str):
 
 
 def _wait(what: str, check, served, timeout: float = 120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        assert served["proc"].poll() is None, f"serve exited {served['proc'].returncode}:\n{served['log']()}"
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}; serve log:\n{served['log']()[-6000:]}")
+    return wait_for(what, check, served, timeout, poll=0.5)
 
 
 def _running_scan(lab) -> str | None:
