@@ -243,7 +243,7 @@ def location_label(where: str) -> str:
     -------
     str
     """
-    return repr(where) if where else "the top level"
+    return short(where) if where else "the top level"  # a key of the file: quoted shortened
 
 
 def load_state_dict(
@@ -309,7 +309,7 @@ def pick_mapping(found: Mapping[str, dict[str, Tensor]], checkpoint_key: str | N
     listed = ", ".join(f"{location_label(w)} ({len(t)} tensors)" for w, t in list(found.items())[:8])
     if checkpoint_key is not None:
         if checkpoint_key not in found:
-            raise CheckpointError(f"Checkpoint {name!r} has no tensors under checkpoint_key {checkpoint_key!r}; "
+            raise CheckpointError(f"Checkpoint {name!r} has no tensors under checkpoint_key {short(checkpoint_key)}; "
                                   f"it holds tensors at: {listed or 'nowhere'}")
         return dict(found[checkpoint_key])
     if not found:
