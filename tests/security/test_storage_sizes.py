@@ -119,3 +119,12 @@ def test_shared_views_and_every_element_size_still_read_exactly(tmp_path, legacy
     for name, tensor in saved.items():
         assert got[name].dtype == tensor.dtype and torch.equal(got[name].float(), tensor.float()), name
     assert got["part"].untyped_storage().data_ptr() == got["all"].untyped_storage().data_ptr()  # still shared
+
+
+def test_a_legacy_file_torch_cannot_read_back_is_named_not_a_traceback(tmp_path):
+    # torch.save writes a float8 tensor's untyped storage in the legacy format, and its own
+    # legacy reader fails on it (an AttributeError, which escaped as a traceback)
+    path = tmp_path / "f8.pth"
+    torch.save({"w": torch.zeros(3, dtype=torch.float8_e4m3fn)}, path, _use_new_zipfile_serialization=False)
+    with pytest.raises(CheckpointError, match="Cannot read checkpoint 'f8.pth': .*UntypedStorage"):
+        read_checkpoint(path)

@@ -336,7 +336,8 @@ def _load_pickle(path: Path, meta: bool = False, mmap: bool = False) -> object:
             "safetensors (safetensors.torch.save_file) or as a plain state dict (torch.save(model.state_dict(), "
             "'weights.pth'))"
         ) from exc
-    except (RuntimeError, OSError, EOFError, ValueError, tarfile.TarError) as exc:
+    except (RuntimeError, OSError, EOFError, ValueError, tarfile.TarError,
+            AttributeError, AssertionError, TypeError, KeyError, IndexError) as exc:  # torch's own reader failing
         raise CheckpointError(f"Cannot read checkpoint {path.name!r}: {torch_message(str(exc))}") from exc
 
 
