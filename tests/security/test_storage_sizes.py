@@ -22,6 +22,7 @@ import torch
 
 from pipeline.encoders.checkpoints.reading import read_checkpoint
 from pipeline.errors import CheckpointError
+from tests.helpers.cli import REPO, cli_env
 
 HUGE = 25_000_000_000  # float32 elements: 100 GB
 NUMEL_4 = b"K\x04"  # BININT1 4: the four elements the small tensor's storage declares
@@ -72,7 +73,8 @@ print(json.dumps({"message": message, "peak": peak, "grown": grown}))
 
 
 def _cost_in_a_fresh_process(path: Path) -> dict:
-    done = subprocess.run([sys.executable, "-c", _MEASURE, str(path)], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-c", _MEASURE, str(path)], capture_output=True, text=True, check=True,
+                          env=cli_env(), cwd=REPO, timeout=300)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
