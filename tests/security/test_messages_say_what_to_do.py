@@ -77,3 +77,41 @@ def test_no_refusal_suggests_an_unsafe_way_to_load(tmp_path, case):
     if case.startswith("code-"):
         assert "posix.system" in message  # what it needs, as torch found it
     assert case not in ("code-archive", "code-legacy", "legacy-tar") or isinstance(info.value, UnsafeCheckpointError)
+
+
+MB = 1 << 20
+
+
+def _long_key_cases(state: dict) -> dict:
+    """What a checkpoint could hold under 1 MB keys (the budget lets a string be 16 MiB), by the message it meets."""
+    long, dotted = "k" * MB, "module." * (MB // 7)  # a wrapper's prefix, repeated: each dot is a place to cut
+    one = next(iter(state.values()))
+    return {
+        "unexpected-key": {**state, "layer1." + long: one},  # under a part the model has: listed as unexpected
+        "dotted-key": {dotted + "x": one, "y." + dotted: one},
+        "under-a-long-key": {long: {"bogus": one}, "other": {"bogus": one}},
+        "under-a-long-prefix": {"state_dict": {f"{long}.{k}": v for k, v in state.items()}},
+        "several-fit": {long: dict(state), long + "2": dict(state)},
+    }
+
+
+@pytest.mark.parametrize("case", ["unexpected-key", "dotted-key", "under-a-long-key", "under-a-long-prefix",
+                                  "several-fit", "checkpoint-key", "state-dict"])
+def test_a_1_mb_key_is_quoted_short(tmp_path, case):
+    from pipeline.encoders.building import build_on_meta
+    from pipeline.encoders.checkpoints.fitting import fit_checkpoint
+    from pipeline.encoders.spec import EncoderSpec
+
+    model = build_on_meta(EncoderSpec("m", "resnet18", input_size=32))
+    cases = _long_key_cases(model.state_dict())
+    with pytest.raises(CheckpointError) as info:
+        if case == "checkpoint-key":
+            fit_checkpoint(cases["several-fit"], model, "long.pth", "resnet18", checkpoint_key="teacher")
+        elif case == "state-dict":  # read from a file, without an architecture
+            path = tmp_path / "long.pth"
+            torch.save({"k" * MB: {"w": torch.zeros(1)}, "k" * MB + "2": {"w": torch.zeros(1)}}, path)
+            load_state_dict(path)
+        else:
+            fit_checkpoint(cases[case], model, "long.pth", "resnet18")
+    message = str(info.value)
+    assert "'long.pth'" in message and len(message) < 1000, (len(message), message[:2000])

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from pipeline.encoders.checkpoints.reading import USUAL_KEYS, location_label, tensor_mappings
 from pipeline.errors import CheckpointError
+from pipeline.terminal import SHORT_LIMIT, printable, short
 
 #: Prefix parts tried in any combination (``module.backbone.``, ``model.encoder.`` ...).
 PREFIX_PARTS = ("module.", "model.", "_orig_mod.", "backbone.", "encoder.", "encoder_q.", "base_encoder.",
@@ -89,8 +90,13 @@ class KeyMismatch:
                             ("shape mismatches", self.mismatched)):
             if names:
                 more = f", ... ({len(names) - limit} more)" if len(names) > limit else ""
-                parts.append(f"{len(names)} {what}: {', '.join(names[:limit])}{more}")
+                parts.append(f"{len(names)} {what}: {', '.join(_shown(n) for n in names[:limit])}{more}")
         return "; ".join(parts)
+
+
+def _shown(name: str) -> str:
+    """A name from a file as a message shows it, unquoted: at most ``SHORT_LIMIT`` characters."""
+    return printable(name if len(name) <= SHORT_LIMIT else name[:SHORT_LIMIT - 3] + "...")
 
 
 def classifier_prefixes(model: nn.Module) -> tuple[str, ...]:
@@ -205,9 +211,16 @@ class CheckpointFit:
 
 
 def _composed(prefix: str, parts: tuple[str, ...], cache: dict[str, bool]) -> bool:
+    # positions reached, not suffixes: a 16 MiB prefix of "module." would recurse and cache every suffix
     if prefix not in cache:
-        cache[prefix] = prefix == "" or any(prefix.startswith(p) and _composed(prefix[len(p):], parts, cache)
-                                            for p in parts if p)
+        reached, todo = {0}, [0]
+        while todo and len(prefix) not in reached:
+            pos = todo.pop()
+            for p in parts:
+                if p and prefix.startswith(p, pos) and pos + len(p) not in reached:
+                    reached.add(pos + len(p))
+                    todo.append(pos + len(p))
+        cache[prefix] = len(prefix) in reached
     return cache[prefix]
 
 
@@ -227,21 +240,26 @@ def prefix_counts(names: list[str], expected: set[str]) -> dict[str, int]:
         Prefix -> number of model tensors found under it (``""``: the names as they are).
     """
     counts: dict[str, int] = {}
+    longest = max(map(len, expected), default=0)
     for name in names:
-        for i in [0] + [j + 1 for j, ch in enumerate(name) if ch == "."]:
-            if name[i:] in expected:
-                counts[name[:i]] = counts.get(name[:i], 0) + 1
+        # only cuts that leave at most the longest model name: a file's key may be 16 MiB of dots
+        first = max(len(name) - longest - 1, 0)
+        for cut in [0] + [first + i + 1 for i, ch in enumerate(name[first:]) if ch == "."]:
+            if name[cut:] in expected:
+                counts[name[:cut]] = counts.get(name[:cut], 0) + 1
     return counts
 
 
 def _group(name: str) -> str:
     """The part of a name that says what it belongs to: ``module.encoder_k.``, ``fc.``."""
-    head, rest = "", name
-    while any(rest.startswith(w) for w in _WRAPPERS) and "." in rest[len(head):]:
-        wrapper = next(w for w in _WRAPPERS if rest.startswith(w))
-        head, rest = head + wrapper, rest[len(wrapper):]
-    first = rest.split(".", 1)
-    return head + (first[0] + "." if len(first) > 1 else first[0])
+    pos = 0  # the wrappers' length: indices, not slices (a key may be 16 MiB of "module.")
+    while True:
+        wrapper = next((w for w in _WRAPPERS if name.startswith(w, pos)), None)
+        if wrapper is None or name.find(".", 2 * pos) < 0:
+            break
+        pos += len(wrapper)
+    end = name.find(".", pos)
+    return name if end < 0 else name[:end + 1]
 
 
 @dataclass
@@ -267,8 +285,8 @@ def _try(location: str, tensors: dict[str, Tensor], model: nn.Module, extra_part
     hint = ""
     best_any = max(counts, key=lambda p: (counts[p], -len(p))) if counts else ""
     if counts.get(best_any, 0) > matched:
-        hint = (f"; its tensors match under prefix {best_any!r}: set `strip_prefixes: [{best_any}]` "
-                f"(repeval extract: --strip-prefixes {best_any})")
+        hint = (f"; its tensors match under prefix {short(best_any)}: set `strip_prefixes: [{_shown(best_any)}]` "
+                f"(repeval extract: --strip-prefixes {_shown(best_any)})")
     inside = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
     dropped: dict[str, int] = {}
     examples: list[str] = []
@@ -395,18 +413,18 @@ def fit_checkpoint(raw: object, model: nn.Module, name: str, arch: str, checkpoi
 
     def listing(cands: list[_Candidate]) -> str:
         return ", ".join(f"{location_label(c.location)} ({c.matched} of {n_model} tensors of {arch}"
-                         + (f" under prefix {c.prefix!r}" if c.prefix else "") + ")" for c in cands[:8])
+                         + (f" under prefix {short(c.prefix)}" if c.prefix else "") + ")" for c in cands[:8])
 
     if not found:
         raise CheckpointError(f"{name!r} holds no tensors under string names: not a state dict")
     if checkpoint_key is not None:
         if checkpoint_key not in found:
             everything = [_try(w, t, model, strip_prefixes, False) for w, t in found.items()]
-            raise CheckpointError(f"{name!r} has no tensors under checkpoint_key {checkpoint_key!r}; it holds "
+            raise CheckpointError(f"{name!r} has no tensors under checkpoint_key {short(checkpoint_key)}; it holds "
                                   f"tensors at: {listing(everything)}")
         cand = _try(checkpoint_key, found[checkpoint_key], model, strip_prefixes, True)
         if cand.fit is None:
-            raise CheckpointError(f"{name!r} under {checkpoint_key!r} does not fit {arch}: {cand.problem}"
+            raise CheckpointError(f"{name!r} under {short(checkpoint_key)} does not fit {arch}: {cand.problem}"
                                   f"{_advice(cand, model, guess, arch, len(found[checkpoint_key]))}{cand.hint}")
         return cand.fit
     cands = [_try(w, t, model, strip_prefixes, False) for w, t in found.items()]
@@ -420,12 +438,12 @@ def fit_checkpoint(raw: object, model: nn.Module, name: str, arch: str, checkpoi
     if len(chosen) > 1:
         # the line offered names the usual first choice (DINO writes its student first, but the
         # teacher is the one evaluated; timm's state_dict before its EMA), whatever the file's order
-        key = min(chosen, key=lambda c: _usual_rank(c.location)).location
+        key = _shown(min(chosen, key=lambda c: _usual_rank(c.location)).location)
         raise CheckpointError(f"{name!r} holds several state dicts that fit {arch}: {listing(chosen)}; say which "
                               f"with `checkpoint_key: {key}` (repeval extract: --checkpoint-key {key})")
     best = max(cands, key=lambda c: c.matched)
     others = [c for c in cands if c is not best]
-    where = f" (under {best.location!r})" if best.location else ""
+    where = f" (under {short(best.location)})" if best.location else ""
     also = f"; it also holds tensors at: {listing(others)}" if others else ""
     advice = _advice(best, model, guess, arch, len(found[best.location]))
     raise CheckpointError(f"{name!r}{where} does not fit {arch}: {best.problem}{advice}{best.hint}{also}")

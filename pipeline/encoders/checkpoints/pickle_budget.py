@@ -16,7 +16,12 @@ its bytes are read, so the replay costs at most a few MB whatever the file. Refu
 - :data:`MAX_DEPTH` levels of nesting;
 - :data:`MAX_STRING` bytes in one string or bytes value, :data:`MAX_INT_BYTES` in one integer;
 - no value that holds itself or is changed after it was shared (Python's pickler writes
-  that only for a value inside itself, which no state dict or training record needs).
+  that only for a value inside itself, which no state dict or training record needs);
+- storages no larger than the file holds: torch allocates each storage a pickle declares
+  (its persistent id ``('storage', type, key, location, numel, ...)``) before it reads a
+  byte, so a few-KB legacy file declaring 100 GB would be allocated; and an archive's
+  storage must be exactly its ``data/<key>`` record, else a memory-mapped load reads the
+  bytes after the record as weights (:mod:`pipeline.encoders.checkpoints.storage_sizes`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import struct
 import zipfile
 from pathlib import Path
 
+from pipeline.encoders.checkpoints.storage_sizes import Global, check_storage_sizes, declared_storage
 from pipeline.errors import CheckpointError
 
 MAX_PICKLE_BYTES = 256 << 20
@@ -41,14 +47,21 @@ _LEGACY_PICKLES = 5  # a legacy torch.save: magic number, protocol, sys info, th
 _LINE = 4096  # the longest argument line (a global's module or name, a protocol-0 number)
 
 
+_UNKNOWN = object()  # a stand-in's value, where none is kept
+
+
 class _Value:
     """A stand-in: how many values and characters it stands for, its depth, whether shared
-    (a memo get or DUP handed it out again) and whether it can take items (a leaf cannot)."""
+    (a memo get or DUP handed it out again), whether it can take items (a leaf cannot), and
+    for the parts of a storage's persistent id (a number, a short string, a global, a short
+    tuple of those) the value itself."""
 
-    __slots__ = ("values", "text", "depth", "shared", "leaf")
+    __slots__ = ("values", "text", "depth", "shared", "leaf", "payload")
 
-    def __init__(self, values: int = 1, text: int = 0, depth: int = 0, leaf: bool = False) -> None:
+    def __init__(self, values: int = 1, text: int = 0, depth: int = 0, leaf: bool = False,
+                 payload: object = _UNKNOWN) -> None:
         self.values, self.text, self.depth, self.shared, self.leaf = values, text, depth, False, leaf
+        self.payload = payload
 
 
 _MARK = None  # a mark on the stack
@@ -74,6 +87,13 @@ _POPPED = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3, "REDUCE": 2, "NEWOBJ": 2, "NEW
 _LENGTH = {pickletools.TAKEN_FROM_ARGUMENT1: ("<B", 1), pickletools.TAKEN_FROM_ARGUMENT4: ("<i", 4),
            pickletools.TAKEN_FROM_ARGUMENT4U: ("<I", 4), pickletools.TAKEN_FROM_ARGUMENT8U: ("<Q", 8)}
 _INDEX = {"BINGET": "<B", "LONG_BINGET": "<I", "BINPUT": "<B", "LONG_BINPUT": "<I"}
+# the values kept (what a storage's persistent id is made of); strings only this short
+_BININTS = {"BININT1": "<B", "BININT2": "<H", "BININT": "<i"}
+_KEPT = {"INT", "LONG", "LONG1", "LONG4", "GLOBAL", *_BININTS, "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8",
+         "BINSTRING", "SHORT_BINSTRING", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "UNICODE"}
+_KEPT_TEXT = 256
+_TUPLES = {"TUPLE", "TUPLE1", "TUPLE2", "TUPLE3"}
+_KEPT_ITEMS = 6
 
 
 def _table() -> list[tuple | None]:
@@ -99,6 +119,7 @@ class _Replay:
 
     def __init__(self, buf: bytes | mmap.mmap, end: int, name: str) -> None:
         self.buf, self.pos, self.end, self.name = buf, 0, end, name
+        self.storages: dict[object, int] = {}  # storage key -> bytes declared (the first declaration: torch's)
 
     def refuse(self, what: str, limit: int) -> None:
         raise CheckpointError(f"Refusing checkpoint {self.name!r}: {what} (at most {limit:,}); a checkpoint's "
@@ -125,6 +146,7 @@ class _Replay:
                 self.refuse(f"more than {MAX_OPS:,} pickle operations", MAX_OPS)
             name, kind, popped, n, fmt, lines, is_int = entry
             index = text = 0
+            start = pos
             if n > 0:
                 if fmt is not None:
                     index = struct.unpack_from(fmt, buf, pos)[0] if pos + n <= end else 0
@@ -154,7 +176,9 @@ class _Replay:
                 pos += width + text
             if pos > end:
                 raise self.damaged(f"truncated: {name} runs {pos - end:,} bytes past the end")
-            if kind == _SCALAR:
+            if name in _KEPT:
+                stack.append(_Value(1, text, leaf=True, payload=self.kept(name, start, pos, text)))
+            elif kind == _SCALAR:
                 stack.append(_LEAF if not text else _Value(1, text, leaf=True))
             elif kind == _TEXT:
                 stack.append(_Value(1, text, leaf=True))
@@ -197,7 +221,7 @@ class _Replay:
                     items = stack[-popped:] if popped else [stack[-1]]
                     del stack[-max(popped, 1):]
                 if kind == _COLLECT or kind == _COMBINE:
-                    stack.append(self.made(items))
+                    stack.append(self.made(items, name))
                 elif kind == _FILL or kind == _FILL_MARK:
                     if not stack or stack[-1] is None:
                         raise self.damaged("stack underflow")
@@ -212,10 +236,40 @@ class _Replay:
                 return items  # type: ignore[return-value]
         raise self.damaged("no mark")
 
-    def made(self, items: list[_Value]) -> _Value:
+    def kept(self, name: str, start: int, pos: int, text: int) -> object:
+        """The value of a number, a short string or a global whose argument is ``buf[start:pos]``."""
+        buf = self.buf
+        try:
+            if name in _BININTS:
+                return struct.unpack_from(_BININTS[name], buf, start)[0]
+            if name in ("LONG1", "LONG4"):
+                return int.from_bytes(buf[pos - text:pos], "little", signed=True)
+            if name in ("INT", "LONG"):
+                return int(bytes(buf[start:pos - 1]).rstrip(b"L"))
+            if name == "GLOBAL":
+                module, _, attr = bytes(buf[start:pos - 1]).partition(b"\n")
+                return Global(module.decode("utf-8"), attr.decode("utf-8"))
+            if text > _KEPT_TEXT:
+                return _UNKNOWN
+            if name == "UNICODE":
+                return bytes(buf[start:pos - 1]).decode("raw-unicode-escape")
+            raw = bytes(buf[pos - text:pos])
+            return raw if "BYTES" in name else raw.decode("utf-8")  # torch.load reads old strings as UTF-8
+        except (ValueError, struct.error):
+            return _UNKNOWN
+
+    def made(self, items: list[_Value], name: str) -> _Value:
         value = _Value(1 + sum(i.values for i in items), sum(i.text for i in items),
                        1 + max(i.depth for i in items) if items else 0)
         self.check(value)
+        if name in _TUPLES and len(items) <= _KEPT_ITEMS:
+            value.payload = tuple(i.payload for i in items)
+        elif name == "STACK_GLOBAL" and all(isinstance(i.payload, str) for i in items):
+            value.payload = Global(*(i.payload for i in items))  # type: ignore[arg-type]
+        elif name == "BINPERSID":
+            declared = declared_storage(items[0].payload, _UNKNOWN, self.name)
+            if declared is not None:
+                self.storages.setdefault(*declared)
         return value
 
     def fill(self, target: _Value, items: list[_Value]) -> None:
@@ -238,15 +292,17 @@ class _Replay:
             self.refuse(f"values nested {value.depth} levels deep", MAX_DEPTH)
 
 
-def _replay(buf: bytes | mmap.mmap, size: int, name: str, pickles: int = 1) -> None:
-    """Replay up to ``pickles`` pickles one after another from the start of ``buf`` (``size`` bytes)."""
+def _replay(buf: bytes | mmap.mmap, size: int, name: str, pickles: int = 1) -> dict[object, int]:
+    """Replay up to ``pickles`` pickles one after another from the start of ``buf`` (``size`` bytes);
+    the bytes of each storage they declare, by key."""
     replay = _Replay(buf, min(size, len(buf)), name)
     for _ in range(pickles):
         if replay.pos >= replay.end:
-            return  # a plain pickle, not torch.save's sequence: torch says so
+            break  # a plain pickle, not torch.save's sequence: torch says so
         if replay.pos > MAX_PICKLE_BYTES:
             replay.refuse(f"pickles of more than {MAX_PICKLE_BYTES:,} bytes", MAX_PICKLE_BYTES)
         replay.run()
+    return replay.storages
 
 
 def check_pickle_budget(path: str | Path, kind: str) -> None:
@@ -276,8 +332,11 @@ def check_pickle_budget(path: str | Path, kind: str) -> None:
                                       "are bounded (see the README's security section)")
             with archive.open(info) as member:
                 data = member.read(info.file_size)
-        _replay(data, len(data), path.name)
+            records = {i.filename: i.file_size for i in archive.infolist()}
+        storages = _replay(data, len(data), path.name)
+        check_storage_sizes(path, storages, records=records, prefix=info.filename[:-len("data.pkl")])
     elif kind == "pickle":
         size = path.stat().st_size
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            _replay(buf, size, path.name, pickles=_LEGACY_PICKLES)  # the storages' bytes follow: not read
+            storages = _replay(buf, size, path.name, pickles=_LEGACY_PICKLES)  # the storages' bytes follow: not read
+        check_storage_sizes(path, storages, file_size=size)

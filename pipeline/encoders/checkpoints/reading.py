@@ -243,7 +243,7 @@ def location_label(where: str) -> str:
     -------
     str
     """
-    return repr(where) if where else "the top level"
+    return short(where) if where else "the top level"  # a key of the file: quoted shortened
 
 
 def load_state_dict(
@@ -309,7 +309,7 @@ def pick_mapping(found: Mapping[str, dict[str, Tensor]], checkpoint_key: str | N
     listed = ", ".join(f"{location_label(w)} ({len(t)} tensors)" for w, t in list(found.items())[:8])
     if checkpoint_key is not None:
         if checkpoint_key not in found:
-            raise CheckpointError(f"Checkpoint {name!r} has no tensors under checkpoint_key {checkpoint_key!r}; "
+            raise CheckpointError(f"Checkpoint {name!r} has no tensors under checkpoint_key {short(checkpoint_key)}; "
                                   f"it holds tensors at: {listed or 'nowhere'}")
         return dict(found[checkpoint_key])
     if not found:
@@ -336,7 +336,8 @@ def _load_pickle(path: Path, meta: bool = False, mmap: bool = False) -> object:
             "safetensors (safetensors.torch.save_file) or as a plain state dict (torch.save(model.state_dict(), "
             "'weights.pth'))"
         ) from exc
-    except (RuntimeError, OSError, EOFError, ValueError, tarfile.TarError) as exc:
+    except (RuntimeError, OSError, EOFError, ValueError, tarfile.TarError,
+            AttributeError, AssertionError, TypeError, KeyError, IndexError) as exc:  # torch's own reader failing
         raise CheckpointError(f"Cannot read checkpoint {path.name!r}: {torch_message(str(exc))}") from exc
 
 
