@@ -49,7 +49,9 @@ def check_number(value: Any, name: str, low: float | None = None, high: float | 
         ``value``.
     """
     kinds = (int, np.integer) if integer else (int, float, np.integer, np.floating)
-    ok = isinstance(value, kinds) and not isinstance(value, (bool, np.bool_)) and np.isfinite(value)
+    # an int is finite however large (np.isfinite cannot take one beyond int64)
+    ok = isinstance(value, kinds) and not isinstance(value, (bool, np.bool_)) and (
+        isinstance(value, (int, np.integer)) or bool(np.isfinite(value)))
     if ok and low is not None:
         ok = value > low if low_open else value >= low
     if ok and high is not None:
