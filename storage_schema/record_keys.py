@@ -176,6 +176,26 @@ def cell_work_key(cell_id: str) -> str:
     return f"cells/{cell_id[:2]}/{cell_id}"
 
 
+def grid_point_work_key(cell_id: str, index: int) -> str:
+    """The group leased while one grid point of a cell trains (fine-tuning): two runs at once
+    train it once, the second resuming from the first's saved final state.
+
+    Parameters
+    ----------
+    cell_id : str
+        The cell's id (hexadecimal, validated).
+    index : int
+        The point's position in its grid.
+
+    Returns
+    -------
+    str
+        ``cells/<cell_id[:2]>/<cell_id>-point<index>`` (a lease key, never a Zarr node).
+    """
+    validate_name(cell_id, "cell id")
+    return f"cells/{cell_id[:2]}/{cell_id}-point{int(index):03d}"
+
+
 def examples_key(cell_id: str) -> str:
     """The PNG of example pictures (saliency maps, reconstructions) of one cell.
 

@@ -26,7 +26,7 @@ from storage_schema.keys import evidence_group_key
 from storage_schema.ledger import Ledger, config_hash
 from storage_schema.provenance import canonical_json, now_iso
 
-__all__ = ["cell_lease", "cell_record", "point_to", "write_record"]
+__all__ = ["cell_lease", "cell_record", "point_to", "work_lease", "write_record"]
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +45,28 @@ def cell_lease(store: FeatureStore, cid: str, label: str) -> Iterator[None]:
     label : str
         The cell's name, for the line said while waiting.
     """
-    lease = store.lease(record_keys.cell_work_key(cid))
+    with work_lease(store, record_keys.cell_work_key(cid), f"cell {label} is being computed by another run: "
+                    "waiting for its record"):
+        yield
+
+
+@contextmanager
+def work_lease(store: FeatureStore, key: str, waiting: str) -> Iterator[None]:
+    """Hold the lease on ``key`` while a piece of work runs, saying ``waiting`` (once) when
+    another run holds it.
+
+    Parameters
+    ----------
+    store : FeatureStore
+        A writable store.
+    key : str
+        The lease key (``storage_schema.record_keys``).
+    waiting : str
+        The line logged while another run holds it.
+    """
+    lease = store.lease(key)
     if not lease.acquire(wait=False):
-        log.info("cell %s is being computed by another run: waiting for its record", label)
+        log.info("%s", waiting)
         lease.acquire()
     try:
         yield

@@ -21,12 +21,13 @@ from jobs.config.run import ExtractConfig
 from jobs.encoder_identity import point_identity
 from jobs.evaluation.cell import Cell
 from jobs.evaluation.identity import CellIdentity, weights_identity
-from jobs.evaluation.records import cell_lease, cell_record, point_to, write_record
+from jobs.evaluation.records import cell_lease, cell_record, point_to, work_lease, write_record
 from jobs.evaluation.scratch import remove_scratch, scratch_folder
 from jobs.extraction.loaded_weights import file_signature, weights_file
 from jobs.plan import make_adapter
 from pipeline.errors import DataValidationError, WeightsChangedError
 from pipeline.protocols.cell import ImageData
+from storage_schema import record_keys
 from storage_schema.ledger import Ledger
 
 __all__ = ["DONE", "grid_finish", "grid_point", "weights_cell"]
@@ -78,9 +79,15 @@ def grid_point(store: Any, cell: Cell, index: int, extract: ExtractConfig) -> di
     if cached is not None:
         return {**cached, "index": index}
     store.check_writable()
-    data = _image_data(store, cell, adapter, ident, extract)
-    with _ONE_RUN:
-        result = cell.entry.grid.run_point(data, ident.settings, index)
+    # two runs at once train a point once: the second waits, then resumes the first's final state
+    with work_lease(store, record_keys.grid_point_work_key(ident.cell_id, index),
+                    f"grid point {index} of {cell.label()} is training in another run: waiting for it"):
+        cached = _cached(store, cell, ident, Ledger(store))
+        if cached is not None:
+            return {**cached, "index": index}
+        data = _image_data(store, cell, adapter, ident, extract)
+        with _ONE_RUN:
+            result = cell.entry.grid.run_point(data, ident.settings, index)
     return {"status": DONE, "cell_id": ident.cell_id, "index": index, "result": result}
 
 
@@ -116,10 +123,14 @@ def grid_finish(store: Any, cell: Cell, points: Sequence[Mapping[str, Any]], ext
         raise DataValidationError(f"{len(failed)} of {len(points)} grid points failed, e.g. point "
                                   f"{failed[0].get('index')}: {failed[0].get('reason')}")
     done = {int(p["index"]): p["result"] for p in points if p.get("status") == DONE and p["cell_id"] == ident.cell_id}
-    data = _image_data(store, cell, adapter, ident, extract)
-    with _ONE_RUN:
-        result = cell.entry.grid.finish(data, ident.settings, done)
-    return _record(store, cell, ident, result, extract)
+    with cell_lease(store, ident.cell_id, cell.label()):  # two runs at once: the second takes the record
+        cached = _cached(store, cell, ident, Ledger(store))
+        if cached is not None:
+            return cached
+        data = _image_data(store, cell, adapter, ident, extract)
+        with _ONE_RUN:
+            result = cell.entry.grid.finish(data, ident.settings, done)
+        return _record(store, cell, ident, result, extract)
 
 
 def weights_cell(store: Any, cell: Cell, extract: ExtractConfig) -> dict[str, Any]:

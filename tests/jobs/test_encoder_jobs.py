@@ -17,7 +17,7 @@ from flows.tasks import finetune_finish_task, finetune_point_task
 from jobs.config import load_config
 from jobs.analysis.correlate import correlate_results
 from jobs.config.protocol_checks import settings_hash
-from jobs.evaluation.identity import recorded_cells
+from jobs.evaluation.identity import recorded_cells, weights_identity
 from jobs.evaluation.scratch import scratch_folder
 from jobs.evaluation.weights import grid_finish, grid_point, weights_cell
 from jobs.failures import sync_failures
@@ -209,3 +209,51 @@ def test_a_failed_grid_point_fails_its_cell_in_the_failure_machinery(ran):
     assert [f["label"] for f in listed] == ["a/tex/pre_logits:bad"]
     sync_failures(store, cells=[{**bad, "status": "computed"}])  # a later success clears it
     assert FailureLog(store).records("cell") == []
+
+
+
+_POINT_SCRIPT = """
+import json, logging, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+from flows.tasks import finetune_point_task
+store, cell, index, extract = json.loads(sys.argv[1])
+out = finetune_point_task.fn({"url": store}, cell, index, extract)
+print(json.dumps([out.get("status"), (out.get("result") or {}).get("resumed_from_step"), out.get("reason")]))
+"""
+
+
+@pytest.mark.slow
+def test_two_runs_at_once_train_a_grid_point_once(ran):
+    """Another run holds a fine-tuning grid point's lease: this one waits on it (said in its
+    log); once both go, one trains the point and the other resumes its saved final state."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.helpers.cli import REPO, cli_env
+
+    cell = ran["cells"][("c", "ft")]
+    store = ran["store"]
+    cid = weights_identity(cell, make_adapter(cell.dataset_config)).cell_id
+    held = store.lease(record_keys.grid_point_work_key(cid, 0))
+    assert held.acquire(wait=False)
+    args = json.dumps([ran["cfg"].store, to_plain(cell), 0, to_plain(ran["cfg"].extract)])
+    child = subprocess.Popen([sys.executable, "-c", _POINT_SCRIPT, args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=REPO)
+    try:
+        seen = []
+        for line in child.stderr:  # until the child says it waits on the lease (it blocks there)
+            seen.append(line)
+            if "is training in another run: waiting for it" in line:
+                break
+        else:
+            raise AssertionError("the child never waited on the point's lease:\n" + "".join(seen[-30:]))
+        held.release()
+        here = grid_point(store, cell, 0, ran["cfg"].extract)
+        out, err = child.communicate(timeout=600)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    status, resumed, reason = json.loads(out.strip().splitlines()[-1])
+    assert status == "done" and reason is None, err[-3000:]
+    assert sorted([resumed, here["result"]["resumed_from_step"]], key=lambda r: r is not None) == [None, FT["steps"]]
