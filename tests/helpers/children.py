@@ -5,6 +5,7 @@ of a second instead of the seconds a fresh interpreter takes to import torch."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import threading
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -15,9 +16,11 @@ from pipeline.encoders import EncoderSpec, load_encoder
 from pipeline.plain import to_plain
 from storage_schema import FeatureStore
 
-# tqdm makes a multiprocessing lock (a named semaphore) on first use; made once here, in the
-# forkserver, the children inherit it instead of each killed one leaving its own behind.
-tqdm.get_lock()
+# tqdm takes its class lock even for a disabled bar, and by default that lock is a
+# multiprocessing one (a named semaphore shared by every child of the forkserver): a child
+# killed while holding it would block every later child. A thread lock instead: each forked
+# child has its own copy, and a killed one leaves nothing behind.
+tqdm.set_lock(threading.RLock())
 
 PRELOAD = ["numpy", "torch", "timm", "zarr", "pipeline.encoders.encoder", "pipeline.datasets", "jobs.extraction.extract",
            "storage_schema", "tests.helpers.children"]
