@@ -123,14 +123,8 @@ def grid_finish(store: Any, cell: Cell, points: Sequence[Mapping[str, Any]], ext
         raise DataValidationError(f"{len(failed)} of {len(points)} grid points failed, e.g. point "
                                   f"{failed[0].get('index')}: {failed[0].get('reason')}")
     done = {int(p["index"]): p["result"] for p in points if p.get("status") == DONE and p["cell_id"] == ident.cell_id}
-    with cell_lease(store, ident.cell_id, cell.label()):  # two runs at once: the second takes the record
-        cached = _cached(store, cell, ident, Ledger(store))
-        if cached is not None:
-            return cached
-        data = _image_data(store, cell, adapter, ident, extract)
-        with _ONE_RUN:
-            result = cell.entry.grid.finish(data, ident.settings, done)
-        return _record(store, cell, ident, result, extract)
+    return _record_once(store, cell, adapter, ident, extract,
+                        lambda data: cell.entry.grid.finish(data, ident.settings, done))
 
 
 def weights_cell(store: Any, cell: Cell, extract: ExtractConfig) -> dict[str, Any]:
@@ -154,13 +148,20 @@ def weights_cell(store: Any, cell: Cell, extract: ExtractConfig) -> dict[str, An
     if cached is not None:
         return cached
     store.check_writable()
-    with cell_lease(store, ident.cell_id, cell.label()):  # two runs at once: the second takes the record
+    return _record_once(store, cell, adapter, ident, extract, lambda data: cell.entry(data, ident.settings))
+
+
+def _record_once(store: Any, cell: Cell, adapter: Any, ident: Any, extract: ExtractConfig,
+                 compute: Any) -> dict[str, Any]:
+    """``compute(data)`` and its record, under the cell's lease: of two runs at once, the
+    second waits and takes the first's record."""
+    with cell_lease(store, ident.cell_id, cell.label()):
         cached = _cached(store, cell, ident, Ledger(store))
         if cached is not None:
             return cached
         data = _image_data(store, cell, adapter, ident, extract)
         with _ONE_RUN:
-            result = cell.entry(data, ident.settings)
+            result = compute(data)
         return _record(store, cell, ident, result, extract)
 
 
