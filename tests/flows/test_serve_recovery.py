@@ -84,13 +84,21 @@ def _wait(what: str, check, served, timeout: float = 120):
     return wait_for(what, check, served, timeout, poll=0.5)
 
 
-def _running_scan(lab) -> str | None:
-    """The id of a scheduled run whose flow process holds its run lease now."""
+def _running_scan(lab, served) -> str | None:
+    """The id of a scheduled run of ``served`` whose flow process holds its run lease now.
+
+    Only a live child of this serve counts: an earlier serve of the module stopped by a
+    signal may have left an unreleased lease of a run that is long over."""
     store = FeatureStore(lab["store"])
     for run_id in store.backend.list(keys.lease_dir(RUN_LEASES), dirs_only=True):
         info = store.lease(run_lease_key(run_id)).current()
-        if info is not None and not info.released:
-            return run_id
+        if info is None or info.released or info.holder_gone():
+            continue
+        try:
+            if psutil.Process(int(info.process["pid"])).ppid() == served["proc"].pid:
+                return run_id
+        except (psutil.Error, KeyError, TypeError, ValueError):
+            continue
     return None
 
 
@@ -120,7 +128,7 @@ def _hold_a_scan(lab, served):
     """Hold the store's schedule lease, so the next scan stays RUNNING (waiting for it); the lease and the run id."""
     held = FeatureStore(lab["store"]).lease(SCHEDULE_LEASE)
     held.acquire()
-    return held, _wait("a scan in progress", lambda: _running_scan(lab), served)
+    return held, _wait("a scan in progress", lambda: _running_scan(lab, served), served)
 
 
 def test_a_killed_serve_is_reclaimed_by_the_next_and_scans_go_on(lab):
