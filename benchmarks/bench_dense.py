@@ -12,11 +12,13 @@ resumable saves every ``save_every`` steps) against the loop a user would write 
 head, SGD with momentum, ``LambdaLR`` with the same decay, no saves), on in-memory float16
 maps of a resnet18 ``block3.map`` at 224 px (14 x 14 x 256) with targets at 224 x 224:
 segmentation (linear head, 150 classes, cross-entropy) and normals (the ``conv`` head, 256
-hidden channels, cosine loss). Runs alternate bare, ours, ... after one untimed warm-up;
+hidden channels, cosine loss). The normals heads' table: seconds per epoch of ``train_head``
+for the ``conv`` head (regression) and the default ``pspnet`` head (classification over 40
+clustered normals) on the same maps. Runs alternate bare, ours, ... after one untimed warm-up;
 printed are the median seconds per epoch and the median per-pair ratio (ours / bare).
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_dense.py [--images 64] [--repeats 3]
-[--device cuda] [--markdown]``.
+[--device cuda] [--markdown] [--heads-only]``.
 """
 
 from __future__ import annotations
@@ -150,6 +152,41 @@ def bare(task: str, maps, targets, device) -> float:
     return timed(run)[0]
 
 
+#: The normals heads compared per epoch: (head, formulation, hidden units, batch size): version 1's
+#: quick settings and the seed's (the protocol's defaults).
+NORMALS_HEADS = (("conv", "regression", 256, 8), ("pspnet", "classification", 512, 4))
+
+
+def head_rows(n: int, repeats: int, device, scratch: Path) -> list[list]:
+    """Seconds per epoch of ``train_head`` for each normals head of :data:`NORMALS_HEADS`."""
+    import numpy as np
+
+    from pipeline.protocols.dense.codebook import codebook_loss, normal_codebook
+    from pipeline.protocols.dense.heads import make_head
+    from pipeline.protocols.dense.training import Rows, Schedule, channel_stats, train_head
+
+    maps, targets = _data("normals", n)
+    index = np.arange(len(maps))
+    mean, std = channel_stats([maps], [index])
+    rows_out = []
+    for kind, formulation, hidden, batch in NORMALS_HEADS:
+        if formulation == "classification":
+            codebook = normal_codebook([targets], [index], 40, 0)
+            loss, outputs = codebook_loss(codebook), len(codebook)
+        else:
+            loss, outputs = _loss("normals"), 3
+        rows = Rows([maps], [targets], np.stack([np.zeros(len(maps)), index], 1).astype(np.int64))
+        schedule = Schedule(0.01, 1, batch, 0.9, 1e-4, 0.9, 0, 4)
+        times = []
+        for r in range(repeats + 1):  # the first, untimed: warm-up
+            head = make_head(kind, 256, outputs, hidden, mean, std, 0).to(device)
+            seconds, _ = timed(lambda: train_head(head, rows, schedule, loss, (SIZE, SIZE), device,
+                                                  scratch / f"{kind}-{r}", "bench"))
+            times.append(seconds)
+        rows_out.append([f"{kind}, {formulation}", hidden, batch, n, median(times[1:])])
+    return rows_out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=64, help="training images per epoch")
@@ -158,12 +195,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--heads-only", action="store_true", help="only the normals heads' table")
     args = parser.parse_args()
     import torch
 
     threads = limit_threads(args.threads)
     device = torch.device(args.device)
     print(machine_line(), f"threads: {threads}", f"device: {device}", sep="\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        print_tables(f"normals heads, seconds per epoch (train_head), resnet18 block3.map at {SIZE} px "
+                     f"(14 x 14 x 256), targets {SIZE} x {SIZE}",
+                     ["head, formulation", "hidden units", "batch", "images", "s / epoch"],
+                     head_rows(args.images, args.repeats, device, Path(tmp)), args.markdown)
+    if args.heads_only:
+        return
     print_tables(f"store bytes per image at {SIZE} px", ["array", "per image", "bytes (float16/uint8)",
                                                          "bytes on disk (Zstd)"],
                  store_rows(args.store_images, args.device), args.markdown)
