@@ -1,11 +1,12 @@
-"""Feature preprocessing fitted on the train split only.
+"""The transformers: feature preprocessing fitted on the train split only.
 
 ``none``, ``l2`` (rows to unit norm), ``standardize`` (per-feature train mean and std) and
 ``whiten`` (ZCA: (h - mu) Sigma^(-1/2) with the train covariance). Statistics are computed
 in float64 from row blocks; the output keeps the input's float dtype (float32 stays
 float32). Each transformer is a scikit-learn transformer and, for the protocols, a row
 map applied to blocks of ``FeatureRows`` (``fit_rows``, ``row_map``): the transformed
-features never exist as a second full-size array.
+features never exist as a second full-size array. The protocols apply them through
+``pipeline.protocols.transforms.apply_transform``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.inputs.features import validate_features
 from pipeline.protocols.inputs.parameters import check_number
 
-__all__ = ["Identity", "L2Normalize", "Standardize", "TRANSFORMS", "Whiten", "l2_normalize", "make_transform"]
+__all__ = [
+    "Identity", "L2Normalize", "Standardize", "TRANSFORMS", "Whiten", "fit_row_map", "l2_normalize", "l2_normalize_block",
+    "make_transform",
+]
 
 RowMap = Callable[[torch.Tensor, int], torch.Tensor]
 
@@ -290,7 +294,8 @@ class Whiten(_FeatureTransform):
         return lambda H, start: ((H.to(torch.float64) - mean) @ W).to(H.dtype)
 
 
-#: Preprocessing names and their transformer classes.
+#: Preprocessing names (those of ``pipeline.protocols.transforms.TRANSFORM_NAMES``, in its order) and their
+#: transformer classes.
 TRANSFORMS: dict[str, type] = {"none": Identity, "l2": L2Normalize, "standardize": Standardize, "whiten": Whiten}
 
 
