@@ -39,8 +39,20 @@ def test_capability_flags():
     assert {n: get_protocol(n).dense for n in list_protocols() if get_protocol(n).dense} == DENSE
     assert {get_protocol(n).reads for n in list_protocols()} == {"pooled", "tokens", "map", "weights"}
     assert {n for n in list_protocols() if not get_protocol(n).reads_features} == WEIGHTS
-    for name in [*PROBES, *DENSE]:
-        assert get_protocol(name).defaults["device"] == "auto"
+    on_device = [n for n in list_protocols() if get_protocol(n).runs_on_device]
+    assert set(on_device) == {*PROBES, *DENSE}
+    for name in on_device:  # the registry adds the setting: last, default auto
+        assert list(get_protocol(name).defaults)[-1] == "device" and get_protocol(name).defaults["device"] == "auto"
+    assert all("device" not in get_protocol(n).defaults for n in set(list_protocols()) - set(on_device))
+
+
+def test_an_entry_that_declares_its_own_device_setting_is_refused():
+    from pipeline.protocols.registry import register_protocol
+
+    with pytest.raises(ConfigError, match=r"protocol 'own_device' declares its own 'device' setting; "
+                                          r"runs_on_device=True adds it"):
+        register_protocol("own_device", 1, {"device": "cpu"}, "x", runs_on_device=True)(lambda data, s: None)
+    assert "own_device" not in list_protocols()
 
 
 def test_transform_names_match_the_transforms():
@@ -68,7 +80,7 @@ def test_memory_estimate_grows_with_the_data_and_stays_near_it(name):
 
 @pytest.mark.parametrize("value", ["gpu", "cuda:x", "", "CPU", 3])
 def test_device_setting_is_checked_at_config_load(value):
-    for name in PROBES:
+    for name in [n for n in list_protocols() if get_protocol(n).runs_on_device]:
         with pytest.raises(ConfigError, match=r"device.*(is not a device; valid: auto, cpu, cuda, cuda:<i>|wrong type)"):
             resolve_settings(name, {"device": value})
     assert resolve_settings("ridge", {"device": "cuda:1"})["device"] == "cuda:1"  # syntax only at load

@@ -16,7 +16,7 @@ from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.cell import CellShape
 from pipeline.protocols.episodic.fewshot import fewshot_episodes
 from pipeline.protocols.fit_warnings import at_chance_warning
-from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_setting, resolve_device
+from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.evidence import Evidence, class_indices
 from pipeline.protocols.linear.protocols import TRANSFORM_NAMES, ridge_terms
 from pipeline.protocols.memory import F8, RUNTIME, held, label_bytes
@@ -68,12 +68,11 @@ def lowshot_memory(c: CellShape, s: Mapping[str, Any]) -> int:
 
 @register_protocol(
     "fewshot", version=1,
-    defaults={"n_way": 5, "n_shot": 20, "n_query": 15, "n_episodes": 600, "seed": 0, "pool": "all",
-              **DEVICE_DEFAULT},
+    defaults={"n_way": 5, "n_shot": 20, "n_query": 15, "n_episodes": 600, "seed": 0, "pool": "all"},
     choices={"pool": ("all", "test")},
     bounds={"n_way": at_least(2), "n_shot": at_least(1), "n_query": at_least(1),
             "n_episodes": Bound(1, 100_000), "seed": SEED},
-    check=check_device_setting, streams_train=True, memory=fewshot_memory,
+    runs_on_device=True, streams_train=True, memory=fewshot_memory,
     metrics=("score", "mean", "ci95", "std"), primary_metric="mean",
     description="N-way K-shot nearest-centroid episodes with a 95% CI (Ericsson 2021)",
 )
@@ -103,10 +102,10 @@ def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
 @register_protocol(
     "lowshot", version=2,  # 2: its logistic probe selects C as logistic 2 does
     defaults={"shots": [1, 2, 4, 8, 16, 32, 64, 128, "all"], "n_seeds": 5, "probe": "ridge",
-              "transform": "l2", "seed": 0, "on_insufficient": "skip", **DEVICE_DEFAULT},
+              "transform": "l2", "seed": 0, "on_insufficient": "skip"},
     choices={"probe": ("ridge", "logistic"), "transform": TRANSFORM_NAMES, "on_insufficient": ("raise", "skip")},
     bounds={"n_seeds": Bound(1, 1000), "seed": SEED},
-    check=check_device_setting, streams_train=True, memory=lowshot_memory, metrics=("score",),
+    runs_on_device=True, streams_train=True, memory=lowshot_memory, metrics=("score",),
     description="accuracy with N train images per class, 5 samples each (ImageNet-CoG)",
 )
 def _lowshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:

@@ -21,7 +21,7 @@ from pipeline.errors import DataValidationError
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.cell import CellShape
 from pipeline.protocols.fit_warnings import fit_warning, grid_warnings
-from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_setting, resolve_device
+from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.evidence import Evidence, class_evidence, float16_scores
 from pipeline.protocols.memory import BLOCK, F8, RUNTIME, held, label_bytes
 from pipeline.protocols.metrics import CLASS_METRICS, MULTILABEL_METRICS, accuracy_metrics, multilabel_metrics
@@ -139,11 +139,11 @@ def ridge_memory(c: CellShape, s: Mapping[str, Any]) -> int:
 @register_protocol(
     "logistic", version=2,  # 2: the seed's tie rule, collapsed refits moved, map11 as Ericsson et al.
     defaults={"transform": "l2", "Cs": "default", "C": 1.0, "val_fraction": 0.2, "tol": 1e-4,
-              "max_iter": 1000, "seed": 0, "calibration_bins": 15, **DEVICE_DEFAULT},
+              "max_iter": 1000, "seed": 0, "calibration_bins": 15},
     choices={"transform": TRANSFORM_NAMES},
     bounds={"C": above(0), "val_fraction": Bound(0, 1, low_open=True, high_open=True), "tol": above(0),
             "max_iter": Bound(1, 100_000), "seed": SEED, "calibration_bins": Bound(1, 1000)},
-    check=check_device_setting, multilabel=True, memory=logistic_memory,
+    runs_on_device=True, multilabel=True, memory=logistic_memory,
     metrics=CLASS_METRICS + ("ece", "ece_temperature_scaled", "nll", "nll_temperature_scaled") + MULTILABEL_METRICS,
     unbounded=("nll", "nll_temperature_scaled"),
     description="multinomial L2 logistic probe, L-BFGS, C selected on validation (Kornblith 2019)",
@@ -232,10 +232,10 @@ def _columns(classes: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 @register_protocol(
     "ridge", version=2,  # 2: map11 as Ericsson et al. compute it, map11_devkit beside it
-    defaults={"transform": "none", "alphas": "default", "alpha": 1e-4, "fit_intercept": True, **DEVICE_DEFAULT},
+    defaults={"transform": "none", "alphas": "default", "alpha": 1e-4, "fit_intercept": True},
     choices={"transform": TRANSFORM_NAMES},
     bounds={"alpha": at_least(0)},
-    check=check_device_setting, streams_train=True, multilabel=True, memory=ridge_memory,
+    runs_on_device=True, streams_train=True, multilabel=True, memory=ridge_memory,
     metrics=CLASS_METRICS + MULTILABEL_METRICS,
     description="least squares to one-vs-rest targets, alpha by exact leave-one-out PRESS (ViT few-shot)",
 )

@@ -15,7 +15,7 @@ import numpy as np
 from pipeline.errors import DataValidationError
 from pipeline.protocols.blocks import STREAM_BLOCK_ROWS, block_rows
 from pipeline.protocols.cell import CellShape
-from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_name, resolve_device
+from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.evidence import class_evidence
 from pipeline.protocols.memory import F8, RUNTIME, held, label_bytes
 from pipeline.protocols.metrics import CLASS_METRICS, accuracy_metrics
@@ -31,7 +31,6 @@ _KNN_SCORES = (1 << 22) * 4 * 3  # a score chunk and its top-k work (float32)
 
 def _check_knn(settings: Mapping[str, Any]) -> None:
     check_metric_weights(settings["metric"], settings["weights"])
-    check_device_name(settings["device"])
 
 
 def knn_memory(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -55,9 +54,9 @@ def knn_memory(c: CellShape, s: Mapping[str, Any]) -> int:
 
 @register_protocol(
     "knn", version=1,
-    defaults={"n_neighbors": 20, "metric": "cosine", "weights": "exp", "temperature": 0.07, **DEVICE_DEFAULT},
+    defaults={"n_neighbors": 20, "metric": "cosine", "weights": "exp", "temperature": 0.07},
     choices={"metric": ("cosine", "euclidean"), "weights": ("exp", "uniform")},
-    check=_check_knn, streams_train=True, memory=knn_memory, metrics=CLASS_METRICS,
+    check=_check_knn, runs_on_device=True, streams_train=True, memory=knn_memory, metrics=CLASS_METRICS,
     bounds={"n_neighbors": at_least(1), "temperature": above(0)},
     description="weighted k-NN on cosine similarity (Wu 2018, DINO); streams train blocks",
 )

@@ -28,7 +28,7 @@ import numpy as np
 from pipeline.errors import ConfigError
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.cell import CellShape
-from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_name, resolve_device
+from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.inputs.parameters import GRID_MAX, check_setting_grid
 from pipeline.protocols.evidence import class_evidence
 from pipeline.protocols.linear.protocols import TRANSFORM_NAMES, logistic_terms
@@ -50,7 +50,6 @@ def _check_mlp(s: Mapping[str, Any]) -> None:
     check_setting_grid(s["weight_decays"], "weight_decays", positive=False)
     if s["linear_Cs"] != "default":
         check_setting_grid(s["linear_Cs"], "linear_Cs", positive=True)
-    check_device_name(s["device"])
 
 
 def _check_attentive(s: Mapping[str, Any]) -> None:
@@ -59,7 +58,6 @@ def _check_attentive(s: Mapping[str, Any]) -> None:
     if len(s["learning_rates"]) * len(s["weight_decays"]) > GRID_MAX:
         raise ConfigError(f"learning_rates x weight_decays makes {len(s['learning_rates']) * len(s['weight_decays'])} "
                           f"grid points; at most {GRID_MAX}")
-    check_device_name(s["device"])
 
 
 def _train_val(data: EvalData) -> tuple[list[np.ndarray], np.ndarray, np.ndarray | None]:
@@ -144,10 +142,10 @@ def attentive_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     "mlp", version=2,  # 2: linear_score from logistic 2
     defaults={"transform": "l2", "hidden_units": 1000, "weight_decays": [0.0, 1e-4, 1e-3, 1e-2, 1e-1],
               "learning_rate": 1e-3, "batch_size": 256, "max_epochs": 100, "patience": 10, "val_fraction": 0.2,
-              "seed": 0, "linear_Cs": "default", **DEVICE_DEFAULT},
+              "seed": 0, "linear_Cs": "default"},
     choices={"transform": TRANSFORM_NAMES},
     bounds={"hidden_units": Bound(1, 65_536), "learning_rate": above(0), **_SIZES},
-    check=_check_mlp, memory=mlp_memory,
+    check=_check_mlp, runs_on_device=True, memory=mlp_memory,
     metrics=("score", "top1", "mean_per_class", "linear_score", "gain_over_linear"), unbounded=("gain_over_linear",),
     description="one-hidden-layer ReLU probe, weight decay and epochs on validation; gain over logistic "
                 "(Kolesnikov 2019)",
@@ -191,9 +189,9 @@ def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
 @register_protocol(
     "attentive", version=1,
     defaults={"num_heads": 8, "learning_rates": [1e-4, 1e-3, 1e-2], "weight_decays": [1e-3, 1e-2, 1e-1],
-              "batch_size": 128, "max_epochs": 50, "patience": 5, "val_fraction": 0.2, "seed": 0, **DEVICE_DEFAULT},
+              "batch_size": 128, "max_epochs": 50, "patience": 5, "val_fraction": 0.2, "seed": 0},
     bounds={"num_heads": Bound(1, 4096), **_SIZES},
-    check=_check_attentive, memory=attentive_memory, tokens=True, metrics=("score", "top1", "mean_per_class"),
+    check=_check_attentive, runs_on_device=True, memory=attentive_memory, tokens=True, metrics=("score", "top1", "mean_per_class"),
     description="one learned query cross-attends to the token features, layer norm, linear classifier",
 )
 def _attentive(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
