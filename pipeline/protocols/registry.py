@@ -17,6 +17,8 @@ can take and what it needs:
   so a caller need not load them whole;
 - ``multilabel``: it accepts (n, C) label arrays (1 present, 0 absent, -1 difficult), or
   for a protocol that reads images, a multi-label dataset (it reads no labels);
+- ``cheap_settings``: settings for a run on a few dozen rows, with which the tests that
+  cover every entry run it (cheap runs, bad inputs, settings fuzzing);
 - ``runs_on_device``: it runs in torch on a ``device`` setting's device; the registry adds
   that setting (default ``auto``) and its check, so no entry declares it;
 - ``memory_bytes(...)``: the peak host memory of one cell, the features it holds
@@ -103,6 +105,10 @@ class Protocol:
         ``run_point(data, settings, index)``, ``finish(data, settings, done)``.
     networks : callable or None
         ``networks(settings) -> {setting: EncoderSpec}``: other networks it loads.
+    cheap_settings : mapping or None
+        Settings small enough for a run on a few dozen rows in well under a second (the
+        per-protocol property tests run every entry that reads features with them; ``{}``:
+        the defaults already are); None: not declared.
     runs_on_device : bool
         Runs in torch on the ``device`` setting's device: the registry adds that setting
         (``auto``) to its defaults and checks its name (``inputs.devices.device_setting``).
@@ -132,6 +138,7 @@ class Protocol:
     files: tuple[str, ...] = ()
     grid: Any = None
     networks: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    cheap_settings: Mapping[str, Any] | None = None
     runs_on_device: bool = False
 
     @property
@@ -289,7 +296,7 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
         Keyword only, the other fields of ``Protocol`` (``streams_train``, ``multilabel``,
         ``memory``, ``tokens``, ``dense``, ``metrics``, ``primary_metric``, ``unbounded``,
         ``lower_is_better``, ``weights``, ``test_only``, ``build``, ``ignored``, ``files``,
-        ``grid``, ``networks``, ``runs_on_device``).
+        ``grid``, ``networks``, ``cheap_settings``, ``runs_on_device``).
 
     Returns
     -------

@@ -44,6 +44,7 @@ def invariance_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     streams_train=True, memory=invariance_memory, metrics=("violations",), primary_metric="violations",
     unbounded=("violations",),
     description="changed predictions under rotation, scale, translation, per-feature and dense maps",
+    cheap_settings={"max_train": 24, "max_dims": 3},
 )
 def _invariance(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch, scipy and scikit-learn load when a cell runs, not when the registry is read

@@ -42,6 +42,7 @@ def _check_segmentation(s: Mapping[str, Any]) -> None:
     metrics=("score", *SEGMENTATION_METRICS), primary_metric="miou",
     description="linear (1x1) head on spatial maps, bilinear upsampling, learning rate by validation mIoU; "
                 "mIoU and pixel accuracy (DINOv2's linear protocol)",
+    cheap_settings={"learning_rates": [0.1, 1.0], "epochs": 4, "batch_size": 4, "device": "cpu"},
 )
 def _segmentation(data: Any, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch loads when a cell runs, not when the registry is read
@@ -62,6 +63,7 @@ def _segmentation(data: Any, s: Mapping[str, Any]) -> ProtocolResult:
     description="head on spatial maps (the seed's PSPNet pyramid pooling by default) predicting unit normals "
                 "(by default as the seed: classification over 40 k-means normals), bilinear upsampling; mean and "
                 "median angular error, % within 11.25/22.5/30 degrees (Ericsson et al. 2021, Table 5)",
+    cheap_settings={"head": "linear", "learning_rate": 0.5, "epochs": 4, "batch_size": 4, "device": "cpu"},
 )
 def _normals(data: Any, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch loads when a cell runs, not when the registry is read

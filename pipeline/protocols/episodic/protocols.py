@@ -75,6 +75,7 @@ def lowshot_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     runs_on_device=True, streams_train=True, memory=fewshot_memory,
     metrics=("score", "mean", "ci95", "std"), primary_metric="mean",
     description="N-way K-shot nearest-centroid episodes with a 95% CI (Ericsson 2021)",
+    cheap_settings={"n_way": 2, "n_shot": 2, "n_query": 2, "n_episodes": 5},
 )
 def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     device = resolve_device(s["device"])
@@ -107,6 +108,7 @@ def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     bounds={"n_seeds": Bound(1, 1000), "seed": SEED},
     runs_on_device=True, streams_train=True, memory=lowshot_memory, metrics=("score",),
     description="accuracy with N train images per class, 5 samples each (ImageNet-CoG)",
+    cheap_settings={"shots": [1, 2], "n_seeds": 1},
 )
 def _lowshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: scipy, scikit-learn and torch load when a cell runs, not when the registry is read

@@ -147,6 +147,7 @@ def ridge_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     metrics=CLASS_METRICS + ("ece", "ece_temperature_scaled", "nll", "nll_temperature_scaled") + MULTILABEL_METRICS,
     unbounded=("nll", "nll_temperature_scaled"),
     description="multinomial L2 logistic probe, L-BFGS, C selected on validation (Kornblith 2019)",
+    cheap_settings={"Cs": [0.1, 1.0], "max_iter": 50},
 )
 def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     if data.multilabel:  # the paper's VOC setting: one binary probe per class, difficult left out
@@ -238,6 +239,7 @@ def _columns(classes: np.ndarray, labels: np.ndarray) -> np.ndarray:
     runs_on_device=True, streams_train=True, multilabel=True, memory=ridge_memory,
     metrics=CLASS_METRICS + MULTILABEL_METRICS,
     description="least squares to one-vs-rest targets, alpha by exact leave-one-out PRESS (ViT few-shot)",
+    cheap_settings={},
 )
 def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch, scipy and scikit-learn load when a cell runs, not when the registry is read

@@ -59,6 +59,7 @@ def knn_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     check=_check_knn, runs_on_device=True, streams_train=True, memory=knn_memory, metrics=CLASS_METRICS,
     bounds={"n_neighbors": at_least(1), "temperature": above(0)},
     description="weighted k-NN on cosine similarity (Wu 2018, DINO); streams train blocks",
+    cheap_settings={},
 )
 def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch and scikit-learn load when a cell runs, not when the registry is read

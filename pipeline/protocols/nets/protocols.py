@@ -149,6 +149,8 @@ def attentive_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     metrics=("score", "top1", "mean_per_class", "linear_score", "gain_over_linear"), unbounded=("gain_over_linear",),
     description="one-hidden-layer ReLU probe, weight decay and epochs on validation; gain over logistic "
                 "(Kolesnikov 2019)",
+    cheap_settings={"hidden_units": 8, "learning_rate": 0.05, "max_epochs": 8,
+                    "patience": 3, "weight_decays": [0.0, 0.01], "linear_Cs": [1.0]},
 )
 def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch and scikit-learn load when a cell runs, not when the registry is read
@@ -193,6 +195,7 @@ def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     bounds={"num_heads": Bound(1, 4096), **_SIZES},
     check=_check_attentive, runs_on_device=True, memory=attentive_memory, tokens=True, metrics=("score", "top1", "mean_per_class"),
     description="one learned query cross-attends to the token features, layer norm, linear classifier",
+    cheap_settings={"num_heads": 1, "max_epochs": 8, "patience": 3, "learning_rates": [0.05], "weight_decays": [0.0]},
 )
 def _attentive(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch and scikit-learn load when a cell runs, not when the registry is read
