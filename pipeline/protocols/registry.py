@@ -22,7 +22,8 @@ can take and what it needs:
 - ``runs_on_device``: it runs in torch on a ``device`` setting's device; the registry adds
   that setting (default ``auto``) and its check, so no entry declares it;
 - ``memory_bytes(...)``: the peak host memory of one cell, the features it holds
-  included, from the shapes alone (for scheduling; None for a ``weights`` cell);
+  included, from the shapes alone (for scheduling; None for a ``weights`` cell): the
+  entry's ``memory``, composed of the named parts of ``pipeline.protocols.memory``;
 - ``metrics``: the scalar metrics its records can carry, ``primary_metric`` the one a
   correlation reads unless told otherwise, ``unbounded`` those that are not fractions in
   [0, 1] (read raw, never logit-transformed), ``lower_is_better`` those where less is

@@ -19,13 +19,15 @@ from pipeline.protocols.fit_warnings import at_chance_warning
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.evidence import Evidence, class_indices
 from pipeline.protocols.linear.protocols import TRANSFORM_NAMES, ridge_terms
-from pipeline.protocols.memory import F8, RUNTIME, held, label_bytes
+from pipeline.protocols.memory import (
+    F8, RUNTIME, feature_rows, features, indices, labels, matrix, peak, work,
+)
 from pipeline.protocols.registry import SEED, Bound, EvalData, ProtocolResult, at_least, register_protocol
 
 __all__ = ["fewshot_memory", "lowshot_memory"]
 
 # Elements of the few-shot sampling key and feature blocks (as in fewshot).
-_FEWSHOT_BLOCKS = ((1 << 20) + (1 << 21)) * F8 * 4
+_FEWSHOT_BLOCK = (1 << 20) + (1 << 21)
 
 
 def fewshot_memory(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -42,9 +44,10 @@ def fewshot_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     """
     per_episode = int(s.get("n_way", 5)) * (int(s.get("n_shot", 20)) + int(s.get("n_query", 15)))
     used = int(s.get("n_episodes", 600)) * per_episode
-    cached = min(c.n_train, used) * c.dim * c.itemsize if s.get("pool", "all") == "all" else 0
-    pool = c.n_train + c.n_test + c.n_val
-    return held(c, True) + label_bytes(c) + cached + used * F8 * 3 + pool * F8 * 3 + _FEWSHOT_BLOCKS + RUNTIME
+    cached = feature_rows(min(c.n_train, used), c) if s.get("pool", "all") == "all" else 0
+    return peak(features=features(c, streams=True), labels=labels(c), cached_train_rows=cached,
+                episode_rows=indices(used, arrays=3), pool=indices(c.n_train + c.n_test + c.n_val, arrays=3),
+                blocks=work(_FEWSHOT_BLOCK, copies=4, itemsize=F8), runtime=RUNTIME)
 
 
 def lowshot_memory(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -61,9 +64,10 @@ def lowshot_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     """
     shots = [n for n in s.get("shots", []) if isinstance(n, int)]
     sample_rows = min(c.n_train, max(shots, default=0) * c.n_classes)
-    sample = sample_rows * c.dim * c.itemsize + c.n_train * F8 * 3  # the rows, sampling permutations
-    small = 2 * c.dim * c.dim * F8 * 4  # the SVD route below 2d rows
-    return held(c, True) + label_bytes(c) + sample + max(ridge_terms(c), small) + c.n_test * F8 + RUNTIME
+    svd_route = matrix(c.dim, c.dim, copies=8)  # the ridge's SVD route below 2d rows
+    return peak(features=features(c, streams=True), labels=labels(c), sample=feature_rows(sample_rows, c),
+                permutations=indices(c.n_train, arrays=3), solver=max(ridge_terms(c), svd_route),
+                predictions=indices(c.n_test), runtime=RUNTIME)
 
 
 @register_protocol(

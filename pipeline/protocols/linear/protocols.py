@@ -23,7 +23,9 @@ from pipeline.protocols.cell import CellShape
 from pipeline.protocols.fit_warnings import fit_warning, grid_warnings
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.evidence import Evidence, class_evidence, float16_scores
-from pipeline.protocols.memory import BLOCK, F8, RUNTIME, held, label_bytes
+from pipeline.protocols.memory import (
+    F4, RUNTIME, features, indices, labels, lbfgs_copies, matrix, parameters, peak, row_blocks,
+)
 from pipeline.protocols.metrics import CLASS_METRICS, MULTILABEL_METRICS, accuracy_metrics, multilabel_metrics
 from pipeline.protocols.registry import SEED, Bound, EvalData, ProtocolResult, above, at_least, register_protocol
 
@@ -80,7 +82,8 @@ def ridge_terms(c: CellShape) -> int:
     int
     """
     d, K = c.dim, c.n_classes
-    return d * d * F8 * 6 + (d + K) ** 2 * F8 * 3 + d * K * F8 * 6 + 10 * BLOCK
+    return peak(gram=matrix(d, d, copies=6), qr_fallback=matrix(d + K, d + K, copies=3),
+                summaries=matrix(d, K, copies=6), blocks=row_blocks(10))
 
 
 def logistic_memory(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -96,7 +99,7 @@ def logistic_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     -------
     int
     """
-    return held(c, False) + label_bytes(c) + logistic_terms(c, s) + RUNTIME
+    return peak(features=features(c, streams=False), labels=labels(c), solver=logistic_terms(c, s), runtime=RUNTIME)
 
 
 def logistic_terms(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -112,13 +115,12 @@ def logistic_terms(c: CellShape, s: Mapping[str, Any]) -> int:
     -------
     int
     """
-    rows = c.n_train + c.n_val
-    params = c.n_classes * (c.dim + 1) * F8
-    solver = params * (4 * _HISTORY + 16) * (2 if s.get("Cs") is not None else 1)  # + calibration refit
-    precond = (c.dim + 1) ** 2 * F8 * 4
-    indices = rows * F8 * 4  # targets, train/validation positions
-    val_scores = c.n_val * c.n_classes * 4 * 3  # validation logits for multi-label mAP
-    return indices + solver + precond + val_scores + 6 * BLOCK
+    fits = 2 if s.get("Cs") is not None else 1  # a grid adds the calibration refit
+    return peak(lbfgs=fits * parameters(c.n_classes * (c.dim + 1), lbfgs_copies(_HISTORY), itemsize=8),
+                preconditioner=matrix(c.dim + 1, c.dim + 1, copies=4),
+                positions=indices(c.n_train + c.n_val, arrays=4),  # targets, train/validation positions
+                val_scores=matrix(c.n_val, c.n_classes, copies=3, itemsize=F4),  # logits for multi-label mAP
+                blocks=row_blocks(6))
 
 
 def ridge_memory(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -133,7 +135,8 @@ def ridge_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     -------
     int
     """
-    return held(c, True) + label_bytes(c) + ridge_terms(c) + c.n_test * c.n_classes * 4 + RUNTIME
+    return peak(features=features(c, streams=True), labels=labels(c), solver=ridge_terms(c),
+                scores=matrix(c.n_test, c.n_classes, itemsize=F4), runtime=RUNTIME)
 
 
 @register_protocol(

@@ -32,7 +32,9 @@ from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.inputs.parameters import GRID_MAX, check_setting_grid
 from pipeline.protocols.evidence import class_evidence
 from pipeline.protocols.linear.protocols import TRANSFORM_NAMES, logistic_terms
-from pipeline.protocols.memory import BLOCK, F4, F8, RUNTIME, held, label_bytes
+from pipeline.protocols.memory import (
+    ADAMW_COPIES, BLOCK, F4, RUNTIME, features, indices, labels, matrix, parameters, peak, work,
+)
 from pipeline.protocols.metrics import accuracy_metrics
 from pipeline.protocols.registry import (
     SEED, Bound, EvalData, ProtocolResult, above, get_protocol, register_protocol, resolve_settings,
@@ -40,7 +42,6 @@ from pipeline.protocols.registry import (
 
 __all__ = ["attentive_memory", "mlp_memory"]
 
-_ADAMW_COPIES = 4  # a trained parameter, its gradient and AdamW's two moments
 _EVAL_ELEMENTS = BLOCK // F4  # elements of one evaluation pass on the CPU (as in stacked_training)
 _SIZES = {"batch_size": Bound(1, 1 << 20), "max_epochs": Bound(1, 10_000), "patience": Bound(1, 10_000),
           "val_fraction": Bound(0, 1, low_open=True, high_open=True), "seed": SEED}
@@ -88,12 +89,13 @@ def _grid_training(c: CellShape, s: Mapping[str, Any], G: int, n_params: int, ba
     one minibatch's activations and gradients, one evaluation pass (rows sized as in
     stacked_training: its input and activations near ``_EVAL_ELEMENTS``), the row orders."""
     rows = c.n_train + c.n_val
-    state = G * n_params * F4 * _ADAMW_COPIES
     val_rows = c.n_val if c.n_val else int(math.ceil(float(s.get("val_fraction", 0.2)) * rows)) + 1
     per_row = max(c.n_tokens * c.dim, row_activations)
     eval_rows = min(val_rows, max(1, _EVAL_ELEMENTS // max(1, per_row)))
-    return state + batch_elements * F4 * 4 + eval_rows * (c.n_tokens * c.dim + row_activations) * F4 * 2 \
-        + rows * F8 * 4
+    return peak(parameters=parameters(G * n_params, ADAMW_COPIES),
+                minibatch=work(batch_elements, copies=4),  # activations, their gradients, the gathered rows
+                evaluation=matrix(eval_rows, c.n_tokens * c.dim + row_activations, copies=2, itemsize=F4),
+                row_orders=indices(rows, arrays=4))
 
 
 def mlp_memory(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -113,8 +115,10 @@ def mlp_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     d, K = c.dim, c.n_classes
     batch = B * d + G * B * (2 * h + 2 * K)  # the input batch, hidden units and logits with gradients
     mlp = _grid_training(c, s, G, d * h + h + h * K + K, batch, G * (h + K))
-    test = min(c.n_test, max(256, BLOCK // max(1, h * 4))) * (d + h + K) * F4 * 2  # blocked prediction
-    return held(c, False) + label_bytes(c) + max(logistic_terms(c, {"Cs": "default"}), mlp + test) + RUNTIME
+    test = matrix(min(c.n_test, max(256, BLOCK // max(1, h * 4))), d + h + K, copies=2, itemsize=F4)  # prediction
+    return peak(features=features(c, streams=False), labels=labels(c),
+                # the logistic baseline, then the MLP: the larger of the two at a time
+                training=max(logistic_terms(c, {"Cs": "default"}), mlp + test), runtime=RUNTIME)
 
 
 def attentive_memory(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -134,8 +138,9 @@ def attentive_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     n_params = 4 * d * d + d * K + 8 * d + K
     batch = 2 * B * T * d + G * B * H * (2 * T + 2 * d) + G * B * (4 * d + 2 * K)
     train = _grid_training(c, s, G, n_params, batch, G * (H * (T + 2 * d) + 4 * d))
-    test = min(c.n_test, max(1, 2**22 // max(1, T * d))) * (T * d + H * (T + d) + K) * F4 * 2  # predict passes
-    return held(c, False) + label_bytes(c) + train + test + RUNTIME
+    test_rows = min(c.n_test, max(1, 2**22 // max(1, T * d)))
+    return peak(features=features(c, streams=False), labels=labels(c), training=train,
+                prediction=matrix(test_rows, T * d + H * (T + d) + K, copies=2, itemsize=F4), runtime=RUNTIME)
 
 
 @register_protocol(
