@@ -59,7 +59,7 @@ from pipeline.protocols.inputs.devices import device_setting
 
 __all__ = ["Blocks", "Bound", "CellShape", "EvalData", "ImageData", "Protocol", "ProtocolResult", "SEED", "above",
            "at_least", "check_eval_data", "get_protocol", "list_protocols", "register_protocol",
-           "resolve_settings"]
+           "resolve_settings", "unregister_protocol"]
 
 
 @dataclass(frozen=True)
@@ -327,6 +327,22 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
         return fn
 
     return wrap
+
+
+def unregister_protocol(name: str) -> Protocol:
+    """Remove the entry ``name`` (a test's throwaway protocol) and return it.
+
+    Parameters
+    ----------
+    name : str
+        A registered protocol.
+
+    Returns
+    -------
+    Protocol
+    """
+    get_protocol(name)  # an unknown name fails with the valid ones
+    return _REGISTRY.pop(name)
 
 
 def list_protocols() -> list[str]:
