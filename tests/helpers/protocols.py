@@ -33,7 +33,8 @@ class _Cheap(Mapping):
     def _entries(self) -> dict[str, Any]:
         from pipeline.protocols.registry import get_protocol, list_protocols
 
-        return {n: get_protocol(n).cheap_settings for n in list_protocols() if get_protocol(n).cheap_settings is not None}
+        entries = {n: get_protocol(n).cheap_settings for n in list_protocols()}
+        return {n: cheap for n, cheap in entries.items() if cheap is not None}
 
     def __getitem__(self, name: str) -> dict[str, Any]:
         return dict(self._entries()[name])

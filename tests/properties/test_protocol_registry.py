@@ -70,7 +70,8 @@ def test_transform_names_match_the_transforms():
     assert TRANSFORM_NAMES == tuple(TRANSFORMS)
 
 
-@pytest.mark.parametrize("name", feature_protocols("pooled", "tokens"))  # dense ones: tests/pipeline/test_dense_memory.py
+# dense ones: tests/pipeline/test_dense_memory.py
+@pytest.mark.parametrize("name", feature_protocols("pooled", "tokens"))
 def test_memory_estimate_grows_with_the_data_and_stays_near_it(name):
     proto = get_protocol(name)
     T = 197 if proto.tokens else 1  # a ViT-B/16's tokens (float16) for the attentive probe

@@ -198,7 +198,8 @@ def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     defaults={"num_heads": 8, "learning_rates": [1e-4, 1e-3, 1e-2], "weight_decays": [1e-3, 1e-2, 1e-1],
               "batch_size": 128, "max_epochs": 50, "patience": 5, "val_fraction": 0.2, "seed": 0},
     bounds={"num_heads": Bound(1, 4096), **_SIZES},
-    check=_check_attentive, runs_on_device=True, memory=attentive_memory, tokens=True, metrics=("score", "top1", "mean_per_class"),
+    check=_check_attentive, runs_on_device=True, memory=attentive_memory, tokens=True,
+    metrics=("score", "top1", "mean_per_class"),
     description="one learned query cross-attends to the token features, layer norm, linear classifier",
     cheap_settings={"num_heads": 1, "max_epochs": 8, "patience": 3, "learning_rates": [0.05], "weight_decays": [0.0]},
 )
