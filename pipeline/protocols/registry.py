@@ -17,8 +17,13 @@ can take and what it needs:
   so a caller need not load them whole;
 - ``multilabel``: it accepts (n, C) label arrays (1 present, 0 absent, -1 difficult), or
   for a protocol that reads images, a multi-label dataset (it reads no labels);
+- ``cheap_settings``: settings for a run on a few dozen rows, with which the tests that
+  cover every entry run it (cheap runs, bad inputs, settings fuzzing);
+- ``runs_on_device``: it runs in torch on a ``device`` setting's device; the registry adds
+  that setting (default ``auto``) and its check, so no entry declares it;
 - ``memory_bytes(...)``: the peak host memory of one cell, the features it holds
-  included, from the shapes alone (for scheduling; None for a ``weights`` cell);
+  included, from the shapes alone (for scheduling; None for a ``weights`` cell): the
+  entry's ``memory``, composed of the named parts of ``pipeline.protocols.memory``;
 - ``metrics``: the scalar metrics its records can carry, ``primary_metric`` the one a
   correlation reads unless told otherwise, ``unbounded`` those that are not fractions in
   [0, 1] (read raw, never logit-transformed), ``lower_is_better`` those where less is
@@ -44,18 +49,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from pipeline.errors import ConfigError, DataValidationError, unknown_name
+from pipeline.errors import ConfigError, unknown_name
 from pipeline.protocols import settings as _settings
 from pipeline.protocols.bounds import SEED, Bound, above, at_least
 from pipeline.protocols.cell import Blocks, CellShape, EvalData, ImageData, ProtocolResult
-from pipeline.protocols.dense.data import DenseData, check_dense_data
 from pipeline.protocols.fit_warnings import WARNING_CODES, evidence_warnings, merge_warnings, python_warning
+from pipeline.protocols.inputs.cell_data import check_cell_data
+from pipeline.protocols.inputs.devices import device_setting
 
 __all__ = ["Blocks", "Bound", "CellShape", "EvalData", "ImageData", "Protocol", "ProtocolResult", "SEED", "above",
            "at_least", "check_eval_data", "get_protocol", "list_protocols", "register_protocol",
-           "resolve_settings"]
+           "resolve_settings", "unregister_protocol"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,13 @@ class Protocol:
         ``run_point(data, settings, index)``, ``finish(data, settings, done)``.
     networks : callable or None
         ``networks(settings) -> {setting: EncoderSpec}``: other networks it loads.
+    cheap_settings : mapping or None
+        Settings small enough for a run on a few dozen rows in well under a second (the
+        per-protocol property tests run every entry that reads features with them; ``{}``:
+        the defaults already are); None: not declared.
+    runs_on_device : bool
+        Runs in torch on the ``device`` setting's device: the registry adds that setting
+        (``auto``) to its defaults and checks its name (``inputs.devices.device_setting``).
     """
 
     name: str
@@ -128,6 +139,8 @@ class Protocol:
     files: tuple[str, ...] = ()
     grid: Any = None
     networks: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    cheap_settings: Mapping[str, Any] | None = None
+    runs_on_device: bool = False
 
     @property
     def reads(self) -> str:
@@ -247,12 +260,8 @@ class Protocol:
 def check_eval_data(data: Any, protocol: Protocol | None = None) -> None:
     """Refuse unusable arrays before any protocol runs, naming the array.
 
-    NaN/inf, not 2-D, no rows, widths that differ between splits, labels that are not
-    class indices in [0, n_classes) with one per row (or, for a ``multilabel``
-    protocol, (n, n_classes) 0/1 arrays), fewer than two train classes. Streamed train
-    blocks are checked as they arrive. A ``tokens`` protocol takes (n, T, d) token
-    features instead, and no other protocol does. A protocol that reads the encoder's
-    weights takes an ``ImageData``, and only it does.
+    See ``pipeline.protocols.inputs.cell_data.check_cell_data`` (the checks; its messages
+    name the registered protocols that could take what was given).
 
     Parameters
     ----------
@@ -260,87 +269,7 @@ def check_eval_data(data: Any, protocol: Protocol | None = None) -> None:
     protocol : Protocol or None
         The protocol that will run (multi-label labels need ``protocol.multilabel``).
     """
-    # deferred: scikit-learn's input checks, when a cell's data is checked (reading the registry needs none)
-    from pipeline.protocols.inputs.labels import check_class_indices, check_min_classes, check_multilabel
-
-    if protocol is not None and protocol.weights:
-        if not isinstance(data, ImageData):
-            raise DataValidationError(f"protocol {protocol.name!r} reads an encoder's weights and a dataset's images "
-                                      f"(ImageData), not stored features; got {type(data).__name__}")
-        return
-    if isinstance(data, ImageData):
-        able = ", ".join(n for n in list_protocols() if _REGISTRY[n].weights)
-        raise DataValidationError(f"protocol {getattr(protocol, 'name', None)!r} reads stored features, not an "
-                                  f"encoder and its images; protocols that do: {able}")
-    if protocol is not None and protocol.dense:
-        check_dense_data(data, protocol.name, protocol.dense)
-        return
-    if isinstance(data, DenseData):
-        able = ", ".join(n for n in list_protocols() if _REGISTRY[n].dense)
-        raise DataValidationError(f"protocol {getattr(protocol, 'name', None)!r} cannot read spatial maps and "
-                                  f"per-pixel targets; protocols that do: {able}")
-    if data.multilabel and not (protocol is not None and protocol.multilabel):
-        able = ", ".join(n for n in list_protocols() if _REGISTRY[n].multilabel and _REGISTRY[n].reads_features)
-        raise DataValidationError(
-            f"y_train has shape {np.shape(data.y_train)}: multi-label targets, which protocol "
-            f"{getattr(protocol, 'name', None)!r} cannot take; protocols that can: {able}")
-    width = None
-    for split, X, y in (("train", data.X_train, data.y_train), ("test", data.X_test, data.y_test),
-                        ("val", data.X_val, data.y_val)):
-        if X is None and (split != "train" or data.train_blocks is None):
-            if split == "val" and y is None:
-                continue
-            raise DataValidationError(f"X_{split} is missing")
-        n_rows = None if X is None else len(X)
-        if data.multilabel:  # 1 present, 0 absent, -1 "difficult" (VOC): see average_precision
-            labels = check_multilabel(y, name=f"y_{split}", difficult=True)
-            if n_rows is not None and len(labels) != n_rows:
-                raise DataValidationError(f"y_{split} has {len(labels)} rows, but X_{split} has {n_rows}; they "
-                                          "must match one to one")
-            if labels.shape[1] != data.n_classes:
-                raise DataValidationError(f"y_{split} has {labels.shape[1]} label columns, but n_classes="
-                                          f"{data.n_classes}")
-        else:
-            labels = check_class_indices(y, n_samples=n_rows, name=f"y_{split}")
-            if labels.size and (labels.min() < 0 or labels.max() >= data.n_classes):
-                raise DataValidationError(
-                    f"y_{split} holds labels from {labels.min()} to {labels.max()}; class indices must be in "
-                    f"[0, {data.n_classes}) (n_classes={data.n_classes})")
-            if split == "train":
-                check_min_classes(labels, name="y_train")
-        if X is None:
-            continue
-        X = _checked_features(X, f"X_{split}", protocol)
-        if width is not None and X.shape[-1] != width:
-            raise DataValidationError(f"X_{split} has {X.shape[-1]} features, but X_train has {width}; every "
-                                      "split must come from the same layer")
-        width = X.shape[-1] if width is None else width
-
-
-def _checked_features(X: Any, name: str, protocol: Protocol | None) -> np.ndarray:
-    """Pooled (n, d) features, or (n, T, d) token features for a ``tokens`` protocol."""
-    # deferred: scikit-learn's input checks, when a cell's data is checked (reading the registry needs none)
-    from pipeline.protocols.inputs.features import check_features
-
-    tokens = protocol is not None and protocol.tokens
-    if np.ndim(X) == 4:
-        able = ", ".join(n for n in list_protocols() if _REGISTRY[n].dense)
-        raise DataValidationError(f"{name} has shape {np.shape(X)}: spatial maps, which protocol "
-                                  f"{getattr(protocol, 'name', None)!r} cannot take; protocols that read maps: {able}")
-    if np.ndim(X) == 3 and not tokens:
-        able = ", ".join(n for n in list_protocols() if _REGISTRY[n].tokens)
-        raise DataValidationError(f"{name} has shape {np.shape(X)}: token features, which protocol "
-                                  f"{getattr(protocol, 'name', None)!r} cannot take (it needs pooled (n, d) "
-                                  f"features); protocols that read tokens: {able}")
-    if tokens:
-        # deferred: scikit-learn's input checks, as above
-        from pipeline.protocols.inputs.features import check_tokens
-
-        if np.ndim(X) != 3:
-            raise DataValidationError(f"{name} has shape {np.shape(X)}, but protocol {protocol.name!r} reads token "
-                                      "features (n, T, d): evaluate it on a layer extracted with its tokens")
-        return check_tokens(X, name)
-    return check_features(X, name)
+    check_cell_data(data, protocol, [_REGISTRY[n] for n in list_protocols()])
 
 
 _REGISTRY: dict[str, Protocol] = {}
@@ -368,7 +297,7 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
         Keyword only, the other fields of ``Protocol`` (``streams_train``, ``multilabel``,
         ``memory``, ``tokens``, ``dense``, ``metrics``, ``primary_metric``, ``unbounded``,
         ``lower_is_better``, ``weights``, ``test_only``, ``build``, ``ignored``, ``files``,
-        ``grid``, ``networks``).
+        ``grid``, ``networks``, ``cheap_settings``, ``runs_on_device``).
 
     Returns
     -------
@@ -380,9 +309,12 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
             flags[key] = tuple(flags[key])
 
     def wrap(fn: Callable[[Any, Mapping[str, Any]], ProtocolResult]):
+        own_defaults, own_check = dict(defaults), check
+        if flags.get("runs_on_device"):  # the device setting is the registry's, not the entry's
+            own_defaults, own_check = device_setting(own_defaults, own_check, name)
         if name in _REGISTRY:
             warnings.warn(f"protocol {name!r} registered twice; the later one wins", stacklevel=2)
-        entry = Protocol(name, version, dict(defaults), fn, description, dict(choices or {}), check,
+        entry = Protocol(name, version, own_defaults, fn, description, dict(choices or {}), own_check,
                          dict(bounds or {}), **flags)
         if entry.primary_metric not in entry.metrics:
             raise ConfigError(f"protocol {name!r}: primary_metric {entry.primary_metric!r} is not one of its metrics "
@@ -395,6 +327,22 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
         return fn
 
     return wrap
+
+
+def unregister_protocol(name: str) -> Protocol:
+    """Remove the entry ``name`` (a test's throwaway protocol) and return it.
+
+    Parameters
+    ----------
+    name : str
+        A registered protocol.
+
+    Returns
+    -------
+    Protocol
+    """
+    get_protocol(name)  # an unknown name fails with the valid ones
+    return _REGISTRY.pop(name)
 
 
 def list_protocols() -> list[str]:

@@ -1,17 +1,84 @@
-"""Protocol settings shared by the property tests."""
+"""What the per-protocol tests read from the registry, and what they need of each entry.
 
-# Cheap base settings per protocol, so a run on accepted settings stays fast.
-CHEAP = {
-    "fewshot": {"n_way": 2, "n_shot": 2, "n_query": 2, "n_episodes": 5},
-    "lowshot": {"shots": [1, 2], "n_seeds": 1},
-    "logistic": {"Cs": [0.1, 1.0], "max_iter": 50},
-    "invariance": {"max_train": 24, "max_dims": 3},
-    "mlp": {"hidden_units": 8, "learning_rate": 0.05, "max_epochs": 8, "patience": 3, "weight_decays": [0.0, 0.01],
-            "linear_Cs": [1.0]},
-    "attentive": {"num_heads": 1, "max_epochs": 8, "patience": 3, "learning_rates": [0.05], "weight_decays": [0.0]},
-    "segmentation": {"learning_rates": [0.1, 1.0], "epochs": 4, "batch_size": 4, "device": "cpu"},
-    "normals": {"head": "linear", "learning_rate": 0.5, "epochs": 4, "batch_size": 4, "device": "cpu"},
-}
+Every test that must cover each protocol takes its list from the registry
+(``feature_protocols``) and its cheap settings from the entry (``cheap_settings``, also as
+the live mapping ``CHEAP``); ``missing_requirements`` names what an entry lacks for them,
+with what to add where.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+#: Which test refuses bad inputs for an entry, by what it reads (``Protocol.reads``).
+BAD_INPUT_TESTS = {"pooled": "tests/properties/test_protocol_inputs.py",
+                   "tokens": "tests/properties/test_protocol_inputs.py",
+                   "map": "tests/pipeline/test_dense_protocols.py",
+                   "weights": "tests/jobs/test_encoder_jobs.py"}
+
+
+def feature_protocols(*reads: str) -> list[str]:
+    """Registered protocols that read stored features (only those that read one of ``reads``
+    when given: ``pooled``, ``tokens``, ``map``), sorted."""
+    from pipeline.protocols.registry import get_protocol, list_protocols
+
+    return [n for n in list_protocols() if get_protocol(n).reads_features and (
+        not reads or get_protocol(n).reads in reads)]
+
+
+class _Cheap(Mapping):
+    """The registered entries' ``cheap_settings`` by name, read from the registry on each use."""
+
+    def _entries(self) -> dict[str, Any]:
+        from pipeline.protocols.registry import get_protocol, list_protocols
+
+        entries = {n: get_protocol(n).cheap_settings for n in list_protocols()}
+        return {n: cheap for n, cheap in entries.items() if cheap is not None}
+
+    def __getitem__(self, name: str) -> dict[str, Any]:
+        return dict(self._entries()[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries())
+
+    def __len__(self) -> int:
+        return len(self._entries())
+
+
+#: Cheap base settings per protocol (each entry's ``cheap_settings``), so a run on accepted settings stays fast.
+CHEAP = _Cheap()
+
+
+def cheap_settings(name: str) -> dict[str, Any]:
+    """The entry's cheap settings; a clear failure naming what to add when it declares none."""
+    problems = missing_requirements(name, ("cheap_settings",))
+    assert not problems, problems[0]
+    return CHEAP[name]
+
+
+def missing_requirements(name: str, only: tuple[str, ...] = ()) -> list[str]:
+    """What the per-protocol tests need that the entry ``name`` lacks, each with what to add
+    where (empty: nothing). ``only``: check just these of ``cheap_settings``, ``memory``,
+    ``bad_inputs``."""
+    from pipeline.protocols.registry import get_protocol
+
+    proto = get_protocol(name)
+    where = f"its @register_protocol entry in {proto.run.__module__}"
+    problems = []
+    wanted = only or ("cheap_settings", "memory", "bad_inputs")
+    if not proto.reads_features:  # an encoder protocol: its settings class and test_encoder_jobs cover it
+        wanted = ()
+    if "cheap_settings" in wanted and proto.cheap_settings is None:
+        problems.append(f"protocol {name!r} has no cheap_settings: add cheap_settings={{...}} (settings for a run "
+                        f"on a few dozen rows; {{}} if its defaults are cheap) to {where}")
+    if "memory" in wanted and proto.memory is None:
+        problems.append(f"protocol {name!r} has no memory estimate: add memory=<fn(CellShape, settings) -> bytes>, "
+                        f"composed of pipeline.protocols.memory's parts, to {where}")
+    if "bad_inputs" in wanted and proto.reads not in BAD_INPUT_TESTS:
+        problems.append(f"protocol {name!r} reads {proto.reads!r}, which no bad-input test covers: add a family of "
+                        "bad inputs for it to BAD_INPUT_TESTS in tests/helpers/protocols.py")
+    return problems
 
 
 def as_tokens(data, n_tokens: int = 2):
@@ -59,6 +126,8 @@ def dense_data(task: str, n_train: int = 12, n_test: int = 6, grid: int = 4, siz
     X_train, y_train = split(n_train)
     X_test, y_test = split(n_test)
     return DenseData(task, X_train, y_train, X_test, y_test, 3)
+
+
 def seed_choice(scores, iters) -> int:
     """The C grid position the logistic tie rule keeps: walking C upwards, a better validation
     score, or an equal one whose fit moved (0 iterations: the previous value's model),

@@ -20,9 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.protocols.memory import F8, feature_rows, peak
+from pipeline.protocols.registry import CellShape, get_protocol
+from tests.helpers.protocols import feature_protocols
+
 ROOT = Path(__file__).resolve().parents[2]
 ALLOWANCE = 64 * 2**20  # row blocks (a few MiB each), library and allocator slack
-CASES = {
+MEASURED = {
     "ridge": {"settings": {}},
     "knn": {"settings": {}, "n_test": 2000},
     "fewshot": {"settings": {"n_episodes": 200}},
@@ -36,6 +40,10 @@ CASES = {
     "attentive": {"settings": {"num_heads": 4, "max_epochs": 2, "learning_rates": [0.03], "weight_decays": [0.0]},
                   "tokens": 4, "dim": 32, "n_classes": 5, "dtype": "float16"},
 }
+# every other entry that reads pooled or token features is measured with its cheap settings
+CASES = {**{n: {"settings": dict(get_protocol(n).cheap_settings or {}),
+                **({"tokens": 4, "dim": 32, "n_classes": 5, "dtype": "float16"} if get_protocol(n).tokens else {})}
+            for n in feature_protocols("pooled", "tokens")}, **MEASURED}
 SLOW = {"knn", "lowshot", "invariance", "logistic", "logistic-float16", "fewshot", "mlp", "attentive"}  # > 10 s
 
 
@@ -63,3 +71,10 @@ def test_peak_memory_stays_near_the_features(case):
     for point in (small, large):
         assert point["growth"] <= point["estimate_extra"], f"{summary}; memory_bytes underestimates"
     assert large["score"] is None or large["score"] > 0.5  # the runs did real work
+
+
+def test_memory_parts_add_up_and_refuse_what_is_not_bytes():
+    c = CellShape(100, 20, 0, 8, 3, 2, 1, 0)
+    assert peak(features=feature_rows(10, c, copies=1, itemsize=F8), runtime=5) == 10 * 8 * (2 + 8) + 5
+    with pytest.raises(ValueError, match="memory part 'scores' is -1, not a number of bytes"):
+        peak(scores=-1)

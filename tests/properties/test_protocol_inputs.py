@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.protocols.registry import EvalData, get_protocol, resolve_settings
-from tests.helpers.protocols import CHEAP, as_tokens
+from tests.helpers.protocols import as_tokens, cheap_settings, feature_protocols
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -21,7 +21,7 @@ def _one_torch_thread():  # tiny arrays: a torch thread pool only adds wake-up l
     torch.set_num_threads(threads[0])
 
 
-PROTOCOLS = ["knn", "ridge", "logistic", "fewshot", "lowshot", "invariance", "mlp", "attentive"]
+PROTOCOLS = feature_protocols("pooled", "tokens")  # every entry that reads feature arrays (maps: test_dense_protocols)
 KINDS = ["nan/inf train", "nan/inf test", "1-D train", "3-D test", "width mismatch", "empty train", "empty test",
          "one class", "train label count", "test label count", "fractional labels", "string labels",
          "negative labels"]
@@ -63,13 +63,14 @@ def bad_data(draw):
     return kind, data, names
 
 
-@settings(max_examples=150, deadline=None)
-@given(case=bad_data(), name=st.sampled_from(PROTOCOLS))
-def test_bad_arrays_are_refused_by_every_protocol(tally, case, name):
+@pytest.mark.parametrize("name", PROTOCOLS)
+@settings(max_examples=20, deadline=None)
+@given(case=bad_data())
+def test_bad_arrays_are_refused_by_every_protocol(tally, name, case):
     kind, data, names = case
     protocol = get_protocol(name)
     if protocol.tokens:  # the same faults in token features: every row as two tokens
         data = as_tokens(data)
-    full = resolve_settings(name, CHEAP.get(name, {}))
+    full = resolve_settings(name, cheap_settings(name))
     tally.expect_error(f"feature arrays: protocol fits ({name})", lambda: protocol(data, full), names,
                        kind=kind)

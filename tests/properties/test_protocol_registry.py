@@ -11,15 +11,16 @@ import pytest
 
 from pipeline.errors import ConfigError, DataValidationError
 from pipeline.protocols.registry import EvalData, get_protocol, list_protocols, resolve_settings
-from tests.helpers.protocols import as_tokens
-from tests.properties.test_protocol_settings import CHEAP
+from tests.helpers.protocols import CHEAP, as_tokens, feature_protocols, missing_requirements
 
+# The built-in entries' flags, pinned (a new entry is covered by the registry-driven tests below, unnamed here)
 STREAMING = {"knn", "ridge", "fewshot", "lowshot", "invariance"}
 MULTILABEL = {"ridge", "logistic"}
 TOKENS = {"attentive"}
 DENSE = {"segmentation": "segmentation", "normals": "normals"}
 WEIGHTS = {"finetune", "saliency", "colour_detail"}  # an encoder's weights and images: test_encoder_jobs
 PROBES = ("logistic", "ridge", "knn", "fewshot", "lowshot", "mlp", "attentive")
+BUILT_IN = STREAMING | MULTILABEL | TOKENS | set(DENSE) | WEIGHTS | set(PROBES)
 
 
 def test_registry_import_registers_everything_without_heavy_libraries():
@@ -28,19 +29,38 @@ def test_registry_import_registers_everything_without_heavy_libraries():
             "print(sorted(m for m in ('torch', 'sklearn', 'scipy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     names, heavy = out.strip().splitlines()
-    assert names == str(list_protocols()) and len(list_protocols()) == 13
+    assert names == str(list_protocols()) and BUILT_IN <= set(list_protocols())
     assert heavy == "[]"
 
 
+@pytest.mark.parametrize("name", list_protocols())
+def test_every_entry_has_what_the_per_protocol_tests_need(name):
+    """Cheap settings, a memory estimate, a bad-input family (a docs section: tests/code/test_docs.py)."""
+    problems = missing_requirements(name)
+    assert not problems, "\n".join(problems)
+
+
 def test_capability_flags():
-    assert {n for n in list_protocols() if get_protocol(n).streams_train} == STREAMING
-    assert {n for n in list_protocols() if get_protocol(n).multilabel} == MULTILABEL | {"saliency", "colour_detail"}
-    assert {n for n in list_protocols() if get_protocol(n).tokens} == TOKENS
-    assert {n: get_protocol(n).dense for n in list_protocols() if get_protocol(n).dense} == DENSE
-    assert {get_protocol(n).reads for n in list_protocols()} == {"pooled", "tokens", "map", "weights"}
-    assert {n for n in list_protocols() if not get_protocol(n).reads_features} == WEIGHTS
-    for name in [*PROBES, *DENSE]:
-        assert get_protocol(name).defaults["device"] == "auto"
+    assert {n for n in BUILT_IN if get_protocol(n).streams_train} == STREAMING
+    assert {n for n in BUILT_IN if get_protocol(n).multilabel} == MULTILABEL | {"saliency", "colour_detail"}
+    assert {n for n in BUILT_IN if get_protocol(n).tokens} == TOKENS
+    assert {n: get_protocol(n).dense for n in BUILT_IN if get_protocol(n).dense} == DENSE
+    assert {get_protocol(n).reads for n in BUILT_IN} == {"pooled", "tokens", "map", "weights"}
+    assert {n for n in BUILT_IN if not get_protocol(n).reads_features} == WEIGHTS
+    assert {n for n in BUILT_IN if get_protocol(n).runs_on_device} == {*PROBES, *DENSE}
+    on_device = [n for n in list_protocols() if get_protocol(n).runs_on_device]
+    for name in on_device:  # the registry adds the setting: last, default auto
+        assert list(get_protocol(name).defaults)[-1] == "device" and get_protocol(name).defaults["device"] == "auto"
+    assert all("device" not in get_protocol(n).defaults for n in set(list_protocols()) - set(on_device))
+
+
+def test_an_entry_that_declares_its_own_device_setting_is_refused():
+    from pipeline.protocols.registry import register_protocol
+
+    with pytest.raises(ConfigError, match=r"protocol 'own_device' declares its own 'device' setting; "
+                                          r"runs_on_device=True adds it"):
+        register_protocol("own_device", 1, {"device": "cpu"}, "x", runs_on_device=True)(lambda data, s: None)
+    assert "own_device" not in list_protocols()
 
 
 def test_transform_names_match_the_transforms():
@@ -50,8 +70,8 @@ def test_transform_names_match_the_transforms():
     assert TRANSFORM_NAMES == tuple(TRANSFORMS)
 
 
-@pytest.mark.parametrize("name", sorted(["knn", "ridge", "logistic", "fewshot", "lowshot", "invariance", "mlp",
-                                          "attentive"]))
+# dense ones: tests/pipeline/test_dense_memory.py
+@pytest.mark.parametrize("name", feature_protocols("pooled", "tokens"))
 def test_memory_estimate_grows_with_the_data_and_stays_near_it(name):
     proto = get_protocol(name)
     T = 197 if proto.tokens else 1  # a ViT-B/16's tokens (float16) for the attentive probe
@@ -68,7 +88,7 @@ def test_memory_estimate_grows_with_the_data_and_stays_near_it(name):
 
 @pytest.mark.parametrize("value", ["gpu", "cuda:x", "", "CPU", 3])
 def test_device_setting_is_checked_at_config_load(value):
-    for name in PROBES:
+    for name in [n for n in list_protocols() if get_protocol(n).runs_on_device]:
         with pytest.raises(ConfigError, match=r"device.*(is not a device; valid: auto, cpu, cuda, cuda:<i>|wrong type)"):
             resolve_settings(name, {"device": value})
     assert resolve_settings("ridge", {"device": "cuda:1"})["device"] == "cuda:1"  # syntax only at load
@@ -86,7 +106,7 @@ def _data(multilabel: bool = False) -> EvalData:
     return EvalData(y_train=y_train, X_test=X_test, y_test=y_test, n_classes=4, X_train=X_train)
 
 
-@pytest.mark.parametrize("name", sorted(STREAMING))
+@pytest.mark.parametrize("name", [n for n in list_protocols() if get_protocol(n).streams_train])
 def test_streamed_train_features_give_the_in_memory_result(name):
     data = _data()
     X = data.X_train
@@ -98,18 +118,18 @@ def test_streamed_train_features_give_the_in_memory_result(name):
     flat = {k: v for k, v in b.metrics.items() if isinstance(v, float)}
     assert {k: a.metrics[k] for k in flat} == pytest.approx(flat, rel=1e-9)
     assert {k: v for k, v in a.metrics.items() if k not in flat} == {k: v for k, v in b.metrics.items() if k not in flat}
-    if name in PROBES:
+    if get_protocol(name).runs_on_device:
         assert a.diagnostics["device"] == "cpu"
 
 
-@pytest.mark.parametrize("name", sorted(MULTILABEL))
+@pytest.mark.parametrize("name", [n for n in feature_protocols("pooled") if get_protocol(n).multilabel])
 def test_multilabel_targets_are_scored_by_mean_average_precision(name):
     result = get_protocol(name)(_data(multilabel=True), resolve_settings(name, CHEAP.get(name, {})))
     assert set(result.metrics) >= {"map11", "score"} and 0.5 < result.metrics["score"] <= 1.0
     assert "ece" not in result.metrics  # softmax calibration has no multi-label counterpart
 
 
-@pytest.mark.parametrize("name", sorted(TOKENS))
+@pytest.mark.parametrize("name", feature_protocols("tokens"))
 def test_token_protocols_take_only_token_features_and_the_others_only_pooled_ones(name):
     data = _data()
     settings = resolve_settings(name, CHEAP.get(name, {}))
@@ -118,16 +138,17 @@ def test_token_protocols_take_only_token_features_and_the_others_only_pooled_one
         get_protocol(name)(data, settings)
     trained = resolve_settings(name, {**CHEAP.get(name, {}), "max_epochs": 40, "patience": 10})
     assert get_protocol(name)(as_tokens(data), trained).metrics["score"] > 0.5
-    for other in sorted(set(list_protocols()) - TOKENS - set(DENSE) - WEIGHTS):  # dense ones: test_dense_protocols
+    for other in feature_protocols("pooled"):  # dense ones: test_dense_protocols
         with pytest.raises(DataValidationError, match=rf"X_train has shape \(48, 2, 6\): token features, which "
                                                        rf"protocol '{other}' cannot take"):
             get_protocol(other)(as_tokens(data), resolve_settings(other, CHEAP.get(other, {})))
 
 
-@pytest.mark.parametrize("name", sorted(set(list_protocols()) - MULTILABEL - set(DENSE) - WEIGHTS))
+@pytest.mark.parametrize("name", [n for n in feature_protocols("pooled", "tokens") if not get_protocol(n).multilabel])
 def test_multilabel_targets_are_refused_by_single_label_protocols(name):
+    able = ", ".join(n for n in feature_protocols() if get_protocol(n).multilabel)
     with pytest.raises(DataValidationError, match=rf"multi-label targets, which protocol '{name}' cannot take; "
-                                                   "protocols that can: logistic, ridge"):
+                                                   rf"protocols that can: {able}"):
         get_protocol(name)(_data(multilabel=True), resolve_settings(name, CHEAP.get(name, {})))
 
 

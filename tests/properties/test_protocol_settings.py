@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.protocols.registry import EvalData, get_protocol, list_protocols, resolve_settings
-from tests.helpers.protocols import CHEAP, as_tokens, dense_data
+from pipeline.protocols.registry import EvalData, get_protocol, resolve_settings
+from tests.helpers.protocols import as_tokens, cheap_settings, dense_data, feature_protocols
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -53,8 +53,9 @@ def _data_for(name: str) -> EvalData:
 
 
 @st.composite
-def protocol_settings(draw):
-    name = draw(st.sampled_from([n for n in list_protocols() if get_protocol(n).reads_features]))
+def protocol_settings(draw, name: str | None = None):
+    """A protocol that reads features (``name`` when given) and one or two of its settings, drawn."""
+    name = name or draw(st.sampled_from(feature_protocols()))
     keys = list(get_protocol(name).defaults)
     chosen = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=2, unique=True))
     if draw(st.integers(0, 9)) == 0:  # now and then an unknown setting
@@ -87,11 +88,12 @@ def _names(given_settings: dict) -> list[str]:
 
 
 @pytest.mark.slow
-@settings(max_examples=200, deadline=None)
-@given(case=protocol_settings())
-def test_settings_are_refused_or_run_or_fail_clearly(tally, case):
-    name, given_settings = case
-    full = {**CHEAP.get(name, {}), **given_settings}
+@pytest.mark.parametrize("name", feature_protocols())
+@settings(max_examples=20, deadline=None)
+@given(drawn=st.data())
+def test_settings_are_refused_or_run_or_fail_clearly(tally, name, drawn):
+    name, given_settings = drawn.draw(protocol_settings(name))
+    full = {**cheap_settings(name), **given_settings}
     try:
         resolved = resolve_settings(name, full)
     except Exception:  # noqa: BLE001 - checked as a refusal below
@@ -111,12 +113,12 @@ def test_settings_are_refused_or_run_or_fail_clearly(tally, case):
         tally.counts["protocol settings: accepted, then run"]["ran"] += 1
 
 
-@pytest.mark.parametrize("name", ["knn", "ridge", "logistic", "fewshot", "lowshot", "invariance", "mlp", "attentive"])
+@pytest.mark.parametrize("name", feature_protocols())
 def test_cheap_settings_run(name):
     """Control: the base settings are valid, so refusals above come from the drawn values.
 
     The four classes of DATA are far apart: every protocol with a score beats chance (0.25)."""
-    result = get_protocol(name)(_data_for(name), resolve_settings(name, CHEAP.get(name, {})))
+    result = get_protocol(name)(_data_for(name), resolve_settings(name, cheap_settings(name)))
     numbers = {k: v for k, v in result.metrics.items() if isinstance(v, (int, float))}
     assert numbers and all(np.isfinite(v) for v in numbers.values()), result.metrics
     if "score" in numbers:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.protocols.cell import CellShape
-from pipeline.protocols.memory import F8, RUNTIME, held, label_bytes
+from pipeline.protocols.memory import F8, RUNTIME, feature_rows, features, labels, matrix, peak
 from pipeline.protocols.registry import SEED, Bound, EvalData, ProtocolResult, above, at_least, register_protocol
 
 __all__ = ["invariance_memory"]
@@ -31,9 +31,10 @@ def invariance_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     """
     m = min(c.n_train, int(s.get("max_train", 1000)))
     r = min(c.dim, int(s.get("max_dims", 64)))
-    subsample = m * c.dim * (c.itemsize + F8 * 3)  # rows, centred copy, SVD
-    mapped = (m + c.n_test) * r * F8 * 10 + c.n_test * c.dim * F8
-    return held(c, True) + label_bytes(c) + subsample + mapped + c.dim * c.dim * F8 + RUNTIME
+    return peak(features=features(c, streams=True), labels=labels(c),
+                subsample=feature_rows(m, c, copies=3, itemsize=F8),  # the rows, a centred copy, the SVD's
+                projected=matrix(m + c.n_test, r, copies=10),  # the rows in the principal basis, under each map
+                test_float64=matrix(c.n_test, c.dim), covariance=matrix(c.dim, c.dim), runtime=RUNTIME)
 
 
 @register_protocol(
@@ -44,6 +45,7 @@ def invariance_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     streams_train=True, memory=invariance_memory, metrics=("violations",), primary_metric="violations",
     unbounded=("violations",),
     description="changed predictions under rotation, scale, translation, per-feature and dense maps",
+    cheap_settings={"max_train": 24, "max_dims": 3},
 )
 def _invariance(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch, scipy and scikit-learn load when a cell runs, not when the registry is read

@@ -15,7 +15,6 @@ from typing import Any
 from pipeline.protocols.dense.codebook import FORMULATIONS
 from pipeline.protocols.dense.memory import normals_memory, segmentation_memory
 from pipeline.protocols.dense.metrics import NORMAL_METRICS, SEGMENTATION_METRICS
-from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_name
 from pipeline.protocols.inputs.parameters import check_setting_grid
 from pipeline.protocols.registry import SEED, Bound, ProtocolResult, above, register_protocol
 
@@ -33,21 +32,17 @@ _BOUNDS = {"epochs": Bound(1, 10_000), "batch_size": Bound(1, 4096), "momentum":
 
 def _check_segmentation(s: Mapping[str, Any]) -> None:
     check_setting_grid(s["learning_rates"], "learning_rates", positive=True)
-    check_device_name(s["device"])
-
-
-def _check_normals(s: Mapping[str, Any]) -> None:
-    check_device_name(s["device"])
 
 
 @register_protocol(
     "segmentation", version=1,
-    defaults={"learning_rates": [1e-3, 1e-2, 1e-1], **DENSE_SCHEDULE, "val_fraction": 0.1, **DEVICE_DEFAULT},
+    defaults={"learning_rates": [1e-3, 1e-2, 1e-1], **DENSE_SCHEDULE, "val_fraction": 0.1},
     bounds={**_BOUNDS, "val_fraction": Bound(0, 1, low_open=True, high_open=True)},
-    check=_check_segmentation, memory=segmentation_memory, dense="segmentation",
+    check=_check_segmentation, runs_on_device=True, memory=segmentation_memory, dense="segmentation",
     metrics=("score", *SEGMENTATION_METRICS), primary_metric="miou",
     description="linear (1x1) head on spatial maps, bilinear upsampling, learning rate by validation mIoU; "
                 "mIoU and pixel accuracy (DINOv2's linear protocol)",
+    cheap_settings={"learning_rates": [0.1, 1.0], "epochs": 4, "batch_size": 4, "device": "cpu"},
 )
 def _segmentation(data: Any, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch loads when a cell runs, not when the registry is read
@@ -59,15 +54,16 @@ def _segmentation(data: Any, s: Mapping[str, Any]) -> ProtocolResult:
 @register_protocol(
     "normals", version=2,  # 2: the seed's pspnet head, classification over clustered normals, 150 epochs, batch 4
     defaults={"head": "pspnet", "formulation": "classification", "clusters": 40, "hidden_units": 512,
-              "learning_rate": 0.02, **NORMALS_SCHEDULE, **DEVICE_DEFAULT},
+              "learning_rate": 0.02, **NORMALS_SCHEDULE},
     choices={"head": ("pspnet", "conv", "linear"), "formulation": FORMULATIONS},  # heads.HEADS, without torch
     bounds={**_BOUNDS, "hidden_units": Bound(1, 65_536), "clusters": Bound(2, 254), "learning_rate": above(0)},
-    check=_check_normals, memory=normals_memory, dense="normals",
+    runs_on_device=True, memory=normals_memory, dense="normals",
     metrics=("score", *NORMAL_METRICS), primary_metric="within_11_25",
     unbounded=tuple(m for m, kind in NORMAL_METRICS.items() if kind == "lower"),
     description="head on spatial maps (the seed's PSPNet pyramid pooling by default) predicting unit normals "
                 "(by default as the seed: classification over 40 k-means normals), bilinear upsampling; mean and "
                 "median angular error, % within 11.25/22.5/30 degrees (Ericsson et al. 2021, Table 5)",
+    cheap_settings={"head": "linear", "learning_rate": 0.5, "epochs": 4, "batch_size": 4, "device": "cpu"},
 )
 def _normals(data: Any, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch loads when a cell runs, not when the registry is read

@@ -16,17 +16,19 @@ from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.cell import CellShape
 from pipeline.protocols.episodic.fewshot import fewshot_episodes
 from pipeline.protocols.fit_warnings import at_chance_warning
-from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_setting, resolve_device
+from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.evidence import Evidence, class_indices
 from pipeline.protocols.linear.protocols import ridge_terms
-from pipeline.protocols.memory import F8, RUNTIME, held, label_bytes
+from pipeline.protocols.memory import (
+    F8, RUNTIME, feature_rows, features, indices, labels, matrix, peak, work,
+)
 from pipeline.protocols.registry import SEED, Bound, EvalData, ProtocolResult, at_least, register_protocol
 from pipeline.protocols.transforms import TRANSFORM_NAMES
 
 __all__ = ["fewshot_memory", "lowshot_memory"]
 
 # Elements of the few-shot sampling key and feature blocks (as in fewshot).
-_FEWSHOT_BLOCKS = ((1 << 20) + (1 << 21)) * F8 * 4
+_FEWSHOT_BLOCK = (1 << 20) + (1 << 21)
 
 
 def fewshot_memory(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -43,9 +45,10 @@ def fewshot_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     """
     per_episode = int(s.get("n_way", 5)) * (int(s.get("n_shot", 20)) + int(s.get("n_query", 15)))
     used = int(s.get("n_episodes", 600)) * per_episode
-    cached = min(c.n_train, used) * c.dim * c.itemsize if s.get("pool", "all") == "all" else 0
-    pool = c.n_train + c.n_test + c.n_val
-    return held(c, True) + label_bytes(c) + cached + used * F8 * 3 + pool * F8 * 3 + _FEWSHOT_BLOCKS + RUNTIME
+    cached = feature_rows(min(c.n_train, used), c) if s.get("pool", "all") == "all" else 0
+    return peak(features=features(c, streams=True), labels=labels(c), cached_train_rows=cached,
+                episode_rows=indices(used, arrays=3), pool=indices(c.n_train + c.n_test + c.n_val, arrays=3),
+                blocks=work(_FEWSHOT_BLOCK, copies=4, itemsize=F8), runtime=RUNTIME)
 
 
 def lowshot_memory(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -62,21 +65,22 @@ def lowshot_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     """
     shots = [n for n in s.get("shots", []) if isinstance(n, int)]
     sample_rows = min(c.n_train, max(shots, default=0) * c.n_classes)
-    sample = sample_rows * c.dim * c.itemsize + c.n_train * F8 * 3  # the rows, sampling permutations
-    small = 2 * c.dim * c.dim * F8 * 4  # the SVD route below 2d rows
-    return held(c, True) + label_bytes(c) + sample + max(ridge_terms(c), small) + c.n_test * F8 + RUNTIME
+    svd_route = matrix(c.dim, c.dim, copies=8)  # the ridge's SVD route below 2d rows
+    return peak(features=features(c, streams=True), labels=labels(c), sample=feature_rows(sample_rows, c),
+                permutations=indices(c.n_train, arrays=3), solver=max(ridge_terms(c), svd_route),
+                predictions=indices(c.n_test), runtime=RUNTIME)
 
 
 @register_protocol(
     "fewshot", version=1,
-    defaults={"n_way": 5, "n_shot": 20, "n_query": 15, "n_episodes": 600, "seed": 0, "pool": "all",
-              **DEVICE_DEFAULT},
+    defaults={"n_way": 5, "n_shot": 20, "n_query": 15, "n_episodes": 600, "seed": 0, "pool": "all"},
     choices={"pool": ("all", "test")},
     bounds={"n_way": at_least(2), "n_shot": at_least(1), "n_query": at_least(1),
             "n_episodes": Bound(1, 100_000), "seed": SEED},
-    check=check_device_setting, streams_train=True, memory=fewshot_memory,
+    runs_on_device=True, streams_train=True, memory=fewshot_memory,
     metrics=("score", "mean", "ci95", "std"), primary_metric="mean",
     description="N-way K-shot nearest-centroid episodes with a 95% CI (Ericsson 2021)",
+    cheap_settings={"n_way": 2, "n_shot": 2, "n_query": 2, "n_episodes": 5},
 )
 def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     device = resolve_device(s["device"])
@@ -104,11 +108,12 @@ def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
 @register_protocol(
     "lowshot", version=2,  # 2: its logistic probe selects C as logistic 2 does
     defaults={"shots": [1, 2, 4, 8, 16, 32, 64, 128, "all"], "n_seeds": 5, "probe": "ridge",
-              "transform": "l2", "seed": 0, "on_insufficient": "skip", **DEVICE_DEFAULT},
+              "transform": "l2", "seed": 0, "on_insufficient": "skip"},
     choices={"probe": ("ridge", "logistic"), "transform": TRANSFORM_NAMES, "on_insufficient": ("raise", "skip")},
     bounds={"n_seeds": Bound(1, 1000), "seed": SEED},
-    check=check_device_setting, streams_train=True, memory=lowshot_memory, metrics=("score",),
+    runs_on_device=True, streams_train=True, memory=lowshot_memory, metrics=("score",),
     description="accuracy with N train images per class, 5 samples each (ImageNet-CoG)",
+    cheap_settings={"shots": [1, 2], "n_seeds": 1},
 )
 def _lowshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: scipy, scikit-learn and torch load when a cell runs, not when the registry is read

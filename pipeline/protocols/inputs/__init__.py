@@ -7,7 +7,10 @@ accept, checked before any work, each refusal one line naming the value and what
   indices, multi-label arrays, the validation split.
 - ``parameters``: an estimator's numeric parameters and grids; protocol-setting grids
   (a protocol's settings are resolved in ``pipeline.protocols.settings``).
-- ``devices``: the ``device`` setting (checked without torch, resolved with it).
+- ``devices``: the ``device`` setting (checked without torch, resolved with it; the registry
+  adds it to an entry that ``runs_on_device``).
+- ``cell_data``: what a protocol is given as a whole (``EvalData``, ``DenseData``,
+  ``ImageData``) against what its entry reads.
 
 The modules are imported by name (``from pipeline.protocols.inputs.labels import
 encode_labels``): the device names are checked on the command line's fast path, which

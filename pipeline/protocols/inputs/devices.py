@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pipeline.errors import ConfigError
 
-__all__ = ["DEVICE_CHOICES", "DEVICE_DEFAULT", "available_cores", "check_device_name", "check_device_setting",
+__all__ = ["DEVICE_CHOICES", "DEVICE_DEFAULT", "available_cores", "check_device_name", "device_setting",
            "resolve_device"]
 
 #: What the ``device`` setting accepts (``cuda:<i>`` with any index).
@@ -45,15 +46,43 @@ def check_device_name(value: Any, name: str = "device") -> str:
     return value
 
 
-def check_device_setting(settings: Any) -> None:
-    """The ``check`` of a protocol whose only rule across settings is its ``device`` name.
+def device_setting(defaults: Mapping[str, Any], check: Callable[[Mapping[str, Any]], None] | None,
+                   name: str) -> tuple[dict[str, Any], Callable[[Mapping[str, Any]], None]]:
+    """The defaults and the check of a registry entry that ``runs_on_device``.
+
+    The registry adds the ``device`` setting (``auto``) to the entry's defaults and checks
+    its name (without torch) before the entry's own rules across settings, so no entry
+    declares or checks it itself.
 
     Parameters
     ----------
-    settings : mapping
-        The protocol's full settings.
+    defaults : mapping
+        The entry's own settings, without ``device``.
+    check : callable or None
+        The entry's own rules across settings.
+    name : str
+        The protocol's name (for the message of an entry that declares ``device`` itself).
+
+    Returns
+    -------
+    (dict, callable)
+        The defaults with ``device``, and the check of the device name then ``check``.
+
+    Raises
+    ------
+    ConfigError
+        If ``defaults`` already holds ``device``.
     """
-    check_device_name(settings["device"])
+    if "device" in defaults:
+        raise ConfigError(f"protocol {name!r} declares its own 'device' setting; runs_on_device=True adds it "
+                          "(drop it from its defaults)")
+
+    def checked(settings: Mapping[str, Any]) -> None:
+        check_device_name(settings["device"])
+        if check is not None:
+            check(settings)
+
+    return {**defaults, **DEVICE_DEFAULT}, checked
 
 
 def resolve_device(device: Any = "auto") -> Any:

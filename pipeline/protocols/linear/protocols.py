@@ -21,9 +21,11 @@ from pipeline.errors import DataValidationError
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.cell import CellShape
 from pipeline.protocols.fit_warnings import fit_warning, grid_warnings
-from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_setting, resolve_device
+from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.evidence import Evidence, class_evidence, float16_scores
-from pipeline.protocols.memory import BLOCK, F8, RUNTIME, held, label_bytes
+from pipeline.protocols.memory import (
+    F4, RUNTIME, features, indices, labels, lbfgs_copies, matrix, parameters, peak, row_blocks,
+)
 from pipeline.protocols.metrics import CLASS_METRICS, MULTILABEL_METRICS, accuracy_metrics, multilabel_metrics
 from pipeline.protocols.registry import SEED, Bound, EvalData, ProtocolResult, above, at_least, register_protocol
 from pipeline.protocols.transforms import TRANSFORM_NAMES, apply_transform
@@ -79,7 +81,8 @@ def ridge_terms(c: CellShape) -> int:
     int
     """
     d, K = c.dim, c.n_classes
-    return d * d * F8 * 6 + (d + K) ** 2 * F8 * 3 + d * K * F8 * 6 + 10 * BLOCK
+    return peak(gram=matrix(d, d, copies=6), qr_fallback=matrix(d + K, d + K, copies=3),
+                summaries=matrix(d, K, copies=6), blocks=row_blocks(10))
 
 
 def logistic_memory(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -95,7 +98,7 @@ def logistic_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     -------
     int
     """
-    return held(c, False) + label_bytes(c) + logistic_terms(c, s) + RUNTIME
+    return peak(features=features(c, streams=False), labels=labels(c), solver=logistic_terms(c, s), runtime=RUNTIME)
 
 
 def logistic_terms(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -111,13 +114,12 @@ def logistic_terms(c: CellShape, s: Mapping[str, Any]) -> int:
     -------
     int
     """
-    rows = c.n_train + c.n_val
-    params = c.n_classes * (c.dim + 1) * F8
-    solver = params * (4 * _HISTORY + 16) * (2 if s.get("Cs") is not None else 1)  # + calibration refit
-    precond = (c.dim + 1) ** 2 * F8 * 4
-    indices = rows * F8 * 4  # targets, train/validation positions
-    val_scores = c.n_val * c.n_classes * 4 * 3  # validation logits for multi-label mAP
-    return indices + solver + precond + val_scores + 6 * BLOCK
+    fits = 2 if s.get("Cs") is not None else 1  # a grid adds the calibration refit
+    return peak(lbfgs=fits * parameters(c.n_classes * (c.dim + 1), lbfgs_copies(_HISTORY), itemsize=8),
+                preconditioner=matrix(c.dim + 1, c.dim + 1, copies=4),
+                positions=indices(c.n_train + c.n_val, arrays=4),  # targets, train/validation positions
+                val_scores=matrix(c.n_val, c.n_classes, copies=3, itemsize=F4),  # logits for multi-label mAP
+                blocks=row_blocks(6))
 
 
 def ridge_memory(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -132,20 +134,22 @@ def ridge_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     -------
     int
     """
-    return held(c, True) + label_bytes(c) + ridge_terms(c) + c.n_test * c.n_classes * 4 + RUNTIME
+    return peak(features=features(c, streams=True), labels=labels(c), solver=ridge_terms(c),
+                scores=matrix(c.n_test, c.n_classes, itemsize=F4), runtime=RUNTIME)
 
 
 @register_protocol(
     "logistic", version=2,  # 2: the seed's tie rule, collapsed refits moved, map11 as Ericsson et al.
     defaults={"transform": "l2", "Cs": "default", "C": 1.0, "val_fraction": 0.2, "tol": 1e-4,
-              "max_iter": 1000, "seed": 0, "calibration_bins": 15, **DEVICE_DEFAULT},
+              "max_iter": 1000, "seed": 0, "calibration_bins": 15},
     choices={"transform": TRANSFORM_NAMES},
     bounds={"C": above(0), "val_fraction": Bound(0, 1, low_open=True, high_open=True), "tol": above(0),
             "max_iter": Bound(1, 100_000), "seed": SEED, "calibration_bins": Bound(1, 1000)},
-    check=check_device_setting, multilabel=True, memory=logistic_memory,
+    runs_on_device=True, multilabel=True, memory=logistic_memory,
     metrics=CLASS_METRICS + ("ece", "ece_temperature_scaled", "nll", "nll_temperature_scaled") + MULTILABEL_METRICS,
     unbounded=("nll", "nll_temperature_scaled"),
     description="multinomial L2 logistic probe, L-BFGS, C selected on validation (Kornblith 2019)",
+    cheap_settings={"Cs": [0.1, 1.0], "max_iter": 50},
 )
 def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     if data.multilabel:  # the paper's VOC setting: one binary probe per class, difficult left out
@@ -230,12 +234,13 @@ def _columns(classes: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 @register_protocol(
     "ridge", version=2,  # 2: map11 as Ericsson et al. compute it, map11_devkit beside it
-    defaults={"transform": "none", "alphas": "default", "alpha": 1e-4, "fit_intercept": True, **DEVICE_DEFAULT},
+    defaults={"transform": "none", "alphas": "default", "alpha": 1e-4, "fit_intercept": True},
     choices={"transform": TRANSFORM_NAMES},
     bounds={"alpha": at_least(0)},
-    check=check_device_setting, streams_train=True, multilabel=True, memory=ridge_memory,
+    runs_on_device=True, streams_train=True, multilabel=True, memory=ridge_memory,
     metrics=CLASS_METRICS + MULTILABEL_METRICS,
     description="least squares to one-vs-rest targets, alpha by exact leave-one-out PRESS (ViT few-shot)",
+    cheap_settings={},
 )
 def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch, scipy and scikit-learn load when a cell runs, not when the registry is read

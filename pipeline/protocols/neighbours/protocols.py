@@ -15,9 +15,9 @@ import numpy as np
 from pipeline.errors import DataValidationError
 from pipeline.protocols.blocks import STREAM_BLOCK_ROWS, block_rows
 from pipeline.protocols.cell import CellShape
-from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_name, resolve_device
+from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.evidence import class_evidence
-from pipeline.protocols.memory import F8, RUNTIME, held, label_bytes
+from pipeline.protocols.memory import F8, RUNTIME, feature_rows, features, labels, matrix, peak, work
 from pipeline.protocols.metrics import CLASS_METRICS, accuracy_metrics
 from pipeline.protocols.neighbours.pairs import check_metric_weights
 from pipeline.protocols.registry import EvalData, ProtocolResult, above, at_least, register_protocol
@@ -26,12 +26,11 @@ __all__ = ["knn_memory"]
 
 # Queries whose class weights are formed at once (k-NN): bounds an (m x K) array.
 _VOTE_CHUNK = 4096
-_KNN_SCORES = (1 << 22) * 4 * 3  # a score chunk and its top-k work (float32)
+_SCORE_CHUNK = 1 << 22  # elements of a score chunk (float32)
 
 
 def _check_knn(settings: Mapping[str, Any]) -> None:
     check_metric_weights(settings["metric"], settings["weights"])
-    check_device_name(settings["device"])
 
 
 def knn_memory(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -47,19 +46,22 @@ def knn_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     int
     """
     k = int(s.get("n_neighbors", 20))
-    state = c.n_test * k * (F8 + F8) * 3
-    weights = min(c.n_test, 4096) * c.n_classes * F8 * 2
-    block = STREAM_BLOCK_ROWS * c.dim * (c.itemsize + 4 * 2)
-    return held(c, True) + label_bytes(c) + state + weights + block + _KNN_SCORES + RUNTIME
+    return peak(features=features(c, streams=True), labels=labels(c),
+                # each query's top-k similarities (float64) and indices (int64), merged with a block's: 3 copies
+                top_k=matrix(c.n_test, k, copies=3, itemsize=F8 + F8),
+                votes=matrix(min(c.n_test, _VOTE_CHUNK), c.n_classes, copies=2),
+                block=feature_rows(STREAM_BLOCK_ROWS, c, copies=2),  # a train block, normalised in float32
+                scores=work(_SCORE_CHUNK, copies=3), runtime=RUNTIME)
 
 
 @register_protocol(
     "knn", version=1,
-    defaults={"n_neighbors": 20, "metric": "cosine", "weights": "exp", "temperature": 0.07, **DEVICE_DEFAULT},
+    defaults={"n_neighbors": 20, "metric": "cosine", "weights": "exp", "temperature": 0.07},
     choices={"metric": ("cosine", "euclidean"), "weights": ("exp", "uniform")},
-    check=_check_knn, streams_train=True, memory=knn_memory, metrics=CLASS_METRICS,
+    check=_check_knn, runs_on_device=True, streams_train=True, memory=knn_memory, metrics=CLASS_METRICS,
     bounds={"n_neighbors": at_least(1), "temperature": above(0)},
     description="weighted k-NN on cosine similarity (Wu 2018, DINO); streams train blocks",
+    cheap_settings={},
 )
 def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch and scikit-learn load when a cell runs, not when the registry is read

@@ -28,11 +28,13 @@ import numpy as np
 from pipeline.errors import ConfigError
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.cell import CellShape
-from pipeline.protocols.inputs.devices import DEVICE_DEFAULT, check_device_name, resolve_device
+from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.inputs.parameters import GRID_MAX, check_setting_grid
 from pipeline.protocols.evidence import class_evidence
 from pipeline.protocols.linear.protocols import logistic_terms
-from pipeline.protocols.memory import BLOCK, F4, F8, RUNTIME, held, label_bytes
+from pipeline.protocols.memory import (
+    ADAMW_COPIES, BLOCK, F4, RUNTIME, features, indices, labels, matrix, parameters, peak, work,
+)
 from pipeline.protocols.metrics import accuracy_metrics
 from pipeline.protocols.registry import (
     SEED, Bound, EvalData, ProtocolResult, above, get_protocol, register_protocol, resolve_settings,
@@ -41,7 +43,6 @@ from pipeline.protocols.transforms import TRANSFORM_NAMES, apply_transform
 
 __all__ = ["attentive_memory", "mlp_memory"]
 
-_ADAMW_COPIES = 4  # a trained parameter, its gradient and AdamW's two moments
 _EVAL_ELEMENTS = BLOCK // F4  # elements of one evaluation pass on the CPU (as in stacked_training)
 _SIZES = {"batch_size": Bound(1, 1 << 20), "max_epochs": Bound(1, 10_000), "patience": Bound(1, 10_000),
           "val_fraction": Bound(0, 1, low_open=True, high_open=True), "seed": SEED}
@@ -51,7 +52,6 @@ def _check_mlp(s: Mapping[str, Any]) -> None:
     check_setting_grid(s["weight_decays"], "weight_decays", positive=False)
     if s["linear_Cs"] != "default":
         check_setting_grid(s["linear_Cs"], "linear_Cs", positive=True)
-    check_device_name(s["device"])
 
 
 def _check_attentive(s: Mapping[str, Any]) -> None:
@@ -60,7 +60,6 @@ def _check_attentive(s: Mapping[str, Any]) -> None:
     if len(s["learning_rates"]) * len(s["weight_decays"]) > GRID_MAX:
         raise ConfigError(f"learning_rates x weight_decays makes {len(s['learning_rates']) * len(s['weight_decays'])} "
                           f"grid points; at most {GRID_MAX}")
-    check_device_name(s["device"])
 
 
 def _train_val(data: EvalData) -> tuple[list[np.ndarray], np.ndarray, np.ndarray | None]:
@@ -91,12 +90,13 @@ def _grid_training(c: CellShape, s: Mapping[str, Any], G: int, n_params: int, ba
     one minibatch's activations and gradients, one evaluation pass (rows sized as in
     stacked_training: its input and activations near ``_EVAL_ELEMENTS``), the row orders."""
     rows = c.n_train + c.n_val
-    state = G * n_params * F4 * _ADAMW_COPIES
     val_rows = c.n_val if c.n_val else int(math.ceil(float(s.get("val_fraction", 0.2)) * rows)) + 1
     per_row = max(c.n_tokens * c.dim, row_activations)
     eval_rows = min(val_rows, max(1, _EVAL_ELEMENTS // max(1, per_row)))
-    return state + batch_elements * F4 * 4 + eval_rows * (c.n_tokens * c.dim + row_activations) * F4 * 2 \
-        + rows * F8 * 4
+    return peak(parameters=parameters(G * n_params, ADAMW_COPIES),
+                minibatch=work(batch_elements, copies=4),  # activations, their gradients, the gathered rows
+                evaluation=matrix(eval_rows, c.n_tokens * c.dim + row_activations, copies=2, itemsize=F4),
+                row_orders=indices(rows, arrays=4))
 
 
 def mlp_memory(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -116,8 +116,10 @@ def mlp_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     d, K = c.dim, c.n_classes
     batch = B * d + G * B * (2 * h + 2 * K)  # the input batch, hidden units and logits with gradients
     mlp = _grid_training(c, s, G, d * h + h + h * K + K, batch, G * (h + K))
-    test = min(c.n_test, max(256, BLOCK // max(1, h * 4))) * (d + h + K) * F4 * 2  # blocked prediction
-    return held(c, False) + label_bytes(c) + max(logistic_terms(c, {"Cs": "default"}), mlp + test) + RUNTIME
+    test = matrix(min(c.n_test, max(256, BLOCK // max(1, h * 4))), d + h + K, copies=2, itemsize=F4)  # prediction
+    return peak(features=features(c, streams=False), labels=labels(c),
+                # the logistic baseline, then the MLP: the larger of the two at a time
+                training=max(logistic_terms(c, {"Cs": "default"}), mlp + test), runtime=RUNTIME)
 
 
 def attentive_memory(c: CellShape, s: Mapping[str, Any]) -> int:
@@ -137,21 +139,24 @@ def attentive_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     n_params = 4 * d * d + d * K + 8 * d + K
     batch = 2 * B * T * d + G * B * H * (2 * T + 2 * d) + G * B * (4 * d + 2 * K)
     train = _grid_training(c, s, G, n_params, batch, G * (H * (T + 2 * d) + 4 * d))
-    test = min(c.n_test, max(1, 2**22 // max(1, T * d))) * (T * d + H * (T + d) + K) * F4 * 2  # predict passes
-    return held(c, False) + label_bytes(c) + train + test + RUNTIME
+    test_rows = min(c.n_test, max(1, 2**22 // max(1, T * d)))
+    return peak(features=features(c, streams=False), labels=labels(c), training=train,
+                prediction=matrix(test_rows, T * d + H * (T + d) + K, copies=2, itemsize=F4), runtime=RUNTIME)
 
 
 @register_protocol(
     "mlp", version=2,  # 2: linear_score from logistic 2
     defaults={"transform": "l2", "hidden_units": 1000, "weight_decays": [0.0, 1e-4, 1e-3, 1e-2, 1e-1],
               "learning_rate": 1e-3, "batch_size": 256, "max_epochs": 100, "patience": 10, "val_fraction": 0.2,
-              "seed": 0, "linear_Cs": "default", **DEVICE_DEFAULT},
+              "seed": 0, "linear_Cs": "default"},
     choices={"transform": TRANSFORM_NAMES},
     bounds={"hidden_units": Bound(1, 65_536), "learning_rate": above(0), **_SIZES},
-    check=_check_mlp, memory=mlp_memory,
+    check=_check_mlp, runs_on_device=True, memory=mlp_memory,
     metrics=("score", "top1", "mean_per_class", "linear_score", "gain_over_linear"), unbounded=("gain_over_linear",),
     description="one-hidden-layer ReLU probe, weight decay and epochs on validation; gain over logistic "
                 "(Kolesnikov 2019)",
+    cheap_settings={"hidden_units": 8, "learning_rate": 0.05, "max_epochs": 8,
+                    "patience": 3, "weight_decays": [0.0, 0.01], "linear_Cs": [1.0]},
 )
 def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch and scikit-learn load when a cell runs, not when the registry is read
@@ -192,10 +197,12 @@ def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
 @register_protocol(
     "attentive", version=1,
     defaults={"num_heads": 8, "learning_rates": [1e-4, 1e-3, 1e-2], "weight_decays": [1e-3, 1e-2, 1e-1],
-              "batch_size": 128, "max_epochs": 50, "patience": 5, "val_fraction": 0.2, "seed": 0, **DEVICE_DEFAULT},
+              "batch_size": 128, "max_epochs": 50, "patience": 5, "val_fraction": 0.2, "seed": 0},
     bounds={"num_heads": Bound(1, 4096), **_SIZES},
-    check=_check_attentive, memory=attentive_memory, tokens=True, metrics=("score", "top1", "mean_per_class"),
+    check=_check_attentive, runs_on_device=True, memory=attentive_memory, tokens=True,
+    metrics=("score", "top1", "mean_per_class"),
     description="one learned query cross-attends to the token features, layer norm, linear classifier",
+    cheap_settings={"num_heads": 1, "max_epochs": 8, "patience": 3, "learning_rates": [0.05], "weight_decays": [0.0]},
 )
 def _attentive(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch and scikit-learn load when a cell runs, not when the registry is read
