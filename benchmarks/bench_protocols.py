@@ -118,7 +118,7 @@ def bench_logistic(data, repeats: int) -> dict:
     from sklearn.linear_model import LogisticRegression
 
     from pipeline.protocols.linear.logistic import DEFAULT_CS, LogisticProbe
-    from pipeline.protocols.transforms import l2_normalize
+    from pipeline.protocols.transforms.transformers import l2_normalize
 
     (Xtr, ytr), (Xva, yva), (Xte, yte) = data["train"], data["val"], data["test"]
     Xtr, Xva, Xte = (l2_normalize(X) for X in (Xtr, Xva, Xte))

@@ -233,7 +233,7 @@ def pointed_record(store: Any, ledger: Any, identity: str | None, cell: Any, con
         The config's encoder identity (None: no pointer).
     cell : Cell
     config_hash : str
-        The hash of the cell's current settings (``jobs.config.protocol_checks.settings_hash``).
+        The hash of the cell's current settings (``jobs.config.protocols.settings_hash``).
 
     Returns
     -------

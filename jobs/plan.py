@@ -18,9 +18,9 @@ from jobs.checkpoint_facts import keep_facts, take_facts
 from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
 from jobs.config.checkpoint_folders import ScanResult, scan_checkpoints, with_encoders
 from jobs.config.mistakes import Mistakes
-from jobs.config.protocol_checks import check_protocol_networks
-from jobs.config.folder_checks import check_scanned_files, folder_mistakes, scan_entry_mistakes
-from jobs.config.weights import check_encoder
+from jobs.config.checkpoint_files import check_scanned_files, folder_mistakes, scan_entry_mistakes
+from jobs.config.encoders import check_encoder
+from jobs.config.protocols import check_protocol_networks
 from jobs.dense_plan import check_dense_pairs, pairs_with_dataset
 from jobs.encoder_identity import encoder_identity, note_owner, unit_identity
 from jobs.evaluation.cell import ENCODER_LAYER, Cell
@@ -291,7 +291,7 @@ def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: b
     strict_folders : bool
         With ``check``: a scan whose settings are wrong (its ``arch`` or ``layers``, or
         every file it offers refused) is a config mistake, raised with the others before
-        anything is recorded or run (``jobs.config.folder_checks``); False (a scheduled
+        anything is recorded or run (``jobs.config.checkpoint_files``); False (a scheduled
         scan) refuses such files one by one instead. A file refused alone beside files that
         pass is recorded either way, and the run goes on.
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.config import BenchmarkConfig
-from jobs.config.checkpoint_aliases import alias_line
+from jobs.config.checkpoint_files import alias_line
 from jobs.config.typed import from_plain
 from jobs.evaluation.cell import Cell
 from jobs.plan import ExtractUnit, Plan

@@ -11,7 +11,7 @@ from flows.cli.printing import note, print_json, print_line, say
 from flows.runtime import prefect_api, prepare_environment
 from jobs.analysis.correlate import figure_lines
 from jobs.config import load_config
-from jobs.config.checkpoint_aliases import alias_line
+from jobs.config.checkpoint_files import alias_line
 from jobs.config.checkpoint_folders import wait_for_settled
 from jobs.encoder_identity import name_clash_lines
 from jobs.plan import make_plan

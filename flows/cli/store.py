@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from flows.cli.printing import print_json, print_line, print_table
 from flows.cli.ranks import print_ranks
 from jobs.config import ExtractConfig, load_config
-from jobs.config.weights import check_weights
+from jobs.config.encoders import check_weights
 from jobs.encoder_identity import names_of_several
 from jobs.results import failed_rows, result_rows
 from pipeline.errors import ArrayNotFoundError, CorruptImageError, RepevalError

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from jobs.config.protocol_checks import settings_hash
+from jobs.config.protocols import settings_hash
 from pipeline.errors import ConfigError, DataValidationError, UnknownNameError
 from pipeline.plain import to_plain
 from storage_schema.ledger import latest_records

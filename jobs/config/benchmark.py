@@ -11,8 +11,7 @@ from typing import Any
 from jobs.config.datasets import DatasetConfig
 from jobs.config.encoders import CheckpointScan, EncoderConfig
 from jobs.config.mistakes import Mistakes, check_no_credentials
-from jobs.config.protocol_checks import check_correlation_layers, check_correlation_metrics
-from jobs.config.protocols import ProtocolConfig
+from jobs.config.protocols import ProtocolConfig, check_correlation_layers, check_correlation_metrics
 from jobs.config.report import CorrelationConfig, ReferenceConfig, ReportConfig
 from jobs.config.run import DaskSettings, ExtractConfig
 from pipeline.errors import ConfigError

@@ -20,7 +20,7 @@ takes it again.
 
 A file that holds the weights of another file of its folder (DINO's ``checkpoint.pth`` beside
 ``checkpoint0005.pth``, Lightning's ``last.ckpt``, a ``latest`` link) is not an encoder of
-its own: it is named as an alias of the numbered file (``jobs.config.checkpoint_aliases``).
+its own: it is named as an alias of the numbered file (``jobs.config.checkpoint_files``).
 
 Names never collide silently: two files that would give one encoder name (``ck.pth`` and
 ``ck.ckpt``, or the same stem in two folders) are refused together, each naming the other,
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.config.benchmark import BenchmarkConfig
-from jobs.config.checkpoint_aliases import find_aliases
+from jobs.config.checkpoint_files import find_aliases
 from jobs.config.encoders import CheckpointScan, EncoderConfig
 from jobs.failures import checkpoint_failure
 from pipeline.analysis.series.steps import checkpoint_step, series_name

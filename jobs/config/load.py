@@ -6,6 +6,23 @@ field's path, before any work: ``protocols[2].settings.n_neighbours: unknown set
 knn; valid settings: ...``. Reading a config imports neither torch nor timm (the CLI
 answers fast); what needs the registries of architectures and adapters is checked by
 ``jobs.plan.make_plan``.
+
+The YAML is read under a budget enforced while it is parsed, before anything is built.
+A YAML alias repeats what it names without costing bytes, and a merge key (``<<: *base``)
+copies a mapping into another: 250 KB can stand for a mapping merged 20,000 times, which
+PyYAML would build whole (minutes, gigabytes) before :func:`jobs.config.mistakes.check_bounds`
+sees it; 1,000 nested ``[`` overflow its recursive composer. So the parser's events are
+read first (libyaml's parser where installed: a 1 MB file in tens of milliseconds), and
+counted as the config would hold them, each alias as often as it is used:
+
+- :data:`~jobs.config.mistakes.MAX_VALUES` values (mappings, lists and scalars; keys are not
+  values), an alias or merge counting every value it names;
+- :data:`~jobs.config.mistakes.MAX_TEXT` characters of keys and strings, aliases counted the same way;
+- :data:`MAX_DEPTH` levels of nesting;
+- :data:`MAX_ALIASES` aliases used, and none inside the value it names.
+
+The first budget passed is refused with a config message naming the line and column
+where it ran out. Only then is the text loaded (``SafeLoader``: no tags that build objects).
 """
 
 from __future__ import annotations
@@ -14,17 +31,20 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from jobs.config.benchmark import BenchmarkConfig
-from jobs.config.bounded_yaml import load_yaml
-from jobs.config.protocol_checks import resolve_protocol_paths
-from jobs.config.mistakes import check_bounds, check_file_size
+from jobs.config.mistakes import MAX_TEXT, MAX_VALUES, check_bounds, check_file_size
+from jobs.config.protocols import resolve_protocol_paths
 from jobs.config.suites import expand_suite
 from jobs.config.typed import from_plain
 from pipeline.errors import ConfigError
-from pipeline.terminal import short
+from pipeline.terminal import printable, short
 
-__all__ = ["load_config", "resolve_paths", "resolve_tracker_paths"]
+__all__ = ["MAX_ALIASES", "MAX_DEPTH", "check_events", "load_config", "load_yaml", "resolve_paths", "resolve_tracker_paths"]
+
 
 _URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
@@ -35,7 +55,7 @@ def load_config(source: str | os.PathLike | dict) -> BenchmarkConfig:
     Relative paths in a file (store, checkpoints, encoder weights, dataset roots and other
     path parameters of adapters, suite roots, reference csv, report) are taken relative
     to the file's folder, so a config means the same from any working folder. Oversized
-    input is refused first (``jobs.config.bounded_yaml`` while the YAML is parsed,
+    input is refused first (``load_yaml`` while the YAML is parsed,
     ``jobs.config.mistakes`` for a dict); then every mistake found is reported at once, one
     line each.
     """
@@ -114,3 +134,127 @@ def resolve_tracker_paths(cfg: BenchmarkConfig, base: Path, local: Callable[[str
                 tracker.tracking_uri = (beside / "mlruns").resolve().as_uri()
             elif not _URI_SCHEME.match(uri):
                 tracker.tracking_uri = Path(local(os.path.expanduser(uri))).as_uri()
+
+
+# -- YAML read under a budget, while it is parsed -------------------------------------------
+MAX_DEPTH = 50  # a config nests a handful of levels
+MAX_ALIASES = 1_000  # a config reuses a few anchors
+
+# libyaml's parser and scanner where installed (the constructor is PyYAML's own, in Python)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_NODE = (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent, yaml.AliasEvent)
+_END = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+
+
+class _Frame:
+    """An open mapping or list: whether a key comes next, and the counts when it opened."""
+
+    __slots__ = ("is_map", "key_next", "anchor", "values", "text", "as_key")
+
+    def __init__(self, is_map: bool, anchor: str | None, values: int, text: int, as_key: bool) -> None:
+        self.is_map, self.key_next, self.anchor = is_map, True, anchor
+        self.values, self.text, self.as_key = values, text, as_key
+
+
+def load_yaml(text: str, name: str) -> Any:
+    """The plain data of a YAML config, refused over the budget above before it is built.
+
+    Parameters
+    ----------
+    text : str
+        The config file's text.
+    name : str
+        How the file is named in messages.
+
+    Returns
+    -------
+    any
+        What ``yaml.safe_load`` gives.
+
+    Raises
+    ------
+    ConfigError
+        Not valid YAML, or over a budget: naming the line and column.
+    """
+    try:
+        check_events(yaml.parse(text, Loader=_LOADER), name)
+        return yaml.load(text, Loader=_LOADER)  # noqa: S506  a SafeLoader
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{name}: not valid YAML{_where(exc)}") from None
+
+
+def _where(exc: yaml.YAMLError) -> str:
+    """`` at line L, column C: what is wrong`` (the parser's own words, on one line)."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return f": {short(str(exc), 400)}"
+    context = getattr(exc, "context", None)
+    what = printable(" ".join((f"{problem} ({context})" if context else str(problem)).split()))
+    return f" at line {mark.line + 1}, column {mark.column + 1}: {what[:300]}"
+
+
+def check_events(events: Any, name: str) -> None:  # noqa: C901  one branch per kind of event
+    """Count the values, text, depth and aliases of a YAML event stream; refuse the first budget passed.
+
+    Parameters
+    ----------
+    events : iterable of yaml.Event
+        What ``yaml.parse`` gives.
+    name : str
+        The file, for messages.
+    """
+    values = text = aliases = 0
+    stack: list[_Frame] = []
+    sizes: dict[str, tuple[int, int]] = {}  # anchor -> (values, characters) it stands for
+    for event in events:
+        if isinstance(event, _NODE):
+            as_key = bool(stack) and stack[-1].is_map and stack[-1].key_next
+            counted = 0 if as_key else 1
+            anchor = getattr(event, "anchor", None)
+            if isinstance(event, yaml.AliasEvent):
+                aliases += 1
+                if aliases > MAX_ALIASES:
+                    _refuse(name, event, f"more than {MAX_ALIASES:,} aliases; a config uses at most {MAX_ALIASES:,}")
+                if any(f.anchor == anchor for f in stack):
+                    _refuse(name, event, f"alias *{short(anchor, 40)} is inside the value it names (a value that "
+                                         "holds itself)")
+                v, t = sizes.get(anchor, (1, 0))  # an undefined alias: the loader names it
+                values += v * counted
+                text += t
+                _done(stack)
+            elif isinstance(event, yaml.ScalarEvent):
+                values += counted
+                text += len(event.value)
+                if anchor is not None:
+                    sizes[anchor] = (1, len(event.value))
+                _done(stack)
+            else:
+                values += counted
+                stack.append(_Frame(isinstance(event, yaml.MappingStartEvent), anchor, values - counted, text, as_key))
+                if len(stack) > MAX_DEPTH:
+                    _refuse(name, event, f"values nested more than {MAX_DEPTH} levels deep; a config nests at "
+                                         f"most {MAX_DEPTH}")
+        elif isinstance(event, _END):
+            frame = stack.pop()
+            if frame.anchor is not None:
+                sizes[frame.anchor] = (values - frame.values + (1 if frame.as_key else 0), text - frame.text)
+            _done(stack)
+        else:
+            continue
+        if values > MAX_VALUES:
+            _refuse(name, event, f"the config holds more than {MAX_VALUES:,} values (a YAML alias or merge key "
+                                 f"repeats what it names); a config holds at most {MAX_VALUES:,}")
+        if text > MAX_TEXT:
+            _refuse(name, event, f"the config's text passes {MAX_TEXT:,} characters (a YAML alias repeats what "
+                                 f"it names); a config holds at most {MAX_TEXT:,}")
+
+
+def _done(stack: list[_Frame]) -> None:
+    """A node ended: in a mapping, a key is followed by its value and a value by a key."""
+    if stack and stack[-1].is_map:
+        stack[-1].key_next = not stack[-1].key_next
+
+
+def _refuse(name: str, event: Any, what: str) -> None:
+    mark = event.start_mark
+    raise ConfigError(f"config: {name}, line {mark.line + 1}, column {mark.column + 1}: {what}")

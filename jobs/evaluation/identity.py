@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.config.protocol_checks import settings_hash
+from jobs.config.protocols import settings_hash
 from jobs.encoder_identity import belongs, owners, pointed_record, record_identity
 from jobs.evaluation.cell import Cell
 from pipeline.errors import DataValidationError, WeightsMismatchError

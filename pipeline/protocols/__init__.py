@@ -39,8 +39,8 @@ _LAZY = {
     "DEFAULT_CS": "linear.logistic", "LogisticProbe": "linear.logistic",
     "LowShotResult": "episodic.lowshot", "lowshot_curve": "episodic.lowshot", "relative_to_baseline": "episodic.lowshot",
     "DEFAULT_ALPHAS": "linear.ridge", "RidgeProbe": "linear.ridge",
-    "L2Normalize": "transforms", "Standardize": "transforms", "Whiten": "transforms",
-    "make_transform": "transforms", "FeatureRows": "blocks",
+    "L2Normalize": "transforms.transformers", "Standardize": "transforms.transformers",
+    "Whiten": "transforms.transformers", "make_transform": "transforms.transformers", "FeatureRows": "blocks",
 }
 
 __all__ = sorted([*_LAZY, "EvalData", "ImageData", "Protocol", "ProtocolResult", "get_protocol", "list_protocols",

@@ -14,7 +14,7 @@ import timm
 import torch
 
 from jobs.config import load_config
-from jobs.config.checkpoint_aliases import alias_line, numbered
+from jobs.config.checkpoint_files import alias_line, numbered
 from jobs.config.checkpoint_folders import scan_checkpoints
 from jobs.plan import make_plan
 from jobs.plan_store import plan_notes

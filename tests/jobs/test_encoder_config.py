@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from jobs.config import load_config
-from jobs.config.protocol_checks import settings_hash
+from jobs.config.protocols import settings_hash
 from jobs.config.typed import from_plain
 from jobs.evaluation.cell import Cell
 from jobs.plan import check_plan, evaluation_cells, extraction_units, make_plan

@@ -16,7 +16,7 @@ import torch
 from flows.tasks import finetune_finish_task, finetune_point_task
 from jobs.config import load_config
 from jobs.analysis.correlate import correlate_results
-from jobs.config.protocol_checks import settings_hash
+from jobs.config.protocols import settings_hash
 from jobs.evaluation.identity import recorded_cells, weights_identity
 from jobs.evaluation.scratch import scratch_folder
 from jobs.evaluation.weights import grid_finish, grid_point, weights_cell

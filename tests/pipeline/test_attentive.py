@@ -90,6 +90,37 @@ def test_selection_over_the_learning_rate_and_weight_decay_grid_is_recorded():
     assert probe.solver_ == "adamw"
 
 
+def test_fit_is_the_grid_then_the_refit_of_the_selected_point_and_batches_match_an_array():
+    """The probe's fit is train_grid on the validation split, then train_fixed of the selected
+    (lr, wd) on every row for its epochs; rows of two splits gathered per batch fit as their
+    concatenation does."""
+    X, y = _one_token(120, 0, T=6, d=8)
+    val_mask = np.zeros(120, bool)
+    val_mask[::4] = True
+    settings = {**SMALL, "max_epochs": 6, "learning_rates": (1e-3, 1e-2), "weight_decays": (0.1,)}
+    probe = AttentiveProbe(**settings).fit(X, y, val_mask=val_mask)
+    from pipeline.protocols.nets.attentive import StackedAttentive
+    from pipeline.protocols.nets.stacked_training import RowBatches, train_fixed, train_grid
+
+    def make(G, generator):
+        return StackedAttentive(G, 8, 4, SMALL["num_heads"], generator, torch.device("cpu"))
+
+    Xt, yt = torch.from_numpy(X), torch.from_numpy(y.astype(np.int64))
+    record = train_grid(make, Xt, yt, np.flatnonzero(~val_mask), np.flatnonzero(val_mask), np.array([1e-3, 1e-2]),
+                        np.array([0.1, 0.1]), SMALL["batch_size"], 6, SMALL["patience"], 0, torch.device("cpu"))
+    np.testing.assert_array_equal(record.val_accuracy, probe.val_curves_)
+    refit = train_fixed(make, Xt, yt, np.arange(120), probe.learning_rate_, probe.weight_decay_,
+                        SMALL["batch_size"], probe.n_epochs_, 0, torch.device("cpu"))
+    for name, value in refit.params.items():
+        np.testing.assert_array_equal(value.detach()[0].numpy(), probe.params_[name])
+    order = np.r_[np.flatnonzero(~val_mask), np.flatnonzero(val_mask)]
+    batched = AttentiveProbe(**settings).fit_batches(RowBatches([X[~val_mask], X[val_mask]]), y[order],
+                                                     val_mask[order])
+    whole = AttentiveProbe(**settings).fit(X[order], y[order], val_mask=val_mask[order])
+    for name in whole.params_:
+        np.testing.assert_array_equal(batched.params_[name], whole.params_[name])
+
+
 def test_vit_token_features_feed_the_probe():
     """Input path only: a random-init timm ViT's forward_features gives (n, 1 + patches, d)."""
     timm = pytest.importorskip("timm")

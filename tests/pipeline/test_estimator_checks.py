@@ -8,7 +8,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from pipeline.protocols.neighbours.knn import KNNClassifier
 from pipeline.protocols.linear.logistic import LogisticProbe
 from pipeline.protocols.linear.ridge import DEFAULT_ALPHAS, RidgeProbe
-from pipeline.protocols.transforms import L2Normalize, Standardize, Whiten
+from pipeline.protocols.transforms.transformers import L2Normalize, Standardize, Whiten
 
 ESTIMATORS = [
     RidgeProbe(),

@@ -13,7 +13,7 @@ from pipeline.protocols.neighbours.knn import (
     knn_predict_from_topk,
     topk_blocks,
 )
-from pipeline.protocols.transforms import Whiten
+from pipeline.protocols.transforms.transformers import Whiten
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

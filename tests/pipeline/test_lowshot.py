@@ -13,7 +13,7 @@ from pipeline.protocols.episodic.lowshot import (
     relative_to_baseline,
 )
 from pipeline.protocols.linear.ridge import DEFAULT_ALPHAS, RidgeProbe
-from pipeline.protocols.transforms import L2Normalize
+from pipeline.protocols.transforms.transformers import L2Normalize
 
 
 def _data(seed: int = 0, sizes: tuple[int, ...] = (40, 25, 30)) -> tuple[np.ndarray, ...]:

@@ -36,7 +36,7 @@ def _tokens(n: int, seed: int, T: int = 5, d: int = 8, K: int = 3) -> tuple[np.n
 
 
 def _l2(X: np.ndarray) -> np.ndarray:
-    from pipeline.protocols.transforms import L2Normalize
+    from pipeline.protocols.transforms.transformers import L2Normalize
 
     return L2Normalize().fit(X).transform(X.astype(np.float32))
 

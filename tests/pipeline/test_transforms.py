@@ -7,7 +7,7 @@ import pytest
 from sklearn.preprocessing import StandardScaler
 
 from pipeline.errors import DataValidationError, UnknownNameError
-from pipeline.protocols.transforms import (
+from pipeline.protocols.transforms.transformers import (
     TRANSFORMS,
     Identity,
     L2Normalize,
@@ -129,3 +129,17 @@ def test_fitted_on_streamed_blocks_and_applied_per_block(name):
     row_map = streamed.row_map()
     mapped = np.concatenate([row_map(b, s).numpy() for b, s in FeatureRows.of(X_test).blocks(dtype=torch.float64)])
     np.testing.assert_allclose(mapped, whole.transform(X_test), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["none", "l2", "standardize", "whiten"])
+def test_apply_transform_fits_on_train_and_maps_every_rows_given(name):
+    from pipeline.protocols.blocks import FeatureRows
+    from pipeline.protocols.transforms import TRANSFORM_NAMES, apply_transform
+
+    assert TRANSFORM_NAMES == tuple(TRANSFORMS)
+    X, X_test = _features(), _features(n=50, seed=1)
+    train, test = apply_transform(name, FeatureRows.of(X), FeatureRows.of(X), FeatureRows.of(X_test))
+    fitted = make_transform(name).fit(X)
+    np.testing.assert_array_equal(train.numpy(X.dtype), fitted.transform(X))
+    np.testing.assert_array_equal(test.numpy(X.dtype), fitted.transform(X_test))
+    assert (train.row_map is None) == (name == "none")  # the fitted map, for readers mapping their own blocks

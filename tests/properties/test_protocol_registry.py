@@ -64,8 +64,8 @@ def test_an_entry_that_declares_its_own_device_setting_is_refused():
 
 
 def test_transform_names_match_the_transforms():
-    from pipeline.protocols.linear.protocols import TRANSFORM_NAMES
-    from pipeline.protocols.transforms import TRANSFORMS
+    from pipeline.protocols.transforms import TRANSFORM_NAMES
+    from pipeline.protocols.transforms.transformers import TRANSFORMS
 
     assert TRANSFORM_NAMES == tuple(TRANSFORMS)
 
@@ -155,7 +155,7 @@ def test_multilabel_targets_are_refused_by_single_label_protocols(name):
 def test_calibration_uses_the_probes_own_split():
     from pipeline.protocols.audits.calibration import calibration_report
     from pipeline.protocols.linear.logistic import LogisticProbe
-    from pipeline.protocols.transforms import L2Normalize
+    from pipeline.protocols.transforms.transformers import L2Normalize
 
     data = _data()
     settings = resolve_settings("logistic", {"Cs": [0.1, 1.0, 10.0], "seed": 4})

@@ -2,7 +2,7 @@
 
 A merge-key bomb (a 4,000-key mapping merged 20,000 times, 300 KB) took 69 s and 2.75 GB
 before its size was checked; 1,000 nested ``[`` ended in a RecursionError (exit 4). Both,
-and every budget of jobs/config/bounded_yaml.py, are refused in milliseconds with a config
+and every budget of jobs/config/load.py, are refused in milliseconds with a config
 message; a config with anchors and merge keys under the budgets loads as PyYAML reads it.
 """
 
@@ -15,7 +15,7 @@ import yaml
 
 from flows.cli.main import main
 from jobs.config import load_config
-from jobs.config.bounded_yaml import MAX_ALIASES, MAX_DEPTH, load_yaml
+from jobs.config.load import MAX_ALIASES, MAX_DEPTH, load_yaml
 from jobs.config.mistakes import MAX_VALUES
 from pipeline.errors import ConfigError
 from tests.helpers.configs import tiny_config

@@ -47,7 +47,7 @@ from pipeline.protocols.inputs.labels import check_class_indices, check_train_te
 from pipeline.protocols.neighbours.knn import KNNClassifier
 from pipeline.protocols.linear.logistic import LogisticProbe
 from pipeline.protocols.linear.ridge import RidgeProbe
-from pipeline.protocols.transforms import Standardize, Whiten
+from pipeline.protocols.transforms.transformers import Standardize, Whiten
 
 __all__ = [
     "AUDIT_PROTOCOLS",

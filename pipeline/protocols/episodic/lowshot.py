@@ -38,7 +38,8 @@ from pipeline.errors import ConfigError, DataValidationError, unknown_name
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.linear.logistic import LogisticProbe
 from pipeline.protocols.linear.ridge import DEFAULT_ALPHAS, RidgeProbe
-from pipeline.protocols.transforms import fit_row_map, make_transform
+from pipeline.protocols.transforms import apply_transform
+from pipeline.protocols.transforms.transformers import make_transform
 from pipeline.protocols.inputs.features import check_features
 from pipeline.protocols.inputs.labels import check_class_indices, check_min_classes
 
@@ -212,9 +213,9 @@ def sample_per_class(labels: np.ndarray, classes: np.ndarray, n: int, rng: np.ra
 def _fit_score(train: FeatureRows, y_tr: np.ndarray, test: FeatureRows, y_te: np.ndarray, transform: str,
                transform_params: Mapping[str, Any] | None, probe: str, probe_params: Mapping[str, Any] | None,
                random_state: int, device: Any) -> tuple[float, dict[str, Any], np.ndarray]:
-    row_map = fit_row_map(transform, train, **dict(transform_params or {}))
-    model = _make_probe(probe, probe_params, random_state, device).fit_rows(train.with_map(row_map), y_tr)
-    pred = model.predict_rows(test.with_map(row_map))
+    train, test = apply_transform(transform, train, train, test, **dict(transform_params or {}))
+    model = _make_probe(probe, probe_params, random_state, device).fit_rows(train, y_tr)
+    pred = model.predict_rows(test)
     diag = {a.rstrip("_"): _plain(getattr(model, a)) for a in _DIAGNOSTICS if hasattr(model, a)}
     return float(np.mean(pred == y_te)), diag, _compact(pred)
 

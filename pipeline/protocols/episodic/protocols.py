@@ -18,11 +18,12 @@ from pipeline.protocols.episodic.fewshot import fewshot_episodes
 from pipeline.protocols.fit_warnings import at_chance_warning
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.evidence import Evidence, class_indices
-from pipeline.protocols.linear.protocols import TRANSFORM_NAMES, ridge_terms
+from pipeline.protocols.linear.protocols import ridge_terms
 from pipeline.protocols.memory import (
     F8, RUNTIME, feature_rows, features, indices, labels, matrix, peak, work,
 )
 from pipeline.protocols.registry import SEED, Bound, EvalData, ProtocolResult, at_least, register_protocol
+from pipeline.protocols.transforms import TRANSFORM_NAMES
 
 __all__ = ["fewshot_memory", "lowshot_memory"]
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import DataValidationError
+from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.evidence import Evidence, float16_scores
 from pipeline.protocols.fit_warnings import fit_warning, grid_warnings
 from pipeline.protocols.inputs.features import check_features
@@ -30,7 +31,7 @@ from pipeline.protocols.linear.average_precision import mean_average_precision_1
 from pipeline.protocols.linear.logistic import DEFAULT_CS
 from pipeline.protocols.metrics import multilabel_metrics
 from pipeline.protocols.registry import EvalData, ProtocolResult, get_protocol, list_protocols
-from pipeline.protocols.transforms import make_transform
+from pipeline.protocols.transforms import apply_transform
 
 
 def accepts_multilabel(protocol: Any) -> bool:
@@ -239,10 +240,13 @@ def multilabel_logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         ``map11`` (= ``score``), its per-class APs, ``map11_devkit`` and ``map`` (not interpolated),
         all from the float16 test scores kept as its evidence; C and its validation mAPs.
     """
-    X_train = data.train()
-    fitted = make_transform(s["transform"]).fit(X_train)
-    X_tr, X_te = fitted.transform(X_train), fitted.transform(data.X_test)
-    X_va = None if data.X_val is None else fitted.transform(data.X_val)
+    splits = [check_features(data.train(), "X_train"), check_features(data.X_test, "X_test")]
+    if data.X_val is not None:
+        splits.append(check_features(data.X_val, "X_val"))
+    rows = [FeatureRows.of(X) for X in splits]
+    mapped = apply_transform(s["transform"], rows[0], *rows)
+    X_tr, X_te, *X_va = (r.numpy(X.dtype) for r, X in zip(mapped, splits, strict=True))
+    X_va = X_va[0] if X_va else None
     Y_tr = check_multilabel(data.y_train, name="y_train", difficult=True)
     val_mask = None
     if X_va is not None:  # a dataset-defined validation split selects C; the refit uses both

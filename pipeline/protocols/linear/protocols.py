@@ -5,8 +5,8 @@ Only metadata is built at import: the runners import their implementations (torc
 scikit-learn) when they run, so listing protocols and checking settings stays cheap.
 Every runner reads features through ``FeatureRows`` (never a second full-size copy: no
 concatenation of splits, no transformed copy) and runs on the ``device`` setting's device,
-which its diagnostics record. ``TRANSFORM_NAMES`` (the ``transform`` setting's choices) and
-the solvers' memory terms are shared with the families built on these probes (low-shot,
+which its diagnostics record; the ``transform`` setting is applied by
+``pipeline.protocols.transforms.apply_transform``. The solvers' memory terms are shared with the families built on these probes (low-shot,
 the MLP's linear baseline).
 """
 
@@ -28,11 +28,10 @@ from pipeline.protocols.memory import (
 )
 from pipeline.protocols.metrics import CLASS_METRICS, MULTILABEL_METRICS, accuracy_metrics, multilabel_metrics
 from pipeline.protocols.registry import SEED, Bound, EvalData, ProtocolResult, above, at_least, register_protocol
+from pipeline.protocols.transforms import TRANSFORM_NAMES, apply_transform
 
-__all__ = ["TRANSFORM_NAMES", "logistic_memory", "logistic_terms", "ridge_memory", "ridge_terms"]
+__all__ = ["logistic_memory", "logistic_terms", "ridge_memory", "ridge_terms"]
 
-#: Names of the preprocessing transforms (``transforms.TRANSFORMS``, kept here without importing torch).
-TRANSFORM_NAMES = ("none", "l2", "standardize", "whiten")
 _HISTORY = 20  # L-BFGS pairs (as in lbfgs)
 
 
@@ -162,13 +161,12 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
 
     # deferred: torch and scikit-learn load when a cell runs, not when the registry is read
     from pipeline.protocols.linear.logistic import LogisticProbe
-    from pipeline.protocols.transforms import fit_row_map
 
     device = resolve_device(s["device"])
     rows, y, val_index = _train_val_rows(data)
     # the transform is fitted on the train split only
-    row_map = fit_row_map(s["transform"], rows.select(np.arange(len(data.y_train))), device)
-    rows, test = rows.with_map(row_map), FeatureRows.of(data.X_test).with_map(row_map)
+    rows, test = apply_transform(s["transform"], rows.select(np.arange(len(data.y_train))), rows,
+                                 FeatureRows.of(data.X_test), device=device)
     probe = LogisticProbe(C=s["C"], Cs=s["Cs"], val_fraction=s["val_fraction"], tol=s["tol"], max_iter=s["max_iter"],
                           random_state=s["seed"], device=device).fit_rows(rows, y, val_index=val_index)
     metrics, evidence = _score(data, probe, test, probe.score_blocks)
@@ -247,14 +245,13 @@ def _columns(classes: np.ndarray, labels: np.ndarray) -> np.ndarray:
 def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch, scipy and scikit-learn load when a cell runs, not when the registry is read
     from pipeline.protocols.linear.ridge import DEFAULT_ALPHAS, RidgeProbe
-    from pipeline.protocols.transforms import fit_row_map
 
     device = resolve_device(s["device"])
     train = data.train_rows()
-    row_map = fit_row_map(s["transform"], train, device)
+    train, test = apply_transform(s["transform"], train, train, FeatureRows.of(data.X_test), device=device)
     probe = RidgeProbe(alpha=s["alpha"], fit_intercept=s["fit_intercept"], alphas=_grid(s["alphas"], DEFAULT_ALPHAS),
-                       device=device).fit_rows(train.with_map(row_map), _present(data))
-    metrics, evidence = _score(data, probe, FeatureRows.of(data.X_test).with_map(row_map), probe.score_blocks)
+                       device=device).fit_rows(train, _present(data))
+    metrics, evidence = _score(data, probe, test, probe.score_blocks)
     # leave-one-out on train: no row is held out (a validation split is not read)
     diagnostics = {"alpha": float(probe.alpha_), "device": str(device), "n_val": 0,
                    "validation": "exact leave-one-out on train" if s["alphas"] is not None else "none: alpha fixed"}

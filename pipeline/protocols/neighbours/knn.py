@@ -25,7 +25,7 @@ from pipeline.errors import ConfigError, DataValidationError, unknown_name
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.neighbours.pairs import KNN_METRICS, check_metric_weights
-from pipeline.protocols.transforms import l2_normalize_block
+from pipeline.protocols.transforms.transformers import l2_normalize_block
 from pipeline.protocols.inputs.features import check_features, check_finite, validate_features
 from pipeline.protocols.inputs.labels import check_min_classes, encode_labels
 from pipeline.protocols.inputs.parameters import check_number

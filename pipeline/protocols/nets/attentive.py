@@ -16,7 +16,8 @@ instead of O(B T d^2) for projecting every token: d / H times fewer operations (
 ViT-B with 12 heads). ``attentive_logits`` is checked against torch.nn.MultiheadAttention.
 
 Training: AdamW minibatches with the learning rate and the weight decay selected on a
-validation split (a grid; every grid point trained at once, see ``stacked_training``),
+validation split (a grid; every grid point trained at once, see ``stacked_training``; the fit is
+``grid_probe.GridProbe``'s),
 early stopping on validation, then a refit on train + validation for the selected number
 of epochs. Tokens may be float16 (as stored); batches are cast to float32 on the device.
 """
@@ -29,16 +30,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from pipeline.errors import ConfigError, DataValidationError
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.inputs.features import as_cpu_tensor, check_tokens
-from pipeline.protocols.inputs.labels import check_min_classes, encode_labels
-from pipeline.protocols.inputs.parameters import check_grid, check_number
-from pipeline.protocols.nets.outputs import SoftmaxOutputMixin
-from pipeline.protocols.nets.stacked_training import GridSelectionMixin, RowBatches
+from pipeline.protocols.inputs.parameters import check_grid
+from pipeline.protocols.nets.grid_probe import GridProbe
 
 __all__ = ["AttentiveProbe", "DEFAULT_ATTENTIVE_LRS", "DEFAULT_ATTENTIVE_WEIGHT_DECAYS", "attentive_logits"]
 
@@ -158,7 +156,7 @@ class StackedAttentive:
         return G * (self.num_heads * (T + 2 * d) + 4 * d)
 
 
-class AttentiveProbe(GridSelectionMixin, SoftmaxOutputMixin, ClassifierMixin, BaseEstimator):
+class AttentiveProbe(GridProbe):
     """Cross-attention pooling of token features with a linear classifier on top.
 
     Parameters
@@ -210,75 +208,35 @@ class AttentiveProbe(GridSelectionMixin, SoftmaxOutputMixin, ClassifierMixin, Ba
         self.random_state = random_state
         self.device = device
 
-    def _check_params(self) -> tuple[np.ndarray, torch.device]:
-        for name in ("num_heads", "batch_size", "max_epochs", "patience"):
-            check_number(getattr(self, name), name, 1, integer=True)
-        check_number(self.val_fraction, "val_fraction", 0, 1, low_open=True, high_open=True)
-        check_number(self.random_state, "random_state", 0, 2**32 - 1, integer=True)
+    rows_needed = "token features (n, T, d)"
+    row_ndim = 3
+
+    def _grid(self) -> tuple[np.ndarray, np.ndarray, torch.device]:
+        self._check_training("num_heads")
         lrs = check_grid(self.learning_rates, "learning_rates", low_open=True)
         wds = check_grid(self.weight_decays, "weight_decays", low_open=False)
-        return np.array(list(product(lrs, wds)), dtype=np.float64), resolve_device(self.device)
+        grid = np.array(list(product(lrs, wds)), dtype=np.float64)
+        return grid[:, 0], grid[:, 1], resolve_device(self.device)
 
-    def fit(self, X: Any, y: Any, val_mask: Any = None) -> AttentiveProbe:
-        """Select (learning rate, weight decay) and the epoch count on validation; refit on all rows.
+    def _checked(self, X: Any) -> np.ndarray:
+        return check_tokens(X)
 
-        Parameters
-        ----------
-        X : array-like of shape (n, T, d)
-            Token features (float16 accepted and kept so in memory).
-        y : array-like of shape (n,)
-            Class labels.
-        val_mask : array-like of bool, optional
-            Rows of a dataset-defined validation split; the refit uses every row.
-
-        Returns
-        -------
-        AttentiveProbe
-            self, fitted.
-        """
-        grid, device = self._check_params()
-        return self._fit(check_tokens(X), y, val_mask, grid, device)
-
-    def fit_batches(self, source: RowBatches, y: Any, val_mask: Any = None) -> AttentiveProbe:
-        """``fit`` on token rows gathered one minibatch at a time (splits never concatenated).
-
-        Parameters
-        ----------
-        source : RowBatches
-            The (n, T, d) token rows of the train and validation splits (finite values).
-        y : array-like of shape (n,)
-            Class labels.
-        val_mask : array-like of bool, optional
-            As for ``fit``.
-
-        Returns
-        -------
-        AttentiveProbe
-            self, fitted.
-        """
-        grid, device = self._check_params()
-        if len(source.shape) != 3:
-            raise DataValidationError(f"AttentiveProbe needs token features (n, T, d), got rows of shape "
-                                      f"{source.shape}")
-        return self._fit(source, y, val_mask, grid, device)
-
-    def _fit(self, X: Any, y: Any, val_mask: Any, grid: np.ndarray, device: torch.device) -> AttentiveProbe:
-        n, T, d = X.shape
+    def _stacked(self, shape: tuple[int, ...], K: int, device: torch.device) -> Any:
+        _, T, d = shape
         if d % self.num_heads:
             raise ConfigError(f"num_heads={self.num_heads} does not divide the feature width d={d}; choose a "
                               f"divisor of {d}")
-        self.classes_, codes = encode_labels(y, n)
-        check_min_classes(self.classes_)
-        K = self.classes_.size
+        self.n_features_in_, self.n_tokens_in_ = d, T
 
         def make(G: int, generator: torch.Generator) -> StackedAttentive:
             return StackedAttentive(G, d, K, self.num_heads, generator, device)
 
-        self.n_features_in_, self.n_tokens_in_ = d, T
-        model, best = self._select_and_refit(make, X, codes, val_mask, grid[:, 0], grid[:, 1], device)
-        self.grid_, self.learning_rate_, self.weight_decay_ = grid, float(grid[best, 0]), float(grid[best, 1])
+        return make
+
+    def _keep(self, model: StackedAttentive, best: int, lrs: np.ndarray, wds: np.ndarray) -> None:
+        self.grid_ = np.column_stack([lrs, wds])
+        self.learning_rate_, self.weight_decay_ = float(lrs[best]), float(wds[best])
         self.params_ = {k: v.detach()[0].cpu().numpy() for k, v in model.params.items()}
-        return self
 
     def _logits(self, X: Any) -> np.ndarray:
         check_is_fitted(self)

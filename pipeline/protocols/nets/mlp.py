@@ -14,7 +14,7 @@ that "the same number of epochs" means the same thing in the refit). Weight deca
 AdamW's decoupled decay on the two weight matrices (not the biases).
 
 Selection: every weight decay of the grid is trained at once (stacked members, see
-``stacked_training``) on the train part, scored on the validation part (dataset-defined,
+``stacked_training``; the fit is ``grid_probe.GridProbe``'s) on the train part, scored on the validation part (dataset-defined,
 or a stratified seeded ``val_fraction`` of train) after every epoch; a member stops after
 ``patience`` epochs without a better validation score (accuracy, then cross-entropy). The
 member with the best score gives the weight decay and the number of epochs; the final
@@ -30,17 +30,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
-from pipeline.errors import DataValidationError
 from pipeline.protocols.blocks import FeatureRows, block_rows
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.inputs.features import validate_features
-from pipeline.protocols.inputs.labels import check_min_classes, encode_labels
 from pipeline.protocols.inputs.parameters import check_grid, check_number
-from pipeline.protocols.nets.outputs import SoftmaxOutputMixin
-from pipeline.protocols.nets.stacked_training import GridSelectionMixin, RowBatches
+from pipeline.protocols.nets.grid_probe import GridProbe
 
 __all__ = ["DEFAULT_MLP_WEIGHT_DECAYS", "MLPProbe"]
 
@@ -111,7 +107,7 @@ class StackedMLP:
         return torch.baddbmm(p["b2"], hidden, p["W2"])
 
 
-class MLPProbe(GridSelectionMixin, SoftmaxOutputMixin, ClassifierMixin, BaseEstimator):
+class MLPProbe(GridProbe):
     """One-hidden-layer ReLU probe, weight decay and epochs selected on validation.
 
     Parameters
@@ -172,75 +168,28 @@ class MLPProbe(GridSelectionMixin, SoftmaxOutputMixin, ClassifierMixin, BaseEsti
         self.random_state = random_state
         self.device = device
 
-    def _check_params(self) -> tuple[np.ndarray, torch.device]:
-        for name in ("hidden_units", "batch_size", "max_epochs", "patience"):
-            check_number(getattr(self, name), name, 1, integer=True)
+    def _grid(self) -> tuple[np.ndarray, np.ndarray, torch.device]:
+        self._check_training("hidden_units")
         check_number(self.learning_rate, "learning_rate", 0, low_open=True)
-        check_number(self.val_fraction, "val_fraction", 0, 1, low_open=True, high_open=True)
-        check_number(self.random_state, "random_state", 0, 2**32 - 1, integer=True)
-        return check_grid(self.weight_decays, "weight_decays", low_open=False), resolve_device(self.device)
+        wds = check_grid(self.weight_decays, "weight_decays", low_open=False)
+        return np.full(wds.size, float(self.learning_rate)), wds, resolve_device(self.device)
 
-    def fit(self, X: Any, y: Any, val_mask: Any = None) -> MLPProbe:
-        """Select the weight decay and epoch count on validation, then refit on all rows.
+    def _checked(self, X: Any) -> np.ndarray:
+        return validate_features(self, X, reset=True)
 
-        Parameters
-        ----------
-        X : array-like of shape (n, d)
-            Features.
-        y : array-like of shape (n,)
-            Class labels.
-        val_mask : array-like of bool, optional
-            Rows of a dataset-defined validation split (used instead of a stratified draw
-            for selection); the refit uses every row.
-
-        Returns
-        -------
-        MLPProbe
-            self, fitted.
-        """
-        wds, device = self._check_params()
-        X = validate_features(self, X, reset=True)
-        return self._fit(X, y, val_mask, wds, device)
-
-    def fit_batches(self, source: RowBatches, y: Any, val_mask: Any = None) -> MLPProbe:
-        """``fit`` on rows gathered one minibatch at a time (splits never concatenated).
-
-        Parameters
-        ----------
-        source : RowBatches
-            The (n, d) rows, e.g. the train and validation splits with a fitted
-            preprocessing applied per batch. Their values must be finite.
-        y : array-like of shape (n,)
-            Class labels.
-        val_mask : array-like of bool, optional
-            As for ``fit``.
-
-        Returns
-        -------
-        MLPProbe
-            self, fitted.
-        """
-        wds, device = self._check_params()
-        if len(source.shape) != 2:
-            raise DataValidationError(f"MLPProbe needs (n, d) features, got rows of shape {source.shape}")
-        self.n_features_in_ = int(source.shape[1])
-        return self._fit(source, y, val_mask, wds, device)
-
-    def _fit(self, X: Any, y: Any, val_mask: Any, wds: np.ndarray, device: torch.device) -> MLPProbe:
-        self.classes_, codes = encode_labels(y, X.shape[0])
-        check_min_classes(self.classes_)
-        d, K = X.shape[1], self.classes_.size
+    def _stacked(self, shape: tuple[int, ...], K: int, device: torch.device) -> Any:
+        self.n_features_in_ = d = int(shape[1])
 
         def make(G: int, generator: torch.Generator) -> StackedMLP:
             return StackedMLP(G, d, self.hidden_units, K, generator, device)
 
-        model, best = self._select_and_refit(make, X, codes, val_mask, np.full(wds.size, float(self.learning_rate)),
-                                             wds, device)
+        return make
+
+    def _keep(self, model: StackedMLP, best: int, lrs: np.ndarray, wds: np.ndarray) -> None:
         self.weight_decays_, self.weight_decay_ = wds, float(wds[best])
         p = {k: v.detach()[0].cpu().numpy() for k, v in model.params.items()}
         self.coefs_ = [p["W1"], p["W2"]]
         self.intercepts_ = [p["b1"][0], p["b2"][0]]
-        return self
 
     def predict_rows(self, rows: FeatureRows) -> np.ndarray:
         """``predict`` over ``FeatureRows`` (and their row map), block by block on the fitted device.

@@ -31,7 +31,7 @@ from pipeline.protocols.cell import CellShape
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.inputs.parameters import GRID_MAX, check_setting_grid
 from pipeline.protocols.evidence import class_evidence
-from pipeline.protocols.linear.protocols import TRANSFORM_NAMES, logistic_terms
+from pipeline.protocols.linear.protocols import logistic_terms
 from pipeline.protocols.memory import (
     ADAMW_COPIES, BLOCK, F4, RUNTIME, features, indices, labels, matrix, parameters, peak, work,
 )
@@ -39,6 +39,7 @@ from pipeline.protocols.metrics import accuracy_metrics
 from pipeline.protocols.registry import (
     SEED, Bound, EvalData, ProtocolResult, above, get_protocol, register_protocol, resolve_settings,
 )
+from pipeline.protocols.transforms import TRANSFORM_NAMES, apply_transform
 
 __all__ = ["attentive_memory", "mlp_memory"]
 
@@ -161,19 +162,19 @@ def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch and scikit-learn load when a cell runs, not when the registry is read
     from pipeline.protocols.nets.mlp import MLPProbe
     from pipeline.protocols.nets.stacked_training import RowBatches
-    from pipeline.protocols.transforms import fit_row_map
 
     device = resolve_device(s["device"])
     shared = {k: s[k] for k in ("transform", "val_fraction", "seed", "device")}
     linear_settings = resolve_settings("logistic", {**shared, "Cs": s["linear_Cs"]})
     linear = get_protocol("logistic").run(data, linear_settings)
     parts, y, val_mask = _train_val(data)
-    row_map = fit_row_map(s["transform"], FeatureRows.of(parts[0]), device)  # fitted on train only
+    test, = apply_transform(s["transform"], FeatureRows.of(parts[0]), FeatureRows.of(data.X_test), device=device)
+    row_map = test.row_map  # fitted on train only; the training batches map their rows with it
     probe = MLPProbe(hidden_units=s["hidden_units"], weight_decays=s["weight_decays"],
                      learning_rate=s["learning_rate"], batch_size=s["batch_size"], max_epochs=s["max_epochs"],
                      patience=s["patience"], val_fraction=s["val_fraction"], random_state=s["seed"],
                      device=device).fit_batches(RowBatches(parts, row_map), y, val_mask)
-    predicted = probe.predict_rows(FeatureRows.of(data.X_test).with_map(row_map))
+    predicted = probe.predict_rows(test)
     metrics = accuracy_metrics(data.y_test, predicted, data.mean_per_class)
     metrics["linear_score"] = float(linear.metrics["score"])
     metrics["gain_over_linear"] = float(metrics["score"]) - metrics["linear_score"]

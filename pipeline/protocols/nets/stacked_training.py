@@ -23,21 +23,18 @@ preprocessed features ever exist as a full-size copy.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
-from sklearn.exceptions import ConvergenceWarning
 
 from pipeline.protocols.blocks import BLOCK_BYTES
 from pipeline.protocols.inputs.features import as_cpu_tensor
-from pipeline.protocols.inputs.labels import validation_split
 
 __all__ = [
-    "GridRecord", "GridSelectionMixin", "RowBatches", "StackedAdamW", "StackedModel", "evaluate", "select_member",
+    "GridRecord", "RowBatches", "StackedAdamW", "StackedModel", "evaluate", "select_member",
     "train_epoch", "train_fixed", "train_grid",
 ]
 
@@ -385,35 +382,3 @@ def train_fixed(make_model: Callable[[int, torch.Generator], StackedModel], X: t
     for _ in range(epochs):
         train_epoch(model, opt, X, codes, rows, batch_size, generator, device)
     return model
-
-
-class GridSelectionMixin:
-    """The fit shared by the torch probes: the grid on the validation split with early
-    stopping, the selection, then the refit on every row. Uses the estimator's
-    ``val_fraction``, ``random_state``, ``batch_size``, ``max_epochs`` and ``patience``."""
-
-    def _select_and_refit(self, make_model: Callable[[int, torch.Generator], StackedModel], X: Any,
-                          codes: np.ndarray, val_mask: object, lrs: np.ndarray, wds: np.ndarray,
-                          device: torch.device) -> tuple[StackedModel, int]:
-        """Train the grid, record the selection in fitted attributes, refit; (model, best index).
-        ``X``: an array, or ``RowBatches``."""
-        train_rows, val_rows = validation_split(codes, self.val_fraction, self.random_state, val_mask)
-        Xt = X if isinstance(X, RowBatches) else as_cpu_tensor(X)
-        yt = torch.from_numpy(codes)
-        record = train_grid(make_model, Xt, yt, train_rows, val_rows, lrs, wds, self.batch_size, self.max_epochs,
-                            self.patience, self.random_state, device)
-        best = select_member(record, lrs, wds)
-        self.n_epochs_ = int(record.best_epoch[best])
-        self.n_val_ = int(len(val_rows))  # the rows every grid member was scored on
-        self.val_accuracy_, self.val_loss_ = record.best_accuracy, record.best_loss
-        self.best_epochs_, self.val_curves_ = record.best_epoch, record.val_accuracy
-        self.stopped_early_ = bool(record.stopped_early[best])
-        self.solver_, self.device_ = "adamw", str(device)
-        model = train_fixed(make_model, Xt, yt, np.arange(codes.size), float(lrs[best]), float(wds[best]),
-                            self.batch_size, self.n_epochs_, self.random_state, device)
-        if self.n_epochs_ == self.max_epochs:
-            warnings.warn(
-                f"{type(self).__name__}: validation score (accuracy, then cross-entropy) was still improving at "
-                f"the last of max_epochs={self.max_epochs} epochs (lr={lrs[best]:g}, weight_decay={wds[best]:g}); "
-                "raise max_epochs for a selected epoch count inside the budget.", ConvergenceWarning, stacklevel=3)
-        return model, best

@@ -1,93 +1,27 @@
-"""Feature rows read block by block on a compute device, never copied whole.
-
-Longer than 450 lines because every protocol reads its features through this one class
-(slicing, concatenated splits, fitted row maps, devices); splitting it would scatter that
-contract.
+"""``FeatureRows``: the rows of one or more feature matrices as one virtual row array.
 
 A protocol's memory must stay near the features it is given, whatever the number of
 rows: a second full-size copy (a float64 cast, a concatenation of splits, a transformed
 copy, a training subset) would double it. ``FeatureRows`` stands for the rows of one or
-more feature matrices, each held in memory (numpy, any float dtype: float16 stays
-float16) or streamed from storage by a callable that yields ``(block, row_offset)``
-pairs, optionally restricted to some rows and followed by a row map (a fitted
-preprocessing). The protocols read it as blocks of bounded size, converted to their
-compute dtype on their device only one block at a time.
+more feature matrices (the splits joined), each held in memory (numpy, any float dtype:
+float16 stays float16) or streamed from storage (``pipeline.protocols.blocks.parts``),
+optionally restricted to some rows (``select``) and followed by a row map (``with_map``:
+a fitted preprocessing). The protocols read it as blocks of bounded size, converted to
+their compute dtype on their device only one block at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from pipeline.errors import ConfigError, DataValidationError
+from pipeline.protocols.blocks.parts import CachedPart, StreamedPart, to_torch_block
+from pipeline.protocols.blocks.sizes import Blocks, block_rows
 
-__all__ = [
-    "BLOCK_BYTES", "STREAM_BLOCK_ROWS", "Blocks", "FeatureRows", "RowsPredictMixin", "block_rows",
-    "predict_from_scores",
-]
-
-#: A callable returning an iterable of (row block, row offset) pairs, in any order.
-Blocks = Callable[[], Iterable[tuple[np.ndarray, int]]]
-
-#: Bytes of one float block per device type: large enough for efficient products, small
-#: next to the features (the O(1) term of every protocol's memory).
-BLOCK_BYTES = {"cpu": 4 << 20, "cuda": 256 << 20}
-#: Rows per block when train features are streamed from storage (a caller's default).
-STREAM_BLOCK_ROWS = 8192
-
-
-def block_rows(n_cols: int, device: Any = None, itemsize: int = 8, budget: int | None = None) -> int:
-    """Rows of a block whose (rows x n_cols) matrix of ``itemsize`` bytes fits the budget.
-
-    Parameters
-    ----------
-    n_cols : int
-        Width of the widest per-block matrix (features, classes or scores).
-    device : torch.device or None
-        The compute device (a GPU gets larger blocks); None: the CPU.
-    itemsize : int
-        Bytes per element.
-    budget : int or None
-        Bytes per block; None: the device's default.
-
-    Returns
-    -------
-    int
-        At least 1.
-    """
-    kind = getattr(device, "type", "cpu")
-    budget = BLOCK_BYTES.get(kind, BLOCK_BYTES["cpu"]) if budget is None else budget
-    return max(256, budget // max(1, n_cols * itemsize))
-
-
-@dataclass(frozen=True)
-class _Streamed:
-    """A part read by a callable yielding (block, row_offset); the rows it covers."""
-
-    blocks: Blocks
-    n_rows: int
-
-
-@dataclass(frozen=True)
-class _Sparse:
-    """Some rows of a streamed part, read once and kept (compact, in their stored dtype)."""
-
-    rows: np.ndarray  # sorted row numbers within the part
-    data: np.ndarray  # (len(rows), d)
-    n_rows: int
-
-
-def _torch_block(block: np.ndarray, device: Any, dtype: Any) -> Any:
-    import torch
-
-    if isinstance(block, torch.Tensor):
-        return block.to(device=device, dtype=dtype)
-    if not block.flags.writeable:  # torch wants writable memory to share it
-        block = block.copy()
-    return torch.from_numpy(block).to(device=device, dtype=dtype)
+__all__ = ["FeatureRows"]
 
 
 class FeatureRows:
@@ -111,7 +45,7 @@ class FeatureRows:
 
     def __init__(self, parts: Sequence[Any], n_features: int, index: np.ndarray | None = None,
                  row_map: Callable[[Any, int], Any] | None = None):
-        self.parts = [_Streamed(*p) if isinstance(p, tuple) else p for p in parts]
+        self.parts = [StreamedPart(*p) if isinstance(p, tuple) else p for p in parts]
         sizes = [p.shape[0] if isinstance(p, np.ndarray) else p.n_rows for p in self.parts]
         self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.n_features = int(n_features)
@@ -151,7 +85,7 @@ class FeatureRows:
     @property
     def in_memory(self) -> bool:
         """True when no part is streamed (every row can be gathered directly)."""
-        return not any(isinstance(p, _Streamed) for p in self.parts)
+        return not any(isinstance(p, StreamedPart) for p in self.parts)
 
     def _derive(self, index: np.ndarray | None = None, row_map: Any = "keep", parts: Any = None) -> FeatureRows:
         out = FeatureRows.__new__(FeatureRows)
@@ -210,7 +144,7 @@ class FeatureRows:
         global_rows = wanted if self.index is None else np.unique(self.index[wanted])
         parts: list[Any] = []
         for p, part in enumerate(self.parts):
-            if not isinstance(part, _Streamed):
+            if not isinstance(part, StreamedPart):
                 parts.append(part)
                 continue
             lo, hi = self.starts[p], self.starts[p + 1]
@@ -223,7 +157,7 @@ class FeatureRows:
                 if not dtype_set:  # the stored dtype, learnt from the first block
                     data, dtype_set = data.astype(block.dtype), True
                 data[a:b] = block[rows[a:b] - offset]
-            parts.append(_Sparse(rows, data, part.n_rows))
+            parts.append(CachedPart(rows, data, part.n_rows))
         return self._derive(parts=parts)
 
     def on_device(self, device: Any, copy: bool | None = None) -> FeatureRows:
@@ -264,11 +198,11 @@ class FeatureRows:
         """Rows at global positions (any order) from in-memory and cached parts."""
         part_of = np.searchsorted(self.starts, global_rows, side="right") - 1
         used = np.unique(part_of)
-        if any(isinstance(self.parts[p], _Streamed) for p in used):
+        if any(isinstance(self.parts[p], StreamedPart) for p in used):
             raise DataValidationError("rows of a streamed part are taken only after FeatureRows.cached()")
         if used.size == 1 and isinstance(self.parts[used[0]], np.ndarray):  # the common case: one array
             return self.parts[used[0]][global_rows - self.starts[used[0]]]
-        on_device = [p for p in self.parts if not isinstance(p, (np.ndarray, _Sparse, _Streamed))]
+        on_device = [p for p in self.parts if not isinstance(p, (np.ndarray, CachedPart, StreamedPart))]
         if on_device:  # parts moved by on_device(): gather there
             import torch
 
@@ -278,13 +212,13 @@ class FeatureRows:
             out = torch.empty(global_rows.shape + (self.n_features,), dtype=dtype, device=on_device[0].device)
         else:
             dtypes = [p.dtype if isinstance(p, np.ndarray) else p.data.dtype for p in self.parts
-                      if not isinstance(p, _Streamed)]
+                      if not isinstance(p, StreamedPart)]
             out = np.empty(global_rows.shape + (self.n_features,), dtype=np.result_type(*dtypes))
         for p in used:
             mask = part_of == p
             local = global_rows[mask] - self.starts[p]
             part = self.parts[p]
-            if isinstance(part, _Sparse):
+            if isinstance(part, CachedPart):
                 at = np.searchsorted(part.rows, local)
                 if np.any(at >= part.rows.size) or np.any(part.rows[np.minimum(at, part.rows.size - 1)] != local):
                     raise DataValidationError("a row outside FeatureRows.cached(positions) was asked for")
@@ -320,18 +254,18 @@ class FeatureRows:
         if self.index is None:
             for p, part in enumerate(self.parts):
                 lo = int(self.starts[p])
-                if isinstance(part, _Streamed):
+                if isinstance(part, StreamedPart):
                     for block, offset in part.blocks():
                         yield self._checked(np.asarray(block), lo + offset), lo + offset
                 else:
-                    data = part.data if isinstance(part, _Sparse) else part
+                    data = part.data if isinstance(part, CachedPart) else part
                     for i in range(0, data.shape[0], rows):
                         yield data[i:i + rows], lo + i
             return
         index = self.index
         ordered = index.size < 2 or bool(np.all(index[1:] >= index[:-1]))
         for p, part in enumerate(self.parts):
-            if not isinstance(part, _Streamed):
+            if not isinstance(part, StreamedPart):
                 continue
             if not ordered:
                 raise DataValidationError("rows of a streamed part must be selected in increasing order")
@@ -343,7 +277,7 @@ class FeatureRows:
                     yield block[index[a:b] - lo - offset], int(a)
         streamed = np.zeros(index.size, dtype=bool)
         for p, part in enumerate(self.parts):
-            if isinstance(part, _Streamed):
+            if isinstance(part, StreamedPart):
                 streamed |= (index >= self.starts[p]) & (index < self.starts[p + 1])
         rest = np.flatnonzero(~streamed)
         for i in range(0, rest.size, rows):
@@ -384,7 +318,7 @@ class FeatureRows:
         for block, start in self._raw_blocks(rows):
             wide = block.dtype == torch.float64 if isinstance(block, torch.Tensor) else block.dtype == np.float64
             want = dtype or (torch.float64 if wide else torch.float32)
-            tensor = _torch_block(block, device, want)
+            tensor = to_torch_block(block, device, want)
             if mapped and self.row_map is not None:
                 tensor = self.row_map(tensor, start)
             yield tensor, start
@@ -408,51 +342,3 @@ class FeatureRows:
         for block, start in self.blocks(dtype=tdtype):
             out[start:start + block.shape[0]] = block.cpu().numpy()
         return out
-
-
-def predict_from_scores(score_blocks: Iterable[tuple[Any, int]], n_rows: int, classes: np.ndarray,
-                        multilabel: bool = False) -> np.ndarray:
-    """Predictions from blocks of class scores: the best class, or scores > 0 for multi-label.
-
-    Parameters
-    ----------
-    score_blocks : iterable of (torch.Tensor, int)
-        (scores (b, K), start) covering rows 0 .. n_rows - 1.
-    n_rows : int
-        Rows in all.
-    classes : numpy.ndarray
-        Label of each score column.
-    multilabel : bool
-        Return (n_rows, K) 0/1 indicators instead of labels.
-
-    Returns
-    -------
-    numpy.ndarray
-        (n_rows,) labels (the first class on exact ties) or (n_rows, K) indicators.
-    """
-    import torch
-
-    out = np.empty((n_rows, len(classes)) if multilabel else n_rows,
-                   dtype=np.int64 if multilabel else np.intp)
-    for scores, start in score_blocks:
-        best = (scores > 0).to(torch.int64) if multilabel else torch.argmax(scores, dim=1)
-        out[start:start + scores.shape[0]] = best.cpu().numpy()
-    return out if multilabel else classes[out]
-
-
-class RowsPredictMixin:
-    """``predict_rows`` for a fitted linear probe with ``score_blocks``, ``classes_``, ``multilabel_``."""
-
-    def predict_rows(self, rows: FeatureRows) -> np.ndarray:
-        """``predict`` over ``FeatureRows``, block by block.
-
-        Parameters
-        ----------
-        rows : FeatureRows
-
-        Returns
-        -------
-        numpy.ndarray
-            (n,) labels, or (n, K) indicators for multi-label.
-        """
-        return predict_from_scores(self.score_blocks(rows), len(rows), self.classes_, self.multilabel_)

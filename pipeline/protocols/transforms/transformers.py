@@ -1,11 +1,12 @@
-"""Feature preprocessing fitted on the train split only.
+"""The transformers: feature preprocessing fitted on the train split only.
 
 ``none``, ``l2`` (rows to unit norm), ``standardize`` (per-feature train mean and std) and
 ``whiten`` (ZCA: (h - mu) Sigma^(-1/2) with the train covariance). Statistics are computed
 in float64 from row blocks; the output keeps the input's float dtype (float32 stays
 float32). Each transformer is a scikit-learn transformer and, for the protocols, a row
 map applied to blocks of ``FeatureRows`` (``fit_rows``, ``row_map``): the transformed
-features never exist as a second full-size array.
+features never exist as a second full-size array. The protocols apply them through
+``pipeline.protocols.transforms.apply_transform``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.inputs.features import validate_features
 from pipeline.protocols.inputs.parameters import check_number
 
-__all__ = ["Identity", "L2Normalize", "Standardize", "TRANSFORMS", "Whiten", "l2_normalize", "make_transform"]
+__all__ = [
+    "Identity", "L2Normalize", "Standardize", "TRANSFORMS", "Whiten", "fit_row_map", "l2_normalize", "l2_normalize_block",
+    "make_transform",
+]
 
 RowMap = Callable[[torch.Tensor, int], torch.Tensor]
 
@@ -198,7 +202,31 @@ class L2Normalize(_FeatureTransform):
         return l2_normalize_block
 
 
-class Standardize(_FeatureTransform):
+class _CentredTransform(_FeatureTransform):
+    """A map (h - mean) op C with fitted constants: ``_map_constants() -> (mean, C, op)``."""
+
+    @abstractmethod
+    def _map_constants(self) -> tuple[np.ndarray, np.ndarray, Callable]:
+        """The train mean, the fitted constant and the operation applying it."""
+
+    def row_map(self, device: Any = None) -> RowMap:
+        """(h - mean) op C (``/ scale``, ``@ W``) computed in float64, returned in the block's dtype.
+
+        Parameters
+        ----------
+        device : torch.device or None
+            Where the blocks live.
+
+        Returns
+        -------
+        callable
+        """
+        mean, constant, op = self._map_constants()
+        mean, constant = torch.as_tensor(mean, device=device), torch.as_tensor(constant, device=device)
+        return lambda H, start: op(H.to(torch.float64) - mean, constant).to(H.dtype)
+
+
+class Standardize(_CentredTransform):
     """Per-feature (h - mean) / std with the train split's mean and std (ddof = 0).
 
     A constant train feature gets std 1, as in scikit-learn's StandardScaler: it becomes
@@ -216,24 +244,11 @@ class Standardize(_FeatureTransform):
         tiny = 10 * np.finfo(np.float64).eps * np.maximum(np.abs(self.mean_), 1.0)
         self.scale_ = np.where(std > tiny, std, 1.0)
 
-    def row_map(self, device: Any = None) -> RowMap:
-        """(h - mean) / scale computed in float64, returned in the block's dtype.
-
-        Parameters
-        ----------
-        device : torch.device or None
-            Where the blocks live.
-
-        Returns
-        -------
-        callable
-        """
-        mean = torch.as_tensor(self.mean_, device=device)
-        scale = torch.as_tensor(self.scale_, device=device)
-        return lambda H, start: ((H.to(torch.float64) - mean) / scale).to(H.dtype)
+    def _map_constants(self) -> tuple[np.ndarray, np.ndarray, Callable]:
+        return self.mean_, self.scale_, torch.div
 
 
-class Whiten(_FeatureTransform):
+class Whiten(_CentredTransform):
     """ZCA whitening: (h - mu) Sigma^(-1/2), Sigma the train covariance (ddof = 0).
 
     Parameters
@@ -273,24 +288,12 @@ class Whiten(_FeatureTransform):
             )
         self.whitening_ = (V / np.sqrt(np.maximum(w, 0.0) + ridge)) @ V.T
 
-    def row_map(self, device: Any = None) -> RowMap:
-        """(h - mean) W computed in float64, returned in the block's dtype.
-
-        Parameters
-        ----------
-        device : torch.device or None
-            Where the blocks live.
-
-        Returns
-        -------
-        callable
-        """
-        mean = torch.as_tensor(self.mean_, device=device)
-        W = torch.as_tensor(self.whitening_, device=device)
-        return lambda H, start: ((H.to(torch.float64) - mean) @ W).to(H.dtype)
+    def _map_constants(self) -> tuple[np.ndarray, np.ndarray, Callable]:
+        return self.mean_, self.whitening_, torch.matmul
 
 
-#: Preprocessing names and their transformer classes.
+#: Preprocessing names (those of ``pipeline.protocols.transforms.TRANSFORM_NAMES``, in its order) and their
+#: transformer classes.
 TRANSFORMS: dict[str, type] = {"none": Identity, "l2": L2Normalize, "standardize": Standardize, "whiten": Whiten}
 
 

@@ -1,0 +1,78 @@
+"""The parts a ``FeatureRows`` joins: streamed from storage, or some of their rows kept.
+
+A part is a numpy array in memory (any float dtype), a ``StreamedPart`` read by a
+callable yielding ``(block, row_offset)``, or a ``CachedPart`` (the rows of a streamed
+part read once and kept); ``to_torch_block`` converts one block for a device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pipeline.protocols.blocks.sizes import Blocks
+
+__all__ = ["CachedPart", "StreamedPart", "to_torch_block"]
+
+
+@dataclass(frozen=True)
+class StreamedPart:
+    """A part read by a callable yielding (block, row_offset); the rows it covers.
+
+    Parameters
+    ----------
+    blocks : callable
+        Yields ``(block, row_offset)`` pairs.
+    n_rows : int
+        Rows of the part.
+    """
+
+    blocks: Blocks
+    n_rows: int
+
+
+@dataclass(frozen=True)
+class CachedPart:
+    """Some rows of a streamed part, read once and kept (compact, in their stored dtype).
+
+    Parameters
+    ----------
+    rows : numpy.ndarray
+        Sorted row numbers within the part.
+    data : numpy.ndarray
+        Those rows, shape (len(rows), d).
+    n_rows : int
+        Rows of the whole part.
+    """
+
+    rows: np.ndarray  # sorted row numbers within the part
+    data: np.ndarray  # (len(rows), d)
+    n_rows: int
+
+
+def to_torch_block(block: Any, device: Any, dtype: Any) -> Any:
+    """``block`` (numpy or torch) as a torch tensor of ``dtype`` on ``device``.
+
+    Parameters
+    ----------
+    block : numpy.ndarray or torch.Tensor
+        One block of rows.
+    device : torch.device
+        Where it goes.
+    dtype : torch.dtype
+        Its compute dtype.
+
+    Returns
+    -------
+    torch.Tensor
+    """
+    import torch
+
+    if isinstance(block, torch.Tensor):
+        return block.to(device=device, dtype=dtype)
+    if not block.flags.writeable:  # torch wants writable memory to share it
+        block = block.copy()
+    return torch.from_numpy(block).to(device=device, dtype=dtype)
+
