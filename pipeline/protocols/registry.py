@@ -101,6 +101,10 @@ class Protocol:
         Settings that cannot change a result, and dotted settings naming local files it
         reads (taken relative to the config, fingerprinted by contents): both are left
         out of a result's identity.
+    added_settings : mapping
+        Settings added after records of the entry were made, each with the value that
+        reproduces what it did before: left out of a result's identity while they hold
+        that value, so a store's records keep theirs (any other value is hashed as usual).
     grid : object or None
         Splits a ``weights`` run into grid points trained apart: ``points(settings)``,
         ``run_point(data, settings, index)``, ``finish(data, settings, done)``.
@@ -137,6 +141,7 @@ class Protocol:
     build: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
     ignored: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
+    added_settings: Mapping[str, Any] = field(default_factory=dict)
     grid: Any = None
     networks: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
     cheap_settings: Mapping[str, Any] | None = None
@@ -297,7 +302,7 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
         Keyword only, the other fields of ``Protocol`` (``streams_train``, ``multilabel``,
         ``memory``, ``tokens``, ``dense``, ``metrics``, ``primary_metric``, ``unbounded``,
         ``lower_is_better``, ``weights``, ``test_only``, ``build``, ``ignored``, ``files``,
-        ``grid``, ``networks``, ``cheap_settings``, ``runs_on_device``).
+        ``added_settings``, ``grid``, ``networks``, ``cheap_settings``, ``runs_on_device``).
 
     Returns
     -------

@@ -10,7 +10,9 @@ setting when something is wrong, and nothing here imports torch.
 ``result_settings`` is what a record's ``config_hash`` and cell id are computed from: the
 resolved settings without those that cannot change a result (``ignored``) and without the
 paths of the local files a result reads (``files``: their contents are fingerprinted
-instead, so a moved file keeps its records).
+instead, so a moved file keeps its records), nor the settings added to an entry after it
+had records while they hold the value that does what the entry did before
+(``added_settings``: those records keep their identity).
 """
 
 from __future__ import annotations
@@ -161,7 +163,9 @@ def result_settings(protocol: Any, settings: Mapping[str, Any]) -> dict[str, Any
     -------
     dict
     """
-    out = {k: v for k, v in settings.items() if k not in protocol.ignored}
+    added = protocol.added_settings
+    out = {k: v for k, v in settings.items()
+           if k not in protocol.ignored and not (k in added and v == added[k])}
     for path in protocol.files:  # the file's contents count (its fingerprint), not where it lies
         head, _, leaf = path.rpartition(".")
         parent = setting_at(out, head) if head else out

@@ -274,3 +274,42 @@ def test_device_auto_resolves_and_is_recorded():
     assert probe.device_ == ("cuda:0" if torch.cuda.is_available() else "cpu")
     with pytest.raises(ConfigError, match="only CPU and CUDA devices"):
         LogisticProbe(device="meta").fit(X, y)
+
+
+def _ulps_away(X: np.ndarray, ulps: int, seed: int) -> np.ndarray:
+    """``X`` (float32) with every nonzero value moved by -ulps..ulps float32 steps."""
+    bits = X.astype(np.float32).view(np.int32).copy()
+    bits += np.random.default_rng(seed).integers(-ulps, ulps + 1, size=bits.shape, dtype=np.int32) * (bits != 0)
+    return bits.view(np.float32)
+
+
+def test_a_refit_taken_to_its_optimum_ends_the_same_from_features_a_few_ulps_away():
+    # separable rows and a weak chosen penalty: the flat loss where the refit's end point
+    # follows the path (another machine's kernels round the features otherwise)
+    rng = np.random.default_rng(7)
+    centres = rng.normal(size=(4, 256))
+
+    def rows(per_class: int, noise: float) -> np.ndarray:
+        X = np.abs(centres[np.repeat(np.arange(4), per_class)] + noise * rng.normal(size=(4 * per_class, 256)))
+        return (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
+
+    X, y, X_test, y_test = rows(40, 0.6), np.repeat(np.arange(4), 40), rows(50, 1.6), np.repeat(np.arange(4), 50)
+    fits = [LogisticProbe(C=1000.0, refine_rtol=1e-9).fit(features, y)  # a weak penalty
+            for features in (X, _ulps_away(X, 4, 0), _ulps_away(X, 4, 1))]
+    predicted = fits[0].predict(X_test)
+    assert 0.5 < (predicted == y_test).mean() < 1.0  # test rows near the boundaries too
+    for other in fits[1:]:
+        np.testing.assert_array_equal(other.predict(X_test), predicted)
+        np.testing.assert_allclose(other.coef_, fits[0].coef_, rtol=0, atol=1e-4 * np.abs(fits[0].coef_).max())
+    # ... and it is the optimum: scikit-learn at a far tighter tolerance of its own agrees
+    ref = LogisticRegression(C=fits[0].C_, tol=1e-12, max_iter=100_000).fit(X.astype(np.float64), y)
+    np.testing.assert_allclose(fits[0].coef_, ref.coef_, rtol=0, atol=1e-3 * np.abs(ref.coef_).max())
+
+
+def test_the_registry_default_refine_rtol_is_the_solvers():
+    from pipeline.protocols.linear.logistic_checks import F_RTOL
+    from pipeline.protocols.linear.protocols import REFINE_RTOL
+
+    assert REFINE_RTOL == F_RTOL == LogisticProbe().refine_rtol
+    with pytest.raises(ConfigError, match="refine_rtol"):
+        LogisticProbe(refine_rtol=0.0).fit(np.eye(4, dtype=np.float32), [0, 1, 0, 1])

@@ -169,3 +169,15 @@ def test_calibration_uses_the_probes_own_split():
                              data.y_test)
     assert result.diagnostics["temperature"] == pytest.approx(cal.temperature, rel=1e-6)
     assert result.metrics["ece"] == pytest.approx(cal.ece_before, abs=1e-6)  # solver tolerance
+
+
+def test_a_setting_added_at_its_old_behaviour_keeps_the_records_identity():
+    from jobs.config.protocols import settings_hash
+
+    entry = get_protocol("logistic")
+    assert entry.added_settings == {"refine_rtol": 1e-3}
+    before = settings_hash("logistic", {})
+    assert "refine_rtol" not in entry.result_settings(entry.resolve({}))
+    assert settings_hash("logistic", {"refine_rtol": 1e-3}) == before
+    assert settings_hash("logistic", {"refine_rtol": 1e-9}) != before
+    assert entry.result_settings(entry.resolve({"refine_rtol": 1e-9}))["refine_rtol"] == 1e-9

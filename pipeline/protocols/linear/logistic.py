@@ -36,7 +36,8 @@ from pipeline.protocols.blocks import FeatureRows, RowsPredictMixin
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.linear.lbfgs import LBFGSMemory, Preconditioner, SolverState, minimize
 from pipeline.protocols.linear.linear_loss import LinearLoss, gram_matrix, linear_score_blocks
-from pipeline.protocols.linear.logistic_checks import majority_rate, refine_to_optimum, refit_collapse, tie_rule_choice
+from pipeline.protocols.linear.logistic_checks import (F_RTOL, majority_rate, refine_to_optimum, refit_collapse,
+                                                       tie_rule_choice)
 from pipeline.protocols.metrics import mean_average_precision
 from pipeline.protocols.inputs.features import validate_features
 from pipeline.protocols.inputs.labels import encode_targets, validation_split
@@ -75,6 +76,11 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         L-BFGS iterations per fit. 1000 (Ericsson et al. use 1000; scikit-learn's 100
         is often too few for unnormalised features). Hitting it sets ``converged_``
         False and emits a ConvergenceWarning, never silently.
+    refine_rtol : float
+        The final fit, once at tol, goes on while the quasi-Newton model predicts a
+        decrease above this fraction of the objective (``logistic_checks.refine_to_optimum``);
+        ``1e-9`` ends it at its optimum within float rounding, so its predictions do not
+        move with the features' last bits (another machine's kernels).
     random_state : int, RandomState or None
         Seed of the validation draw.
     device : str, torch.device or None
@@ -121,7 +127,7 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, C: float = 1.0, Cs: Any = None, val_fraction: float = 0.2, tol: float = 1e-4,
-                 max_iter: int = 1000, random_state: Any = 0, device: Any = None):
+                 max_iter: int = 1000, random_state: Any = 0, device: Any = None, refine_rtol: float = F_RTOL):
         self.C = C
         self.Cs = Cs
         self.val_fraction = val_fraction
@@ -129,6 +135,7 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.random_state = random_state
         self.device = device
+        self.refine_rtol = refine_rtol
 
     # -- parameters --------------------------------------------------------------------
     def _check_params(self) -> np.ndarray | None:
@@ -136,6 +143,7 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         check_number(self.val_fraction, "val_fraction", 0, 1, low_open=True, high_open=True)
         check_number(self.tol, "tol", 0)
         check_number(self.max_iter, "max_iter", 1, integer=True)
+        check_number(self.refine_rtol, "refine_rtol", 0, low_open=True)
         if not (self.random_state is None or isinstance(self.random_state, np.random.RandomState)):
             check_number(self.random_state, "random_state", 0, 2**32 - 1, integer=True)
         if self.Cs is None:
@@ -319,7 +327,7 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
             it2, status = minimize(loss, state, memory, precond, self.tol, max(self.max_iter - it, 0))
             it += it2
         if final and status == "converged":
-            it += refine_to_optimum(loss, state, memory, precond, max(self.max_iter - it, 0))
+            it += refine_to_optimum(loss, state, memory, precond, max(self.max_iter - it, 0), self.refine_rtol)
         return state, it, status
 
     def _val_score(self, rows: FeatureRows, labels: np.ndarray, theta: torch.Tensor, device) -> float:

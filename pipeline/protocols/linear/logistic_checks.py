@@ -99,13 +99,14 @@ def refit_collapse(predicted: np.ndarray, labels: np.ndarray, val_score: float, 
     return None
 
 
-def refine_to_optimum(loss, state: SolverState, memory: LBFGSMemory, precond: Preconditioner, budget: int) -> int:
+def refine_to_optimum(loss, state: SolverState, memory: LBFGSMemory, precond: Preconditioner, budget: int,
+                      rtol: float = F_RTOL) -> int:
     """Iterations spent taking a converged fit on to its optimum where tol is loose.
 
     A weak penalty barely curves a flat loss (separable rows): max|grad| <= tol then holds
     far from the optimum, wherever the path entered the flat region, and the predictions
     depend on the start. While the quasi-Newton model predicts a decrease -g.H g / 2 above
-    ``F_RTOL`` of the objective, the gradient tolerance is cut tenfold and the fit goes on
+    ``rtol`` of the objective, the gradient tolerance is cut tenfold and the fit goes on
     (never beyond ``budget`` iterations; a step that leaves a larger max|grad| is undone).
     On a curved loss the first test passes: nothing changes.
 
@@ -121,6 +122,10 @@ def refine_to_optimum(loss, state: SolverState, memory: LBFGSMemory, precond: Pr
         Its preconditioner.
     budget : int
         Iterations left.
+    rtol : float
+        The predicted decrease, as a fraction of the objective, at which the fit is taken
+        for its optimum (default ``F_RTOL``; ``1e-9`` takes it to the optimum within float
+        rounding, so its predictions do not move with the features' last bits).
 
     Returns
     -------
@@ -129,7 +134,7 @@ def refine_to_optimum(loss, state: SolverState, memory: LBFGSMemory, precond: Pr
     spent, target = 0, float(state.g.abs().max())
     while spent < budget:
         direction = memory.direction(state.g, precond)
-        if -0.5 * float(torch.sum(state.g * direction)) <= F_RTOL * abs(state.f):
+        if -0.5 * float(torch.sum(state.g * direction)) <= rtol * abs(state.f):
             break
         kept = state.theta.clone(), state.f, state.g.clone(), state.curvature
         target /= 10.0
