@@ -80,14 +80,17 @@ class _Sparse:
     n_rows: int
 
 
-def _torch_block(block: np.ndarray, device: Any, dtype: Any) -> Any:
+def _torch_block(block: np.ndarray, device: Any, dtype: Any, buffer: Any = None) -> Any:
     import torch
 
-    if isinstance(block, torch.Tensor):
-        return block.to(device=device, dtype=dtype)
-    if not block.flags.writeable:  # torch wants writable memory to share it
-        block = block.copy()
-    return torch.from_numpy(block).to(device=device, dtype=dtype)
+    if not isinstance(block, torch.Tensor):
+        if not block.flags.writeable:  # torch wants writable memory to share it
+            block = block.copy()
+        block = torch.from_numpy(block)
+    if buffer is not None and (block.dtype != dtype or block.device != buffer.device) \
+            and block.shape[0] <= buffer.shape[0]:
+        return buffer[:block.shape[0]].copy_(block)  # a conversion into the caller's memory
+    return block.to(device=device, dtype=dtype)
 
 
 class FeatureRows:
@@ -355,7 +358,7 @@ class FeatureRows:
                     yield self._gather(index[run]), int(run[0])
 
     def blocks(self, device: Any = None, dtype: Any = None, rows: int | None = None,
-               mapped: bool = True) -> Iterator[tuple[Any, int]]:
+               mapped: bool = True, buffer: Any = None) -> Iterator[tuple[Any, int]]:
         """Yield (block, start): torch tensors on ``device`` covering every row once.
 
         ``block`` holds the rows at positions start .. start + len(block) - 1. Streamed
@@ -372,6 +375,9 @@ class FeatureRows:
             Rows per in-memory block; None: ``block_rows(n_features, device)``.
         mapped : bool
             Apply the row map (the default).
+        buffer : torch.Tensor or None
+            A (rows, d) tensor of ``dtype`` on ``device`` that blocks needing a conversion
+            are copied into (valid until the next block), instead of a new tensor each.
 
         Yields
         ------
@@ -384,7 +390,7 @@ class FeatureRows:
         for block, start in self._raw_blocks(rows):
             wide = block.dtype == torch.float64 if isinstance(block, torch.Tensor) else block.dtype == np.float64
             want = dtype or (torch.float64 if wide else torch.float32)
-            tensor = _torch_block(block, device, want)
+            tensor = _torch_block(block, device, want, buffer)
             if mapped and self.row_map is not None:
                 tensor = self.row_map(tensor, start)
             yield tensor, start
