@@ -300,6 +300,15 @@ class FeatureRows:
                 out[torch.from_numpy(mask).to(out.device)] = part[torch.from_numpy(local).to(part.device)].to(out.dtype)
         return out
 
+    def _run(self, global_rows: np.ndarray) -> Any:
+        """``_gather`` of some rows, as a view when they are consecutive rows of one in-memory array."""
+        p = int(np.searchsorted(self.starts, global_rows[0], side="right")) - 1
+        lo, hi = int(global_rows[0] - self.starts[p]), int(global_rows[-1] - self.starts[p]) + 1
+        part = self.parts[p]
+        if not isinstance(part, (_Sparse, _Streamed)) and hi <= part.shape[0] and bool(np.all(np.diff(global_rows) == 1)):
+            return part[lo:hi]
+        return self._gather(global_rows)
+
     def take(self, positions: np.ndarray) -> np.ndarray:
         """The rows at ``positions`` (any shape) in their stored dtype, shape positions.shape + (d,).
 
@@ -352,7 +361,7 @@ class FeatureRows:
         for i in range(0, rest.size, rows):
             chunk = rest[i:i + rows]
             if chunk.size and chunk[-1] - chunk[0] == chunk.size - 1:  # a run of positions
-                yield self._gather(index[chunk]), int(chunk[0])
+                yield self._run(index[chunk]), int(chunk[0])
             else:  # scattered positions: yield runs so that start + i is every row's position
                 for run in np.split(chunk, np.flatnonzero(np.diff(chunk) != 1) + 1):
                     yield self._gather(index[run]), int(run[0])
