@@ -116,7 +116,7 @@ def logistic_terms(c: CellShape, s: Mapping[str, Any]) -> int:
     params = c.n_classes * (c.dim + 1) * F8
     solver = params * (4 * _HISTORY + 16) * (2 if s.get("Cs") is not None else 1)  # + calibration refit
     precond = (c.dim + 1) ** 2 * F8 * 4
-    indices = rows * F8 * 4  # targets, train/validation positions
+    indices = rows * F8 * 4 + rows * (F8 + 4)  # targets, train/validation positions; l2 row scales
     val_scores = c.n_val * c.n_classes * 4 * 3  # validation logits for multi-label mAP
     return indices + solver + precond + val_scores + 6 * BLOCK
 
