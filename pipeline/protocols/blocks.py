@@ -305,7 +305,8 @@ class FeatureRows:
         p = int(np.searchsorted(self.starts, global_rows[0], side="right")) - 1
         lo, hi = int(global_rows[0] - self.starts[p]), int(global_rows[-1] - self.starts[p]) + 1
         part = self.parts[p]
-        if not isinstance(part, (_Sparse, _Streamed)) and hi <= part.shape[0] and bool(np.all(np.diff(global_rows) == 1)):
+        consecutive = bool(np.all(np.diff(global_rows) == 1))
+        if consecutive and not isinstance(part, (_Sparse, _Streamed)) and hi <= part.shape[0]:
             return part[lo:hi]
         return self._gather(global_rows)
 
