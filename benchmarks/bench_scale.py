@@ -190,7 +190,8 @@ def child(spec: dict) -> dict:
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     growth = _status("VmHWM") - before
     held = X.nbytes + X_te.nbytes
-    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "growth": growth, "features": held, "ratio": (held + growth) / held,
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "growth": growth, "features": held,
+            "ratio": (held + growth) / held,
             "score": float(score), "gpu_peak": torch.cuda.max_memory_allocated() if cuda else 0}
 
 
