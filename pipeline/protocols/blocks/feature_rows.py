@@ -231,6 +231,16 @@ class FeatureRows:
                 out[torch.from_numpy(mask).to(out.device)] = part[torch.from_numpy(local).to(part.device)].to(out.dtype)
         return out
 
+    def _run(self, global_rows: np.ndarray) -> Any:
+        """``_gather`` of some rows, as a view when they are consecutive rows of one in-memory array."""
+        p = int(np.searchsorted(self.starts, global_rows[0], side="right")) - 1
+        lo, hi = int(global_rows[0] - self.starts[p]), int(global_rows[-1] - self.starts[p]) + 1
+        part = self.parts[p]
+        consecutive = bool(np.all(np.diff(global_rows) == 1))
+        if consecutive and not isinstance(part, (CachedPart, StreamedPart)) and hi <= part.shape[0]:
+            return part[lo:hi]
+        return self._gather(global_rows)
+
     def take(self, positions: np.ndarray) -> np.ndarray:
         """The rows at ``positions`` (any shape) in their stored dtype, shape positions.shape + (d,).
 
@@ -283,13 +293,13 @@ class FeatureRows:
         for i in range(0, rest.size, rows):
             chunk = rest[i:i + rows]
             if chunk.size and chunk[-1] - chunk[0] == chunk.size - 1:  # a run of positions
-                yield self._gather(index[chunk]), int(chunk[0])
+                yield self._run(index[chunk]), int(chunk[0])
             else:  # scattered positions: yield runs so that start + i is every row's position
                 for run in np.split(chunk, np.flatnonzero(np.diff(chunk) != 1) + 1):
                     yield self._gather(index[run]), int(run[0])
 
     def blocks(self, device: Any = None, dtype: Any = None, rows: int | None = None,
-               mapped: bool = True) -> Iterator[tuple[Any, int]]:
+               mapped: bool = True, buffer: Any = None) -> Iterator[tuple[Any, int]]:
         """Yield (block, start): torch tensors on ``device`` covering every row once.
 
         ``block`` holds the rows at positions start .. start + len(block) - 1. Streamed
@@ -306,6 +316,9 @@ class FeatureRows:
             Rows per in-memory block; None: ``block_rows(n_features, device)``.
         mapped : bool
             Apply the row map (the default).
+        buffer : torch.Tensor or None
+            A (rows, d) tensor of ``dtype`` on ``device`` that blocks needing a conversion
+            are copied into (valid until the next block), instead of a new tensor each.
 
         Yields
         ------
@@ -318,7 +331,7 @@ class FeatureRows:
         for block, start in self._raw_blocks(rows):
             wide = block.dtype == torch.float64 if isinstance(block, torch.Tensor) else block.dtype == np.float64
             want = dtype or (torch.float64 if wide else torch.float32)
-            tensor = to_torch_block(block, device, want)
+            tensor = to_torch_block(block, device, want, buffer)
             if mapped and self.row_map is not None:
                 tensor = self.row_map(tensor, start)
             yield tensor, start

@@ -52,7 +52,7 @@ class CachedPart:
     n_rows: int
 
 
-def to_torch_block(block: Any, device: Any, dtype: Any) -> Any:
+def to_torch_block(block: Any, device: Any, dtype: Any, buffer: Any = None) -> Any:
     """``block`` (numpy or torch) as a torch tensor of ``dtype`` on ``device``.
 
     Parameters
@@ -63,6 +63,10 @@ def to_torch_block(block: Any, device: Any, dtype: Any) -> Any:
         Where it goes.
     dtype : torch.dtype
         Its compute dtype.
+    buffer : torch.Tensor, optional
+        The caller's memory for a block that must be converted (another dtype or device)
+        and fits in it: the block is copied into its first rows, so passes over the same
+        rows allocate nothing.
 
     Returns
     -------
@@ -70,9 +74,12 @@ def to_torch_block(block: Any, device: Any, dtype: Any) -> Any:
     """
     import torch
 
-    if isinstance(block, torch.Tensor):
-        return block.to(device=device, dtype=dtype)
-    if not block.flags.writeable:  # torch wants writable memory to share it
-        block = block.copy()
-    return torch.from_numpy(block).to(device=device, dtype=dtype)
+    if not isinstance(block, torch.Tensor):
+        if not block.flags.writeable:  # torch wants writable memory to share it
+            block = block.copy()
+        block = torch.from_numpy(block)
+    if buffer is not None and (block.dtype != dtype or block.device != buffer.device) \
+            and block.shape[0] <= buffer.shape[0]:
+        return buffer[:block.shape[0]].copy_(block)  # a conversion into the caller's memory
+    return block.to(device=device, dtype=dtype)
 

@@ -177,10 +177,11 @@ class LBFGSMemory:
         """
         if not self.order or delta == 0.0:
             return
-        m = self.size
-        self.buf[m:] += delta * (self.buf[:m].view(m, -1, mask.numel()) * mask).view(m, -1)
-        sy = (self.buf[:m] * self.buf[m:]).sum(dim=1).cpu().numpy()
-        yy = (self.buf[m:] ** 2).sum(dim=1).cpu().numpy()
+        m, width = self.size, mask.numel()
+        S, Y = self.buf[:m], self.buf[m:]
+        Y.view(m, -1, width).addcmul_(S.view(m, -1, width), mask, value=delta)  # in place: no (m x K(d+1)) copies
+        sy = torch.bmm(S[:, None, :], Y[:, :, None]).ravel().cpu().numpy()
+        yy = torch.bmm(Y[:, None, :], Y[:, :, None]).ravel().cpu().numpy()
         self.order = [j for j in self.order if sy[j] > 1e-10 * yy[j]]
         self.rho[self.order] = 1.0 / sy[self.order]
 

@@ -9,8 +9,10 @@ logistic regressions at the same C, solved together.
 
 Memory: the features are held once, in their own dtype (float16 included), and read
 block by block; every pass computes a block's logits, its loss and its gradient
-contribution with float32 products (float64 in the final stage) and float64 sums. No
-(n x K) array is kept, so memory does not grow with the number of classes times rows.
+contribution with float32 products (float64 in the final stage), sums accumulated in
+float64 (see ``linear_loss``; the l2 transform scales the logits, not a copy of the
+rows). No (n x K) array is kept, so memory does not grow with the number of classes
+times rows.
 
 Speed: each L-BFGS trial point costs one pass (two products per block: logits and
 gradient); with the preconditioner of ``lbfgs`` the first trial step is almost always
@@ -267,6 +269,7 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
             C = float(grid[j])
             memory.restore(snap)
             val_chance = majority_rate(val_labels) if not multilabel else None
+            loss = None  # its block buffers go before the final loss makes its own
 
         # Final model on all rows, from the selected grid solution. The kept curvature
         # pairs and the preconditioner came from the train part only: they shape the

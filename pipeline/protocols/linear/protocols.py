@@ -24,7 +24,7 @@ from pipeline.protocols.fit_warnings import fit_warning, grid_warnings
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.evidence import Evidence, class_evidence, float16_scores
 from pipeline.protocols.memory import (
-    F4, RUNTIME, features, indices, labels, lbfgs_copies, matrix, parameters, peak, row_blocks,
+    F4, F8, RUNTIME, features, indices, labels, lbfgs_copies, matrix, parameters, peak, row_blocks,
 )
 from pipeline.protocols.metrics import CLASS_METRICS, MULTILABEL_METRICS, accuracy_metrics, multilabel_metrics
 from pipeline.protocols.registry import SEED, Bound, EvalData, ProtocolResult, above, at_least, register_protocol
@@ -118,6 +118,7 @@ def logistic_terms(c: CellShape, s: Mapping[str, Any]) -> int:
     return peak(lbfgs=fits * parameters(c.n_classes * (c.dim + 1), lbfgs_copies(_HISTORY), itemsize=8),
                 preconditioner=matrix(c.dim + 1, c.dim + 1, copies=4),
                 positions=indices(c.n_train + c.n_val, arrays=4),  # targets, train/validation positions
+                row_scales=matrix(c.n_train + c.n_val, 1, itemsize=F8 + 4),  # l2: 1/||h|| and its row index
                 val_scores=matrix(c.n_val, c.n_classes, copies=3, itemsize=F4),  # logits for multi-label mAP
                 blocks=row_blocks(6))
 

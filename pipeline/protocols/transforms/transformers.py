@@ -27,7 +27,7 @@ from pipeline.protocols.inputs.parameters import check_number
 
 __all__ = [
     "Identity", "L2Normalize", "Standardize", "TRANSFORMS", "Whiten", "fit_row_map", "l2_normalize", "l2_normalize_block",
-    "make_transform",
+    "l2_row_scales", "make_transform", "row_scales_of",
 ]
 
 RowMap = Callable[[torch.Tensor, int], torch.Tensor]
@@ -56,11 +56,52 @@ def l2_normalize_block(block: torch.Tensor, start: int = 0, name: str = "X") -> 
     -------
     torch.Tensor
     """
+    return (block / _row_norms(block, start, name)[:, None]).to(block.dtype)
+
+
+def _row_norms(block: torch.Tensor, start: int, name: str) -> torch.Tensor:
     norms = torch.linalg.vector_norm(block, dim=1, dtype=torch.float64)
     zero = torch.nonzero(norms == 0).flatten()
     if zero.numel():
         raise _zero_rows_error(name, zero.cpu().numpy() + start)
-    return (block / norms[:, None]).to(block.dtype)
+    return norms
+
+
+def l2_row_scales(block: torch.Tensor, start: int = 0, name: str = "X") -> torch.Tensor:
+    """The factor 1 / ||h|| (float64) by which ``l2_normalize_block`` scales each row of a block.
+
+    Parameters
+    ----------
+    block : torch.Tensor of shape (b, d)
+    start : int
+        Row number of the block's first row, for the message.
+    name : str
+        The array's name in the message.
+
+    Returns
+    -------
+    torch.Tensor of shape (b,)
+    """
+    return 1.0 / _row_norms(block, start, name)
+
+
+def row_scales_of(row_map: RowMap | None) -> RowMap | None:
+    """The per-row scale of a row map that only scales rows (the l2 transform's); else None.
+
+    A linear model can then scale its logits, (W h) s, instead of each row, W (h s): the
+    features are read as they are, without a scaled copy of every block.
+
+    Parameters
+    ----------
+    row_map : callable or None
+        A row map of ``FeatureRows``.
+
+    Returns
+    -------
+    callable or None
+        ``scales(block, start) -> (b,)`` float64, or None.
+    """
+    return l2_row_scales if row_map is l2_normalize_block else None
 
 
 def l2_normalize(X: np.ndarray, name: str = "X", row_offset: int = 0) -> np.ndarray:
