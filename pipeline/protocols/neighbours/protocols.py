@@ -18,7 +18,7 @@ from pipeline.protocols.cell import CellShape
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.evidence import class_evidence
 from pipeline.protocols.memory import (
-    BLOCK, F8, RUNTIME, feature_rows, features, indices, labels, matrix, peak, row_blocks, work,
+    F8, RUNTIME, feature_rows, features, indices, labels, matrix, peak, row_blocks, transform_state, work,
 )
 from pipeline.protocols.metrics import CLASS_METRICS, accuracy_metrics
 from pipeline.protocols.neighbours.pairs import check_metric_weights
@@ -103,12 +103,12 @@ def ncm_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     """
     d, K = c.dim, c.n_classes
     rows = block_rows(max(d, K), itemsize=F8)  # the query block of ncm_score_blocks
-    transform = {"whiten": matrix(d, d, copies=6), "standardize": matrix(1, d, copies=4)}.get(s.get("transform"), 0)
     return peak(features=features(c, streams=True), labels=labels(c),
                 means=matrix(K, d, copies=3),  # the sums, the means, the normalised means (float64)
-                blocks=row_blocks(4),  # a float64 block, its mapped and normalised copies
+                blocks=row_blocks(5),  # a float64 block, its mapped and normalised copies
                 scores=matrix(min(rows, c.n_test), K, copies=3), offsets=matrix(K, 1, copies=3),
-                predictions=indices(c.n_test, arrays=2), transform=transform, slack=BLOCK, runtime=RUNTIME)
+                predictions=indices(c.n_test, arrays=2), transform=transform_state(c, s.get("transform")),
+                runtime=RUNTIME)
 
 
 @register_protocol(
