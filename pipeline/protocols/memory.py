@@ -20,6 +20,8 @@ The parts:
 - arrays of a size set by the classes, the width or the test rows, not by the train rows:
   scores or logits (n x K), Gram or covariance matrices (d x d), projections,
   :func:`matrix`; int64 positions, targets, permutations, :func:`indices`;
+- what a ``transform`` setting's fitted map holds, :func:`transform_state` (``whiten``'s
+  d x d covariance and eigendecomposition);
 - the bounded work of a pass over rows: row blocks of the CPU's block size,
   :func:`row_blocks`, or a chunk of a fixed number of elements, :func:`work`;
 - the slack of a run (allocator, libraries): :data:`RUNTIME`, :data:`TRAINING_RUNTIME`.
@@ -36,7 +38,8 @@ from pipeline.protocols.blocks import BLOCK_BYTES, STREAM_BLOCK_ROWS
 from pipeline.protocols.cell import CellShape
 
 __all__ = ["ADAMW_COPIES", "BLOCK", "F4", "F8", "RUNTIME", "SGD_COPIES", "TRAINING_RUNTIME", "feature_rows",
-           "features", "indices", "labels", "lbfgs_copies", "matrix", "parameters", "peak", "row_blocks", "work"]
+           "features", "indices", "labels", "lbfgs_copies", "matrix", "parameters", "peak", "row_blocks",
+           "transform_state", "work"]
 
 F8 = 8  # float64 / int64 bytes
 F4 = 4  # float32 bytes
@@ -162,6 +165,26 @@ def indices(n: int, arrays: int = 1) -> int:
     int
     """
     return n * arrays * F8
+
+
+def transform_state(c: CellShape, name: str | None) -> int:
+    """What the fitted ``transform`` ``name`` holds while it is fitted and applied
+    (``pipeline.protocols.transforms``): ``whiten`` the d x d covariance, its eigenvectors,
+    the eigendecomposition's work and the map (float64, 6 copies); ``standardize`` the mean,
+    the scale and their sums (d values, 4 copies); ``none`` and ``l2`` nothing.
+
+    Parameters
+    ----------
+    c : CellShape
+    name : str or None
+        The entry's ``transform`` setting (None: an entry without one).
+
+    Returns
+    -------
+    int
+    """
+    copies = {"whiten": (c.dim, 6), "standardize": (1, 4)}.get(name)
+    return 0 if copies is None else matrix(copies[0], c.dim, copies=copies[1])
 
 
 def row_blocks(count: int) -> int:

@@ -74,6 +74,10 @@ def test_ridge_spends_no_rows_on_validation():
     X_te, y_te = _blobs(30, 1)
     diag = _run("ridge", EvalData(y_train=y, X_test=X_te, y_test=y_te, n_classes=3, X_train=X), device="cpu").diagnostics
     assert diag["n_val"] == 0 and diag["validation"] == "exact leave-one-out on train"
+    fixed = _run("ridge", EvalData(y_train=y, X_test=X_te, y_test=y_te, n_classes=3, X_train=X), alphas=None,
+                 alpha=0.5, device="cpu")
+    assert fixed.diagnostics["validation"] == "none: alpha fixed" and fixed.diagnostics["alpha"] == 0.5
+    assert "press" not in fixed.diagnostics and not [w for w in fixed.warnings if w["code"].startswith("grid")]
 
 
 def test_mlp_counts_the_validation_rows_of_its_grid_and_its_linear_baseline():

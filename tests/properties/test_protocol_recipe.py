@@ -1,8 +1,10 @@
 """The recipe "Add a protocol" of docs/architecture.md, held to the code.
 
 A throwaway nearest-class-mean probe is written as the recipe says (one module, one
-``@register_protocol`` entry with its cheap settings and a memory model composed of
-``pipeline.protocols.memory``'s parts) in a temporary module on ``sys.path``. The tests that
+``@register_protocol`` entry with its cheap settings, a memory model composed of
+``pipeline.protocols.memory``'s parts, a ``transform`` setting applied by
+``apply_transform``, streamed train rows read as ``FeatureRows`` blocks on the registry's
+``device``) in a temporary module on ``sys.path``. The tests that
 run over every registered entry must then pass for it without being told of it (cheap run,
 bad inputs, memory estimate, settings fuzzing), the docs check must ask for its section,
 and an entry that lacks what those tests need must be named, with what to add where.
@@ -32,43 +34,48 @@ NCM = textwrap.dedent('''
 
     import numpy as np
 
+    from pipeline.protocols.blocks import FeatureRows, block_rows, predict_from_scores
     from pipeline.protocols.cell import CellShape
     from pipeline.protocols.evidence import class_evidence
-    from pipeline.protocols.memory import RUNTIME, features, indices, labels, matrix, peak
+    from pipeline.protocols.inputs.devices import resolve_device
+    from pipeline.protocols.memory import (
+        RUNTIME, features, indices, labels, matrix, peak, row_blocks, transform_state,
+    )
     from pipeline.protocols.metrics import CLASS_METRICS, accuracy_metrics
     from pipeline.protocols.registry import EvalData, ProtocolResult, register_protocol
-
-    _ROWS = 4096  # rows per block: bounds every temporary (never a full-size copy of the features)
+    from pipeline.protocols.transforms import TRANSFORM_NAMES, apply_transform
 
 
     def ncm_memory(c: CellShape, s: Mapping[str, Any]) -> int:
-        return peak(features=features(c, streams=False), labels=labels(c),
-                    classes=indices(c.n_train, arrays=2),  # np.unique's sorted labels and their inverse
-                    means=matrix(c.n_classes, c.dim, copies=2), block=matrix(_ROWS, c.dim, copies=2),
-                    scores=matrix(_ROWS, c.n_classes, copies=3), predictions=indices(c.n_test), runtime=RUNTIME)
-
-
-    def _rows(X, metric: str) -> np.ndarray:
-        X = np.asarray(X, dtype=np.float64)
-        return X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12) if metric == "cosine" else X
+        rows = block_rows(max(c.dim, c.n_classes))
+        return peak(features=features(c, streams=True), labels=labels(c), means=matrix(c.n_classes, c.dim, copies=3),
+                    blocks=row_blocks(4), scores=matrix(min(rows, c.n_test), c.n_classes, copies=2),
+                    predictions=indices(c.n_test), transform=transform_state(c, s.get("transform")), runtime=RUNTIME)
 
 
     @register_protocol(
-        "recipe_ncm", version=1, defaults={"metric": "euclidean"}, choices={"metric": ("euclidean", "cosine")},
-        memory=ncm_memory, metrics=CLASS_METRICS, cheap_settings={},
+        "recipe_ncm", version=1, defaults={"metric": "euclidean", "transform": "none"},
+        choices={"metric": ("euclidean", "cosine"), "transform": TRANSFORM_NAMES},
+        runs_on_device=True, streams_train=True, memory=ncm_memory, metrics=CLASS_METRICS, cheap_settings={},
         description="nearest class mean (a throwaway of tests/properties/test_protocol_recipe.py)",
     )
     def _ncm(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
-        X = data.train()
-        classes, index = np.unique(np.asarray(data.y_train), return_inverse=True)
-        sums = np.zeros((len(classes), X.shape[1]))
-        for i in range(0, len(X), _ROWS):
-            np.add.at(sums, index[i:i + _ROWS], _rows(X[i:i + _ROWS], s["metric"]))
-        means = sums / np.bincount(index)[:, None]
-        squares = (means ** 2).sum(axis=1)
-        pred = np.concatenate([classes[np.argmin(squares - 2 * _rows(data.X_test[i:i + _ROWS], s["metric"]) @ means.T,
-                                                 axis=1)] for i in range(0, len(data.X_test), _ROWS)])
-        return ProtocolResult(accuracy_metrics(data.y_test, pred, data.mean_per_class), {},
+        import torch
+
+        device = resolve_device(s["device"])
+        train = data.train_rows()
+        train, test = apply_transform(s["transform"], train, train, FeatureRows.of(data.X_test), device=device)
+        unit = (lambda H: H / H.norm(dim=1, keepdim=True)) if s["metric"] == "cosine" else (lambda H: H)
+        sums = torch.zeros((data.n_classes, train.n_features), dtype=torch.float64, device=device)
+        for H, start in train.blocks(device, torch.float64):
+            sums.index_add_(0, torch.as_tensor(data.y_train[start:start + len(H)], device=device), unit(H))
+        counts = torch.as_tensor(np.bincount(data.y_train, minlength=data.n_classes), device=device)
+        means = unit(sums / counts.clamp(min=1)[:, None])
+        offset = (means ** 2).sum(dim=1) if s["metric"] == "euclidean" else torch.zeros(len(means), device=device)
+        offset = torch.where(counts > 0, offset, torch.inf)  # a class without train rows is never predicted
+        scores = ((2 * unit(Q) @ means.T - offset, start) for Q, start in test.blocks(device, torch.float64))
+        pred = predict_from_scores(scores, len(test), np.arange(data.n_classes))
+        return ProtocolResult(accuracy_metrics(data.y_test, pred, data.mean_per_class), {"device": str(device)},
                               evidence=class_evidence(data, pred))
 ''')
 # the same entry without cheap settings and without a memory model: what a hurried recipe leaves out
@@ -110,6 +117,8 @@ def test_a_protocol_added_by_the_recipe_passes_every_per_protocol_test(ncm, tall
     settings_tests.test_cheap_settings_run(ncm)
     inputs_tests.test_bad_arrays_are_refused_by_every_protocol(tally, name=ncm)
     registry_tests.test_memory_estimate_grows_with_the_data_and_stays_near_it(ncm)
+    registry_tests.test_memory_estimate_counts_the_features_and_labels_it_holds(ncm)
+    registry_tests.test_streamed_train_features_give_the_in_memory_result(ncm)
     settings_tests.test_settings_are_refused_or_run_or_fail_clearly(tally, name=ncm)
     registry_tests.test_multilabel_targets_are_refused_by_single_label_protocols(ncm)
     # its docs section is the one thing a test module cannot write: the docs check asks for it by name

@@ -265,7 +265,7 @@ def _ridge(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     diagnostics = {"alpha": float(probe.alpha_), "device": str(device), "n_val": 0,
                    "validation": "exact leave-one-out on train" if s["alphas"] is not None else "none: alpha fixed"}
     warnings = []
-    if getattr(probe, "press_", None) is not None:
+    if s["alphas"] is not None and getattr(probe, "press_", None) is not None:  # a fixed alpha selects nothing
         diagnostics["press"] = [float(p) for p in np.ravel(probe.press_)]
         grid = np.ravel(_grid(s["alphas"], DEFAULT_ALPHAS))
         # PRESS is continuous: a relative 1e-6 tells a real gain from round-off

@@ -1,4 +1,4 @@
-"""The neighbour readout, ``knn``, registered with its defaults, ranges and memory model.
+"""The neighbour readouts, ``knn`` and ``ncm``, registered with their defaults, ranges and memory models.
 
 Only metadata is built at import (its runner imports torch when it runs). The metric and
 vote weighting pairs that have a meaning (``neighbours.pairs``) are checked here, at
@@ -13,16 +13,19 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import DataValidationError
-from pipeline.protocols.blocks import STREAM_BLOCK_ROWS, block_rows
+from pipeline.protocols.blocks import STREAM_BLOCK_ROWS, FeatureRows, block_rows
 from pipeline.protocols.cell import CellShape
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.evidence import class_evidence
-from pipeline.protocols.memory import F8, RUNTIME, feature_rows, features, labels, matrix, peak, work
+from pipeline.protocols.memory import (
+    F8, RUNTIME, feature_rows, features, indices, labels, matrix, peak, row_blocks, transform_state, work,
+)
 from pipeline.protocols.metrics import CLASS_METRICS, accuracy_metrics
 from pipeline.protocols.neighbours.pairs import check_metric_weights
 from pipeline.protocols.registry import EvalData, ProtocolResult, above, at_least, register_protocol
+from pipeline.protocols.transforms import TRANSFORM_NAMES, apply_transform
 
-__all__ = ["knn_memory"]
+__all__ = ["knn_memory", "ncm_memory"]
 
 # Queries whose class weights are formed at once (k-NN): bounds an (m x K) array.
 _VOTE_CHUNK = 4096
@@ -83,4 +86,50 @@ def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         for i in range(0, len(scores), _VOTE_CHUNK)])
     metrics = accuracy_metrics(data.y_test, pred, data.mean_per_class)
     return ProtocolResult(metrics, {"n_train": int(len(data.y_train)), "device": str(device)},
+                          evidence=class_evidence(data, pred))
+
+
+def ncm_memory(c: CellShape, s: Mapping[str, Any]) -> int:
+    """Nearest class mean (streams the train split): the class means, a block's scores, a transform.
+
+    Parameters
+    ----------
+    c : CellShape
+    s : mapping
+
+    Returns
+    -------
+    int
+    """
+    d, K = c.dim, c.n_classes
+    rows = block_rows(max(d, K), itemsize=F8)  # the query block of ncm_score_blocks
+    return peak(features=features(c, streams=True), labels=labels(c),
+                means=matrix(K, d, copies=3),  # the sums, the means, the normalised means (float64)
+                blocks=row_blocks(5),  # a float64 block, its mapped and normalised copies
+                scores=matrix(min(rows, c.n_test), K, copies=3), offsets=matrix(K, 1, copies=3),
+                predictions=indices(c.n_test, arrays=2), transform=transform_state(c, s.get("transform")),
+                runtime=RUNTIME)
+
+
+@register_protocol(
+    "ncm", version=1,
+    defaults={"metric": "cosine", "transform": "none"},
+    choices={"metric": ("cosine", "euclidean"), "transform": TRANSFORM_NAMES},
+    runs_on_device=True, streams_train=True, memory=ncm_memory, metrics=CLASS_METRICS,
+    description="nearest class mean, cosine or Euclidean (Mensink 2013); streams train blocks",
+    cheap_settings={},
+)
+def _ncm(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
+    # deferred: torch loads when a cell runs, not when the registry is read
+    from pipeline.protocols.neighbours.ncm import class_means, ncm_predict
+
+    device = resolve_device(s["device"])
+    train = data.train_rows()
+    # the transform is fitted on the train split only
+    train, test = apply_transform(s["transform"], train, train, FeatureRows.of(data.X_test), device=device)
+    means = class_means(train, data.y_train, data.n_classes, s["metric"], device)
+    pred = ncm_predict(test, means, s["metric"], device)
+    metrics = accuracy_metrics(data.y_test, pred, data.mean_per_class)
+    n_means = int((~means[:, 0].isnan()).sum())
+    return ProtocolResult(metrics, {"n_train": int(len(data.y_train)), "n_means": n_means, "device": str(device)},
                           evidence=class_evidence(data, pred))
