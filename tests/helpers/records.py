@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from jobs.config import load_config
-from pipeline.protocols.registry import resolve_settings
+from pipeline.protocols.registry import get_protocol, resolve_settings
 from storage_schema.ledger import cell_id, config_hash
 from storage_schema.provenance import stable_hash
 
@@ -46,10 +46,11 @@ def make_record(model, dataset, setting, metrics, *, layer="pre_logits", diagnos
     for split in ("train", "test"):
         fps[f"{split}.features"] = stable_hash([model, dataset, split, layer, weights])
         fps[f"{split}.labels"] = stable_hash([dataset, split])
+    identity = get_protocol(protocol).result_settings(settings)  # what a record's ids are of, as evaluate's
     return {
-        "cell_id": cell_id(fps, protocol, settings, 1), "model": model, "dataset": dataset, "layer": layer,
+        "cell_id": cell_id(fps, protocol, identity, 1), "model": model, "dataset": dataset, "layer": layer,
         "setting": setting, "protocol": protocol, "protocol_version": 1, "settings": settings,
-        "config_hash": config_hash(settings), "splits": ["train", "test"], "fingerprints": fps,
+        "config_hash": config_hash(identity), "splits": ["train", "test"], "fingerprints": fps,
         "metrics": metrics, "diagnostics": diagnostics or {}, "warnings": warnings or [],
         "converged": converged, "n_train": 500, "n_test": 200, "dim": 512,
         "timings": {"read_s": 0.01, "fit_s": 0.5},
