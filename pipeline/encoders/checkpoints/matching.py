@@ -28,7 +28,11 @@ from pipeline.errors import CheckpointError
 __all__ = ["CheckpointFit", "KeyMismatch", "check_checkpoint_fits", "checkpoint_path", "compare",
            "guess_architecture", "load_checkpoint_into"]
 
-_GUESS_SECONDS = 3.0  # time allowed for naming the architecture a mismatched checkpoint fits
+# Naming the architecture a mismatched checkpoint fits: the most similar names of its family,
+# each built on the meta device (tens of milliseconds). A count, so the advice is the same on a
+# loaded machine; the time limit only guards against a pathologically slow one.
+_GUESS_CANDIDATES = 24
+_GUESS_SECONDS = 30.0
 
 
 def checkpoint_path(spec: EncoderSpec) -> Path:
@@ -124,11 +128,11 @@ def check_checkpoint_fits(spec: EncoderSpec) -> CheckpointFit | None:
 
 
 def guess_architecture(shapes: Mapping[str, tuple[int, ...]], spec: EncoderSpec,
-                       seconds: float = _GUESS_SECONDS) -> str | None:
+                       seconds: float = _GUESS_SECONDS, candidates: int = _GUESS_CANDIDATES) -> str | None:
     """An architecture of ``spec.arch``'s family that ``shapes`` fits exactly, if found in time.
 
     Family members (names starting like ``spec.arch``) are tried most similar name first,
-    each built on the meta device, until ``seconds`` have passed.
+    each built on the meta device: at most ``candidates`` of them, within ``seconds``.
 
     Parameters
     ----------
@@ -137,7 +141,9 @@ def guess_architecture(shapes: Mapping[str, tuple[int, ...]], spec: EncoderSpec,
     spec : EncoderSpec
         The spec whose architecture did not fit.
     seconds : float
-        Time allowed for the search.
+        Time allowed for the search (a guard: the count is what bounds it normally).
+    candidates : int
+        Family members tried at most.
 
     Returns
     -------
@@ -148,10 +154,10 @@ def guess_architecture(shapes: Mapping[str, tuple[int, ...]], spec: EncoderSpec,
     family = re.match(r"[a-z]+", base)
     if family is None:
         return None
-    candidates = sorted((n for n in timm.list_models(f"{family.group(0)}*") if n != base),
-                        key=lambda n: (-SequenceMatcher(None, base, n).ratio(), n))
+    names = sorted((n for n in timm.list_models(f"{family.group(0)}*") if n != base),
+                   key=lambda n: (-SequenceMatcher(None, base, n).ratio(), n))
     deadline = time.monotonic() + seconds
-    for name in candidates:
+    for name in names[:candidates]:
         if time.monotonic() > deadline:
             return None
         candidate = EncoderSpec(spec.name, name, input_size=spec.input_size)
