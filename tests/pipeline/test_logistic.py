@@ -313,3 +313,21 @@ def test_the_registry_default_refine_rtol_is_the_solvers():
     assert REFINE_RTOL == F_RTOL == LogisticProbe().refine_rtol
     with pytest.raises(ConfigError, match="refine_rtol"):
         LogisticProbe(refine_rtol=0.0).fit(np.eye(4, dtype=np.float32), [0, 1, 0, 1])
+
+
+def test_grid_fits_taken_to_their_optima_choose_the_same_c_from_features_a_few_ulps_away():
+    # the validation curve of warm-started fits stopped at tol follows the path on a flat
+    # loss; at their optima it is a function of the features alone
+    rng = np.random.default_rng(7)
+    centres = rng.normal(size=(4, 256))
+    y = np.repeat(np.arange(4), 40)
+    X = np.abs(centres[y] + 1.0 * rng.normal(size=(160, 256))).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    copies = (X, _ulps_away(X, 4, 0), _ulps_away(X, 4, 1))
+    # (with the defaults, here, the three copies chose C = 1000, 1778 and 5623)
+    tight = [LogisticProbe(Cs="default", refine_rtol=1e-9, refine_grid=True).fit(features, y) for features in copies]
+    assert len({fit.C_ for fit in tight}) == 1
+    for other in tight[1:]:
+        np.testing.assert_array_equal(other.val_scores_, tight[0].val_scores_)
+    with pytest.raises(ConfigError, match="refine_grid"):
+        LogisticProbe(refine_grid="yes").fit(X, y)

@@ -83,6 +83,11 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         decrease above this fraction of the objective (``logistic_checks.refine_to_optimum``);
         ``1e-9`` ends it at its optimum within float rounding, so its predictions do not
         move with the features' last bits (another machine's kernels).
+    refine_grid : bool
+        Take every grid fit on to its optimum too, in float64 (default False: a grid fit
+        stops where tol first holds, so on a flat loss, where a warm-started fit whose
+        gradient already meets tol does not move, the validation curve follows the path,
+        and the last bits of the features can move the choice of C).
     random_state : int, RandomState or None
         Seed of the validation draw.
     device : str, torch.device or None
@@ -129,7 +134,8 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, C: float = 1.0, Cs: Any = None, val_fraction: float = 0.2, tol: float = 1e-4,
-                 max_iter: int = 1000, random_state: Any = 0, device: Any = None, refine_rtol: float = F_RTOL):
+                 max_iter: int = 1000, random_state: Any = 0, device: Any = None, refine_rtol: float = F_RTOL,
+                 refine_grid: bool = False):
         self.C = C
         self.Cs = Cs
         self.val_fraction = val_fraction
@@ -138,6 +144,7 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.device = device
         self.refine_rtol = refine_rtol
+        self.refine_grid = refine_grid
 
     # -- parameters --------------------------------------------------------------------
     def _check_params(self) -> np.ndarray | None:
@@ -146,6 +153,8 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         check_number(self.tol, "tol", 0)
         check_number(self.max_iter, "max_iter", 1, integer=True)
         check_number(self.refine_rtol, "refine_rtol", 0, low_open=True)
+        if not isinstance(self.refine_grid, (bool, np.bool_)):
+            raise ConfigError(f"refine_grid must be true or false, got {self.refine_grid!r}")
         if not (self.random_state is None or isinstance(self.random_state, np.random.RandomState)):
             check_number(self.random_state, "random_state", 0, 2**32 - 1, integer=True)
         if self.Cs is None:
@@ -321,15 +330,17 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
     def _solve(self, loss: LinearLoss, state: SolverState, memory: LBFGSMemory, precond: Preconditioner,
                reg: float, final: bool) -> tuple[SolverState, int, str]:
         """float32 products to tol, then (final fit, or a float32 stall) float64 ones until
-        max|grad| <= tol holds in float64; both stages share the max_iter budget."""
+        max|grad| <= tol holds in float64; both stages share the max_iter budget. The final
+        fit (every fit with ``refine_grid``) is then taken on to its optimum."""
         if state.reg != reg:
             state.move_penalty(reg)
+        refined = final or self.refine_grid
         it, status = minimize(loss, state, memory, precond, self.tol, self.max_iter)
-        if status == "stalled" or (final and status == "converged"):
+        if status == "stalled" or (refined and status == "converged"):
             state = SolverState.at(loss, state.theta, reg, fast=False)
             it2, status = minimize(loss, state, memory, precond, self.tol, max(self.max_iter - it, 0))
             it += it2
-        if final and status == "converged":
+        if refined and status == "converged":
             it += refine_to_optimum(loss, state, memory, precond, max(self.max_iter - it, 0), self.refine_rtol)
         return state, it, status
 

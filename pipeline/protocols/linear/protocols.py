@@ -147,12 +147,13 @@ REFINE_RTOL = 1e-3
 @register_protocol(
     "logistic", version=2,  # 2: the seed's tie rule, collapsed refits moved, map11 as Ericsson et al.
     defaults={"transform": "l2", "Cs": "default", "C": 1.0, "val_fraction": 0.2, "tol": 1e-4,
-              "max_iter": 1000, "seed": 0, "calibration_bins": 15, "refine_rtol": REFINE_RTOL},
+              "max_iter": 1000, "seed": 0, "calibration_bins": 15, "refine_rtol": REFINE_RTOL,
+              "refine_grid": False},
     choices={"transform": TRANSFORM_NAMES},
     bounds={"C": above(0), "val_fraction": Bound(0, 1, low_open=True, high_open=True), "tol": above(0),
             "max_iter": Bound(1, 100_000), "seed": SEED, "calibration_bins": Bound(1, 1000),
             "refine_rtol": Bound(0, 1, low_open=True)},
-    added_settings={"refine_rtol": REFINE_RTOL},  # records made before it keep their identity
+    added_settings={"refine_rtol": REFINE_RTOL, "refine_grid": False},  # older records keep their identity
     runs_on_device=True, multilabel=True, memory=logistic_memory,
     metrics=CLASS_METRICS + ("ece", "ece_temperature_scaled", "nll", "nll_temperature_scaled") + MULTILABEL_METRICS,
     unbounded=("nll", "nll_temperature_scaled"),
@@ -176,8 +177,8 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     rows, test = apply_transform(s["transform"], rows.select(np.arange(len(data.y_train))), rows,
                                  FeatureRows.of(data.X_test), device=device)
     probe = LogisticProbe(C=s["C"], Cs=s["Cs"], val_fraction=s["val_fraction"], tol=s["tol"], max_iter=s["max_iter"],
-                          random_state=s["seed"], device=device, refine_rtol=s["refine_rtol"]
-                          ).fit_rows(rows, y, val_index=val_index)
+                          random_state=s["seed"], device=device, refine_rtol=s["refine_rtol"],
+                          refine_grid=s["refine_grid"]).fit_rows(rows, y, val_index=val_index)
     metrics, evidence = _score(data, probe, test, probe.score_blocks)
     validation = "dataset split" if val_index is not None else f"stratified {s['val_fraction']:g} of train"
     if s["Cs"] is None:  # a fixed C: nothing selected, a validation split trained on
