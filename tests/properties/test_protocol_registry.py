@@ -201,9 +201,10 @@ def test_a_setting_added_at_its_old_behaviour_keeps_the_records_identity():
     from jobs.config.protocols import settings_hash
 
     entry = get_protocol("logistic")
-    assert entry.added_settings == {"refine_rtol": 1e-3}
+    assert entry.added_settings == {"refine_rtol": 1e-3, "refine_grid": False}
     before = settings_hash("logistic", {})
-    assert "refine_rtol" not in entry.result_settings(entry.resolve({}))
-    assert settings_hash("logistic", {"refine_rtol": 1e-3}) == before
+    assert not set(entry.added_settings) & set(entry.result_settings(entry.resolve({})))
+    assert settings_hash("logistic", {"refine_rtol": 1e-3, "refine_grid": False}) == before
     assert settings_hash("logistic", {"refine_rtol": 1e-9}) != before
+    assert settings_hash("logistic", {"refine_grid": True}) != before
     assert entry.result_settings(entry.resolve({"refine_rtol": 1e-9}))["refine_rtol"] == 1e-9
