@@ -9,11 +9,9 @@
    the correlations, the best linear accuracy per dataset and where the report is.
    Running it again reuses the store: nothing is recomputed.
 
-The figures it prints are meant to be the same on every machine: training is seeded,
-deterministic, in float64, on a fixed number of threads and from initial weights that do not
-depend on the CPU's vector kernels (``jobs.source_training``); Dask's worker processes run
-numerical libraries on one thread each; the linear setting takes every fit to its optimum
-(``refine_rtol``, ``refine_grid``), so its choices do not follow the features' last bits. Every figure is also written at
+The figures it prints are the same on every machine: training is seeded, deterministic,
+in float64 and on a fixed number of threads (``jobs.source_training``), and Dask's worker
+processes run numerical libraries on one thread each. Every figure is also written at
 full precision to ``figures.json`` beside the config (the reproducibility test compares
 two runs' files). ``REPEVAL_DEMO_SMALL=1`` (or ``main(small=True)``) runs the same steps
 at a size that takes a minute, for that test.

@@ -10,9 +10,7 @@ on a fixed number of threads whatever the machine has (a floating-point sum spli
 another number of threads rounds differently, and a hundred optimiser steps amplify that
 into visibly different checkpoints), and the training computes in float64 (the kernels
 of another instruction set round differently too; float64's differences stay below
-float32's resolution, so the saved float32 checkpoints agree), from initial weights drawn
-without torch's vector samplers (``portable_init``: those of ``ATEN_CPU_CAPABILITY=default``
-round differently). The caller's random state,
+float32's resolution, so the saved float32 checkpoints agree). The caller's random state,
 thread count and deterministic-algorithms flag are restored afterwards.
 """
 
