@@ -190,12 +190,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout, sys.stderr = streams
 
 
+def _prefect_machinery_quiet(record: logging.LogRecord) -> bool:
+    """Without -v, Prefect's own machinery (its clients, observers, the runner) stays off the
+    terminal: a server that stops first (SIGTERM to serve's process group) makes its event
+    observer log a websocket traceback. repeval's records and the runs' own logs pass."""
+    name = record.name
+    return not (name == "prefect" or name.startswith("prefect.")) or name.startswith(
+        ("prefect.flow_runs", "prefect.task_runs"))
+
+
 def _dispatch(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.INFO if args.verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:  # records propagated from Prefect's run loggers too
         handler.setLevel(level)
+        if not args.verbose:
+            handler.addFilter(_prefect_machinery_quiet)
     try:
         return args.func(args)
     except BrokenPipeError:
