@@ -86,6 +86,40 @@ def reproducible_torch(seed: int, threads: int = TRAINING_THREADS) -> Iterator[N
             torch.set_num_threads(previous_threads)
 
 
+@contextlib.contextmanager
+def portable_init() -> Iterator[None]:
+    """``Tensor.normal_`` and ``Tensor.uniform_`` drawn the same under every CPU kernel set
+    while the block runs.
+
+    torch's samplers have vector kernels (the same on AVX2 and AVX-512) and scalar ones
+    (``ATEN_CPU_CAPABILITY=default``) that round differently: a resnet18's initial weights
+    then differ in the last bit of millions of values, and training amplifies that into other
+    checkpoints. Here both draws are computed in float64 from ``torch.rand`` (whose float64
+    draws are exact on both kernels; normal: a Box-Muller transform) and rounded to the
+    tensor's dtype, where the kernels' last-bit differences in float64 ``log`` and ``cos``
+    vanish. Only model construction runs under it (``nn.init``'s initialisers call these).
+    """
+    originals = torch.Tensor.normal_, torch.Tensor.uniform_
+
+    def normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, *, generator=None) -> torch.Tensor:
+        u1 = torch.rand(tensor.shape, dtype=torch.float64, generator=generator)
+        u2 = torch.rand(tensor.shape, dtype=torch.float64, generator=generator)
+        z = torch.sqrt(-2.0 * torch.log1p(-u1)) * torch.cos((2.0 * np.pi) * u2)
+        with torch.no_grad():
+            return tensor.copy_(z * std + mean)
+
+    def uniform_(tensor: torch.Tensor, a: float = 0.0, b: float = 1.0, *, generator=None) -> torch.Tensor:
+        u = torch.rand(tensor.shape, dtype=torch.float64, generator=generator)
+        with torch.no_grad():
+            return tensor.copy_(u * (b - a) + a)
+
+    torch.Tensor.normal_, torch.Tensor.uniform_ = normal_, uniform_
+    try:
+        yield
+    finally:
+        torch.Tensor.normal_, torch.Tensor.uniform_ = originals
+
+
 def _batches(adapter: DatasetAdapter, split: str, transform, batch_size: int, seed: int):
     gen = torch.Generator().manual_seed(seed)
     while True:  # endless shuffled epochs
@@ -145,7 +179,8 @@ def train_checkpoints(arch: str, source: DatasetAdapter, steps: list[int], out_d
 def _train(arch: str, source: DatasetAdapter, steps: list[int], out: Path, transform, input_size: int,
            batch_size: int, lr: float, seed: int, prefix: str) -> list[TrainedCheckpoint]:
     kwargs = {"img_size": input_size} if "vit" in arch else {}
-    model = timm.create_model(arch, pretrained=False, num_classes=len(source.class_names), **kwargs)
+    with portable_init():  # initial weights that do not depend on the CPU's vector kernels
+        model = timm.create_model(arch, pretrained=False, num_classes=len(source.class_names), **kwargs)
     model = model.to(TRAINING_DTYPE)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
     batches = _batches(source, "train", transform, batch_size, seed)

@@ -42,6 +42,9 @@ def test_checkpoints_are_bitwise_equal_whatever_the_callers_threads_and_seed(tmp
 # AVX-512 machine each sums in other orders; on a machine without AVX-512 the test compares
 # a kernel set with itself and still holds).
 OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"}
+# ... and ATen without vector code (its scalar samplers drew other initial weights before
+# jobs.source_training.portable_init)
+SCALAR_KERNELS = {"ATEN_CPU_CAPABILITY": "default"}
 _TRAIN_SCRIPT = """
 import sys
 from jobs.source_training import train_checkpoints
@@ -63,15 +66,37 @@ def test_checkpoints_agree_under_another_machines_kernels(tmp_path):
     from tests.helpers.cli import REPO, cli_env
 
     runs = {}
-    for name, extra in (("here", {}), ("other", OTHER_KERNELS)):
+    for name, extra in (("here", {}), ("other", OTHER_KERNELS), ("scalar", SCALAR_KERNELS)):
         env = {k: v for k, v in cli_env().items() if k not in OTHER_KERNELS} | extra
         out = subprocess.run([sys.executable, "-c", _TRAIN_SCRIPT, str(tmp_path / name)], capture_output=True,
                              text=True, env=env, cwd=REPO, timeout=600, check=True).stdout.split()
         files = sorted((tmp_path / name).glob("*.safetensors"))
         runs[name] = ([float(v) for v in out], [load_file(str(p)) for p in files])
-    (acc_here, here), (acc_other, other) = runs["here"], runs["other"]
-    assert acc_here == acc_other and len(here) == 2
+    acc_here, here = runs["here"]
+    assert len(here) == 2
+    for acc_other, other in (runs["other"], runs["scalar"]):
+        assert acc_here == acc_other
+        _agree_to_an_ulp(here, other)
+
+
+def _agree_to_an_ulp(here: list[dict], other: list[dict]) -> None:
     for a, b in zip(here, other, strict=True):
         moved = [k for k in a if a[k].is_floating_point() and not torch.equal(a[k], b[k])]
         worst = max((float((a[k] - b[k]).abs().max() / a[k].abs().max().clamp_min(1e-30)) for k in moved), default=0.0)
         assert worst < 1e-6, (moved[:3], worst)  # a float32 ulp relative to the tensor's scale
+
+
+def test_portable_init_draws_the_distributions_asked_for_and_puts_torchs_back():
+    from jobs.source_training import portable_init
+
+    normal, uniform = torch.Tensor.normal_, torch.Tensor.uniform_
+    torch.manual_seed(0)
+    with portable_init():
+        w = torch.empty(400, 500)
+        torch.nn.init.kaiming_normal_(w, mode="fan_out", nonlinearity="relu")
+        u = torch.empty(200_000).uniform_(-0.5, 2.0)
+        draws = [torch.empty(1000).normal_(generator=torch.Generator().manual_seed(3)) for _ in range(2)]
+    assert torch.Tensor.normal_ is normal and torch.Tensor.uniform_ is uniform
+    assert abs(float(w.std()) / (2 / 400) ** 0.5 - 1) < 0.01 and abs(float(w.mean())) < 1e-3
+    assert float(u.min()) >= -0.5 and float(u.max()) < 2.0 and abs(float(u.mean()) - 0.75) < 0.01
+    assert torch.equal(draws[0], draws[1])  # a generator given is the one used
