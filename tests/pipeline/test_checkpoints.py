@@ -267,6 +267,24 @@ def test_pickle_with_code_is_refused(writer: str, tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+@pytest.mark.parametrize("archive", [True, False], ids=["archive", "legacy"])
+def test_a_state_dict_saved_with_pickle_protocol_4_is_named_as_such_not_as_code(archive: bool, tmp_path: Path) -> None:
+    """torch's safe loader lacks protocol 4's opcodes: the file names no code, and the message says what to do."""
+    marker = tmp_path / "pwned"
+    plain, evil = tmp_path / "plain.pth", tmp_path / "evil.pth"
+    torch.save({"w": torch.zeros(3), "epoch": 7}, plain, pickle_protocol=4, _use_new_zipfile_serialization=archive)
+    torch.save({"w": torch.zeros(3), "hook": _Payload(marker)}, evil, pickle_protocol=4,
+               _use_new_zipfile_serialization=archive)
+    with pytest.raises(CheckpointError, match="pickle protocol 4 or 5") as info:
+        load_state_dict(plain)
+    assert not isinstance(info.value, UnsafeCheckpointError)
+    assert "names no code" in str(info.value) and "torch.save's default protocol" in str(info.value)
+    with pytest.raises(UnsafeCheckpointError, match=r"it needs (os|posix)\.system"):
+        load_state_dict(evil)
+    assert not marker.exists()
+
+
 def test_payload_is_live_so_the_refusal_test_means_something(tmp_path: Path) -> None:
     marker = tmp_path / "control"
     pickle.loads(pickle.dumps(_Payload(marker)))  # an ordinary unpickler runs it

@@ -120,6 +120,7 @@ class _Replay:
     def __init__(self, buf: bytes | mmap.mmap, end: int, name: str) -> None:
         self.buf, self.pos, self.end, self.name = buf, 0, end, name
         self.storages: dict[object, int] = {}  # storage key -> bytes declared (the first declaration: torch's)
+        self.globals: set[Global] | None = set()  # every global named; None once one could not be told
 
     def refuse(self, what: str, limit: int) -> None:
         raise CheckpointError(f"Refusing checkpoint {self.name!r}: {what} (at most {limit:,}); a checkpoint's "
@@ -248,7 +249,10 @@ class _Replay:
                 return int(bytes(buf[start:pos - 1]).rstrip(b"L"))
             if name == "GLOBAL":
                 module, _, attr = bytes(buf[start:pos - 1]).partition(b"\n")
-                return Global(module.decode("utf-8"), attr.decode("utf-8"))
+                named = Global(module.decode("utf-8"), attr.decode("utf-8"))
+                if self.globals is not None:
+                    self.globals.add(named)
+                return named
             if text > _KEPT_TEXT:
                 return _UNKNOWN
             if name == "UNICODE":
@@ -264,8 +268,13 @@ class _Replay:
         self.check(value)
         if name in _TUPLES and len(items) <= _KEPT_ITEMS:
             value.payload = tuple(i.payload for i in items)
-        elif name == "STACK_GLOBAL" and all(isinstance(i.payload, str) for i in items):
-            value.payload = Global(*(i.payload for i in items))  # type: ignore[arg-type]
+        elif name == "STACK_GLOBAL":
+            if all(isinstance(i.payload, str) for i in items):
+                value.payload = Global(*(i.payload for i in items))  # type: ignore[arg-type]
+                if self.globals is not None:
+                    self.globals.add(value.payload)
+            else:  # built from values not kept: which global it names is not known
+                self.globals = None
         elif name == "BINPERSID":
             declared = declared_storage(items[0].payload, _UNKNOWN, self.name)
             if declared is not None:
@@ -292,9 +301,9 @@ class _Replay:
             self.refuse(f"values nested {value.depth} levels deep", MAX_DEPTH)
 
 
-def _replay(buf: bytes | mmap.mmap, size: int, name: str, pickles: int = 1) -> dict[object, int]:
+def _replay(buf: bytes | mmap.mmap, size: int, name: str, pickles: int = 1) -> _Replay:
     """Replay up to ``pickles`` pickles one after another from the start of ``buf`` (``size`` bytes);
-    the bytes of each storage they declare, by key."""
+    the replay (its ``storages``: the bytes of each storage they declare, by key; its ``globals``)."""
     replay = _Replay(buf, min(size, len(buf)), name)
     for _ in range(pickles):
         if replay.pos >= replay.end:
@@ -302,10 +311,10 @@ def _replay(buf: bytes | mmap.mmap, size: int, name: str, pickles: int = 1) -> d
         if replay.pos > MAX_PICKLE_BYTES:
             replay.refuse(f"pickles of more than {MAX_PICKLE_BYTES:,} bytes", MAX_PICKLE_BYTES)
         replay.run()
-    return replay.storages
+    return replay
 
 
-def check_pickle_budget(path: str | Path, kind: str) -> None:
+def check_pickle_budget(path: str | Path, kind: str) -> frozenset[Global] | None:
     """Refuse a PyTorch file (``kind`` as ``container_format`` tells it) whose pickle passes a budget.
 
     Parameters
@@ -314,6 +323,12 @@ def check_pickle_budget(path: str | Path, kind: str) -> None:
         The checkpoint file.
     kind : str
         ``torch-zip`` or ``pickle``; any other kind is not a pickle, and passes.
+
+    Returns
+    -------
+    frozenset of Global or None
+        Every global its pickles name (what torch's loader would look up), empty for a file
+        that is not a pickle; None where a name was built from values the replay does not keep.
 
     Raises
     ------
@@ -325,7 +340,7 @@ def check_pickle_budget(path: str | Path, kind: str) -> None:
         with zipfile.ZipFile(path) as archive:
             info = next((i for i in archive.infolist() if i.filename.endswith("data.pkl")), None)
             if info is None:
-                return  # no pickle: torch names what the archive lacks
+                return frozenset()  # no pickle: torch names what the archive lacks
             if info.file_size > MAX_PICKLE_BYTES:
                 raise CheckpointError(f"Refusing checkpoint {path.name!r}: a pickle of {info.file_size:,} bytes "
                                       f"(at most {MAX_PICKLE_BYTES:,}); a checkpoint's values besides its tensors "
@@ -333,10 +348,13 @@ def check_pickle_budget(path: str | Path, kind: str) -> None:
             with archive.open(info) as member:
                 data = member.read(info.file_size)
             records = {i.filename: i.file_size for i in archive.infolist()}
-        storages = _replay(data, len(data), path.name)
-        check_storage_sizes(path, storages, records=records, prefix=info.filename[:-len("data.pkl")])
+        replay = _replay(data, len(data), path.name)
+        check_storage_sizes(path, replay.storages, records=records, prefix=info.filename[:-len("data.pkl")])
     elif kind == "pickle":
         size = path.stat().st_size
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            storages = _replay(buf, size, path.name, pickles=_LEGACY_PICKLES)  # the storages' bytes follow: not read
-        check_storage_sizes(path, storages, file_size=size)
+            replay = _replay(buf, size, path.name, pickles=_LEGACY_PICKLES)  # the storages' bytes follow: not read
+        check_storage_sizes(path, replay.storages, file_size=size)
+    else:
+        return frozenset()
+    return None if replay.globals is None else frozenset(replay.globals)

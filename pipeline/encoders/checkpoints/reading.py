@@ -20,6 +20,7 @@ attributes, a dict, the numpy scalar): nothing of theirs runs.
 
 from __future__ import annotations
 
+import _compat_pickle  # the Python 2 names protocol 2 writes, as the unpickler maps them
 import hashlib
 import os
 import pickle
@@ -37,6 +38,7 @@ from torch import Tensor, nn
 from pipeline.encoders.checkpoints.formats import COMPRESSED, container_format
 from pipeline.encoders.checkpoints.names import CHECKPOINT_EXTENSIONS, SAFETENSORS_EXTENSIONS, checkpoint_extension
 from pipeline.encoders.checkpoints.pickle_budget import check_pickle_budget
+from pipeline.encoders.checkpoints.storage_sizes import Global
 from pipeline.encoders.checkpoints.safetensors_files import read_safetensors
 from pipeline.errors import CheckpointError, UnsafeCheckpointError
 from pipeline.terminal import printable, short
@@ -190,11 +192,11 @@ def read_checkpoint(path: str | os.PathLike[str], meta: bool = False) -> object:
             "archive's directory (still being written or copied?); use it once it is complete"
         )
     try:  # what the pickle builds besides tensors, bounded before torch builds it
-        check_pickle_budget(path, kind)
+        named = check_pickle_budget(path, kind)
     except (OSError, zipfile.BadZipFile) as exc:
         raise CheckpointError(f"Cannot read checkpoint {path.name!r}: {short(str(exc), 300)}") from exc
     # an archive is memory-mapped: tensor bytes are read when used (never, on the meta device)
-    return _load_pickle(path, meta=meta, mmap=kind == "torch-zip")
+    return _load_pickle(path, meta=meta, mmap=kind == "torch-zip", named=named)
 
 
 def tensor_mappings(raw: object) -> dict[str, dict[str, Tensor]]:
@@ -320,7 +322,8 @@ def pick_mapping(found: Mapping[str, dict[str, Tensor]], checkpoint_key: str | N
     return dict(next(iter(found.values())))
 
 
-def _load_pickle(path: Path, meta: bool = False, mmap: bool = False) -> object:
+def _load_pickle(path: Path, meta: bool = False, mmap: bool = False,
+                 named: frozenset[Global] | None = None) -> object:
     _allow_plain_records()
     try:
         return torch.load(path, map_location="meta" if meta else "cpu", weights_only=True, mmap=mmap or None)
@@ -329,10 +332,22 @@ def _load_pickle(path: Path, meta: bool = False, mmap: bool = False) -> object:
         if any(s in text.lower() for s in _DAMAGED):
             raise CheckpointError(f"Cannot read checkpoint {path.name!r}: a damaged pickle "
                                   f"({torch_message(text)})") from exc
+        refused = _refused_globals(named)
+        if "unsupported operand" in text.lower() and refused == []:
+            # pickle protocol 4 or 5 (torch.save(..., pickle_protocol=4), plain pickle.dump): opcodes
+            # torch's safe loader lacks, though every global it names is one that loader allows
+            raise CheckpointError(
+                f"Cannot read checkpoint {path.name!r}: it was saved with pickle protocol 4 or 5, whose "
+                f"opcodes torch's safe loader (weights_only) cannot read ({torch_message(text)}); it names no "
+                "code, and nothing in it was run. Where it was made, save it again with torch.save's default "
+                "protocol (torch.save(model.state_dict(), 'weights.pth')) or as safetensors "
+                "(safetensors.torch.save_file)") from exc
         # weights_only refuses any global it does not know: the file would run code to load.
+        why = f"it needs {', '.join(refused[:_SHOWN])}" + (", ..." if len(refused) > _SHOWN else "") \
+            if refused and "unsupported operand" in text.lower() else _unsafe_names(path, text)
         raise UnsafeCheckpointError(
             f"Refusing to load checkpoint {path.name!r}: it is a pickle that needs arbitrary "
-            f"code to load ({_unsafe_names(path, text)}). Where it was made, save its weights again as "
+            f"code to load ({why}). Where it was made, save its weights again as "
             "safetensors (safetensors.torch.save_file) or as a plain state dict (torch.save(model.state_dict(), "
             "'weights.pth'))"
         ) from exc
@@ -366,6 +381,21 @@ def torch_message(text: str) -> str:
             kept.append(" ".join(sentences))
     line = printable(kept[0] if kept else "no detail")
     return line if len(line) <= 300 else line[:297] + "..."
+
+
+def _refused_globals(named: frozenset[Global] | None) -> list[str] | None:
+    """The globals among ``named`` that torch's safe loader refuses; None where that cannot be told."""
+    if named is None:
+        return None
+    try:  # torch's own allowlist (private: the loader has no public way to ask it)
+        from torch import _weights_only_unpickler as safe_loader
+
+        allowed = set(safe_loader._get_allowed_globals()) | set(safe_loader._get_user_allowed_globals())
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+    names = (_compat_pickle.NAME_MAPPING.get((g.module, g.name), (_compat_pickle.IMPORT_MAPPING.get(g.module, g.module),
+                                                                     g.name)) for g in named)  # Python 2 names
+    return sorted({f"{m}.{n}" for m, n in names} - allowed)
 
 
 def _unsafe_names(path: Path, text: str) -> str:

@@ -193,36 +193,6 @@ class MultiLabelLogisticProbe:
         return np.asarray(X, dtype=np.float64) @ self.coef_.T + self.intercept_
 
 
-def check_multilabel_data(data: EvalData) -> None:
-    """The multi-label counterpart of the registry's input checks: finite 2-D features of
-    one width, (n, K) rows in {1, 0, -1} matching them, the same K in every split.
-
-    Parameters
-    ----------
-    data : EvalData
-        A cell's features and label rows.
-    """
-    width, classes = None, None
-    for split, X, Y in (("train", data.X_train, data.y_train), ("test", data.X_test, data.y_test),
-                        ("val", data.X_val, data.y_val)):
-        if Y is None and split == "val":
-            continue
-        Y = check_multilabel(Y, name=f"y_{split}", difficult=True)
-        if classes is not None and Y.shape[1] != classes:
-            raise DataValidationError(f"y_{split} has {Y.shape[1]} classes, y_train {classes}")
-        classes = Y.shape[1]
-        if X is None:
-            if split == "train" and data.train_blocks is not None:
-                continue
-            raise DataValidationError(f"X_{split} is missing")
-        X = check_features(X, f"X_{split}")
-        if len(X) != len(Y):
-            raise DataValidationError(f"X_{split} has {len(X)} rows but y_{split} has {len(Y)}")
-        if width is not None and X.shape[1] != width:
-            raise DataValidationError(f"X_{split} has {X.shape[1]} features, but X_train has {width}")
-        width = X.shape[1] if width is None else width
-
-
 def multilabel_logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     """The ``logistic`` protocol on multi-label data (VOC 2007's size: the features are held
     in memory, transformed with the transform fitted on the train split only).
