@@ -20,7 +20,6 @@ attributes, a dict, the numpy scalar): nothing of theirs runs.
 
 from __future__ import annotations
 
-import _compat_pickle  # the Python 2 names protocol 2 writes, as the unpickler maps them
 import hashlib
 import os
 import pickle
@@ -383,19 +382,47 @@ def torch_message(text: str) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
+#: What a plain state dict's pickle names besides storages and dtypes: rebuilding a tensor or a
+#: parameter from its bytes, and the containers torch's safe loader builds itself.
+_STATE_DICT_GLOBALS = frozenset({
+    "torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_parameter",
+    "torch._utils._rebuild_parameter_with_state", "torch.Size", "torch.device", "collections.OrderedDict",
+    "builtins.set", "builtins.frozenset", "builtins.bytearray", "builtins.complex",
+})
+
+
+def _plain_global(module: str, name: str) -> bool:
+    """Whether a global names a storage type or dtype of torch's, or one of ``_STATE_DICT_GLOBALS``."""
+    if f"{module}.{name}" in _STATE_DICT_GLOBALS:
+        return True
+    if module not in ("torch", "torch.storage") or name.startswith("_"):
+        return False
+    value = getattr(torch, name, None)
+    return isinstance(value, torch.dtype) or (isinstance(value, type) and name.endswith("Storage"))
+
+
+def _registered_safe_globals() -> set[str]:
+    """The names registered with torch.serialization.add_safe_globals (this module's stand-ins among them)."""
+    names = set()
+    for entry in torch.serialization.get_safe_globals():
+        if isinstance(entry, tuple):  # (object, the name a file gives it)
+            names.add(entry[1])
+        else:
+            names.add(f"{getattr(entry, '__module__', '')}.{getattr(entry, '__qualname__', entry)}")
+    return names
+
+
 def _refused_globals(named: frozenset[Global] | None) -> list[str] | None:
-    """The globals among ``named`` that torch's safe loader refuses; None where that cannot be told."""
+    """The globals among ``named`` that name code: neither a plain state dict's nor registered as safe.
+
+    torch's default allowlist has no public accessor, so the plain state dict's globals are
+    listed here (``_plain_global``); a pickle protocol 4 or 5 file writes Python 3 names only.
+    """
     if named is None:
         return None
-    try:  # torch's own allowlist (private: the loader has no public way to ask it)
-        from torch import _weights_only_unpickler as safe_loader
-
-        allowed = set(safe_loader._get_allowed_globals()) | set(safe_loader._get_user_allowed_globals())
-    except (ImportError, AttributeError, TypeError, ValueError):
-        return None
-    names = (_compat_pickle.NAME_MAPPING.get((g.module, g.name), (_compat_pickle.IMPORT_MAPPING.get(g.module, g.module),
-                                                                     g.name)) for g in named)  # Python 2 names
-    return sorted({f"{m}.{n}" for m, n in names} - allowed)
+    registered = _registered_safe_globals()
+    return sorted(f"{g.module}.{g.name}" for g in named
+                  if not _plain_global(g.module, g.name) and f"{g.module}.{g.name}" not in registered)
 
 
 def _unsafe_names(path: Path, text: str) -> str:
