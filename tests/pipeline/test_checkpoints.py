@@ -285,6 +285,29 @@ def test_a_state_dict_saved_with_pickle_protocol_4_is_named_as_such_not_as_code(
     assert not marker.exists()
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_a_protocol_4_training_record_names_no_code_but_an_unknown_class_does(tmp_path: Path) -> None:
+    """What a training script saves besides weights (its args, a numpy metric, a dtype) names no
+    code; a class of the script's own does, and the message names it."""
+    import argparse
+    import collections
+
+    from pipeline.encoders.checkpoints.named_globals import globals_naming_code
+    from pipeline.encoders.checkpoints.storage_sizes import Global
+
+    record = tmp_path / "record.pth"
+    torch.save({"model": collections.OrderedDict(w=torch.zeros(2, dtype=torch.float16)),
+                "args": argparse.Namespace(lr=0.1), "acc": np.float64(0.5), "size": torch.Size([2])},
+               record, pickle_protocol=4)
+    with pytest.raises(CheckpointError, match="names no code") as info:
+        load_state_dict(record)
+    assert not isinstance(info.value, UnsafeCheckpointError)
+    named = frozenset({Global("torch._utils", "_rebuild_tensor_v2"), Global("torch", "HalfStorage"),
+                       Global("torch", "bfloat16"), Global("train", "Trainer"), Global("torch", "load")})
+    assert globals_naming_code(named) == ["torch.load", "train.Trainer"]
+    assert globals_naming_code(None) is None
+
+
 def test_payload_is_live_so_the_refusal_test_means_something(tmp_path: Path) -> None:
     marker = tmp_path / "control"
     pickle.loads(pickle.dumps(_Payload(marker)))  # an ordinary unpickler runs it

@@ -36,6 +36,7 @@ from torch import Tensor, nn
 
 from pipeline.encoders.checkpoints.formats import COMPRESSED, container_format
 from pipeline.encoders.checkpoints.names import CHECKPOINT_EXTENSIONS, SAFETENSORS_EXTENSIONS, checkpoint_extension
+from pipeline.encoders.checkpoints.named_globals import globals_naming_code
 from pipeline.encoders.checkpoints.pickle_budget import check_pickle_budget
 from pipeline.encoders.checkpoints.storage_sizes import Global
 from pipeline.encoders.checkpoints.safetensors_files import read_safetensors
@@ -331,7 +332,7 @@ def _load_pickle(path: Path, meta: bool = False, mmap: bool = False,
         if any(s in text.lower() for s in _DAMAGED):
             raise CheckpointError(f"Cannot read checkpoint {path.name!r}: a damaged pickle "
                                   f"({torch_message(text)})") from exc
-        refused = _refused_globals(named)
+        refused = globals_naming_code(named)
         if "unsupported operand" in text.lower() and refused == []:
             # pickle protocol 4 or 5 (torch.save(..., pickle_protocol=4), plain pickle.dump): opcodes
             # torch's safe loader lacks, though every global it names is one that loader allows
@@ -380,49 +381,6 @@ def torch_message(text: str) -> str:
             kept.append(" ".join(sentences))
     line = printable(kept[0] if kept else "no detail")
     return line if len(line) <= 300 else line[:297] + "..."
-
-
-#: What a plain state dict's pickle names besides storages and dtypes: rebuilding a tensor or a
-#: parameter from its bytes, and the containers torch's safe loader builds itself.
-_STATE_DICT_GLOBALS = frozenset({
-    "torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_parameter",
-    "torch._utils._rebuild_parameter_with_state", "torch.Size", "torch.device", "collections.OrderedDict",
-    "builtins.set", "builtins.frozenset", "builtins.bytearray", "builtins.complex",
-})
-
-
-def _plain_global(module: str, name: str) -> bool:
-    """Whether a global names a storage type or dtype of torch's, or one of ``_STATE_DICT_GLOBALS``."""
-    if f"{module}.{name}" in _STATE_DICT_GLOBALS:
-        return True
-    if module not in ("torch", "torch.storage") or name.startswith("_"):
-        return False
-    value = getattr(torch, name, None)
-    return isinstance(value, torch.dtype) or (isinstance(value, type) and name.endswith("Storage"))
-
-
-def _registered_safe_globals() -> set[str]:
-    """The names registered with torch.serialization.add_safe_globals (this module's stand-ins among them)."""
-    names = set()
-    for entry in torch.serialization.get_safe_globals():
-        if isinstance(entry, tuple):  # (object, the name a file gives it)
-            names.add(entry[1])
-        else:
-            names.add(f"{getattr(entry, '__module__', '')}.{getattr(entry, '__qualname__', entry)}")
-    return names
-
-
-def _refused_globals(named: frozenset[Global] | None) -> list[str] | None:
-    """The globals among ``named`` that name code: neither a plain state dict's nor registered as safe.
-
-    torch's default allowlist has no public accessor, so the plain state dict's globals are
-    listed here (``_plain_global``); a pickle protocol 4 or 5 file writes Python 3 names only.
-    """
-    if named is None:
-        return None
-    registered = _registered_safe_globals()
-    return sorted(f"{g.module}.{g.name}" for g in named
-                  if not _plain_global(g.module, g.name) and f"{g.module}.{g.name}" not in registered)
 
 
 def _unsafe_names(path: Path, text: str) -> str:
