@@ -74,6 +74,30 @@ def serve_schedules(config_path: str, cron: str | None = DEFAULT_CRON, interval:
     Runs in the main thread, with PREFECT_API_URL set (the serve's own server, or the user's).
     Raises ServerLost when that server went away under the runner.
     """
+    received: list[int] = []
+    errors: list[BaseException] = []
+    ended = threading.Event()
+
+    def on_signal(signum, frame) -> None:
+        if not received:
+            received.append(signum)
+            _quiet()
+        ended.set()
+
+    # From the start: a signal while setting up must not raise KeyboardInterrupt inside
+    # Prefect's client calls, which can swallow it (serve then scanned on, ignoring Ctrl-C).
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _serve(config_path, cron, interval, watch_interval, say, received, errors, ended)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _serve(config_path: str, cron: str | None, interval: float | None, watch_interval: float,
+           say: Callable[[str], None], received: list[int], errors: list[BaseException],
+           ended: threading.Event) -> int:
+    """serve_schedules' body, with its signal handlers in place (they fill ``received`` and set ``ended``)."""
     from prefect.runner import Runner
 
     try:
@@ -97,20 +121,15 @@ def serve_schedules(config_path: str, cron: str | None = DEFAULT_CRON, interval:
         runner.add_deployment(scan)
         runner.add_deployment(watch)
     except Exception as exc:
+        if received:  # stopping anyway (SIGTERM to the group stops the server too): said as the signal
+            return received[0]
         if _unreachable():
             _quiet()
             raise ServerLost(f"{type(exc).__name__}: {exc}") from None
         raise
 
-    received: list[int] = []
-    errors: list[BaseException] = []
-    ended = threading.Event()
-
-    def on_signal(signum, frame) -> None:
-        if not received:
-            received.append(signum)
-            _quiet()
-        ended.set()
+    if received:  # a signal while setting up: nothing runs yet, nothing to stop
+        return received[0]
 
     def run() -> None:
         try:
@@ -120,7 +139,6 @@ def serve_schedules(config_path: str, cron: str | None = DEFAULT_CRON, interval:
         finally:
             ended.set()
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     stop_reclaiming = threading.Event()
     try:
         # the runner's thread talks to the caller's API: it runs in a copy of this context
@@ -144,8 +162,6 @@ def serve_schedules(config_path: str, cron: str | None = DEFAULT_CRON, interval:
                 break
     finally:
         stop_reclaiming.set()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
     if errors and not received:
         _quiet()  # what is still running of Prefect's clients meets the same gone server
         if _unreachable():
