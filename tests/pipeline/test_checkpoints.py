@@ -308,6 +308,28 @@ def test_a_protocol_4_training_record_names_no_code_but_an_unknown_class_does(tm
     assert globals_naming_code(None) is None
 
 
+def test_torchs_protocol_advice_stays_off_the_terminal(tmp_path: Path) -> None:
+    """A protocol 4 file prints repeval's one message, not torch's "please file an issue" warning
+    before it (in a process of its own: pytest resets warning filters around each test)."""
+    import subprocess
+    import sys
+
+    from tests.helpers.cli import REPO, cli_env
+
+    script = ("import sys, torch\n"
+              "from pipeline.encoders.checkpoints.reading import load_state_dict\n"
+              "torch.save({'w': torch.zeros(2)}, sys.argv[1], pickle_protocol=4)\n"
+              "for _ in range(2):\n"
+              "    try:\n"
+              "        load_state_dict(sys.argv[1])\n"
+              "    except Exception as exc:\n"
+              "        print(type(exc).__name__)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "p4.pth")], capture_output=True, text=True,
+                          env=cli_env(), cwd=REPO, timeout=300, check=True)
+    assert done.stdout.split() == ["CheckpointError", "CheckpointError"]
+    assert "Detected pickle protocol" not in done.stderr, done.stderr
+
+
 def test_payload_is_live_so_the_refusal_test_means_something(tmp_path: Path) -> None:
     marker = tmp_path / "control"
     pickle.loads(pickle.dumps(_Payload(marker)))  # an ordinary unpickler runs it

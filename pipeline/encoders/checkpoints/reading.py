@@ -26,6 +26,7 @@ import pickle
 import re
 import tarfile
 import threading
+import warnings
 import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -97,6 +98,9 @@ def _allow_plain_records() -> None:
                     np.dtype]
         records += sorted({type(np.dtype(c)) for c in "?bhilqBHILQefdgFD"}, key=str)
         torch.serialization.add_safe_globals(records)
+        # torch's advice on a protocol 3-5 pickle ("please file an issue"); repeval names the
+        # protocol itself where the file cannot be read
+        warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
         _RECORDS_ALLOWED = True
 
 
