@@ -75,7 +75,6 @@ def serve_schedules(config_path: str, cron: str | None = DEFAULT_CRON, interval:
     Raises ServerLost when that server went away under the runner.
     """
     received: list[int] = []
-    errors: list[BaseException] = []
     ended = threading.Event()
 
     def on_signal(signum, frame) -> None:
@@ -88,15 +87,14 @@ def serve_schedules(config_path: str, cron: str | None = DEFAULT_CRON, interval:
     # Prefect's client calls, which can swallow it (serve then scanned on, ignoring Ctrl-C).
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return _serve(config_path, cron, interval, watch_interval, say, received, errors, ended)
+        return _serve(config_path, cron, interval, watch_interval, say, received, ended)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
 
 
 def _serve(config_path: str, cron: str | None, interval: float | None, watch_interval: float,
-           say: Callable[[str], None], received: list[int], errors: list[BaseException],
-           ended: threading.Event) -> int:
+           say: Callable[[str], None], received: list[int], ended: threading.Event) -> int:
     """serve_schedules' body, with its signal handlers in place (they fill ``received`` and set ``ended``)."""
     from prefect.runner import Runner
 
@@ -130,6 +128,7 @@ def _serve(config_path: str, cron: str | None, interval: float | None, watch_int
 
     if received:  # a signal while setting up: nothing runs yet, nothing to stop
         return received[0]
+    errors: list[BaseException] = []
 
     def run() -> None:
         try:

@@ -339,7 +339,7 @@ def _load_pickle(path: Path, meta: bool = False, mmap: bool = False,
         refused = globals_naming_code(named)
         if "unsupported operand" in text.lower() and refused == []:
             # pickle protocol 4 or 5 (torch.save(..., pickle_protocol=4), plain pickle.dump): opcodes
-            # torch's safe loader lacks, though every global it names is one that loader allows
+            # torch's safe loader lacks, though every global it names names no code (named_globals)
             raise CheckpointError(
                 f"Cannot read checkpoint {path.name!r}: it was saved with pickle protocol 4 or 5, whose "
                 f"opcodes torch's safe loader (weights_only) cannot read ({torch_message(text)}); it names no "
