@@ -6,7 +6,8 @@
 2. writes a benchmark config: those checkpoints (found by a checkpoint-folder scan) plus
    random-init timm encoders, datasets `digits` and `textures`, every protocol;
 3. runs the benchmark flow (Prefect + a local Dask cluster + the Zarr store) and prints
-   the correlations, the best linear accuracy per dataset and where the report is.
+   the correlations, the best linear accuracy per dataset (with the layers tied with it)
+   and where the report is.
    Running it again reuses the store: nothing is recomputed.
 
 The figures it prints are the same on every machine: training is seeded, deterministic,
@@ -32,6 +33,7 @@ prepare_environment()
 import yaml  # noqa: E402
 
 from jobs.analysis.correlate import figure_lines  # noqa: E402
+from jobs.analysis.leaders import TopGroup, top_group  # noqa: E402
 from jobs.config import load_config  # noqa: E402
 from jobs.plan import make_plan  # noqa: E402
 from jobs.results import config_records  # noqa: E402
@@ -194,8 +196,13 @@ def train_sources(out: Path, size: DemoSize) -> dict[str, float]:
     return accuracies
 
 
-def best_linear(cfg) -> dict[str, tuple[str, float]]:
-    """Dataset -> (encoder, accuracy) of the best ``linear`` cell of the run's records.
+def best_linear(cfg) -> dict[str, TopGroup]:
+    """Dataset -> the top of the ``linear`` setting there: the best cell and every cell its
+    test images cannot tell from it (``jobs.analysis.leaders``).
+
+    A single best layer would be a figure without the precision to back it: the demo's best
+    layers lie within a point of each other, and which one comes first moves with another
+    machine's rounding.
 
     Parameters
     ----------
@@ -206,13 +213,11 @@ def best_linear(cfg) -> dict[str, tuple[str, float]]:
     -------
     dict
     """
-    rows, _ = config_records(cfg.open_store(read_only=True), cfg)
-    best: dict[str, tuple[str, float]] = {}
-    for row in sorted(rows, key=lambda r: (r["dataset"], r["model"], r["layer"])):
-        score = (row.get("metrics") or {}).get("score")
-        if row["setting"] == LINEAR and score is not None and score > best.get(row["dataset"], ("", -1.0))[1]:
-            best[row["dataset"]] = (f"{row['model']} {row['layer']}", float(score))
-    return best
+    store = cfg.open_store(read_only=True)
+    rows, _ = config_records(store, cfg)
+    groups = {dataset: top_group(store, rows, LINEAR, dataset)
+              for dataset in sorted({r["dataset"] for r in rows if r["setting"] == LINEAR})}
+    return {dataset: group for dataset, group in groups.items() if group is not None}
 
 
 def main(small: bool | None = None) -> int:
@@ -253,9 +258,9 @@ def main(small: bool | None = None) -> int:
                                                        "n": setting["n"]}
     for line in figure_lines(summary.get("correlation")):  # as `repeval run` ends
         print(line)
-    for dataset, (encoder, accuracy) in best_linear(cfg).items():
-        figures["best_linear"][dataset] = {"encoder": encoder, "accuracy": accuracy}
-        print(f"  best {LINEAR} accuracy on {dataset}: {100 * accuracy:.1f} % ({encoder})")
+    for dataset, group in best_linear(cfg).items():
+        figures["best_linear"][dataset] = group.to_dict()
+        print(f"  {group.line()}")
     for failed in summary["failures"]:
         print(f"  failed {failed['kind']}: {failed['label']}: {failed['reason'][:160]}")
     (out / "figures.json").write_text(json.dumps(figures, indent=1, sort_keys=True))

@@ -1,0 +1,159 @@
+"""The top of one setting on one dataset: the best score and every cell the test images
+cannot tell from it.
+
+A single best cell claims more than a test set holds: among layers a point apart, which
+one comes first can flip with the last bits of the features (another machine's kernels
+sum in another order). The top group is what the data support. Every other cell of the
+setting and dataset is compared with the best one on the same test images, by the cell's
+own paired test (McNemar's for top-1), the p-values are adjusted together by
+Benjamini-Hochberg, and a cell belongs to the group unless it is significantly worse. A
+cell whose score is not to be trusted (an ``unreliable`` fit warning) can be neither the
+best nor in the group: it is left out and named.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jobs.analysis.compare import CompareOptions, compare_records, record_score, why_not_paired
+from pipeline.analysis.compare import benjamini_hochberg
+from pipeline.errors import DataValidationError
+from pipeline.protocols.fit_warnings import unreliable_reasons
+
+__all__ = ["TopGroup", "percent_at_precision", "top_group"]
+
+
+def percent_at_precision(score: float, n: int) -> str:
+    """``score`` in percent with the decimals its binomial standard error supports.
+
+    The last printed digit is that of the standard error's first significant digit
+    (``sqrt(p (1 - p) / n)``, at least ``1 / n``): 93 % of 450 images (standard error
+    1.2 points) prints ``93``, of 45,000 images ``93.1``.
+
+    Parameters
+    ----------
+    score : float
+        A proportion in [0, 1].
+    n : int
+        The test images it was measured on (> 0).
+
+    Returns
+    -------
+    str
+    """
+    se = 100 * max(math.sqrt(score * (1 - score) / n), 1 / n)
+    decimals = max(0, -math.floor(math.log10(se)))
+    return f"{100 * score:.{decimals}f}"
+
+
+@dataclass(frozen=True)
+class TopGroup:
+    """The best cell of a setting on a dataset and the cells not distinguishable from it.
+
+    Parameters
+    ----------
+    setting, dataset : str
+        Where.
+    best : str
+        ``model layer`` of the highest score.
+    score : float
+        Its score.
+    n : int
+        Its test images (the paired units).
+    tied : tuple of str
+        ``model layer`` of every cell in the group, the best among them, sorted by name.
+    left_out : tuple of str
+        Cells with no trusted score, each ``model layer: reason``.
+    alpha : float
+        The false discovery rate of the comparisons with the best.
+    """
+
+    setting: str
+    dataset: str
+    best: str
+    score: float
+    n: int
+    tied: tuple[str, ...]
+    left_out: tuple[str, ...]
+    alpha: float
+
+    def line(self) -> str:
+        """One printed line: the score at its precision and the group, by name.
+
+        Returns
+        -------
+        str
+        """
+        head = f"best {self.setting} accuracy on {self.dataset}: {percent_at_precision(self.score, self.n)} % " \
+               f"of {self.n} test images"
+        if len(self.tied) == 1:
+            body = f"({self.best}; every other layer significantly worse, McNemar, BH {100 * self.alpha:g} %)"
+        else:
+            body = (f"shared by {len(self.tied)} layers no test tells apart (McNemar against the top, "
+                    f"BH {100 * self.alpha:g} %): {', '.join(self.tied)}")
+        tail = f"; {len(self.left_out)} unreliable cell(s) left out" if self.left_out else ""
+        return f"{head} {body}{tail}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for a figures file.
+
+        Returns
+        -------
+        dict
+        """
+        return {"encoder": self.best, "accuracy": self.score, "n": self.n, "tied": list(self.tied),
+                "left_out": list(self.left_out), "alpha": self.alpha}
+
+
+def _name(rec: Mapping[str, Any]) -> str:
+    return f"{rec['model']} {rec['layer']}"
+
+
+def top_group(store, records: Iterable[Mapping[str, Any]], setting: str, dataset: str,
+              options: CompareOptions = CompareOptions()) -> TopGroup | None:
+    """The best cell of ``setting`` on ``dataset`` among ``records`` and the cells tied with it.
+
+    Parameters
+    ----------
+    store : FeatureStore
+        The store holding the cells' evidence and labels.
+    records : iterable of mapping
+        Current ledger records (one per model, setting, dataset and layer).
+    setting, dataset : str
+        The protocol setting and the dataset.
+    options : CompareOptions
+        alpha (the false discovery rate), resamples, seed.
+
+    Returns
+    -------
+    TopGroup or None
+        None when no cell of the setting on the dataset has a trusted score.
+
+    Raises
+    ------
+    DataValidationError
+        A cell cannot be paired with the best (different labels, no evidence): the group
+        would be a guess.
+    """
+    cells = sorted((r for r in records if r.get("setting") == setting and r.get("dataset") == dataset
+                    and record_score(r) is not None), key=_name)
+    left_out = tuple(f"{_name(r)}: {'; '.join(reasons)}" for r in cells for reasons in [unreliable_reasons(r)] if reasons)
+    trusted = [r for r in cells if not unreliable_reasons(r)]
+    if not trusted:
+        return None
+    best = max(trusted, key=record_score)  # the first by name among equal scores
+    others = [r for r in trusted if r is not best]
+    for rec in others:
+        reason = why_not_paired(best, rec)
+        if reason:
+            raise DataValidationError(f"{_name(rec)} cannot be compared with the best cell {_name(best)}: {reason}")
+    comparisons = [compare_records(store, best, rec, options) for rec in others]
+    adjusted = benjamini_hochberg([c.p_value for c in comparisons]) if comparisons else []
+    tied = [_name(best)] + [_name(rec) for rec, c, p in zip(others, comparisons, adjusted)
+                            if not (p <= options.alpha and c.difference > 0)]
+    n = comparisons[0].n if comparisons else int(store.open_array(str(best["evidence"]["labels"])).shape[0])
+    return TopGroup(setting, dataset, _name(best), float(record_score(best)), n, tuple(sorted(tied)), left_out,
+                    options.alpha)
