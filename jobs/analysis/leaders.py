@@ -63,8 +63,8 @@ class TopGroup:
         Its score.
     n : int
         Its test images (the paired units).
-    tied : tuple of str
-        ``model layer`` of every cell in the group, the best among them, sorted by name.
+    tied : tuple of (str, str)
+        (model, layer) of every cell in the group, the best among them, sorted.
     left_out : tuple of str
         Cells with no trusted score, each ``model layer: reason``.
     alpha : float
@@ -76,26 +76,32 @@ class TopGroup:
     best: str
     score: float
     n: int
-    tied: tuple[str, ...]
+    tied: tuple[tuple[str, str], ...]
     left_out: tuple[str, ...]
     alpha: float
 
     def line(self) -> str:
-        """One printed line: the score at its precision and the group, by name.
+        """One printed line: the score at its precision, and who reaches it only as far as
+        the tests tell: one layer, one encoder's layers, or no single encoder (the group's
+        members are in :meth:`to_dict`; printed, a member at the edge of significance would
+        come and go with the last bits of the features).
 
         Returns
         -------
         str
         """
-        head = f"best {self.setting} accuracy on {self.dataset}: {percent_at_precision(self.score, self.n)} % " \
-               f"of {self.n} test images"
+        test = f"McNemar, BH {100 * self.alpha:g} %"
+        encoders = {model for model, _ in self.tied}
         if len(self.tied) == 1:
-            body = f"({self.best}; every other layer significantly worse, McNemar, BH {100 * self.alpha:g} %)"
+            who = f"({self.best}; every other layer significantly below: {test})"
+        elif len(encoders) == 1:
+            layers = ", ".join(layer for _, layer in self.tied)
+            who = f"({encoders.pop()}: its layers {layers} tied; every other encoder significantly below: {test})"
         else:
-            body = (f"shared by {len(self.tied)} layers no test tells apart (McNemar against the top, "
-                    f"BH {100 * self.alpha:g} %): {', '.join(self.tied)}")
+            who = f"(no single encoder is best: layers of several are within the noise of the top: {test})"
         tail = f"; {len(self.left_out)} unreliable cell(s) left out" if self.left_out else ""
-        return f"{head} {body}{tail}"
+        return (f"best {self.setting} accuracy on {self.dataset}: {percent_at_precision(self.score, self.n)} % "
+                f"of {self.n} test images {who}{tail}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for a figures file.
@@ -104,7 +110,7 @@ class TopGroup:
         -------
         dict
         """
-        return {"encoder": self.best, "accuracy": self.score, "n": self.n, "tied": list(self.tied),
+        return {"encoder": self.best, "accuracy": self.score, "n": self.n, "tied": [f"{m} {layer}" for m, layer in self.tied],
                 "left_out": list(self.left_out), "alpha": self.alpha}
 
 
@@ -152,8 +158,8 @@ def top_group(store, records: Iterable[Mapping[str, Any]], setting: str, dataset
             raise DataValidationError(f"{_name(rec)} cannot be compared with the best cell {_name(best)}: {reason}")
     comparisons = [compare_records(store, best, rec, options) for rec in others]
     adjusted = benjamini_hochberg([c.p_value for c in comparisons]) if comparisons else []
-    tied = [_name(best)] + [_name(rec) for rec, c, p in zip(others, comparisons, adjusted)
-                            if not (p <= options.alpha and c.difference > 0)]
+    tied = [best] + [rec for rec, c, p in zip(others, comparisons, adjusted)
+                     if not (p <= options.alpha and c.difference > 0)]
     n = comparisons[0].n if comparisons else int(store.open_array(str(best["evidence"]["labels"])).shape[0])
-    return TopGroup(setting, dataset, _name(best), float(record_score(best)), n, tuple(sorted(tied)), left_out,
-                    options.alpha)
+    return TopGroup(setting, dataset, _name(best), float(record_score(best)), n,
+                    tuple(sorted((str(r["model"]), str(r["layer"])) for r in tied)), left_out, options.alpha)
