@@ -145,17 +145,19 @@ def _images_unchanged(cfg: BenchmarkConfig, store, labels: dict[str | None, tupl
     labels (or targets) key the features name to its (dataset, split)."""
     by_name = {d.name: d for d in cfg.datasets}
     adapters: dict[str, Any] = {}
-    listed: dict[tuple[str, str], str] = {}
+    listed: dict[tuple[str, str, bool], str] = {}
     for labels_key, (dataset, split) in labels.items():
         st = store.status(labels_key) if labels_key else None
         if st is None or not st.complete:
             return False
         if dataset not in adapters:
             adapters[dataset] = make_adapter(by_name[dataset])
-        if (dataset, split) not in listed:  # one listing per split, however many arrays name it
-            listed[dataset, split] = adapters[dataset].fingerprint(split)
-        held = st.attrs.get("dataset_fingerprint") if st.attrs.get("kind") == "targets" else st.fingerprint
-        if listed[dataset, split] != held:
+        targets = st.attrs.get("kind") == "targets"
+        if (dataset, split, targets) not in listed:  # one listing per split, however many arrays name it
+            adapter = adapters[dataset]
+            listed[dataset, split, targets] = (adapter.fingerprint if targets else adapter.labels_fingerprint)(split)
+        held = st.attrs.get("dataset_fingerprint") if targets else st.fingerprint
+        if listed[dataset, split, targets] != held:
             return False
     return True
 

@@ -11,7 +11,7 @@ from storage_schema.provenance import now_iso
 def labels_attrs(dataset: DatasetAdapter, split: str) -> dict:
     """The attributes stored with a split's labels: what the dataset is, how it is scored, what it left out."""
     return {
-        "fingerprint": dataset.fingerprint(split), "kind": "labels", "dataset": dataset.name,
+        "fingerprint": dataset.labels_fingerprint(split), "kind": "labels", "dataset": dataset.name,
         "split": split, "class_names": list(dataset.class_names),
         "mean_per_class": bool(dataset.mean_per_class), "dataset_params": dataset.describe(),
         **dataset.metadata(),  # metric, multi_label, validation source, fingerprint mode, split roles

@@ -279,9 +279,9 @@ def _repair_labels(store: FeatureStore, key: str, lease_ttl: float, summary: Rep
     st = store.status(key)
     split = st.attrs["split"]
     dataset = _dataset(st.attrs, key)
-    if dataset.fingerprint(split) != st.fingerprint:
-        raise StaleArrayError(f"cannot repair {key!r}: the rebuilt dataset has fingerprint "
-                              f"{dataset.fingerprint(split)[:12]}, the labels hold {st.fingerprint[:12]}")
+    if dataset.labels_fingerprint(split) != st.fingerprint:
+        raise StaleArrayError(f"cannot repair {key!r}: the rebuilt dataset's labels have fingerprint "
+                              f"{dataset.labels_fingerprint(split)[:12]}, the stored labels {st.fingerprint[:12]}")
     labels = np.asarray(dataset.labels(split), dtype=np.int64)
     rows = st.chunk_rows
     with store.lease(group_of(key), ttl=lease_ttl) as lease:

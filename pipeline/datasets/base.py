@@ -156,6 +156,26 @@ class DatasetAdapter(ABC):
             Hexadecimal SHA-256.
         """
 
+    def labels_fingerprint(self, split: str) -> str:
+        """The fingerprint stored with the split's labels: what they were made from.
+
+        An image dataset's labels belong to its images, so this is :meth:`fingerprint`.
+        A dataset whose rows are one encoder's features overrides it with a hash of the
+        labels alone: every encoder's features of the dataset share one labels array, and
+        the next encoder's file must not restamp it (that made every earlier record's
+        labels look changed).
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        str
+            Hexadecimal SHA-256.
+        """
+        return self.fingerprint(split)
+
     @abstractmethod
     def describe(self) -> dict[str, Any]:
         """JSON-able parameters for provenance.

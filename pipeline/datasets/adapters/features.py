@@ -196,6 +196,12 @@ class PrecomputedFeaturesDataset(DatasetAdapter):
             self._fingerprints[split] = h.array(self._labels[split]).hexdigest()
         return self._fingerprints[split]
 
+    def labels_fingerprint(self, split: str) -> str:
+        """The labels, class names and split alone: the features are one encoder's."""
+        self.check_split(split)
+        return Hasher(f"{self.adapter}/v{self.version}/labels").text(split).texts(self.class_names).array(
+            self._labels[split]).hexdigest()
+
     def describe(self) -> dict[str, Any]:
         dim = next(iter(self._features.values())).shape[1]
         return {**self._base_description(), "path": str(self.path), "feature_dim": int(dim)}
