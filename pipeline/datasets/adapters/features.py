@@ -197,7 +197,17 @@ class PrecomputedFeaturesDataset(DatasetAdapter):
         return self._fingerprints[split]
 
     def labels_fingerprint(self, split: str) -> str:
-        """The labels, class names and split alone: the features are one encoder's."""
+        """The labels, class names and split alone: the features are one encoder's.
+
+        Parameters
+        ----------
+        split : str
+
+        Returns
+        -------
+        str
+            Hexadecimal SHA-256.
+        """
         self.check_split(split)
         return Hasher(f"{self.adapter}/v{self.version}/labels").text(split).texts(self.class_names).array(
             self._labels[split]).hexdigest()
