@@ -90,15 +90,17 @@ class TopGroup:
         -------
         str
         """
-        test = f"McNemar, BH {100 * self.alpha:g} %"
+        test = f"by McNemar's test, BH {100 * self.alpha:g} %"
         encoders = {model for model, _ in self.tied}
         if len(self.tied) == 1:
-            who = f"({self.best}; every other layer significantly below: {test})"
+            who = f"({self.best}; every other layer is significantly below it {test})"
         elif len(encoders) == 1:
-            layers = ", ".join(layer for _, layer in self.tied)
-            who = f"({encoders.pop()}: its layers {layers} tied; every other encoder significantly below: {test})"
+            *most, last = [layer for _, layer in self.tied]
+            layers = f"{', '.join(most)} and {last}"
+            who = (f"({encoders.pop()}, its layers {layers} tied; every other encoder's layers are significantly "
+                   f"below {test})")
         else:
-            who = f"(no single encoder is best: layers of several are within the noise of the top: {test})"
+            who = f"(no single encoder is best: layers of several are within noise of the top {test})"
         tail = f"; {len(self.left_out)} unreliable cell(s) left out" if self.left_out else ""
         return (f"best {self.setting} accuracy on {self.dataset}: {percent_at_precision(self.score, self.n)} % "
                 f"of {self.n} test images {who}{tail}")

@@ -60,8 +60,8 @@ def test_the_group_is_every_cell_not_significantly_worse_than_the_best(cells):
     assert ("noisy", "pre_logits") not in group.tied and len(group.tied) >= 2
     # printed: the score at its precision, no member named (one at the edge would come and go)
     assert group.line() == (f"best logistic accuracy on {DATASET}: {percent_at_precision(group.score, y.size)} % of "
-                            f"{y.size} test images (no single encoder is best: layers of several are within the "
-                            "noise of the top: McNemar, BH 5 %)")
+                            f"{y.size} test images (no single encoder is best: layers of several are within noise "
+                            "of the top by McNemar's test, BH 5 %)")
     assert group.to_dict()["tied"] == [f"{m} pre_logits" for m in sorted(tied)]
 
 
@@ -71,8 +71,8 @@ def test_one_encoders_layers_tied_name_the_encoder(cells, tmp_path):
     block3 = evaluate_cell(store, Cell("clean", DATASET, "block3", "logistic", *SETTINGS["logistic"])).record
     group = top_group(store, [records["clean", "logistic"], records["noisy", "logistic"], block3], "logistic", DATASET)
     assert group.tied == (("clean", "block3"), ("clean", "pre_logits"))
-    assert group.line().endswith("test images (clean: its layers block3, pre_logits tied; every other encoder "
-                                 "significantly below: McNemar, BH 5 %)")
+    assert group.line().endswith("test images (clean, its layers block3 and pre_logits tied; every other encoder's "
+                                 "layers are significantly below by McNemar's test, BH 5 %)")
 
 
 def test_an_unreliable_cell_is_left_out_and_named(cells):
@@ -95,7 +95,8 @@ def test_one_cell_alone_is_its_own_group(cells):
     store, records = cells
     group = top_group(store, [records["clean", "logistic"]], "logistic", DATASET)
     assert group.tied == (("clean", "pre_logits"),) and group.n == 540
-    assert group.line().endswith("test images (clean pre_logits; every other layer significantly below: McNemar, BH 5 %)")
+    assert group.line().endswith("test images (clean pre_logits; every other layer is significantly below it by "
+                                 "McNemar's test, BH 5 %)")
 
 
 @pytest.mark.parametrize(("score", "n", "text"), [
