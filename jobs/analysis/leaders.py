@@ -5,8 +5,9 @@ A single best cell claims more than a test set holds: among layers a point apart
 one comes first can flip with the last bits of the features (another machine's kernels
 sum in another order). The top group is what the data support. Every other cell of the
 setting and dataset is compared with the best one on the same test images, by the cell's
-own paired test (McNemar's for top-1), the p-values are adjusted together by
-Benjamini-Hochberg, and a cell belongs to the group unless it is significantly worse. A
+own paired test (McNemar's for top-1, a randomization test for a mean per-class accuracy),
+the p-values are adjusted together by Benjamini-Hochberg, and a cell belongs to the group
+unless it is significantly worse. A
 cell whose score is not to be trusted (an ``unreliable`` fit warning) can be neither the
 best nor in the group: it is left out and named.
 """
@@ -24,6 +25,10 @@ from pipeline.errors import DataValidationError
 from pipeline.protocols.fit_warnings import unreliable_reasons
 
 __all__ = ["TopGroup", "percent_at_precision", "top_group"]
+
+#: How a line names the paired test behind the group (``PairedComparison.test``).
+TEST_NAMES = {"mcnemar-exact": "McNemar's test", "mcnemar-mid-p": "McNemar's mid-p test",
+              "randomization": "a randomization test", "paired-t": "a paired t test"}
 
 
 def percent_at_precision(score: float, n: int) -> str:
@@ -69,6 +74,8 @@ class TopGroup:
         Cells with no trusted score, each ``model layer: reason``.
     alpha : float
         The false discovery rate of the comparisons with the best.
+    test : str
+        The paired test of those comparisons (``mcnemar-exact`` for top-1 predictions).
     """
 
     setting: str
@@ -79,6 +86,7 @@ class TopGroup:
     tied: tuple[tuple[str, str], ...]
     left_out: tuple[str, ...]
     alpha: float
+    test: str = "mcnemar-exact"
 
     def line(self) -> str:
         """One printed line: the score at its precision, and who reaches it only as far as
@@ -90,7 +98,7 @@ class TopGroup:
         -------
         str
         """
-        test = f"by McNemar's test, BH {100 * self.alpha:g} %"
+        test = f"by {TEST_NAMES.get(self.test, self.test)}, BH {100 * self.alpha:g} %"
         encoders = {model for model, _ in self.tied}
         if len(self.tied) == 1:
             who = f"({self.best}; every other layer is significantly below it {test})"
@@ -113,7 +121,7 @@ class TopGroup:
         dict
         """
         return {"encoder": self.best, "accuracy": self.score, "n": self.n, "tied": [f"{m} {layer}" for m, layer in self.tied],
-                "left_out": list(self.left_out), "alpha": self.alpha}
+                "left_out": list(self.left_out), "alpha": self.alpha, "test": self.test}
 
 
 def _name(rec: Mapping[str, Any]) -> str:
@@ -164,4 +172,5 @@ def top_group(store, records: Iterable[Mapping[str, Any]], setting: str, dataset
                      if not (p <= options.alpha and c.difference > 0)]
     n = comparisons[0].n if comparisons else int(store.open_array(str(best["evidence"]["labels"])).shape[0])
     return TopGroup(setting, dataset, _name(best), float(record_score(best)), n,
-                    tuple(sorted((str(r["model"]), str(r["layer"])) for r in tied)), left_out, options.alpha)
+                    tuple(sorted((str(r["model"]), str(r["layer"])) for r in tied)), left_out, options.alpha,
+                    comparisons[0].test if comparisons else "mcnemar-exact")

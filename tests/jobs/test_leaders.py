@@ -63,6 +63,7 @@ def test_the_group_is_every_cell_not_significantly_worse_than_the_best(cells):
                             f"{y.size} test images (no single encoder is best: layers of several are within noise "
                             "of the top by McNemar's test, BH 5 %)")
     assert group.to_dict()["tied"] == [f"{m} pre_logits" for m in sorted(tied)]
+    assert group.test == "mcnemar-exact" and group.to_dict()["test"] == "mcnemar-exact"
 
 
 def test_one_encoders_layers_tied_name_the_encoder(cells, tmp_path):
