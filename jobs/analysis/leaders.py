@@ -7,9 +7,9 @@ sum in another order). The top group is what the data support. Every other cell 
 setting and dataset is compared with the best one on the same test images, by the cell's
 own paired test (McNemar's for top-1, a randomization test for a mean per-class accuracy),
 the p-values are adjusted together by Benjamini-Hochberg, and a cell belongs to the group
-unless it is significantly worse. A
-cell whose score is not to be trusted (an ``unreliable`` fit warning) can be neither the
-best nor in the group: it is left out and named.
+unless it is significantly worse. A cell whose score is not to be trusted (an
+``unreliable`` fit warning) can be neither the best nor in the group: it is left out and
+named.
 """
 
 from __future__ import annotations
