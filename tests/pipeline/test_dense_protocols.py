@@ -127,7 +127,7 @@ def test_selection_warns_at_the_edge_of_the_grid_and_diverged_fits_are_not_score
     assert result.diagnostics["learning_rate"] == next(r["learning_rate"] for r in selection if r["val_miou"] == best)
     assert result.diagnostics["validation"] == "seeded 0.1 of train images" and len(selection) == 2
     with pytest.raises(DataValidationError, match="training diverged"):
-        _run("normals", dense_data("normals"), learning_rate=1e30)
+        _run("normals", dense_data("normals"), learning_rate=1e30)  # the largest allowed
 
 
 @pytest.mark.parametrize("task", TASKS)

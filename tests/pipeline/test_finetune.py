@@ -75,7 +75,7 @@ def test_default_settings_are_the_papers():
     ({"steps": 0}, "steps must be an integer >= 1, got 0"),
     ({"batch_size": 2.5}, "batch_size"),
     ({"lrs": ()}, "lrs must not be empty"),
-    ({"lrs": (0.1, -1.0)}, "finite number > 0, got -1.0"),
+    ({"lrs": (0.1, -1.0)}, "finite number > 0 and <= 1e+30, got -1.0"),
     ({"weight_decays": (float("nan"),)}, "weight_decays"),
     ({"weight_decays": (1e-4, 1e-4)}, "duplicate"),
     ({"augmentations": ("mixup",)},

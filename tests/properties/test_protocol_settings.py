@@ -5,9 +5,14 @@ repeval error; never a library traceback.
 Found and fixed with this property: numeric settings had no ranges (n_neighbors=0, C=0,
 seed=-1, val_fraction=0 failed deep in numpy/sklearn or not at all), None was accepted for
 every setting, floats for integer settings, NaN/inf anywhere, and any string for the
-ridge/logistic grids. registry.Bound and the protocols' ``bounds`` now refuse them."""
+ridge/logistic grids. registry.Bound and the protocols' ``bounds`` now refuse them. Later:
+a weight decay of 3.4e38 (a finite double past float32's range) reached torch's SGD step in
+the middle of a segmentation fit; an optimizer's step sizes and decays are now at most
+``OPTIMIZER_MAX``."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import torch
@@ -125,3 +130,30 @@ def test_cheap_settings_run(name):
         assert 0.25 < numbers["score"] <= 1.0, result.metrics
     else:  # the invariance audit: one record per transform family, none violated on clean data
         assert result.metrics["records"] and numbers["violations"] == 0, result.metrics
+
+
+@pytest.mark.parametrize(("name", "given_settings", "named"), [
+    ("segmentation", {"weight_decay": 3.402823466385289e38}, "weight_decay"),  # what the property found
+    ("normals", {"weight_decay": 1e31}, "weight_decay"),
+    ("segmentation", {"learning_rates": [0.1, 1e39]}, "learning_rates"),
+    ("mlp", {"learning_rate": 1e300}, "learning_rate"),
+    ("mlp", {"weight_decays": [0.0, 1e40]}, "weight_decays"),
+    ("attentive", {"learning_rates": [1e38]}, "learning_rates"),
+    ("attentive", {"weight_decays": [2e30]}, "weight_decays"),
+])
+def test_an_optimizer_step_past_its_range_is_refused_before_any_work(name, given_settings, named):
+    from pipeline.errors import ConfigError
+    from pipeline.protocols.inputs.parameters import OPTIMIZER_MAX
+
+    with pytest.raises(ConfigError, match=re.escape(named) + ".*" + re.escape(f"<= {OPTIMIZER_MAX:g}")):
+        resolve_settings(name, {**cheap_settings(name), **given_settings})
+    resolve_settings(name, {**cheap_settings(name), named: [OPTIMIZER_MAX] if named.endswith("s") else OPTIMIZER_MAX})
+
+
+def test_a_fine_tuning_step_past_its_range_is_refused():
+    from pipeline.errors import ConfigError
+    from pipeline.protocols.finetune.settings import FinetuneSettings
+
+    for given_settings in ({"lrs": (0.1, 1e39)}, {"weight_decays": (0.0, 1e31)}):
+        with pytest.raises(ConfigError, match=f"{next(iter(given_settings))}: .*<= 1e\\+30"):
+            FinetuneSettings(**given_settings)

@@ -15,7 +15,7 @@ from typing import Any
 from pipeline.protocols.dense.codebook import FORMULATIONS
 from pipeline.protocols.dense.memory import normals_memory, segmentation_memory
 from pipeline.protocols.dense.metrics import NORMAL_METRICS, SEGMENTATION_METRICS
-from pipeline.protocols.inputs.parameters import check_setting_grid
+from pipeline.protocols.inputs.parameters import OPTIMIZER_MAX, check_setting_grid
 from pipeline.protocols.registry import SEED, Bound, ProtocolResult, above, register_protocol
 
 __all__ = ["DENSE_SCHEDULE", "NORMALS_SCHEDULE"]
@@ -27,11 +27,11 @@ DENSE_SCHEDULE = {"epochs": 20, "batch_size": 8, "momentum": 0.9, "weight_decay"
 #: code): 150 epochs, batch 4, SGD momentum 0.9, poly decay, learning rate 0.02.
 NORMALS_SCHEDULE = {**DENSE_SCHEDULE, "epochs": 150, "batch_size": 4}
 _BOUNDS = {"epochs": Bound(1, 10_000), "batch_size": Bound(1, 4096), "momentum": Bound(0, 1, high_open=True),
-           "weight_decay": Bound(0), "power": Bound(0), "save_every": Bound(1, 10**9), "seed": SEED}
+           "weight_decay": Bound(0, OPTIMIZER_MAX), "power": Bound(0), "save_every": Bound(1, 10**9), "seed": SEED}
 
 
 def _check_segmentation(s: Mapping[str, Any]) -> None:
-    check_setting_grid(s["learning_rates"], "learning_rates", positive=True)
+    check_setting_grid(s["learning_rates"], "learning_rates", positive=True, high=OPTIMIZER_MAX)
 
 
 @register_protocol(
@@ -56,7 +56,8 @@ def _segmentation(data: Any, s: Mapping[str, Any]) -> ProtocolResult:
     defaults={"head": "pspnet", "formulation": "classification", "clusters": 40, "hidden_units": 512,
               "learning_rate": 0.02, **NORMALS_SCHEDULE},
     choices={"head": ("pspnet", "conv", "linear"), "formulation": FORMULATIONS},  # heads.HEADS, without torch
-    bounds={**_BOUNDS, "hidden_units": Bound(1, 65_536), "clusters": Bound(2, 254), "learning_rate": above(0)},
+    bounds={**_BOUNDS, "hidden_units": Bound(1, 65_536), "clusters": Bound(2, 254),
+            "learning_rate": Bound(0, OPTIMIZER_MAX, low_open=True)},
     runs_on_device=True, memory=normals_memory, dense="normals",
     metrics=("score", *NORMAL_METRICS), primary_metric="within_11_25",
     unbounded=tuple(m for m, kind in NORMAL_METRICS.items() if kind == "lower"),

@@ -21,6 +21,7 @@ import numpy as np
 from pipeline.errors import ConfigError
 from pipeline.names import validate_name
 from pipeline.plain import to_plain
+from pipeline.protocols.inputs.parameters import OPTIMIZER_MAX
 
 RANDOM_RESIZED_CROP_FLIP = "random_resized_crop_flip"
 CENTER_CROP = "center_crop"
@@ -56,7 +57,8 @@ def _check_int(name: str, value: object, low: int) -> None:
 
 
 def _check_values(name: str, values: object, low: float, low_open: bool) -> tuple[float, ...]:
-    """A non-empty sequence of finite numbers above ``low`` (strictly when ``low_open``)."""
+    """A non-empty sequence of finite numbers above ``low`` (strictly when ``low_open``) and
+    at most ``OPTIMIZER_MAX`` (they are the optimizer's step sizes and decays)."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise ConfigError(f"finetune setting {name} must be a sequence of numbers, got {values!r}")
     out = tuple(values)
@@ -64,8 +66,10 @@ def _check_values(name: str, values: object, low: float, low_open: bool) -> tupl
         raise ConfigError(f"finetune setting {name} must not be empty")
     sign = ">" if low_open else ">="
     for v in out:
-        if not _is_number(v) or not math.isfinite(float(v)) or (float(v) <= low if low_open else float(v) < low):
-            raise ConfigError(f"finetune setting {name}: every value must be a finite number {sign} {low:g}, got {v!r}")
+        if (not _is_number(v) or not math.isfinite(float(v)) or (float(v) <= low if low_open else float(v) < low)
+                or float(v) > OPTIMIZER_MAX):
+            raise ConfigError(f"finetune setting {name}: every value must be a finite number {sign} {low:g} and "
+                              f"<= {OPTIMIZER_MAX:g}, got {v!r}")
     if len(set(out)) != len(out):
         raise ConfigError(f"finetune setting {name} has duplicate values: {list(out)}")
     return tuple(float(v) for v in out)

@@ -14,11 +14,16 @@ import numpy as np
 
 from pipeline.errors import ConfigError
 
-__all__ = ["GRID_MAX", "check_grid", "check_number", "check_setting_grid"]
+__all__ = ["GRID_MAX", "OPTIMIZER_MAX", "check_grid", "check_number", "check_setting_grid"]
 
 #: Most values a protocol setting's hyperparameter list may hold (each is a network
 #: trained at once).
 GRID_MAX = 64
+#: The largest learning rate or weight decay a torch-trained protocol takes: inside float32's
+#: range (3.4e38), which torch's optimizers need of a step size (past it they fail in the
+#: middle of training, with an error that names no setting); anything below it that makes
+#: the weights overflow is a diverged fit, reported as such.
+OPTIMIZER_MAX = 1e30
 
 
 def _show(bound: float) -> str:
@@ -101,9 +106,9 @@ def check_grid(values: Any, name: str, low_open: bool, *, unique: bool = True) -
     return np.unique(grid) if unique else grid
 
 
-def check_setting_grid(values: Any, name: str, positive: bool) -> None:
-    """A protocol setting's list of 1 to ``GRID_MAX`` finite numbers (> 0 or >= 0), as
-    the config gives it (a list or tuple of plain numbers).
+def check_setting_grid(values: Any, name: str, positive: bool, high: float | None = None) -> None:
+    """A protocol setting's list of 1 to ``GRID_MAX`` finite numbers (> 0 or >= 0, and at
+    most ``high`` when given), as the config gives it (a list or tuple of plain numbers).
 
     Parameters
     ----------
@@ -113,10 +118,12 @@ def check_setting_grid(values: Any, name: str, positive: bool) -> None:
         The setting's name, for the error.
     positive : bool
         Values must be > 0 (True) or >= 0 (False).
+    high : float, optional
+        The largest value allowed (``OPTIMIZER_MAX`` for an optimizer's step sizes).
     """
-    rule = "> 0" if positive else ">= 0"
+    rule = ("> 0" if positive else ">= 0") + (f" and <= {high:g}" if high is not None else "")
     ok = isinstance(values, (list, tuple)) and 0 < len(values) <= GRID_MAX and all(
         isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v > 0 if positive else v >= 0)
-        for v in values)
+        and (high is None or v <= high) for v in values)
     if not ok:
         raise ConfigError(f"{name}={values!r} must be a list of 1 to {GRID_MAX} finite numbers {rule}")

@@ -29,7 +29,7 @@ from pipeline.errors import ConfigError
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.cell import CellShape
 from pipeline.protocols.inputs.devices import resolve_device
-from pipeline.protocols.inputs.parameters import GRID_MAX, check_setting_grid
+from pipeline.protocols.inputs.parameters import GRID_MAX, OPTIMIZER_MAX, check_setting_grid
 from pipeline.protocols.evidence import class_evidence
 from pipeline.protocols.linear.protocols import logistic_terms
 from pipeline.protocols.memory import (
@@ -37,7 +37,7 @@ from pipeline.protocols.memory import (
 )
 from pipeline.protocols.metrics import accuracy_metrics
 from pipeline.protocols.registry import (
-    SEED, Bound, EvalData, ProtocolResult, above, get_protocol, register_protocol, resolve_settings,
+    SEED, Bound, EvalData, ProtocolResult, get_protocol, register_protocol, resolve_settings,
 )
 from pipeline.protocols.transforms import TRANSFORM_NAMES, apply_transform
 
@@ -49,14 +49,14 @@ _SIZES = {"batch_size": Bound(1, 1 << 20), "max_epochs": Bound(1, 10_000), "pati
 
 
 def _check_mlp(s: Mapping[str, Any]) -> None:
-    check_setting_grid(s["weight_decays"], "weight_decays", positive=False)
+    check_setting_grid(s["weight_decays"], "weight_decays", positive=False, high=OPTIMIZER_MAX)
     if s["linear_Cs"] != "default":
         check_setting_grid(s["linear_Cs"], "linear_Cs", positive=True)
 
 
 def _check_attentive(s: Mapping[str, Any]) -> None:
-    check_setting_grid(s["learning_rates"], "learning_rates", positive=True)
-    check_setting_grid(s["weight_decays"], "weight_decays", positive=False)
+    check_setting_grid(s["learning_rates"], "learning_rates", positive=True, high=OPTIMIZER_MAX)
+    check_setting_grid(s["weight_decays"], "weight_decays", positive=False, high=OPTIMIZER_MAX)
     if len(s["learning_rates"]) * len(s["weight_decays"]) > GRID_MAX:
         raise ConfigError(f"learning_rates x weight_decays makes {len(s['learning_rates']) * len(s['weight_decays'])} "
                           f"grid points; at most {GRID_MAX}")
@@ -150,7 +150,7 @@ def attentive_memory(c: CellShape, s: Mapping[str, Any]) -> int:
               "learning_rate": 1e-3, "batch_size": 256, "max_epochs": 100, "patience": 10, "val_fraction": 0.2,
               "seed": 0, "linear_Cs": "default"},
     choices={"transform": TRANSFORM_NAMES},
-    bounds={"hidden_units": Bound(1, 65_536), "learning_rate": above(0), **_SIZES},
+    bounds={"hidden_units": Bound(1, 65_536), "learning_rate": Bound(0, OPTIMIZER_MAX, low_open=True), **_SIZES},
     check=_check_mlp, runs_on_device=True, memory=mlp_memory,
     metrics=("score", "top1", "mean_per_class", "linear_score", "gain_over_linear"), unbounded=("gain_over_linear",),
     description="one-hidden-layer ReLU probe, weight decay and epochs on validation; gain over logistic "
