@@ -157,3 +157,13 @@ def test_a_fine_tuning_step_past_its_range_is_refused():
     for given_settings in ({"lrs": (0.1, 1e39)}, {"weight_decays": (0.0, 1e31)}):
         with pytest.raises(ConfigError, match=f"{next(iter(given_settings))}: .*<= 1e\\+30"):
             FinetuneSettings(**given_settings)
+
+
+def test_an_invariance_tolerance_no_fit_can_meet_is_refused():
+    """The property drew logistic_tol = 1e-300: every audited fit ran its 10,000 iterations
+    (minutes for 24 rows); 1e-12 takes about a second here."""
+    from pipeline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape("logistic_tol")):
+        resolve_settings("invariance", {**cheap_settings("invariance"), "logistic_tol": 1e-300})
+    resolve_settings("invariance", {**cheap_settings("invariance"), "logistic_tol": 1e-12})
