@@ -66,7 +66,7 @@ def test_settings_resolve_to_every_setting_with_the_defaults(tmp_path):
     ("finetune", {"stepz": 3}, "config.protocols[0]: settings.stepz: unknown setting of protocol 'finetune'; "
                                "valid settings: steps, batch_size"),
     ("finetune", {"lrs": [0.1, -1.0]}, "config.protocols[0]: settings: finetune setting lrs: every value must be a "
-                                       "finite number > 0, got -1.0"),
+                                       "finite number > 0 and <= 1e+30, got -1.0"),
     ("finetune", {"lrs": ["1e-4"]}, "YAML reads 1e-4 as text, write 1.0e-4"),
     ("finetune", {"augmentations": ["mixup"]}, "unknown augmentation 'mixup'; valid choices: "
                                                "random_resized_crop_flip, center_crop"),
