@@ -6,8 +6,8 @@
 2. writes a benchmark config: those checkpoints (found by a checkpoint-folder scan) plus
    random-init timm encoders, datasets `digits` and `textures`, every protocol;
 3. runs the benchmark flow (Prefect + a local Dask cluster + the Zarr store) and prints
-   the correlations, the best linear accuracy per dataset (with the layers tied with it)
-   and where the report is.
+   the correlations, the best linear accuracy per dataset (at its precision, naming who
+   reaches it only as far as a paired test tells) and where the report is.
    Running it again reuses the store: nothing is recomputed.
 
 The figures it prints are the same on every machine: training is seeded, deterministic,
