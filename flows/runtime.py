@@ -140,6 +140,7 @@ def full_server(timeout: float = 120.0) -> Iterator[str]:
             # and the server ends with serve when serve is killed (kill -9: no stray server)
             start_new_session=True, preexec_fn=_end_with_parent,
         )
+    _local_servers.append(proc)
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -155,11 +156,28 @@ def full_server(timeout: float = 120.0) -> Iterator[str]:
             time.sleep(0.5)
         yield url
     finally:
+        _local_servers.remove(proc)
         proc.terminate()
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+#: The ``prefect server start`` processes of :func:`full_server` now running in this process.
+_local_servers: list = []
+
+
+def local_server_exit() -> int | None:
+    """The exit status of this process's local Prefect server (:func:`full_server`) if it has
+    died; None while it runs, or when the API is not one this process started.
+
+    A dead server is certain at once, where its clients only see failed requests, which they
+    retry for a minute before giving up."""
+    for proc in _local_servers:
+        if proc.poll() is not None:
+            return proc.returncode
+    return None
 
 
 def _end_with_parent() -> None:

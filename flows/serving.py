@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 from flows.reclaim import RECLAIM_INTERVAL, reclaim, reclaim_periodically
+from flows.runtime import local_server_exit
 from flows.schedules import DEFAULT_CRON, scan_checkpoints_flow, watch_protocols_flow
 
 STOP_GRACE = 10.0  # seconds the runner gets to stop its runs after a signal
@@ -146,7 +147,10 @@ def _serve(config_path: str, cron: str | None, interval: float | None, watch_int
         thread.start()
         reclaim_periodically(config_path, say, stop_reclaiming)
         while not ended.wait(0.5):  # the signal handler runs here, between waits
-            pass
+            died = local_server_exit()
+            if died is not None and not received:
+                _quiet()  # the runner's clients meet the gone server; serve's own line says it
+                raise ServerLost(f"the local Prefect server exited with status {died}")
         stop_reclaiming.set()
         if received and runner.started and not runner.stopping:
             runner.stopping = True

@@ -157,7 +157,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from flows.serving import ServerLost, end_children, serve_schedules
 
     path = os.path.abspath(args.config)
-    _check_in_child(path)  # refuse a broken config before serving it forever
+    load_config(path)  # a config mistake: one line, before any work (no torch, no server)
+    # the full check (architectures, checkpoints) refuses a broken config before serving it
+    # forever; it imports torch and timm, in a child, while the local server starts
+    pool, check = _check_in_child(path)
     cron = args.cron or DEFAULT_CRON
     # SIGTERM (systemd, docker stop, kill) while starting stops like Ctrl-C, so the local
     # server is shut down; once serving, flows.serving handles both signals.
@@ -165,6 +168,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     stopped_by = signal.SIGINT
     try:
         with prefect_api(scheduler=True) as api:
+            check.result()
+            pool.shutdown()
             what = f"every {args.interval:g} s" if args.interval else f"cron {cron!r}"
             print(f"repeval serve: {path}\n"
                   f"  checkpoint scan: {what}; protocol watch: every {args.watch_interval:g} s\n"
@@ -180,6 +185,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"repeval serve: stopped: its Prefect server stopped answering ({printable(str(exc))[:200]}; "
               f"its log: {os.environ['PREFECT_HOME']}/server.log); start serve again", file=sys.stderr, flush=True)
         return EXIT_SERVER_LOST
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # stopped while checking: end_children ends it
     if stopped_by:  # what the runner could not stop (its server gone) ends before the last line
         end_children()
     how = f"stopped by {signal.Signals(stopped_by).name}" if stopped_by else "stopped"
@@ -197,14 +204,15 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _check_in_child(config_path: str) -> None:
-    """The config's full check (architectures, checkpoints: torch and timm) in a process of
-    its own, so the long-lived serving process never holds those libraries."""
+def _check_in_child(config_path: str):
+    """The config's full check (architectures, checkpoints: torch and timm) started in a
+    process of its own, so the long-lived serving process never holds those libraries; the
+    pool and the check's future (its result raises the config's mistake)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        pool.submit(check_config_file, config_path).result()
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    return pool, pool.submit(check_config_file, config_path)
 
 
 def check_config_file(config_path: str) -> None:
