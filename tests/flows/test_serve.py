@@ -34,7 +34,7 @@ from tests.helpers.configs import tiny_config, write_checkpoint
 pytestmark = pytest.mark.slow
 
 INTERVAL = 3  # seconds between scans
-RUNS = 6  # scans sampled by the memory test: the last three against the three before them
+RUNS = 4  # scans sampled by the memory test: the last two against the two before them (after the earlier tests' runs)
 FAST = {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "1", "PREFECT_RUNNER_POLL_FREQUENCY": "1",
         "PREFECT_SERVER_SERVICES_SCHEDULER_RECENT_DEPLOYMENTS_LOOP_SECONDS": "1"}
 
