@@ -45,33 +45,55 @@ OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "M
 # ... and ATen without vector code (its scalar samplers drew other initial weights before
 # jobs.source_training.portable_init)
 SCALAR_KERNELS = {"ATEN_CPU_CAPABILITY": "default"}
-_TRAIN_SCRIPT = """
-import sys
-from jobs.source_training import train_checkpoints
-from pipeline.datasets import make_dataset
-source = make_dataset("textures", name="source", seed=1, n_per_class={"train": 8, "test": 8})
-for c in train_checkpoints("resnet18", source, [4, 12], sys.argv[1], input_size=32, batch_size=8, seed=0):
-    print(c.source_accuracy)
-"""
+# the kernel sets are chosen when torch loads: each other set trains in a process of its own
+_TRAIN_SCRIPT = "import sys\nfrom tests.jobs.test_source_training import train_source\nprint(*train_source(sys.argv[1]))"
+
+
+def train_source(folder: str) -> list[float]:
+    """The kernels test's training, checkpoints into ``folder``; their source accuracies."""
+    source = make_dataset("textures", name="source", seed=1, n_per_class={"train": 8, "test": 8})
+    return [c.source_accuracy for c in
+            train_checkpoints("resnet18", source, [4, 12], folder, input_size=32, batch_size=8, seed=0)]
 
 
 @pytest.mark.slow
 def test_checkpoints_agree_under_another_machines_kernels(tmp_path):
     """Float32 training on other kernels ends in other checkpoints (rounding differences
     amplified by each step: the demo's differed by up to 10 in a weight); the float64
-    training leaves differences of about a float32 ulp, and the same source accuracies."""
+    training leaves differences of about a float32 ulp, and the same source accuracies.
+
+    The other kernel sets train in subprocesses, started together; meanwhile this process
+    trains on its own kernels (on train_checkpoints' one thread, like the subprocesses),
+    unless its caller set a kernel variable: then a subprocess without them does."""
+    import os
     import subprocess
     import sys
 
     from tests.helpers.cli import REPO, cli_env
 
-    runs = {}
-    for name, extra in (("here", {}), ("other", OTHER_KERNELS), ("scalar", SCALAR_KERNELS)):
+    def start(name: str, extra: dict[str, str]) -> subprocess.Popen:
         env = {k: v for k, v in cli_env().items() if k not in OTHER_KERNELS} | extra
-        out = subprocess.run([sys.executable, "-c", _TRAIN_SCRIPT, str(tmp_path / name)], capture_output=True,
-                             text=True, env=env, cwd=REPO, timeout=600, check=True).stdout.split()
-        files = sorted((tmp_path / name).glob("*.safetensors"))
-        runs[name] = ([float(v) for v in out], [load_file(str(p)) for p in files])
+        with open(tmp_path / f"{name}.log", "w") as log:  # a file: a full pipe would stall the run
+            return subprocess.Popen([sys.executable, "-c", _TRAIN_SCRIPT, str(tmp_path / name)],
+                                    stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=REPO)
+
+    kernel_sets = {"other": OTHER_KERNELS, "scalar": SCALAR_KERNELS}
+    if any(k in os.environ for k in OTHER_KERNELS):
+        kernel_sets["here"] = {}
+    procs = {name: start(name, extra) for name, extra in kernel_sets.items()}
+    try:
+        accuracies = {} if "here" in procs else {"here": train_source(str(tmp_path / "here"))}
+        for name, proc in procs.items():
+            out, _ = proc.communicate(timeout=600)
+            assert proc.returncode == 0, f"{name}: {(tmp_path / f'{name}.log').read_text()[-3000:]}"
+            accuracies[name] = [float(v) for v in out.split()]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    runs = {name: (acc, [load_file(str(p)) for p in sorted((tmp_path / name).glob("*.safetensors"))])
+            for name, acc in accuracies.items()}
     acc_here, here = runs["here"]
     assert len(here) == 2
     for acc_other, other in (runs["other"], runs["scalar"]):

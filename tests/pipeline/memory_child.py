@@ -1,20 +1,34 @@
-"""Peak memory of one protocol run, measured in this fresh process (run as a module).
+"""Peak memory of one protocol run, measured in a process of its own (run as a module).
 
 ``python -m tests.pipeline.memory_child '{"protocol": "ridge", ...}'`` builds synthetic
 class-clustered features, holds them, warms the protocol up on a tiny copy (imports and
 one-time allocations), then runs it once and prints a JSON line: the feature bytes held,
 the peak RSS growth during the run (VmHWM reset through /proc/self/clear_refs), the
-protocol's own ``memory_bytes`` estimate and the score. The parent sets
-MALLOC_MMAP_THRESHOLD_ so that freed arrays leave the RSS at once.
+protocol's own ``memory_bytes`` estimate and the score. The caller sets
+MALLOC_MMAP_THRESHOLD_ (``measurement_env``) so that freed arrays leave the RSS at once.
+
+``--serve`` (``MeasurementServer``) answers one spec per stdin line, each measured in a
+process forked for it from a server that has imported torch and the protocols and run
+nothing: every measurement starts from the state of a fresh process after those imports
+(no earlier run's heap, caches or threads), without paying the seconds of start-up again.
 """
 
 from __future__ import annotations
 
 import gc
+import importlib
 import json
+import os
+import signal
+import subprocess
 import sys
+import traceback
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _status_bytes(field: str) -> int:
@@ -83,5 +97,107 @@ def main(spec: dict) -> list[dict]:
     return [measure(protocol, settings, n_train, n_test, d, K, dtype, T) for n_train, n_test in spec["sizes"]]
 
 
+def measurement_env() -> dict[str, str]:
+    """The measuring processes' environment: freed arrays (over 64 KiB) unmapped at once, one math thread."""
+    return {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+def _other_threads() -> list[str]:
+    """Names of this process's threads other than the main one."""
+    return [Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in sorted(os.listdir("/proc/self/task"))
+            if int(t) != os.getpid()]
+
+
+def _forked(main: Callable[[dict], list[dict]], spec: dict) -> dict:
+    """``main(spec)`` in a child forked for it: ``{"points": ...}`` or ``{"error": ...}``."""
+    # a fork copies no thread, only the locks they hold; jemalloc's purger (pyarrow's allocator, started on
+    # import) is the exception: jemalloc's fork handlers take its locks across the fork and start none in the child
+    threads = [name for name in _other_threads() if name != "jemalloc_bg_thd"]
+    if threads:
+        return {"error": f"the server runs the threads {threads}; it must fork from its main thread alone"}
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        os.dup2(2, 1)  # anything the run prints goes to the log, not into the server's answers
+        try:
+            answer, code = {"points": main(spec)}, 0
+        except BaseException:
+            answer, code = {"error": traceback.format_exc()}, 1
+        with os.fdopen(write_end, "w") as f:
+            f.write(json.dumps(answer))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as f:
+        text = f.read()
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return json.loads(text) if text else {"error": f"the measuring process ended ({code}) without an answer"}
+
+
+def serve(main: Callable[[dict], list[dict]], preload: Iterable[str]) -> None:
+    """Import ``preload``, then answer each spec line of stdin with ``main(spec)`` run in a forked child."""
+    for name in preload:
+        importlib.import_module(name)
+    for line in sys.stdin:
+        print(json.dumps(_forked(main, json.loads(line))), flush=True)
+    os._exit(0)  # stdin closed: nothing to keep, so no interpreter teardown (torch's takes a second)
+
+
+class MeasurementServer:
+    """``python -m MODULE --serve``, started once (its stderr in ``log``) and again only if it ended."""
+
+    def __init__(self, module: str, log: Path):
+        self._module, self._path, self._log = module, log, open(log, "a")
+        self._proc = self._start()
+
+    def _start(self) -> subprocess.Popen:
+        # a session of its own: ``_end`` also ends a measuring child left running
+        return subprocess.Popen([sys.executable, "-m", self._module, "--serve"], cwd=ROOT, env=measurement_env(),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
+                                start_new_session=True)
+
+    def measure(self, spec: dict) -> list[dict]:
+        """The points ``main(spec)`` returned in its own forked child; fails with its traceback and the log."""
+        if self._proc.poll() is not None:
+            self._end()
+            self._proc = self._start()
+        try:
+            self._proc.stdin.write(json.dumps(spec) + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        except BaseException:  # a timeout: the answer may still come, to the next question
+            self._end()
+            raise
+        answer = json.loads(line) if line else {"error": f"the server ended ({self._proc.poll()})"}
+        if "error" in answer:
+            raise AssertionError(f"{answer['error']}\n{self._path.read_text(errors='replace')[-3000:]}")
+        return answer["points"]
+
+    def _end(self, wait: float = 0) -> None:
+        try:
+            self._proc.stdin.close()
+            self._proc.wait(timeout=wait)
+        except (BrokenPipeError, subprocess.TimeoutExpired):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+        self._proc.stdout.close()
+
+    def close(self) -> None:
+        """End the server (its stdin closed; killed if it has not ended within a minute) and its log."""
+        self._end(wait=60)
+        self._log.close()
+
+
 if __name__ == "__main__":
-    print(json.dumps(main(json.loads(sys.argv[1]))))
+    if sys.argv[1] == "--serve":
+        # what every run imports anyway, before its warm-up (torch, the registry; the row checks and transforms
+        # every pooled or token protocol reads through, with scikit-learn and scipy)
+        serve(main, ["torch", "pipeline.protocols", "pipeline.protocols.inputs.features",
+                     "pipeline.protocols.inputs.labels", "pipeline.protocols.transforms.transformers"])
+    else:
+        print(json.dumps(main(json.loads(sys.argv[1]))))

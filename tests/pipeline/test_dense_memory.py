@@ -1,27 +1,28 @@
 """Peak memory of the dense protocols against their memory model (``memory_bytes``).
 
-Each case runs in a fresh process (this module run with ``python -m``: the same
-measurement as ``memory_child``: hold the maps and targets, warm the protocol up on a tiny
-copy, reset the RSS peak, run once) at two train sizes. The model counts the maps and
-targets held plus the cell's own work (predictions, metric, a minibatch's activations);
-the measured peak growth during the run must not exceed that work at either size, so a
-cell the planner admits fits where it was scheduled. The seconds are in
-benchmarks/bench_dense.py.
+Each case runs in a process of its own at two train sizes: forked for it from a server
+(this module run with ``python -m``, ``memory_child.serve``) that has imported torch and
+the protocols and run nothing, so the start-up is paid once and no other case's leftovers
+can hide its growth. There, the same measurement as ``memory_child``: hold the maps and
+targets, warm the protocol up on a tiny copy, reset the RSS peak, run once. The model
+counts the maps and targets held plus the cell's own work (predictions, metric, a
+minibatch's activations); the measured peak growth during the run must not exceed that
+work at either size, so a cell the planner admits fits where it was scheduled. The
+seconds are in benchmarks/bench_dense.py.
 """
 
 from __future__ import annotations
 
 import gc
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.pipeline.memory_child import MeasurementServer, serve
+
 GRID, DIM, SIZE = 14, 64, 112
 CASES = {
     "segmentation": {"settings": {"learning_rates": [0.01, 0.1], "epochs": 1, "batch_size": 8}, "n_classes": 10},
@@ -71,22 +72,20 @@ def main(spec: dict) -> list[dict]:
     return [measure(task, settings, n_train, n_test, K) for n_train, n_test in spec["sizes"]]
 
 
-def run_child(task: str, sizes: list[tuple[int, int]]) -> list[dict]:
-    spec = {"task": task, "sizes": sizes, **CASES[task]}
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "tests.pipeline.test_dense_memory", json.dumps(spec)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The forking measurement server: torch's and the protocols' imports paid once for both tasks."""
+    server = MeasurementServer("tests.pipeline.test_dense_memory", tmp_path_factory.mktemp("dense") / "server.log")
+    yield server
+    server.close()
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc to reset the RSS peak")
 @pytest.mark.parametrize("task", list(CASES))
-def test_dense_peak_memory_within_its_model(task):
+def test_dense_peak_memory_within_its_model(task, server):
     # the large cell holds more test predictions and metric work (tens of KiB per test image at 112 x 112):
     # the rows-dependent terms of the model are exercised, not only its fixed allowance
-    small, large = run_child(task, [(32, 32), (64, 512)])
+    small, large = server.measure({"task": task, "sizes": [(32, 32), (64, 512)], **CASES[task]})
     assert large["growth"] - small["growth"] > 4 * 2**20, (small, large)
     for point in (small, large):
         summary = (f"{task} at {point['n_train']} train maps: growth {point['growth'] / 2**20:.1f} MiB, "
@@ -96,4 +95,10 @@ def test_dense_peak_memory_within_its_model(task):
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(json.loads(sys.argv[1]))))
+    if sys.argv[1] == "--serve":
+        # what every run imports anyway, before its warm-up: torch, the registry, the dense runners and heads
+        serve(main, ["torch", "pipeline.protocols", "pipeline.protocols.dense.data", "pipeline.protocols.dense.runners",
+                     "pipeline.protocols.dense.training", "pipeline.protocols.dense.heads",
+                     "pipeline.protocols.inputs.features"])
+    else:
+        print(json.dumps(main(json.loads(sys.argv[1]))))

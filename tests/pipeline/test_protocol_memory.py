@@ -1,8 +1,10 @@
 """Peak memory of every protocol stays within 1.5x the features it is given, plus terms
 that do not grow with the number of rows.
 
-Each protocol runs in a fresh process (``memory_child``) at two train sizes while the
-caller holds the features; the peak RSS growth during the run is measured there. Two
+Each protocol runs in a process of its own (``memory_child``: forked for it from a server
+that has imported torch and the protocols and run nothing, so the start-up is paid once
+and no other protocol's leftovers can hide its growth) at two train sizes while that
+process holds the features; the peak RSS growth during the run is measured there. Two
 checks per protocol: the growth from the small to the large size is at most half the
 added feature bytes (nothing of size n beyond the features themselves), and at the large
 size the growth is at most half the features plus a fixed allowance for row blocks and
@@ -12,10 +14,6 @@ measured growth. Sizes are modest; the seconds are in benchmarks/bench_scale.py.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,8 +21,8 @@ import pytest
 from pipeline.protocols.memory import F8, feature_rows, peak
 from pipeline.protocols.registry import CellShape, get_protocol
 from tests.helpers.protocols import feature_protocols
+from tests.pipeline.memory_child import MeasurementServer
 
-ROOT = Path(__file__).resolve().parents[2]
 ALLOWANCE = 64 * 2**20  # row blocks (a few MiB each), library and allocator slack
 MEASURED = {
     "ridge": {"settings": {}},
@@ -47,23 +45,26 @@ CASES = {**{n: {"settings": dict(get_protocol(n).cheap_settings or {}),
 SLOW = {"knn", "lowshot", "invariance", "logistic", "logistic-float16", "fewshot", "mlp", "attentive"}  # > 10 s
 
 
-def run_child(protocol: str, sizes: list[tuple[int, int]], dim: int = 128, n_classes: int = 20, **extra) -> list[dict]:
-    spec = {"protocol": protocol, "sizes": sizes, "dim": dim, "n_classes": n_classes, **extra}
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "tests.pipeline.memory_child", json.dumps(spec)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The forking measurement server: torch's and the protocols' imports paid once for every case."""
+    server = MeasurementServer("tests.pipeline.memory_child", tmp_path_factory.mktemp("memory") / "server.log")
+    yield server
+    server.close()
+
+
+def run_child(server: MeasurementServer, protocol: str, sizes: list[tuple[int, int]], dim: int = 128,
+              n_classes: int = 20, **extra) -> list[dict]:
+    return server.measure({"protocol": protocol, "sizes": sizes, "dim": dim, "n_classes": n_classes, **extra})
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc to reset the RSS peak")
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c for c in CASES])
-def test_peak_memory_stays_near_the_features(case):
+def test_peak_memory_stays_near_the_features(case, server):
     spec = dict(CASES[case])
     protocol = case.split("-")[0]
     n_test = spec.pop("n_test", 4000)
-    small, large = run_child(protocol, [(20_000, n_test), (160_000, n_test)], **spec)
+    small, large = run_child(server, protocol, [(20_000, n_test), (160_000, n_test)], **spec)
     added = large["feature_bytes"] - small["feature_bytes"]
     summary = f"{case}: growth {small['growth'] / 2**20:.1f} MiB -> {large['growth'] / 2**20:.1f} MiB"
     assert large["growth"] - small["growth"] <= 0.5 * added, summary
