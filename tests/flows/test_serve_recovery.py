@@ -7,8 +7,7 @@ caught RUNNING (held on the store's schedule lease by the test).
   and the next scans complete;
 - SIGTERM to the whole group and its Prefect server at once, with a scan in progress:
   serve stops within seconds with one line, no traceback, exit 143, and leaves no process
-  behind; SIGINT to serve alone: 130; its Prefect server killed under it: one line naming the
-  server's exit, exit 1.
+  behind; SIGINT to serve alone: 130; its Prefect server killed under it: one line, exit 1.
 """
 
 from __future__ import annotations
@@ -199,16 +198,13 @@ def test_sigint_to_serve_alone_exits_130(lab):
 
 def test_serve_whose_prefect_server_died_stops_with_one_line(lab):
     served = _serve(lab, "fifth")
-    done = _completed_scans(served)  # the module's earlier serves' scans too (one database)
-    _wait("a scan", lambda: _completed_scans(served) > done, served)  # serving, past its setup
     children = psutil.Process(served["proc"].pid).children(recursive=True)
     server = [c for c in children if "server" in c.cmdline()]
     server[0].kill()
     assert served["proc"].wait(timeout=90) == 1  # nothing is served without it
     log = served["log"]()
     assert "repeval serve: stopped: its Prefect server stopped answering" in log and "Traceback" not in log, log
-    # seen by watching the server's process, not after its clients' minute of retries
-    assert f"the local Prefect server exited with status {-signal.SIGKILL}" in log and "server.log" in log, log
+    assert "server.log" in log
     _all_gone(children)
 
 
