@@ -30,11 +30,13 @@ from prefect.states import Failed
 
 from flows.alerts import emit_run_events, run_payload
 from flows.cluster_memory import cluster_memory, local_memory, local_worker_limit
+from flows.early import finish_early, run_early
 from flows.reclaim import reclaim_quietly
 from flows.runtime import (
     flush_run_logs, gpu_count, local_workers, math_threads, prefect_api, task_runner, worker_math_threads,
 )
 from flows.tasks import collect_cells, correlate_and_report_task, extract_task, open_store, submit_cells
+from jobs.early.lines import check_lines
 from jobs.evaluation.cell_memory import check_cells_fit
 from jobs.failures import correlation_failure, extraction_failure, sync_failures
 from jobs.plan import Plan, make_plan
@@ -54,15 +56,19 @@ def _progress(reason: str, kind: str, done: int, total: int, started: float, ext
 
 @flow(name="repeval-benchmark", log_prints=False, validate_parameters=False)
 def benchmark_flow(store: dict[str, Any], plan: str, gpu_resources: bool = False, reason: str = "run",
-                   declare_memory: bool = False):
+                   declare_memory: bool = False, early: bool = False):
     """``store``: the run's store as plain values (``url``, ``storage_options``); ``plan``:
     the key of the run's plan in it (``jobs.plan_store.write_plan``); ``declare_memory``:
     the workers declare a ``MEMORY`` resource (each evaluation task asks for its largest
-    cell's). Returns the summary, in a Failed state if anything failed."""
+    cell's); ``early``: the new encoders' early pass first (``flows.early``). Returns the
+    summary, in a Failed state if anything failed."""
     run = read_plan(open_store(store), plan)
     cfg, units, cells, notes = run.config, run.units, run.cells, run.notes
     extract = to_plain(cfg.extract)
     started = time.perf_counter()
+    # estimates first, published before the full extraction starts (which copies the early rows)
+    phase = run_early(store, run, {u.encoder.name: u.weights_signature for u in units}, reason,
+                      gpu_resources) if early else None
 
     gpu = dask.annotate(resources={"GPU": 1}) if gpu_resources else contextlib.nullcontext()
     extract_futures: dict[tuple[str, str], list] = {}
@@ -92,6 +98,9 @@ def benchmark_flow(store: dict[str, Any], plan: str, gpu_resources: bool = False
     scanned = {name: tuple(sig) for name, sig in (notes.get("scanned") or {}).items()}
     failures = list(notes.get("checkpoint_failures") or [])
     failures += sync_failures(st, extractions=extractions, cells=outcomes, scanned=scanned)
+    early_out = finish_early(run, phase)  # each estimate against its exact figure, before the report reads them
+    for line in check_lines(early_out):
+        say(reason, line)
     report, correlation, final = None, None, None
     try:
         final = correlate_and_report_task(cfg, [o for o in outcomes if o.get("cell_id")],
@@ -120,6 +129,8 @@ def benchmark_flow(store: dict[str, Any], plan: str, gpu_resources: bool = False
     summary["regressions"] = list((final or {}).get("summary", {}).get("regressions") or [])
     summary["warnings"] = list((final or {}).get("summary", {}).get("warnings") or [])  # records with fit warnings
     summary["summary_path"] = (final or {}).get("summary_path")
+    if early_out is not None:
+        summary["early"] = early_out
     publish_summary(summary)
     message = failure_message(summary)
     return Failed(message=message, data=summary) if message else summary
@@ -165,9 +176,11 @@ def _as_completed(futures):
 
 
 def run_plan(plan: Plan, *, dask_address: str | None = None, reason: str = "run",
-             new_encoders: list[str] | None = None) -> dict[str, Any]:
-    """Run a plan's flow (on this process's Prefect API and a Dask cluster); its summary."""
+             new_encoders: list[str] | None = None, early: bool | None = None) -> dict[str, Any]:
+    """Run a plan's flow (on this process's Prefect API and a Dask cluster); its summary.
+    ``early``: run the early pass (default: the config's ``early.enabled``)."""
     cfg = plan.config
+    early = cfg.early.enabled if early is None else bool(early)
     address = dask_address or cfg.dask.address
     gpu = cfg.dask.gpu == "always" or (cfg.dask.gpu == "auto" and (gpu_count() > 0))
     workers = local_workers(cfg.dask.n_workers)
@@ -182,7 +195,7 @@ def run_plan(plan: Plan, *, dask_address: str | None = None, reason: str = "run"
         with worker_math_threads(threads):
             state = benchmark_flow.with_options(task_runner=runner)(
                 {"url": cfg.store, "storage_options": cfg.storage_options}, key, gpu_resources=gpu, reason=reason,
-                declare_memory=memory.declared, return_state=True)
+                declare_memory=memory.declared, early=early, return_state=True)
     finally:
         flush_run_logs()  # the summary lines are stored with the run before anyone reads them
     result = state.result(raise_on_failure=False)
@@ -192,13 +205,14 @@ def run_plan(plan: Plan, *, dask_address: str | None = None, reason: str = "run"
 
 
 def run_benchmark(cfg, dask_address: str | None = None, *, retry_failed: bool = False,
-                  plan: Plan | None = None, config_path: str | None = None) -> dict[str, Any]:
+                  plan: Plan | None = None, config_path: str | None = None, early: bool | None = None) -> dict[str, Any]:
     """Plan (scan, check: before anything starts), then run the flow with embedded defaults
     (a temporary local Prefect API unless one is configured) and return its summary.
     ``config_path``: the config's file, whose scheduled runs a killed `repeval serve` left
-    behind are reclaimed on the way (``flows.reclaim``)."""
+    behind are reclaimed on the way (``flows.reclaim``); ``early``: the early pass (default:
+    the config's ``early.enabled``)."""
     plan = plan or make_plan(cfg, retry_failed=retry_failed)
     with prefect_api():
         if config_path:
             reclaim_quietly(config_path, lambda line: say("run", line))
-        return run_plan(plan, dask_address=dask_address)
+        return run_plan(plan, dask_address=dask_address, early=early)

@@ -37,10 +37,11 @@ DEFAULT_CRON = "0 2 * * *"  # the nightly checkpoint scan: 02:00
 
 
 def run_config_file(config_path: str, reason: str, new_encoders: list[str] | None = None,
-                    retry_failed: bool = False):
+                    retry_failed: bool = False, early: bool | None = None):
     """The benchmark of a config file as it reads now (with the checkpoints ready in its
     folders), as a subflow; records what it completed for the schedules. Returns the
-    summary, or a Failed state carrying it when something failed."""
+    summary, or a Failed state carrying it when something failed. ``early``: the early
+    pass first (default: the config's ``early.enabled``)."""
     # deferred: Dask and the benchmark flow load in a flow run's own process, never in the long-lived `repeval
     # serve`
     from flows.benchmark import run_plan
@@ -48,7 +49,8 @@ def run_config_file(config_path: str, reason: str, new_encoders: list[str] | Non
     cfg = load_config(config_path)
     plan = make_plan(cfg, retry_failed=retry_failed, strict_folders=False)  # a bad folder: its files fail alone
     planned = {e.name for e in plan.config.encoders}  # a refused checkpoint is not a new encoder
-    summary = run_plan(plan, reason=reason, new_encoders=[n for n in new_encoders or [] if n in planned])
+    summary = run_plan(plan, reason=reason, new_encoders=[n for n in new_encoders or [] if n in planned],
+                       early=early)
     failed_units = {f.get("model") for f in summary["failed_extractions"]}
     completed = [e.name for e in plan.config.encoders if e.name not in failed_units]
     save_state(plan.config.open_store(), plan.config, watch_key(config_path), completed,
@@ -72,10 +74,10 @@ def _changes(config_path: str):
     return cfg, detect_changes(cfg.open_store(), cfg, watch_key(config_path))
 
 
-def run_or_fail(config_path: str, reason: str, new_encoders: list[str] | None = None):
+def run_or_fail(config_path: str, reason: str, new_encoders: list[str] | None = None, early: bool | None = None):
     """``run_config_file``, with a mistake in the (edited) config as one line and a Failed state."""
     try:
-        return run_config_file(config_path, reason, new_encoders)
+        return run_config_file(config_path, reason, new_encoders, early=early)
     except RepevalError as exc:
         say(reason, f"error: {exc}")
         get_run_logger().error("%s: %s", reason, exc)
@@ -117,10 +119,11 @@ def _ledger_has_everything(config_path: str, cfg) -> bool:
 
 
 @flow(name="repeval-scan-checkpoints")
-def scan_checkpoints_flow(config_path: str) -> dict[str, Any]:
+def scan_checkpoints_flow(config_path: str, early: bool | None = None) -> dict[str, Any]:
     """Scheduled (cron): evaluate every checkpoint that appeared since the last run. A
     watcher's run in progress is waited for, then the changes are read again (it may have
-    done the work)."""
+    done the work). ``early``: new checkpoints are first judged by the early pass (default:
+    the config's ``early.enabled``)."""
     with this_run(config_path):
         lease = schedule_lease(config_path)
         lease.acquire(wait=True)
@@ -132,7 +135,7 @@ def scan_checkpoints_flow(config_path: str) -> dict[str, Any]:
                 _note("scan", "no new checkpoints and no protocol change")
                 return {"ran": False, "new_encoders": []}
             why = "scan: new checkpoints" if changes.new_encoders else "scan: protocol settings changed"
-            return run_or_fail(config_path, why, changes.new_encoders)
+            return run_or_fail(config_path, why, changes.new_encoders, early=early)
         finally:
             lease.release()
 

@@ -69,11 +69,13 @@ def _unreachable(timeout: float = 5.0) -> bool:
 
 
 def serve_schedules(config_path: str, cron: str | None = DEFAULT_CRON, interval: float | None = None,
-                    watch_interval: float = 60.0, say: Callable[[str], None] = print) -> int:
+                    watch_interval: float = 60.0, say: Callable[[str], None] = print,
+                    early: bool | None = None) -> int:
     """Serve both deployments until a signal; the signal's number (0: the runner ended by itself).
 
     Runs in the main thread, with PREFECT_API_URL set (the serve's own server, or the user's).
-    Raises ServerLost when that server went away under the runner.
+    Raises ServerLost when that server went away under the runner. ``early``: the scan's
+    runs start with the early pass (default: the config's ``early.enabled``).
     """
     received: list[int] = []
     ended = threading.Event()
@@ -88,14 +90,14 @@ def serve_schedules(config_path: str, cron: str | None = DEFAULT_CRON, interval:
     # Prefect's client calls, which can swallow it (serve then scanned on, ignoring Ctrl-C).
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return _serve(config_path, cron, interval, watch_interval, say, received, ended)
+        return _serve(config_path, cron, interval, watch_interval, say, received, ended, early)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
 
 
 def _serve(config_path: str, cron: str | None, interval: float | None, watch_interval: float,
-           say: Callable[[str], None], received: list[int], ended: threading.Event) -> int:
+           say: Callable[[str], None], received: list[int], ended: threading.Event, early: bool | None = None) -> int:
     """serve_schedules' body, with its signal handlers in place (they fill ``received`` and set ``ended``)."""
     from prefect.runner import Runner
 
@@ -109,7 +111,7 @@ def _serve(config_path: str, cron: str | None, interval: float | None, watch_int
                 f"trying again every {RECLAIM_INTERVAL:g} s")
         # concurrency_limit=1: a slow run is never overlapped by the next scheduled one
         scan = scan_checkpoints_flow.to_deployment(
-            name="nightly-scan", parameters={"config_path": config_path}, concurrency_limit=1,
+            name="nightly-scan", parameters={"config_path": config_path, "early": early}, concurrency_limit=1,
             **({"interval": interval} if interval else {"cron": cron}),
         )
         watch = watch_protocols_flow.to_deployment(

@@ -8,7 +8,9 @@ Zarr nodes (read by any Zarr client):
 * ``features/<model>/<dataset>/<split>/<layer>``: one layer of one encoder on one split;
 * ``evidence/<cell id[:2]>/<cell id>/<name>``: what an evaluated cell keeps for paired
   comparisons (test predictions, multi-label scores, per-episode accuracies, per-image
-  pixel counts) and a dense cell's predicted test maps.
+  pixel counts) and a dense cell's predicted test maps;
+* ``early/<model>/<dataset>/<subset>/<split>/<layer>``: one layer of one encoder on the
+  early rows of a split (the rows of one chosen subset, in their order; ``docs/early.md``).
 
 Bookkeeping beside them, under ``_repeval/`` (never a Zarr node):
 
@@ -21,6 +23,9 @@ Where the runs' records go (the ledger, failures, identity pointers, schedules' 
 plans, scratch): :mod:`storage_schema.record_keys`.
 
 Names that become key components are validated, so no key can leave its folder.
+
+The module is longer than 450 lines because it is the one place the arrays' keys are built:
+some twenty-five functions of a few lines each, most of each its numpydoc.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ SIDE = "_repeval"  # bookkeeping prefix inside the store root; never a zarr node
 FEATURES = "features"
 DATASETS = "datasets"
 EVIDENCE = "evidence"
+EARLY = "early"
 LABELS = "labels"
 TARGETS = "targets"  # prefix of a dense split's target arrays: targets-<geometry>
 LEDGER = f"{SIDE}/ledger"
@@ -76,6 +82,44 @@ def feature_key(model: str, dataset: str, split: str, layer: str) -> str:
         ``features/<model>/<dataset>/<split>/<layer>``.
     """
     return f"{features_group_key(model, dataset, split)}/{validate_name(layer, 'layer name')}"
+
+
+def early_group_key(model: str, dataset: str, subset: str, split: str) -> str:
+    """The group holding every layer of one encoder on the early rows of one split; the unit
+    of a lease.
+
+    Parameters
+    ----------
+    model, dataset : str
+        Names of the encoder and the dataset (validated).
+    subset : str
+        The early subset's id (hexadecimal, validated).
+    split : str
+        The split's name (validated).
+
+    Returns
+    -------
+    str
+        ``early/<model>/<dataset>/<subset>/<split>``.
+    """
+    return "/".join((EARLY, validate_name(model, "model name"), validate_name(dataset, "dataset name"),
+                     validate_name(subset, "subset id"), validate_name(split, "split name")))
+
+
+def early_feature_key(model: str, dataset: str, subset: str, split: str, layer: str) -> str:
+    """One layer of one encoder on the early rows of one split (a subset's rows, in order).
+
+    Parameters
+    ----------
+    model, dataset, subset, split, layer : str
+        Names of the encoder, the dataset, the subset's id, the split and the layer (validated).
+
+    Returns
+    -------
+    str
+        ``early/<model>/<dataset>/<subset>/<split>/<layer>``.
+    """
+    return f"{early_group_key(model, dataset, subset, split)}/{validate_name(layer, 'layer name')}"
 
 
 def labels_group_key(dataset: str, split: str) -> str:

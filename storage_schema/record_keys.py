@@ -18,7 +18,12 @@ node); the arrays' own keys and their bookkeeping are :mod:`storage_schema.keys`
 * ``runs/<hash of a planned config>.json``: what the last run of it without failures
   covered (a rerun with nothing to do is answered from it);
 * ``plans/<hash of the plan>.json``: a run's plan (its config, units and cells), written
-  once before the run and read by its flow and report.
+  once before the run and read by its flow and report;
+* ``early/<kind>/...``: the early pass's records, never mixed with the ledger
+  (``storage_schema.early``): ``subsets/<dataset>/<id>.json`` (the rows it reads),
+  ``results/<id[:2]>/<id>.json`` (a readout fitted on them), ``estimates/<id[:2]>/<id>.json``
+  (an early estimate and its verdicts), ``checks/<id[:2]>/<id>.json`` (an estimate against
+  the exact figure that followed).
 
 Names that become key components are validated, so no key can leave its folder.
 """
@@ -38,6 +43,9 @@ _IDENTITY_CELLS = f"{SIDE}/identity_cells"
 _OWNERS = f"{SIDE}/owners"
 _CHECKPOINT_FACTS = f"{SIDE}/checkpoint_facts"
 _EXAMPLES = f"{SIDE}/examples"
+_EARLY = f"{SIDE}/early"
+#: What the early pass records (each kind a folder of its own under ``_repeval/early``).
+EARLY_KINDS = ("subsets", "results", "estimates", "checks")
 
 
 def ledger_record_key(cell_id: str) -> str:
@@ -314,3 +322,49 @@ def plan_key(plan_hash: str) -> str:
         ``_repeval/plans/<plan_hash>.json``.
     """
     return f"{_PLANS}/{validate_name(plan_hash, 'plan hash')}.json"
+
+
+def early_dir(kind: str, shard: str | None = None) -> str:
+    """The folder of one kind of early-pass record (or of one shard or dataset of it), for listing.
+
+    Parameters
+    ----------
+    kind : str
+        One of ``EARLY_KINDS``.
+    shard : str, optional
+        A shard (two characters of an id) or, for ``subsets``, a dataset's name (validated).
+
+    Returns
+    -------
+    str
+        ``_repeval/early/<kind>`` or ``_repeval/early/<kind>/<shard>``.
+    """
+    if kind not in EARLY_KINDS:
+        raise ValueError(f"early record kind {kind!r} is not one of {', '.join(EARLY_KINDS)}")
+    return f"{_EARLY}/{kind}" if shard is None else f"{_EARLY}/{kind}/{validate_name(shard, 'early shard')}"
+
+
+def early_record_key(kind: str, id: str, dataset: str | None = None) -> str:
+    """One early-pass record: a subset (under its dataset), or a result, estimate or check
+    (sharded by the id's first two characters).
+
+    Parameters
+    ----------
+    kind : str
+        One of ``EARLY_KINDS``.
+    id : str
+        The record's id (hexadecimal, validated).
+    dataset : str, optional
+        The dataset's name, for a subset.
+
+    Returns
+    -------
+    str
+        ``_repeval/early/subsets/<dataset>/<id>.json`` or ``_repeval/early/<kind>/<id[:2]>/<id>.json``.
+    """
+    validate_name(id, "early record id")
+    if kind == "subsets":
+        if dataset is None:
+            raise ValueError("a subset's key needs its dataset")
+        return f"{early_dir(kind, dataset)}/{id}.json"
+    return f"{early_dir(kind, id[:2])}/{id}.json"

@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="exit 0 even when some cells, extractions or checkpoints failed (default: exit 3)")
     run.add_argument("--retry-failed", action="store_true",
                      help="take scanned checkpoints that failed before even if unchanged")
+    run.add_argument("--early", action="store_true",
+                     help="judge new encoders from a part of each dataset first (the config's early: section)")
     run.set_defaults(func=cmd_run)
 
     res = sub.add_parser("results", help="the results of the current settings as a table, CSV or Parquet")
@@ -141,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("--failed", action="store_true", help="what failed (cells, extractions, checkpoints)")
     res.add_argument("--ranks", action="store_true",
                      help="each encoder's rank per dataset and setting, and how the settings' rankings agree")
+    res.add_argument("--early", action="store_true",
+                     help="the early estimates of the config's encoders, each beside its exact figure once known")
     res.add_argument("--format", default="table", help="table, csv, parquet or json")
     res.add_argument("--output", help="file to write (csv, parquet, json)")
     res.set_defaults(func=cmd_results)
@@ -158,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--interval", type=float, help="scan every so many seconds instead of --cron")
     srv.add_argument("--watch-interval", type=float, default=60.0,
                      help="seconds between checks for changed protocol settings (default %(default)s)")
+    srv.add_argument("--early", action="store_true",
+                     help="judge each new checkpoint from a part of each dataset first (the config's early: section)")
     srv.set_defaults(func=cmd_serve)
 
     dep = sub.add_parser("deploy", help="deploy a config's benchmark to a Prefect server's work pool")

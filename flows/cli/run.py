@@ -76,7 +76,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     for data_note in plan.data_notes:  # an empty class is never learned from, or never scored
         say("run", f"data warning: {note_line(data_note)}")
-    summary = run_benchmark(cfg, dask_address=args.dask_address, plan=plan, config_path=os.path.abspath(args.config))
+    summary = run_benchmark(cfg, dask_address=args.dask_address, plan=plan, config_path=os.path.abspath(args.config),
+                            early=True if getattr(args, "early", False) else None)
     _note_clean_run(cfg, summary, record_run)
     if args.json:
         print_json({k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}, default=str)
@@ -172,12 +173,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             pool.shutdown()
             what = f"every {args.interval:g} s" if args.interval else f"cron {cron!r}"
             print(f"repeval serve: {path}\n"
-                  f"  checkpoint scan: {what}; protocol watch: every {args.watch_interval:g} s\n"
+                  f"  checkpoint scan: {what}{' (early pass first)' if getattr(args, 'early', False) else ''}; "
+                  f"protocol watch: every {args.watch_interval:g} s\n"
                   f"  run history: {api.removesuffix('/api')} (Prefect UI), or "
                   f"PREFECT_API_URL={api} prefect flow-run ls\n"
                   "  stop: Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
             stopped_by = serve_schedules(path, cron=cron, interval=args.interval, watch_interval=args.watch_interval,
-                                         say=lambda line: say("serve", line))
+                                         say=lambda line: say("serve", line),
+                                         early=True if getattr(args, "early", False) else None)
     except KeyboardInterrupt:  # stopped while starting
         stopped_by = _received[0] if _received else signal.SIGINT
     except ServerLost as exc:  # nothing is served without it: said in one line, never a page of tracebacks

@@ -13,7 +13,8 @@ from flows.cli.ranks import print_ranks
 from jobs.config import ExtractConfig, load_config
 from jobs.config.encoders import check_weights
 from jobs.encoder_identity import names_of_several
-from jobs.results import failed_rows, result_rows
+from jobs.early.view import early_part, early_view
+from jobs.results import config_cells, failed_rows, result_rows
 from pipeline.errors import ArrayNotFoundError, CorruptImageError, RepevalError
 from pipeline.plain import to_plain
 from pipeline.protocols.fit_warnings import unreliable_reasons
@@ -249,6 +250,8 @@ def cmd_results(args: argparse.Namespace) -> int:
     cfg, store = open_store_of(args)
     if args.failed:
         return _failed(store, cfg, args)
+    if getattr(args, "early", False):
+        return _early(store, cfg, args)
 
     rows, missing = result_rows(store, cfg, args.all)
     if cfg is None:
@@ -280,6 +283,41 @@ def cmd_results(args: argparse.Namespace) -> int:
                        + "; ".join(reasons))
     if missing:
         print(f"{missing} cell(s) of the config not evaluated yet (or failed: repeval results --failed)")
+    return 0
+
+
+EARLY_COLUMNS = ("encoder", "cell", "status", "estimate", "low", "high", "method", "early verdicts", "exact",
+                 "interval held")
+
+
+def _early(store, cfg, args: argparse.Namespace) -> int:
+    """The early estimates of the config's encoders (or the store's), each beside its exact
+    figure once known: never mixed with the exact records."""
+    planned = config_cells(store, cfg)[2].config if cfg is not None else None  # its scanned checkpoints too
+    part = early_part(early_view(store, planned))
+    rows = [{**r, "early verdicts": "; ".join(f"{v['kind']} {v['against']}: {v['verdict']}" for v in r["verdicts"])
+             or "-"} for r in part["estimates"]]
+    if args.format == "json":
+        with open(args.output, "w") as f:
+            json.dump(part, f, indent=1)
+        print(f"wrote {args.output} ({len(rows)} early estimates)")
+    elif args.format != "table":
+        raise RepevalError("--early writes a table or json (early estimates are never exported with the exact "
+                           "records)")
+    elif not rows:
+        print("no early estimates on record (repeval run --early makes them)")
+    else:
+        for r in rows:
+            for k in ("estimate", "low", "high", "exact"):
+                r[k] = "-" if r.get(k) is None else f"{r[k]:.4f}"
+            held = {True: "yes", False: "no", None: "-"}[r.get("held")]
+            # a sampling interval is of the early fit over the whole test split, not of the exact figure
+            r["interval held"] = held if r.get("method") != "sampling" or r.get("target") is None else \
+                f"{held} (early fit: {r['target']:.4f})"
+        print("early estimates (not exact figures; the exact column once the full run recorded it):")
+        print_table(rows, EARLY_COLUMNS)
+        for c in part["coverage"]:
+            print_line(f"coverage of {c['setting']} ({c['protocol']}): {c['line']}")
     return 0
 
 

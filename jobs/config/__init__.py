@@ -9,6 +9,7 @@
   weights);
 - ``report``: the reference scores, the correlation settings, the report;
 - ``run``: how a run executes (``extract:``, ``dask:``);
+- ``early``: the early pass of a run (``early:``);
 - ``benchmark``: the whole config and its cross-checks; ``load``: YAML read under a
   budget to a checked config, relative paths resolved;
 - ``typed`` (dicts to dataclasses, field paths in errors), ``mistakes`` (every mistake at
@@ -20,6 +21,7 @@ Reading a config imports neither torch nor timm.
 
 from jobs.config.benchmark import BenchmarkConfig
 from jobs.config.datasets import DatasetConfig
+from jobs.config.early import EarlyConfig
 from jobs.config.encoders import ENCODER_SOURCES, CheckpointScan, EncoderConfig, layer_shorthands
 from jobs.config.load import load_config, resolve_paths
 from jobs.config.protocols import ProtocolConfig
@@ -27,6 +29,6 @@ from jobs.config.report import CorrelationConfig, CorrelationSetting, ReferenceC
 from jobs.config.run import DECODERS, DTYPES, PRECISIONS, DaskSettings, ExtractConfig
 
 __all__ = ["DECODERS", "DTYPES", "ENCODER_SOURCES", "PRECISIONS", "BenchmarkConfig", "CheckpointScan",
-           "CorrelationConfig", "CorrelationSetting", "DaskSettings", "DatasetConfig", "EncoderConfig",
+           "CorrelationConfig", "CorrelationSetting", "DaskSettings", "DatasetConfig", "EarlyConfig", "EncoderConfig",
            "ExtractConfig", "ProtocolConfig", "ReferenceConfig", "ReportConfig", "TrackerConfig", "layer_shorthands", "load_config",
            "resolve_paths"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.config.datasets import DatasetConfig
+from jobs.config.early import EarlyConfig
 from jobs.config.encoders import CheckpointScan, EncoderConfig
 from jobs.config.mistakes import Mistakes, check_no_credentials
 from jobs.config.protocols import ProtocolConfig, check_correlation_layers, check_correlation_metrics
@@ -38,6 +39,7 @@ class BenchmarkConfig:
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     correlation: CorrelationConfig = field(default_factory=CorrelationConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    early: EarlyConfig = field(default_factory=EarlyConfig)
 
     def check(self, path: str) -> None:
         """Cross-field checks, every mistake reported (a new one: ``jobs.config.mistakes``)."""

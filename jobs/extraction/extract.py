@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from tqdm.auto import tqdm
 
 from jobs.config import ExtractConfig
+from jobs.early.rows import known_rows
 from jobs.extraction.dense_targets import store_targets
 from jobs.extraction.forward import (
     decode_mode, forward_chunks, layer_dtype, layer_fingerprints, loader_settings, map_attrs, recorded_spec,
@@ -49,6 +50,7 @@ class ExtractionReport:
     images_per_s: float = 0.0
     skipped_ids: list[str] = field(default_factory=list)
     aliases: dict[str, str] = field(default_factory=dict)  # layer -> key of the identical array served
+    early_rows: int = 0  # rows copied from the early pass's arrays, not passed through the encoder again
 
 
 def extract(
@@ -175,6 +177,10 @@ def _run(store: FeatureStore, lease: Lease, encoder: Encoder, dataset: DatasetAd
     chunk_rows = config.batch_size * config.chunk_batches
     shapes = encoder.feature_shapes()
     pooling = encoder.layer_pooling()
+    # the early pass's rows of this encoder and split, if it extracted them: copied, not computed again
+    known = known_rows(store, report.model, report.dataset, split, report.fingerprints)
+    if known is not None:
+        report.early_rows = int(len(known.rows))
     specs = []
     for layer in todo_status:
         attrs = {
@@ -186,6 +192,7 @@ def _run(store: FeatureStore, lease: Lease, encoder: Encoder, dataset: DatasetAd
             WEIGHTS_FIELD: encoder.weights_fingerprint,  # of the tensors this process loaded
             "dataset_fingerprint": dataset.fingerprint(split), "dataset_params": dataset.describe(),
             "skipped_ids": report.skipped_ids, "libraries": library_versions(), "decode": decode,
+            **({"early_rows": {"subset": known.source, "rows": len(known.rows)}} if known is not None else {}),
         }
         specs.append(ArraySpec(report.keys[layer], (n, *shapes[layer]), chunk_rows, attrs["dtype"], attrs))
     layer_of = {report.keys[layer]: layer for layer in todo_status}
@@ -206,7 +213,7 @@ def _run(store: FeatureStore, lease: Lease, encoder: Encoder, dataset: DatasetAd
         for chunk, feats in forward_chunks(encoder, dataset, split, chunks, chunk_rows=chunk_rows,
                                            batch_size=config.batch_size, dtype=config.dtype,
                                            num_workers=workers, pin_memory=pin, decode=decode,
-                                           on_batch=on_batch):
+                                           on_batch=on_batch, known=known):
             yield chunk, {key: feats[layer] for key, layer in layer_of.items()}
 
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -237,15 +238,65 @@ def batch_loader(dataset: DatasetAdapter, split: str, encoder: Encoder, batches:
     )
 
 
+@dataclass(frozen=True)
+class KnownRows:
+    """Rows of a split whose features an earlier pass already computed (the early pass):
+    extraction copies them instead of passing their images through the encoder again.
+
+    Parameters
+    ----------
+    rows : numpy.ndarray
+        Sorted row indices of the split.
+    features : dict
+        Layer -> (len(rows), ...) features of those rows, in the extraction's dtype.
+    source : str
+        Where they came from (an early subset's id), for the arrays' provenance.
+    """
+
+    rows: np.ndarray
+    features: dict[str, np.ndarray]
+    source: str
+
+
+def chunk_plan(chunks: Sequence[int], n: int, chunk_rows: int, batch_size: int,
+               known: np.ndarray | None = None) -> list[tuple[int, list[list[int]]]]:
+    """Each chunk with the batches of its rows to compute: its rows not in ``known``, in
+    order, cut into batches of ``batch_size``; batches never straddle chunks.
+
+    Without ``known`` these are exactly :func:`chunk_batches`' batches. With it, a resumed
+    or repaired chunk is fed the same batches as long as the same rows are known.
+
+    Parameters
+    ----------
+    chunks : sequence of int
+        Chunk indices, increasing.
+    n, chunk_rows, batch_size : int
+        Rows in the split, per chunk and per batch.
+    known : numpy.ndarray, optional
+        Rows whose features are already at hand.
+
+    Returns
+    -------
+    list of (int, list of list of int)
+    """
+    taken = set() if known is None else set(np.asarray(known).tolist())
+    plan = []
+    for c in chunks:
+        rows = [r for r in range(c * chunk_rows, min((c + 1) * chunk_rows, n)) if r not in taken]
+        plan.append((c, [rows[s:s + batch_size] for s in range(0, len(rows), batch_size)]))
+    return plan
+
+
 def forward_chunks(encoder: Encoder, dataset: DatasetAdapter, split: str, chunks: Sequence[int], *,
                    chunk_rows: int, batch_size: int, dtype: str, num_workers: int = 0,
                    on_batch: Callable[[int], None] | None = None, pin_memory: bool | None = None,
-                   decode: str = "pil") -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+                   decode: str = "pil", known: KnownRows | None = None) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """Run the encoder over the rows of ``chunks`` and yield each chunk once it is whole.
 
     The device works one batch ahead: a batch's features are copied back without
     blocking while the next batch is read, decoded and queued, and are only waited for
-    afterwards (on the CPU everything is synchronous and the rows are the same).
+    afterwards (on the CPU everything is synchronous and the rows are the same). Rows in
+    ``known`` are copied into their chunks, not computed (:func:`chunk_plan`).
 
     Parameters
     ----------
@@ -269,6 +320,8 @@ def forward_chunks(encoder: Encoder, dataset: DatasetAdapter, split: str, chunks
         Page-locked batches; None: on a GPU.
     decode : str
         ``pil`` or ``device`` (see :func:`decode_mode`).
+    known : KnownRows, optional
+        Rows already computed (every layer of the encoder).
 
     Yields
     ------
@@ -276,27 +329,25 @@ def forward_chunks(encoder: Encoder, dataset: DatasetAdapter, split: str, chunks
         ``(chunk, {layer: rows})`` with every row of the chunk.
     """
     n = dataset.num_samples(split)
-    loader = batch_loader(dataset, split, encoder, chunk_batches(chunks, n, chunk_rows, batch_size), num_workers,
-                          pin_memory, decode)
+    plan = chunk_plan(chunks, n, chunk_rows, batch_size, None if known is None else known.rows)
+    batches = [b for _, bs in plan for b in bs]
+    out_dtype = {layer: np.dtype(layer_dtype(layer, dtype)) for layer in encoder.layers}
+    assembler = _Chunks(plan, n, chunk_rows, out_dtype, known)
+    yield from assembler.ready()
+    if not batches:
+        return
+    loader = batch_loader(dataset, split, encoder, batches, num_workers, pin_memory, decode)
     preprocess = None
     if decode == "device":
         preprocess = DevicePreprocess(encoder.data_config, encoder.device,
                                       lambda i: dataset.load_image(split, i))
-    out_dtype = {layer: np.dtype(layer_dtype(layer, dtype)) for layer in encoder.layers}
-    buffers: dict[str, list[np.ndarray]] = {layer: [] for layer in encoder.layers}
 
     def finish(pending) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-        nonlocal buffers
         host, done, index = pending
         if done is not None:
             done.synchronize()
-        for layer in encoder.layers:
-            buffers[layer].append(host[layer].float().numpy().astype(out_dtype[layer], copy=False))
-        last_row = int(index[-1])
-        chunk = last_row // chunk_rows
-        if last_row + 1 == min((chunk + 1) * chunk_rows, n):  # the chunk is whole: hand it over
-            yield chunk, {layer: np.concatenate(parts) for layer, parts in buffers.items()}
-            buffers = {layer: [] for layer in encoder.layers}
+        assembler.add(index.numpy(), {layer: host[layer].float().numpy() for layer in encoder.layers})
+        yield from assembler.ready()
 
     pending = None
     for images, index in loader:
@@ -315,6 +366,52 @@ def forward_chunks(encoder: Encoder, dataset: DatasetAdapter, split: str, chunks
         pending = (host, done, index)
     if pending is not None:
         yield from finish(pending)
+
+
+class _Chunks:
+    """Chunks being filled, in order: known rows copied in first, computed rows as their
+    batches arrive; a chunk is handed over once every row is there."""
+
+    def __init__(self, plan, n: int, chunk_rows: int, out_dtype: dict[str, np.dtype], known: KnownRows | None):
+        self.plan, self.n, self.chunk_rows, self.out_dtype, self.known = list(plan), n, chunk_rows, out_dtype, known
+        self.at = -1
+        self.buffers: dict[str, np.ndarray] | None = None
+        self.missing = 0
+        self._next()
+
+    def _next(self) -> None:
+        self.at += 1
+        self.buffers = None
+        if self.at >= len(self.plan):
+            return
+        chunk, batches = self.plan[self.at]
+        self.start = chunk * self.chunk_rows
+        self.stop = min(self.start + self.chunk_rows, self.n)
+        self.missing = sum(len(b) for b in batches)
+        self.buffers = {}
+        if self.known is not None:
+            inside = (self.known.rows >= self.start) & (self.known.rows < self.stop)
+            self.known_at = (self.known.rows[inside] - self.start, np.flatnonzero(inside))
+        for layer, dt in self.out_dtype.items():
+            self.buffers[layer] = None  # allocated with the first rows (their shape is the layer's)
+            if self.known is not None and self.known_at[0].size:
+                self._put(layer, self.known_at[0], self.known.features[layer][self.known_at[1]])
+
+    def _put(self, layer: str, offsets: np.ndarray, rows: np.ndarray) -> None:
+        if self.buffers[layer] is None:
+            self.buffers[layer] = np.empty((self.stop - self.start, *rows.shape[1:]), dtype=self.out_dtype[layer])
+        self.buffers[layer][offsets] = rows.astype(self.out_dtype[layer], copy=False)
+
+    def add(self, index: np.ndarray, feats: dict[str, np.ndarray]) -> None:
+        offsets = np.asarray(index, dtype=np.int64) - self.start
+        for layer, rows in feats.items():
+            self._put(layer, offsets, rows)
+        self.missing -= len(offsets)
+
+    def ready(self) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        while self.buffers is not None and self.missing == 0:
+            yield self.plan[self.at][0], dict(self.buffers)
+            self._next()
 
 
 def iter_batches_for_benchmark(dataset: DatasetAdapter, split: str, encoder: Encoder,

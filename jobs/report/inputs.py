@@ -15,6 +15,7 @@ from jobs.analysis.correlate import INVALID, correlate_results, current_records,
 from jobs.analysis.series import analyse_series
 from jobs.config import BenchmarkConfig
 from jobs.data_notes import fewshot_notes, label_notes
+from jobs.early.view import early_part, early_view
 from jobs.encoder_identity import config_identities, record_identity
 from jobs.failures import correlation_setting_failure, sync_correlation_failures
 from jobs.report.events import (
@@ -183,12 +184,16 @@ def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Itera
     series = analyse_series(store, shown, cfg)
     evaluated = {str(c.get("model")) for c in cells if c.get("status") == "computed"}
     summary = build_report_summary(shown, failures, series, evaluated=evaluated, report=path, store=store.url)
+    early = early_view(store, cfg)
+    if early["estimates"]:  # its own part: never among the exact scores
+        summary["early"] = early_part(early)
     previous = read_summary(summary_path(path))
     summary["changes"] = to_plain(changes_since(previous, summary))
     out = write_report(records, correlation, cfg, path, reference=reference,
                        failures=failures, aside=history(store, cfg, records), data_notes=notes,
                        waiting=list(waiting) or (plan.scan.waiting if plan else ()), problems=[problem] if problem else [],
-                       series=series, summary=summary, changes=summary["changes"] if previous is not None else None)
+                       series=series, summary=summary, changes=summary["changes"] if previous is not None else None,
+                       early=early)
     written = None
     if write_summary:
         written = write_summary_file(summary_path(out), summary)

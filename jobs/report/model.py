@@ -35,6 +35,7 @@ class ReportRun:
     summary: dict | None = None  # the run summary written beside the report (jobs.report.events)
     changes: dict | None = None  # what changed since the previous run's summary; None: no previous one
     reference: dict[str, float] = field(default_factory=dict)  # reference score per encoder
+    early: dict | None = None  # the early pass's estimates and checks (jobs.early.view); never records
 
     def group(self, predicate: Callable[[dict], bool]) -> list[tuple[str, str, list[dict]]]:
         """(setting, layer, records) in config order, for the records matching ``predicate``."""

@@ -12,6 +12,7 @@ from jobs.report.sections.audits import (
 from jobs.report.sections.cog import cog_section
 from jobs.report.sections.correlation import correlation_section
 from jobs.report.sections.dense import dense_section
+from jobs.report.sections.early import EARLY_MARKER, early_section
 from jobs.report.sections.encoder import encoder_sections
 from jobs.report.files import write_atomic
 from jobs.report.html import page
@@ -28,14 +29,15 @@ if TYPE_CHECKING:
     from jobs.config import BenchmarkConfig
     from jobs.analysis.correlate import CorrelationReport
 
-__all__ = ["BEST_MARKER", "REGRESSION_MARKER", "VIOLATION_MARKER", "write_report"]
+__all__ = ["BEST_MARKER", "EARLY_MARKER", "REGRESSION_MARKER", "VIOLATION_MARKER", "write_report"]
 
 
 def write_report(records: list[dict], correlation: CorrelationReport | None, config: BenchmarkConfig, path: str,
                  reference: dict[str, float] | None = None, *, failures: Sequence[Mapping[str, Any]] = (),
                  aside: Sequence[Mapping[str, Any]] | None = None, data_notes: Sequence[Mapping[str, Any]] = (),
                  waiting: Sequence[str] = (), problems: Sequence[str] = (), series: Sequence[Any] = (),
-                 summary: Mapping[str, Any] | None = None, changes: Mapping[str, Any] | None = None) -> str:
+                 summary: Mapping[str, Any] | None = None, changes: Mapping[str, Any] | None = None,
+                 early: Mapping[str, Any] | None = None) -> str:
     """Write the benchmark's HTML report for ``records`` (ledger records) to ``path``; return the path.
 
     ``failures``: failure records of this config's work (listed first); ``aside``: records
@@ -43,17 +45,20 @@ def write_report(records: list[dict], correlation: CorrelationReport | None, con
     per dataset split; ``waiting``: checkpoints still being written; ``problems``: run-level
     messages; ``series``: the analysis of each checkpoint series (``jobs.analysis.series``);
     ``summary``: the run summary (``jobs.report.events``: leaderboard, regressions); ``changes``:
-    what changed since the previous run's summary (None when there was none).
+    what changed since the previous run's summary (None when there was none); ``early``: the
+    early estimates of the config's encoders (``jobs.early.view``), a section of their own.
     """
     run = build_run(list(records), config, aside=aside, failures=failures, data_notes=data_notes,
                     waiting=waiting, problems=problems)
     run.series, run.summary = list(series), dict(summary) if summary is not None else None
     run.changes = dict(changes) if changes is not None else None
     run.reference = dict(reference or {})
+    run.early = dict(early) if early else None
     sections = [
         failed_section(run),
         summary_section(run),  # the first screen: verdicts, leaderboard, what is not to be trusted
         series_section(run),
+        early_section(run),  # estimates, apart from every exact table
         data_section(run),
         accuracy_section(run),
         best_layer_section(run),

@@ -1,0 +1,359 @@
+"""Early verdicts against the full run, on a history of real checkpoints.
+
+The history: resnet18 trained on the demo's source task (``jobs.source_training``, as
+``make demo`` does) for three seeds, a checkpoint saved at ten steps each (30 checkpoints,
+three series). Each is extracted and evaluated in full (the jobs of ``repeval run``, one
+process, no Prefect) on the demo's datasets (``digits``: 1,797 images; ``textures``: 1,200)
+and one more, larger, generated dataset (``textures-4x``: other texture images, 4,000 of
+them), with the settings ``linear`` (logistic, as the demo's), ``knn20`` and ``ridge``.
+That full pass of each checkpoint, timed, is the full run.
+
+The latest ``--held-out`` checkpoints of each seed are then judged as a nightly run with
+``--early`` would judge them, one at a time in step order: the store's records of the
+held-out checkpoint and of every later one are hidden from the estimate, so its history
+is exactly the checkpoints of earlier steps (of every seed). The timed early pass: its
+early rows extracted (``jobs.early.run.early_unit``: a tenth of each split, stratified),
+its early fits, its estimates and early verdicts (``jobs.early.estimates``; the history's
+early results are computed once per subset before, as earlier nights would have left them).
+
+Printed per setting: the share of the images the early pass read, the time to the early
+verdicts against the full run's, the estimates' median absolute error against the exact
+figures (points), the coverage of their 90 % intervals, Kendall's tau between the held-out
+checkpoints' ranking by estimate and by exact figure (per dataset and layer, averaged),
+and the agreement of the early verdicts with the exact ones (each held-out checkpoint
+against its series' previous checkpoint and best so far: McNemar's test on the exact
+records, Benjamini-Hochberg over the checkpoint's comparisons, as the series analysis),
+with the count of opposite verdicts (one says better, the other worse). Then the same
+with anchor rows (``early.rows: anchors``), and the errors per dataset.
+
+Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_early.py [--out DIR] [--quick] [--markdown]``.
+Checkpoints, the store and a JSON of the figures are kept in ``--out`` (default
+``bench-early-out``): a second run reuses what is there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import limit_threads, machine_line  # noqa: E402
+
+SEEDS = (0, 1, 2)
+STEPS = (3, 6, 10, 15, 20, 26, 33, 40, 50, 60)
+QUICK_STEPS = (3, 6, 10, 15, 20, 26, 33, 40)
+SETTINGS = {"linear": ("logistic", {"refine_rtol": 1e-9}), "knn20": ("knn", {"n_neighbors": 20}),
+            "ridge": ("ridge", {})}
+INPUT_SIZE = 32
+
+
+def datasets(quick: bool) -> list[dict]:
+    big = {"train": 500, "test": 500} if not quick else {"train": 200, "test": 200}
+    return [{"name": "digits", "adapter": "digits"},
+            {"name": "textures", "adapter": "textures", "params": {"n_per_class": {"train": 200, "test": 100}}},
+            {"name": "textures-4x", "adapter": "textures", "params": {"n_per_class": big, "seed": 7}}]
+
+
+def train(out: Path, steps) -> dict[str, dict]:
+    """The checkpoints (trained once; kept in ``out``): name -> {path, seed, step}."""
+    from jobs.source_training import train_checkpoints
+    from pipeline.datasets import make_dataset
+
+    folder = out / "checkpoints"
+    source = make_dataset("textures", name="source", seed=12345, n_per_class={"train": 300, "test": 100})
+    out_map = {}
+    for seed in SEEDS:
+        files = [folder / f"seed{seed}-resnet18-step{s:04d}.safetensors" for s in steps]
+        if not all(f.exists() for f in files):
+            print(f"training seed {seed} for {max(steps)} steps ...", file=sys.stderr, flush=True)
+            train_checkpoints("resnet18", source, list(steps), str(folder), input_size=INPUT_SIZE, batch_size=32,
+                              seed=seed, prefix=f"seed{seed}-")
+        for f, s in zip(files, steps):
+            out_map[f.stem] = {"path": str(f), "seed": seed, "step": s}
+    return out_map
+
+
+def config(out: Path, checkpoints: dict[str, dict], names: list[str], quick: bool, rows: str = "stratified"):
+    """A config of ``names`` (each in its seed's series) as the run's plan would hold them."""
+    from jobs.config import BenchmarkConfig
+    from jobs.config.typed import from_plain
+
+    plain = {
+        "store": str(out / "store"),
+        "encoders": [{"name": n, "arch": "resnet18", "weights": checkpoints[n]["path"], "input_size": INPUT_SIZE,
+                      "series": f"seed{checkpoints[n]['seed']}", "step": checkpoints[n]["step"]} for n in names],
+        "datasets": datasets(quick),
+        "protocols": [{"name": k, "protocol": p, "settings": s} for k, (p, s) in SETTINGS.items()],
+        "extract": {"batch_size": 64, "chunk_batches": 4, "progress": False},
+        "early": {"fraction": 0.1, "rows": rows},
+    }
+    return from_plain(BenchmarkConfig, plain, "config")
+
+
+def full_pass(cfg, name: str) -> float:
+    """Extract and evaluate one checkpoint in full (once: a kept store answers at once); seconds."""
+    from jobs.evaluation.evaluate import evaluate_cell
+    from jobs.plan import evaluation_cells, extraction_units, run_extract_unit
+
+    store = cfg.open_store()
+    started = time.perf_counter()
+    for unit in extraction_units(cfg):
+        if unit.encoder.name == name:
+            run_extract_unit(store, unit, cfg)
+    for cell in evaluation_cells(cfg):
+        if cell.model == name:
+            evaluate_cell(store, cell)
+    return time.perf_counter() - started
+
+
+def _exact(store, names: set[str]) -> list[dict]:
+    from storage_schema.ledger import Ledger
+
+    return [r for r in Ledger(store) if r["model"] in names]
+
+
+def forget_early(store, name: str) -> None:
+    """What an earlier run of this benchmark left of ``name``'s early pass (its early arrays
+    and fits): the timed pass must extract and fit as a new checkpoint's would."""
+    from storage_schema import record_keys
+    from storage_schema.early import EarlyRecords
+    from storage_schema.keys import EARLY, SIDE
+
+    for key in (f"{EARLY}/{name}", f"{SIDE}/state/{EARLY}/{name}"):
+        store.backend.delete(key, recursive=True)
+    for kind in ("results", "estimates"):
+        for rec in list(EarlyRecords(store).iter(kind)):
+            if rec.get("model") == name and rec.get("source", "early") == "early":
+                store.backend.delete(record_keys.early_record_key(kind, rec["id"]))
+
+
+def early_pass(cfg, name: str, history: set[str], records: list[dict]) -> tuple[float, list[dict], int]:
+    """The held-out checkpoint's early pass as a run does it: (seconds, estimates, images read)."""
+    from jobs.early.estimates import estimate_encoder
+    from jobs.early.run import early_unit
+    from jobs.early.subsets import Subset
+    from jobs.evaluation.cell import Cell
+
+    store = cfg.open_store()
+    forget_early(store, name)
+    enc = next(e for e in cfg.encoders if e.name == name)
+    cells = [Cell(name, d.name, "pre_logits", k, p, dict(s), d.train_split, d.test_split, d.val_split)
+             for d in cfg.datasets for k, (p, s) in SETTINGS.items()]
+    started = time.perf_counter()
+    units = [early_unit(store, enc, d, [c for c in cells if c.dataset == d.name], cfg.early, cfg.extract)
+             for d in cfg.datasets]
+    subsets = {u["dataset"]: Subset.from_record(u["subset"]) for u in units}
+    results = {tuple(k.split("/")): r for u in units for k, r in u["results"].items()}
+    estimates = estimate_encoder(store, cfg, cells, subsets, results,
+                                 [r for r in records if r["model"] in history])
+    seconds = time.perf_counter() - started
+    return seconds, estimates, sum(u["extraction"]["images"] for u in units)
+
+
+def warm_history(cfg, history: set[str], rows: str) -> None:
+    """The history's early results on the datasets' subsets, as earlier nights leave them."""
+    from jobs.early.results import early_result
+    from jobs.early.run import anchor_profiles
+    from jobs.early.subsets import current_subset
+    from jobs.evaluation.cell import Cell
+    from jobs.extraction.labels import store_labels
+    from jobs.plan import make_adapter
+
+    store = cfg.open_store()
+    for d in cfg.datasets:
+        adapter = make_adapter(d)
+        for split in d.splits():
+            store_labels(store, adapter, split)
+        profiles = anchor_profiles(store, d, exclude="") if rows == "anchors" else None
+        if profiles is not None:  # only the history's columns: a held-out checkpoint's own must not choose rows
+            keep = [i for i, m in enumerate(profiles[1]) if m in history]
+            profiles = (profiles[0][:, keep], [profiles[1][i] for i in keep])
+        subset = current_subset(store, d, cfg.early, profiles)
+        for model in sorted(history):
+            for k, (p, s) in SETTINGS.items():
+                early_result(store, Cell(model, d.name, "pre_logits", k, p, dict(s)), subset, "store")
+
+
+def exact_verdicts(store, name: str, estimates: list[dict], records: list[dict]) -> dict[tuple, str]:
+    """(setting, dataset, against) -> the exact verdict of the same comparison (McNemar on the
+    exact records, Benjamini-Hochberg over the checkpoint's comparisons, as the series')."""
+    from jobs.analysis.compare import compare_records, unreliable_reason
+    from pipeline.analysis.compare import decide_verdicts
+
+    by = {(r["model"], r["setting"], r["dataset"]): r for r in records}
+    comparisons, unreliable = {}, {}
+    for est in estimates:
+        for v in est.get("verdicts") or []:
+            key = (est["setting"], est["dataset"], v["against"])
+            a, b = by[(name, est["setting"], est["dataset"])], by[(v["against"], est["setting"], est["dataset"])]
+            comparisons[key] = compare_records(store, a, b)
+            why = unreliable_reason(a, b)
+            if why:
+                unreliable[key] = why
+    return {k: v.verdict for k, v in decide_verdicts(comparisons, 0.05, unreliable).items()} if comparisons else {}
+
+
+def kendall(early: dict, exact: dict) -> float | None:
+    from scipy.stats import kendalltau
+
+    keys = sorted(early)
+    if len(keys) < 3:
+        return None
+    tau = kendalltau([early[k] for k in keys], [exact[k] for k in keys]).statistic
+    return None if tau != tau else float(tau)
+
+
+def summarise(rows: list[dict], times: dict, images: dict, total_images: int) -> list[dict]:
+    """One line per setting from every held-out estimate."""
+    import numpy as np
+
+    out = []
+    for setting in SETTINGS:
+        mine = [r for r in rows if r["setting"] == setting and r["value"] is not None]
+        errors = [abs(r["value"] - r["exact"]) for r in mine]
+        covered = [r["low"] <= r["exact"] <= r["high"] for r in mine if r["low"] is not None]
+        taus = []
+        for d in {r["dataset"] for r in mine}:
+            these = [r for r in mine if r["dataset"] == d]
+            tau = kendall({r["model"]: r["value"] for r in these}, {r["model"]: r["exact"] for r in these})
+            if tau is not None:
+                taus.append(tau)
+        pairs = [(e, x) for r in rows if r["setting"] == setting for e, x in r["verdicts"]]
+        agree = [e == x or (e in ("indistinguishable", "no verdict", "unreliable")
+                            and x in ("indistinguishable", "unreliable")) for e, x in pairs]
+        opposite = sum({e, x} == {"better", "worse"} for e, x in pairs)
+        out.append({
+            "setting": setting, "estimates": len(mine),
+            "methods": ", ".join(f"{m} {sum(r['method'] == m for r in mine)}" for m in sorted({r["method"] for r in mine})),
+            "images_share": sum(images.values()) / (total_images * len(images)),
+            "time_ratio": float(np.median([times[n]["early"] / times[n]["full"] for n in times])),
+            "median_abs_error": float(np.median(errors)) if errors else None,
+            "coverage": float(np.mean(covered)) if covered else None,
+            "kendall_tau": float(np.mean(taus)) if taus else None,
+            "agreement": float(np.mean(agree)) if agree else None, "comparisons": len(pairs),
+            "opposite": opposite})
+    return out
+
+
+def full_times(out: Path, quick: bool) -> tuple[dict, list[str], dict]:
+    """Every checkpoint extracted and evaluated in full, timed once (the times are kept
+    beside the store: a kept store answers from its ledger in no time)."""
+    steps = QUICK_STEPS if quick else STEPS
+    checkpoints = train(out, steps)
+    order = sorted(checkpoints, key=lambda n: (checkpoints[n]["step"], checkpoints[n]["seed"]))
+    cfg = config(out, checkpoints, order, quick)
+    kept = out / "full_times.json"
+    times = json.loads(kept.read_text()) if kept.exists() else {}
+    for name in order:
+        if name not in times:
+            times[name] = full_pass(cfg, name)
+            print(f"  {name}: full run {times[name]:.1f} s", file=sys.stderr, flush=True)
+            kept.write_text(json.dumps(times, indent=1))
+    return checkpoints, order, times
+
+
+def run(out: Path, quick: bool, held_out: int, rows: str) -> dict:
+    from jobs.analysis.compare import record_score
+
+    checkpoints, order, full = full_times(out, quick)
+    steps = QUICK_STEPS if quick else STEPS
+    times = {name: {"full": full[name]} for name in order}
+    store = config(out, checkpoints, order, quick, rows).open_store()
+    latest = set(sorted(steps)[-held_out:])
+    judged = [n for n in order if checkpoints[n]["step"] in latest]
+    rows_out, images, total = [], {}, None
+    for name in judged:
+        history = {n for n in order if checkpoints[n]["step"] < checkpoints[name]["step"]}
+        records = _exact(store, history | {name})
+        hcfg = config(out, checkpoints, sorted(history) + [name], quick, rows)
+        warm_history(hcfg, history, rows)
+        seconds, estimates, read = early_pass(hcfg, name, history, records)
+        times[name]["early"] = seconds
+        images[name] = read
+        if total is None:
+            from jobs.plan import make_adapter
+
+            total = sum(make_adapter(d).num_samples(s) for d in hcfg.datasets for s in d.splits())
+        exact = {(r["setting"], r["dataset"]): record_score(r) for r in records if r["model"] == name}
+        verdicts = exact_verdicts(store, name, [e for e in estimates if e.get("status") == "estimated"],
+                                  records)
+        for est in estimates:
+            e = est.get("estimate") or {}
+            rows_out.append({
+                "model": name, "setting": est["setting"], "dataset": est["dataset"], "status": est.get("status"),
+                "method": e.get("method"), "value": e.get("value"), "low": e.get("low"), "high": e.get("high"),
+                "exact": exact[(est["setting"], est["dataset"])],
+                "verdicts": [(v["verdict"], verdicts.get((est["setting"], est["dataset"], v["against"])))
+                             for v in est.get("verdicts") or []]})
+        print(f"  {name}: early {seconds:.1f} s against full {times[name]['full']:.1f} s", file=sys.stderr,
+              flush=True)
+    times = {n: t for n, t in times.items() if "early" in t}
+    return {"summary": summarise(rows_out, times, images, total), "estimates": rows_out, "times": times}
+
+
+def per_dataset(rows: list[dict]) -> list[dict]:
+    import numpy as np
+
+    out = []
+    for setting in SETTINGS:
+        for d in sorted({r["dataset"] for r in rows}):
+            mine = [r for r in rows if r["setting"] == setting and r["dataset"] == d and r["value"] is not None]
+            if mine:
+                out.append({"setting": setting, "dataset": d,
+                            "median_abs_error": float(np.median([abs(r["value"] - r["exact"]) for r in mine])),
+                            "coverage": float(np.mean([r["low"] <= r["exact"] <= r["high"] for r in mine
+                                                       if r["low"] is not None]))})
+    return out
+
+
+def _pct(v, digits=1):
+    return "n/a" if v is None else f"{100 * v:.{digits}f}"
+
+
+def print_summary(title: str, summary: list[dict], markdown: bool) -> None:
+    head = ["setting", "estimates (method)", "images read", "time to early verdict / full run",
+            "median abs. error (points)", "90 % coverage", "Kendall tau", "verdict agreement", "opposite verdicts"]
+    print(f"\n{title}\n")
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+    for s in summary:
+        cells = [s["setting"], f"{s['estimates']} ({s['methods']})", f"{_pct(s['images_share'])} %",
+                 f"{s['time_ratio']:.3f}", _pct(s["median_abs_error"], 2), _pct(s["coverage"], 0) + " %",
+                 "n/a" if s["kendall_tau"] is None else f"{s['kendall_tau']:.2f}",
+                 f"{_pct(s['agreement'], 0)} % of {s['comparisons']}", str(s["opposite"])]
+        print(("| " + " | ".join(cells) + " |") if markdown else "  ".join(cells))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="bench-early-out", help="checkpoints, store and figures (kept)")
+    parser.add_argument("--quick", action="store_true", help="8 steps per seed and a smaller third dataset")
+    parser.add_argument("--held-out", type=int, default=3, help="latest steps of each seed judged early")
+    parser.add_argument("--threads", type=int, default=None, help="torch and BLAS threads")
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args(argv)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    print(machine_line())
+    print(f"threads: {limit_threads(args.threads)}")
+    results = {}
+    for rows in ("stratified", "anchors"):
+        results[rows] = run(out, args.quick, args.held_out, rows)
+        print_summary(f"Early pass with `rows: {rows}` (10 % of each split; held out: the latest {args.held_out} "
+                      f"steps of each of {len(SEEDS)} seeds)", results[rows]["summary"], args.markdown)
+    print("\nMedian absolute error (points) and coverage per dataset, `rows: stratified`:\n")
+    for r in per_dataset(results["stratified"]["estimates"]):
+        print(f"  {r['setting']:8s} {r['dataset']:12s} {_pct(r['median_abs_error'], 2):>6s}  {_pct(r['coverage'], 0)} %")
+    (out / "figures.json").write_text(json.dumps({k: {"summary": v["summary"], "estimates": v["estimates"],
+                                                      "times": v["times"]} for k, v in results.items()}, indent=1))
+    print(f"\nfigures: {out / 'figures.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

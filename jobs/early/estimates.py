@@ -1,0 +1,314 @@
+"""Early estimates of a new encoder's full figures, with intervals and early verdicts.
+
+For each cell of the new encoder with an early result (``jobs.early.results``):
+
+1. the **history**: every other encoder of the store with an exact record of the same cell
+   (dataset with the same test labels, layer, protocol, settings and version) and other
+   weights, each given its own early result from its stored features at the same rows;
+2. the **estimate**, the first that applies: ``paired`` (the encoder's predecessor in its
+   series has an exact figure, and at least ``early.min_history`` earlier consecutive
+   pairs of the config's series are in the history), ``history`` (at least
+   ``early.min_history`` earlier encoders), ``sampling`` (a stratified subset and
+   per-image predictions: an estimate of the early-fitted readout over the whole test
+   split); else no estimate, said why. A protocol setting whose early intervals have failed
+   their coverage (``jobs.early.checks``) gets none either;
+3. the **early verdicts** against the series' previous checkpoint and its best so far,
+   drawn as ``pipeline.analysis.early.verdicts`` says, the family of one encoder's
+   comparisons adjusted by Benjamini-Hochberg.
+
+Each estimate is recorded once (``storage_schema.early``, kind ``estimates``); the ledger
+never sees it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from jobs.analysis.compare import record_score
+from jobs.analysis.series import series_members
+from jobs.config import BenchmarkConfig
+from jobs.early.results import early_result
+from jobs.early.subsets import Subset
+from jobs.evaluation.cell import Cell
+from pipeline.analysis.compare import benjamini_hochberg, compare_predictions
+from pipeline.analysis.early import (
+    Estimate, HistoryModel, PairedHistoryModel, early_verdict, stratified_estimate,
+)
+from pipeline.errors import RepevalError
+from pipeline.plain import to_plain
+from pipeline.protocols.fit_warnings import unreliable_reasons
+from storage_schema import FeatureStore
+from storage_schema.early import EarlyRecords, early_id
+from storage_schema.provenance import WEIGHTS_FIELD
+
+__all__ = ["CellKey", "cell_history", "estimate_encoder"]
+
+log = logging.getLogger(__name__)
+
+CellKey = tuple[str, str, str]  # (setting, dataset, layer)
+
+
+def _key(rec: Mapping[str, Any]) -> CellKey:
+    return str(rec.get("setting")), str(rec.get("dataset")), str(rec.get("layer"))
+
+
+def _weights(rec: Mapping[str, Any]) -> str | None:
+    return (rec.get("provenance") or {}).get(WEIGHTS_FIELD)
+
+
+def cell_history(records: Iterable[Mapping[str, Any]], cell: Cell, result: Mapping[str, Any],
+                 test_labels: str) -> dict[str, dict[str, Any]]:
+    """The exact records of other encoders on the same cell: model -> its latest record.
+
+    Parameters
+    ----------
+    records : iterable of mapping
+        Ledger records (every record of the store).
+    cell : Cell
+        The new encoder's cell.
+    result : mapping
+        Its early result (its weights and settings hash).
+    test_labels : str
+        The fingerprint of the test split's labels the subset was chosen over.
+
+    Returns
+    -------
+    dict
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for rec in records:
+        if (rec.get("model") == cell.model or rec.get("dataset") != cell.dataset or rec.get("layer") != cell.layer
+                or rec.get("protocol") != cell.protocol or rec.get("config_hash") != result["config_hash"]
+                or str(rec.get("protocol_version")) != str(result["protocol_version"])):
+            continue
+        if (rec.get("fingerprints") or {}).get(f"{cell.test_split}.labels") != test_labels:
+            continue
+        if result.get(WEIGHTS_FIELD) and _weights(rec) == result.get(WEIGHTS_FIELD):
+            continue  # the same weights under another name: not an earlier encoder
+        if record_score(rec) is None:
+            continue
+        old = out.get(str(rec["model"]))
+        if old is None or str(rec.get("recorded") or "") > str(old.get("recorded") or ""):
+            out[str(rec["model"])] = dict(rec)
+    return out
+
+
+def _history_results(store: FeatureStore, cell: Cell, subset: Subset,
+                     history: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each earlier encoder's early result from its stored features (skipped, and logged,
+    when its arrays are gone or changed)."""
+    out = {}
+    for model in sorted(history):
+        other = dataclasses.replace(cell, model=model, encoder=None, identity=None, encoder_identity=None)
+        try:
+            res = early_result(store, other, subset, "store", record=not store.read_only)
+        except (RepevalError, ValueError, OSError) as exc:
+            log.info("%s: no early result of %s for calibration: %s", cell.label(), model, exc)
+            continue
+        if res.get("score") is not None and _weights(history[model]) in (None, res.get(WEIGHTS_FIELD)):
+            out[model] = res
+    return out
+
+
+def _series_of(cfg: BenchmarkConfig, model: str) -> tuple[list[tuple[str, int]], int | None]:
+    """The members (encoder, step) of ``model``'s series, by step, and its step."""
+    for members in series_members(cfg).values():
+        steps = dict(members)
+        if model in steps and steps[model] is not None:
+            placed = sorted(((e, s) for e, s in members if s is not None), key=lambda m: m[1])
+            return placed, steps[model]
+    return [], None
+
+
+def _pairs(cfg: BenchmarkConfig, usable: set[str]) -> list[tuple[str, str]]:
+    """Consecutive (older, newer) checkpoints of the config's series, both usable."""
+    pairs = []
+    for members in series_members(cfg).values():
+        placed = sorted(((e, s) for e, s in members if s is not None and e in usable), key=lambda m: m[1])
+        pairs.extend((a[0], b[0]) for a, b in zip(placed, placed[1:]))
+    return pairs
+
+
+def _estimate(cell: Cell, result: Mapping[str, Any], subset: Subset, store: FeatureStore, cfg: BenchmarkConfig,
+              history: Mapping[str, Mapping[str, Any]], results: Mapping[str, Mapping[str, Any]],
+              reference: str | None, bounded: bool) -> tuple[Estimate | None, str, list[str]]:
+    """(estimate, why this method or why none, the earlier encoders it rests on)."""
+    early = cfg.early
+    score = float(result["score"])
+    exact = {m: float(record_score(history[m])) for m in results}
+    pairs = _pairs(cfg, set(results))
+    if reference is not None and reference in results and len(pairs) >= early.min_history:
+        model = PairedHistoryModel.fit([results[a]["score"] for a, _ in pairs], [results[b]["score"] for _, b in pairs],
+                                       [exact[a] for a, _ in pairs], [exact[b] for _, b in pairs], bounded,
+                                       early.level, early.min_history)
+        return (model.predict(score, float(results[reference]["score"]), exact[reference]),
+                f"{reference}'s exact figure plus the change of early score, calibrated on {len(pairs)} earlier "
+                "consecutive checkpoints", sorted({m for p in pairs for m in p}))
+    if len(results) >= early.min_history:
+        names = sorted(results)
+        model = HistoryModel.fit([results[m]["score"] for m in names], [exact[m] for m in names], bounded,
+                                 early.level, early.min_history)
+        return model.predict(score), f"from the early score, calibrated on {len(names)} earlier encoders", names
+    short = f"{len(results)} earlier encoder(s) with this cell, {early.min_history} needed to calibrate"
+    if result.get("predictions") is None:
+        return None, f"no estimate: {short}, and its scores are not per-image predictions", []
+    if subset.method != "stratified":
+        return None, f"no estimate: {short} (anchor rows are no random sample)", []
+    test = cell.test_split
+    labels = store.labels(cell.dataset, test).read()
+    rows = subset.rows[test]
+    classes, counts = np.unique(labels, return_counts=True)
+    correct = (np.asarray(result["predictions"]) == labels[rows]).astype(int)
+    est = stratified_estimate(correct, labels[rows], dict(zip(classes.tolist(), counts.tolist())), early.level,
+                              mean_per_class=result.get("metric") == "mean_per_class")
+    return est, f"the readout fitted on the early rows, over the whole test split; {short}", []
+
+
+def _against(cfg: BenchmarkConfig, model: str, history: Mapping[str, Mapping[str, Any]],
+             lower_is_better: bool) -> list[tuple[str, str]]:
+    """(kind, encoder) the new checkpoint is compared with: its series' previous checkpoint
+    with an exact figure, and the best so far (ties keep the earlier)."""
+    members, step = _series_of(cfg, model)
+    if step is None:
+        return []
+    before = [(e, s) for e, s in members if s < step and e in history]
+    if not before:
+        return []
+    out = [("previous", before[-1][0])]
+    best = None
+    for e, _ in before:
+        score = record_score(history[e])
+        if best is None or (score < best[1] if lower_is_better else score > best[1]):
+            best = (e, score)
+    if best[0] != before[-1][0]:
+        out.append(("best", best[0]))
+    return out
+
+
+def estimate_encoder(store: FeatureStore, cfg: BenchmarkConfig, cells: list[Cell], subsets: Mapping[str, Subset],
+                     results: Mapping[CellKey, Mapping[str, Any]], records: list[Mapping[str, Any]],
+                     off: Mapping[tuple[str, str], str] | None = None, *, alpha: float = 0.05) -> list[dict[str, Any]]:
+    """The early estimate of each cell of one new encoder, with its early verdicts (recorded).
+
+    Parameters
+    ----------
+    store : FeatureStore
+    cfg : BenchmarkConfig
+        The run's config (its series place the encoder).
+    cells : list of Cell
+        The encoder's cells in the early pass.
+    subsets : mapping
+        Dataset -> its early subset.
+    results : mapping
+        Cell key -> the encoder's early result (or a failed one: ``{"error": ...}``).
+    records : list of mapping
+        Every exact ledger record of the store.
+    off : mapping, optional
+        (protocol, config hash) -> why its early pass is off (coverage).
+    alpha : float
+        The false discovery rate of the early verdicts.
+
+    Returns
+    -------
+    list of dict
+        One ``estimates`` record per cell.
+    """
+    off = off or {}
+    out, pending = [], []
+    for cell in cells:
+        key = (cell.setting, cell.dataset, cell.layer)
+        result = results.get(key)
+        base = {"model": cell.model, "dataset": cell.dataset, "layer": cell.layer, "setting": cell.setting,
+                "protocol": cell.protocol}
+        if result is None or result.get("error"):
+            out.append({**base, "status": "failed", "reason": (result or {}).get("error", "no early result")})
+            continue
+        entry = cell.entry
+        metric = entry.primary_metric
+        bounded = metric not in entry.unbounded
+        lower = metric in entry.lower_is_better and result.get("predictions") is None
+        why_off = off.get((cell.protocol, result["config_hash"]))
+        subset = subsets[cell.dataset]
+        common = {**base, "subset": subset.id, "result": result["id"], "early_score": result["score"],
+                  "config_hash": result["config_hash"], "protocol_version": result["protocol_version"],
+                  WEIGHTS_FIELD: result.get(WEIGHTS_FIELD), "metric": result.get("metric"),
+                  "unreliable": list(result.get("unreliable") or [])}
+        if why_off:
+            out.append({**common, "status": "off", "reason": why_off})
+            continue
+        history = cell_history(records, cell, result, subset.labels[cell.test_split])
+        against = _against(cfg, cell.model, history, lower)
+        hist_results = _history_results(store, cell, subset, history)
+        reference = next((e for kind, e in against if kind == "previous"), None)
+        try:
+            est, how, rests_on = _estimate(cell, result, subset, store, cfg, history, hist_results, reference, bounded)
+        except RepevalError as exc:
+            out.append({**common, "status": "none", "reason": f"no estimate: {exc}"})
+            continue
+        if est is None:
+            out.append({**common, "status": "none", "reason": how})
+            continue
+        rec = {**common, "status": "estimated", "estimate": to_plain(est), "how": how,
+               "history": [{"model": m, "cell_id": history[m].get("cell_id")} for m in rests_on],
+               "verdicts": []}
+        for kind, model in against:
+            rec["verdicts"].append(_comparison(cell, result, est, kind, model, history, hist_results, store, subset,
+                                               lower))
+        pending.append(rec)
+        out.append(rec)
+    _decide(pending, alpha)
+    records_store = EarlyRecords(store)
+    for rec in out:
+        if rec.get("status") in ("estimated", "none", "off"):
+            rec["id"] = early_id("estimate", rec.get("result"), rec.get("status"),
+                                 (rec.get("estimate") or {}).get("method"),
+                                 [h["cell_id"] for h in rec.get("history", [])], cfg.early.level)
+            rec["level"] = cfg.early.level
+            if not store.read_only:
+                records_store.put("estimates", rec)
+    return out
+
+
+def _comparison(cell: Cell, result: Mapping[str, Any], est: Estimate, kind: str, model: str,
+                history: Mapping[str, Mapping[str, Any]], hist_results: Mapping[str, Mapping[str, Any]],
+                store: FeatureStore, subset: Subset, lower: bool) -> dict[str, Any]:
+    """One early comparison, before the family's adjustment: what it is against, the value
+    on the estimate's scale, the paired test on the early rows, what makes it unreliable."""
+    theirs = hist_results.get(model)
+    value = record_score(history[model]) if est.method != "sampling" else (theirs or {}).get("full_split_score")
+    why = [f"{cell.model} (early fit) {r}" for r in result.get("unreliable") or []]
+    why += [f"{model} {r}" for r in unreliable_reasons(history[model])]
+    why += [f"{model} (early fit) {r}" for r in (theirs or {}).get("unreliable") or []]
+    out = {"kind": kind, "against": model, "against_value": value,
+           "against_what": "exact" if est.method != "sampling" else "early fit over the whole test split",
+           "difference": None, "p_value": None,
+           "unreliable": " | ".join(why) or None, "higher_is_better": not lower}
+    if theirs is not None and result.get("predictions") is not None and theirs.get("predictions") is not None:
+        labels = store.labels(cell.dataset, cell.test_split).read()[subset.rows[cell.test_split]]
+        comp = compare_predictions(labels, result["predictions"], theirs["predictions"],
+                                   "mean_per_class" if result.get("metric") == "mean_per_class" else "top1",
+                                   n_resamples=200, n_permutations=999)
+        out["difference"], out["p_value"], out["test"] = comp.difference, comp.p_value, comp.test
+    return out
+
+
+def _decide(pending: list[dict[str, Any]], alpha: float) -> None:
+    """Adjust the family's p-values (Benjamini-Hochberg) and draw each early verdict."""
+    tested = [v for rec in pending for v in rec["verdicts"] if v["p_value"] is not None and not v["unreliable"]]
+    adjusted = benjamini_hochberg([v["p_value"] for v in tested]) if tested else []
+    for v, p in zip(tested, adjusted):
+        v["p_adjusted"] = float(p)
+    for rec in pending:
+        est = Estimate(**{k: rec["estimate"][k] for k in ("value", "low", "high", "level", "method", "n", "covers")})
+        for v in rec["verdicts"]:
+            if v["against_value"] is None:
+                v["verdict"], v["reason"] = "no verdict", f"no figure of {v['against']} on the estimate's scale"
+                continue
+            v["verdict"], v["reason"] = early_verdict(
+                est, float(v["against_value"]), difference=v["difference"], p_adjusted=v.get("p_adjusted"),
+                alpha=alpha, higher_is_better=v["higher_is_better"], unreliable=v["unreliable"])

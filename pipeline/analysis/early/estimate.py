@@ -1,0 +1,449 @@
+"""From a score on the early rows to an estimate of the full figure, with an interval.
+
+Two estimates, each saying what its interval covers:
+
+- :func:`stratified_estimate` (no history): the accuracy, over the whole test split, of the
+  readout fitted on the early train rows, estimated from the early test rows (a stratified
+  random sample: the stratified estimator with its finite-population variance, and a Wilson
+  interval at the design's effective sample size, Kish 1965). Sampling theory covers which
+  test rows were drawn, nothing else: the readout fitted on fewer train rows is not the
+  full one, and is usually weaker.
+- :class:`PairedHistoryModel` (a checkpoint whose predecessor in its series has an exact
+  figure, and at least :data:`MIN_HISTORY` earlier consecutive pairs): the predecessor's
+  exact figure plus the change predicted from the change of early score, with a
+  jackknife+ interval over the earlier pairs. Both early scores come from the same early
+  rows, so what those rows favour cancels: measured the most precise of the three on a
+  series (``benchmarks/bench_early.py``).
+- :class:`HistoryModel` (a history of at least :data:`MIN_HISTORY` earlier encoders with
+  exact figures): a straight line from early score to full score on the logit scale
+  (bounded metrics; unbounded ones as they are), fitted on the earlier encoders' early and
+  exact figures, and a jackknife+ interval (Barber, Candes, Ramdas & Tibshirani 2021):
+  each earlier encoder is left out once, the line refitted, and its residual and the
+  refitted prediction make the interval. It covers the full figure at the stated level
+  when the new encoder is like the earlier ones (exchangeable with them); coverage is
+  checked on every exact figure that follows (``pipeline.analysis.early.coverage``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.errors import DataValidationError
+
+__all__ = ["LOGIT_EPS", "MIN_HISTORY", "Estimate", "HistoryModel", "PairedHistoryModel", "jackknife_plus",
+           "min_history", "stratified_estimate", "weighted_accuracy"]
+
+#: Earlier encoders a history-backed estimate needs by default: jackknife+ at 90 % needs 9
+#: (``min_history(0.9)``), one more keeps a leave-one-out fit from resting on 8 points.
+MIN_HISTORY = 10
+#: Bounded scores are clipped to [eps, 1 - eps] before the logit: a subset score of 100 %
+#: would otherwise have infinite leverage.
+LOGIT_EPS = 1e-3
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """An early estimate of one full figure.
+
+    Parameters
+    ----------
+    value : float
+        The estimate.
+    low, high : float or None
+        The interval at ``level`` (None: no interval can be stated).
+    level : float
+        Its nominal coverage.
+    method : str
+        ``history`` (calibrated on earlier encoders) or ``sampling`` (sampling theory).
+    n : int
+        Earlier encoders (``history``) or early test rows (``sampling``) behind it.
+    covers : str
+        What the interval is an interval for, in words.
+    """
+
+    value: float
+    low: float | None
+    high: float | None
+    level: float
+    method: str
+    n: int
+    covers: str
+
+    @property
+    def has_interval(self) -> bool:
+        """Whether an interval is stated."""
+        return self.low is not None and self.high is not None
+
+    def contains(self, value: float) -> bool:
+        """Whether ``value`` lies in the interval (False without one).
+
+        Parameters
+        ----------
+        value : float
+
+        Returns
+        -------
+        bool
+        """
+        return self.has_interval and self.low <= value <= self.high
+
+
+def _check_level(level: object) -> float:
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.5 <= float(level) < 1:
+        raise DataValidationError(f"level must be a fraction in [0.5, 1), got {level!r}")
+    return float(level)
+
+
+def min_history(level: float) -> int:
+    """The fewest earlier encoders for which jackknife+ states a finite interval at ``level``.
+
+    Parameters
+    ----------
+    level : float
+
+    Returns
+    -------
+    int
+    """
+    level = _check_level(level)
+    n = 1
+    while _rank_high(level, n) > n or _rank_low(level, n) < 1:
+        n += 1
+    return n
+
+
+# The order statistics of jackknife+ (a tolerance, so that 0.9 * 10 is 9, not 9.000000000000002)
+def _rank_high(level: float, n: int) -> int:
+    return math.ceil(level * (n + 1) - 1e-9)
+
+
+def _rank_low(level: float, n: int) -> int:
+    return math.floor((1 - level) * (n + 1) + 1e-9)
+
+
+def weighted_accuracy(correct: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """The weighted mean of 0/1 results (each anchor weighed by the rows it stands for).
+
+    Parameters
+    ----------
+    correct : numpy.ndarray
+        (m,) 1 where right, 0 where wrong.
+    weights : numpy.ndarray, optional
+        (m,) positive weights (None: all equal).
+
+    Returns
+    -------
+    float
+    """
+    correct = np.asarray(correct, dtype=np.float64)
+    w = np.ones_like(correct) if weights is None else np.asarray(weights, dtype=np.float64)
+    if correct.ndim != 1 or w.shape != correct.shape or correct.size == 0:
+        raise DataValidationError(f"correct and weights must be two non-empty (m,) arrays, got {correct.shape}, "
+                                  f"{w.shape}")
+    if not np.all(np.isfinite(w)) or np.any(w <= 0):
+        raise DataValidationError("weights must be finite and > 0")
+    return float(np.sum(w * correct) / np.sum(w))
+
+
+def _wilson(p: float, n_eff: float, z: float) -> tuple[float, float]:
+    denom = 1 + z * z / n_eff
+    centre = (p + z * z / (2 * n_eff)) / denom
+    half = z / denom * math.sqrt(p * (1 - p) / n_eff + z * z / (4 * n_eff * n_eff))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def stratified_estimate(correct: np.ndarray, strata: np.ndarray, population: Mapping[int, int], level: float = 0.9,
+                        mean_per_class: bool = False) -> Estimate:
+    """Accuracy over a whole test split from a stratified random sample of its rows.
+
+    Parameters
+    ----------
+    correct : numpy.ndarray
+        (m,) 1 where the readout classified a sampled row correctly, 0 where not.
+    strata : numpy.ndarray
+        (m,) the class (stratum) of each sampled row.
+    population : mapping
+        Class -> rows of that class in the whole split (every class of the split).
+    level : float
+        The interval's nominal coverage.
+    mean_per_class : bool
+        Estimate the mean per-class accuracy (each class weighs the same) instead of top-1.
+
+    Returns
+    -------
+    Estimate
+        ``method='sampling'``; a census (every row drawn) gives a zero-width interval.
+    """
+    level = _check_level(level)
+    correct = np.asarray(correct, dtype=np.float64)
+    strata = np.asarray(strata).astype(np.int64)
+    if correct.ndim != 1 or strata.shape != correct.shape or correct.size == 0:
+        raise DataValidationError(f"correct and strata must be two non-empty (m,) arrays, got {correct.shape}, "
+                                  f"{strata.shape}")
+    if not np.all((correct == 0) | (correct == 1)):
+        raise DataValidationError("correct must hold 0 or 1 per row")
+    sizes = {int(c): int(n) for c, n in population.items() if int(n) > 0}
+    missing = sorted(set(np.unique(strata).tolist()) - set(sizes))
+    if missing:
+        raise DataValidationError(f"sampled classes {missing[:10]} have no rows in the population")
+    total = sum(sizes.values())
+    estimate, variance = 0.0, 0.0
+    for c, n_pop in sizes.items():
+        inside = correct[strata == c]
+        share = (1.0 / len(sizes)) if mean_per_class else n_pop / total
+        if inside.size == 0:
+            raise DataValidationError(f"class {c} has {n_pop} rows in the split and none in the sample: "
+                                      "a stratified estimate needs every class")
+        if inside.size > n_pop:
+            raise DataValidationError(f"class {c}: {inside.size} sampled rows of only {n_pop}")
+        p = float(inside.mean())
+        # unbiased within-stratum variance; one row says nothing of its spread: the largest, 1/4
+        s2 = p * (1 - p) * inside.size / (inside.size - 1) if inside.size > 1 else 0.25
+        estimate += share * p
+        variance += share * share * (1 - inside.size / n_pop) * s2 / inside.size
+    z = _normal_quantile(level)
+    if variance <= 0:
+        census = all(np.sum(strata == c) == n for c, n in sizes.items())
+        if census:
+            return Estimate(estimate, estimate, estimate, level, "sampling", int(correct.size), _SAMPLING_COVERS)
+        n_eff = float(correct.size)  # every stratum all right or all wrong: the plain sample size
+    else:
+        n_eff = max(estimate * (1 - estimate) / variance, 1.0) if 0 < estimate < 1 else float(correct.size)
+    low, high = _wilson(estimate, n_eff, z)
+    return Estimate(estimate, low, high, level, "sampling", int(correct.size), _SAMPLING_COVERS)
+
+
+_SAMPLING_COVERS = ("the readout fitted on the early train rows, scored on the whole test split "
+                    "(sampling of the test rows only; the full fit on every train row usually scores higher)")
+_HISTORY_COVERS = "the full figure, if the encoder is like the earlier ones"
+
+
+def _normal_quantile(level: float) -> float:
+    from scipy import stats  # deferred: importing the early-pass modules stays cheap
+
+    return float(stats.norm.ppf(0.5 + level / 2))
+
+
+@dataclass(frozen=True)
+class HistoryModel:
+    """A line from early score to full score over earlier encoders, with jackknife+ intervals.
+
+    Build it with :meth:`fit`; :meth:`predict` gives the estimate for a new early score.
+
+    Parameters
+    ----------
+    early, full : numpy.ndarray
+        (n,) the earlier encoders' early scores and exact full figures.
+    bounded : bool
+        Scores are fractions in [0, 1]: fitted on the logit scale.
+    level : float
+        Nominal coverage of the intervals.
+    """
+
+    early: np.ndarray
+    full: np.ndarray
+    bounded: bool
+    level: float
+
+    @classmethod
+    def fit(cls, early: object, full: object, bounded: bool = True, level: float = 0.9,
+            minimum: int = MIN_HISTORY) -> "HistoryModel":
+        """Check the history and keep it (the line is refitted per left-out encoder).
+
+        Parameters
+        ----------
+        early, full : array-like
+            One early score and one exact figure per earlier encoder.
+        bounded : bool
+            Fractions in [0, 1] (logit scale).
+        level : float
+            Nominal coverage.
+        minimum : int
+            Earlier encoders needed (at least ``min_history(level)``).
+
+        Returns
+        -------
+        HistoryModel
+        """
+        level = _check_level(level)
+        x, y = (np.asarray(v, dtype=np.float64) for v in (early, full))
+        if x.ndim != 1 or x.shape != y.shape:
+            raise DataValidationError(f"early and full must be two (n,) arrays, got {x.shape} and {y.shape}")
+        _check_scores([x, y], bounded)
+        need = max(int(minimum), min_history(level))
+        if x.size < need:
+            raise DataValidationError(f"a history-backed estimate needs {need} earlier encoders, got {x.size}")
+        return cls(x, y, bool(bounded), level)
+
+    def predict(self, early: float) -> Estimate:
+        """The estimate of a new encoder's full figure from its early score.
+
+        Parameters
+        ----------
+        early : float
+
+        Returns
+        -------
+        Estimate
+            ``method='history'``: the full-history line's prediction, and the jackknife+
+            interval at ``level``.
+        """
+        x_new = float(_scale(np.array([_finite(early, "early score")]), self.bounded)[0])
+        mu, low, high = jackknife_plus(_scale(self.early, self.bounded), _scale(self.full, self.bounded), x_new,
+                                       self.level)
+        return Estimate(_unscale(mu, self.bounded), _unscale(low, self.bounded), _unscale(high, self.bounded),
+                        self.level, "history", int(self.early.size), _HISTORY_COVERS)
+
+
+@dataclass(frozen=True)
+class PairedHistoryModel:
+    """A line from the change of early score to the change of full figure between two
+    checkpoints of a series, with jackknife+ intervals: the new checkpoint's full figure is
+    estimated as its predecessor's exact figure plus the predicted change.
+
+    Both early scores of a pair are fitted on the same early rows and scored on the same
+    early test images, so what those rows happen to favour cancels in the difference (a
+    control variate): for checkpoints close to each other the change is estimated far more
+    precisely than either score. Build it with :meth:`fit` from earlier consecutive pairs.
+
+    Parameters
+    ----------
+    early_before, early_after, full_before, full_after : numpy.ndarray
+        (n,) per earlier pair: the early scores and exact figures of its older and newer checkpoint.
+    bounded : bool
+        Fractions in [0, 1]: differences on the logit scale.
+    level : float
+        Nominal coverage.
+    """
+
+    early_before: np.ndarray
+    early_after: np.ndarray
+    full_before: np.ndarray
+    full_after: np.ndarray
+    bounded: bool
+    level: float
+
+    @classmethod
+    def fit(cls, early_before: object, early_after: object, full_before: object, full_after: object,
+            bounded: bool = True, level: float = 0.9, minimum: int = MIN_HISTORY) -> "PairedHistoryModel":
+        """Check the pairs and keep them.
+
+        Parameters
+        ----------
+        early_before, early_after, full_before, full_after : array-like
+            One value per earlier pair.
+        bounded : bool
+        level : float
+        minimum : int
+            Pairs needed (at least ``min_history(level)``).
+
+        Returns
+        -------
+        PairedHistoryModel
+        """
+        level = _check_level(level)
+        arrays = [np.asarray(v, dtype=np.float64) for v in (early_before, early_after, full_before, full_after)]
+        if any(a.ndim != 1 or a.shape != arrays[0].shape for a in arrays):
+            raise DataValidationError(f"pairs must be four (n,) arrays, got {[a.shape for a in arrays]}")
+        _check_scores(arrays, bounded)
+        need = max(int(minimum), min_history(level))
+        if arrays[0].size < need:
+            raise DataValidationError(f"a paired estimate needs {need} earlier pairs, got {arrays[0].size}")
+        return cls(*arrays, bool(bounded), level)
+
+    def predict(self, early: float, early_reference: float, full_reference: float) -> Estimate:
+        """The estimate of a new checkpoint's full figure from its early score and its
+        predecessor's (the reference's) early score and exact figure.
+
+        Parameters
+        ----------
+        early, early_reference, full_reference : float
+
+        Returns
+        -------
+        Estimate
+            ``method='paired'``.
+        """
+        sc = lambda v: _scale(np.asarray(v, dtype=np.float64), self.bounded)  # noqa: E731
+        x = sc(self.early_after) - sc(self.early_before)
+        y = sc(self.full_after) - sc(self.full_before)
+        values = [_finite(v, what) for v, what in ((early, "early score"), (early_reference, "reference early score"),
+                                                    (full_reference, "reference full figure"))]
+        x_new = float(sc([values[0]])[0] - sc([values[1]])[0])
+        base = float(sc([values[2]])[0])
+        mu, low, high = jackknife_plus(x, y, x_new, self.level)
+        return Estimate(_unscale(base + mu, self.bounded), _unscale(base + low, self.bounded),
+                        _unscale(base + high, self.bounded), self.level, "paired", int(x.size), _PAIRED_COVERS)
+
+
+_PAIRED_COVERS = "the full figure, if the change since the previous checkpoint is like earlier changes"
+
+
+def _finite(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not math.isfinite(value):
+        raise DataValidationError(f"{what} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _check_scores(arrays: list[np.ndarray], bounded: bool) -> None:
+    if not all(np.all(np.isfinite(a)) for a in arrays):
+        raise DataValidationError("early scores and full figures must be finite")
+    if bounded and any(np.any((a < 0) | (a > 1)) for a in arrays):
+        raise DataValidationError("bounded scores must be fractions in [0, 1]")
+
+
+def _scale(v: np.ndarray, bounded: bool) -> np.ndarray:
+    if not bounded:
+        return np.asarray(v, dtype=np.float64)
+    p = np.clip(np.asarray(v, dtype=np.float64), LOGIT_EPS, 1 - LOGIT_EPS)
+    return np.log(p / (1 - p))
+
+
+def _unscale(v: float, bounded: bool) -> float:
+    return float(1 / (1 + math.exp(-v))) if bounded else float(v)
+
+
+def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Intercept and slope of the least-squares line (a flat line when x does not vary)."""
+    if np.ptp(x) <= 1e-12:
+        return float(y.mean()), 0.0
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(intercept), float(slope)
+
+
+def jackknife_plus(x: np.ndarray, y: np.ndarray, x_new: float, level: float) -> tuple[float, float, float]:
+    """The least-squares line's prediction at ``x_new`` and its jackknife+ interval.
+
+    Each point i is left out once: the line refitted without it predicts ``mu_i`` at
+    ``x_new`` and leaves the residual ``R_i`` at ``x_i``. The interval runs from the
+    ``floor((1 - level)(n + 1))``-th smallest ``mu_i - R_i`` to the
+    ``ceil(level (n + 1))``-th smallest ``mu_i + R_i`` (Barber et al. 2021).
+
+    Parameters
+    ----------
+    x, y : numpy.ndarray
+        (n,) the points.
+    x_new : float
+    level : float
+
+    Returns
+    -------
+    tuple of float
+        (prediction of the line through every point, low, high).
+    """
+    n = x.size
+    if _rank_high(level, n) > n or _rank_low(level, n) < 1:
+        raise DataValidationError(f"jackknife+ at level {level:g} needs {min_history(level)} points, got {n}")
+    below, above = np.empty(n), np.empty(n)
+    for i in range(n):
+        keep = np.arange(n) != i
+        a, b = _line(x[keep], y[keep])
+        residual = abs(y[i] - (a + b * x[i]))
+        mu = a + b * x_new
+        below[i], above[i] = mu - residual, mu + residual
+    a, b = _line(x, y)
+    return a + b * x_new, float(np.sort(below)[_rank_low(level, n) - 1]), float(np.sort(above)[_rank_high(level, n) - 1])

@@ -1,0 +1,220 @@
+"""The early pass's jobs on a real store: the early rows extracted once and copied (never
+computed twice) into the full arrays, a subset chosen once, estimates drawn from a history
+of earlier encoders, early verdicts under the exact cells' no-verdict rules, checks and the
+coverage that turns a setting's early pass off, and nothing early ever in the ledger.
+
+The history is imported features (no forward pass): encoders of graded quality on a
+three-class blob dataset, a checkpoint series by their steps."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
+from jobs.config.early import EarlyConfig
+from jobs.config.typed import from_plain
+from jobs.early.checks import check_estimates
+from jobs.early.coverage import coverage_by_setting, off_settings
+from jobs.early.estimates import estimate_encoder
+from jobs.early.results import early_result
+from jobs.early.run import early_unit
+from jobs.early.subsets import current_subset
+from jobs.evaluation.evaluate import Cell, evaluate_cell
+from jobs.extraction.extract import extract
+from jobs.extraction.import_features import import_features
+from jobs.results import results_frame
+from pipeline.datasets import make_dataset
+from pipeline.encoders import EncoderSpec
+from storage_schema import FeatureStore
+from storage_schema.early import EarlyRecords
+from storage_schema.ledger import Ledger
+
+KNN = {"n_neighbors": 5}
+N_HISTORY = 12
+
+
+def _blobs(path, y, quality: float, seed: int):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(3, 8))
+    feats = {f"{s}_features": (rng.normal(size=(len(y[s]), 8)) + quality * centres[y[s]]).astype(np.float32)
+             for s in y}
+    np.savez(path, **{f"{s}_labels": y[s] for s in y}, **feats)
+    return make_dataset("features", name="blobs", path=str(path))
+
+
+def _cell(model: str) -> Cell:
+    return Cell(model, "blobs", "pre_logits", "knn5", "knn", dict(KNN))
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    """A store with N_HISTORY + 1 imported encoders of one series (steps 1..13, quality
+    rising with the step) and the exact knn record of each."""
+    tmp = tmp_path_factory.mktemp("early-history")
+    rng = np.random.default_rng(0)
+    y = {"train": rng.integers(0, 3, 300), "test": rng.integers(0, 3, 200)}
+    store = FeatureStore(str(tmp / "store"))
+    for step in range(1, N_HISTORY + 2):
+        data = _blobs(tmp / f"s{step}.npz", y, 0.15 + 0.05 * step, step)
+        for split in ("train", "test"):
+            import_features(store, f"s{step:02d}", data, split)
+        evaluate_cell(store, _cell(f"s{step:02d}"))
+    plain = {"store": str(tmp / "store"), "datasets": [{"name": "blobs", "adapter": "features",
+                                                       "params": {"path": str(tmp / "s1.npz")}}],
+             "protocols": [{"name": "knn5", "protocol": "knn", "settings": KNN}],
+             "encoders": [{"name": f"s{step:02d}", "source": "store", "series": "s", "step": step}
+                          for step in range(1, N_HISTORY + 2)],
+             "early": {"fraction": 0.2, "min_history": 10}}
+    cfg = from_plain(BenchmarkConfig, plain, "config")
+    return store, cfg, y
+
+
+def _estimate(store, cfg, model: str, records=None, off=None):
+    subset = current_subset(store, cfg.datasets[0], cfg.early)
+    result = early_result(store, _cell(model), subset, "store")  # what an early extraction of it would give
+    records = list(Ledger(store)) if records is None else records
+    records = [r for r in records if r["model"] != model]  # its exact figure does not exist yet
+    return estimate_encoder(store, cfg, [_cell(model)], {"blobs": subset}, {("knn5", "blobs", "pre_logits"): result},
+                            records, off)[0], subset, result
+
+
+def test_the_early_rows_are_extracted_once_and_copied_into_the_full_arrays(tmp_path):
+    store = FeatureStore(str(tmp_path / "store"))
+    tex = {"train": 40, "test": 20}
+    adapter = make_dataset("textures", name="tex", n_per_class=tex)
+    dataset = DatasetConfig(name="tex", adapter="textures", params={"n_per_class": tex})
+    encoder = EncoderConfig(name="r18", arch="resnet18", input_size=32, seed=0)
+    settings = ExtractConfig(batch_size=16, chunk_batches=2, progress=False)
+    cell = Cell("r18", "tex", "pre_logits", "knn5", "knn", dict(KNN))
+    out = early_unit(store, encoder, dataset, [cell], EarlyConfig(fraction=0.25), settings)
+    subset = current_subset(store, dataset, EarlyConfig(fraction=0.25))
+    assert out["extraction"]["images"] == subset.size() == round(0.25 * 160) + round(0.25 * 80)
+    assert out["results"]["knn5/tex/pre_logits"]["n_test"] == len(subset.rows["test"])
+    assert len(Ledger(store)) == 0  # an early result is not a record
+    for split in ("train", "test"):
+        report = extract(store, encoder.spec(), adapter, split, settings)
+        assert report.early_rows == len(subset.rows[split])
+        assert report.images == adapter.num_samples(split) - report.early_rows  # no image passed twice
+        full = store.features("r18", "tex", split, "pre_logits")
+        assert full.attrs["early_rows"] == {"subset": subset.id, "rows": len(subset.rows[split])}
+    # the same encoder extracted without an early pass: the same features (one image per row,
+    # whichever batch it rode in)
+    plain = FeatureStore(str(tmp_path / "plain"))
+    for split in ("train", "test"):
+        extract(plain, encoder.spec(), adapter, split, settings)
+        a = store.features("r18", "tex", split, "pre_logits").read()
+        b = plain.features("r18", "tex", split, "pre_logits").read()
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert not any(key.startswith("early/") for key in store.iter_feature_keys())
+
+
+def test_a_subset_is_chosen_once_per_labels_and_settings(history):
+    store, cfg, y = history
+    early = cfg.early
+    first = current_subset(store, cfg.datasets[0], early)
+    again = current_subset(store, cfg.datasets[0], early)
+    assert again.id == first.id and all(np.array_equal(first.rows[s], again.rows[s]) for s in first.rows)
+    assert {s: len(r) for s, r in first.rows.items()} == {"train": 60, "test": 40}
+    other = current_subset(store, cfg.datasets[0], EarlyConfig(fraction=0.1, min_history=10))
+    assert other.id != first.id
+    stored = {r["id"] for r in EarlyRecords(store).iter("subsets", "blobs")}
+    assert {first.id, other.id} <= stored
+
+
+def test_anchor_rows_are_chosen_from_the_history_and_chosen_again_only_when_it_grew_by_half(history):
+    from jobs.early.run import anchor_profiles
+
+    store, cfg, y = history
+    early = EarlyConfig(fraction=0.2, rows="anchors", min_history=10)
+    profiles = anchor_profiles(store, cfg.datasets[0], exclude="none")
+    assert profiles[0].shape == (200, N_HISTORY + 1)
+    anchors = current_subset(store, cfg.datasets[0], early, profiles)
+    assert anchors.method == "anchors" and anchors.weights.sum() == pytest.approx(200)
+    fewer = (profiles[0][:, :11], profiles[1][:11])  # 11 < 13 * 1.5: the same subset stands
+    assert current_subset(store, cfg.datasets[0], early, fewer).id == anchors.id
+    no_history = (profiles[0][:, :3], profiles[1][:3])  # too little history: a stratified subset
+    assert current_subset(store, cfg.datasets[0], early, no_history).method == "stratified"
+
+
+def test_an_estimate_from_the_history_with_early_verdicts_and_nothing_in_the_ledger(history):
+    store, cfg, _ = history
+    before = len(Ledger(store))
+    est, subset, result = _estimate(store, cfg, "s13")
+    assert est["status"] == "estimated" and est["estimate"]["method"] == "paired"
+    assert "s12's exact figure" in est["how"]
+    e = est["estimate"]
+    assert e["low"] <= e["value"] <= e["high"] and e["level"] == 0.9
+    kinds = {v["kind"]: v for v in est["verdicts"]}
+    assert kinds["previous"]["against"] == "s12"
+    for v in est["verdicts"]:
+        assert v["verdict"] in ("better", "worse", "indistinguishable")
+        assert v["test"] == "mcnemar-exact" and v["p_adjusted"] >= v["p_value"]
+    assert len(Ledger(store)) == before  # estimates live apart from the exact records
+    assert EarlyRecords(store).get("estimates", est["id"])["estimate"] == e
+    frame = results_frame(cfg)
+    assert len(frame) == before and "early" not in " ".join(frame.columns)
+
+
+def test_too_little_history_gives_a_sampling_estimate_of_the_early_fit(history):
+    store, cfg, _ = history
+    few = copy.deepcopy(cfg)
+    few.early = EarlyConfig(fraction=0.2, min_history=40)
+    est, subset, result = _estimate(store, few, "s13")
+    assert est["estimate"]["method"] == "sampling" and "early rows" in est["how"]
+    # its interval is of the early fit over the whole test split: the previous checkpoint's own
+    assert est["verdicts"][0]["against_what"] == "early fit over the whole test split"
+    prev = early_result(store, _cell("s12"), subset, "store")
+    assert est["verdicts"][0]["against_value"] == prev["full_split_score"]
+
+
+def test_an_unreliable_record_gives_no_early_verdict(history):
+    store, cfg, _ = history
+    records = list(Ledger(store))
+    for rec in records:
+        if rec["model"] == "s12":
+            rec["warnings"] = [{"code": "grid_edge", "message": "k at the edge of its grid"}]
+    est, _, _ = _estimate(store, cfg, "s13", records=records)
+    previous = next(v for v in est["verdicts"] if v["kind"] == "previous")
+    assert previous["verdict"] == "unreliable" and "s12 grid_edge" in previous["reason"]
+
+
+def test_checks_and_coverage_turn_a_setting_off_below_nominal(history):
+    store, cfg, _ = history
+    est, _, _ = _estimate(store, cfg, "s13")
+    checks = check_estimates(store, list(Ledger(store)), [est])
+    assert len(checks) == 1
+    exact = next(r for r in Ledger(store) if r["model"] == "s13")["metrics"]["score"]
+    assert checks[0]["exact"] == exact and checks[0]["error"] == pytest.approx(est["estimate"]["value"] - exact)
+    assert checks[0]["covered"] == (est["estimate"]["low"] <= exact <= est["estimate"]["high"])
+    assert check_estimates(store, list(Ledger(store)), [est]) == []  # checked once
+    key = ("knn", est["config_hash"])
+    for i in range(12):  # a run of misses: the setting's intervals no longer hold
+        EarlyRecords(store).put("checks", {**checks[0], "id": f"{i:032x}", "covered": False})
+    assert coverage_by_setting(EarlyRecords(store).iter("checks"))[key].off
+    why = off_settings(store)[key]
+    assert "early pass off" in why
+    off, _, _ = _estimate(store, cfg, "s13", off={key: why})
+    assert off["status"] == "off" and "estimate" not in off
+
+
+def _est(model, dataset, value, low, high, method="paired", setting="knn5"):
+    return {"model": model, "setting": setting, "dataset": dataset, "layer": "pre_logits", "status": "estimated",
+            "estimate": {"value": value, "low": low, "high": high, "method": method, "level": 0.9}}
+
+
+def test_early_ranks_place_calibrated_estimates_among_the_exact_figures_and_each_other():
+    from jobs.early.lines import early_ranks, rank_line
+
+    exact = [{"model": m, "setting": "knn5", "dataset": d, "layer": "pre_logits", "metrics": {"score": s}}
+             for m, s in (("a", 0.9), ("b", 0.7), ("c", 0.5)) for d in ("x", "y")]
+    ranks = early_ranks([_est("new", "x", 0.8, 0.6, 0.95), _est("new", "y", 0.8, 0.6, 0.95),
+                         _est("other", "x", 0.4, 0.3, 0.5), _est("other", "y", 0.4, 0.3, 0.5),
+                         _est("sampled", "x", 0.99, 0.9, 1.0, method="sampling")], exact)
+    by = {r["model"]: r for r in ranks}
+    assert set(by) == {"new", "other"}  # a sampling estimate is of the early fit: it does not rank
+    assert (by["new"]["rank"], by["new"]["best_rank"], by["new"]["worst_rank"], by["new"]["of"]) == (2, 1, 3, 5)
+    assert by["other"]["rank"] == 5
+    assert rank_line(by["new"]) == "early rank of new on knn5 (x, y): 2 of 5 by its estimate, 1 to 3 within its intervals"

@@ -1,0 +1,216 @@
+"""The early pass's statistics against direct formulas: row choice, the stratified estimator
+and its interval, jackknife+ (written out by brute force), the paired estimate, early
+verdicts and coverage."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from pipeline.analysis.early import (
+    Estimate, HistoryModel, PairedHistoryModel, allocate, anchor_rows, coverage_state, early_verdict,
+    jackknife_plus, min_history, stratified_estimate, stratified_rows, weighted_accuracy,
+)
+from pipeline.errors import DataValidationError
+
+LABELS = np.repeat(np.arange(5), [60, 40, 30, 20, 3])
+
+
+def test_allocation_is_proportional_with_a_floor_and_a_cap():
+    take = allocate(np.array([60, 40, 30, 20, 3]), 30, minimum=2)
+    assert take.sum() == 30 and take.tolist() == [11, 7, 6, 4, 2]
+    assert allocate(np.array([1, 50]), 4, minimum=2).tolist() == [1, 3]  # a class of one row keeps it
+    assert allocate(np.array([5, 5]), 100).tolist() == [5, 5]  # never more rows than there are
+    assert allocate(np.array([10, 10, 10]), 1, minimum=2).sum() == 6  # the floors outrank the size
+
+
+def test_stratified_rows_are_seeded_sorted_unique_and_keep_every_class():
+    rows = stratified_rows(LABELS, 30, seed=3)
+    assert rows.tolist() == sorted(set(rows.tolist()))
+    assert np.array_equal(rows, stratified_rows(LABELS, 30, seed=3))
+    assert not np.array_equal(rows, stratified_rows(LABELS, 30, seed=4))
+    assert np.bincount(LABELS[rows], minlength=5).tolist() == allocate(np.bincount(LABELS), 30).tolist()
+    multi = (np.random.default_rng(0).random((50, 4)) < 0.3).astype(int)
+    assert len(stratified_rows(multi, 10, 0)) == 10  # multi-label: one stratum
+    with pytest.raises(DataValidationError, match="size"):
+        stratified_rows(LABELS, 0, 0)
+
+
+def test_anchor_weights_stand_for_every_row_of_their_class():
+    rng = np.random.default_rng(0)
+    profiles = (rng.random((len(LABELS), 8)) < 0.7).astype(float)
+    rows, weights = anchor_rows(profiles, LABELS, 30, seed=1)
+    assert rows.tolist() == sorted(set(rows.tolist()))
+    for c in range(5):
+        assert weights[LABELS[rows] == c].sum() == pytest.approx(np.sum(LABELS == c))
+    assert weights.sum() == pytest.approx(len(LABELS))
+
+
+def test_anchors_estimate_exactly_a_result_their_clusters_determine():
+    # two kinds of images per class: every earlier encoder right, or every one wrong; a new
+    # encoder that behaves the same is estimated exactly from one anchor per kind
+    kind = np.arange(len(LABELS)) % 3 == 0
+    profiles = np.repeat(kind[:, None].astype(float), 6, axis=1)
+    rows, weights = anchor_rows(profiles, LABELS, 10, seed=0)
+    assert weighted_accuracy(kind[rows], weights) == pytest.approx(kind.mean())
+
+
+def _direct_stratified(correct, strata, population, level):
+    total = sum(population.values())
+    p, var = 0.0, 0.0
+    for c, n_pop in population.items():
+        x = correct[strata == c]
+        w = n_pop / total
+        ph = x.mean()
+        s2 = ph * (1 - ph) * len(x) / (len(x) - 1)
+        p += w * ph
+        var += w * w * (1 - len(x) / n_pop) * s2 / len(x)
+    return p, var
+
+
+def test_stratified_estimate_is_the_textbook_estimator_with_a_wilson_interval():
+    rng = np.random.default_rng(1)
+    rows = stratified_rows(LABELS, 60, seed=0)
+    correct = (rng.random(len(rows)) < 0.7).astype(int)
+    population = {int(c): int(n) for c, n in enumerate(np.bincount(LABELS))}
+    est = stratified_estimate(correct, LABELS[rows], population, level=0.9)
+    p, var = _direct_stratified(correct, LABELS[rows], population, 0.9)
+    assert est.value == pytest.approx(p)
+    n_eff, z = p * (1 - p) / var, stats.norm.ppf(0.95)
+    centre = (p + z * z / (2 * n_eff)) / (1 + z * z / n_eff)
+    half = z / (1 + z * z / n_eff) * math.sqrt(p * (1 - p) / n_eff + z * z / (4 * n_eff ** 2))
+    assert (est.low, est.high) == pytest.approx((centre - half, centre + half))
+    assert est.method == "sampling" and est.n == len(rows) and "sampling" in est.covers
+
+
+def test_a_census_has_no_sampling_error_and_mean_per_class_weighs_classes_alike():
+    correct = (np.arange(len(LABELS)) % 4 != 0).astype(int)
+    population = {int(c): int(n) for c, n in enumerate(np.bincount(LABELS))}
+    est = stratified_estimate(correct, LABELS, population)
+    assert est.low == est.value == est.high == pytest.approx(correct.mean())
+    mpc = stratified_estimate(correct, LABELS, population, mean_per_class=True)
+    assert mpc.value == pytest.approx(np.mean([correct[LABELS == c].mean() for c in range(5)]))
+
+
+def test_stratified_interval_covers_at_about_its_level():
+    rng = np.random.default_rng(2)
+    truth = (rng.random(len(LABELS)) < np.where(LABELS < 2, 0.85, 0.55)).astype(int)
+    population = {int(c): int(n) for c, n in enumerate(np.bincount(LABELS))}
+    hits = 0
+    for seed in range(400):
+        rows = stratified_rows(LABELS, 40, seed=seed)
+        hits += stratified_estimate(truth[rows], LABELS[rows], population, 0.9).contains(truth.mean())
+    assert hits / 400 >= 0.86  # 90 % nominal; a Wilson interval is close to it here
+
+
+def test_stratified_estimate_refuses_bad_input():
+    with pytest.raises(DataValidationError, match="0 or 1"):
+        stratified_estimate(np.array([0.5]), np.array([0]), {0: 3})
+    with pytest.raises(DataValidationError, match="every class"):
+        stratified_estimate(np.array([1, 0]), np.array([0, 0]), {0: 3, 1: 4})
+    with pytest.raises(DataValidationError, match="level"):
+        stratified_estimate(np.array([1, 0]), np.array([0, 0]), {0: 3}, level=1.0)
+
+
+def _jackknife_plus_by_hand(x, y, x_new, level):
+    n = len(x)
+    lows, highs = [], []
+    for i in range(n):
+        keep = np.arange(n) != i
+        slope, intercept = np.polyfit(x[keep], y[keep], 1)
+        r = abs(y[i] - (intercept + slope * x[i]))
+        mu = intercept + slope * x_new
+        lows.append(mu - r)
+        highs.append(mu + r)
+    lo_rank = math.floor((1 - level) * (n + 1) + 1e-9)
+    hi_rank = math.ceil(level * (n + 1) - 1e-9)
+    return sorted(lows)[lo_rank - 1], sorted(highs)[hi_rank - 1]
+
+
+def test_jackknife_plus_matches_its_definition():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=15)
+    y = 0.5 + 2 * x + rng.normal(scale=0.3, size=15)
+    mu, low, high = jackknife_plus(x, y, 0.4, 0.9)
+    slope, intercept = np.polyfit(x, y, 1)
+    assert mu == pytest.approx(intercept + slope * 0.4)
+    assert (low, high) == pytest.approx(_jackknife_plus_by_hand(x, y, 0.4, 0.9))
+    assert min_history(0.9) == 9 and min_history(0.8) == 4
+    with pytest.raises(DataValidationError, match="needs 9 points"):
+        jackknife_plus(x[:8], y[:8], 0.0, 0.9)
+
+
+def test_history_model_works_on_the_logit_scale_and_covers_exchangeable_encoders():
+    rng = np.random.default_rng(4)
+
+    def draw(n):
+        quality = rng.normal(size=n)
+        early = 1 / (1 + np.exp(-(quality + rng.normal(scale=0.15, size=n))))
+        full = 1 / (1 + np.exp(-(0.8 + 1.2 * quality + rng.normal(scale=0.1, size=n))))
+        return early, full
+
+    hits = 0
+    for _ in range(150):
+        early, full = draw(13)
+        est = HistoryModel.fit(early[:12], full[:12]).predict(float(early[12]))
+        hits += est.contains(float(full[12]))
+        assert 0 < est.low <= est.value <= est.high < 1 and est.method == "history" and est.n == 12
+    assert hits / 150 >= 0.85  # jackknife+ is valid at 1 - 2 alpha in the worst case, near 1 - alpha here
+    with pytest.raises(DataValidationError, match="needs 10 earlier encoders"):
+        HistoryModel.fit(early[:5], full[:5])
+    with pytest.raises(DataValidationError, match="fractions"):
+        HistoryModel.fit(np.full(12, 1.5), full[:12])
+
+
+def test_paired_estimate_is_the_reference_plus_the_predicted_change():
+    rng = np.random.default_rng(5)
+    early_before = rng.uniform(0.3, 0.7, 12)
+    early_after = early_before + rng.uniform(0.0, 0.05, 12)
+    logit = lambda p: np.log(p / (1 - p))  # noqa: E731
+    change = 1.5 * (logit(early_after) - logit(early_before))
+    full_before = rng.uniform(0.5, 0.8, 12)
+    full_after = 1 / (1 + np.exp(-(logit(full_before) + change)))
+    model = PairedHistoryModel.fit(early_before, early_after, full_before, full_after)
+    est = model.predict(0.55, 0.5, 0.7)
+    expected = 1 / (1 + np.exp(-(logit(0.7) + 1.5 * (logit(0.55) - logit(0.5)))))
+    assert est.value == pytest.approx(expected, abs=1e-9)  # noise-free pairs: the change is exact
+    assert est.low == pytest.approx(expected, abs=1e-9) and est.high == pytest.approx(expected, abs=1e-9)
+    assert est.method == "paired"
+
+
+def _estimate(low, high, value=None):
+    return Estimate((low + high) / 2 if value is None else value, low, high, 0.9, "history", 12, "")
+
+
+@pytest.mark.parametrize("low, high, difference, p, verdict", [
+    (0.80, 0.85, 0.05, 0.01, "better"),  # interval above, the paired test agrees
+    (0.60, 0.65, -0.05, 0.01, "worse"),
+    (0.60, 0.65, -0.05, 0.20, "indistinguishable"),  # the interval alone is not enough
+    (0.60, 0.65, 0.05, 0.01, "indistinguishable"),  # the test points the other way
+    (0.68, 0.75, -0.05, 0.001, "indistinguishable"),  # the interval holds the other figure
+])
+def test_an_early_verdict_needs_the_interval_and_the_paired_test(low, high, difference, p, verdict):
+    assert early_verdict(_estimate(low, high), 0.7, difference=difference, p_adjusted=p)[0] == verdict
+
+
+def test_early_verdicts_keep_the_no_verdict_rules():
+    est = _estimate(0.6, 0.65)
+    assert early_verdict(est, 0.7, difference=-0.05, p_adjusted=0.001,
+                         unreliable="B grid_edge: C at the edge") == ("unreliable", "B grid_edge: C at the edge")
+    assert early_verdict(Estimate(0.6, None, None, 0.9, "history", 3, ""), 0.7, difference=-0.1,
+                         p_adjusted=0.0)[0] == "no verdict"
+    assert early_verdict(est, 0.7, difference=None, p_adjusted=None)[0] == "no verdict"
+    # lower is better: an interval below the other's figure is an improvement
+    assert early_verdict(est, 0.7, difference=-0.05, p_adjusted=0.001, higher_is_better=False)[0] == "better"
+
+
+def test_coverage_turns_the_pass_off_only_when_a_test_says_it_is_below_nominal():
+    assert not coverage_state([True] * 9 + [False], 0.9).off  # exactly nominal
+    assert not coverage_state([True] * 5 + [False] * 4, 0.9).off  # too few checks to say
+    state = coverage_state([True] * 14 + [False] * 6, 0.9)
+    assert state.off and state.p_below == pytest.approx(stats.binom.cdf(14, 20, 0.9))
+    assert "early pass off" in state.line() and state.rate == pytest.approx(0.7)
+    assert coverage_state([], 0.9).line().startswith("no early estimate checked")
