@@ -225,8 +225,9 @@ def estimate_encoder(store: FeatureStore, cfg: BenchmarkConfig, cells: list[Cell
         result = results.get(key)
         base = {"model": cell.model, "dataset": cell.dataset, "layer": cell.layer, "setting": cell.setting,
                 "protocol": cell.protocol}
-        if result is None or result.get("error"):
-            out.append({**base, "status": "failed", "reason": (result or {}).get("error", "no early result")})
+        if result is None or result.get("error") or result.get("score") is None:
+            why = (result or {}).get("error") or ("no early result" if result is None else "its early fit gave no score")
+            out.append({**base, "status": "failed", "reason": why})
             continue
         entry = cell.entry
         metric = entry.primary_metric

@@ -181,23 +181,26 @@ def test_paired_estimate_is_the_reference_plus_the_predicted_change():
     assert est.method == "paired"
 
 
-def _estimate(low, high, value=None):
-    return Estimate((low + high) / 2 if value is None else value, low, high, 0.9, "history", 12, "")
+def _estimate(low, high, method="history"):
+    return Estimate((low + high) / 2, low, high, 0.9, method, 12, "")
 
 
-@pytest.mark.parametrize("low, high, difference, p, verdict", [
-    (0.80, 0.85, 0.05, 0.01, "better"),  # interval above, the paired test agrees
-    (0.60, 0.65, -0.05, 0.01, "worse"),
-    (0.60, 0.65, -0.05, 0.20, "indistinguishable"),  # the interval alone is not enough
-    (0.60, 0.65, 0.05, 0.01, "indistinguishable"),  # the test points the other way
-    (0.68, 0.75, -0.05, 0.001, "indistinguishable"),  # the interval holds the other figure
+@pytest.mark.parametrize("method, low, high, difference, p, verdict", [
+    ("history", 0.80, 0.85, None, None, "better"),  # a calibrated interval above: enough
+    ("paired", 0.60, 0.65, -0.05, 0.9, "worse"),  # the early rows' test is not needed
+    ("history", 0.68, 0.75, -0.05, 0.001, "indistinguishable"),  # the interval holds the other figure
+    ("sampling", 0.80, 0.85, 0.05, 0.01, "better"),  # sampling: the interval and the paired test
+    ("sampling", 0.60, 0.65, -0.05, 0.20, "indistinguishable"),  # the interval alone is not enough
+    ("sampling", 0.60, 0.65, 0.05, 0.01, "indistinguishable"),  # the test points the other way
+    ("sampling", 0.60, 0.65, None, None, "no verdict"),  # no test made: nothing backs the sampling interval
 ])
-def test_an_early_verdict_needs_the_interval_and_the_paired_test(low, high, difference, p, verdict):
-    assert early_verdict(_estimate(low, high), 0.7, difference=difference, p_adjusted=p)[0] == verdict
+def test_an_early_verdict_is_drawn_only_where_the_interval_allows(method, low, high, difference, p, verdict):
+    got, why = early_verdict(_estimate(low, high, method), 0.7, difference=difference, p_adjusted=p)
+    assert got == verdict, why
 
 
 def test_early_verdicts_keep_the_no_verdict_rules():
-    est = _estimate(0.6, 0.65)
+    est = _estimate(0.6, 0.65, "sampling")
     assert early_verdict(est, 0.7, difference=-0.05, p_adjusted=0.001,
                          unreliable="B grid_edge: C at the edge") == ("unreliable", "B grid_edge: C at the edge")
     assert early_verdict(Estimate(0.6, None, None, 0.9, "history", 3, ""), 0.7, difference=-0.1,

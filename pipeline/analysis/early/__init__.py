@@ -4,8 +4,9 @@
 earlier encoders did on each test image), ``estimate`` turns a score on those rows into an
 estimate of the full figure with an interval (sampling theory, or a predictor calibrated
 on the history by jackknife+: from the early score, or from its change since the
-checkpoint before), ``verdicts`` draws early verdicts only where the interval
-and a paired test allow, and ``coverage`` says whether the intervals have held.
+checkpoint before), ``verdicts`` draws early verdicts only where the interval allows
+(and, for a sampling estimate, a paired test too), and ``coverage`` says whether the
+intervals have held.
 """
 
 from pipeline.analysis.early.coverage import CoverageState, coverage_state
@@ -14,10 +15,10 @@ from pipeline.analysis.early.estimate import (
     weighted_accuracy,
 )
 from pipeline.analysis.early.subsets import anchor_rows, allocate, stratified_rows
-from pipeline.analysis.early.verdicts import EARLY_VERDICTS, early_verdict
+from pipeline.analysis.early.verdicts import CALIBRATED, EARLY_VERDICTS, early_verdict
 
 __all__ = [
-    "EARLY_VERDICTS", "MIN_HISTORY", "CoverageState", "Estimate", "HistoryModel", "PairedHistoryModel", "allocate",
-    "anchor_rows", "coverage_state", "early_verdict", "jackknife_plus", "min_history", "stratified_estimate",
+    "CALIBRATED", "EARLY_VERDICTS", "MIN_HISTORY", "CoverageState", "Estimate", "HistoryModel", "PairedHistoryModel",
+    "allocate", "anchor_rows", "coverage_state", "early_verdict", "jackknife_plus", "min_history", "stratified_estimate",
     "stratified_rows", "weighted_accuracy",
 ]
