@@ -177,7 +177,7 @@ def early_unit(store: FeatureStore, encoder: EncoderConfig, dataset: DatasetConf
         try:
             results[key] = early_result(store, cell, subset, "early")
         except RepevalError as exc:  # too few rows for this readout, say: its estimate says why
-            results[key] = {"error": one_line(exc)}
+            results[key] = {"error": f"no early estimate: not fitted on the early rows ({one_line(exc)})"}
     return {"model": encoder.name, "dataset": dataset.name, "subset": subset.to_record(early),
             "extraction": extraction, "results": results}
 
@@ -211,7 +211,7 @@ def early_estimates(store: FeatureStore, cfg: BenchmarkConfig, cells: list[Cell]
             results[tuple(key.split("/"))] = res
     for cell in cells:
         if cell.dataset in failed:
-            results[(cell.setting, cell.dataset, cell.layer)] = {"error": f"early extraction failed: "
+            results[(cell.setting, cell.dataset, cell.layer)] = {"error": f"no early estimate: the early extraction failed: "
                                                                           f"{failed[cell.dataset]}"}
     todo = [c for c in cells if c.dataset in subsets or c.dataset in failed]
     return estimate_encoder(store, cfg, todo, subsets, results, list(Ledger(store)), off_settings(store))
