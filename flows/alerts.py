@@ -2,7 +2,10 @@
 
 Every run emits ``repeval.checkpoint.evaluated``; a run that finds the newest checkpoint of
 a series significantly worse than the series' best on some cell also emits
-``repeval.checkpoint.regressed``. Both carry :func:`jobs.report.events.event_payload` of the run
+``repeval.checkpoint.regressed``. A run with an early pass emits
+``repeval.checkpoint.early`` as soon as its early estimates are in, before the full
+extraction, and ``repeval.checkpoint.early-regressed`` too when an early verdict is
+``worse`` (:func:`emit_early_event`). Both carry :func:`jobs.report.events.event_payload` of the run
 summary, and name the config's report as their resource, so an automation can match one
 benchmark. Emitted from inside the flow run, they are related to it in Prefect's UI.
 """
@@ -19,6 +22,10 @@ from storage_schema.provenance import stable_hash
 
 EVALUATED_EVENT = "repeval.checkpoint.evaluated"
 REGRESSED_EVENT = "repeval.checkpoint.regressed"
+EARLY_EVENT = "repeval.checkpoint.early"
+EARLY_REGRESSED_EVENT = "repeval.checkpoint.early-regressed"
+#: Entries an event's lists keep (the whole record is one file away).
+EVENT_LIST_LIMIT = 50
 
 
 def report_resource(report_path: str) -> dict[str, str]:
@@ -59,4 +66,43 @@ def run_payload(final: Mapping[str, Any] | None, outcomes: list[Mapping[str, Any
                 "failures": [dict(f) for f in failures], "changes": {}}
     payload = event_payload(fallback, None)
     payload["report_failed"] = report_path
+    return payload
+
+
+def emit_early_event(estimates: list[Mapping[str, Any]], report_path: str) -> dict[str, Any]:
+    """Emit ``repeval.checkpoint.early`` for a run's early estimates, and
+    ``repeval.checkpoint.early-regressed`` when an early verdict is ``worse``; the payload.
+
+    The payload: ``encoders`` (the new ones), ``worse`` and ``better`` (each early verdict
+    that is one: ``encoder``, ``cell``, ``kind``, ``against``, ``estimate``, ``low``, ``high``,
+    ``against_value``), ``estimates`` (how many), ``early: true`` and ``truncated`` (a list
+    cut at ``EVENT_LIST_LIMIT`` entries). Early verdicts are estimates: an automation that
+    acts on them says so.
+
+    Parameters
+    ----------
+    estimates : list of mapping
+        The run's ``estimates`` records (``jobs.early.estimates``).
+    report_path : str
+        The config's report path (the event's resource).
+
+    Returns
+    -------
+    dict
+    """
+    found: dict[str, list[dict[str, Any]]] = {"worse": [], "better": []}
+    for rec in estimates:
+        e = rec.get("estimate") or {}
+        for v in rec.get("verdicts") or []:
+            if v.get("verdict") in found:
+                found[v["verdict"]].append({
+                    "encoder": rec["model"], "cell": f"{rec['setting']}/{rec['dataset']}/{rec['layer']}",
+                    "kind": v["kind"], "against": v["against"], "estimate": e.get("value"), "low": e.get("low"),
+                    "high": e.get("high"), "against_value": v.get("against_value")})
+    payload = {"early": True, "encoders": sorted({str(r["model"]) for r in estimates}),
+               "estimates": sum(r.get("status") == "estimated" for r in estimates),
+               "truncated": any(len(v) > EVENT_LIST_LIMIT for v in found.values()),
+               **{k: v[:EVENT_LIST_LIMIT] for k, v in found.items()}}
+    for name in [EARLY_EVENT] + ([EARLY_REGRESSED_EVENT] if found["worse"] else []):
+        emit_event(event=name, resource=report_resource(report_path), payload=payload)
     return payload

@@ -5,7 +5,8 @@ at once; after the run, each estimate is checked against the exact figure that f
 One task per (new encoder, dataset) extracts the early rows and fits the early cells (on a
 ``GPU`` worker when extraction asks for one); one task per new encoder estimates its
 cells from them. The early figures are said in the terminal and the run's log as
-``early`` lines and kept as a table artifact; the full run then extracts the remaining
+``early`` lines, kept as a table artifact and sent as the Prefect event
+``repeval.checkpoint.early`` (``flows.alerts``); the full run then extracts the remaining
 rows (the early ones are copied, not computed again: ``jobs.early.rows``).
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from flows.alerts import emit_early_event
 from flows.tasks import io_errors_only, open_store, worker_address
 from jobs.config import BenchmarkConfig
 from jobs.analysis.correlate import current_records
@@ -138,6 +140,8 @@ def run_early(store: dict[str, Any], run: Plan, signatures: dict[str, list[int] 
     seconds = time.perf_counter() - started
     in_use, _ = current_records(list(Ledger(st)), run.config)
     publish_early(estimates, plan, reason, seconds, images, early_ranks(estimates, in_use))
+    if estimates:  # for automations: the early verdicts within minutes, before the full extraction
+        emit_early_event(estimates, run.config.report.path)
     return EarlyPhase(plan, estimates, seconds, failed, images)
 
 

@@ -133,3 +133,47 @@ def test_early_figures_never_join_the_exact_records(nights):
 def test_a_rerun_with_nothing_new_has_no_early_pass(nights):
     code, summary, _ = nights["again"]
     assert code == 0 and "early" not in summary  # answered from the ledger, without a run
+
+
+def _early_events(report: str, timeout: float = 60.0) -> list:
+    """The benchmark's early events as the Prefect API stored them (persisted asynchronously)."""
+    import time
+
+    from prefect import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+
+    from flows.alerts import EARLY_EVENT, report_resource
+
+    flt = EventFilter(event=EventNameFilter(name=[EARLY_EVENT]),
+                      resource=EventResourceFilter(id=[report_resource(report)["prefect.resource.id"]]))
+    deadline = time.monotonic() + timeout
+    while True:
+        with get_client(sync_client=True) as client:
+            events = sorted(client.read_events(filter=flt, limit=10).events, key=lambda e: e.occurred)
+        if len(events) >= 2 or time.monotonic() > deadline:
+            return events
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_each_early_pass_emits_its_event_and_the_documented_automation_renders_it(nights):
+    import re
+
+    from prefect.events.schemas.automations import AutomationCore
+    from prefect.server.utilities.user_templates import render_user_template_sync, validate_user_template
+
+    from tests.helpers.cli import REPO
+
+    first, second = _early_events(str(nights["tmp"] / "out" / "report.html"))
+    assert first.payload["early"] is True and first.payload["encoders"] == ["ck-step100", "ck-step200"]
+    assert second.payload["encoders"] == ["ck-step300"] and second.payload["estimates"] >= 1
+    [block] = [b for b in re.findall(r"```yaml\n(.*?)```", (REPO / "docs" / "early.md").read_text(), re.S)
+               if "repeval.checkpoint.early-regressed" in b]
+    automation = AutomationCore.model_validate(yaml.safe_load(block))
+    body = automation.actions[0].body
+    validate_user_template(body)
+    worse = {"encoder": "ck-step300", "cell": "knn/tex/pre_logits", "kind": "previous", "against": "ck-step200",
+             "estimate": 0.42, "low": 0.38, "high": 0.46, "against_value": 0.5}
+    event = second.model_copy(update={"payload": {**second.payload, "worse": [worse]}})
+    text = render_user_template_sync(body, {"event": event})
+    assert "ck-step300 on knn/tex/pre_logits: early estimate 42.0 % [38.0, 46.0] against ck-step200" in text
