@@ -61,6 +61,8 @@ class DemoSize:
         Add the three random-init timm encoders.
     all_protocols : bool
         Every protocol setting (else the linear probe and k-NN only).
+    worker_processes : bool
+        Dask's workers as processes of their own (else threads of the demo's process).
     """
 
     training: dict = field(default_factory=dict)
@@ -68,15 +70,17 @@ class DemoSize:
     textures_per_class: dict = field(default_factory=dict)
     random_encoders: bool = True
     all_protocols: bool = True
+    worker_processes: bool = True
 
 
 # Two training runs, seven encoders of graded quality, about two minutes on 2 cores.
 FULL = DemoSize(training={("resnet18", 0): [5, 15, 40, 100], ("resnet18", 1): [10, 25, 60]},
                 source_per_class={"train": 300, "test": 100}, textures_per_class={"train": 200, "test": 100})
-# The same steps at the size of a test: three trained encoders, two protocols.
+# The same steps at the size of a test: three trained encoders, two protocols, and the Dask
+# workers as threads (two worker processes' start-up was a third of a test-sized run)
 SMALL = DemoSize(training={("resnet18", 0): [2, 8], ("resnet18", 1): [4]},
                  source_per_class={"train": 40, "test": 25}, textures_per_class={"train": 30, "test": 20},
-                 random_encoders=False, all_protocols=False)
+                 random_encoders=False, all_protocols=False, worker_processes=False)
 
 
 def demo_dir() -> Path:
@@ -113,7 +117,7 @@ def demo_config(out: Path | None = None, size: DemoSize = FULL) -> dict:
     ]
     config = {
         "store": str(out / "store"),
-        "dask": {"n_workers": 2, "threads_per_worker": 1},
+        "dask": {"n_workers": 2, "threads_per_worker": 1, **({} if size.worker_processes else {"processes": False})},
         "extract": {"batch_size": 64, "chunk_batches": 4},
         "encoders": random_encoders if size.random_encoders else [],
         "checkpoints": [

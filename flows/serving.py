@@ -7,7 +7,8 @@ runner to stop (it stops the runs in progress and records them), waits at most
 :data:`STOP_GRACE` seconds for it, and leaves: Prefect's loggers and any thread still
 talking to a server that is gone are silenced first, so the stop is one line, never a
 page of httpx or websocket tracebacks; what is left of the runs' processes is ended
-(``end_children``). Before serving, and then every
+(``end_children``). A local server that exits stops serve at once, while it sets up
+too (Prefect's client would retry it for a minute). Before serving, and then every
 ``flows.reclaim.RECLAIM_INTERVAL`` seconds, the runs a killed serve left behind are
 reclaimed (``flows.reclaim``).
 """
@@ -22,10 +23,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from flows.reclaim import RECLAIM_INTERVAL, reclaim, reclaim_periodically
 from flows.runtime import local_server_exit
 from flows.schedules import DEFAULT_CRON, scan_checkpoints_flow, watch_protocols_flow
+
+if TYPE_CHECKING:
+    from prefect.runner import Runner
 
 STOP_GRACE = 10.0  # seconds the runner gets to stop its runs after a signal
 
@@ -68,6 +73,37 @@ def _unreachable(timeout: float = 5.0) -> bool:
         return True
 
 
+def _while_the_server_lives(work: Callable[[], Runner], received: list[int]) -> Runner | None:
+    """``work()``'s result, run in a thread of its own (in a copy of this context) while this
+    thread watches the local server: ServerLost as soon as that server exits, where Prefect's
+    client would retry it for a minute (its backoff) before failing; None when a signal came
+    and the server is gone with it."""
+    result: list[Runner] = []
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            result.append(work())
+        except BaseException as exc:  # noqa: BLE001  raised in the calling thread
+            errors.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=contextvars.copy_context().run, args=(target,), name="repeval-serve-setup",
+                     daemon=True).start()
+    while not done.wait(0.5):  # the signal handler runs here, between waits
+        died = local_server_exit()
+        if died is not None:
+            _quiet()  # the setup's client meets the gone server; serve's own line says it
+            if received:
+                return None
+            raise ServerLost(f"the local Prefect server exited with status {died}")
+    if errors:
+        raise errors[0]
+    return result[0]
+
+
 def serve_schedules(config_path: str, cron: str | None = DEFAULT_CRON, interval: float | None = None,
                     watch_interval: float = 60.0, say: Callable[[str], None] = print,
                     early: bool | None = None) -> int:
@@ -101,7 +137,7 @@ def _serve(config_path: str, cron: str | None, interval: float | None, watch_int
     """serve_schedules' body, with its signal handlers in place (they fill ``received`` and set ``ended``)."""
     from prefect.runner import Runner
 
-    try:
+    def set_up() -> Runner:
         try:
             reclaim(config_path, say)  # a killed serve's runs hold the slot the next scan needs
         except Exception as exc:  # noqa: BLE001  said, and tried again every RECLAIM_INTERVAL s
@@ -121,6 +157,12 @@ def _serve(config_path: str, cron: str | None, interval: float | None, watch_int
         runner = Runner(pause_on_shutdown=True)
         runner.add_deployment(scan)
         runner.add_deployment(watch)
+        return runner
+
+    try:
+        runner = _while_the_server_lives(set_up, received)
+    except ServerLost:
+        raise
     except Exception as exc:
         if received:  # stopping anyway (SIGTERM to the group stops the server too): said as the signal
             return received[0]

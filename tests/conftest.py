@@ -32,13 +32,47 @@ def store_url(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def prefect_harness():
+def prefect_harness(request):
     """One temporary Prefect API (SQLite) for every flow test of the session (tests/flows,
-    tests/load): started once, however many folders use it."""
+    tests/load): started once, however many folders use it; under pytest-xdist, one for
+    all the workers (tests/helpers/shared_api.py)."""
+    shared = getattr(request.config, "workerinput", {}).get(_SHARED_API)
+    if shared is not None:
+        from tests.helpers.shared_api import use
+
+        with use(*shared):
+            yield
+        return
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+_SHARED_API = "repeval_shared_prefect_api"  # the workers' input: (url, folder) of the controller's API
+
+
+def pytest_configure(config):
+    """The controlling process of pytest-xdist starts the workers' shared Prefect API."""
+    if getattr(config, "workerinput", None) is None and getattr(config.option, "numprocesses", None):
+        from tests.helpers.shared_api import SharedAPI
+
+        config.repeval_shared_api = SharedAPI()
+        config.repeval_shared_api.start()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist's hook: each worker is told the shared API's URL."""
+    api = getattr(node.config, "repeval_shared_api", None)
+    if api is not None:
+        node.workerinput[_SHARED_API] = (api.url, api.folder)
+
+
+def pytest_unconfigure(config):
+    api = getattr(config, "repeval_shared_api", None)
+    if api is not None:
+        api.stop()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,6 +1,8 @@
 """Killing processes of a benchmark run: a Dask worker during evaluation, and the whole run.
 
-Both runs are real `repeval run` processes reporting to the session's Prefect API. The
+The runs that are killed, or lose a worker, are real `repeval run` processes reporting to
+the session's Prefect API; the rerun after a kill is the same run in this process (what it
+computes is the claim, not how it starts; one interpreter and torch import fewer). The
 ledger is judged from the store afterwards: one record per cell, every cell present, no
 record torn (each parses, with its metrics), no cell twice.
 """
@@ -24,8 +26,7 @@ from jobs.plan import evaluation_cells
 from storage_schema import FeatureStore
 from storage_schema.ledger import LEDGER, Ledger
 from tests.helpers.cli import REPO, cli_env
-
-BIN = Path(sys.executable).parent
+from tests.helpers.dask_cli import cli_cluster
 
 
 def _config(tmp: Path, episodes: int) -> Path:
@@ -85,39 +86,8 @@ def _check_ledger(config: Path) -> int:
 @pytest.fixture
 def cluster(tmp_path):
     """`dask scheduler` + two `dask worker` processes on 127.0.0.1; yields (address, {name: Popen})."""
-    env = {**cli_env(), "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
-
-    def start(args: list[str], log: str) -> subprocess.Popen:
-        return subprocess.Popen(args, stdout=open(tmp_path / log, "wb"), stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-
-    sched_file = tmp_path / "scheduler.json"
-    procs = {"scheduler": start([str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-                                 "--dashboard-address", ":0", "--scheduler-file", str(sched_file)], "scheduler.log")}
-    try:
-        common = ["--nthreads", "1", "--host", "127.0.0.1", "--dashboard-address", ":0", "--no-nanny"]
-        for name in ("w1", "w2"):  # they wait for the scheduler file themselves
-            procs[name] = start([str(BIN / "dask"), "worker", "--scheduler-file", str(sched_file), *common,
-                                 "--name", name], f"{name}.log")
-        from distributed import Client
-
-        deadline = time.monotonic() + 90
-        while not sched_file.exists():
-            assert time.monotonic() < deadline, (tmp_path / "scheduler.log").read_text()
-            time.sleep(0.1)
-        with Client(scheduler_file=str(sched_file), timeout=60) as client:
-            client.wait_for_workers(2, timeout=120)
-            yield client.scheduler.address, procs
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in procs.values():
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+    with cli_cluster(tmp_path, {"w1": [], "w2": []}, cli_env()) as (address, procs):
+        yield address, procs
 
 
 def _executing(dask_worker) -> tuple[str, list[str]]:
@@ -170,8 +140,10 @@ def test_sigkill_of_the_whole_run_then_rerun_computes_only_missing_cells(tmp_pat
     assert run.wait(timeout=30) == -signal.SIGKILL, "the run finished before it could be killed"
     done = len(_record_files(store))
     assert 0 < done < 6
-    rerun = _summary(subprocess.run(_run_command(config), capture_output=True, text=True, env=_env(), cwd=REPO,
-                                    timeout=300))
+    from flows.benchmark import run_benchmark  # here: the Dask workers of the test above import this module
+
+    rerun = run_benchmark(load_config(config))  # the rerun: `repeval run`'s planning and flow
+    assert not rerun["failures"]  # what makes `repeval run` exit 0
     assert rerun["cells"] == 6 and rerun["computed"] == 6 - done and rerun["cached"] == done
     assert _check_ledger(config) == 6
     print(f"\nrepeval run SIGKILLed (process group) with {done} of 6 cells recorded: the rerun computed "

@@ -3,7 +3,9 @@
 A fresh run of the demo at test size, and a second run beside it that does not train: its
 checkpoints are the first run's, every float32 weight moved by up to a few ulps, as another
 machine's kernels (which sum in another order) would leave them, and its process runs
-another number of BLAS and OpenMP threads, as another machine would. Its stored features
+another number of BLAS and OpenMP threads, as another machine would (the test-sized demo's
+Dask workers are threads of that process, ``flows.demo.SMALL``: the extraction and the fits
+run on those threads too). Its stored features
 must differ from the first run's, so that the perturbation is seen to reach the numbers the
 figures come from, and it must print the same source accuracies, correlations and best
 accuracies. It does because each figure is printed at the precision its data have: a single
@@ -16,8 +18,7 @@ minute of both cores).
 
 Both runs report to the session's Prefect API (the figures never depend on which API
 records the run; `make demo`'s own temporary API is what every `repeval run` starts,
-tests/faults/test_kill_run.py among others): the start-up of a temporary API is saved, and
-while one run waits on its Dask workers the other computes.
+tests/faults/test_kill_run.py among others): the start-up of a temporary API is saved.
 """
 
 from __future__ import annotations

@@ -35,8 +35,10 @@ pytestmark = pytest.mark.slow
 
 INTERVAL = 3  # seconds between scans
 RUNS = 4  # scans sampled by the memory test: the last two against the two before them (after the earlier tests' runs)
+# a scan due while the last one still runs waits for its concurrency slot 1 s, not Prefect's 30
 FAST = {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "1", "PREFECT_RUNNER_POLL_FREQUENCY": "1",
-        "PREFECT_SERVER_SERVICES_SCHEDULER_RECENT_DEPLOYMENTS_LOOP_SECONDS": "1"}
+        "PREFECT_SERVER_SERVICES_SCHEDULER_RECENT_DEPLOYMENTS_LOOP_SECONDS": "1",
+        "PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS": "1"}
 
 
 def _wait(what: str, check, served, timeout: float = 300):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,3 +36,33 @@ def run_cli(store: str, *extra: str) -> dict:
     if out.returncode != 0:
         raise AssertionError(f"extract failed ({out.returncode}):\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def one_math_thread() -> Iterator[None]:
+    """torch's CPU math on one thread in this process for the block, as in the CLI
+    subprocesses (OMP_NUM_THREADS=1): a computation is bitwise reproducible for one thread
+    count only."""
+    import torch  # here: the CLI helpers above serve tests that never load torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def extract_here(store: str) -> None:
+    """What ``cli_command(store)`` extracts, done in this process on one math thread: the
+    same bytes as the CLI subprocess, without its interpreter and imports."""
+    from jobs.extraction.extract import ExtractConfig, extract
+    from pipeline.datasets import make_dataset
+    from pipeline.encoders import EncoderSpec, load_encoder
+    from storage_schema import FeatureStore
+
+    with one_math_thread():  # ENCODER_ARGS, DATASET_ARGS and BATCH_ARGS, as the command takes them
+        extract(FeatureStore(store),
+                load_encoder(EncoderSpec(name="r18", arch="resnet18", layers=("pre_logits", "block3"), input_size=32)),
+                make_dataset("textures", n_per_class={"train": 64, "test": 16}), "train",
+                ExtractConfig(batch_size=8, chunk_batches=2, lease_ttl=2, progress=False))

@@ -20,7 +20,7 @@ from pipeline.errors import (
     UnsafeCheckpointError,
 )
 from storage_schema import FeatureStore, feature_key, keys
-from tests.helpers.cli import REPO, cli_command, cli_env, run_cli
+from tests.helpers.cli import REPO, cli_command, cli_env, extract_here, run_cli
 
 CFG = ExtractConfig(batch_size=8, chunk_batches=2, progress=False)
 KEY = "features/r18/textures/train/pre_logits"
@@ -108,7 +108,7 @@ def test_sigkilled_cli_extraction_resumes_bitwise_equal(tmp_path):
     """The `repeval extract` command killed mid-run; tests/faults/test_kill_extraction.py
     kills an extraction at 20 seeded random moments."""
     reference = FeatureStore(str(tmp_path / "ref"))
-    run_cli(str(tmp_path / "ref"))
+    extract_here(str(tmp_path / "ref"))  # the uninterrupted run (the bytes are the claim, not how it starts)
     expected = _arrays(reference)
     n_chunks = reference.status(KEY).n_chunks
     for kill_after in (6,):
@@ -158,7 +158,7 @@ def test_two_processes_extract_one_array_with_one_forward_pass(tmp_path):
     assert sorted(r["status"] for r in reports) == ["cached", "extracted"]
     assert sum(r["forward_batches"] for r in reports) == 32  # 256 images in batches of 8, once
     ref = FeatureStore(str(tmp_path / "ref"))
-    run_cli(str(tmp_path / "ref"))
+    extract_here(str(tmp_path / "ref"))
     for layer, arr in _arrays(FeatureStore(url)).items():
         np.testing.assert_array_equal(arr, _arrays(ref)[layer])
 

@@ -17,7 +17,8 @@ import timm
 import torch
 from safetensors.torch import save_file
 
-from pipeline.encoders.checkpoints.reading import CHECKPOINT_EXTENSIONS, load_state_dict, weights_fingerprint
+from pipeline.encoders.checkpoints.names import CHECKPOINT_EXTENSIONS
+from pipeline.encoders.checkpoints.reading import load_state_dict, weights_fingerprint
 from pipeline.encoders import EncoderSpec, check_checkpoint_fits, load_encoder
 from pipeline.errors import CheckpointError, UnsafeCheckpointError
 

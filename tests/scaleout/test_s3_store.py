@@ -10,7 +10,6 @@ import time
 import numpy as np
 import pytest
 import s3fs
-import torch
 
 from jobs.config import load_config
 from jobs.extraction.extract import ExtractConfig, extract
@@ -19,7 +18,7 @@ from pipeline.encoders import EncoderSpec, load_encoder
 from pipeline.errors import ConfigError, LeaseLostError
 from storage_schema import FeatureStore, keys
 from storage_schema.backend import redact_url, url_has_password
-from tests.helpers.cli import REPO, cli_command, cli_env, run_cli
+from tests.helpers.cli import REPO, cli_command, cli_env, extract_here, run_cli
 from tests.helpers.s3 import PLANTED_KEY_ID, PLANTED_SECRET
 from tests.helpers.leases import LeaseContract
 
@@ -72,21 +71,6 @@ def test_extraction_to_s3_equals_local_bitwise_with_provenance(s3_url, tmp_path)
     assert extract(FeatureStore(s3_url), encoder, textures, "test", cfg).status == "cached"
 
 
-def _reference_train_features(tmp_path) -> dict[str, np.ndarray]:
-    """What `cli_command` extracts, computed here with one thread like the CLI subprocess
-    (OMP_NUM_THREADS=1), so that the bytes can be compared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        store = FeatureStore(str(tmp_path / "ref"))
-        extract(store, load_encoder(EncoderSpec(name="r18", arch="resnet18", layers=LAYERS, input_size=32)),
-                make_dataset("textures", n_per_class={"train": 64, "test": 16}), "train",
-                ExtractConfig(batch_size=8, chunk_batches=2, progress=False))
-        return _arrays(store, "train")
-    finally:
-        torch.set_num_threads(threads)
-
-
 @pytest.mark.slow
 def test_sigkilled_cli_extraction_to_s3_resumes_bitwise(s3_url, tmp_path):
     """`repeval extract --store s3://...` killed mid-run; the endpoint and credentials reach
@@ -118,7 +102,8 @@ def test_sigkilled_cli_extraction_to_s3_resumes_bitwise(s3_url, tmp_path):
     print(f"killed after {n_chunks - len(missing)} of {n_chunks} chunks; resume recomputed "
           f"{len(missing)} chunks ({report['forward_batches']} batches) in {time.perf_counter() - t0:.1f} s")
     assert report["status"] == "resumed" and report["forward_batches"] == 2 * len(missing)
-    expected = _reference_train_features(tmp_path)
+    extract_here(str(tmp_path / "ref"))  # what the command extracts uninterrupted
+    expected = _arrays(FeatureStore(str(tmp_path / "ref"), read_only=True), "train")
     resumed = FeatureStore(s3_url, read_only=True)
     assert resumed.status(KEY).fingerprint == FeatureStore(str(tmp_path / "ref")).status(KEY).fingerprint
     for layer, arr in _arrays(resumed, "train").items():

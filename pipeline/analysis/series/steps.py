@@ -153,14 +153,19 @@ def read_step_metadata(path: str | os.PathLike[str]) -> tuple[int, str] | None:
     known, step = recall(path, "step")  # read before from this very file (size, modification time)
     if known:
         return (int(step[0]), str(step[1])) if step else None
-    # deferred: the checkpoint readers import torch, which a name pattern (the config) never needs
-    from pipeline.encoders.checkpoints.reading import checked_path, container_format, read_checkpoint
+    # deferred: the checkpoint readers, which a name pattern (the config) never needs; a safetensors header
+    # is read without torch (a scheduled scan of a folder of them stays light)
+    from pipeline.encoders.checkpoints.formats import container_format
+    from pipeline.encoders.checkpoints.names import checked_path
     from pipeline.encoders.checkpoints.safetensors_files import safetensors_metadata
 
     path = checked_path(path)
     if container_format(path) == "safetensors":
         entries = safetensors_metadata(path)
     else:  # an archive is memory-mapped: only the top-level values are read
+        # deferred: torch.load reads PyTorch files
+        from pipeline.encoders.checkpoints.reading import read_checkpoint
+
         loaded = read_checkpoint(path)
         entries = loaded if isinstance(loaded, Mapping) else {}
     found = next(((_as_step(entries[key], f"{path.name!r} metadata key {key!r}"), key)

@@ -19,7 +19,8 @@ from pathlib import Path
 import timm
 from torch import nn
 
-from pipeline.encoders.checkpoints.reading import CHECKPOINT_EXTENSIONS, checked_path, checkpoint_extension, read_checkpoint
+from pipeline.encoders.checkpoints.names import CHECKPOINT_EXTENSIONS, checked_path, checkpoint_extension
+from pipeline.encoders.checkpoints.reading import read_checkpoint
 from pipeline.encoders.building import build_on_meta
 from pipeline.encoders.checkpoints.fitting import CheckpointFit, KeyMismatch, compare, fit_checkpoint
 from pipeline.encoders.spec import EncoderSpec, split_tag

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from pipeline.encoders.checkpoints.formats import COMPRESSED, container_format
-from pipeline.encoders.checkpoints.names import CHECKPOINT_EXTENSIONS, SAFETENSORS_EXTENSIONS, checkpoint_extension
+from pipeline.encoders.checkpoints.names import SAFETENSORS_EXTENSIONS, checked_path, checkpoint_extension
 from pipeline.encoders.checkpoints.named_globals import globals_naming_code
 from pipeline.encoders.checkpoints.pickle_budget import check_pickle_budget
 from pipeline.encoders.checkpoints.storage_sizes import Global
@@ -102,33 +102,6 @@ def _allow_plain_records() -> None:
         # protocol itself where the file cannot be read
         warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
         _RECORDS_ALLOWED = True
-
-
-def checked_path(path: str | os.PathLike[str]) -> Path:
-    """``path`` as given (a symlink keeps its own name), refused unless it is an existing
-    file with a checkpoint extension.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The checkpoint file.
-
-    Returns
-    -------
-    pathlib.Path
-        The path, ``~`` expanded.
-    """
-    path = Path(path).expanduser()
-    if checkpoint_extension(path) is None:
-        suffix = path.suffix or "(none)"
-        raise CheckpointError(
-            f"Checkpoint {str(path)!r} has unsupported extension {suffix!r}; "
-            f"valid extensions: {', '.join(CHECKPOINT_EXTENSIONS)}"
-        )
-    if not path.is_file():
-        target = f" (a link to {os.readlink(path)!r}, which is missing)" if path.is_symlink() else ""
-        raise CheckpointError(f"Checkpoint file {str(path)!r} does not exist{target}")
-    return path
 
 
 def read_checkpoint(path: str | os.PathLike[str], meta: bool = False) -> object:

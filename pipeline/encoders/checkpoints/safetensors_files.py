@@ -1,5 +1,5 @@
 """safetensors checkpoints: the tensors, the header alone (shapes and dtypes as meta
-tensors, or its ``__metadata__``), and a torn file named as such.
+tensors, or its ``__metadata__``, read without torch), and a torn file named as such.
 
 A file shorter than its header says is refused as truncated (the usual sign of a
 checkpoint still being copied or written) before safetensors reads it; anything
@@ -14,11 +14,13 @@ import os
 import struct
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from pipeline.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
 
 __all__ = ["read_safetensors", "safetensors_metadata"]
 
@@ -39,6 +41,8 @@ def read_safetensors(path: str | os.PathLike[str], meta: bool = False) -> dict[s
     dict of str to Tensor
         By tensor name.
     """
+    import torch  # deferred: the header's metadata (safetensors_metadata) is read without torch
+
     path = Path(path)
     _check_complete(path)
     if meta:
@@ -85,6 +89,8 @@ def _readable(path: Path, what: str) -> Iterator[None]:
 
 
 def _dtype_of(code: str) -> torch.dtype:
+    import torch  # deferred: as in read_safetensors, its only caller
+
     names = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
              "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
     return getattr(torch, names.get(code, "float32"))
