@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_orchestration.py --markdown
 	$(BIN)/python benchmarks/bench_load.py --cells 1000
 	$(BIN)/python benchmarks/bench_datasets.py
+	$(BIN)/python benchmarks/bench_early.py --markdown
 
 clean:
-	rm -rf $(VENV) repeval-store demo-out .pytest_cache
+	rm -rf $(VENV) repeval-store demo-out bench-early-out .pytest_cache

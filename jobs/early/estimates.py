@@ -37,7 +37,7 @@ from jobs.early.subsets import Subset
 from jobs.evaluation.cell import Cell
 from pipeline.analysis.compare import benjamini_hochberg, compare_predictions
 from pipeline.analysis.early import (
-    Estimate, HistoryModel, PairedHistoryModel, early_verdict, stratified_estimate,
+    Estimate, HistoryModel, PairedHistoryModel, detectable_difference, early_verdict, stratified_estimate,
 )
 from pipeline.errors import RepevalError
 from pipeline.plain import to_plain
@@ -287,14 +287,19 @@ def _comparison(cell: Cell, result: Mapping[str, Any], est: Estimate, kind: str,
     why += [f"{model} (early fit) {r}" for r in (theirs or {}).get("unreliable") or []]
     out = {"kind": kind, "against": model, "against_value": value,
            "against_what": "exact" if est.method != "sampling" else "early fit over the whole test split",
-           "difference": None, "p_value": None,
+           "difference": None, "p_value": None, "detectable": None,
            "unreliable": " | ".join(why) or None, "higher_is_better": not lower}
     if theirs is not None and result.get("predictions") is not None and theirs.get("predictions") is not None:
-        labels = store.labels(cell.dataset, cell.test_split).read()[subset.rows[cell.test_split]]
+        every_label = store.labels(cell.dataset, cell.test_split).read()
+        labels = every_label[subset.rows[cell.test_split]]
         comp = compare_predictions(labels, result["predictions"], theirs["predictions"],
                                    "mean_per_class" if result.get("metric") == "mean_per_class" else "top1",
                                    n_resamples=200, n_permutations=999)
         out["difference"], out["p_value"], out["test"] = comp.difference, comp.p_value, comp.test
+        # what the exact test could tell apart on the whole split, from how often the two disagree here
+        disagree = (np.asarray(result["predictions"]) == labels) != (np.asarray(theirs["predictions"]) == labels)
+        discordant = float(np.average(disagree, weights=subset.weights))  # each row for the rows it stands for
+        out["detectable"] = detectable_difference(discordant, int(every_label.size))
     return out
 
 
@@ -312,4 +317,5 @@ def _decide(pending: list[dict[str, Any]], alpha: float) -> None:
                 continue
             v["verdict"], v["reason"] = early_verdict(
                 est, float(v["against_value"]), difference=v["difference"], p_adjusted=v.get("p_adjusted"),
-                alpha=alpha, higher_is_better=v["higher_is_better"], unreliable=v["unreliable"])
+                alpha=alpha, higher_is_better=v["higher_is_better"], unreliable=v["unreliable"],
+                detectable=v.get("detectable") or 0.0)

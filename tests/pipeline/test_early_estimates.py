@@ -11,8 +11,8 @@ import pytest
 from scipy import stats
 
 from pipeline.analysis.early import (
-    Estimate, HistoryModel, PairedHistoryModel, allocate, anchor_rows, coverage_state, early_verdict,
-    jackknife_plus, min_history, stratified_estimate, stratified_rows, weighted_accuracy,
+    Estimate, HistoryModel, PairedHistoryModel, allocate, anchor_rows, coverage_state, detectable_difference,
+    early_verdict, jackknife_plus, min_history, stratified_estimate, stratified_rows, weighted_accuracy,
 )
 from pipeline.errors import DataValidationError
 
@@ -208,6 +208,30 @@ def test_early_verdicts_keep_the_no_verdict_rules():
     assert early_verdict(est, 0.7, difference=None, p_adjusted=None)[0] == "no verdict"
     # lower is better: an interval below the other's figure is an improvement
     assert early_verdict(est, 0.7, difference=-0.05, p_adjusted=0.001, higher_is_better=False)[0] == "better"
+
+
+def test_the_detectable_difference_is_where_mcnemars_test_turns_significant():
+    n, discordant = 1000, 0.12  # 120 images right for one encoder only
+    margin = detectable_difference(discordant, n)
+    assert margin == pytest.approx(1.959964 * math.sqrt(discordant / n), rel=1e-6)
+    # b - c = margin * n of the 120 discordant images: McNemar's statistic (no continuity
+    # correction) is then at the 5 % critical value
+    diff = margin * n
+    b, c = (120 + diff) / 2, (120 - diff) / 2
+    assert stats.chi2.sf((b - c) ** 2 / (b + c), 1) == pytest.approx(0.05, rel=1e-4)
+    with pytest.raises(ValueError, match="discordant"):
+        detectable_difference(1.5, n)
+
+
+def test_an_early_verdict_too_close_for_the_exact_test_says_so():
+    est = _estimate(0.72, 0.78, "paired")  # surely above 0.7, by 0.02 at least
+    got, why = early_verdict(est, 0.7, difference=None, p_adjusted=None, detectable=0.01)
+    assert got == "better" and "exact test" not in why, why
+    got, why = early_verdict(est, 0.7, difference=None, p_adjusted=None, detectable=0.03)
+    assert got == "better" and "by less than the 0.03 the exact test could find" in why, why
+    got, why = early_verdict(_estimate(0.60, 0.66, "history"), 0.7, difference=None, p_adjusted=None,
+                             detectable=0.05)
+    assert got == "worse" and "the exact verdict may be indistinguishable" in why, why
 
 
 def test_coverage_turns_the_pass_off_only_when_a_test_says_it_is_below_nominal():

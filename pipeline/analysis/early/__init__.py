@@ -15,10 +15,10 @@ from pipeline.analysis.early.estimate import (
     weighted_accuracy,
 )
 from pipeline.analysis.early.subsets import anchor_rows, allocate, stratified_rows
-from pipeline.analysis.early.verdicts import CALIBRATED, EARLY_VERDICTS, early_verdict
+from pipeline.analysis.early.verdicts import CALIBRATED, EARLY_VERDICTS, detectable_difference, early_verdict
 
 __all__ = [
     "CALIBRATED", "EARLY_VERDICTS", "MIN_HISTORY", "CoverageState", "Estimate", "HistoryModel", "PairedHistoryModel",
-    "allocate", "anchor_rows", "coverage_state", "early_verdict", "jackknife_plus", "min_history", "stratified_estimate",
-    "stratified_rows", "weighted_accuracy",
+    "allocate", "anchor_rows", "coverage_state", "detectable_difference", "early_verdict", "jackknife_plus",
+    "min_history", "stratified_estimate", "stratified_rows", "weighted_accuracy",
 ]

@@ -1,7 +1,11 @@
 """Early verdicts: a new encoder against an earlier one, before its exact figures exist.
 
 An early verdict is drawn only where the interval allows: the early estimate's interval
-lies wholly on one side of the earlier encoder's figure on the same scale.
+lies wholly on one side of the earlier encoder's figure on the same scale. Where it clears
+that figure by less than the smallest difference the exact paired test could find on the
+whole test split (:func:`detectable_difference`), the reason says that the exact verdict
+may well be ``indistinguishable`` (demanding that margin too was measured: it dropped most
+early verdicts the exact ones confirmed along with the doubtful ones).
 
 - A calibrated estimate (``paired``, ``history``) is an estimate of the full figure, its
   interval calibrated on earlier exact figures: that is enough.
@@ -19,19 +23,47 @@ fit warning gives ``unreliable``, and an estimate without an interval gives ``no
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 from pipeline.analysis.early.estimate import Estimate
 
-__all__ = ["CALIBRATED", "EARLY_VERDICTS", "early_verdict"]
+__all__ = ["CALIBRATED", "EARLY_VERDICTS", "detectable_difference", "early_verdict"]
 
 EARLY_VERDICTS = ("better", "worse", "indistinguishable", "unreliable", "no verdict")
 #: Estimates of the full figure whose intervals are calibrated on earlier exact figures.
 CALIBRATED = ("paired", "history")
 
 
+def detectable_difference(discordant: float, n_test: int, alpha: float = 0.05) -> float:
+    """The smallest difference of accuracy the exact paired test could find between two
+    encoders on ``n_test`` test images, of which a fraction ``discordant`` is right for one
+    of them only: McNemar's test in its normal approximation, ``z * sqrt(discordant / n_test)``
+    with ``z`` the two-sided ``alpha`` quantile (the exact cells' false discovery rate,
+    before its adjustment over the family, so the margin errs small).
+
+    Parameters
+    ----------
+    discordant : float
+        Fraction of the images (estimated on the early test rows) on which exactly one of the
+        two encoders is right, in [0, 1].
+    n_test : int
+        Images of the whole test split.
+    alpha : float
+        The exact tests' level.
+
+    Returns
+    -------
+    float
+        In accuracy (a fraction).
+    """
+    if not 0.0 <= discordant <= 1.0 or n_test < 1:
+        raise ValueError(f"discordant must be in [0, 1] and n_test at least 1, got {discordant!r} and {n_test!r}")
+    return NormalDist().inv_cdf(1 - alpha / 2) * math.sqrt(discordant / n_test)
+
+
 def early_verdict(estimate: Estimate, against: float, *, difference: float | None, p_adjusted: float | None,
                   alpha: float = 0.05, higher_is_better: bool = True,
-                  unreliable: str | None = None) -> tuple[str, str]:
+                  unreliable: str | None = None, detectable: float = 0.0) -> tuple[str, str]:
     """The early verdict of a new encoder (A) against an earlier one (B) on one cell.
 
     Parameters
@@ -51,6 +83,9 @@ def early_verdict(estimate: Estimate, against: float, *, difference: float | Non
         The metric's direction.
     unreliable : str or None
         Why either encoder's figure is not to be trusted (a fit warning), if so.
+    detectable : float
+        The smallest difference the exact test could find (:func:`detectable_difference`):
+        an interval that clears ``against`` by less says so in the reason (0: never said).
 
     Returns
     -------
@@ -65,6 +100,9 @@ def early_verdict(estimate: Estimate, against: float, *, difference: float | Non
     side = f"interval {estimate.low:.4g}..{estimate.high:.4g} {'above' if above else 'below'} {against:.4g}"
     if not (above or below):
         return "indistinguishable", f"interval {estimate.low:.4g}..{estimate.high:.4g} holds {against:.4g}"
+    if (estimate.low - against if above else against - estimate.high) <= detectable:
+        side += (f", by less than the {detectable:.3g} the exact test could find on the whole test split "
+                 "(the exact verdict may be indistinguishable)")
     verdict = "better" if above == higher_is_better else "worse"
     if estimate.method in CALIBRATED:
         return verdict, f"{side} ({estimate.level:.0%} interval calibrated on exact figures)"
