@@ -73,6 +73,20 @@ def _unreachable(timeout: float = 5.0) -> bool:
         return True
 
 
+def _wait_watching_the_server(done: threading.Event, received: list[int]) -> bool:
+    """Wait for ``done`` half a second at a time (the signal handler runs between waits),
+    watching the local server serve started: ServerLost as soon as it exits, or True where a
+    signal came first (it went with the signal); False once ``done``."""
+    while not done.wait(0.5):
+        died = local_server_exit()
+        if died is not None:
+            _quiet()  # Prefect's clients meet the gone server; serve's own line says it
+            if received:
+                return True
+            raise ServerLost(f"the local Prefect server exited with status {died}")
+    return False
+
+
 def _while_the_server_lives(work: Callable[[], Runner], received: list[int]) -> Runner | None:
     """``work()``'s result, run in a thread of its own (in a copy of this context) while this
     thread watches the local server: ServerLost as soon as that server exits, where Prefect's
@@ -92,13 +106,8 @@ def _while_the_server_lives(work: Callable[[], Runner], received: list[int]) -> 
 
     threading.Thread(target=contextvars.copy_context().run, args=(target,), name="repeval-serve-setup",
                      daemon=True).start()
-    while not done.wait(0.5):  # the signal handler runs here, between waits
-        died = local_server_exit()
-        if died is not None:
-            _quiet()  # the setup's client meets the gone server; serve's own line says it
-            if received:
-                return None
-            raise ServerLost(f"the local Prefect server exited with status {died}")
+    if _wait_watching_the_server(done, received):
+        return None
     if errors:
         raise errors[0]
     return result[0]
@@ -190,11 +199,7 @@ def _serve(config_path: str, cron: str | None, interval: float | None, watch_int
                                   daemon=True)
         thread.start()
         reclaim_periodically(config_path, say, stop_reclaiming)
-        while not ended.wait(0.5):  # the signal handler runs here, between waits
-            died = local_server_exit()
-            if died is not None and not received:
-                _quiet()  # the runner's clients meet the gone server; serve's own line says it
-                raise ServerLost(f"the local Prefect server exited with status {died}")
+        _wait_watching_the_server(ended, received)  # a signal sets ``ended`` too
         stop_reclaiming.set()
         if received and runner.started and not runner.stopping:
             runner.stopping = True
