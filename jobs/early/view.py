@@ -74,7 +74,7 @@ def early_part(view: Mapping[str, Any]) -> dict[str, Any]:
                     "status": rec.get("status"), "estimate": e.get("value"), "low": e.get("low"),
                     "high": e.get("high"), "level": e.get("level"), "method": e.get("method"),
                     "reason": rec.get("reason"), "recorded": rec.get("recorded"),
-                    "verdicts": [{k: v.get(k) for k in ("kind", "against", "verdict")}
+                    "verdicts": [{k: v.get(k) for k in ("kind", "against", "verdict", "reason")}
                                  for v in rec.get("verdicts") or []],
                     "exact": check.get("exact"),
                     # what the interval is of: the exact figure, or (sampling) the early fit over the whole split

@@ -8,6 +8,7 @@ the early figures stay in their own part of the summary, the report and `repeval
 from __future__ import annotations
 
 import contextlib
+import html
 import io
 import json
 from pathlib import Path
@@ -118,10 +119,13 @@ def test_early_figures_never_join_the_exact_records(nights):
     report = nights["tmp"] / "out" / "report.html"
     beside = read_summary(summary_path(str(report)))
     assert {e["encoder"] for e in beside["early"]["estimates"]} == {"ck-step100", "ck-step200", "ck-step300"}
+    verdicts = [v for e in beside["early"]["estimates"] for v in e["verdicts"]]
+    assert verdicts and all(v["reason"] for v in verdicts)  # what drew each early verdict goes with it
     assert all("early" not in cell for enc in beside["encoders"].values() for cell in enc["cells"].values())
     text = report.read_text(encoding="utf-8")
     section = text[text.index('<section id="early">'):]
     assert "Early estimates" in section[:200] and "\u2248" in section[:section.index("</section>")]
+    assert f'title="{html.escape(verdicts[0]["reason"])}"' in section  # the reason where the pointer rests
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["results", "--config", str(nights["config"]), "--early"]) == 0

@@ -23,8 +23,13 @@ def _estimate(rec: dict[str, Any]) -> list[Any]:
     return [f"{EARLY_MARKER} {pct(e['value'])} [{pct(e['low'])}, {pct(e['high'])}]", e["method"], rec.get("how", "")]
 
 
-def _verdicts(rec: dict[str, Any]) -> str:
-    return "; ".join(f"{v['kind']} {v['against']}: {v['verdict']}" for v in rec.get("verdicts") or []) or "-"
+def _verdicts(rec: dict[str, Any]) -> Markup | str:
+    verdicts = rec.get("verdicts") or []
+    if not verdicts:
+        return "-"
+    # each verdict's reason (its interval against the figure, what backs it) where the pointer rests
+    return Markup("; ".join(el("span", f"{v['kind']} {v['against']}: {v['verdict']}", title=v.get("reason"))
+                            for v in verdicts))
 
 
 def _check(rec: dict[str, Any]) -> list[Any]:
