@@ -101,20 +101,21 @@ def benchmark_flow(store: dict[str, Any], plan: str, gpu_resources: bool = False
     early_out = finish_early(run, phase)  # each estimate against its exact figure, before the report reads them
     for line in check_lines(early_out):
         say(reason, line)
+    # the records are in the ledger: a tracker that cannot log is one warning (logged where it
+    # happens), never a lost record; before the report, so the report and its summary say so
+    tracked = log_to_trackers(st, cfg, outcomes)
+    for t in tracked:
+        if not t["error"]:
+            say(reason, f"{t['kind']} tracker {t['where']}: {t['logged']} new score(s) logged")
     report, correlation, final = None, None, None
     try:
         final = correlate_and_report_task(cfg, [o for o in outcomes if o.get("cell_id")],
-                                          list(notes.get("waiting") or []))
+                                          list(notes.get("waiting") or []), trackers=tracked)
         report, correlation = final["report"], final["correlation"]
         sync_failures(st, report_path=cfg.report.path)
         failures += list(final.get("correlation_failures") or [])  # settings that could not be computed
     except Exception as exc:  # noqa: BLE001  the run's results stay in the ledger; say what failed
         failures += sync_failures(st, correlation=correlation_failure(cfg.report.path, exc))
-    # after the records are in the ledger: a tracker that cannot log is a warning, never a lost record
-    tracked = log_to_trackers(st, cfg, outcomes)
-    for t in tracked:
-        say(reason, f"{t['kind']} tracker {t['where']}: " + (f"the new scores were not logged: {t['error']}"
-                                                            if t["error"] else f"{t['logged']} new score(s) logged"))
     # always `evaluated`, and `regressed` when a series' newest checkpoint got worse: for automations
     emitted = emit_run_events(run_payload(final, outcomes, failures, cfg.report.path), cfg.report.path)
     summary = build_summary(
@@ -127,6 +128,7 @@ def benchmark_flow(store: dict[str, Any], plan: str, gpu_resources: bool = False
     summary["trackers"] = tracked
     summary["flow_run_id"] = _flow_run_id()  # which Prefect run this summary is the summary of
     summary["regressions"] = list((final or {}).get("summary", {}).get("regressions") or [])
+    summary["improvements"] = list((final or {}).get("summary", {}).get("improvements") or [])
     summary["warnings"] = list((final or {}).get("summary", {}).get("warnings") or [])  # records with fit warnings
     summary["summary_path"] = (final or {}).get("summary_path")
     if early_out is not None:

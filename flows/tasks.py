@@ -146,10 +146,12 @@ def diagnostic_task(store: dict[str, Any], cell: dict[str, Any], extract: dict[s
 
 
 @task(cache_policy=NO_CACHE)
-def correlate_and_report_task(config: Any, cells: list[dict[str, Any]], waiting: list[str] = ()) -> dict[str, Any]:
+def correlate_and_report_task(config: Any, cells: list[dict[str, Any]], waiting: list[str] = (),
+                              trackers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Read this run's records from the ledger, correlate, and write the report; ``config``
-    is the plan's config (``jobs.plan_store``), not loaded again."""
-    return correlate_and_report(config.open_store(), config, cells, waiting=waiting)
+    is the plan's config (``jobs.plan_store``), not loaded again; ``trackers``: what each
+    experiment tracker logged (``jobs.trackers.log_to_trackers``), for the summary and report."""
+    return correlate_and_report(config.open_store(), config, cells, waiting=waiting, trackers=trackers)
 
 
 @dataclass

@@ -11,19 +11,27 @@ runs. An encoder without a step is not logged: a tracker's curve needs one.
 
 The packages (``tensorboard``, ``mlflow-skinny``: the ``trackers`` extra) are imported
 only when a tracker is configured. A tracker that cannot log (a package missing, a store
-unreachable) is a warning naming it and why: the records are already in the ledger, the
-report does not depend on it, and the run goes on.
+unreachable) is one warning naming it and why, and an entry with its error in the run's
+summary, ``report.summary.json`` and the report: the records are already in the ledger, and
+the run goes on. Its cost is bounded: an MLflow server (``http(s)://``) is first reached with
+one connection of at most ``CONNECT_SECONDS``; a server that does not answer it is not tried
+further, and MLflow's own requests run without retries (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``,
+unless set) and with a timeout of ``REQUEST_SECONDS`` (``MLFLOW_HTTP_REQUEST_TIMEOUT``,
+unless set), urllib3's retry messages kept off the terminal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import socket
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from jobs.analysis.compare import record_score
 from jobs.config import BenchmarkConfig
@@ -31,10 +39,14 @@ from jobs.config.report import TrackerConfig
 from jobs.failures import one_line
 from storage_schema.ledger import Ledger
 
-__all__ = ["ScorePoint", "log_to_trackers", "new_score_points"]
+__all__ = ["CONNECT_SECONDS", "REQUEST_SECONDS", "ScorePoint", "log_to_trackers", "new_score_points"]
 
 log = logging.getLogger("repeval")
 
+#: The one connection to an MLflow server before anything is sent to it, at most this long.
+CONNECT_SECONDS = 3.0
+#: Each of MLflow's requests once the server answered, at most this long (no retry).
+REQUEST_SECONDS = 10
 _BATCH = 1000  # MLflow's log_batch takes at most 1000 metrics
 _UNSAFE_KEY = re.compile(r"[^A-Za-z0-9_\-. /:]")  # what MLflow accepts in a metric key
 _UNSAFE_RUN = re.compile(r"[^A-Za-z0-9_.=+@-]")
@@ -76,9 +88,10 @@ def new_score_points(store, cfg: BenchmarkConfig, outcomes: Iterable[Mapping[str
 def log_to_trackers(store, cfg: BenchmarkConfig, outcomes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Log the new scores to every tracker of ``cfg.report.trackers``; one entry per tracker.
 
-    Returns a list of ``{"kind", "where", "logged", "error"}``: ``logged`` the scores
-    written, ``error`` None or the one-line reason the tracker could not log (also a
-    warning in the run's log). Never raises for a tracker's failure."""
+    Returns a list of ``{"kind", "where", "logged", "error", "seconds"}``: ``logged`` the
+    scores written, ``error`` None or the one-line reason the tracker could not log (also
+    one warning in the run's log), ``seconds`` the time it took. Never raises for a
+    tracker's failure."""
     trackers = list(cfg.report.trackers)
     if not trackers:
         return []
@@ -90,6 +103,7 @@ def log_to_trackers(store, cfg: BenchmarkConfig, outcomes: Iterable[Mapping[str,
     for tracker in trackers:
         where = tracker.dir if tracker.kind == "tensorboard" else tracker.tracking_uri
         entry: dict[str, Any] = {"kind": tracker.kind, "where": where, "logged": 0, "error": None}
+        started = time.perf_counter()
         try:
             if unread is not None:
                 raise unread
@@ -100,6 +114,7 @@ def log_to_trackers(store, cfg: BenchmarkConfig, outcomes: Iterable[Mapping[str,
             entry["error"] = one_line(exc)
             log.warning("%s tracker %s: the new scores were not logged: %s (the records are in the ledger)",
                         tracker.kind, where, entry["error"])
+        entry["seconds"] = round(time.perf_counter() - started, 3)
         out.append(entry)
     return out
 
@@ -130,6 +145,46 @@ def _mlflow(tracker: TrackerConfig, points: list[ScorePoint]) -> None:
     uri = str(tracker.tracking_uri)
     if uri.startswith("file:"):  # MLflow >= 3.7 refuses its file store unless this is set
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    _check_reachable(uri)  # a server that is down: one short connection, not MLflow's minutes of back-off
+    with _bounded_http():
+        _mlflow_log(uri, tracker, points)
+
+
+def _check_reachable(uri: str) -> None:
+    """One TCP connection to an ``http(s)://`` tracking server, at most ``CONNECT_SECONDS``;
+    other URIs (a local store, ``databricks``) are left to MLflow."""
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=CONNECT_SECONDS).close()
+    except OSError as exc:
+        raise ConnectionError(f"the MLflow server {parts.hostname}:{port} does not answer "
+                              f"({exc.strerror or str(exc) or 'no answer'}, {CONNECT_SECONDS:g} s allowed)") from exc
+
+
+@contextlib.contextmanager
+def _bounded_http() -> Iterator[None]:
+    """MLflow's requests without retries and with a short timeout (a lab's own settings of
+    those variables win), and urllib3's warnings off the terminal, for this call only."""
+    wanted = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(REQUEST_SECONDS)}
+    added = [k for k in wanted if k not in os.environ]
+    for k in added:
+        os.environ[k] = wanted[k]
+    quiet = logging.getLogger("urllib3")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        quiet.setLevel(level)
+        for k in added:
+            os.environ.pop(k, None)
+
+
+def _mlflow_log(uri: str, tracker: TrackerConfig, points: list[ScorePoint]) -> None:
+    """The series' runs found or created, their metrics logged in batches, each run ended."""
     # deferred: mlflow loads only when a tracker names it
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient

@@ -116,14 +116,17 @@ def array_fingerprint(
 
 
 def now_iso() -> str:
-    """The current UTC time, ISO 8601 to the second.
+    """The current UTC time, ISO 8601 to the microsecond.
+
+    Records are ordered by it (the latest record of a cell is the one in use): two records of
+    one cell written within a second must still sort in the order they were made.
 
     Returns
     -------
     str
-        E.g. ``2025-01-01T12:00:00+00:00``.
+        E.g. ``2025-01-01T12:00:00.123456+00:00``.
     """
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
 def weights_summary(record: Mapping[str, Any]) -> str:

@@ -3,7 +3,8 @@
 
 One row per record. Typed so that a reader does not parse strings: ``recorded`` is a UTC
 timestamp, ``step`` and ``epoch`` (a checkpoint series' training step and epoch, where
-the rows carry them) nullable integers, ``settings`` the protocol's full settings as
+the rows carry them) and every other column of whole numbers nullable integers, yes/no
+columns nullable booleans, ``settings`` the protocol's full settings as
 canonical JSON (in Parquet a column of Arrow's JSON type), scalar metrics
 ``metric.<name>`` and scalar diagnostics ``diag.<name>`` columns of their own. The
 columns that name a row come first (model, series, step, epoch, dataset, layer, setting,
@@ -13,11 +14,12 @@ protocol), then the metrics, then the rest.
 from __future__ import annotations
 
 import json
+import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pipeline.errors import ConfigError
-from pipeline.protocols.fit_warnings import warning_codes
+from pipeline.protocols.fit_warnings import unreliable_reasons, warning_codes
 from storage_schema.provenance import canonical_json
 
 __all__ = ["EXPORT_FORMATS", "NAME_COLUMNS", "export_records", "records_frame"]
@@ -33,8 +35,10 @@ def records_frame(records: Iterable[Mapping[str, Any]]):
     """Records as a pandas table: one row per record; scalar metrics as ``metric.<name>``
     and diagnostics as ``diag.<name>`` columns; settings as canonical JSON; ``warnings`` the
     record's warning codes (``pipeline.protocols.fit_warnings``) joined by commas, ``-``
-    for none; ``recorded`` a UTC timestamp; ``step``, ``epoch`` and the counts nullable
-    integers.
+    for none, and ``unreliable`` whether one of them says the score is not to be trusted;
+    ``recorded`` a UTC timestamp; ``step``, ``epoch``, the counts and every column of whole
+    numbers nullable integers (``Int64``), yes/no columns nullable booleans (``boolean``),
+    both ``<NA>`` where missing; text columns None where missing (as Parquet reads them back).
 
     Parameters
     ----------
@@ -53,6 +57,7 @@ def records_frame(records: Iterable[Mapping[str, Any]]):
     for rec in records:
         row = {k: v for k, v in rec.items() if not isinstance(v, (dict, list))}
         row["warnings"] = ",".join(warning_codes(rec)) or "-"
+        row["unreliable"] = bool(unreliable_reasons(rec))
         for name, value in (rec.get("metrics") or {}).items():
             if isinstance(value, (int, float, str, bool)) or value is None:
                 row[f"metric.{name}"] = value
@@ -64,16 +69,36 @@ def records_frame(records: Iterable[Mapping[str, Any]]):
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
+    for col in frame.columns:  # each column typed by what its rows hold, missing values alike
+        dtype = _column_type([row.get(col) for row in rows], integer=col in _INTEGER_COLUMNS)
+        if dtype is not None:
+            frame[col] = pd.array([row.get(col) for row in rows], dtype=dtype)
+        elif frame[col].dtype == object:  # text: a missing value is None, as Parquet and JSON read it back
+            frame[col] = frame[col].astype(object).where(frame[col].notna(), None)
     if "recorded" in frame:  # every record is stamped in ISO 8601 (storage_schema.provenance.now_iso)
         frame["recorded"] = pd.to_datetime(frame["recorded"], utc=True, format="ISO8601")
-    for col in _INTEGER_COLUMNS:
-        if col in frame:
-            frame[col] = frame[col].astype("Int64")
     order = [c for c in ("model", "dataset", "layer", "protocol", "setting") if c in frame]
     frame = frame.sort_values(order + ["cell_id"]).reset_index(drop=True)
     first = [c for c in NAME_COLUMNS if c in frame]
     metrics = [c for c in frame.columns if c.startswith("metric.")]
     return frame[first + metrics + [c for c in frame.columns if c not in first and c not in metrics]]
+
+
+def _column_type(values: list[Any], integer: bool) -> str | None:
+    """``Int64`` for whole numbers (a missing value must not turn 18 into 18.0), ``boolean``
+    for yes/no, both nullable (``<NA>`` where missing, in the frame and read back from
+    Parquet); None for anything else (floats keep NaN, text keeps None)."""
+    present = [v for v in values if v is not None and v == v]  # v != v: a NaN already
+    if integer and all(isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer()
+                       for v in present):
+        return "Int64"
+    if not present:
+        return None
+    if all(isinstance(v, bool) for v in present):
+        return "boolean"
+    if all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in present):
+        return "Int64"
+    return None
 
 
 def export_records(records: list[Mapping[str, Any]], path: str, fmt: str) -> None:

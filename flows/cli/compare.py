@@ -6,6 +6,7 @@ Reads the ledger and the stored evidence only: no Prefect, no torch, no scikit-l
 from __future__ import annotations
 
 import argparse
+import math
 
 from flows.cli.printing import print_json, print_line, print_table
 from flows.cli.store import add_store_options, open_store_of
@@ -31,7 +32,8 @@ def add_compare_parser(sub) -> None:
     c.add_argument("b", help="encoder B")
     add_store_options(c, "the config's store and its names and current settings")
     c.add_argument("--setting", action="append", help="only this protocol setting (repeatable)")
-    c.add_argument("--alpha", type=float, default=0.05, help="false discovery rate (default %(default)s)")
+    c.add_argument("--alpha", type=float, default=0.05,
+                   help="false discovery rate; the intervals are at 1 - alpha (default %(default)s)")
     c.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default %(default)s)")
     c.add_argument("--permutations", type=int, default=9999,
                    help="random swaps of the randomization test (default %(default)s)")
@@ -42,6 +44,13 @@ def add_compare_parser(sub) -> None:
 
 def _pct(value: float) -> str:
     return f"{100 * value:.2f}"
+
+
+def _mean_text(s) -> str:
+    """A setting's mean difference, or why it has none (every cell's score untrusted)."""
+    if math.isfinite(s.mean_difference):
+        return f"mean difference {_pct(s.mean_difference)} points"
+    return "no mean difference: no cell has a verdict (a score there is not to be trusted)"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -74,21 +83,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
         rows.append({"setting": setting, "dataset": dataset, "layer": layer, "metric": c.metric,
                      "A %": _pct(c.score_a), "B %": _pct(c.score_b), "A-B": _pct(c.difference),
                      f"{100 * c.confidence:g}% bootstrap": f"[{_pct(c.ci_low)}, {_pct(c.ci_high)}]",
-                     "test's interval": f"[{_pct(how['test_ci_low'])}, {_pct(how['test_ci_high'])}]" if exact
+                     f"{100 * c.confidence:g}% test's interval": f"[{_pct(how['test_ci_low'])}, "
+                                                                 f"{_pct(how['test_ci_high'])}]" if exact
                      else "\u2013",
                      "test": c.test + (f" ({c.a_only + c.b_only} of {c.n} discordant)" if exact else ""),
                      "p": f"{c.p_value:.3g}",
                      "p adj": "\u2013" if v.verdict == "unreliable" else f"{v.p_adjusted:.3g}",
                      "verdict": v.verdict})
     print(f"{args.a} (A) against {args.b} (B): {len(rows)} cell(s), false discovery rate {args.alpha:g} "
-          "(Benjamini-Hochberg over these cells)")
+          f"(Benjamini-Hochberg over these cells), intervals at {100 * options.confidence:g} %")
     print_table(rows, list(rows[0]))
     print()
     for s in result.settings.values():
         print(f"{s.setting}: {args.a} better on {s.better}, worse on {s.worse}, indistinguishable on "
               f"{s.indistinguishable} of {s.n_cells} cell(s)" + (f", no verdict on {s.unreliable} (unreliable)"
                                                                   if s.unreliable else "")
-              + f"; mean difference {_pct(s.mean_difference)} points")
+              + "; " + _mean_text(s))
     for (setting, dataset, layer), v in result.verdicts.items():
         if v.verdict == "unreliable":  # a side's score is not to be trusted: say why, claim nothing
             print(f"{setting}/{dataset}/{layer}: {v.text}")

@@ -13,6 +13,7 @@ an ``unreliable`` fit warning (``pipeline.protocols.fit_warnings``) gets the ver
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,14 +37,19 @@ CellKey = tuple[str, str, str]  # (setting, dataset, layer)
 
 @dataclass(frozen=True)
 class CompareOptions:
-    """How cells are compared: false discovery rate, resamples, permutations, seed."""
+    """How cells are compared: false discovery rate, resamples, permutations, seed, and the
+    intervals' level (``confidence``; None: ``1 - alpha``, the level the verdicts are held to)."""
 
     alpha: float = 0.05
     n_resamples: int = 1000
     n_permutations: int = 9999
-    confidence: float = 0.95
+    confidence: float | None = None
     seed: int = 0
     mid_p: bool = False
+
+    def __post_init__(self) -> None:
+        if self.confidence is None:  # frozen: set once, here
+            object.__setattr__(self, "confidence", 1.0 - float(self.alpha))
 
 
 @dataclass
@@ -60,7 +66,8 @@ class EncoderComparison:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary for ``--json``; not ``to_plain``: the verdicts, keyed by
-        (setting, dataset, layer) tuples that JSON cannot key, become a list of flat cells.
+        (setting, dataset, layer) tuples that JSON cannot key, become a list of flat cells,
+        and a setting without a mean difference (no cell with a verdict) has null there.
 
         Returns
         -------
@@ -70,8 +77,12 @@ class EncoderComparison:
         for (setting, dataset, layer), v in self.verdicts.items():
             cells.append({"setting": setting, "dataset": dataset, "layer": layer,
                           **{k: val for k, val in v.to_dict().items() if k != "cell"}})
+        settings = [to_plain(s) for s in self.settings.values()]
+        for s in settings:  # no cell with a verdict: no mean (null, not NaN, which JSON has not)
+            if not math.isfinite(s["mean_difference"]):
+                s["mean_difference"] = None
         return {"a": self.a, "b": self.b, "alpha": self.alpha, "cells": cells,
-                "settings": [to_plain(s) for s in self.settings.values()], "not_compared": self.not_compared}
+                "settings": settings, "not_compared": self.not_compared}
 
 
 def cell_key(rec: Mapping[str, Any]) -> CellKey:

@@ -4,11 +4,14 @@ whether the newest checkpoint is significantly worse than the best on some cell.
 A series is the encoders sharing a ``series`` name (a ``checkpoints:`` scan gives its
 folder's name, or the scan's ``series:``), each at its training ``step``. For every cell
 (setting, dataset, layer) where an earlier checkpoint scores best, the newest checkpoint
-(A) is compared with that best one (B) on their stored evidence; the comparisons of one
-series form one family (Benjamini-Hochberg), and a cell whose verdict is ``worse`` is a
-regression: the newest checkpoint is flagged. A cell where the newest record, or the best
-one it is compared with, carries an ``unreliable`` fit warning gets no verdict (neither a
-regression nor "best so far"): it is listed as ``unreliable: <reason>``.
+(A) is compared with that best one (B) on their stored evidence; where the newest is the
+best so far, it is compared the same way with the best of the earlier checkpoints. The
+comparisons of one series form one family (Benjamini-Hochberg): a cell whose verdict is
+``worse`` is a regression (the newest checkpoint is flagged), one whose newest-is-best
+verdict is ``better`` an improvement; any other lead is "best so far" by its score alone,
+not a change. A cell where the newest record, or the best one it is compared with,
+carries an ``unreliable`` fit warning gets no verdict (neither a regression nor "best so
+far"): it is listed as ``unreliable: <reason>``.
 """
 
 from __future__ import annotations
@@ -46,7 +49,9 @@ class SeriesAnalysis:
     of another member (a copy or a link: one point); ``problem`` why the series could not be
     ordered at all (two members with one step and different weights); ``unreliable`` the
     cells where the newest checkpoint gets no verdict because its record or the best one's
-    is not to be trusted, with the reason.
+    is not to be trusted, with the reason. ``improved`` maps each cell the newest checkpoint
+    leads to the earlier best step it was compared with (its verdict in ``verdicts``);
+    ``untrusted`` each cell's steps whose record carries an ``unreliable`` warning.
     """
 
     name: str
@@ -60,6 +65,8 @@ class SeriesAnalysis:
     problem: str | None = None
     unreliable: list[dict[str, str]] = field(default_factory=list)
     alpha: float = 0.05  # the false discovery rate of the verdicts
+    improved: dict[CellKey, int] = field(default_factory=dict)
+    untrusted: dict[CellKey, dict[int, str]] = field(default_factory=dict)
 
     @property
     def newest(self) -> SeriesPoint | None:
@@ -93,6 +100,24 @@ class SeriesAnalysis:
                         **decided_by(v.comparison, v.verdict, v.p_adjusted, self.alpha)})
         return out
 
+    def improvements(self) -> list[dict[str, Any]]:
+        """One entry per cell where the newest checkpoint is significantly better than the
+        best earlier one (verdict ``better``, decided in the same family as the regressions):
+        the fields of :meth:`regressions`, ``against`` the earlier best."""
+        if self.newest is None:
+            return []
+        out = []
+        for cell, earlier in self.improved.items():
+            v = self.verdicts.get(cell)
+            if v is None or v.verdict != "better":
+                continue
+            out.append({"series": self.name, "encoder": self.newest.encoder, "cell": cell_label(cell),
+                        "against": self.encoder_at(earlier), "step": self.newest.step, "best_step": earlier,
+                        "difference": v.comparison.difference, "p_adjusted": v.p_adjusted,
+                        "metric": v.comparison.metric,
+                        **decided_by(v.comparison, v.verdict, v.p_adjusted, self.alpha)})
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary for the run summary; not ``to_plain``: the summary's series entry
         holds derived values (newest, flagged, regressions, newest-is-best) and each cell's
@@ -106,7 +131,7 @@ class SeriesAnalysis:
         return {
             "series": self.name, "checkpoints": [{"encoder": p.encoder, "step": p.step} for p in self.points],
             "newest": None if newest is None else {"encoder": newest.encoder, "step": newest.step},
-            "flagged": self.flagged, "regressions": self.regressions(),
+            "flagged": self.flagged, "regressions": self.regressions(), "improvements": self.improvements(),
             "newest_is_best": [cell_label(c) for c in (self.check.newest_is_best if self.check else ())
                                if cell_label(c) not in {u["cell"] for u in self.unreliable}],
             "verdicts": {cell_label(c): v.verdict for c, v in self.verdicts.items()},
@@ -189,6 +214,9 @@ def analyse_series(store, records: Iterable[Mapping[str, Any]], cfg: BenchmarkCo
                 score = record_score(rec)
                 if score is not None:
                     analysis.scores.setdefault(cell, {})[point.step] = score
+                    why = unreliable_reason(rec, {})
+                    if why is not None:
+                        analysis.untrusted.setdefault(cell, {})[point.step] = why
         if not analysis.scores:
             continue
         analysis.running = {c: best_so_far(s) for c, s in sorted(analysis.scores.items())}
@@ -197,9 +225,25 @@ def analyse_series(store, records: Iterable[Mapping[str, Any]], cfg: BenchmarkCo
         comparisons: dict[CellKey, PairedComparison] = {}
         unreliable: dict[CellKey, str] = {}
         for cell in first.newest_is_best:  # "best so far" is a claim too: not from an untrusted score
-            why = unreliable_reason(by_model[newest.encoder][cell], {})
+            rec_new = by_model[newest.encoder][cell]
+            why = unreliable_reason(rec_new, {})
             if why is not None:
                 analysis.unreliable.append({"cell": cell_label(cell), "reason": why})
+                continue
+            running = analysis.running[cell]
+            if len(running) < 2:  # the cell's first checkpoint: nothing earlier to improve on
+                continue
+            earlier = running[-2].best_step  # the best before the newest
+            rec_earlier = by_model[analysis.encoder_at(earlier)][cell]
+            try:  # an improvement is a claim like a regression: the same test, in the same family
+                comparisons[cell] = compare_records(store, rec_new, rec_earlier, options)
+            except RepevalError as exc:
+                analysis.not_compared.append({"cell": cell_label(cell), "reason": str(exc)})
+                continue
+            analysis.improved[cell] = earlier
+            why = unreliable_reason(rec_new, rec_earlier)
+            if why is not None:  # the earlier best is untrusted: the lead stands, no tested change
+                unreliable[cell] = why
         for cell, best_step in first.to_compare.items():
             rec_new, rec_best = by_model[newest.encoder][cell], by_model[analysis.encoder_at(best_step)][cell]
             try:

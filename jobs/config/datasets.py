@@ -14,14 +14,21 @@ __all__ = ["DatasetConfig"]
 @dataclass
 class DatasetConfig:
     """One ``datasets:`` entry: a name, the adapter that reads it and its parameters, and
-    which splits train, test and (optionally) validate."""
+    which splits train, test and (optionally) validate; the train and test splits default to
+    the adapter's own (VOC 2012 and ADE20K score ``val``, the CD-FSL sets pool ``all``)."""
 
     name: str
     adapter: str
     params: dict[str, Any] = field(default_factory=dict)
-    train_split: str = "train"
-    test_split: str = "test"
+    train_split: str | None = None
+    test_split: str | None = None
     val_split: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.train_split is None or self.test_split is None:
+            roles = _split_roles(self.adapter)
+            self.train_split = roles[0] if self.train_split is None else self.train_split
+            self.test_split = roles[1] if self.test_split is None else self.test_split
 
     def check(self, path: str) -> None:
         """Refuse names and split names that cannot be store keys (an empty split included)."""
@@ -34,3 +41,15 @@ class DatasetConfig:
         """The splits a run reads, each once, in the order train, validation, test."""
         # once each: a pooled split can be both train and test (few-shot episodes)
         return list(dict.fromkeys(s for s in (self.train_split, self.val_split, self.test_split) if s))
+
+
+def _split_roles(adapter: str) -> tuple[str, str]:
+    # deferred: the adapters' class attributes only (no file read), imported when a config names datasets
+    from pipeline.datasets import adapter_class
+    from pipeline.errors import UnknownNameError
+
+    try:
+        cls = adapter_class(adapter)
+    except UnknownNameError:  # reported with the config's other mistakes
+        return "train", "test"
+    return cls.train_split, cls.test_split

@@ -9,9 +9,10 @@ reader, a script or an automation needs without opening the report::
                      {"status": "ok", "score": 0.83, "warnings": ["plateau"]}
                      | {"status": "failed", "error": "..."}}}},
      "warnings": [{"encoder", "cell", "codes", "unreliable", "messages"}, ...],  # records with fit warnings
-     "leaderboard": [{"model", "mean_rank", "ranks", "scores", "missing"}, ...],
+     "leaderboard": [{"model", "mean_rank", "ranks", "scores", "missing", "unreliable"}, ...],
      "series": [{"series", "checkpoints", "newest", "flagged", "regressions", "verdicts", ...}],
      "regressions": [{"series", "encoder", "cell", "against", "difference", "p_adjusted", ...}],
+     "improvements": [{...the same fields: the newest significantly better than the earlier best}],
      "failures": [{"kind", "label", "reason", ...}],
      "changes": {"new_encoders", "new_cells", "regressions", "failures", "recovered", ...}}
 
@@ -34,7 +35,7 @@ from jobs.report.files import write_atomic
 from pipeline.analysis.leaderboard import RunChanges, diff_summaries, leaderboard
 from pipeline.plain import to_plain
 from pipeline.errors import DataValidationError
-from pipeline.protocols.fit_warnings import WARNING_CODES, record_warnings
+from pipeline.protocols.fit_warnings import WARNING_CODES, record_warnings, unreliable_reasons
 from storage_schema.provenance import now_iso
 
 log = logging.getLogger(__name__)
@@ -109,12 +110,48 @@ def leaderboard_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
     Returns
     -------
     list of dict
-        ``to_plain`` of each encoder's ``LeaderboardRow``, ranked first.
+        ``to_plain`` of each encoder's ``LeaderboardRow``, ranked first, with ``unreliable``:
+        the settings whose score rests on a record not to be trusted (:func:`untrusted_settings`).
     """
+    records = list(records)
     table = {m: row for m, row in setting_scores(records).items() if row}
     if not table:
         return []
-    return [to_plain(row) for row in leaderboard(table, missing="exclude")]
+    untrusted = untrusted_settings(records)
+    return [{**to_plain(row), "unreliable": sorted(s for s in untrusted.get(row.model, ()) if s in row.scores)}
+            for row in leaderboard(table, missing="exclude")]
+
+
+def untrusted_settings(records: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
+    """Each encoder's settings whose leaderboard score rests on a record not to be trusted.
+
+    A setting's score takes each dataset's best layer (:func:`setting_scores`); where that
+    record carries an ``unreliable`` fit warning, the setting's score is marked.
+
+    Parameters
+    ----------
+    records : iterable of mapping
+        The current records.
+
+    Returns
+    -------
+    dict
+        Model -> the settings whose score is not to be trusted (encoders without one left out).
+    """
+    best: dict[tuple[str, str, str], tuple[float, bool]] = {}
+    for rec in records:
+        score = record_score(rec)
+        if score is None:
+            continue
+        key = (str(rec.get("model")), str(rec.get("setting")), str(rec.get("dataset")))
+        bad = bool(unreliable_reasons(rec))
+        if key not in best or score > best[key][0] or (score == best[key][0] and not bad):
+            best[key] = (score, bad)  # a trusted layer with the same score backs it
+    out: dict[str, set[str]] = {}
+    for (model, setting, _), (_, bad) in best.items():
+        if bad:
+            out.setdefault(model, set()).add(setting)
+    return out
 
 
 def build_report_summary(records: Sequence[Mapping[str, Any]], failures: Sequence[Mapping[str, Any]],
@@ -159,10 +196,11 @@ def build_report_summary(records: Sequence[Mapping[str, Any]], failures: Sequenc
             cells = encoders.setdefault(str(f["model"]), {"cells": {}})["cells"]
             cells[cell_label(cell_key(f))] = {"status": "failed", "error": str(f.get("reason", ""))}
     regressions = [r for s in series for r in s.regressions()]
+    improvements = [r for s in series for r in s.improvements()]
     return {
         "version": SUMMARY_VERSION, "written": now_iso(), "report": report, "store": store,
         "evaluated": sorted(set(evaluated)), "encoders": encoders, "leaderboard": leaderboard_rows(records),
-        "series": [s.to_dict() for s in series], "regressions": regressions,
+        "series": [s.to_dict() for s in series], "regressions": regressions, "improvements": improvements,
         "warnings": sorted(flagged, key=lambda w: (not w["unreliable"], w["encoder"], w["cell"])),
         "failures": [{k: f[k] for k in _FAILURE_FIELDS if k in f} for f in failures],
     }

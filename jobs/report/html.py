@@ -83,8 +83,14 @@ def notice(text: Any) -> Markup:
 
 
 def row_head(text: Any) -> Markup:
-    """A row's header cell."""
+    """A row's header cell (kept on one line: a name never wraps at its hyphens)."""
     return el("th", text, scope="row")
+
+
+def name(text: Any) -> Markup:
+    """An encoder's (or a cell's) name inside other text: kept on one line, never wrapped at
+    a hyphen or a slash (``epoch=7-step=80`` is not ``epoch=7-`` over ``step=80``)."""
+    return el("span", text, class_="name")
 
 
 # -- numbers, labels, anchors ----------------------------------------------------------------
@@ -134,7 +140,8 @@ pre{font-size:12px;overflow-x:auto}section.failing{border:2px solid #a40000;padd
 #verdict{margin:0.5em 0 1em}p.verdict{font-size:1.1em;margin:0.2em 0}p.verdict.bad{color:#a40000;font-weight:bold}
 div.untrusted{color:#a40000}details.cautions,details.cautions .note{color:#666}td.agreement{text-align:left}
 table.changes td,table.changes th{text-align:left}td.regression,td.improvement{white-space:nowrap}
-summary{cursor:pointer}
+summary{cursor:pointer}td.untrusted{background:#fff4e5}div.wide{overflow-x:auto}
+th[scope=row],.name,table.series thead th{white-space:nowrap}
 """
 # Following a provenance link opens the <details> block it points at.
 _JS = ("function openTarget(){var e=document.getElementById(decodeURIComponent(location.hash.slice(1)));"

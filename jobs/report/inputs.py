@@ -149,10 +149,13 @@ def reference_scores(records: list[dict[str, Any]], cfg: BenchmarkConfig) -> tup
 
 def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Iterable[Mapping[str, Any]],
                          path: str | None = None, *, plan=None, waiting: Iterable[str] = (),
-                         write_summary: bool = True) -> dict[str, Any]:
+                         write_summary: bool = True,
+                         trackers: Iterable[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Correlate the records of ``cells`` (each a ``cell_id`` and the cell's names) and write
     the report, with this config's failures and data problems; ``plan`` (a ``jobs.plan.Plan``)
-    narrows the failures to its cells; ``waiting``: checkpoints still being written.
+    narrows the failures to its cells; ``waiting``: checkpoints still being written;
+    ``trackers``: what each experiment tracker logged this run (``jobs.trackers``), kept in
+    the summary's ``trackers`` entry and shown on the report's first screen when one failed.
 
     The report opens with the run summary (leaderboard, checkpoint series' regressions, what
     changed since the summary the previous run left beside the report); ``write_summary``
@@ -184,6 +187,8 @@ def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Itera
     series = analyse_series(store, shown, cfg)
     evaluated = {str(c.get("model")) for c in cells if c.get("status") == "computed"}
     summary = build_report_summary(shown, failures, series, evaluated=evaluated, report=path, store=store.url)
+    if trackers is not None:
+        summary["trackers"] = [dict(t) for t in trackers]
     early = early_view(store, cfg)
     if early["estimates"]:  # its own part: never among the exact scores
         summary["early"] = early_part(early)

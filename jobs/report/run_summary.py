@@ -91,7 +91,11 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
     for r in summary.get("regressions") or []:  # a series' newest checkpoint, significantly worse than its best
         lines.append(f"REGRESSED: {r['encoder']} is worse than {r['against']} on {r['cell']} "
                      f"({100 * r['difference']:+.2f} points, adjusted p = {r['p_adjusted']:.3g})")
+    for r in summary.get("improvements") or []:  # tested as a regression is: significantly better
+        lines.append(f"IMPROVED: {r['encoder']} is better than {r['against']} on {r['cell']} "
+                     f"({100 * r['difference']:+.2f} points, adjusted p = {r['p_adjusted']:.3g})")
     lines.extend(warning_lines(summary.get("warnings") or []))
+
     if summary.get("report"):
         lines.append(f"report: {summary['report']}")
     if summary.get("summary_path"):
@@ -119,14 +123,17 @@ def warning_lines(warnings: Sequence[Mapping[str, Any]], limit: int = 20) -> lis
     if not warnings:
         return []
     bad = [w for w in warnings if w.get("unreliable")]
-    lines = [f"WARNINGS: {len(warnings)} record(s) carry fit warnings, {len(bad)} with a score that is not to be "
-             "trusted (no verdict is drawn from those)"]
+    if bad:
+        lines = [f"WARNINGS: {len(warnings)} record(s) carry fit warnings, {len(bad)} with a score that is not to "
+                 "be trusted (no verdict is drawn from those)"]
+    else:  # cautions only: the numbers stand, nothing to shout about
+        lines = [f"cautions: {len(warnings)} record(s) carry cautions that do not change a number"]
     for w in bad[:limit]:
         reasons = "; ".join(m for m in w.get("messages") or [] if m.split(":")[0] in _UNRELIABLE)
         lines.append(f"  UNRELIABLE {w['encoder']} {w['cell']}: {reasons}")
     rest = [w for w in warnings if not w.get("unreliable")]
     for w in rest[:limit]:
-        lines.append(f"  warning {w['encoder']} {w['cell']}: {', '.join(w.get('codes') or [])}")
+        lines.append(f"  caution {w['encoder']} {w['cell']}: {', '.join(w.get('codes') or [])}")
     if len(bad) > limit or len(rest) > limit:
         lines.append("  ... (the report and `repeval results` list every one)")
     return lines

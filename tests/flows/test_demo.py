@@ -1,20 +1,23 @@
-"""``make demo`` prints the same figures on every machine, so the README can quote them.
+"""``make demo`` gives the same answers on every machine: what must not move does not, and
+every figure stays within what another machine's rounding can move.
 
 A fresh run of the demo at test size, and a second run beside it that does not train: its
 checkpoints are the first run's, every float32 weight moved by up to a few ulps, as another
 machine's kernels (which sum in another order) would leave them, and its process runs
 another number of BLAS and OpenMP threads, as another machine would (the test-sized demo's
 Dask workers are threads of that process, ``flows.demo.SMALL``: the extraction and the fits
-run on those threads too). Its stored features
-must differ from the first run's, so that the perturbation is seen to reach the numbers the
-figures come from, and it must print the same source accuracies, correlations and best
-accuracies. It does because each figure is printed at the precision its data have: a single
-best layer is not (the best layers lie within a point of each other, and which comes first
-moved with the last bits), so the best accuracy is printed at its standard error's digit
-with every layer McNemar's test cannot tell from it (``jobs.analysis.leaders``). That the
-training gives the same checkpoints bit for bit whatever the caller's threads is
-tests/jobs/test_source_training.py's (in one process: a third demo here cost the suite a
-minute of both cores).
+run on those threads too). Its stored features must differ from the first run's, so that
+the perturbation is seen to reach the numbers the figures come from.
+
+Compared exactly: the source accuracies (the training is bitwise the same whatever the
+caller's threads, tests/jobs/test_source_training.py), every logistic cell's choice of C,
+and every cell's test predictions up to one test image (the probes' own standard, see
+benchmarks/bench_stability.py). Compared within a tolerance derived from that: each
+correlation figure against the range it takes when every encoder's score on every dataset
+moves by up to one test image (recomputed from the figures' own inputs, which must give the
+figure itself), and each dataset's best linear accuracy within one test image. No figure is
+compared by its printed digits: a value near a rounding boundary prints differently after any
+change in its last bits.
 
 Both runs report to the session's Prefect API (the figures never depend on which API
 records the run; `make demo`'s own temporary API is what every `repeval run` starts,
@@ -23,6 +26,7 @@ tests/faults/test_kill_run.py among others): the start-up of a temporary API is 
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -31,11 +35,14 @@ import time
 
 import numpy as np
 import pytest
+from scipy.stats import pearsonr, spearmanr
 
 from tests.helpers.cli import REPO, cli_env
 
 #: The checkpoints the test-sized demo trains (flows.demo.SMALL).
 TRAINED = ("seed0-resnet18-step0002", "seed0-resnet18-step0008", "seed1-resnet18-step0004")
+#: The warnings a record carries when rounding, not the features, decides some of its predictions.
+ROUNDING_DECIDES = {"selection_fragile", "tie_decided"}
 #: How far each weight of the second run moves, in float32 ulps.
 ULPS = 4
 
@@ -87,6 +94,45 @@ def _perturbed_copy(source, target, seed: int = 0) -> None:
         shutil.copy(source / f"{name}.json", target / f"{name}.json")
 
 
+def _logit(p: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    p = np.clip(p, eps, 1 - eps)
+    return np.log(p) - np.log1p(-p)
+
+
+def _correlation_range(figure: dict, n_test: dict[str, int],
+                       allowed: dict[str, int]) -> tuple[float, float, float, float]:
+    """(lowest r, highest r, lowest rho, highest rho) when each encoder's score on each dataset
+    moves by up to the test images its cell may move by (``allowed``, by cell id), every encoder
+    independently (the corners of that box); the unmoved scores must give the figure itself."""
+    models = sorted(figure["reference_logit"])  # the encoders with a reference score
+    reference = np.array([figure["reference_logit"][m] for m in models])
+
+    def summary(shift: tuple[int, ...]) -> tuple[float, float]:
+        x = np.array([np.mean([_logit(np.array(figure["scores"][m][d]
+                                               + s * allowed[figure["cells"][m][d]] / n_test[d]))
+                               for d in figure["scores"][m]]) for m, s in zip(models, shift)])
+        return float(pearsonr(reference, x).statistic), float(spearmanr(reference, x).statistic)
+
+    r, rho = summary((0,) * len(models))
+    assert r == pytest.approx(figure["pearson"], abs=1e-9) and rho == pytest.approx(figure["spearman"], abs=1e-9)
+    corners = [summary(shift) for shift in itertools.product((-1, 1), repeat=len(models))]
+    rs, rhos = [c[0] for c in corners] + [r], [c[1] for c in corners] + [rho]
+    return min(rs), max(rs), min(rhos), max(rhos)
+
+
+def _cells(folder) -> dict:
+    from storage_schema.ledger import Ledger
+    from storage_schema.store import FeatureStore
+
+    store = FeatureStore(str(folder / "store"), read_only=True)
+    out = {}
+    for rec in Ledger(store):
+        key = (rec["model"], rec["dataset"], rec["layer"], rec["setting"])
+        predictions = store.open_array(rec["evidence"]["key"]).read() if rec.get("evidence") else None
+        out[key] = (rec, predictions)
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # two demos at once, one training in float64, on a shared machine
 def test_a_demo_from_weights_a_few_ulps_away_prints_the_same_figures(tmp_path, prefect_harness):
@@ -112,7 +158,33 @@ def test_a_demo_from_weights_a_few_ulps_away_prints_the_same_figures(tmp_path, p
     assert not np.array_equal(a, c)
     np.testing.assert_allclose(a, c, rtol=1e-3, atol=1e-4)
     assert figures_a["source_accuracy"] == figures_c["source_accuracy"]
-    # another machine's rounding and threads move no printed figure: each is printed at the precision
-    # its data have (the best accuracy as the group of layers tied with it, at its standard error's digit)
-    assert printed_c == printed_a, [f"{x.strip()}  ->  {y.strip()}" for x, y in zip(printed_a, printed_c) if x != y]
-    assert any("test images" in line for line in printed_a)
+    # what must not move, cell by cell: the choice of C, and the test predictions up to one image;
+    # a cell whose record says rounding decides it (selection_fragile, tie_decided) may move, by
+    # the images it names
+    cells_a, cells_c = _cells(fresh), _cells(moved)
+    assert set(cells_a) == set(cells_c) and len(cells_a) >= 10
+    n_test, allowed = {}, {}
+    for key, (rec_a, pred_a) in cells_a.items():
+        rec_c, pred_c = cells_c[key]
+        assert pred_a is not None and pred_a.shape == pred_c.shape, key
+        n_test[key[1]] = n = len(pred_a)
+        said = {w["code"] for rec in (rec_a, rec_c) for w in rec.get("warnings", [])} & ROUNDING_DECIDES
+        allowed[key] = 1 if not said else n if "selection_fragile" in said else max(
+            1, *(rec["diagnostics"].get("tie_decided", 0) for rec in (rec_a, rec_c)))
+        if rec_a["protocol"] == "logistic" and not said:
+            assert rec_a["diagnostics"]["C"] == rec_c["diagnostics"]["C"], key
+        assert int(np.sum(pred_a != pred_c)) <= allowed[key], (key, int(np.sum(pred_a != pred_c)), said)
+        assert abs(rec_a["metrics"]["score"] - rec_c["metrics"]["score"]) <= allowed[key] / n + 1e-12, key
+    # each figure within the range one test image per cell can move it
+    assert set(figures_a["correlation"]) == set(figures_c["correlation"])
+    by_id = {rec["cell_id"]: allowed[key] for key, (rec, _) in cells_a.items()}
+    for name, figure in figures_a["correlation"].items():
+        r_low, r_high, rho_low, rho_high = _correlation_range(figure, n_test, by_id)
+        other = figures_c["correlation"][name]
+        assert r_low - 1e-9 <= other["pearson"] <= r_high + 1e-9, (name, r_low, other["pearson"], r_high)
+        assert rho_low - 1e-9 <= other["spearman"] <= rho_high + 1e-9, (name, rho_low, other["spearman"], rho_high)
+    for dataset, group in figures_a["best_linear"].items():
+        other = figures_c["best_linear"][dataset]
+        images = max(allowed[key] for key in allowed if key[1] == dataset and key[3] == "linear")
+        assert abs(group["accuracy"] - other["accuracy"]) <= images / n_test[dataset] + 1e-12, (dataset, group, other)
+    assert any("test images" in line for line in printed_a) and len(printed_a) == len(printed_c)

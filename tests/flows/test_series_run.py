@@ -3,7 +3,7 @@ in a folder, their steps in the file names, a real Dask cluster and Prefect API.
 second night a collapsed checkpoint (every image gives the same features) joins; it is
 flagged against the series' best in the report, in the summary beside it (with what
 changed since the first night), and in the events the run emits.
-The automation the README and docs/series.md show is one Prefect accepts, and its message
+The automation docs/series.md shows is one Prefect accepts, and its message
 renders from those events."""
 
 from __future__ import annotations
@@ -85,13 +85,13 @@ def _events(resource_id: str, expected: dict[str, int], timeout: float = 60.0) -
 
 
 def _documented_automation():
-    """The automation of the README and of docs/series.md (the same one), as Prefect reads it."""
+    """The automation of docs/series.md ("Events and automations"), as Prefect reads it."""
     from prefect.events.schemas.automations import AutomationCore
 
-    blocks = [b for doc in ("README.md", "docs/series.md")
-              for b in re.findall(r"```yaml\n(.*?)```", (REPO / doc).read_text(encoding="utf-8"), re.S)
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", (REPO / "docs" / "series.md").read_text(encoding="utf-8"),
+                                    re.S)
               if REGRESSED_EVENT in b]
-    assert len(blocks) == 2 and blocks[0] == blocks[1], blocks
+    assert len(blocks) == 1, blocks
     return AutomationCore.model_validate(yaml.safe_load(blocks[0]))
 
 

@@ -117,19 +117,6 @@ def same_value(documented, actual) -> bool:
     return documented == actual
 
 
-def numbers_in(text: str) -> set[float]:
-    """Every number a cell writes: ``100000``, ``100,000``, ``1e-4``, ``2^32``, ``10^-8``."""
-    found = set()
-    for base, exp in re.findall(r"(\d+)\^(-?\d+)", text):
-        found.add(float(int(base) ** int(exp)) if int(exp) >= 0 else int(base) ** int(exp))
-    for token in re.findall(r"(?<![\w^.])-?\d[\d,]*(?:\.\d+)?(?:e-?\d+)?", text):
-        try:
-            found.add(float(token.replace(",", "")))
-        except ValueError:
-            continue
-    return found
-
-
 # -- references to files -----------------------------------------------------------------------
 
 #: Engineering notes kept outside the repository: nothing shipped may send a reader to them.

@@ -56,3 +56,43 @@ def write_series(tmp: Path, raw: dict[str, Any], noise: dict[int, float] | None 
     if bad:
         raise AssertionError(f"cells failed: {bad}")
     return correlate_and_report(store, plan.config, [o for o in outcomes if o.get("cell_id")], plan=plan)
+
+
+#: The first night of a series with Lightning-like long names: the newest checkpoint (step
+#: 200) far better than the one before, the oldest (step 0) so noisy that its ridge picks
+#: the grid's edge (``grid_edge``: a score not to be trusted); two more encoders with the
+#: very same features, so their mean ranks tie.
+NIGHT_ONE = {"vit-b16-lightning-run7-epoch=0-step=0": (0, 9.0), "vit-b16-lightning-run7-epoch=3-step=100": (100, 3.0),
+             "vit-b16-lightning-run7-epoch=7-step=200": (200, 0.5)}
+TWINS = ("twin-a", "twin-b")
+
+
+def night_one(tmp: Path, settings=SERIES_SETTINGS) -> dict[str, Any]:
+    """The night-1 report, written from a real store as a run writes it (series analysed,
+    summary beside it): ``{"report", "summary", "series", "records", "config"}``."""
+    from jobs.analysis.series import analyse_series
+    from jobs.config import load_config
+    from jobs.report.events import build_report_summary
+    from jobs.report.page import write_report
+    from storage_schema.keys import feature_key
+    from tests.helpers.evidence import evaluate_all, put_features
+
+    store = noisy_encoders(tmp, {**{n: noise for n, (_, noise) in NIGHT_ONE.items()}, TWINS[0]: 2.0})
+    for split in ("train", "test"):  # the twin: the very same features, so every score ties
+        first = store.open_array(feature_key(TWINS[0], DATASET, split, "pre_logits"))
+        put_features(store, TWINS[1], DATASET, split, first.read(), str(first.attrs["labels"]))
+    names = [*NIGHT_ONE, *TWINS]
+    records = list(evaluate_all(store, names, settings).values())
+    cfg = load_config({
+        "store": str(tmp / "store"),
+        "encoders": [{"name": n, "source": "store", "series": "run7", "step": step}
+                     for n, (step, _) in NIGHT_ONE.items()] + [{"name": n, "source": "store"} for n in TWINS],
+        "datasets": [{"name": DATASET, "adapter": "digits"}],
+        "protocols": [{"name": s, "protocol": p, "settings": kw} for s, (p, kw) in settings.items()],
+        "correlation": {"settings": []},
+        "report": {"path": str(tmp / "out" / "report.html")},
+    })
+    series = analyse_series(store, records, cfg)
+    summary = build_report_summary(records, [], series, evaluated=list(NIGHT_ONE), report=cfg.report.path)
+    path = write_report(records, None, cfg, cfg.report.path, series=series, summary=summary)
+    return {"report": path, "summary": summary, "series": series, "records": records, "config": cfg}

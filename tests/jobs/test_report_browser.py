@@ -4,8 +4,13 @@ screen at 1280 x 800 holds the verdict, no console error, every image loads, the
 blocks open. One screenshot of the first screen stays under the test's temporary folder
 (``first-screen.png``) for a person to look at.
 
+The first night of a series with long Lightning-like names (``tests.helpers.small_series.
+night_one``) is read the same way: its improvement with the test's interval and p on the
+first screen, an untrusted leaderboard row marked in red, tied mean ranks sharing a place,
+and every encoder name on one line; its screenshot is ``night-one.png``.
+
 Skipped, with the reason, where Playwright or a Chromium is missing: ``pip install -e
-'.[browser]'`` and ``apt-get install chromium`` (README, "The report in a browser")."""
+'.[browser]'`` and ``apt-get install chromium`` (docs/development.md)."""
 
 from __future__ import annotations
 
@@ -72,6 +77,23 @@ def _in_first_screen(page, selector: str) -> bool:
     return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= VIEWPORT["height"]
 
 
+#: Where the report puts encoder names: each must stay on its line(s).
+NAMES = ".name, th[scope=row], table.series thead th"
+
+
+def _wrapped_names(page) -> list[str]:
+    """The visible name elements laid out on more lines than their <br>s make: a name split."""
+    return page.evaluate("""(selector) => Array.from(document.querySelectorAll(selector))
+        .filter(e => e.getClientRects().length > 0)
+        .filter(e => { const r = document.createRange(); r.selectNodeContents(e);
+                       const size = parseFloat(getComputedStyle(e).fontSize);
+                       const tops = Array.from(r.getClientRects()).map(b => b.top).sort((a, b) => a - b);
+                       let lines = tops.length ? 1 : 0;
+                       for (let i = 1; i < tops.length; i++) if (tops[i] - tops[i - 1] > 0.6 * size) lines++;
+                       return lines > e.querySelectorAll('br').length + 1; })
+        .map(e => e.innerText)""", NAMES)
+
+
 def test_the_first_screen_holds_the_verdict_and_what_regressed(opened, tmp_path):
     page, problems = opened
     assert (tmp_path / "first-screen.png").stat().st_size > 10_000
@@ -126,3 +148,55 @@ def test_no_empty_section_is_rendered(opened):
     assert ids == ["summary", "overview", "series", "accuracy", "ranks", "warnings", "provenance"]
     nav = page.evaluate("() => Array.from(document.querySelectorAll('nav a')).map(a => a.getAttribute('href'))")
     assert nav == [f"#{i}" for i in ids if i != "overview"]
+
+
+@pytest.fixture(scope="module")
+def night_report(tmp_path_factory) -> Path:
+    """Night 1: the newest checkpoint significantly better than the one before; the oldest's
+    ridge at its grid's edge (untrusted); two encoders tied; names like
+    ``vit-b16-lightning-run7-epoch=7-step=200``."""
+    from tests.helpers.small_series import night_one
+
+    return Path(night_one(tmp_path_factory.mktemp("night1"))["report"])
+
+
+def test_night_one_reads_as_a_person_would(browser, night_report, tmp_path):
+    from tests.helpers.small_series import NIGHT_ONE, TWINS
+
+    page = browser.new_page(viewport=VIEWPORT)
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.goto(night_report.as_uri())
+    page.wait_for_load_state("load")
+    page.screenshot(path=str(tmp_path / "night-one.png"))  # for a person to look at
+    assert (tmp_path / "night-one.png").stat().st_size > 10_000
+    step0, step100, step200 = NIGHT_ONE
+    # the improvement, on the first screen, with its evidence: interval, test, adjusted p
+    verdict = page.locator("#verdict").inner_text()
+    assert f"the newest checkpoint {step200} (step 200) is the best so far on 3 of 3 cell(s) (significantly " \
+        "better than the earlier best on 2)" in " ".join(verdict.split())
+    assert _in_first_screen(page, "table.changes")
+    assert page.locator("table.changes").bounding_box()["x"] + page.locator("table.changes").bounding_box()[
+        "width"] <= VIEWPORT["width"]  # the test and its p too, without scrolling sideways
+    rows = page.locator("table.changes tbody tr").all_inner_texts()
+    assert len(rows) == 2 and all("better" in r and step100 in r for r in rows), rows
+    for row in rows:
+        interval, test, p_adj = row.split("\t")[-3:]
+        assert interval.startswith("[") and test.startswith(("mcnemar", "paired-t")) and float(p_adj) <= 0.05
+    # the leaderboard: tied mean ranks share a place; the untrusted rows are marked in red
+    board = page.evaluate("""() => Array.from(document.querySelectorAll('table.leaderboard tbody tr')).map(tr =>
+        [tr.cells[0].innerText, tr.querySelector('th').innerText.replace('\u26a0', '').trim(),
+         !!tr.querySelector('th .mark-unreliable'),
+         tr.querySelector('th .mark-unreliable') ?
+             getComputedStyle(tr.querySelector('th .mark-unreliable')).color : null])""")
+    assert [(place, model) for place, model, _, _ in board] == [
+        ("1", step200), ("2", TWINS[0]), ("2", TWINS[1]), ("4", step100), ("5", step0)]
+    assert {model for _, model, marked, _ in board if marked} == {step0, step100}
+    assert {color for *_, color in board if color} == {"rgb(176, 0, 0)"}
+    # every encoder name on one line, in every table it appears in
+    assert _wrapped_names(page) == []
+    assert page.locator("td.pair", has_text=step200).count() == 5  # the two changes, three cells' best so far
+    assert page.locator("table.series thead th", has_text=step0).count() == 3  # a table per setting
+    assert problems == []
+    page.close()

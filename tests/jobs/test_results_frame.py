@@ -62,13 +62,23 @@ def test_exports_keep_the_types(series, capsys):
     assert pa.types.is_integer(schema.field("step").type) and pa.types.is_integer(schema.field("epoch").type)
     if hasattr(pa, "json_"):
         assert schema.field("settings").type == pa.json_()
-    frame = pd.read_parquet(parquet)
-    cols = ["model", "step", "epoch", "metric.score"]
-    assert frame[cols].equals(results_frame(config)[cols])  # the file is the entry point's table
+    frame, entry = pd.read_parquet(parquet), results_frame(config)
+    # the file is the entry point's table: every column, its type and its missing values
+    pd.testing.assert_frame_equal(frame, entry)
     assert sorted(frame["step"].unique()) == [100, 200]
+    # whole numbers stay integers where some records lack them (the ridge's validation rows)
+    assert entry["diag.n_val"].dtype == "Int64" and entry["diag.n_val"].isna().any()
+    assert entry["diag.n_val"].dropna().ge(0).all() and entry["dim"].dtype == "Int64"
+    assert entry["converged"].dtype == "boolean" and entry["unreliable"].dtype == "boolean"
+    untrusted = entry[entry["unreliable"]]  # a grid_edge ridge is marked in the export too
+    assert len(untrusted) and untrusted["warnings"].str.contains("grid_edge").all()
 
-    from_csv = pd.read_csv(csv, parse_dates=["recorded"])
+    from_csv = pd.read_csv(csv, parse_dates=["recorded"], dtype_backend="numpy_nullable")
     assert str(from_csv["recorded"].dt.tz) == "UTC" and sorted(from_csv["step"].unique()) == [100, 200]
+    assert from_csv["diag.n_val"].dtype == "Int64" and from_csv["unreliable"].dtype == "boolean"
+    assert from_csv["diag.n_val"].isna().tolist() == entry["diag.n_val"].isna().tolist()
+    written = pd.read_csv(csv, dtype=str, keep_default_na=False)["diag.n_val"]
+    assert all(v == "" or v.isdigit() for v in written) and any(written)  # no whole number written as 18.0
 
     records = json.loads(js.read_text())
     assert {(r["model"], r["series"], r["step"], r["epoch"]) for r in records} == {
@@ -117,3 +127,18 @@ def test_the_documented_snippets_run(series, monkeypatch):
     assert len(scope["best"]) == 3 and set(scope["best"]["step"]) <= {100, 200}
     exec(plot, {})  # noqa: S102
     assert (tmp / "score-by-step.png").stat().st_size > 0
+
+
+def test_the_docs_name_the_validation_the_records_say(series):
+    """docs/protocols.md says where each protocol's validation rows came from in the words
+    the records use (ridge: its leave-one-out holds no row out)."""
+    from tests.helpers.cli import REPO
+
+    _, raw, _ = series
+    frame = results_frame(raw)
+    ridge = frame[frame["protocol"] == "ridge"]
+    assert len(ridge) and set(ridge["diag.validation"]) == {"exact leave-one-out on train"}
+    assert set(ridge["diag.n_val"]) == {0}
+    docs = " ".join((REPO / "docs" / "protocols.md").read_text(encoding="utf-8").split())
+    assert "`exact leave-one-out on train` for ridge's alpha search, which holds no row out (`n_val: 0`)" in docs
+    assert "ridge's leave-one-out)" not in docs  # not among the "none: ..." cases

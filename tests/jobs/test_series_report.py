@@ -5,7 +5,9 @@ previous run, with the run summary written beside it."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -218,3 +220,104 @@ def test_the_step_axis_has_whole_steps_only():
     ticks = [t for t in ax.get_xticks() if low <= t <= high]
     assert ticks and all(float(t).is_integer() for t in ticks), ticks
     assert {1, 2, 3} <= set(ticks)
+
+
+# -- the first night of a series, as the first screen shows it ----------------------------------
+@pytest.fixture(scope="module")
+def night(tmp_path_factory):
+    from tests.helpers.small_series import night_one
+
+    out = night_one(tmp_path_factory.mktemp("night1"))
+    out["text"] = Path(out["report"]).read_text(encoding="utf-8")
+    parse_strict(out["text"])
+    return out
+
+
+def _between(text: str, start: str, end: str) -> str:
+    """The part of ``text`` from ``start`` up to the first ``end`` after it."""
+    part = text[text.index(start):]
+    return part[:part.index(end)]
+
+
+def test_an_improvement_is_tested_as_a_regression_is(night):
+    from jobs.analysis.compare import compare_encoders
+    from tests.helpers.small_series import NIGHT_ONE
+
+    newest, previous = list(NIGHT_ONE)[2], list(NIGHT_ONE)[1]
+    improved = {r["cell"]: r for r in night["summary"]["improvements"]}
+    assert set(improved) == {f"knn/{DATASET}/pre_logits", f"few/{DATASET}/pre_logits"}
+    # `repeval compare newest previous` judges the same cells in the same family: the same verdicts and p
+    direct = compare_encoders(night["config"].open_store(read_only=True), night["records"], newest, previous)
+    for cell, r in improved.items():
+        v = direct.verdicts[tuple(cell.split("/"))]
+        assert v.verdict == "better" and r["against"] == previous and r["best_step"] == 100
+        assert r["difference"] == v.comparison.difference > 0
+        assert r["p_adjusted"] == pytest.approx(v.p_adjusted, rel=1e-12) and r["p_adjusted"] <= 0.05
+    knn = improved[f"knn/{DATASET}/pre_logits"]
+    assert knn["test"] == "mcnemar-exact" and 0 < knn["test_ci_low"] < knn["test_ci_high"]
+    # the first screen: each change with its effect, interval, test and adjusted p; nothing untested
+    summary = _between(night["text"], '<section id="summary">', "</section>")
+    changes = _between(summary, '<table class="warnings changes">', "</table>")
+    assert changes.count("mark-improvement") == 2 and "not tested" not in summary
+    assert f"+{100 * knn['difference']:.2f}" in changes and "exact McNemar" in changes and "(bootstrap)" in changes
+    assert f"{knn['p_adjusted']:.3g}" in changes
+    assert "significantly better than the earlier best on 2" in summary
+    # the plateau cell's earlier best is untrusted: the lead stands, but no change is claimed from it
+    assert night["series"][0].verdicts[("plateau", DATASET, "pre_logits")].verdict == "unreliable"
+
+
+def test_a_lead_without_a_significant_difference_is_no_change(night, tmp_path):
+    import dataclasses
+
+    from jobs.report.events import build_report_summary
+    from jobs.report.page import write_report
+
+    [series] = night["series"]
+    untested = dataclasses.replace(series, verdicts={c: dataclasses.replace(v, verdict="indistinguishable")
+                                                    for c, v in series.verdicts.items()})
+    assert untested.improvements() == []
+    summary = build_report_summary(night["records"], [], [untested])
+    path = write_report(night["records"], None, night["config"], str(tmp_path / "r.html"), series=[untested],
+                        summary=summary)
+    text = Path(path).read_text(encoding="utf-8")
+    summary_text = _between(text, '<section id="summary">', "</section>")
+    assert "Regressed or improved" not in summary_text and "mark-improvement" not in summary_text
+    assert "is the best so far on 3 of 3 cell(s) (significantly better than the earlier best on none)" in summary_text
+
+
+def test_the_leaderboard_marks_untrusted_scores_and_ties_share_a_place(night):
+    from tests.helpers.small_series import NIGHT_ONE, TWINS
+
+    rows = {r["model"]: r for r in night["summary"]["leaderboard"]}
+    step0, step100, step200 = NIGHT_ONE
+    assert rows[step0]["unreliable"] == ["plateau"] and rows[step200]["unreliable"] == []
+    assert rows[TWINS[0]]["mean_rank"] == rows[TWINS[1]]["mean_rank"]
+    board = _between(night["text"], '<table class="scores leaderboard">', "</table>")
+    places = {}
+    for row in re.findall(r"<tr>(.*?)</tr>", board, re.S)[1:]:
+        model = re.search(r'<th scope="row"[^>]*>([^<]*)', row).group(1).strip()
+        places[html.unescape(model)] = (re.match(r"<td[^>]*>(\d+)</td>", row).group(1), row)
+    assert {m: p for m, (p, _) in places.items()} == {step200: "1", TWINS[0]: "2", TWINS[1]: "2", step100: "4",
+                                                     step0: "5"}
+    for model in (step0, step100):  # marked beside the name and on the setting's score
+        row = places[model][1]
+        assert 'th scope="row" class="untrusted"' in row and 'data-setting="plateau" class="untrusted"' in row
+    assert "mark-unreliable" not in places[step200][1]
+    assert "its rank is no verdict" in night["text"]
+
+
+def test_untrusted_scores_are_marked_in_the_series_table(night):
+    series = _between(night["text"], '<section id="series">', "</section>")
+    untrusted = re.findall(r'<td class="untrusted" data-step="(\d+)" data-dataset="[^"]*" title="not to be trusted: '
+                           r'[^"]*grid_edge', series)
+    assert sorted(untrusted) == ["0", "100"]
+
+
+def test_cautions_are_grey_and_folded_in_the_solver_warnings(night):
+    warnings = _between(night["text"], '<section id="warnings">', "</section>")
+    assert "did not converge or carry warnings" not in warnings
+    red = _between(warnings, '<p class="notice">', "</table>")
+    assert "2 record(s) whose score is not to be trusted" in red and red.count("grid_edge:") == 2
+    folded = _between(warnings, '<details class="cautions">', "</details>")
+    assert "3 record(s) with cautions that do not change a number: plateau \u00d73" in folded
+    assert "grid_edge" not in folded

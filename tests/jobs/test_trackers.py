@@ -119,3 +119,94 @@ def test_tracker_paths_are_taken_from_the_config_folder(tmp_path):
     assert tb.dir == str(tmp_path / "conf" / "tb")
     assert local.tracking_uri == (tmp_path / "conf" / "ml").as_uri()
     assert other.tracking_uri == "sqlite:///m.db"  # a URI is the tracker's to read
+
+
+def _warnings(caplog) -> list[tuple[str, str]]:
+    """(logger, message) of every warning or worse the test captured, from any logger."""
+    return [(r.name, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    """One night's cells evaluated, once for the tests that only change the tracker."""
+    tmp = tmp_path_factory.mktemp("trackers")
+    return _night(tmp, series_config(tmp, SETTINGS), {100: 6.0, 200: 0.5})
+
+
+def _tracked_by(cfg, uri: str):
+    """``cfg`` with one MLflow tracker at ``uri``."""
+    import dataclasses
+
+    from jobs.config.report import TrackerConfig
+
+    return dataclasses.replace(cfg, report=dataclasses.replace(cfg.report, trackers=[
+        TrackerConfig(kind="mlflow", tracking_uri=uri)]))
+
+
+def test_a_tracker_that_is_down_costs_seconds_warns_once_and_is_in_the_summary_and_report(evaluated, caplog):
+    """An MLflow server that is down (nothing listens on the port): one short connection, one
+    warning, no third-party retry noise; the failure kept in report.summary.json and shown
+    on the report's first screen."""
+    import json
+    import time
+
+    from jobs.report.inputs import correlate_and_report
+
+    cfg, outcomes = evaluated
+    cfg = _tracked_by(cfg, "http://127.0.0.1:9")  # the discard port: nothing listens there
+    with caplog.at_level(logging.DEBUG):  # every logger: urllib3's and MLflow's too
+        started = time.perf_counter()
+        (entry,) = log_to_trackers(cfg.open_store(), cfg, outcomes)
+        took = time.perf_counter() - started
+    assert took < 10 and entry["seconds"] < 10, took
+    assert entry["logged"] == 0 and "the MLflow server 127.0.0.1:9 does not answer" in entry["error"]
+    assert [name for name, _ in _warnings(caplog)] == ["repeval"]  # once, and only ours
+    assert "mlflow tracker http://127.0.0.1:9: the new scores were not logged" in _warnings(caplog)[0][1]
+
+    out = correlate_and_report(cfg.open_store(), cfg, [o for o in outcomes if o.get("cell_id")], trackers=[entry])
+    written = json.loads(Path(out["summary_path"]).read_text())
+    assert written["trackers"] == [json.loads(json.dumps(entry))]
+    text = Path(out["report"]).read_text(encoding="utf-8")
+    verdict = text[text.index('<div id="verdict">'):text.index("</div>", text.index('<div id="verdict">'))]
+    assert "mlflow tracker" in verdict and "127.0.0.1:9" in verdict and "does not answer" in verdict
+    assert "Nothing failed" not in verdict
+
+
+def test_an_mlflow_server_that_errors_is_not_retried(evaluated, caplog):
+    """A server that answers every request with 503: MLflow would retry it seven times with
+    back-off (minutes); here its one request fails at once, quietly, and MLflow's settings
+    are left as they were."""
+    import os
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Unavailable(BaseHTTPRequestHandler):
+        def _answer(self):
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args):  # the server's own access log is not the test's output
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Unavailable)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        cfg, outcomes = evaluated
+        cfg = _tracked_by(cfg, f"http://127.0.0.1:{server.server_address[1]}")
+        with caplog.at_level(logging.DEBUG):
+            started = time.perf_counter()
+            (entry,) = log_to_trackers(cfg.open_store(), cfg, outcomes)
+            took = time.perf_counter() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert took < 10, took
+    assert entry["logged"] == 0 and entry["error"]
+    assert [name for name, _ in _warnings(caplog)] == ["repeval"]
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ and "MLFLOW_HTTP_REQUEST_TIMEOUT" not in os.environ
+    assert logging.getLogger("urllib3").level == logging.NOTSET

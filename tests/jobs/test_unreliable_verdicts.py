@@ -78,9 +78,31 @@ def test_the_compare_command_says_why(cells, capsys):
     text = capsys.readouterr().out
     assert "no verdict on 1 (unreliable)" in text
     assert f"ridge/{DATASET}/pre_logits: unreliable: noisy grid_edge: alpha = 1e+04" in text
+    # the ridge setting's only cell has no verdict: no mean, and the line says why
+    ridge_line = next(line for line in text.splitlines() if line.startswith("ridge: "))
+    assert "no mean difference: no cell has a verdict" in ridge_line and "nan" not in text.lower()
     assert main(["compare", "noisy", "clean", "--store", url, "--resamples", "100", "--json"]) == 0
-    cell = {c["setting"]: c for c in json.loads(capsys.readouterr().out)["cells"]}["ridge"]
+    out = json.loads(capsys.readouterr().out)
+    cell = {c["setting"]: c for c in out["cells"]}["ridge"]
     assert cell["verdict"] == "unreliable" and cell["p_adjusted"] is None and "grid_edge" in cell["reason"]
+    assert {s["setting"]: s["mean_difference"] for s in out["settings"]}["ridge"] is None  # null, not NaN
+
+
+def test_the_intervals_are_at_the_level_of_alpha(cells, capsys):
+    from pipeline.analysis.compare.agreement import mcnemar_interval
+
+    _, url, _ = cells
+    assert main(["compare", "clean", "noisy", "--store", url, "--resamples", "100", "--alpha", "0.01"]) == 0
+    text = capsys.readouterr().out
+    assert "99% bootstrap" in text and "99% test's interval" in text and "intervals at 99 %" in text
+    assert main(["compare", "clean", "noisy", "--store", url, "--resamples", "100", "--alpha", "0.01",
+                 "--json"]) == 0
+    knn = {c["setting"]: c for c in json.loads(capsys.readouterr().out)["cells"]}["knn"]
+    assert knn["confidence"] == 0.99 and knn["test"] == "mcnemar-exact"
+    assert (knn["test_ci_low"], knn["test_ci_high"]) == pytest.approx(
+        mcnemar_interval(knn["a_only"], knn["b_only"], knn["n"], 0.99), rel=1e-12)
+    wider = mcnemar_interval(knn["a_only"], knn["b_only"], knn["n"], 0.95)
+    assert knn["test_ci_low"] < wider[0] and knn["test_ci_high"] > wider[1]
 
 
 def test_results_show_the_warning_codes_and_why_a_score_is_untrusted(cells, capsys):

@@ -4,7 +4,7 @@ recorded, and the orchestration overhead per cell is measured and printed.
 
 Evaluation tasks group up to ``dask.cells_per_task`` cells: 400 cells are many tasks of many
 cells each, in a quarter of a minute on 2 cores; benchmarks/bench_load.py runs the same
-measurement standalone at 1,000 cells (the README's figures; it can profile the task
+measurement standalone at 1,000 cells (benchmarks/RESULTS.md's figures; it can profile the task
 wrapper).
 """
 

@@ -64,3 +64,18 @@ def test_real_comparisons_agree_or_say_why():
         assert (how["agreement"] is None) == (excludes == (v.verdict in ("better", "worse")))
         test_excludes = how["test_ci_low"] > 0 or how["test_ci_high"] < 0
         assert test_excludes == (v.p_adjusted < 0.05)  # one cell: adjusted = raw p, the test's interval agrees
+
+
+def test_the_line_names_the_reason_that_holds():
+    # the adjustment over the other cells, not the test, leaves it undecided
+    adjusted = agreement_line(_comparison(p_value=0.02), "indistinguishable", 0.08, 0.05)
+    assert "the test alone would call it (p = 0.02 <= 0.05)" in adjusted and "too few" not in adjusted
+    # a 95 % interval beside a verdict held to alpha 0.01: the stricter level, not the discordant images
+    stricter = agreement_line(_comparison(p_value=0.03), "indistinguishable", 0.03, 0.01)
+    assert "the interval is at 95 %, the verdict at the stricter alpha 0.01" in stricter and "too few" not in stricter
+    # the lab case: the test itself does not reject on its 4 discordant images
+    few = agreement_line(_comparison(), "indistinguishable", 0.125, 0.05)
+    assert "the test counts only the 4 discordant images, too few to call it" in few
+    # a 99 % interval reaching 0 beside a verdict at 0.05: the interval's stricter level
+    reaching = agreement_line(_comparison(confidence=0.99, ci_low=-0.002, p_value=0.01), "better", 0.01, 0.05)
+    assert "is at a stricter level than alpha 0.05" in reaching

@@ -20,9 +20,8 @@ from timm.data import create_transform
 from pipeline.datasets.base import DESCRIBED_ONLY
 from pipeline.datasets import METRICS, DatasetAdapter, TorchImageDataset, list_datasets, make_dataset, register_dataset
 from pipeline.datasets import registry as _registry
-from tests.helpers.dense_layouts import write_ade20k, write_nyuv2, write_voc_segmentation
+from tests.helpers.adapter_copies import COPIES, csv_dataset_files, features_npz, image_tree, manifest, png
 from tests.pipeline.datasets.layouts import FIXED_NS, freeze_times
-from tests.pipeline.datasets.layouts_more import LAYOUTS, build
 from pipeline.errors import (
     ConfigError,
     CorruptImageError,
@@ -33,69 +32,11 @@ from pipeline.errors import (
 )
 
 
-# --- small on-disk fixtures ---------------------------------------------------------------
-
-def _png(path: Path, value: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.full((6, 5, 3), value, dtype=np.uint8)).save(path)
-
-
-def _image_tree(root: Path) -> Path:
-    """train: a(2) b(2) c(1); test: a(1) b(1); class c only in train."""
-    for split, cls, stem, value in [
-        ("train", "a", "1", 10), ("train", "a", "2", 20), ("train", "b", "1", 30), ("train", "b", "sub/2", 40),
-        ("train", "c", "1", 50), ("test", "a", "1", 60), ("test", "b", "1", 70),
-    ]:
-        _png(root / split / cls / f"{stem}.png", value)
-    (root / "train" / "a" / "notes.txt").write_text("not an image")
-    freeze_times(root)  # two copies then share the (size, mtime) fingerprint
-    return root
-
-
-def _manifest(root: Path, rows: list[tuple[str, str, str]]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / "manifest.csv"
-    path.write_text("path,label,split,comment\n" + "".join(f"{p},{lab},{s},x\n" for p, lab, s in rows))
-    return path
-
-
-def _csv_dataset_files(root: Path) -> Path:
-    for name, value in [("cat1", 1), ("cat2", 2), ("dog1", 3), ("dog2", 4), ("cat3", 5), ("dog3", 6)]:
-        _png(root / "img" / f"{name}.png", value)
-    _manifest(root, [
-        ("img/cat1.png", "cat", "train"), ("img/dog1.png", "dog", "train"), ("img/cat2.png", "cat", "train"),
-        ("img/dog2.png", "dog", "train"), ("img/cat3.png", "cat", "test"), ("img/dog3.png", "dog", "test"),
-    ])
-    freeze_times(root)
-    return root / "manifest.csv"
-
-
-def _features_npz(path: Path) -> Path:
-    rng = np.random.default_rng(0)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(
-        path,
-        train_features=rng.normal(size=(12, 5)).astype(np.float32), train_labels=np.arange(12) % 3,
-        test_features=rng.normal(size=(6, 5)).astype(np.float32), test_labels=np.arange(6) % 3,
-        class_names=np.array(["x", "y", "z"]),
-    )
-    return path
-
+# --- small on-disk fixtures (one copy per registered adapter: tests/helpers/adapter_copies.py) ---
 
 # One builder per registered adapter; the contract tests below fail for an adapter without one.
 BUILDERS: dict[str, Callable[[Path], DatasetAdapter]] = {
-    "image_folder": lambda tmp: make_dataset("image_folder", root=_image_tree(tmp / "tree")),
-    "csv_manifest": lambda tmp: make_dataset("csv_manifest", csv_path=_csv_dataset_files(tmp / "csv")),
-    "digits": lambda tmp: make_dataset("digits"),
-    "textures": lambda tmp: make_dataset("textures", n_per_class={"train": 6, "test": 3}),
-    "features": lambda tmp: make_dataset("features", path=_features_npz(tmp / "feats.npz")),
-    # the publishers' layouts, built tiny (tests/pipeline/datasets/layouts*.py; dense ones: tests/helpers)
-    **{name: (lambda tmp, name=name: build(name, tmp)[0]) for name in LAYOUTS},
-    "ade20k": lambda tmp: make_dataset("ade20k", root=str(write_ade20k(tmp / "ade", n_train=2, n_val=2))),
-    "voc2012_segmentation": lambda tmp: make_dataset("voc2012_segmentation",
-                                                     root=str(write_voc_segmentation(tmp / "voc", 2, 2))),
-    "nyuv2_normals": lambda tmp: make_dataset("nyuv2_normals", root=str(write_nyuv2(tmp / "nyu", (1, 3), (2,)))),
-}
+    name: (lambda tmp, name=name, copy=copy: make_dataset(name, **copy(tmp))) for name, copy in COPIES.items()}
 
 
 def test_every_registered_adapter_has_a_builder() -> None:
@@ -264,7 +205,7 @@ def _truncated(path: Path) -> None:
 
 
 def test_image_folder_layout(tmp_path: Path) -> None:
-    ds = make_dataset("image_folder", root=_image_tree(tmp_path / "tree"))
+    ds = make_dataset("image_folder", root=image_tree(tmp_path / "tree"))
     assert ds.name == "tree" and ds.splits == ("test", "train")
     assert ds.class_names == ["a", "b", "c"]  # union over splits, sorted
     assert ds.sample_ids("train") == ["a/1.png", "a/2.png", "b/1.png", "b/sub/2.png", "c/1.png"]
@@ -274,20 +215,20 @@ def test_image_folder_layout(tmp_path: Path) -> None:
 
 
 def test_image_folder_fingerprint_follows_file_bytes(tmp_path: Path) -> None:
-    root = _image_tree(tmp_path / "tree")
+    root = image_tree(tmp_path / "tree")
     before = make_dataset("image_folder", root=root, content_hash=True)
     assert before.fingerprint_mode == "content" and before.describe()["content_hash"] is True
     before_fp = before.fingerprint("train")
     target = root / "train" / "b" / "1.png"
-    _png(target, 31)
+    png(target, 31)
     os.utime(target, ns=(FIXED_NS, FIXED_NS))  # same size and time: only the bytes tell
     assert make_dataset("image_folder", root=root, content_hash=True).fingerprint("train") != before_fp
     assert make_dataset("image_folder", root=root).fingerprint("train") == make_dataset(
-        "image_folder", root=_image_tree(tmp_path / "copy")).fingerprint("train")  # stat mode cannot tell
+        "image_folder", root=image_tree(tmp_path / "copy")).fingerprint("train")  # stat mode cannot tell
 
 
 def test_image_folder_stat_fingerprint_follows_size_and_time(tmp_path: Path) -> None:
-    root = _image_tree(tmp_path / "tree")
+    root = image_tree(tmp_path / "tree")
     before = make_dataset("image_folder", root=root)
     assert before.fingerprint_mode == "stat"
     target = root / "train" / "b" / "1.png"
@@ -301,7 +242,7 @@ def test_image_folder_stat_fingerprint_follows_size_and_time(tmp_path: Path) -> 
 
 
 def test_image_folder_corrupt_file_named_or_skipped(tmp_path: Path) -> None:
-    root = _image_tree(tmp_path / "tree")
+    root = image_tree(tmp_path / "tree")
     _corrupt(root / "train" / "b" / "broken.png")
     _truncated(root / "test" / "a" / "cut.png")
     ds = make_dataset("image_folder", root=root)
@@ -318,20 +259,20 @@ def test_image_folder_corrupt_file_named_or_skipped(tmp_path: Path) -> None:
     for split in safe.splits:
         for k in range(safe.num_samples(split)):
             safe.load_image(split, k)
-    clean = make_dataset("image_folder", root=_image_tree(tmp_path / "clean"))
+    clean = make_dataset("image_folder", root=image_tree(tmp_path / "clean"))
     assert safe.sample_ids("train") == clean.sample_ids("train")
     assert safe.fingerprint("train") != clean.fingerprint("train")  # the skip is part of the content
 
 
 def test_image_folder_missing_split(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match=r"val.*found: \['test', 'train'\]"):
-        make_dataset("image_folder", root=_image_tree(tmp_path / "tree"), splits=["train", "val"])
+        make_dataset("image_folder", root=image_tree(tmp_path / "tree"), splits=["train", "val"])
 
 
 # --- csv manifest --------------------------------------------------------------------------------
 
 def test_csv_manifest_class_names_and_order(tmp_path: Path) -> None:
-    ds = make_dataset("csv_manifest", csv_path=_csv_dataset_files(tmp_path / "csv"), name="pets")
+    ds = make_dataset("csv_manifest", csv_path=csv_dataset_files(tmp_path / "csv"), name="pets")
     assert ds.name == "pets" and ds.class_names == ["cat", "dog"] and ds.splits == ("test", "train")
     assert ds.sample_ids("train") == ["img/cat1.png", "img/cat2.png", "img/dog1.png", "img/dog2.png"]
     np.testing.assert_array_equal(ds.labels("train"), [0, 0, 1, 1])
@@ -340,8 +281,8 @@ def test_csv_manifest_class_names_and_order(tmp_path: Path) -> None:
 
 def test_csv_manifest_integer_labels(tmp_path: Path) -> None:
     for k in range(3):
-        _png(tmp_path / f"{k}.png", k)
-    csv_path = _manifest(tmp_path, [("0.png", "2", "train"), ("1.png", "0", "train"), ("2.png", "1", "test")])
+        png(tmp_path / f"{k}.png", k)
+    csv_path = manifest(tmp_path, [("0.png", "2", "train"), ("1.png", "0", "train"), ("2.png", "1", "test")])
     ds = make_dataset("csv_manifest", csv_path=csv_path)
     assert ds.class_names == ["0", "1", "2"]
     np.testing.assert_array_equal(ds.labels("train"), [2, 0])
@@ -350,9 +291,9 @@ def test_csv_manifest_integer_labels(tmp_path: Path) -> None:
 
 
 def test_csv_manifest_corrupt_and_missing_files(tmp_path: Path) -> None:
-    _png(tmp_path / "ok.png", 9)
+    png(tmp_path / "ok.png", 9)
     _corrupt(tmp_path / "bad.png")
-    csv_path = _manifest(tmp_path, [("ok.png", "a", "train"), ("bad.png", "b", "train"), ("gone.png", "a", "train")])
+    csv_path = manifest(tmp_path, [("ok.png", "a", "train"), ("bad.png", "b", "train"), ("gone.png", "a", "train")])
     with pytest.raises(DatasetError, match="gone.png"):
         make_dataset("csv_manifest", csv_path=csv_path)
     safe = make_dataset("csv_manifest", csv_path=csv_path, skip_bad=True)
@@ -373,7 +314,7 @@ def test_csv_manifest_missing_column(tmp_path: Path) -> None:
 # --- precomputed features ------------------------------------------------------------------------
 
 def test_features_npz_round_trip(tmp_path: Path) -> None:
-    path = _features_npz(tmp_path / "f.npz")
+    path = features_npz(tmp_path / "f.npz")
     ds = make_dataset("features", path=path)
     with np.load(path) as raw:
         np.testing.assert_array_equal(ds.features("train"), raw["train_features"])
@@ -439,7 +380,7 @@ def test_torch_dataset_with_workers(tmp_path: Path) -> None:
 
 
 def test_torch_dataset_rejects_features_and_bad_indices(tmp_path: Path) -> None:
-    feats = make_dataset("features", path=_features_npz(tmp_path / "f.npz"))
+    feats = make_dataset("features", path=features_npz(tmp_path / "f.npz"))
     with pytest.raises(DatasetError, match="precomputed"):
         TorchImageDataset(feats, "train", lambda img: img)
     ds = make_dataset("textures", n_per_class={"train": 1})

@@ -126,11 +126,15 @@ def test_ridge_alpha_at_the_end_of_its_grid():
 
 def test_logistic_plateau_and_temperature_at_its_bound():
     data = _blobs(shift=6.0)  # separable: every validation row right for most C
-    result = _run("logistic", data)
+    result = _run("logistic", data, selection="seed")
     scores = np.array(result.diagnostics["val_scores"])
     assert np.sum(scores == scores.max()) >= 12 and "plateau" in _codes(result)
     assert result.diagnostics["temperature_at_bound"] and "temperature_edge" in _codes(result)
     assert not unreliable_reasons({"warnings": result.warnings})  # cautions: the score stands
+    # the stable selection decides within the plateau by its rule (the log-loss) and says how wide it was
+    stable = _run("logistic", data)
+    assert "plateau" not in _codes(stable) and len(stable.diagnostics["selection_set"]) >= 12
+    assert stable.diagnostics["selection"] == "stable" and stable.diagnostics["C"] in stable.diagnostics["selection_set"]
 
 
 def test_collapsed_features_are_the_encoder_s_result_not_a_fit_s():

@@ -224,3 +224,137 @@ def test_many_query_chunks_and_float16_blocks(monkeypatch):
     ref16 = topk_blocks(Xt.astype(np.float16).astype(np.float32), [(X.astype(np.float16).astype(np.float32), 0)],
                         9, "cosine")
     np.testing.assert_array_equal(i16, ref16[1])
+
+
+def _exact_neighbours(X, Xt, k):
+    """Euclidean top-k of small-integer features (exact in float32 and float64): distance, then train index."""
+    d2 = ((Xt[:, None, :].astype(np.int64) - X[None, :, :].astype(np.int64)) ** 2).sum(axis=2)
+    order = np.lexsort((np.broadcast_to(np.arange(X.shape[0]), d2.shape), d2), axis=1)[:, :k]
+    return np.sqrt(np.take_along_axis(d2, order, axis=1)), order
+
+
+@pytest.mark.parametrize("numpy_path", [True, False], ids=["numpy", "torch-as-on-a-gpu"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("k", [1, 5, 20, 70])
+def test_threshold_selection_keeps_exact_ties(monkeypatch, dtype, k, numpy_path):
+    # Features in {0, 1, 2}: distances are exact and tie everywhere. Small buffers, tiles
+    # and score chunks put every path to work: the dense first tile (k > groups), the
+    # group-maximum bound, the running threshold, deferred merges, tiles narrower than a
+    # group, blocks split across buffers and blocks out of order; on the CPU's numpy path
+    # (packed float32 merges) and on the torch path a GPU takes.
+    from pipeline.protocols.neighbours import knn as knn_module
+
+    monkeypatch.setattr(knn_module, "_numpy_path", lambda device: numpy_path)
+    monkeypatch.setitem(knn_module._BUFFER_ROWS, "cpu", 200)  # 3 tiles of 64 and one of 8
+    monkeypatch.setitem(knn_module._TILE_ROWS, "cpu", 64)
+    monkeypatch.setitem(knn_module._SCORE_BUDGET, "cpu", 64 * 16)  # 16 queries a chunk
+    rng = np.random.default_rng(k)
+    X = rng.integers(0, 3, (900, 6)).astype(dtype)
+    Xt = rng.integers(0, 3, (40, 6)).astype(dtype)
+    dist, order = _exact_neighbours(X, Xt, k)
+    for size in (37, 200, 333, 900):
+        for blocks in (list(_blocks(X, size)), list(_blocks(X, size))[::-1]):
+            s, i = topk_blocks(Xt, blocks, k, "euclidean")
+            np.testing.assert_array_equal(i, order)
+            np.testing.assert_allclose(s, dist, atol=1e-6)  # ||q||^2 comes from a rounded norm
+
+
+def test_threshold_selection_default_sizes_match_one_sort():
+    # Several default buffers and tiles (8192 and 1024 rows), with every train row twice:
+    # the copy with the smaller index comes first.
+    rng = np.random.default_rng(7)
+    X = rng.integers(0, 4, (9000, 5)).astype(np.float32)
+    X[4500:] = X[:4500]
+    Xt = rng.integers(0, 4, (30, 5)).astype(np.float32)
+    dist, order = _exact_neighbours(X, Xt, 20)
+    s, i = topk_blocks(Xt, _blocks(X, 2500), 20, "euclidean")
+    np.testing.assert_array_equal(i, order)
+    np.testing.assert_allclose(s, dist, atol=1e-5)
+
+
+def test_cosine_exact_ties_keep_train_order_across_tiles(monkeypatch):
+    # Rows with exactly four ones have norm 2: normalised entries are 0 or 0.5 and every
+    # cosine is a multiple of 1/4, exact in any summation order, so ties are real ties.
+    from pipeline.protocols.neighbours import knn as knn_module
+
+    monkeypatch.setitem(knn_module._BUFFER_ROWS, "cpu", 96)
+    monkeypatch.setitem(knn_module._TILE_ROWS, "cpu", 32)
+    rng = np.random.default_rng(3)
+
+    def four_ones(n):
+        X = np.zeros((n, 16), np.float32)
+        X[np.arange(n)[:, None], np.argsort(rng.random((n, 16)), axis=1)[:, :4]] = 1.0
+        return X
+
+    X, Xt = four_ones(500), four_ones(60)
+    S = Xt @ X.T / 4
+    order = np.lexsort((np.broadcast_to(np.arange(500), S.shape), -S), axis=1)[:, :25]
+    for blocks in (_blocks(X, 41), [(X, 0)], reversed(list(_blocks(X, 100)))):
+        s, i = topk_blocks(Xt, blocks, 25, "cosine")
+        np.testing.assert_array_equal(i, order)
+        np.testing.assert_array_equal(s, np.take_along_axis(S, order, axis=1))
+
+
+def test_knn_protocol_scores_every_k_from_one_search(monkeypatch):
+    from pipeline.protocols import EvalData, get_protocol
+    from pipeline.protocols.neighbours import knn as knn_module
+
+    X, y, Xt = _data(n=300, m=80, d=8)
+    yt = KNNClassifier(5).fit(X, y).predict(Xt)  # labels a k-NN gets partly right
+    yt[::3] = (yt[::3] + 1) % 4
+    data = EvalData(y_train=y, X_test=Xt, y_test=yt, n_classes=4, X_train=X)
+    proto = get_protocol("knn")
+    searched = []
+    real = knn_module.topk_blocks
+    monkeypatch.setattr(knn_module, "topk_blocks", lambda *a, **kw: searched.append(a[2]) or real(*a, **kw))
+    res = proto(data, {"n_neighbors": 20, "also_neighbors": [5, 50, 20]})
+    assert searched == [51]  # one search, at the largest k (and one neighbour more, for ties at the cut)
+    assert list(res.diagnostics["score_by_k"]) == ["5", "20", "50"]
+    for k in (5, 20, 50):
+        alone = proto(data, {"n_neighbors": k})
+        assert res.diagnostics["score_by_k"][str(k)] == alone.metrics["score"]
+        assert "score_by_k" not in alone.diagnostics
+    assert res.metrics == proto(data, {"n_neighbors": 20}).metrics
+    assert proto.result_settings(proto.resolve({})) == proto.result_settings(proto.resolve({"also_neighbors": []}))
+    for bad in ([0], [2.5], "default", [True]):
+        with pytest.raises(ConfigError, match="also_neighbors must be a list of integers >= 1"):
+            proto.resolve({"also_neighbors": bad})
+    with pytest.raises(DataValidationError, match="also_neighbors: k=301 is larger than the train set"):
+        proto(data, {"also_neighbors": [301]})
+
+
+def test_train_indices_beyond_32_bits(monkeypatch):
+    # float32 pairs are packed with 32-bit indices on the CPU; a block whose rows reach
+    # 2^32 moves the state to the plain form first, with the same neighbours
+    from pipeline.protocols.neighbours import knn as knn_module
+
+    monkeypatch.setitem(knn_module._BUFFER_ROWS, "cpu", 96)
+    rng = np.random.default_rng(5)
+    X = rng.integers(0, 3, (300, 6)).astype(np.float32)
+    Xt = rng.integers(0, 3, (20, 6)).astype(np.float32)
+    _, order = _exact_neighbours(X, Xt, 15)
+    shift = 2**32 - 150  # the second half of the rows lies beyond 2^32 - 1
+    _, i = topk_blocks(Xt, [(X[j:j + 100], shift + j) for j in range(0, 300, 100)], 15, "euclidean")
+    np.testing.assert_array_equal(i, order + shift)
+
+
+def test_predictions_decided_by_ties_within_rounding_are_counted_and_flagged():
+    from pipeline.protocols import EvalData, get_protocol
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40, 6)).astype(np.float32)
+    y = np.arange(40) % 2
+    # each test row is a train row: its nearest neighbour is that row (similarity 1, decided)
+    Xt, yt = X[:10].copy(), y[:10]
+    data = EvalData(y_train=y, X_test=Xt, y_test=yt, n_classes=2, X_train=X)
+    clean = get_protocol("knn")(data, {"n_neighbors": 1, "device": "cpu"})
+    assert clean.diagnostics["tie_decided"] == 0 and "tie_decided" not in {w["code"] for w in clean.warnings}
+    # the same rows again under the other label: two neighbours of other classes, equally similar
+    X2, y2 = np.concatenate([X, X[:10]]), np.concatenate([y, 1 - y[:10]])
+    tied = get_protocol("knn")(EvalData(y_train=y2, X_test=Xt, y_test=yt, n_classes=2, X_train=X2),
+                               {"n_neighbors": 1, "device": "cpu"})
+    assert tied.diagnostics["tie_decided"] == 10
+    warning = next(w for w in tied.warnings if w["code"] == "tie_decided")
+    assert "10 of 10 test images" in warning["message"]
+    # train order decides the exact ties, as documented: the first copy wins
+    np.testing.assert_array_equal(tied.evidence.values, yt)

@@ -13,7 +13,7 @@ from sklearn.model_selection import StratifiedShuffleSplit
 
 from pipeline.errors import ConfigError, DataValidationError
 from pipeline.protocols.linear.logistic import DEFAULT_CS, LogisticProbe
-from tests.helpers.protocols import seed_choice
+from tests.helpers.protocols import one_se_choice, seed_walk_choice
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -107,14 +107,21 @@ def test_grid_selects_on_validation_split_then_refits_on_all_train():
     probe = LogisticProbe(Cs=Cs, val_fraction=0.25, random_state=7, tol=1e-8).fit(X, y)
     np.testing.assert_allclose(probe.Cs_, Cs)
     assert probe.val_scores_.shape == (7,) and probe.grid_n_iter_.shape == (7,)
-    # ties go to the weaker penalty (Ericsson et al.'s rule) among the fits that moved
+    # the strongest penalty within one standard error of the best, among the exact fits
     assert probe.selection_moves_ == []
-    assert probe.C_ == Cs[seed_choice(probe.val_scores_, probe.grid_n_iter_)]
-    # each validation score is that of a cold fit on the train part, scored on the val part
+    assert probe.C_ == Cs[one_se_choice(probe.val_scores_, probe.n_val_, probe.refined_, probe.val_log_loss_,
+                                        probe.val_log_loss_se_)]
+    assert probe.C_ in probe.selection_set_ and probe.refined_[list(Cs).index(probe.C_)]
+    # each validation score is that of a cold fit on the train part, scored on the val part:
+    # exactly where the fit was taken to its optimum (its log-loss too), within a row or so on the path
     tr, va = next(StratifiedShuffleSplit(1, test_size=0.25, random_state=7).split(X, y))
-    for C, score in zip(Cs, probe.val_scores_):
+    for j, (C, score, exact) in enumerate(zip(Cs, probe.val_scores_, probe.refined_)):
         cold = LogisticProbe(C=C, tol=1e-10).fit(X[tr], y[tr])
-        assert score == pytest.approx((cold.predict(X[va]) == y[va]).mean(), abs=1.5 / len(va))
+        assert score == pytest.approx((cold.predict(X[va]) == y[va]).mean(), abs=0 if exact else 1.5 / len(va))
+        if exact:
+            losses = -np.log(cold.predict_proba(X[va])[np.arange(len(va)), y[va]])
+            assert probe.val_log_loss_[j] == pytest.approx(losses.mean(), rel=1e-6)
+            assert probe.val_log_loss_se_[j] == pytest.approx(losses.std(ddof=1) / np.sqrt(len(va)), rel=1e-4)
     # the final model is the C_ fit on all of the train data
     refit = LogisticProbe(C=probe.C_, tol=1e-10).fit(X, y)
     np.testing.assert_allclose(probe.coef_, refit.coef_, atol=1e-5)
@@ -129,14 +136,28 @@ def test_grid_validation_depends_on_seed_only():
     np.testing.assert_array_equal(a.coef_, b.coef_)
 
 
-def test_default_grid_runs_and_ties_prefer_weak_penalty():
+def test_default_grid_runs_and_a_plateau_gives_its_strongest_penalty():
     X, y = _data(n=200, d=5, k=3, seed=6, spread=2.0)  # easy: accuracy plateaus
     probe = LogisticProbe(Cs="default").fit(X, y)
     assert probe.val_scores_.shape == (45,)
-    chosen = seed_choice(probe.val_scores_, probe.grid_n_iter_)
+    chosen = one_se_choice(probe.val_scores_, probe.n_val_, probe.refined_, probe.val_log_loss_,
+                           probe.val_log_loss_se_)
+    assert probe.C_ == probe.Cs_[chosen] and probe.converged_
+    best = probe.val_scores_[probe.refined_].max()
+    assert probe.val_scores_[chosen] >= best - np.sqrt(best * (1 - best) / probe.n_val_) - 1e-12
+    assert np.all(np.isin(probe.selection_set_, probe.Cs_[probe.refined_])) and probe.selection_set_.size >= 3
+
+
+def test_the_seed_selection_is_ericssons_walk():
+    X, y = _data(n=200, d=5, k=3, seed=6, spread=2.0)
+    probe = LogisticProbe(Cs="default", selection="seed").fit(X, y)
+    chosen = seed_walk_choice(probe.val_scores_)
     assert probe.C_ == probe.Cs_[chosen] and probe.val_scores_[chosen] == probe.val_scores_.max()
-    assert chosen > np.flatnonzero(probe.val_scores_ == probe.val_scores_.max())[0]  # not the strongest tied
-    assert probe.converged_
+    # on the plateau the walk from the weakest penalty keeps its first value: the weakest tied
+    assert chosen == np.flatnonzero(probe.val_scores_ == probe.val_scores_.max())[-1]
+    assert not probe.refined_.any() and probe.selection_alternatives_ == []
+    with pytest.raises(ConfigError, match="selection must be one of stable, seed"):
+        LogisticProbe(Cs=[1.0, 2.0], selection="argmax").fit(X, y)
 
 
 def test_labels_are_mapped():
@@ -197,8 +218,8 @@ def test_dataset_validation_split_selects_c_then_refits_on_both():
     # the same selection by hand: fit each C on the train rows, score on the val rows
     scores = [np.mean(LogisticProbe(C=C, tol=1e-8).fit(X[~mask], y[~mask]).predict(X[mask]) == y[mask])
               for C in Cs]
-    np.testing.assert_allclose(probe.val_scores_, scores)
-    best = max(range(len(Cs)), key=lambda i: (scores[i], -i))
+    np.testing.assert_allclose(probe.val_scores_[probe.refined_], np.array(scores)[probe.refined_])
+    best = one_se_choice(scores, int(mask.sum()), probe.refined_, probe.val_log_loss_, probe.val_log_loss_se_)
     assert probe.C_ == Cs[best]
     refit = LogisticProbe(C=Cs[best], tol=1e-8).fit(X, y)
     np.testing.assert_allclose(probe.coef_, refit.coef_, atol=1e-5)
@@ -315,19 +336,81 @@ def test_the_registry_default_refine_rtol_is_the_solvers():
         LogisticProbe(refine_rtol=0.0).fit(np.eye(4, dtype=np.float32), [0, 1, 0, 1])
 
 
-def test_grid_fits_taken_to_their_optima_choose_the_same_c_from_features_a_few_ulps_away():
+def test_the_default_selection_chooses_the_same_c_from_features_a_few_ulps_away():
     # the validation curve of warm-started fits stopped at tol follows the path on a flat
-    # loss; at their optima it is a function of the features alone
+    # loss; the stable selection decides on fits taken to their optimum, by counts and a
+    # continuous log-loss
     rng = np.random.default_rng(7)
     centres = rng.normal(size=(4, 256))
     y = np.repeat(np.arange(4), 40)
     X = np.abs(centres[y] + 1.0 * rng.normal(size=(160, 256))).astype(np.float32)
     X /= np.linalg.norm(X, axis=1, keepdims=True)
+    X_test = np.abs(centres[np.repeat(np.arange(4), 50)] + 1.0 * rng.normal(size=(200, 256))).astype(np.float32)
+    X_test /= np.linalg.norm(X_test, axis=1, keepdims=True)
     copies = (X, _ulps_away(X, 4, 0), _ulps_away(X, 4, 1))
-    # (with the defaults, here, the three copies chose C = 1000, 1778 and 5623)
-    tight = [LogisticProbe(Cs="default", refine_rtol=1e-9, refine_grid=True).fit(features, y) for features in copies]
-    assert len({fit.C_ for fit in tight}) == 1
-    for other in tight[1:]:
-        np.testing.assert_array_equal(other.val_scores_, tight[0].val_scores_)
+    # (with the seed's rule, here, the three copies chose different C values)
+    fits = [LogisticProbe(Cs="default").fit(features, y) for features in copies]
+    assert len({fit.C_ for fit in fits}) == 1
+    predicted = fits[0].predict(X_test)
+    for other in fits[1:]:
+        np.testing.assert_array_equal(other.val_scores_[other.refined_], fits[0].val_scores_[fits[0].refined_])
+        assert np.sum(other.predict(X_test) != predicted) <= 1
+        assert other.selection_alternatives_ == fits[0].selection_alternatives_ == []
     with pytest.raises(ConfigError, match="refine_grid"):
         LogisticProbe(refine_grid="yes").fit(X, y)
+
+
+def test_stable_choice_reads_counts_then_the_log_loss():
+    from pipeline.protocols.linear.logistic_selection import stable_choice
+
+    n_val = 100
+    scores = np.array([0.80, 0.88, 0.90, 0.91, 0.90, 0.85])
+    exact = np.ones(6, dtype=bool)
+    # one standard error at 0.91: sqrt(100 * 0.91 * 0.09) = 2.86 rows: 89 and up are within it
+    log_loss = np.array([[0.60, 0.01], [0.40, 0.02], [0.31, 0.02], [0.30, 0.02], [0.33, 0.02], [0.50, 0.02]])
+    chosen, members = stable_choice(scores, exact, n_val, log_loss)
+    assert members.tolist() == [2, 3, 4]
+    assert chosen == 2  # the strongest penalty within 0.30 + 0.02 of the lowest log-loss
+    # values not fitted to their optimum are never chosen nor counted as the best
+    chosen, members = stable_choice(scores, np.array([1, 0, 1, 0, 1, 1], dtype=bool), n_val, log_loss)
+    assert members.tolist() == [2, 4] and chosen == 2
+    # a nearly certain split: the log-loss noise is at least ln 2 / n (one row to a coin flip)
+    flat = np.array([[1e-2, 1e-4], [5e-3, 1e-4], [2e-3, 1e-5], [1e-3, 1e-5]])
+    chosen, _ = stable_choice(np.ones(4), np.ones(4, dtype=bool), n_val, flat)
+    assert chosen == 1  # 5e-3 <= 1e-3 + ln 2 / 100, 1e-2 is not
+    # a fit stopped short of its optimum counts rows it has not decided: 95 of 100, 90 of them
+    # decided. It joins the set, but the bar is the best decided count (91: 89 and up)
+    scores = np.array([0.80, 0.88, 0.90, 0.91, 0.90, 0.95])
+    log_loss[5] = [0.45, 0.02]
+    sure = scores.copy()
+    sure[5] = 0.90
+    chosen, members = stable_choice(scores, exact, n_val, log_loss, sure)
+    assert members.tolist() == [2, 3, 4, 5] and chosen == 2
+    # counted as decided, it alone would set the bar (95 - 2.2 rows) and be chosen by itself
+    chosen, members = stable_choice(scores, exact, n_val, log_loss)
+    assert members.tolist() == [5] and chosen == 5
+
+
+def test_undecided_rows_that_could_move_the_choice_are_named():
+    from pipeline.protocols.linear.logistic_selection import _alternatives
+
+    n_val, labels = 10, np.zeros(10, dtype=np.int64)
+    grid = np.array([0.1, 1.0, 10.0])
+    predictions = {0: np.r_[np.zeros(6), np.ones(4)].astype(int), 1: np.r_[np.zeros(9), 1].astype(int),
+                   2: np.r_[np.zeros(8), np.ones(2)].astype(int)}  # 6, 9 and 8 of 10 right
+    scores = np.array([0.6, 0.9, 0.8])
+    log_loss = np.array([[0.9, 0.1], [0.2, 0.05], [0.3, 0.05]])
+    exact = np.ones(3, dtype=bool)
+    none = {p: np.zeros(10, dtype=bool) for p in range(3)}
+    assert _alternatives(scores, exact, n_val, 1, log_loss, none, predictions, labels, grid) == []
+    # three right rows of the chosen fit undecided: all three going wrong leave it 6 of 10, below
+    # the floor (8 - sqrt(10 * 0.8 * 0.2) = 6.7), and the choice would be C = 10, which predicts
+    # one validation row otherwise
+    undecided = dict(none)
+    undecided[1] = np.r_[np.zeros(6), 1, 1, 1, 0].astype(bool)
+    assert _alternatives(scores, exact, n_val, 1, log_loss, undecided, predictions, labels, grid) == [(10.0, 1)]
+    # with the bar set by what each fit has decided (C = 1 has decided 6 of its 9 right rows),
+    # the same alternative is found: those three going wrong leave C = 10 alone in the set
+    sure = np.array([0.6, 0.6, 0.8])
+    assert _alternatives(scores, exact, n_val, 1, log_loss, undecided, predictions, labels, grid,
+                         sure) == [(10.0, 1)]

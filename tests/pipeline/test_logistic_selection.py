@@ -20,7 +20,7 @@ from sklearn.model_selection import StratifiedShuffleSplit
 
 from pipeline.protocols.linear.logistic import LogisticProbe
 from pipeline.protocols.registry import EvalData, get_protocol
-from tests.helpers.protocols import seed_choice
+from tests.helpers.protocols import seed_walk_choice
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"),
               pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")]
@@ -98,22 +98,29 @@ def test_the_small_folder_tie_no_longer_scores_at_chance():
     # ... and the strongest of them, refitted on all rows, predicts one class for everything
     strong = LogisticProbe(C=float(grid[0])).fit(_unit(X_tr), y_tr)
     assert np.unique(strong.predict(_unit(X_te))).size == 1
-    # the protocol keeps the weakest tied penalty (the seed's rule) and scores like k-NN
-    chosen = seed_choice(scores, result.diagnostics["grid_n_iter"])
-    assert chosen > 10 and scores[chosen] == scores.max()
-    assert result.diagnostics["C"] == pytest.approx(grid[chosen])
+    # the stable selection breaks the tie by the validation log-loss, not at the strongest
+    # penalty, and scores like k-NN
+    assert len(result.diagnostics["selection_set"]) >= 10 and result.diagnostics["C"] > grid[10]
     assert "selection_moves" not in result.diagnostics
     assert result.metrics["score"] >= _knn_score(data) - 0.05 and result.metrics["score"] > 0.5
-    assert "plateau" in _codes(result) and not _codes(result) & {"one_class", "at_chance", "grid_edge"}
+    assert not _codes(result) & {"one_class", "at_chance", "grid_edge", "plateau"}
+    # the seed's rule keeps the weakest tied penalty, and says the plateau
+    seed = get_protocol("logistic")(data, {"device": "cpu", "selection": "seed"})
+    scores = np.array(seed.diagnostics["val_scores"])
+    chosen = seed_walk_choice(scores)
+    assert chosen > 10 and scores[chosen] == scores.max() and seed.diagnostics["C"] == pytest.approx(grid[chosen])
+    assert seed.metrics["score"] > 0.5 and "plateau" in _codes(seed)
 
 
 def test_a_refit_that_collapses_moves_to_weaker_penalties():
-    # here the best validation score is reached at one strong penalty only (C = 0.01)
+    # here the best validation score of the seed's walk over this grid is reached at one strong
+    # penalty only (C = 0.01): the seed's rule takes it
     X_tr, y_tr, X_te, y_te = _folder(3, signal=0.15)
     data = EvalData(y_train=y_tr, X_test=X_te, y_test=y_te, n_classes=5, X_train=X_tr)
-    result = get_protocol("logistic")(data, {"device": "cpu"})
-    grid, scores = np.sort(1.0 / np.logspace(-6, 5, 45)), np.array(result.diagnostics["val_scores"])
-    first = grid[seed_choice(scores, result.diagnostics["grid_n_iter"])]
+    grid = np.array([1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0])
+    result = get_protocol("logistic")(data, {"device": "cpu", "selection": "seed", "Cs": grid.tolist()})
+    scores = np.array(result.diagnostics["val_scores"])
+    first = grid[seed_walk_choice(scores)]
     move = result.diagnostics["selection_moves"][0]
     assert move["from_C"] == pytest.approx(first) and move["to_C"] > first and "one class" in move["why"]
     assert result.diagnostics["C"] > first

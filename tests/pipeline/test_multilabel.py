@@ -13,7 +13,7 @@ from sklearn.metrics import precision_recall_curve
 
 from pipeline.errors import DataValidationError
 from pipeline.protocols.linear.average_precision import (
-    RECALL_THRESHOLDS, devkit_average_precision, mean_average_precision_11, seed_average_precision,
+    DEVKIT_THRESHOLDS, NUMPY_THRESHOLDS, devkit_average_precision, matlab_colon, mean_average_precision_11, seed_average_precision,
 )
 from pipeline.protocols.metrics import multilabel_metrics
 from pipeline.protocols.linear.multilabel import MultiLabelLogisticProbe, accepts_multilabel
@@ -38,9 +38,15 @@ def seed_map(labels: np.ndarray, scores: np.ndarray) -> float:
     return float(np.mean([seed_ap((labels[:, c] == 1).astype(int), scores[:, c]) for c in range(labels.shape[1])]))
 
 
-def devkit_ap(out: np.ndarray, gt: np.ndarray) -> float:
+# MATLAB's 0:0.1:1, element by element: the first half counted up from 0 (so 3 * 0.1 =
+# 0.30000000000000004), the middle the midpoint, the second half counted down from 1 (so 1 - 0.4
+# and 1 - 3 * 0.1 are the doubles nearest 0.6 and 0.7)
+MATLAB_TENTHS = [0.0, 0.1, 0.2, 3 * 0.1, 0.4, (0 + 1) / 2, 1 - 0.4, 1 - 3 * 0.1, 1 - 0.2, 1 - 0.1, 1.0]
+
+
+def devkit_ap(out: np.ndarray, gt: np.ndarray, thresholds=MATLAB_TENTHS) -> float:
     """VOCevalcls.m (VOC 2007), line by line; gt in the devkit's coding: 1, -1, 0 (difficult);
-    t = 0:0.1:1 as floating point (numpy: 0.30000000000000004, 0.6000000000000001, ...)."""
+    ``for t=0:0.1:1`` as MATLAB computes it."""
     si = np.argsort(-out, kind="stable")  # [so, si] = sort(-out): a stable sort
     tp = np.cumsum(gt[si] > 0)
     fp = np.cumsum(gt[si] < 0)
@@ -48,7 +54,7 @@ def devkit_ap(out: np.ndarray, gt: np.ndarray) -> float:
     with np.errstate(invalid="ignore", divide="ignore"):
         prec = tp / (fp + tp)  # 0/0 = NaN where only difficult images ranked so far
     ap = 0.0
-    for t in np.arange(0.0, 1.1, 0.1):
+    for t in thresholds:
         chosen = prec[rec >= t]
         chosen = chosen[~np.isnan(chosen)]  # max ignores NaN
         p = chosen.max() if chosen.size else 0.0  # if isempty(p), p = 0
@@ -95,8 +101,9 @@ def test_map11_devkit_is_the_devkit_computation(seed: int) -> None:
 
 
 def _devkit_formula(scores: np.ndarray, labels: np.ndarray) -> float:
-    """The devkit's Python formula, written out from it: difficult images dropped, a stable
-    ranking, then for t in np.arange(0, 1.1, 0.1): p = max(prec[rec >= t]) or 0; ap += p / 11."""
+    """The devkit's Python ports (py-faster-rcnn's voc_eval.py), written out: difficult images
+    dropped, a stable ranking, then for t in np.arange(0, 1.1, 0.1): p = max(prec[rec >= t]) or 0;
+    ap += p / 11."""
     keep = labels >= 0
     gt = labels[keep] == 1
     ranked = gt[np.argsort(-scores[keep], kind="stable")]
@@ -109,27 +116,42 @@ def _devkit_formula(scores: np.ndarray, labels: np.ndarray) -> float:
     return ap
 
 
+def test_matlab_colon_is_matlabs() -> None:
+    assert DEVKIT_THRESHOLDS.tolist() == MATLAB_TENTHS  # bit for bit
+    assert DEVKIT_THRESHOLDS[6] == 0.6 and DEVKIT_THRESHOLDS[7] == 0.7 and DEVKIT_THRESHOLDS[3] != 0.3
+    assert np.array_equal(NUMPY_THRESHOLDS, np.arange(0, 1.1, 0.1))  # the seed's linspace, bit for bit
+    assert NUMPY_THRESHOLDS[6] != 0.6 and NUMPY_THRESHOLDS[7] != 0.7
+    # odd counts have no middle element; exact grids stay exact
+    assert matlab_colon(0.0, 1.0, 5.0).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert matlab_colon(0.0, 0.25, 1.0).tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert matlab_colon(0.0, 0.1, 0.95).size == 10  # the steps stop before the end
+
+
 def test_map11_devkit_on_recalls_exactly_at_tenths() -> None:
-    # 10, 20 or 30 positives: the recall passes through exactly 0.3, 0.6 and 0.7, which
-    # the devkit's float thresholds (0.30000000000000004, ...) do not reach, exact k / 10 would
+    # 10, 20 or 30 positives: the recall passes through exactly 0.3, 0.6 and 0.7; MATLAB's
+    # thresholds reach 0.6 and 0.7 (not 0.3), numpy's arange reaches none of the three
     rng = np.random.default_rng(33)
-    exact_tenths_differ = 0
+    conventions_differ = 0
     for _ in range(120):
         n_pos = int(rng.choice([10, 20, 30]))
         labels = np.r_[np.ones(n_pos, int), np.zeros(int(rng.integers(0, 40)), int),
                        -np.ones(int(rng.integers(0, 4)), int)]
         rng.shuffle(labels)
         scores = np.round(rng.normal(size=labels.size), 1)  # ties too, kept in stored order
-        assert devkit_average_precision(scores, labels) == pytest.approx(_devkit_formula(scores, labels), abs=1e-15)
-        assert devkit_average_precision(scores, labels) == pytest.approx(
-            devkit_ap(scores, to_devkit(labels)), abs=1e-15)
-        ranked = (labels[labels >= 0] == 1)[np.argsort(-scores[labels >= 0], kind="stable")]
-        tp = np.cumsum(ranked)
-        rec, prec = tp / n_pos, tp / np.arange(1, ranked.size + 1)
-        tenths = sum(max(prec[rec >= k / 10], default=0.0) / 11 for k in range(11))
-        exact_tenths_differ += abs(tenths - _devkit_formula(scores, labels)) > 1e-12
-    assert np.array_equal(RECALL_THRESHOLDS, np.linspace(0, 1, 11))  # the seed's thresholds, bit for bit
-    assert exact_tenths_differ > 20  # the cases do land on the thresholds where the two readings part
+        matlab = devkit_average_precision(scores, labels)
+        ported = devkit_average_precision(scores, labels, thresholds="numpy")
+        assert matlab == pytest.approx(devkit_ap(scores, to_devkit(labels)), abs=1e-15)
+        assert ported == pytest.approx(_devkit_formula(scores, labels), abs=1e-15)
+        assert ported == pytest.approx(devkit_ap(scores, to_devkit(labels), np.arange(0.0, 1.1, 0.1)), abs=1e-15)
+        conventions_differ += abs(matlab - ported) > 1e-12
+    assert conventions_differ > 20  # the cases do land on the thresholds where the two readings part
+
+
+def test_devkit_numpy_is_a_convention_of_the_mean() -> None:
+    scores, labels = _random_case(4)
+    mean, per_class = mean_average_precision_11(scores, labels, "devkit_numpy")
+    for c in range(labels.shape[1]):
+        assert per_class[c] == devkit_average_precision(scores[:, c], labels[:, c], thresholds="numpy")
 
 
 def test_the_two_conventions_differ_where_they_say() -> None:

@@ -201,10 +201,12 @@ def test_a_setting_added_at_its_old_behaviour_keeps_the_records_identity():
     from jobs.config.protocols import settings_hash
 
     entry = get_protocol("logistic")
-    assert entry.added_settings == {"refine_rtol": 1e-3, "refine_grid": False}
+    assert entry.added_settings == {"refine_grid": False}
     before = settings_hash("logistic", {})
     assert not set(entry.added_settings) & set(entry.result_settings(entry.resolve({})))
-    assert settings_hash("logistic", {"refine_rtol": 1e-3, "refine_grid": False}) == before
-    assert settings_hash("logistic", {"refine_rtol": 1e-9}) != before
+    assert settings_hash("logistic", {"refine_grid": False}) == before
     assert settings_hash("logistic", {"refine_grid": True}) != before
-    assert entry.result_settings(entry.resolve({"refine_rtol": 1e-9}))["refine_rtol"] == 1e-9
+    # settings that are not added ones count at every value, their default included
+    assert settings_hash("logistic", {"refine_rtol": 1e-3}) != before
+    assert settings_hash("logistic", {"selection": "seed"}) != before
+    assert entry.result_settings(entry.resolve({}))["selection"] == "stable"

@@ -1,5 +1,6 @@
 """What must not be missed: failures (at the top), data problems, solver warnings (every
-record with a fit warning), and the invariance audit."""
+record with a fit warning: untrusted scores red, cautions grey and folded), and the
+invariance audit."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 
 from jobs.report.html import Markup, el, label_of, link, note, notice, pct, row_head, section, table
 from jobs.report.model import ReportRun
-from pipeline.protocols.fit_warnings import record_warnings
+from jobs.report.marks import CAUTION_MARKER, UNRELIABLE_MARKER, mark
+from pipeline.protocols.fit_warnings import record_warnings, unreliable_reasons
 
 VIOLATION_MARKER = "\u26a0"
 _KIND_TITLE = {"cell": "cell", "extraction": "extraction", "checkpoint": "checkpoint file",
@@ -95,25 +97,45 @@ def _needs_warning(rec: Mapping[str, Any]) -> bool:
     return bool(record_warnings(rec))
 
 
+def _warning_rows(shown: list[tuple[dict, bool]]) -> list[list[Any]]:
+    """One row per record with warnings: its cell, whether it converged, the warnings, the solver's facts."""
+    rows = []
+    for rec, aside in shown:
+        dg = rec.get("diagnostics") or {}
+        solver = ", ".join(f"{k} = {dg[k]}" for k in ("n_iter", "C", "alpha", "calibration_fit_converged") if k in dg)
+        warnings = [f"{w['code']}: {w['message']}" for w in record_warnings(rec)]
+        rows.append([link(rec, label_of(rec) + (" (set aside)" if aside else "")), rec.get("model"),
+                     rec.get("dataset"), rec.get("layer"), rec.get("setting"),
+                     "no" if rec.get("converged") is False else "yes",
+                     el("ul", [el("li", w) for w in warnings]) if warnings else "\u2013", solver or "\u2013"])
+    return rows
+
+
+_WARNING_HEADER = ["cell", "encoder", "dataset", "layer", "setting", "converged", "warnings", "solver diagnostics"]
+
+
 def warnings_section(run: ReportRun) -> Markup:
-    """Every record with a fit warning or an unconverged solver, and the run's problems."""
+    """Every record with a fit warning or an unconverged solver, and the run's problems: the
+    scores not to be trusted in red, the cautions (the number stands, an unconverged fit
+    included) grey and folded, as on the first screen."""
     shown = [(r, False) for r in run.records if _needs_warning(r)]
     shown += [(r, True) for r in run.aside if _needs_warning(r)]
     body: list[Any] = [notice(p) for p in run.problems]
     if not shown:
         body.append(note("Every fit converged and no record carries a warning."))
         return section("warnings", "Solver warnings", body, empty=not run.problems)
-    body.append(notice(f"{len(shown)} record(s) did not converge or carry warnings:"))
-    rows = []
-    for rec, aside in shown:
-        dg = rec.get("diagnostics") or {}
-        solver = ", ".join(f"{k} = {dg[k]}" for k in ("n_iter", "C", "alpha", "calibration_fit_converged") if k in dg)
-
-        warnings = [f"{w['code']}: {w['message']}" for w in record_warnings(rec)]
-        rows.append([link(rec, label_of(rec) + (" (set aside)" if aside else "")), rec.get("model"),
-                     rec.get("dataset"), rec.get("layer"), rec.get("setting"),
-                     "no" if rec.get("converged") is False else "yes",
-                     el("ul", [el("li", w) for w in warnings]) if warnings else "\u2013", solver or "\u2013"])
-    body.append(table(["cell", "encoder", "dataset", "layer", "setting", "converged", "warnings",
-                       "solver diagnostics"], rows, class_="warnings"))
+    bad = [(r, aside) for r, aside in shown if unreliable_reasons(r)]
+    mild = [(r, aside) for r, aside in shown if not unreliable_reasons(r)]
+    if bad:
+        body += [notice([mark(UNRELIABLE_MARKER), f" {len(bad)} record(s) whose score is not to be trusted:"]),
+                 table(_WARNING_HEADER, _warning_rows(bad), class_="warnings untrusted")]
+    if mild:
+        codes: dict[str, int] = {}
+        for rec, _ in mild:
+            for code in dict.fromkeys(w["code"] for w in record_warnings(rec)):
+                codes[code] = codes.get(code, 0) + 1
+        counts = ", ".join(f"{c} \u00d7{n}" for c, n in sorted(codes.items(), key=lambda kv: -kv[1]))
+        body.append(el("details", el("summary", mark(CAUTION_MARKER), f" {len(mild)} record(s) with cautions that "
+                                                                       f"do not change a number: {counts}"),
+                       table(_WARNING_HEADER, _warning_rows(mild), class_="warnings"), class_="cautions"))
     return section("warnings", "Solver warnings", body)

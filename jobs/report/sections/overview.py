@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jobs.report.html import Markup, Section, el, label_of, anchor, note, section, table
+from jobs.report.html import Markup, Section, anchor, el, join, label_of, name, note, section, table
 from jobs.report.model import ReportRun
 from storage_schema.provenance import now_iso, record_weights, short_weights, weights_summary
 
@@ -24,7 +24,7 @@ def overview_section(run: ReportRun, listed: Sequence[tuple[str, str]] = ()) -> 
         ("records shown (current settings, latest per cell)", len(run.records)),
         ("records set aside (older, or of changed settings)", len(run.aside)),
         ("failures on record", len(run.failures)),
-        ("encoders", ", ".join(run.models) or "(none)"),
+        ("encoders", join([name(m) for m in run.models], ", ") if run.models else "(none)"),  # never split
         ("datasets", ", ".join(run.datasets) or "(none)"),
         ("protocol settings", ", ".join(f"{s} ({run.protocol_of.get(s)})" for s in run.settings) or "(none)"),
         ("layers", ", ".join(run.layers) or "(none)"),

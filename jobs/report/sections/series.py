@@ -14,13 +14,13 @@ from jobs.report.html import Markup, el, note, notice, pct, row_head, section, t
 from jobs.report.model import ReportRun
 from jobs.report.plots import png
 from jobs.report.sections.scores import BEST_MARKER
-from jobs.report.marks import REGRESSION_MARKER, UNRELIABLE_MARKER
+from jobs.report.marks import REGRESSION_MARKER, UNRELIABLE_MARKER, mark
 
 
 def series_figure(analysis: Any, setting: str, layer: str, datasets: Sequence[str], reference: Mapping[str, float],
                   regressed: set) -> Figure:
     """Score against training step of one setting and layer: a line per dataset, the best so
-    far starred, a regressed newest checkpoint ringed; whole steps on the axis."""
+    far starred, a regressed newest checkpoint ringed, an untrusted score crossed; whole steps on the axis."""
     fig = Figure(figsize=(7, 3.6))
     ax = fig.subplots()
     for d in datasets:
@@ -33,6 +33,10 @@ def series_figure(analysis: Any, setting: str, layer: str, datasets: Sequence[st
         best = running[-1]
         ax.scatter([best.best_step], [100 * best.best_score], marker="*", s=180, color=line.get_color(),
                    edgecolors="black", zorder=4)
+        bad = sorted(analysis.untrusted.get(cell, {}))
+        if bad:  # a score not to be trusted: crossed
+            by_step = {b.step: b.score for b in running}
+            ax.scatter(bad, [100 * by_step[s] for s in bad], marker="x", s=90, color="#b00000", zorder=6)
         if cell in regressed:
             ax.scatter([best.step], [100 * best.score], marker="o", s=160, facecolors="none", edgecolors="red",
                        linewidths=2, zorder=5)
@@ -52,6 +56,7 @@ def series_figure(analysis: Any, setting: str, layer: str, datasets: Sequence[st
 def _table(analysis: Any, setting: str, layer: str, datasets: Sequence[str], reference: Mapping[str, float],
            regressed: set) -> Markup:
     newest = analysis.newest
+    # a checkpoint's name on one line (table.series' headers): a table of long names scrolls in its box
     header = ["dataset"] + [f"{p.encoder} (step {p.step})" for p in analysis.points]
     rows = []
     for d in datasets:
@@ -65,7 +70,11 @@ def _table(analysis: Any, setting: str, layer: str, datasets: Sequence[str], ref
                 row.append("\u2013")
                 continue
             text = pct(scores[p.step])
-            if p.step == best_step:
+            why = analysis.untrusted.get(cell, {}).get(p.step)
+            if why is not None:  # an untrusted score: marked, whatever else it is
+                row.append(el("td", text, " ", mark(UNRELIABLE_MARKER), class_="untrusted", data_step=p.step,
+                              data_dataset=d, title=f"not to be trusted: {why}"))
+            elif p.step == best_step:
                 row.append(el("td", el("strong", text), " ", el("span", BEST_MARKER, class_="best-marker"),
                               class_="best", title="best so far", data_step=p.step, data_dataset=d))
             elif p == newest and cell in regressed:
@@ -77,7 +86,7 @@ def _table(analysis: Any, setting: str, layer: str, datasets: Sequence[str], ref
     if any(p.encoder in reference for p in analysis.points):
         rows.append([row_head("reference")] + [pct(reference[p.encoder]) if p.encoder in reference else "\u2013"
                                                for p in analysis.points])
-    return table(header, rows, class_="scores series")
+    return el("div", table(header, rows, class_="scores series"), class_="wide")
 
 
 def _verdict_lines(analysis: Any) -> list[Markup]:
@@ -92,11 +101,13 @@ def _verdict_lines(analysis: Any) -> list[Markup]:
     elif analysis.check is not None:
         check = analysis.check
         untrusted = {u["cell"] for u in analysis.unreliable}
-        judged = sum(1 for c, v in analysis.verdicts.items() if v.verdict != "unreliable")
+        judged = sum(1 for c, v in analysis.verdicts.items() if c in check.to_compare and v.verdict != "unreliable")
         leads = sum(1 for c in check.newest_is_best if "/".join(c) not in untrusted)
+        better = len(analysis.improvements())
         out.append(note(f"Newest checkpoint {newest.encoder} (step {newest.step}): best so far on "
-                        f"{leads} cell(s); on {judged} other cell(s) not significantly "
-                        "worse than the best (paired test, false discovery rate controlled over the series' cells)."))
+                        f"{leads} cell(s), significantly better than the earlier best on {better} of them; on "
+                        f"{judged} other cell(s) not significantly worse than the best (paired test, false "
+                        "discovery rate controlled over the series' cells)."))
     if analysis.unreliable:
         out.append(notice(f"{UNRELIABLE_MARKER} no verdict on {len(analysis.unreliable)} cell(s): a score there is "
                           "not to be trusted (see 'Not to be trusted' in the summary)"))
@@ -116,9 +127,9 @@ def series_section(run: ReportRun) -> Markup:
     body: list[Any] = [note(
         f"Checkpoints found by a checkpoints scan form a series (the folder, or the scan's series name), ordered "
         f"by training step. Per protocol setting and layer: score against step, one line per dataset and the "
-        f"reference score (dashed); {BEST_MARKER} marks the best checkpoint so far, and a red ring (tables: "
+        f"reference score (dashed); {BEST_MARKER} marks the best checkpoint so far, a red ring (tables: "
         f"{REGRESSION_MARKER}) the newest checkpoint where a paired test says it is significantly worse than "
-        "that best.")]
+        f"that best, and a cross (tables: {UNRELIABLE_MARKER}) a score not to be trusted.")]
     if not run.series:
         body.append(note("No checkpoint series in this config."))
         return section("series", "Checkpoint series", body, empty=True)

@@ -1,10 +1,14 @@
 """The report's first screen: what the night's questions need, in the order they are asked.
 
-1. the verdict in one line per series (and failures, untrusted scores, in one line each);
-2. what regressed or improved: the effect, its interval and the test that decided it (and,
+1. the verdict in one line per series (and failures, an experiment tracker that could not
+   log, untrusted scores, in one line each);
+2. what regressed or improved (an improvement is tested as a regression is, in the same
+   family; a lead without a significant difference is no change): the effect, its interval
+   and the test that decided it (and,
    where the bootstrap interval and the verdict may disagree, the line saying why:
    ``pipeline.analysis.compare.agreement``);
-3. the leaderboard and the best checkpoint so far per series;
+3. the leaderboard (tied mean ranks share a place; a score not to be trusted marked) and
+   the best checkpoint so far per series;
 4. what is not to be trusted (``sections.trust``: unreliable cells in red, few; cautions
    that do not change a number grey, grouped by code, folded);
 5. what changed since the previous run.
@@ -12,11 +16,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jobs.report.events import leaderboard_rows
-from jobs.report.html import Markup, el, is_number, note, pct, row_head, section, table
+from jobs.report.html import Markup, el, is_number, name, note, pct, row_head, section, table
 from jobs.report.marks import FAILURE_MARKER, IMPROVEMENT_MARKER, REGRESSION_MARKER, UNRELIABLE_MARKER, mark
 from jobs.report.model import ReportRun
 from jobs.report.sections.trust import cautions_block, untrusted_block, untrusted_count
@@ -24,21 +29,48 @@ from jobs.report.sections.trust import cautions_block, untrusted_block, untruste
 __all__ = ["REGRESSION_MARKER", "summary_section"]
 
 
+def _places(rows: Sequence[Mapping[str, Any]]) -> list[int | None]:
+    """Each row's place: 1 + the ranked rows with a smaller mean rank, so tied mean ranks
+    share one place (None: not ranked)."""
+    ranks = [r.get("mean_rank") for r in rows]
+    known = [x for x in ranks if is_number(x)]
+    # a mean rank is a mean of halves and wholes: equal within float rounding is a tie
+    return [1 + sum(1 for y in known if y < x and not math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12))
+            if is_number(x) else None for x in ranks]
+
+
 def _leaderboard(rows: Sequence[Mapping[str, Any]]) -> Markup:
     settings = sorted({s for r in rows for s in r.get("scores", {})})
     body = []
     ranked = [r for r in rows if r.get("mean_rank") is not None]
-    for place, r in enumerate(rows, 1):
+    places = _places(rows)
+    tied = {p for p in places if p is not None and places.count(p) > 1}
+    for r, place in zip(rows, places):
         rank = r.get("mean_rank")
-        cells: list[Any] = [str(place) if rank is not None else "\u2013", row_head(r["model"]),
-                            f"{rank:.2f}" if is_number(rank) else "not ranked"]
+        untrusted = set(r.get("unreliable") or ())
+        head: list[Any] = [r["model"]]
+        if untrusted:
+            head += [" ", mark(UNRELIABLE_MARKER)]
+        cells: list[Any] = [
+            el("td", str(place), title="tied" if place in tied else None) if place is not None else "\u2013",
+            el("th", head, scope="row", class_="untrusted" if untrusted else None,
+               title=f"a score not to be trusted ({', '.join(sorted(untrusted))}): its rank is no verdict"
+               if untrusted else None),
+            f"{rank:.2f}" if is_number(rank) else "not ranked"]
         for s in settings:
             score, pos = r.get("scores", {}).get(s), r.get("ranks", {}).get(s)
             text = pct(score) if score is not None else "\u2013"
-            cells.append(el("td", text + (f" ({pos:g})" if is_number(pos) else ""), data_model=r["model"],
-                            data_setting=s))
+            content: list[Any] = [text + (f" ({pos:g})" if is_number(pos) else "")]
+            if s in untrusted:
+                content += [" ", mark(UNRELIABLE_MARKER)]
+            cells.append(el("td", content, data_model=r["model"], data_setting=s,
+                            class_="untrusted" if s in untrusted else None,
+                            title="not to be trusted" if s in untrusted else None))
         body.append(cells)
     parts = [table(["#", "encoder", "mean rank"] + settings, body, class_="scores leaderboard")]
+    if any(r.get("unreliable") for r in rows):
+        parts.append(note(f"{UNRELIABLE_MARKER}: the score rests on a record not to be trusted (see 'Not to be "
+                          "trusted' below); its rank is no verdict."))
     left_out = [r for r in rows if r.get("mean_rank") is None]
     if left_out:
         parts.append(note("Not ranked (no score in every setting): " + "; ".join(
@@ -52,7 +84,7 @@ def _interval(r: Mapping[str, Any]) -> str:
     """The deciding test's interval where it has one (exact McNemar), else the bootstrap one."""
     low, high = r.get("test_ci_low"), r.get("test_ci_high")
     if is_number(low) and is_number(high):
-        return f"[{pct(low, 2)}, {pct(high, 2)}] (exact McNemar, given the discordant images)"
+        return f"[{pct(low, 2)}, {pct(high, 2)}] (exact McNemar)"
     low, high = r.get("ci_low"), r.get("ci_high")
     if is_number(low) and is_number(high):
         return f"[{pct(low, 2)}, {pct(high, 2)}] (bootstrap)"
@@ -68,45 +100,38 @@ def _test(r: Mapping[str, Any]) -> str:
     return f"{test}, n = {r.get('n')}" if r.get("n") is not None else str(test)
 
 
-def _regression_rows(regressions: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+def _named(encoder: str, step: Any) -> Markup:
+    """``<encoder> (step <n>)``, each part on one line (a long name never splits at a hyphen)."""
+    return Markup(name(encoder) + " " + name(f"(step {'?' if step is None else step})"))
+
+
+def _signed(value: Any) -> str:
+    """An effect in points with its sign (+2.04, -3.20)."""
+    return f"{100.0 * value:+.2f}" if is_number(value) else "n/a"
+
+
+def _change_rows(entries: Sequence[Mapping[str, Any]], better: bool) -> list[list[Any]]:
+    """A regression's (or an improvement's) row: the effect, the deciding test's interval,
+    the test and its adjusted p, and where the bootstrap interval reads otherwise, why."""
+    symbol, word, cls = ((IMPROVEMENT_MARKER, " better", "improvement") if better
+                         else (REGRESSION_MARKER, " worse", "regression"))
     rows = []
-    for r in regressions:
+    for r in entries:
         p_adj = r.get("p_adjusted")
-        rows.append([el("td", mark(REGRESSION_MARKER), " worse", class_="regression"), r.get("series", "?"),
-                     row_head(r["cell"]), f"{r['encoder']} (step {r.get('step', '?')})",
-                     f"{r['against']} (step {r.get('best_step', '?')})", pct(r.get("difference"), 2),
-                     _interval(r), _test(r), f"{p_adj:.3g}" if is_number(p_adj) else "\u2013"])
+        # newest over against in one cell, each name whole but free to break before its step:
+        # two long checkpoint names side by side push the test and its p off a 1280-pixel screen
+        pair = el("td", _named(r["encoder"], r.get("step")), Markup("<br>"), "against ",
+                  _named(r["against"], r.get("best_step")), class_="pair")
+        rows.append([el("td", mark(symbol), word, class_=cls), r.get("series", "?"), row_head(r["cell"]), pair,
+                     _signed(r.get("difference")), _interval(r), _test(r),
+                     f"{p_adj:.3g}" if is_number(p_adj) else "\u2013"])
         if r.get("agreement"):
-            rows.append([el("td", note(r["agreement"]), colspan=9, class_="agreement")])
+            rows.append([el("td", note(r["agreement"]), colspan=8, class_="agreement")])
     return rows
 
 
-def _improvement_rows(run: ReportRun) -> list[list[Any]]:
-    """Cells where the newest checkpoint is the best so far, by its margin over the previous best
-    (not a tested claim: the series tests the newest against an earlier best, not the reverse)."""
-    rows = []
-    for analysis in run.series:
-        newest, check = analysis.newest, analysis.check
-        if newest is None or check is None:
-            continue
-        untrusted = {u["cell"] for u in analysis.unreliable}
-        for cell in check.newest_is_best:
-            label = "/".join(cell)
-            running = analysis.running.get(cell) or []
-            if label in untrusted or len(running) < 2:
-                continue
-            before = running[-2]
-            if running[-1].score <= before.best_score:
-                continue
-            rows.append([el("td", mark(IMPROVEMENT_MARKER), " best so far", class_="improvement"), analysis.name,
-                         row_head(label), f"{newest.encoder} (step {newest.step})",
-                         f"{analysis.encoder_at(before.best_step)} (step {before.best_step})",
-                         "+" + pct(running[-1].score - before.best_score, 2), "\u2013",
-                         "not tested (a series tests its newest checkpoint for a regression)", "\u2013"])
-    return rows
-
-
-def _verdict_lines(run: ReportRun, regressions: Sequence[Mapping[str, Any]]) -> list[Markup]:
+def _verdict_lines(run: ReportRun, regressions: Sequence[Mapping[str, Any]],
+                   improvements: Sequence[Mapping[str, Any]]) -> list[Markup]:
     """One line per series (its newest checkpoint's verdict), then failures and untrusted scores."""
     lines: list[Markup] = []
     for a in run.series:
@@ -114,31 +139,49 @@ def _verdict_lines(run: ReportRun, regressions: Sequence[Mapping[str, Any]]) -> 
         if newest is None or a.check is None:
             continue
         worse = [r for r in regressions if r.get("series") == a.name]
+        gained = [r for r in improvements if r.get("series") == a.name]
         untrusted = {u["cell"] for u in a.unreliable}
         best = [c for c in a.check.newest_is_best if "/".join(c) not in untrusted]
         judged = len(a.scores)
+        gains = (f"significantly better than the earlier best on {len(gained)}" if gained
+                 else "significantly better than the earlier best on none")
         if worse:
-            lines.append(el("p", mark(REGRESSION_MARKER), f" Series {a.name}: the newest checkpoint {newest.encoder} "
-                                 f"(step {newest.step}) is significantly worse than the best so far on "
-                                 f"{len(worse)} of {judged} cell(s).", class_="verdict bad"))
+            lines.append(el("p", mark(REGRESSION_MARKER), f" Series {a.name}: the newest checkpoint {newest.encoder}"
+                                 f" (step {newest.step}) is significantly worse than the best so "
+                            f"far on {len(worse)} of {judged} cell(s)" + (f"; {gains}." if gained else "."),
+                            class_="verdict bad"))
         else:
-            lines.append(el("p", mark(IMPROVEMENT_MARKER) if best else "", f" Series {a.name}: the newest "
-                                 f"checkpoint {newest.encoder} (step {newest.step}) is the best so far on "
-                                 f"{len(best)} of {judged} cell(s) and significantly worse on none.",
+            lines.append(el("p", mark(IMPROVEMENT_MARKER) if gained else "", f" Series {a.name}: the newest "
+                                 f"checkpoint {newest.encoder} (step {newest.step}) is the best so far on {len(best)} "
+                                 f"of {judged} cell(s) ({gains}) and significantly worse on none.",
                             class_="verdict good"))
     if not run.series and run.records:
         rows = leaderboard_rows(run.records)
-        if rows and rows[0].get("mean_rank") is not None:
-            lines.append(el("p", f"Best encoder by mean rank: {rows[0]['model']} (of {len(rows)}).", class_="verdict"))
+        places = _places(rows)
+        top = [r for r, p in zip(rows, places) if p == 1]
+        if top:
+            shaky = [r["model"] for r in top if r.get("unreliable")]
+            text = (f"Best encoder by mean rank: {top[0]['model']} (of {len(rows)})." if len(top) == 1 else
+                    f"Best encoders by mean rank, tied: {', '.join(r['model'] for r in top)} (of {len(rows)}).")
+            if shaky:
+                lines.append(el("p", text, " ", mark(UNRELIABLE_MARKER), f" A score of {', '.join(shaky)} is not "
+                                "to be trusted: the rank is no verdict.", class_="verdict"))
+            else:
+                lines.append(el("p", text, class_="verdict"))
     if run.failures:
         lines.append(el("p", mark(FAILURE_MARKER), " ", el("a", f"{len(run.failures)} failure(s)", href="#failed"),
                         ": those have no result.", class_="verdict bad"))
+    lost = [t for t in (run.summary or {}).get("trackers") or [] if t.get("error")]
+    for t in lost:  # the scores are in the ledger and here; the lab's tracker lacks them
+        lines.append(el("p", mark(FAILURE_MARKER), f" {t.get('kind')} tracker {t.get('where')}: the new scores "
+                        f"were not logged: {t['error']} (the records are in the ledger).",
+                        class_="verdict bad tracker"))
     n_bad = untrusted_count(run)
     if n_bad:
         lines.append(el("p", mark(UNRELIABLE_MARKER), " ", el("a", f"{n_bad} score(s) not to be trusted",
                                                                href="#untrusted"),
                         ": no verdict is drawn from them.", class_="verdict bad"))
-    if not run.failures and run.records:
+    if not run.failures and not lost and run.records:
         lines.append(el("p", "Nothing failed and every score can back a verdict." if not n_bad
                         else "Nothing failed.", class_="verdict"))
     return lines
@@ -151,8 +194,15 @@ def _best_so_far(run: ReportRun) -> Markup | str:
             if not running:
                 continue
             last = running[-1]
-            rows.append([a.name, row_head("/".join(cell)), f"{a.encoder_at(last.best_step)} (step {last.best_step})",
-                         pct(last.best_score), f"{pct(last.score)} (step {last.step})"])
+            bad = a.untrusted.get(cell, {})
+            best_score: list[Any] = [pct(last.best_score)] + ([" ", mark(UNRELIABLE_MARKER)]
+                                                               if last.best_step in bad else [])
+            newest: list[Any] = [f"{pct(last.score)} (step {last.step})"] + ([" ", mark(UNRELIABLE_MARKER)]
+                                                                              if last.step in bad else [])
+            rows.append([a.name, row_head("/".join(cell)),
+                         el("td", _named(a.encoder_at(last.best_step), last.best_step), class_="pair"),
+                         el("td", best_score, class_="untrusted" if last.best_step in bad else None),
+                         el("td", newest, class_="untrusted" if last.step in bad else None)])
     if not rows:
         return ""
     return table(["series", "cell", "best so far", "its score (%)", "newest (%)"], rows, class_="scores best-so-far")
@@ -191,15 +241,21 @@ def summary_section(run: ReportRun) -> Markup:
     what is not to be trusted, what changed since the previous run."""
     summary = run.summary or {}
     regressions = summary.get("regressions") or [r for s in run.series for r in s.regressions()]
-    body: list[Any] = [el("div", _verdict_lines(run, regressions), id="verdict")]
-    moved = _regression_rows(regressions) + _improvement_rows(run)
+    improvements = summary.get("improvements") or [r for s in run.series for r in s.improvements()]
+    body: list[Any] = [el("div", _verdict_lines(run, regressions, improvements), id="verdict")]
+    moved = _change_rows(regressions, better=False) + _change_rows(improvements, better=True)
     if moved:
+        level = next((r["confidence"] for r in [*regressions, *improvements] if is_number(r.get("confidence"))),
+                     0.95)
         body += [el("h3", "Regressed or improved"),
-                 table(["", "series", "cell", "newest", "against", "effect (points)", "95 % interval (points)",
-                        "test", "adjusted p"], moved, class_="warnings changes"),
-                 note("Effect: newest minus the best earlier checkpoint. The interval is the deciding test's own "
-                      "where it has one (exact McNemar: Clopper-Pearson on the discordant images), else the "
-                      "paired bootstrap's; adjusted p: Benjamini-Hochberg over the series' cells.")]
+                 table(["", "series", "cell", "newest, against", "effect (points)",
+                        f"{100 * level:g} % interval (points)", "test", "adjusted p"], moved,
+                       class_="warnings changes"),
+                 note("Effect: newest minus the best earlier checkpoint; an improvement is tested as a regression "
+                      "is, and a newest checkpoint that leads without a significant difference is not shown here. "
+                      "The interval is the deciding test's own where it has one (exact McNemar: Clopper-Pearson "
+                      "on the discordant images), else the paired bootstrap's; adjusted p: Benjamini-Hochberg "
+                      "over the series' cells.")]
     body.append(el("h3", "Leaderboard"))
     rows = summary.get("leaderboard") if "leaderboard" in summary else leaderboard_rows(run.records)
     body.append(_leaderboard(rows) if rows else note("No scored records yet."))

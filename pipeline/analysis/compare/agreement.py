@@ -5,8 +5,9 @@ A comparison reports a paired percentile bootstrap interval of the difference A 
 its verdict comes from another procedure: an exact McNemar test on the discordant
 examples (top-1 accuracy), a randomization test or a paired t test, its p-value adjusted
 over the cells compared (Benjamini-Hochberg). The two usually agree; when few examples are
-discordant, or the adjustment raises p above alpha, the bootstrap interval can exclude 0
-beside an ``indistinguishable`` verdict (or include it beside ``better``). Shown bare,
+discordant, the adjustment raises p above alpha, or the interval is at another level than
+alpha, the bootstrap interval can exclude 0 beside an ``indistinguishable`` verdict (or
+include it beside ``better``). Shown bare,
 that reads as a contradiction, so every comparison carries:
 
 - ``test_ci_low`` / ``test_ci_high``: the interval of the deciding test where one inverts
@@ -66,6 +67,11 @@ def _excludes_zero(low: float, high: float) -> bool:
 def agreement_line(comparison: Any, verdict: str, p_adjusted: float, alpha: float) -> str | None:
     """Why the bootstrap interval and the verdict may disagree; None when they agree.
 
+    The line names the reason that holds for this comparison: an interval at another level
+    than the test's alpha; the adjustment over the cells compared raising a p-value the test
+    alone would call; or the test itself not rejecting (for McNemar: the few discordant
+    images it is decided on).
+
     Parameters
     ----------
     comparison : PairedComparison
@@ -89,6 +95,8 @@ def agreement_line(comparison: Any, verdict: str, p_adjusted: float, alpha: floa
     if excludes == decided:
         return None
     level = f"{100 * c.confidence:g} %"
+    # 1e-9: a level given as 1 - alpha is that level, whatever its last bit
+    looser, stricter = 1.0 - c.confidence > alpha + 1e-9, 1.0 - c.confidence < alpha - 1e-9
     if c.test.startswith("mcnemar"):
         test = (f"the exact McNemar test on the {c.a_only + c.b_only} of {c.n} images where the two disagree "
                 f"({c.a_only} only A right, {c.b_only} only B right)")
@@ -97,11 +105,25 @@ def agreement_line(comparison: Any, verdict: str, p_adjusted: float, alpha: floa
     else:
         test = f"a {c.test} test over the {c.n} paired units"
     if excludes:
-        return (f"why these differ: the {level} interval is a bootstrap interval of the difference; the verdict "
+        head = (f"why these differ: the {level} interval is a bootstrap interval of the difference; the verdict "
                 f"is {test}, p = {c.p_value:.3g}, adjusted over the cells compared (Benjamini-Hochberg) to "
-                f"{p_adjusted:.3g} > {alpha:g}: too few discordant units, or too many cells, to call it")
-    return (f"why these differ: the verdict is {test}, adjusted p = {p_adjusted:.3g} <= {alpha:g}; the {level} "
-            f"bootstrap interval of the difference, a different procedure, just reaches 0")
+                f"{p_adjusted:.3g} > {alpha:g}: ")
+        if c.p_value <= alpha:
+            return head + (f"the test alone would call it (p = {c.p_value:.3g} <= {alpha:g}); the adjustment for "
+                           "the other cells compared does not")
+        if looser:
+            return head + (f"the interval is at {level}, the verdict at the stricter alpha {alpha:g} (an interval "
+                           f"at {100 * (1 - alpha):g} % matches it)")
+        if c.test.startswith("mcnemar"):
+            return head + (f"the test counts only the {c.a_only + c.b_only} discordant images, too few to call it; "
+                           "the bootstrap also resamples the images where the two agree")
+        return head + "the test, a different procedure, does not reach alpha on these units"
+    head = (f"why these differ: the verdict is {test}, adjusted p = {p_adjusted:.3g} <= {alpha:g}; the {level} "
+            "bootstrap interval of the difference")
+    if stricter:
+        return head + (f" is at a stricter level than alpha {alpha:g} (an interval at {100 * (1 - alpha):g} % "
+                       "matches it) and reaches 0")
+    return head + ", a different procedure, just reaches 0"
 
 
 def decided_by(comparison: Any, verdict: str | None = None, p_adjusted: float | None = None,

@@ -18,6 +18,7 @@ protocols read them. The fingerprint covers the target files as well as the imag
 
 from __future__ import annotations
 
+import inspect
 import os
 from abc import abstractmethod
 from pathlib import Path
@@ -94,6 +95,15 @@ class DenseDataset(PublishedDataset):
 
     pooled_split = None
     ignore_index: ClassVar[int] = IGNORE_INDEX
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        # load_target calls every adapter's decoder one way: a subclass whose decoder takes
+        # other parameters fails here, when it is defined, not on its first run's first image
+        super().__init_subclass__(**kwargs)
+        own, expected = inspect.signature(cls._decode_target), inspect.signature(DenseDataset._decode_target)
+        if list(own.parameters) != list(expected.parameters):
+            raise TypeError(f"{cls.__name__}._decode_target{own} must take the parameters "
+                            f"{tuple(expected.parameters)}, as DenseDataset.load_target calls it")
 
     def __init__(self, root: str | os.PathLike[str], name: str | None = None, skip_bad: bool = False,
                  content_hash: bool = False) -> None:

@@ -47,7 +47,7 @@ class VocSegmentationDataset(DenseDataset):
             listings[split] = self.listing(ids, [f"{prefix}/JPEGImages/{i}.jpg" for i in ids], repr(str(source)))
         return listings
 
-    def _decode_target(self, paths: list[str], size: tuple[int, int]) -> np.ndarray:
+    def _decode_target(self, paths: list[str]) -> np.ndarray:
         img = read_png(paths[0], "voc2012_segmentation")
         if img.mode not in ("P", "L"):
             raise DatasetError(f"voc2012_segmentation: {paths[0]!r} has mode {img.mode}; SegmentationClass PNGs "

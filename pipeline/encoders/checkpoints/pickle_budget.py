@@ -124,7 +124,7 @@ class _Replay:
 
     def refuse(self, what: str, limit: int) -> None:
         raise CheckpointError(f"Refusing checkpoint {self.name!r}: {what} (at most {limit:,}); a checkpoint's "
-                              "values besides its tensors are bounded (see the README's security section)")
+                              "values besides its tensors are bounded (see docs/reliability.md, security)")
 
     def damaged(self, what: str) -> CheckpointError:
         return CheckpointError(f"Cannot read checkpoint {self.name!r}: a damaged pickle ({what})")
@@ -344,7 +344,7 @@ def check_pickle_budget(path: str | Path, kind: str) -> frozenset[Global] | None
             if info.file_size > MAX_PICKLE_BYTES:
                 raise CheckpointError(f"Refusing checkpoint {path.name!r}: a pickle of {info.file_size:,} bytes "
                                       f"(at most {MAX_PICKLE_BYTES:,}); a checkpoint's values besides its tensors "
-                                      "are bounded (see the README's security section)")
+                                      "are bounded (see docs/reliability.md, security)")
             with archive.open(info) as member:
                 data = member.read(info.file_size)
             records = {i.filename: i.file_size for i in archive.infolist()}

@@ -38,7 +38,7 @@ def invariance_memory(c: CellShape, s: Mapping[str, Any]) -> int:
 
 
 @register_protocol(
-    "invariance", version=2,  # 2: weak-penalty logistic fits taken to their optimum
+    "invariance", version=3,  # 2: weak-penalty logistic fits taken to their optimum; 3: every logistic fit to 1e-9
     defaults={"seed": 0, "max_train": 1000, "max_dims": 64, "min_singular_ratio": 1e-3, "logistic_tol": 1e-6},
     bounds={"seed": SEED, "max_train": at_least(1), "max_dims": at_least(1),
             "min_singular_ratio": Bound(0, 1, low_open=True, high_open=True),

@@ -106,7 +106,7 @@ def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
 
 
 @register_protocol(
-    "lowshot", version=2,  # 2: its logistic probe selects C as logistic 2 does
+    "lowshot", version=3,  # 2: its logistic probe selects C as logistic 2 does; 3: as logistic 3 does
     defaults={"shots": [1, 2, 4, 8, 16, 32, 64, 128, "all"], "n_seeds": 5, "probe": "ridge",
               "transform": "l2", "seed": 0, "on_insufficient": "skip"},
     choices={"probe": ("ridge", "logistic"), "transform": TRANSFORM_NAMES, "on_insufficient": ("raise", "skip")},

@@ -38,17 +38,20 @@ from pipeline.protocols.blocks import FeatureRows, RowsPredictMixin
 from pipeline.protocols.inputs.devices import resolve_device
 from pipeline.protocols.linear.lbfgs import LBFGSMemory, Preconditioner, SolverState, minimize
 from pipeline.protocols.linear.linear_loss import LinearLoss, gram_matrix, linear_score_blocks
-from pipeline.protocols.linear.logistic_checks import (F_RTOL, majority_rate, refine_to_optimum, refit_collapse,
-                                                       tie_rule_choice)
+from pipeline.protocols.linear.logistic_checks import F_RTOL, majority_rate, refine_to_optimum, refit_collapse
+from pipeline.protocols.linear.logistic_selection import GridWalk, seed_walk, stable_walk, weaker_choice
 from pipeline.protocols.metrics import mean_average_precision
 from pipeline.protocols.inputs.features import validate_features
 from pipeline.protocols.inputs.labels import encode_targets, validation_split
 from pipeline.protocols.inputs.parameters import check_grid, check_number
 
-__all__ = ["DEFAULT_CS", "LogisticProbe"]
+__all__ = ["DEFAULT_CS", "SELECTIONS", "LogisticProbe"]
 
 #: The C grid of the logistic protocol: lambda = 1 / C, 45 values log-spaced 1e-6 .. 1e5 (C ascending).
 DEFAULT_CS: np.ndarray = 1.0 / np.logspace(5, -6, 45)
+#: How C is chosen on validation: ``stable`` (exact fits, the strongest penalty within the
+#: validation set's noise of the best) or ``seed`` (Ericsson et al.'s path and rule).
+SELECTIONS = ("stable", "seed")
 
 
 class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
@@ -60,14 +63,11 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         Inverse L2 weight (scikit-learn's C), used when ``Cs`` is None.
     Cs : None, "default" or array-like
         None: fit ``C``. ``"default"``: ``DEFAULT_CS`` (45 values, lambda = 1/C
-        log-spaced 1e-6..1e5). The grid is fitted on the train part of a split, from the
-        largest lambda down, each fit warm-started from the previous one; ``C_``
-        maximises validation accuracy (mean average precision for multi-label targets;
-        ties: the larger C, i.e. the weaker penalty, as Ericsson et al.'s code walks
-        lambda upwards keeping strictly better scores, among the values whose fit moved
-        from the previous one); the final model is refitted on
-        all rows. A refit that collapses (see ``selection_moves_``) moves the choice to
-        the best of the weaker penalties.
+        log-spaced 1e-6..1e5). The grid is fitted on the train part of a split and ``C_``
+        chosen on validation by the ``selection`` rule (multi-label targets: by mean
+        average precision, the ``seed`` rule); the final model is refitted on all rows. A
+        refit that collapses (see ``selection_moves_``) moves the choice to the weaker
+        penalties.
     val_fraction : float
         Share of the rows held out for selection when ``Cs`` is given and no
         validation rows are: a stratified draw (a plain random one for multi-label).
@@ -84,10 +84,16 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         ``1e-9`` ends it at its optimum within float rounding, so its predictions do not
         move with the features' last bits (another machine's kernels).
     refine_grid : bool
-        Take every grid fit on to its optimum too, in float64 (default False: a grid fit
-        stops where tol first holds, so on a flat loss, where a warm-started fit whose
-        gradient already meets tol does not move, the validation curve follows the path,
-        and the last bits of the features can move the choice of C).
+        Take every fit of the path on to its optimum too, in float64 (default False: a
+        path fit stops where tol first holds, so on a flat loss, where a warm-started fit
+        whose gradient already meets tol does not move, the validation curve follows the
+        path; ``stable`` refines the values near the top in any case).
+    selection : {"stable", "seed"}
+        How C is chosen. ``stable``: the path from the strongest penalty down, the values
+        near its top taken on to their optimum until their validation predictions and
+        log-loss are decided, then ``stable_choice``'s one-standard-error rules.
+        ``seed``: Ericsson et al.'s walk from the weakest penalty up, warm-started, a
+        value kept only when its validation score is strictly higher.
     random_state : int, RandomState or None
         Seed of the validation draw.
     device : str, torch.device or None
@@ -119,6 +125,13 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         validated margin over the majority rate kept on its own rows); the choice then
         moves to the weaker penalties and the seed's rule picks among them. Empty
         normally.
+    selection_set_, refined_, selection_alternatives_
+        The walk's ``selection_set``, ``refined`` and ``alternatives``
+        (``logistic_selection.Walk``).
+    val_log_loss_, val_log_loss_se_ : numpy.ndarray
+        Mean validation log-loss per grid value and its standard error (refined values).
+    selection_fit_ : numpy.ndarray of shape (K, d + 1) or None
+        ``stable``: the chosen value's fit on the train part ([W, b]), at its optimum.
     converged_ : bool
         Every fit, grid and final, reached tol.
     multilabel_ : bool
@@ -135,7 +148,7 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
 
     def __init__(self, C: float = 1.0, Cs: Any = None, val_fraction: float = 0.2, tol: float = 1e-4,
                  max_iter: int = 1000, random_state: Any = 0, device: Any = None, refine_rtol: float = F_RTOL,
-                 refine_grid: bool = False):
+                 refine_grid: bool = False, selection: str = "stable"):
         self.C = C
         self.Cs = Cs
         self.val_fraction = val_fraction
@@ -145,6 +158,7 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         self.device = device
         self.refine_rtol = refine_rtol
         self.refine_grid = refine_grid
+        self.selection = selection
 
     # -- parameters --------------------------------------------------------------------
     def _check_params(self) -> np.ndarray | None:
@@ -155,6 +169,8 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         check_number(self.refine_rtol, "refine_rtol", 0, low_open=True)
         if not isinstance(self.refine_grid, (bool, np.bool_)):
             raise ConfigError(f"refine_grid must be true or false, got {self.refine_grid!r}")
+        if self.selection not in SELECTIONS:
+            raise ConfigError(f"selection must be one of {', '.join(SELECTIONS)}, got {self.selection!r}")
         if not (self.random_state is None or isinstance(self.random_state, np.random.RandomState)):
             check_number(self.random_state, "random_state", 0, 2**32 - 1, integer=True)
         if self.Cs is None:
@@ -242,6 +258,10 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
             C = float(self.C)
             self.Cs_, self.val_scores_ = np.array([C]), np.array([])
             self.grid_n_iter_ = np.array([], dtype=int)
+            self.selection_set_, self.refined_ = np.array([]), np.array([], dtype=bool)
+            self.val_log_loss_ = self.val_log_loss_se_ = np.array([])
+            self.selection_fit_ = None
+            self.selection_alternatives_ = []
         else:
             if val_index is None:
                 tr, va = self._split(labels, multilabel)
@@ -255,28 +275,23 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
             precond = Preconditioner(gram_matrix(train_rows, device))
             state = SolverState.at(loss, theta, 0.0, fast=True)
             val_rows, val_labels = rows.select(va), labels[va]
-            scores, iters, best = [], [], None
-            for C in grid:
-                reg = 1.0 / (C * len(tr))
-                memory.shift_penalty(reg - reg_from, mask)
-                reg_from = reg
-                state, it, status = self._solve(loss, state, memory, precond, reg, final=False)
-                statuses.append((float(C), status))
-                iters.append(it)
-                if it or not scores:  # an unmoved iterate keeps its validation score
-                    score = self._val_score(val_rows, val_labels, state.theta, device)
-                scores.append(score)
-                if best is None or scores[-1] > scores[best[0]] or (scores[-1] == scores[best[0]] and it):
-                    # Ericsson et al.'s rule: of the values with the best validation score, the
-                    # weakest penalty (they walk lambda upwards keeping strictly better scores).
-                    # An unmoved iterate is the previous value's model (tol already held at the
-                    # weaker penalty): a nominally weaker copy of it does not win the tie.
-                    best = (len(scores) - 1, state.theta.clone(), memory.snapshot(), reg)
-            self.Cs_, self.val_scores_ = grid, np.array(scores)
-            self.grid_n_iter_ = np.array(iters)
-            j, theta, snap, reg_from = best
+            # multi-label scores are mean average precisions, not counts: the seed's path
+            seed = self.selection == "seed" or multilabel
+            walk = (seed_walk if seed else stable_walk)(GridWalk(
+                loss, state, memory, precond, mask, grid, len(tr), val_rows, val_labels, device, self.tol,
+                self.max_iter, self._solve, self._val_score))
+            statuses += walk.statuses
+            self.Cs_, self.val_scores_ = grid, np.array(walk.scores)
+            self.grid_n_iter_ = np.array(walk.iterations)
+            self.selection_set_, self.refined_ = walk.selection_set, walk.refined
+            self.val_log_loss_, self.val_log_loss_se_ = walk.log_loss[:, 0], walk.log_loss[:, 1]
+            self.selection_alternatives_ = walk.alternatives
+            j, theta, reg_from = walk.position, walk.theta, walk.reg
             C = float(grid[j])
-            memory.restore(snap)
+            # the chosen value's fit on the train part, at its optimum (``stable``): what a
+            # calibration on the validation rows needs, without fitting it again
+            self.selection_fit_ = theta.cpu().numpy().copy() if walk.exact else None
+            memory.restore(walk.memory)
             val_chance = majority_rate(val_labels) if not multilabel else None
             loss = None  # its block buffers go before the final loss makes its own
 
@@ -299,9 +314,10 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
             weaker = np.arange(j + 1, grid.size)
             if why is None or weaker.size == 0:
                 break
-            # the seed's rule among the weaker penalties; followed there along the grid
-            nxt = tie_rule_choice(self.val_scores_, self.grid_n_iter_, start=j + 1)
+            # the selection's rule among the weaker penalties; followed there along the grid
+            nxt = weaker_choice(walk, grid, seed, j)
             self.selection_moves_.append((C, float(grid[nxt]), why))
+            self.selection_fit_ = None  # that fit is another C's now
             for k in range(j + 1, nxt + 1):
                 reg_next = 1.0 / (float(grid[k]) * n)
                 memory.shift_penalty(reg_next - reg, mask)
@@ -429,3 +445,4 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         if self.multilabel_:
             return (Z > 0).astype(np.int64)
         return self.classes_[np.argmax(Z, axis=1)]
+

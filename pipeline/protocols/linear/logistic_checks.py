@@ -19,8 +19,8 @@ from pipeline.protocols.linear.lbfgs import LBFGSMemory, Preconditioner, SolverS
 __all__ = ["F_RTOL", "majority_rate", "refine_to_optimum", "refit_collapse", "tie_rule_choice"]
 
 #: A reported fit runs on while the solver's model of the objective expects to lower it by
-#: more than this share of its value.
-F_RTOL = 1e-3
+#: more than this share of its value: its optimum within float rounding.
+F_RTOL = 1e-9
 
 
 def majority_rate(labels: np.ndarray) -> float:

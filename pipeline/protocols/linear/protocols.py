@@ -139,21 +139,26 @@ def ridge_memory(c: CellShape, s: Mapping[str, Any]) -> int:
                 scores=matrix(c.n_test, c.n_classes, itemsize=F4), runtime=RUNTIME)
 
 
-#: The logistic probe's default ``refine_rtol``: ``logistic_checks.F_RTOL``, the value before the
-#: setting existed (a test holds them equal; that module imports torch, the registry may not).
-REFINE_RTOL = 1e-3
+#: The logistic probe's default ``refine_rtol``: ``logistic_checks.F_RTOL`` (a test holds them
+#: equal; that module imports torch, the registry may not): the reported fit at its optimum
+#: within float rounding, so its predictions do not move with the features' last bits.
+REFINE_RTOL = 1e-9
+#: ``selection``: ``logistic.SELECTIONS`` (the registry may not import that module).
+LOGISTIC_SELECTIONS = ("stable", "seed")
 
 
 @register_protocol(
-    "logistic", version=2,  # 2: the seed's tie rule, collapsed refits moved, map11 as Ericsson et al.
+    # 3: the stable selection by default (exact fits near the top, the strongest penalty within
+    # one standard error), the final fit to its optimum, map11_devkit with MATLAB's thresholds
+    "logistic", version=3,
     defaults={"transform": "l2", "Cs": "default", "C": 1.0, "val_fraction": 0.2, "tol": 1e-4,
               "max_iter": 1000, "seed": 0, "calibration_bins": 15, "refine_rtol": REFINE_RTOL,
-              "refine_grid": False},
-    choices={"transform": TRANSFORM_NAMES},
+              "refine_grid": False, "selection": "stable"},
+    choices={"transform": TRANSFORM_NAMES, "selection": LOGISTIC_SELECTIONS},
     bounds={"C": above(0), "val_fraction": Bound(0, 1, low_open=True, high_open=True), "tol": above(0),
             "max_iter": Bound(1, 100_000), "seed": SEED, "calibration_bins": Bound(1, 1000),
             "refine_rtol": Bound(0, 1, low_open=True)},
-    added_settings={"refine_rtol": REFINE_RTOL, "refine_grid": False},  # older records keep their identity
+    added_settings={"refine_grid": False},  # records made before it existed keep their identity
     runs_on_device=True, multilabel=True, memory=logistic_memory,
     metrics=CLASS_METRICS + ("ece", "ece_temperature_scaled", "nll", "nll_temperature_scaled") + MULTILABEL_METRICS,
     unbounded=("nll", "nll_temperature_scaled"),
@@ -178,7 +183,7 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
                                  FeatureRows.of(data.X_test), device=device)
     probe = LogisticProbe(C=s["C"], Cs=s["Cs"], val_fraction=s["val_fraction"], tol=s["tol"], max_iter=s["max_iter"],
                           random_state=s["seed"], device=device, refine_rtol=s["refine_rtol"],
-                          refine_grid=s["refine_grid"]).fit_rows(rows, y, val_index=val_index)
+                          refine_grid=s["refine_grid"], selection=s["selection"]).fit_rows(rows, y, val_index=val_index)
     metrics, evidence = _score(data, probe, test, probe.score_blocks)
     validation = "dataset split" if val_index is not None else f"stratified {s['val_fraction']:g} of train"
     if s["Cs"] is None:  # a fixed C: nothing selected, a validation split trained on
@@ -189,6 +194,8 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     if s["Cs"] is not None:
         diagnostics["val_scores"] = [float(v) for v in probe.val_scores_]
         diagnostics["grid_n_iter"] = [int(i) for i in probe.grid_n_iter_]
+        diagnostics["selection"] = s["selection"] if not data.multilabel else "seed"
+        diagnostics["selection_set"] = [float(c) for c in probe.selection_set_]
         warnings = _selection_warnings(probe)
         if probe.selection_moves_:
             diagnostics["selection_moves"] = [{"from_C": a, "to_C": b, "why": why}
@@ -201,20 +208,28 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         # deferred: scipy, as the probe above
         from pipeline.protocols.audits.calibration import calibration_report_blocks
 
+        # deferred: torch, as the probe above
+        from pipeline.protocols.linear.linear_loss import linear_score_blocks
+
         tr, va = probe.train_index_, probe.val_index_
-        held = LogisticProbe(C=probe.C_, tol=s["tol"], max_iter=s["max_iter"], device=device, refine_rtol=s["refine_rtol"])
-        held.fit_rows(rows.select(tr), y[tr])
-        y_val = torch.from_numpy(_columns(held.classes_, y[va])).to(device)
-        y_test = torch.from_numpy(_columns(probe.classes_, data.y_test)).to(device)
         val_rows = rows.select(va)
+        if probe.selection_fit_ is not None:  # the stable selection's own fit of C_ on the train part
+            fit, held_classes, held_converged = probe.selection_fit_, probe.classes_, True
+        else:
+            held = LogisticProbe(C=probe.C_, tol=s["tol"], max_iter=s["max_iter"], device=device,
+                                 refine_rtol=s["refine_rtol"]).fit_rows(rows.select(tr), y[tr])
+            fit = np.hstack([held.coef_, held.intercept_[:, None]])
+            held_classes, held_converged = held.classes_, bool(held.converged_)
+        y_val = torch.from_numpy(_columns(held_classes, y[va])).to(device)
+        y_test = torch.from_numpy(_columns(probe.classes_, data.y_test)).to(device)
         cal = calibration_report_blocks(
-            lambda: ((z, y_val[i:i + len(z)]) for z, i in held.score_blocks(val_rows)),
+            lambda: ((z, y_val[i:i + len(z)]) for z, i in linear_score_blocks(val_rows, fit[:, :-1], fit[:, -1], device)),
             lambda: ((z, y_test[i:i + len(z)]) for z, i in probe.score_blocks(test)), n_bins=s["calibration_bins"])
         metrics.update(ece=cal.ece_before, ece_temperature_scaled=cal.ece_after, nll=cal.nll_before,
                        nll_temperature_scaled=cal.nll_after)
         diagnostics.update(temperature=cal.temperature, temperature_at_bound=cal.temperature_at_bound,
-                           calibration_fit_converged=bool(held.converged_))
-        diagnostics["converged"] = bool(probe.converged_ and held.converged_)
+                           calibration_fit_converged=held_converged)
+        diagnostics["converged"] = bool(probe.converged_ and held_converged)
         if cal.temperature_at_bound:
             warnings.append(fit_warning("temperature_edge", f"T = {cal.temperature:g} is at an end of its search "
                                         "range: ece_temperature_scaled and nll_temperature_scaled are the bound's, "
@@ -223,9 +238,18 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
 
 
 def _selection_warnings(probe: Any) -> list[dict[str, str]]:
-    """Grid edge and plateau of the logistic probe's C, and a choice moved off a collapsed refit."""
+    """Grid edge and (the seed's rule) plateau of the logistic probe's C, a choice that rounding
+    could move, and a choice moved off a collapsed refit."""
     chosen = int(np.flatnonzero(probe.Cs_ == probe.C_)[0])
-    out = grid_warnings("C", probe.Cs_, probe.val_scores_, chosen, criterion="validation score", setting="Cs")
+    stable = bool(probe.refined_.any())  # its rule chooses within a plateau: the set is recorded instead
+    out = grid_warnings("C", probe.Cs_, probe.val_scores_, chosen, criterion="validation score", setting="Cs",
+                        plateau=not stable)
+    if probe.selection_alternatives_:
+        shown = ", ".join(f"C = {c:.3g} ({n} validation rows predicted otherwise)"
+                          for c, n in probe.selection_alternatives_[:3])
+        out.append(fit_warning("selection_fragile", f"validation rows the fits cannot decide within their "
+                                                    f"precision could move the choice from C = {probe.C_:.3g} to "
+                                                    f"{shown}"))
     for left, taken, why in probe.selection_moves_:
         out.append(fit_warning("selection_moved", f"the refit on all rows at C = {left:.3g} collapsed ({why}); "
                                                   f"C = {taken:.3g} taken, the best of the weaker penalties"))
@@ -243,7 +267,7 @@ def _columns(classes: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 @register_protocol(
-    "ridge", version=2,  # 2: map11 as Ericsson et al. compute it, map11_devkit beside it
+    "ridge", version=3,  # 2: map11 as Ericsson et al. compute it, map11_devkit beside it; 3: its MATLAB thresholds
     defaults={"transform": "none", "alphas": "default", "alpha": 1e-4, "fit_intercept": True},
     choices={"transform": TRANSFORM_NAMES},
     bounds={"alpha": at_least(0)},

@@ -1,11 +1,16 @@
-"""The k-NN metric and vote weighting pairs that have a meaning, checked without torch (at
-config load by the ``knn`` entry, and by ``KNNClassifier``)."""
+"""What the k-NN search and its registry entry share without torch: the metric and vote
+weighting pairs that have a meaning (checked at config load by the ``knn`` entry, and by
+``KNNClassifier``), and the budget of the search's kept queries (which its memory model counts)."""
 
 from __future__ import annotations
 
 from pipeline.errors import ConfigError, unknown_name
 
-__all__ = ["KNN_METRICS", "check_metric_weights"]
+__all__ = ["KNN_METRICS", "QUERY_CACHE_BYTES", "check_metric_weights"]
+
+#: The k-NN search keeps its normalised queries when they fit this (converting them once,
+#: not once per buffer of train rows); larger query sets are converted chunk by chunk.
+QUERY_CACHE_BYTES = 64 << 20
 
 #: k-NN metrics and the vote weightings valid with each.
 KNN_METRICS: dict[str, tuple[str, ...]] = {"cosine": ("exp", "uniform"), "euclidean": ("uniform",)}

@@ -145,7 +145,7 @@ def attentive_memory(c: CellShape, s: Mapping[str, Any]) -> int:
 
 
 @register_protocol(
-    "mlp", version=2,  # 2: linear_score from logistic 2
+    "mlp", version=3,  # 2: linear_score from logistic 2; 3: from logistic 3
     defaults={"transform": "l2", "hidden_units": 1000, "weight_decays": [0.0, 1e-4, 1e-3, 1e-2, 1e-1],
               "learning_rate": 1e-3, "batch_size": 256, "max_epochs": 100, "patience": 10, "val_fraction": 0.2,
               "seed": 0, "linear_Cs": "default"},
