@@ -12,11 +12,16 @@ command then runs as users type it, in a fresh process, timed from start to exit
   misspelled protocol setting (which needs the protocol registry's settings);
 * ``repeval run R`` with nothing to do: R names the same 200 cells (its encoders
   ``source: store``), run once while building; the rerun is answered from the ledger;
-* ``repeval report C``: 200 cells, accuracy tables, low-shot plots, correlation scatters.
+* ``repeval report C``: 200 cells, accuracy tables, low-shot plots, correlation scatters;
+* a nightly scan of an unchanged folder of 50 checkpoints (the schedules' state recorded
+  as a finished scan leaves it): in a fresh process, ``jobs.run.spine.Run`` made as
+  scheduled and asked what changed (config loaded, store opened, folder listed once), and
+  ``flows.schedules.scan_checkpoints_flow`` itself on an embedded Prefect API already
+  started (serve's case: its server runs).
 
 Beside each: whether the process imported torch, and a bare ``python -c pass`` start
-for reference. Targets (issues): results and a config error under 2 s, the no-op rerun
-under 3 s, the report under 5 s.
+for reference. Targets (issues): results, a config error and the no-op rerun under 2 s,
+the scan of 50 unchanged checkpoints under 3 s, the report under 5 s.
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_cli.py [--repeats 3] [--root DIR]``.
 """
@@ -64,7 +69,7 @@ def build(root: Path) -> Path:
     from jobs.config import load_config
     from jobs.evaluation.evaluate import evaluate_cell
     from jobs.extraction.import_features import import_features
-    from jobs.plan import evaluation_cells
+    from jobs.run.plan import evaluation_cells
     from pipeline.datasets import make_dataset
     from storage_schema import FeatureStore
 
@@ -148,7 +153,7 @@ def main() -> int:
         ("results --config", ["results", "--config", str(config)], 2.0),
         ("config error: a field's type (run)", ["run", str(root / "typo.yaml")], 2.0),
         ("config error: a protocol setting (run)", ["run", str(root / "bad.yaml")], 2.0),
-        ("run with nothing to do, 200 cells", ["run", str(root / "run.yaml")], 3.0),
+        ("run with nothing to do, 200 cells", ["run", str(root / "run.yaml")], 2.0),
         ("report, 200 cells", ["report", str(config)], 5.0),
     ]
     print(f"python -c pass: {bare:.2f} s (interpreter start, for reference)")
@@ -164,8 +169,70 @@ def main() -> int:
         verdict = "met" if seconds < target else "**missed**"
         print(f"| `repeval {' '.join(a if '/' not in a else Path(a).name for a in cli_args)}` | {seconds:.2f} | "
               f"< {target:g} s: {verdict} | {'yes' if torch_seen else 'no'} | {code} |")
+    scans = scan_folder(root, args.repeats)
+    for label, (seconds, target) in scans.items():
+        results[label] = seconds
+        print(f"| {label} | {seconds:.2f} | < {target:g} s: {'met' if seconds < target else '**missed**'} | - | 0 |")
     print(json.dumps({"bare_python_s": bare, "registry_import_s": registry, **results}))
     return 0
+
+
+N_CHECKPOINTS = 50
+SCAN_PROBE = ("import time; t = time.perf_counter()\n"
+              "from jobs.run.spine import Run\n"
+              "changes = Run({config!r}, scheduled=True).changes()\n"
+              "assert not changes.any, changes\n"
+              "print(time.perf_counter() - t)")
+
+
+def scan_folder(root: Path, repeats: int) -> dict[str, tuple[float, float]]:
+    """The nightly scan of an unchanged folder of ``N_CHECKPOINTS`` checkpoints, as the
+    schedules' state left by a finished scan makes it (nothing new: nothing runs)."""
+    import torch
+    import yaml
+
+    folder = root / "checkpoints"
+    if not folder.is_dir():
+        folder.mkdir()
+        import timm
+
+        for step in range(1, N_CHECKPOINTS + 1):  # small files: the scan reads names, sizes and times only
+            torch.manual_seed(step)
+            model = timm.create_model("mobilenetv3_small_050", pretrained=False, num_classes=0)
+            torch.save({"model": model.state_dict(), "epoch": step}, folder / f"checkpoint{step:04d}.pth")
+    raw = yaml.safe_load((root / "config.yaml").read_text())
+    raw = dict(raw, store=str(root / "scan-store"), encoders=[],
+               checkpoints=[{"path": str(folder), "arch": "mobilenetv3_small_050", "input_size": 32,
+                             "settle_seconds": 0, "pattern": "*.pth"}])
+    config = root / "scan.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    from jobs.run.changes import save_state
+    from jobs.run.spine import Run
+
+    run = Run(config, scheduled=True)  # as the last scan recorded it
+    assert len(run.listing.config.encoders) == N_CHECKPOINTS
+    save_state(run.store(writable=True), run.listing.config, run.watch_key, files=run.listing.scan.signatures())
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    fresh = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", SCAN_PROBE.format(config=str(config))], check=True, env=env, cwd=ROOT,
+                       capture_output=True)
+        fresh.append(time.perf_counter() - t)
+    out = {f"scan of {N_CHECKPOINTS} unchanged checkpoints, fresh process (Run + changes)": (median(fresh), 3.0)}
+    from flows.runtime import prefect_api
+    from flows.schedules import scan_checkpoints_flow
+
+    with prefect_api():
+        scan_checkpoints_flow(str(config))  # the flow's first run pays Prefect's own warm-up
+        flows = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            assert scan_checkpoints_flow(str(config)) == {"ran": False, "new_encoders": []}
+            flows.append(time.perf_counter() - t)
+    out[f"scan of {N_CHECKPOINTS} unchanged checkpoints, the scan flow on a running Prefect API"] = (median(flows),
+                                                                                                     3.0)
+    return out
 
 
 def _bare(code: str = "pass") -> float:

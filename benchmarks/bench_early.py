@@ -1,6 +1,6 @@
 """Early verdicts against the full run, on a history of real checkpoints.
 
-The history: resnet18 trained on the demo's source task (``jobs.source_training``, as
+The history: resnet18 trained on the demo's source task (``flows.demo_sources``, as
 ``make demo`` does) for three seeds, a checkpoint saved at nine steps each (27 checkpoints,
 three series). Each is extracted and evaluated in full (the jobs of ``repeval run``, one
 process, no Prefect) on the demo's datasets (``digits``: 1,797 images; ``textures``: 1,200)
@@ -61,7 +61,7 @@ def datasets(quick: bool) -> list[dict]:
 
 def train(out: Path, steps) -> dict[str, dict]:
     """The checkpoints (trained once; kept in ``out``): name -> {path, seed, step}."""
-    from jobs.source_training import train_checkpoints
+    from flows.demo_sources import train_checkpoints
     from pipeline.datasets import make_dataset
 
     folder = out / "checkpoints"
@@ -99,7 +99,7 @@ def full_pass(cfg, name: str) -> dict[str, float]:
     """Extract and evaluate one checkpoint in full (once: a kept store answers at once):
     seconds of the extraction, and of each setting's cells."""
     from jobs.evaluation.evaluate import evaluate_cell
-    from jobs.plan import evaluation_cells, extraction_units, run_extract_unit
+    from jobs.run.plan import evaluation_cells, extraction_units, run_extract_unit
 
     store = cfg.open_store()
     started = time.perf_counter()
@@ -173,7 +173,7 @@ def warm_history(cfg, history: set[str], rows: str) -> None:
     from jobs.early.subsets import current_subset
     from jobs.evaluation.cell import Cell
     from jobs.extraction.labels import store_labels
-    from jobs.plan import make_adapter
+    from jobs.run.plan import make_adapter
 
     store = cfg.open_store()
     for d in cfg.datasets:
@@ -291,7 +291,7 @@ def run(out: Path, quick: bool, held_out: int, rows: str) -> dict:
         times[name]["early"] = seconds
         images[name] = read
         if total is None:
-            from jobs.plan import make_adapter
+            from jobs.run.plan import make_adapter
 
             total = sum(make_adapter(d).num_samples(s) for d in hcfg.datasets for s in d.splits())
         exact = {(r["setting"], r["dataset"]): record_score(r) for r in records if r["model"] == name}

@@ -13,7 +13,11 @@ with one thread each (torch, every BLAS and OpenMP pool), the order rotated ever
   torch (``torch.mm``, MKL, into a reused 5,000 x 20,000 output, 20,000 train rows at a
   time: the same multiply-adds as one product, without a 6 GB output at 320k rows);
 * the same product with numpy (``np.matmul``: the OpenBLAS of numpy's wheel, which
-  repeval's CPU search uses; on AMD CPUs it is faster than torch's MKL).
+  repeval's CPU search uses; on AMD CPUs it is faster than torch's MKL);
+* the ``retrieval`` readout on the same features (each test row queries the train rows:
+  mAP@R, recall@1/5), run as a cell runs it (``get_protocol("retrieval")(EvalData(...))``):
+  one search at depth max(R) (200 at 20,000 rows and 100 classes) with k-NN's code, then
+  the metrics; its time is reported against repeval's k-NN (goal: within 1.5x).
 
 Reported: the median wall time of each side, the median of the per-repeat ratios
 (repeval vs faiss: faiss time / repeval time, > 1 means repeval is faster; share of a
@@ -157,6 +161,7 @@ def measure(args) -> None:
     """Child (or the only process without faiss): the interleaved comparison."""
     import torch
 
+    from pipeline.protocols import EvalData, get_protocol
     from pipeline.protocols.neighbours.knn import KNNClassifier
 
     faiss = _faiss()
@@ -176,7 +181,7 @@ def measure(args) -> None:
 
     rows = []
     for n_train in args.sizes:
-        (Xtr, ytr), (Xte, _) = features(n_train, args.seed)
+        (Xtr, ytr), (Xte, yte) = features(n_train, args.seed)
         Q = torch.from_numpy(Xte / np.linalg.norm(Xte, axis=1, keepdims=True)).float()
         T = torch.from_numpy(Xtr)  # the product's speed does not depend on the values
         out = torch.empty(N_TEST, min(FLOOR_ROWS, n_train))
@@ -195,7 +200,11 @@ def measure(args) -> None:
         def ours():
             return KNNClassifier(K, metric="cosine", weights="exp", temperature=TEMPERATURE).fit(Xtr, ytr).predict(Xte)
 
-        sides = {"repeval": ours, "floor": floor, "floor (numpy)": floor_numpy}
+        def retrieval():
+            return get_protocol("retrieval")(EvalData(y_train=ytr, X_test=Xte, y_test=yte, n_classes=N_CLASSES,
+                                                      X_train=Xtr), {"device": "cpu"})
+
+        sides = {"repeval": ours, "floor": floor, "floor (numpy)": floor_numpy, "retrieval": retrieval}
         if faiss is not None:
             sides["faiss"] = lambda: faiss_side(faiss, Xtr, ytr, Xte)
         names = list(sides)
@@ -211,8 +220,12 @@ def measure(args) -> None:
         def share(floor_name):
             return f"{median([f / o for f, o in zip(times[floor_name], times['repeval'])]):.2f}"
 
+        found = results["retrieval"]
         row = [f"{n_train:,}", median(times["repeval"]), median(times["floor"]), median(times["floor (numpy)"]),
-               share("floor"), share("floor (numpy)")]
+               share("floor"), share("floor (numpy)"), median(times["retrieval"]),
+               f"{median([r / o for r, o in zip(times['retrieval'], times['repeval'])]):.2f}x",
+               f"{found.diagnostics['depth']}; mAP@R {found.metrics['map_at_r']:.4f}, "
+               f"R@1 {found.metrics['recall_at_1']:.4f}, R@5 {found.metrics['recall_at_5']:.4f}"]
         if faiss is not None:
             vs = median([f / o for f, o in zip(times["faiss"], times["repeval"])])
             pred_faiss, idx_faiss = results["faiss"]
@@ -220,15 +233,15 @@ def measure(args) -> None:
             sets = sum(set(a) != set(b) for a, b in zip(idx_ours, idx_faiss))
             differ = int(np.sum(results["repeval"] != pred_faiss))
             row[2:2] = [median(times["faiss"])]
-            row += [f"{vs:.2f}x", f"{'identical' if differ == 0 else f'{differ} differ'} "
+            row[-3:-3] = [f"{vs:.2f}x", f"{'identical' if differ == 0 else f'{differ} differ'} "
                     f"({sets} of {N_TEST} neighbour sets differ)"]
         rows.append(row)
         del Xtr, T, out, Qn, outn
     headers = ["train rows", "repeval s", "GEMM floor (torch) s", "GEMM (numpy) s", "share of the torch floor",
-               "share of numpy's GEMM"]
+               "share of numpy's GEMM", "retrieval s", "retrieval / k-NN", "retrieval depth; metrics"]
     if faiss is not None:
         headers[2:2] = ["faiss-cpu s"]
-        headers += ["repeval vs faiss", "predictions vs faiss"]
+        headers[-3:-3] = ["repeval vs faiss", "predictions vs faiss"]
     print_tables("k-NN fit + predict (median wall time; ratios: median of per-repeat ratios)", headers, rows,
                  args.markdown)
 

@@ -38,7 +38,7 @@ def profile_task_wrapper(cfg, repeats: int = 20) -> dict:
     """Per-call cost of what evaluate_task does besides the cell's own work."""
     from jobs.config import load_config
     from jobs.evaluation.identity import cell_identity
-    from jobs.plan import evaluation_cells
+    from jobs.run.plan import evaluation_cells
     from pipeline.plain import to_plain
 
     config = to_plain(cfg)

@@ -112,8 +112,8 @@ def child(variant: str, config_path: str) -> None:
 
         from flows.benchmark import benchmark_flow
         from jobs.config import load_config
-        from jobs.plan import make_plan
-        from jobs.plan_store import write_plan
+        from jobs.run.plan import make_plan
+        from jobs.run.plan_store import write_plan
 
         cfg = load_config(config_path)
         t0 = time.perf_counter()
@@ -128,7 +128,7 @@ def child(variant: str, config_path: str) -> None:
     else:
         from jobs.config import load_config
         from jobs.evaluation.evaluate import evaluate_cell
-        from jobs.plan import evaluation_cells, extraction_units, run_extract_unit
+        from jobs.run.plan import evaluation_cells, extraction_units, run_extract_unit
         from jobs.report.inputs import correlate_and_report
         from storage_schema import FeatureStore
 
@@ -157,7 +157,7 @@ def child(variant: str, config_path: str) -> None:
 def build_base_store(root: Path, n_encoders: int) -> Path:
     """Extract every unit of the config once, directly (not timed)."""
     from jobs.config import load_config
-    from jobs.plan import extraction_units, run_extract_unit
+    from jobs.run.plan import extraction_units, run_extract_unit
     from storage_schema import FeatureStore
 
     base = root / "base-store"

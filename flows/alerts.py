@@ -1,14 +1,4 @@
-"""Prefect events of a benchmark run, for automations that notify a channel.
-
-Every run emits ``repeval.checkpoint.evaluated``; a run that finds the newest checkpoint of
-a series significantly worse than the series' best on some cell also emits
-``repeval.checkpoint.regressed``. A run with an early pass emits
-``repeval.checkpoint.early`` as soon as its early estimates are in, before the full
-extraction, and ``repeval.checkpoint.early-regressed`` too when an early verdict is
-``worse`` (:func:`emit_early_event`). Both carry :func:`jobs.report.events.event_payload` of the run
-summary, and name the config's report as their resource, so an automation can match one
-benchmark. Emitted from inside the flow run, they are related to it in Prefect's UI.
-"""
+"""Prefect events of a benchmark run, for automations that notify a channel."""
 
 from __future__ import annotations
 
@@ -35,19 +25,7 @@ def report_resource(report_path: str) -> dict[str, str]:
 
 
 def emit_run_events(payload: Mapping[str, Any], report_path: str) -> list[str]:
-    """Emit the run's events; the names of those emitted.
-
-    Parameters
-    ----------
-    payload : mapping
-        ``jobs.report.events.event_payload`` of the run summary.
-    report_path : str
-        The config's report path (the events' resource).
-
-    Returns
-    -------
-    list of str
-    """
+    """Emit the run's events; the names of those emitted."""
     resource = report_resource(report_path)
     names = [EVALUATED_EVENT] + ([REGRESSED_EVENT] if payload.get("regressions") else [])
     for name in names:
@@ -71,25 +49,12 @@ def run_payload(final: Mapping[str, Any] | None, outcomes: list[Mapping[str, Any
 
 def emit_early_event(estimates: list[Mapping[str, Any]], report_path: str) -> dict[str, Any]:
     """Emit ``repeval.checkpoint.early`` for a run's early estimates, and
-    ``repeval.checkpoint.early-regressed`` when an early verdict is ``worse``; the payload.
-
-    The payload: ``encoders`` (the new ones), ``worse`` and ``better`` (each early verdict
-    that is one: ``encoder``, ``cell``, ``kind``, ``against``, ``estimate``, ``low``, ``high``,
-    ``against_value``), ``estimates`` (how many), ``early: true`` and ``truncated`` (a list
-    cut at ``EVENT_LIST_LIMIT`` entries). Early verdicts are estimates: an automation that
-    acts on them says so.
-
-    Parameters
-    ----------
-    estimates : list of mapping
-        The run's ``estimates`` records (``jobs.early.estimates``).
-    report_path : str
-        The config's report path (the event's resource).
-
-    Returns
-    -------
-    dict
-    """
+    ``repeval.checkpoint.early-regressed`` when an early verdict is ``worse``; the payload."""
+    # The payload: ``encoders`` (the new ones), ``worse`` and ``better`` (each early verdict
+    # that is one: ``encoder``, ``cell``, ``kind``, ``against``, ``estimate``, ``low``, ``high``,
+    # ``against_value``), ``estimates`` (how many), ``early: true`` and ``truncated`` (a list
+    # cut at ``EVENT_LIST_LIMIT`` entries). Early verdicts are estimates: an automation that
+    # acts on them says so.
     found: dict[str, list[dict[str, Any]]] = {"worse": [], "better": []}
     for rec in estimates:
         e = rec.get("estimate") or {}

@@ -1,21 +1,4 @@
-"""The benchmark flow: extract what is missing, evaluate what is missing, correlate, report.
-
-The plan is made once, before the flow (``jobs.plan.make_plan``: checks, scan, units and
-cells), and written into the store (``jobs.plan_store``); the flow is handed its key,
-reads it back once, submits its units and cells and hands the planned config to the
-report task. A flow parameter stays a few bytes however large the plan (Prefect keeps
-parameters with the run in its database, and Prefect Cloud refuses more than 512 KB).
-
-Extraction is one task per (encoder, dataset split); each cell runs as its protocol's
-registry entry says (``flows.tasks.submit_cells``): feature cells in groups of one
-(encoder, dataset) after the extractions they read, cells of protocols that read the
-encoder's weights (fine-tuning, diagnostics) beside them; the correlation and report
-come last. Everything runs on Dask through prefect-dask.
-
-A failed unit or cell is an outcome, not an exception: the rest of the run goes on, the
-failures are recorded in the store and listed in the summary, and the flow run ends in a
-Failed state whose message names them.
-"""
+"""The benchmark flow: extract what is missing, evaluate what is missing, correlate, report."""
 
 from __future__ import annotations
 
@@ -38,11 +21,11 @@ from flows.runtime import (
 from flows.tasks import collect_cells, correlate_and_report_task, extract_task, open_store, submit_cells
 from jobs.early.lines import check_lines
 from jobs.evaluation.cell_memory import check_cells_fit
-from jobs.failures import correlation_failure, extraction_failure, sync_failures
-from jobs.plan import Plan, make_plan
-from jobs.plan_store import read_plan, write_plan
+from jobs.run.failures import correlation_failure, extraction_failure, sync_failures
+from jobs.run.plan import Plan, make_plan
+from jobs.run.plan_store import read_plan, write_plan
 from jobs.report.run_summary import build_summary, failure_message, summary_lines, summary_table
-from jobs.trackers import log_to_trackers
+from jobs.report.trackers import log_to_trackers
 from pipeline.plain import to_plain
 from pipeline.terminal import say
 
@@ -58,7 +41,7 @@ def _progress(reason: str, kind: str, done: int, total: int, started: float, ext
 def benchmark_flow(store: dict[str, Any], plan: str, gpu_resources: bool = False, reason: str = "run",
                    declare_memory: bool = False, early: bool = False):
     """``store``: the run's store as plain values (``url``, ``storage_options``); ``plan``:
-    the key of the run's plan in it (``jobs.plan_store.write_plan``); ``declare_memory``:
+    the key of the run's plan in it (``jobs.run.plan_store.write_plan``); ``declare_memory``:
     the workers declare a ``MEMORY`` resource (each evaluation task asks for its largest
     cell's); ``early``: the new encoders' early pass first (``flows.early``). Returns the
     summary, in a Failed state if anything failed."""
@@ -206,15 +189,21 @@ def run_plan(plan: Plan, *, dask_address: str | None = None, reason: str = "run"
     return result
 
 
-def run_benchmark(cfg, dask_address: str | None = None, *, retry_failed: bool = False,
-                  plan: Plan | None = None, config_path: str | None = None, early: bool | None = None) -> dict[str, Any]:
-    """Plan (scan, check: before anything starts), then run the flow with embedded defaults
-    (a temporary local Prefect API unless one is configured) and return its summary.
-    ``config_path``: the config's file, whose scheduled runs a killed `repeval serve` left
-    behind are reclaimed on the way (``flows.reclaim``); ``early``: the early pass (default:
-    the config's ``early.enabled``)."""
-    plan = plan or make_plan(cfg, retry_failed=retry_failed)
+def run_here(plan: Plan, *, config_path: str | None = None, **kwargs) -> dict[str, Any]:
+    """``run_plan`` on this process's Prefect API (a temporary local one unless one is
+    configured); the scheduled runs of ``config_path`` a killed `repeval serve` left behind
+    are reclaimed on the way (``flows.reclaim``)."""
     with prefect_api():
         if config_path:
             reclaim_quietly(config_path, lambda line: say("run", line))
-        return run_plan(plan, dask_address=dask_address, early=early)
+        return run_plan(plan, **kwargs)
+
+
+def run_benchmark(cfg, dask_address: str | None = None, *, retry_failed: bool = False,
+                  plan: Plan | None = None, config_path: str | None = None, early: bool | None = None) -> dict[str, Any]:
+    """Plan (scan, check: before anything starts), then run the flow with embedded defaults
+    and return its summary (``jobs.run.spine.Run.go`` also answers an unchanged rerun from
+    the ledger and notes what the run covered). ``early``: the early pass (default: the
+    config's ``early.enabled``)."""
+    plan = plan or make_plan(cfg, retry_failed=retry_failed)
+    return run_here(plan, config_path=config_path, dask_address=dask_address, early=early)

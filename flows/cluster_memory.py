@@ -1,17 +1,4 @@
-"""The memory each Dask worker offers evaluation cells, and the tasks' requests for it.
-
-Embedded runs start a LocalCluster whose workers each get ``dask.memory_limit`` (auto:
-the machine's memory shared by the workers) and declare 75 % of it as their ``MEMORY``
-resource. On an existing cluster the workers declare it themselves::
-
-    dask worker tcp://sched:8786 --nthreads 2 --memory-limit 64GiB --resources "MEMORY=48e9"
-    dask worker tcp://sched:8786 --nthreads 1 --resources "GPU=1,MEMORY=48e9"   # one per GPU
-
-Evaluation tasks then ask for the bytes their largest cell needs (``jobs.evaluation.cell_memory``),
-and Dask runs a task on a worker only while the tasks it runs hold no more than the
-worker declares. A cluster whose workers declare no ``MEMORY`` runs the tasks
-unrestricted (each is still checked against the workers' memory limits before the run).
-"""
+"""The memory each Dask worker offers evaluation cells, and the tasks' requests for it."""
 
 from __future__ import annotations
 
@@ -28,17 +15,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class WorkerMemory:
-    """What the workers of a cluster offer evaluation cells.
-
-    Parameters
-    ----------
-    capacities : list of int
-        Bytes per worker: its declared ``MEMORY``, or 75 % of its memory limit.
-    declared : bool
-        Whether the workers declare ``MEMORY`` (tasks can then ask for it).
-    where : str
-        The cluster, for messages.
-    """
+    """What the workers of a cluster offer evaluation cells."""
 
     capacities: list[int]
     declared: bool
@@ -53,57 +30,21 @@ def machine_memory() -> int:
 
 
 def local_worker_limit(settings: DaskSettings, n_workers: int) -> int:
-    """The memory limit of each embedded LocalCluster worker, in bytes.
-
-    Parameters
-    ----------
-    settings : DaskSettings
-        ``memory_limit``: bytes, a size string, or ``auto`` (the machine's memory / workers).
-    n_workers : int
-        Workers the cluster starts.
-
-    Returns
-    -------
-    int
-    """
+    """The memory limit of each embedded LocalCluster worker, in bytes."""
     if settings.memory_limit == "auto":
         return machine_memory() // max(1, n_workers)
     return parse_bytes(settings.memory_limit, "config.dask.memory_limit")
 
 
 def local_memory(settings: DaskSettings, n_workers: int) -> WorkerMemory:
-    """What the embedded LocalCluster's workers will offer.
-
-    Parameters
-    ----------
-    settings : DaskSettings
-    n_workers : int
-
-    Returns
-    -------
-    WorkerMemory
-    """
+    """What the embedded LocalCluster's workers will offer."""
     limit = local_worker_limit(settings, n_workers)
     where = f"the local cluster ({n_workers} workers of {format_bytes(limit)})"
     return WorkerMemory([declared_memory(limit)] * n_workers, True, where)
 
 
 def cluster_memory(address: str, timeout: float = 30.0) -> WorkerMemory:
-    """What the workers of the cluster at ``address`` offer, asked of its scheduler.
-
-    Parameters
-    ----------
-    address : str
-        The scheduler's address.
-    timeout : float
-        Seconds to wait for the scheduler and for a first worker.
-
-    Returns
-    -------
-    WorkerMemory
-        Declared ``MEMORY`` where any worker declares it; else 75 % of each worker's
-        memory limit, and ``declared`` False.
-    """
+    """What the workers of the cluster at ``address`` offer, asked of its scheduler."""
     from distributed import Client
 
     with Client(address, timeout=timeout) as client:
@@ -124,12 +65,7 @@ def cluster_memory(address: str, timeout: float = 30.0) -> WorkerMemory:
 
 @contextlib.contextmanager
 def memory_request(nbytes: int | None) -> Iterator[None]:
-    """Tasks submitted inside ask Dask for ``nbytes`` of the ``MEMORY`` resource (None: nothing).
-
-    Parameters
-    ----------
-    nbytes : int or None
-    """
+    """Tasks submitted inside ask Dask for ``nbytes`` of the ``MEMORY`` resource (None: nothing)."""
     if nbytes is None:
         yield
         return

@@ -1,22 +1,4 @@
-"""`make demo`: the main job on embedded defaults, from nothing to an HTML report.
-
-1. trains checkpoints of two architectures for a few steps on a source task (textures
-   drawn with another seed), so encoders differ in quality; their source-task accuracy
-   is the reference score;
-2. writes a benchmark config: those checkpoints (found by a checkpoint-folder scan) plus
-   random-init timm encoders, datasets `digits` and `textures`, every protocol;
-3. runs the benchmark flow (Prefect + a local Dask cluster + the Zarr store) and prints
-   the correlations, the best linear accuracy per dataset (at its precision, naming who
-   reaches it only as far as a paired test tells) and where the report is.
-   Running it again reuses the store: nothing is recomputed.
-
-The figures it prints are the same on every machine: training is seeded, deterministic,
-in float64 and on a fixed number of threads (``jobs.source_training``), and Dask's worker
-processes run numerical libraries on one thread each. Every figure is also written at
-full precision to ``figures.json`` beside the config (the reproducibility test compares
-two runs' files). ``REPEVAL_DEMO_SMALL=1`` (or ``main(small=True)``) runs the same steps
-at a size that takes a minute, for that test.
-"""
+"""`make demo`: the main job on embedded defaults, from nothing to an HTML report."""
 
 from __future__ import annotations
 
@@ -32,11 +14,9 @@ prepare_environment()
 
 import yaml  # noqa: E402
 
-from jobs.analysis.correlate import figure_lines  # noqa: E402
 from jobs.analysis.leaders import TopGroup, top_group  # noqa: E402
-from jobs.config import load_config  # noqa: E402
-from jobs.plan import make_plan  # noqa: E402
-from jobs.results import config_records  # noqa: E402
+from jobs.run.spine import Run  # noqa: E402
+from jobs.report.results import config_records  # noqa: E402
 
 INPUT_SIZE = 32
 #: The setting whose best accuracy per dataset the demo prints.
@@ -45,23 +25,7 @@ LINEAR = "linear"
 
 @dataclass(frozen=True)
 class DemoSize:
-    """How much the demo trains and evaluates.
-
-    Parameters
-    ----------
-    training : dict
-        (architecture, seed) -> step counts at which a checkpoint is saved (batches of 32).
-    source_per_class : dict
-        Source-task images per class, per split.
-    textures_per_class : dict
-        Downstream ``textures`` images per class, per split.
-    random_encoders : bool
-        Add the three random-init timm encoders.
-    all_protocols : bool
-        Every protocol setting (else the linear probe and k-NN only).
-    worker_processes : bool
-        Dask's workers as processes of their own (else threads of the demo's process).
-    """
+    """How much the demo trains and evaluates."""
 
     training: dict = field(default_factory=dict)
     source_per_class: dict = field(default_factory=dict)
@@ -82,29 +46,12 @@ SMALL = DemoSize(training={("resnet18", 0): [2, 8], ("resnet18", 1): [4]},
 
 
 def demo_dir() -> Path:
-    """The demo's folder: ``$REPEVAL_DEMO_DIR``, else ``demo-out`` in the working folder.
-
-    Returns
-    -------
-    Path
-    """
+    """The demo's folder: ``$REPEVAL_DEMO_DIR``, else ``demo-out`` in the working folder."""
     return Path(os.environ.get("REPEVAL_DEMO_DIR", "demo-out")).resolve()
 
 
 def demo_config(out: Path | None = None, size: DemoSize = FULL) -> dict:
-    """The benchmark config the demo runs (plain data, as in a YAML file).
-
-    Parameters
-    ----------
-    out : Path, optional
-        The demo's folder (default :func:`demo_dir`).
-    size : DemoSize
-        ``FULL`` or ``SMALL``.
-
-    Returns
-    -------
-    dict
-    """
+    """The benchmark config the demo runs (plain data, as in a YAML file)."""
     out = demo_dir() if out is None else out
     random_encoders = [
         {"name": "resnet18-random", "arch": "resnet18", "input_size": INPUT_SIZE, "seed": 0,
@@ -162,23 +109,10 @@ def demo_config(out: Path | None = None, size: DemoSize = FULL) -> dict:
 
 
 def train_sources(out: Path, size: DemoSize) -> dict[str, float]:
-    """Train the demo's checkpoints (once: existing files are kept).
-
-    Parameters
-    ----------
-    out : Path
-        The demo's folder; checkpoints go to ``out/checkpoints``.
-    size : DemoSize
-        What to train.
-
-    Returns
-    -------
-    dict
-        Checkpoint file name -> its source-task accuracy (a fraction).
-    """
+    """Train the demo's checkpoints (once: existing files are kept)."""
     # deferred: torch and timm load in main(): Dask's worker processes (spawned) run this script's top level
     # again
-    from jobs.source_training import train_checkpoints
+    from flows.demo_sources import train_checkpoints
     from pipeline.datasets import make_dataset
 
     folder = out / "checkpoints"
@@ -198,21 +132,10 @@ def train_sources(out: Path, size: DemoSize) -> dict[str, float]:
 
 def best_linear(cfg) -> dict[str, TopGroup]:
     """Dataset -> the top of the ``linear`` setting there: the best cell and every cell its
-    test images cannot tell from it (``jobs.analysis.leaders``).
-
-    A single best layer would be a figure without the precision to back it: the demo's best
-    layers lie within a point of each other, and which one comes first moves with another
-    machine's rounding.
-
-    Parameters
-    ----------
-    cfg : BenchmarkConfig
-        The demo's config, as run.
-
-    Returns
-    -------
-    dict
-    """
+    test images cannot tell from it (``jobs.analysis.leaders``)."""
+    # A single best layer would be a figure without the precision to back it: the demo's best
+    # layers lie within a point of each other, and which one comes first moves with another
+    # machine's rounding.
     store = cfg.open_store(read_only=True)
     rows, _ = config_records(store, cfg)
     groups = {dataset: top_group(store, rows, LINEAR, dataset)
@@ -221,21 +144,10 @@ def best_linear(cfg) -> dict[str, TopGroup]:
 
 
 def main(small: bool | None = None) -> int:
-    """Train, configure, run and print the demo's figures.
-
-    Parameters
-    ----------
-    small : bool, optional
-        The test-sized demo (default: ``REPEVAL_DEMO_SMALL=1`` in the environment).
-
-    Returns
-    -------
-    int
-        The exit status: 0, or 3 when some work failed.
-    """
+    """Train, configure, run and print the demo's figures."""
     # deferred: Prefect and Dask load in main(): Dask's worker processes (spawned) run this script's top level
     # again
-    from flows.benchmark import run_benchmark
+    from flows.benchmark import run_here
     small = os.environ.get("REPEVAL_DEMO_SMALL") == "1" if small is None else small
     size, out = (SMALL if small else FULL), demo_dir()
     out.mkdir(parents=True, exist_ok=True)
@@ -244,31 +156,30 @@ def main(small: bool | None = None) -> int:
         print(f"  {name}: source accuracy {accuracy:.3f}", file=sys.stderr)
     config_path = out / "demo.yaml"
     config_path.write_text(yaml.safe_dump(demo_config(out, size), sort_keys=False))
-    cfg = load_config(config_path)
-    plan = make_plan(cfg)
-    summary = run_benchmark(cfg, plan=plan)
-    print(f"encoders: {len(plan.config.encoders)}, cells: {summary['cells']} "
-          f"({summary['computed']} computed, {summary['cached']} from the ledger), "
+    run = Run(config_path)
+    summary = run.go(run_here, answer=False)
+    print(f"encoders: {len(run.listing.config.encoders)}, cells: {summary.cells} "
+          f"({summary.computed} computed, {summary.cached} from the ledger), "
           f"{summary['images']} images extracted, {summary['seconds']:.0f} s")
     figures: dict = {"source_accuracy": sources, "correlation": {}, "best_linear": {}}
-    for setting in (summary.get("correlation") or {}).get("settings", []):
+    for setting in (summary.correlation or {}).get("settings", []):
         if setting["status"] == "ok":
             r = setting["setting"]
             # with what they were computed from: each encoder's reference and per-dataset scores
             figures["correlation"][setting["name"]] = {
                 "pearson": r["pearson"], "spearman": r["spearman"], "n": setting["n"],
                 "reference_logit": setting["reference_logit"], "scores": setting["scores"], "cells": setting["cells"]}
-    for line in figure_lines(summary.get("correlation")):  # as `repeval run` ends
+    for line in summary.figures:  # as `repeval run` ends
         print(line)
-    for dataset, group in best_linear(cfg).items():
+    for dataset, group in best_linear(run.config).items():
         figures["best_linear"][dataset] = group.to_dict()
         print(f"  {group.line()}")
-    for failed in summary["failures"]:
+    for failed in summary.failures:
         print(f"  failed {failed['kind']}: {failed['label']}: {failed['reason'][:160]}")
     (out / "figures.json").write_text(json.dumps(figures, indent=1, sort_keys=True))
     print(f"config: {config_path}")
-    print(f"report: {summary['report']}")
-    return 3 if summary["failures"] else 0
+    print(f"report: {summary.report}")
+    return 3 if summary.failures else 0
 
 
 if __name__ == "__main__":

@@ -1,16 +1,4 @@
-"""`repeval deploy`: one config file's benchmark as a deployment on a Prefect server.
-
-A ``prefect worker`` polling the given work pool runs it, on a cron schedule and whenever
-the config's protocol settings change: a deployment trigger waits for the
-``repeval.config.protocols-changed`` event of that config file (emitted by the watch flow
-of ``repeval serve``, or by ``prefect event emit`` after an edit). The deployed flow reads
-the config file when it runs, so an edited file is what the next run computes; the store
-and its ledger decide what is actually recomputed (only the changed protocol's cells).
-
-The deployment names its flow by module path (``flows.deploy.config_benchmark_flow``):
-a worker needs repeval installed and the config file (and store) reachable at the same
-paths, nothing copied from this machine.
-"""
+"""`repeval deploy`: one config file's benchmark as a deployment on a Prefect server."""
 
 from __future__ import annotations
 
@@ -24,7 +12,7 @@ from prefect import flow  # noqa: E402
 
 from flows.schedules import CHANGED_EVENT, DEFAULT_CRON, config_resource_id, run_or_fail  # noqa: E402
 from jobs.config import load_config  # noqa: E402
-from jobs.plan import check_plan  # noqa: E402
+from jobs.run.plan import check_plan  # noqa: E402
 from pipeline.errors import RepevalError  # noqa: E402
 
 FLOW_NAME = "repeval-config-benchmark"
@@ -55,11 +43,9 @@ class Deployed:
 
 def deploy_config(config: str, pool: str, name: str | None = None, cron: str = DEFAULT_CRON,
                   timezone: str | None = None) -> Deployed:
-    """Create or update the deployment of ``config`` on the Prefect server of PREFECT_API_URL.
-
-    Everything that can be wrong (config, cron, name, server, pool, a name taken by another
-    config) is refused before anything is created on the server.
-    """
+    """Create or update the deployment of ``config`` on the Prefect server of PREFECT_API_URL."""
+    # Everything that can be wrong (config, cron, name, server, pool, a name taken by another
+    # config) is refused before anything is created on the server.
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.schedules import CronSchedule
     from prefect.deployments.runner import EntrypointType

@@ -1,14 +1,6 @@
 """The early pass inside the benchmark flow: before any full extraction, each new encoder
 is judged from a part of each dataset (``jobs.early``), and what that says is published
-at once; after the run, each estimate is checked against the exact figure that followed.
-
-One task per (new encoder, dataset) extracts the early rows and fits the early cells (on a
-``GPU`` worker when extraction asks for one); one task per new encoder estimates its
-cells from them. The early figures are said in the terminal and the run's log as
-``early`` lines, kept as a table artifact and sent as the Prefect event
-``repeval.checkpoint.early`` (``flows.alerts``); the full run then extracts the remaining
-rows (the early ones are copied, not computed again: ``jobs.early.rows``).
-"""
+at once; after the run, each estimate is checked against the exact figure that followed."""
 
 from __future__ import annotations
 
@@ -30,8 +22,8 @@ from jobs.early.coverage import coverage_by_setting
 from jobs.early.lines import early_ranks, early_summary, estimate_line, rank_line
 from jobs.early.run import EarlyPlan, early_estimates, early_plan, early_unit
 from jobs.evaluation.cell import Cell
-from jobs.failures import is_transient, one_line
-from jobs.plan import Plan
+from jobs.run.failures import is_transient, one_line
+from jobs.run.plan import Plan
 from pipeline.plain import to_plain
 from pipeline.terminal import say
 from storage_schema.early import EarlyRecords
@@ -79,25 +71,7 @@ class EarlyPhase:
 
 def run_early(store: dict[str, Any], run: Plan, signatures: dict[str, list[int] | None], reason: str,
               gpu_resources: bool) -> EarlyPhase:
-    """The early pass of ``run``'s new encoders, published before the full run starts.
-
-    Parameters
-    ----------
-    store : dict
-        The store as plain values.
-    run : Plan
-        The run's plan.
-    signatures : dict
-        Encoder -> its checkpoint's signature when planned (from the plan's units).
-    reason : str
-        What started the run (the prefix of its terminal lines).
-    gpu_resources : bool
-        Ask for a ``GPU`` worker, as extraction does.
-
-    Returns
-    -------
-    EarlyPhase
-    """
+    """The early pass of ``run``'s new encoders, published before the full run starts."""
     import dask
 
     started = time.perf_counter()

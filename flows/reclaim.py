@@ -1,24 +1,4 @@
-"""What a killed `repeval serve` leaves behind, found and taken back by the next one.
-
-A machine that dies (``kill -9`` of serve's process group) leaves its scheduled flow run
-RUNNING in Prefect's database, and the run keeps the deployment's concurrency slot
-(``nightly-scan`` has a limit of 1): every later scan would wait in AwaitingConcurrencySlot
-for ever, without a word. So each scheduled run holds a store lease of its own while its
-flow code runs (:func:`hold_run_lease`: host, boot, pid and start time of its process,
-with a heartbeat), and :func:`reclaim` (when serve starts, then every
-:data:`RECLAIM_INTERVAL` seconds) marks Crashed, with ``force``, every PENDING/RUNNING/CANCELLING run
-of this config's deployments whose holder is dead, then releases what its deployment's
-concurrency limit still counts beyond the runs alive. Dead means:
-
-- its process ran on this machine and is gone (a liveness check: found at once);
-- its lease's heartbeat is older than the lease's ttl (another machine: ``DEFAULT_TTL``);
-- it released its lease (the flow code ended) :data:`RELEASED_GRACE` seconds ago and no
-  final state followed;
-- it has no lease :data:`START_GRACE` seconds after it entered its state (killed between
-  taking the slot and its flow code's start).
-
-Runs of other configs' deployments (another ``config_path`` parameter) are left alone.
-"""
+"""What a killed `repeval serve` leaves behind, found and taken back by the next one."""
 
 from __future__ import annotations
 

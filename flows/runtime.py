@@ -1,12 +1,4 @@
-"""Where flows run: Prefect's API and the Dask cluster, embedded or existing.
-
-Embedded default: one temporary local Prefect API for the whole run, exported through
-PREFECT_API_URL so that every Dask worker process reports to it. Without that, each
-worker process starts a temporary server of its own (benchmarks/bench_orchestration.py:
-1.3x slower end to end on 9 cells; most of either run is fixed start-up, the temporary
-API alone taking ~10 s). Prefect's state for the embedded mode lives in a repeval
-folder, never in the user's ~/.prefect.
-"""
+"""Where flows run: Prefect's API and the Dask cluster, embedded or existing."""
 
 from __future__ import annotations
 
@@ -24,12 +16,10 @@ log = logging.getLogger(__name__)
 
 
 def prepare_environment(verbose: bool = False) -> None:
-    """Call before Prefect is imported: offline hub, no analytics, private Prefect home.
-
-    Runs log through Prefect's run loggers at INFO (their lines are kept with each run by
-    the Prefect API), but Prefect's console handler prints only with ``verbose``: the
-    terminal shows repeval's own progress and summary lines, never Prefect's tracebacks.
-    """
+    """Call before Prefect is imported: offline hub, no analytics, private Prefect home."""
+    # Runs log through Prefect's run loggers at INFO (their lines are kept with each run by
+    # the Prefect API), but Prefect's console handler prints only with ``verbose``: the
+    # terminal shows repeval's own progress and summary lines, never Prefect's tracebacks.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # Prefect gives its local server 20 s to start; a busy laptop (or a CI runner) needs more
@@ -51,11 +41,9 @@ def prepare_environment(verbose: bool = False) -> None:
 
 @contextlib.contextmanager
 def prefect_api(scheduler: bool = False) -> Iterator[str]:
-    """Yield the API URL this run reports to, starting one local API if none is set.
-
-    ``scheduler``: the local API must create scheduled runs (``repeval serve``). Prefect's
-    temporary server runs no background services, so a full local server is started.
-    """
+    """Yield the API URL this run reports to, starting one local API if none is set."""
+    # ``scheduler``: the local API must create scheduled runs (``repeval serve``). Prefect's
+    # temporary server runs no background services, so a full local server is started.
     prepare_environment()
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -83,13 +71,11 @@ def prefect_api(scheduler: bool = False) -> Iterator[str]:
 
 
 def flush_run_logs(timeout: float = 60.0) -> None:
-    """Block until this process's queued run logs are stored by the Prefect API.
-
-    Prefect ships run logs from a background worker in batches (every 2 s by default), so
-    without this the last lines of a run (its summary) may reach the API after the caller
-    has moved on, or never, when the API stops first. Outside an event loop only (a
-    flow's own code, and the CLI, run none); ``timeout`` bounds a stuck API.
-    """
+    """Block until this process's queued run logs are stored by the Prefect API."""
+    # Prefect ships run logs from a background worker in batches (every 2 s by default), so
+    # without this the last lines of a run (its summary) may reach the API after the caller
+    # has moved on, or never, when the API stops first. Outside an event loop only (a
+    # flow's own code, and the CLI, run none); ``timeout`` bounds a stuck API.
     import asyncio
 
     from prefect.logging.handlers import APILogHandler, APILogWorker
@@ -170,10 +156,9 @@ _local_servers: list = []
 
 def local_server_exit() -> int | None:
     """The exit status of this process's local Prefect server (:func:`full_server`) if it has
-    died; None while it runs, or when the API is not one this process started.
-
-    A dead server is certain at once, where its clients only see failed requests, which they
-    retry for a minute before giving up."""
+    died; None while it runs, or when the API is not one this process started."""
+    # A dead server is certain at once, where its clients only see failed requests, which they
+    # retry for a minute before giving up.
     for proc in _local_servers:
         if proc.poll() is not None:
             return proc.returncode
@@ -213,12 +198,10 @@ _MATH_THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_TH
 
 
 def math_threads(setting: int | str, n_workers: int, threads_per_worker: int) -> int:
-    """Threads each task's torch/BLAS math may use in a local worker process.
-
-    ``auto``: this machine's cores shared by every worker thread (never more threads than
-    cores), at least one, and at most OMP_NUM_THREADS where this process has it (a limit
-    the user or a test runner chose).
-    """
+    """Threads each task's torch/BLAS math may use in a local worker process."""
+    # ``auto``: this machine's cores shared by every worker thread (never more threads than
+    # cores), at least one, and at most OMP_NUM_THREADS where this process has it (a limit
+    # the user or a test runner chose).
     if setting != "auto":
         return int(setting)
     share = max(1, available_cores() // max(1, n_workers * threads_per_worker))
@@ -228,14 +211,12 @@ def math_threads(setting: int | str, n_workers: int, threads_per_worker: int) ->
 
 @contextlib.contextmanager
 def worker_math_threads(threads: int) -> Iterator[None]:
-    """Give local worker processes started within the block ``threads`` OMP/MKL/OpenBLAS threads.
-
-    Dask's nanny exports OMP_NUM_THREADS=1 (and MKL's, OpenBLAS's) before it spawns a worker,
-    so that many one-thread tasks do not oversubscribe the cores; one large cell would then
-    use one core of many. The variables must be set before the worker imports numpy and
-    torch, hence the nanny's pre-spawn settings rather than its ``env``; and this process's
-    own variables too, since the nanny lets them override its settings.
-    """
+    """Give local worker processes started within the block ``threads`` OMP/MKL/OpenBLAS threads."""
+    # Dask's nanny exports OMP_NUM_THREADS=1 (and MKL's, OpenBLAS's) before it spawns a worker,
+    # so that many one-thread tasks do not oversubscribe the cores; one large cell would then
+    # use one core of many. The variables must be set before the worker imports numpy and
+    # torch, hence the nanny's pre-spawn settings rather than its ``env``; and this process's
+    # own variables too, since the nanny lets them override its settings.
     import dask
 
     key = "distributed.nanny.pre-spawn-environ"
@@ -251,14 +232,12 @@ def worker_math_threads(threads: int) -> Iterator[None]:
 
 def task_runner(address: str | None, n_workers: int = 2, threads_per_worker: int = 1, processes: bool = True,
                 gpu: bool = False, memory_limit: int | None = None):
-    """prefect-dask's DaskTaskRunner on an existing scheduler or a new LocalCluster.
-
-    ``gpu``: extraction tasks ask for a ``GPU`` resource, so local workers declare one
-    each (one per GPU of this machine, at least one worker). ``memory_limit``: bytes per
-    local worker; each then declares its ``MEMORY`` resource (flows.cluster_memory).
-    Worker processes get it as Dask's memory limit too; workers that are threads of one
-    process do not (Dask would compare the whole process with one worker's share).
-    """
+    """prefect-dask's DaskTaskRunner on an existing scheduler or a new LocalCluster."""
+    # ``gpu``: extraction tasks ask for a ``GPU`` resource, so local workers declare one
+    # each (one per GPU of this machine, at least one worker). ``memory_limit``: bytes per
+    # local worker; each then declares its ``MEMORY`` resource (flows.cluster_memory).
+    # Worker processes get it as Dask's memory limit too; workers that are threads of one
+    # process do not (Dask would compare the whole process with one worker's share).
     from prefect_dask import DaskTaskRunner
 
     if address:

@@ -1,17 +1,5 @@
 """`repeval serve`'s serving loop: Prefect's runner for the two schedules, stopped by a
-signal in seconds, cleanly, whichever of the Prefect server and serve dies first.
-
-Prefect's runner runs in a thread of its own; the main thread keeps the signals. SIGTERM
-or SIGINT (to serve or to its whole process group: Ctrl-C, systemd, docker stop) asks the
-runner to stop (it stops the runs in progress and records them), waits at most
-:data:`STOP_GRACE` seconds for it, and leaves: Prefect's loggers and any thread still
-talking to a server that is gone are silenced first, so the stop is one line, never a
-page of httpx or websocket tracebacks; what is left of the runs' processes is ended
-(``end_children``). A local server that exits stops serve at once, while it sets up
-too (Prefect's client would retry it for a minute). Before serving, and then every
-``flows.reclaim.RECLAIM_INTERVAL`` seconds, the runs a killed serve left behind are
-reclaimed (``flows.reclaim``).
-"""
+signal in seconds, cleanly, whichever of the Prefect server and serve dies first."""
 
 from __future__ import annotations
 
@@ -116,12 +104,10 @@ def _while_the_server_lives(work: Callable[[], Runner], received: list[int]) -> 
 def serve_schedules(config_path: str, cron: str | None = DEFAULT_CRON, interval: float | None = None,
                     watch_interval: float = 60.0, say: Callable[[str], None] = print,
                     early: bool | None = None) -> int:
-    """Serve both deployments until a signal; the signal's number (0: the runner ended by itself).
-
-    Runs in the main thread, with PREFECT_API_URL set (the serve's own server, or the user's).
-    Raises ServerLost when that server went away under the runner. ``early``: the scan's
-    runs start with the early pass (default: the config's ``early.enabled``).
-    """
+    """Serve both deployments until a signal; the signal's number (0: the runner ended by itself)."""
+    # Runs in the main thread, with PREFECT_API_URL set (the serve's own server, or the user's).
+    # Raises ServerLost when that server went away under the runner. ``early``: the scan's
+    # runs start with the early pass (default: the config's ``early.enabled``).
     received: list[int] = []
     ended = threading.Event()
 

@@ -1,19 +1,5 @@
 """Prefect tasks: thin wrappers that rebuild their inputs from plain values and call a job,
-and their submission, where each cell's registry entry decides how it runs.
-
-Each task is handed exactly what it runs (a unit, or cells, as plain dicts: cheap to
-ship to Dask workers); nothing is re-planned in a task. A cell of a protocol that reads
-stored features is evaluated in a group of at most ``dask.cells_per_task`` cells of its
-(encoder, dataset), handed the outcomes of the extractions it reads (grouping amortises
-the per-task cost of Prefect and Dask). A cell of a protocol that reads the encoder's
-weights never waits on an extraction and asks for the ``GPU`` worker resource exactly as
-extraction does: a protocol with a grid (fine-tuning) is one task per grid point, then
-one task that selects, refits, tests and records (a cluster spreads a grid over its
-GPUs); any other (a diagnostic) is one task. Prefect's caching is off: whether work is
-needed is decided by the store's completeness and the ledger's content keys, which never
-go stale when data changes. Retries are for I/O only; any other failure of a unit or a
-cell is returned as a "failed" outcome, so the rest of the run goes on.
-"""
+and their submission, where each cell's registry entry decides how it runs."""
 
 from __future__ import annotations
 
@@ -32,8 +18,8 @@ from jobs.evaluation.cell import Cell
 from jobs.evaluation.cell_memory import task_bytes
 from jobs.evaluation.evaluate import evaluate_cells
 from jobs.evaluation.weights import grid_finish, grid_point, weights_cell
-from jobs.failures import cell_failure, extraction_failure, is_transient, one_line
-from jobs.plan import ExtractUnit, run_extract_unit
+from jobs.run.failures import cell_failure, extraction_failure, is_transient, one_line
+from jobs.run.plan import ExtractUnit, run_extract_unit
 from jobs.report.inputs import correlate_and_report
 from pipeline.plain import to_plain
 from storage_schema import FeatureStore
@@ -93,11 +79,9 @@ def extract_task(store: dict[str, Any], unit: dict[str, Any], extract: dict[str,
 @task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2, retry_condition_fn=io_errors_only)
 def evaluate_task(store: dict[str, Any], cells: list[dict[str, Any]],
                   extractions: list[Any] = ()) -> list[dict[str, Any]]:
-    """Evaluate some feature cells of one (encoder, dataset); a retry skips those already recorded.
-
-    ``extractions`` are the outcomes of the extractions these cells read (futures, resolved
-    by Prefect before the task runs): when one failed, the cells fail with its reason.
-    """
+    """Evaluate some feature cells of one (encoder, dataset); a retry skips those already recorded."""
+    # ``extractions`` are the outcomes of the extractions these cells read (futures, resolved
+    # by Prefect before the task runs): when one failed, the cells fail with its reason.
 
     todo = [from_plain(Cell, c, f"cells[{i}]") for i, c in enumerate(cells)]
     unavailable = {(ext["model"], ext["dataset"]): f"extraction {ext['label']} failed: {ext['reason']}"
@@ -149,8 +133,8 @@ def diagnostic_task(store: dict[str, Any], cell: dict[str, Any], extract: dict[s
 def correlate_and_report_task(config: Any, cells: list[dict[str, Any]], waiting: list[str] = (),
                               trackers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Read this run's records from the ledger, correlate, and write the report; ``config``
-    is the plan's config (``jobs.plan_store``), not loaded again; ``trackers``: what each
-    experiment tracker logged (``jobs.trackers.log_to_trackers``), for the summary and report."""
+    is the plan's config (``jobs.run.plan_store``), not loaded again; ``trackers``: what each
+    experiment tracker logged (``jobs.report.trackers.log_to_trackers``), for the summary and report."""
     return correlate_and_report(config.open_store(), config, cells, waiting=waiting, trackers=trackers)
 
 
@@ -164,30 +148,7 @@ class Submitted:
 def submit_cells(cells: list[Any], store: dict[str, Any], extract: dict[str, Any], *,
                  extractions: Mapping[tuple[str, str], list[Any]], gpu_resources: bool, cells_per_task: int,
                  cell_memory: Mapping[str, int | None] | None = None) -> list[Submitted]:
-    """Submit every cell's tasks, as its protocol's registry entry says (see the module doc).
-
-    Parameters
-    ----------
-    cells : list of Cell
-        The plan's cells.
-    store : dict
-        The store as plain values (``url``, ``storage_options``).
-    extract : dict
-        The config's ``extract`` section as plain values.
-    extractions : mapping
-        (model, dataset) -> the futures of the extractions its feature cells read.
-    gpu_resources : bool
-        Ask every weights task for one unit of the workers' ``GPU`` resource.
-    cells_per_task : int
-        Feature cells of one (encoder, dataset) per task, at most.
-    cell_memory : mapping, optional
-        Cell label -> peak bytes, when the workers declare a ``MEMORY`` resource (each
-        evaluation task asks for its largest cell's).
-
-    Returns
-    -------
-    list of Submitted
-    """
+    """Submit every cell's tasks, as its protocol's registry entry says (see the module doc)."""
     features = [c for c in cells if c.entry.reads_features]
     out = []
     for group, part, label in _cell_batches(features, cells_per_task):
@@ -240,21 +201,7 @@ def collect_cells(submitted: list[Submitted], failed_units: Mapping[tuple[str, s
                   progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
     """The outcome of every submitted cell as its task completes; a task that raised after
     its retries gives failed outcomes naming the error (or the failed extraction its cells
-    read).
-
-    Parameters
-    ----------
-    submitted : list of Submitted
-        What :func:`submit_cells` returned.
-    failed_units : mapping
-        (model, dataset) -> the failed extraction of that pair, if any.
-    progress : callable, optional
-        Called as ``progress(cells_done)`` after each task.
-
-    Returns
-    -------
-    list of dict
-    """
+    read)."""
     from prefect.futures import as_completed
 
     cells_of = {id(s.future): s.cells for s in submitted}

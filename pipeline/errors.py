@@ -1,9 +1,4 @@
-"""One error hierarchy for repeval.
-
-Every error subclasses a builtin too, so callers can catch either the repeval type or the
-builtin they would expect (a missing array is both ``ArrayNotFoundError`` and ``KeyError``
-/ ``FileNotFoundError``). Messages name the offending value and the valid choices.
-"""
+"""One error hierarchy for repeval."""
 
 from __future__ import annotations
 
@@ -112,22 +107,7 @@ class LeaseLostError(StoreError):
 
 
 def unknown_name(kind: str, name: object, choices: Iterable[str]) -> UnknownNameError:
-    """Build an error for an unknown registry name, suggesting close valid names.
-
-    Parameters
-    ----------
-    kind : str
-        What was looked up (``timm architecture``, ``dataset adapter``...).
-    name : object
-        The name given.
-    choices : iterable of str
-        The valid names.
-
-    Returns
-    -------
-    UnknownNameError
-        The error to raise; its message lists up to 30 valid names.
-    """
+    """Build an error for an unknown registry name, suggesting close valid names."""
     choices = sorted(set(choices))
     close = get_close_matches(str(name), choices, n=5, cutoff=0.6)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""

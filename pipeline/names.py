@@ -12,28 +12,9 @@ MAX_NAME_LENGTH = 200
 
 
 def validate_name(name: object, what: str = "name") -> str:
-    """Return ``name`` if it is safe as one store key component, else raise InvalidNameError.
-
-    Refused: non-strings, empty names, path separators, ``.``/``..``, control characters,
-    a leading dot (hidden files, zarr's own metadata) and names over 200 characters.
-
-    Parameters
-    ----------
-    name : object
-        The candidate name.
-    what : str
-        What the name is, for the message (``model name``, ``split name``...).
-
-    Returns
-    -------
-    str
-        ``name`` unchanged.
-
-    Raises
-    ------
-    InvalidNameError
-        The message names ``what`` and quotes the value.
-    """
+    """Return ``name`` if it is safe as one store key component, else raise InvalidNameError."""
+    # Refused: non-strings, empty names, path separators, ``.``/``..``, control characters,
+    # a leading dot (hidden files, zarr's own metadata) and names over 200 characters.
     if not isinstance(name, str):
         raise InvalidNameError(f"{what} must be a string, got {type(name).__name__}: {name!r}")
     if not name:

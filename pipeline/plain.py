@@ -1,10 +1,5 @@
 """Dataclasses as plain values (dicts, lists, numbers, strings): what JSON, YAML, the
-results ledger and Prefect's parameters hold.
-
-One conversion for every layer: a result, a spec or a config is turned into plain values
-by :func:`to_plain`, and a class writes its own ``to_dict`` only where it must leave a
-field out, reshape one or add a derived value (its docstring says which).
-"""
+results ledger and Prefect's parameters hold."""
 
 from __future__ import annotations
 
@@ -20,18 +15,7 @@ def to_plain(obj: Any) -> Any:
     """``obj`` as plain values: a dataclass as the dict of its fields, any mapping as a
     dict with string keys (``str(key)``, as a ledger record has always written them),
     tuples as lists, NumPy arrays as (nested) lists and NumPy scalars as Python numbers,
-    recursively; anything else as it is.
-
-    Parameters
-    ----------
-    obj : Any
-        A dataclass instance, a list, tuple or mapping of them, or a plain value.
-
-    Returns
-    -------
-    Any
-        The same content as dicts, lists and the leaf values.
-    """
+    recursively; anything else as it is."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):

@@ -1,14 +1,4 @@
-"""Text that is safe to print: the one place that escapes what data puts on a terminal.
-
-Names come from folders, files, checkpoints and stores that repeval does not control: a
-class folder named ``ESC ] 0;title BEL`` retitles the terminal, ``ESC [2J`` clears it, a
-newline forges a line of output, a right-to-left override reorders it. Everything printed
-from data goes through :func:`printable` (one value: every control character escaped, as
-Python writes it, ``\\x1b``, ``\\n``) or :func:`printable_text` (text the program laid out
-in lines: its own newlines and tabs kept). :class:`TerminalStream` applies the latter to
-everything written to a stream (the CLI wraps stdout and stderr with it), and :func:`short`
-quotes a value in a message, bounded whatever its size.
-"""
+"""Text that is safe to print: the one place that escapes what data puts on a terminal."""
 
 from __future__ import annotations
 
@@ -38,18 +28,7 @@ def _escape(c: str) -> str:
 
 
 def printable(value: Any) -> str:
-    """``str(value)`` with every control and reordering character escaped.
-
-    Parameters
-    ----------
-    value : any
-        A name, path, message or other value taken from data.
-
-    Returns
-    -------
-    str
-        One line: ``\\n``, ``\\t``, ESC (``\\x1b``), C1 controls and bidi overrides escaped.
-    """
+    """``str(value)`` with every control and reordering character escaped."""
     text = value if isinstance(value, str) else str(value)
     if not any(_unsafe(c) for c in text):
         return text
@@ -57,17 +36,7 @@ def printable(value: Any) -> str:
 
 
 def printable_text(text: str) -> str:
-    """Like :func:`printable`, but keeping newlines, tabs and carriage returns.
-
-    Parameters
-    ----------
-    text : str
-        Output the program laid out itself (values in it already passed :func:`printable`).
-
-    Returns
-    -------
-    str
-    """
+    """Like :func:`printable`, but keeping newlines, tabs and carriage returns."""
     if not any(_unsafe(c) and c not in _KEPT_IN_TEXT for c in text):
         return text
     return "".join(_escape(c) if _unsafe(c) and c not in _KEPT_IN_TEXT else c for c in text)
@@ -86,59 +55,26 @@ _REPR.maxstring, _REPR.maxother, _REPR.maxlong = SHORT_LIMIT, SHORT_LIMIT, 40
 
 
 def short(value: Any, limit: int = SHORT_LIMIT) -> str:
-    """A bounded, printable ``repr`` of ``value`` for an error message.
-
-    Nested containers are cut by depth and length before they are formatted, so a YAML
-    alias bomb (a list of lists of a million items) costs nothing to quote.
-
-    Parameters
-    ----------
-    value : any
-    limit : int
-        Most characters of the result (an ellipsis marks a cut).
-
-    Returns
-    -------
-    str
-    """
+    """A bounded, printable ``repr`` of ``value`` for an error message."""
+    # Nested containers are cut by depth and length before they are formatted, so a YAML
+    # alias bomb (a list of lists of a million items) costs nothing to quote.
     text = printable(_REPR.repr(value))
     return text if len(text) <= limit else text[: max(limit - 3, 1)] + "..."
 
 
 class TerminalStream:
-    """A text stream that passes everything written through :func:`printable_text`.
-
-    Parameters
-    ----------
-    stream : TextIO
-        The stream written to (``sys.stdout``, ``sys.stderr``); every other attribute is its.
-    """
+    """A text stream that passes everything written through :func:`printable_text`."""
 
     def __init__(self, stream: TextIO):
         self.stream = stream
 
     def write(self, text: str) -> int:
-        """Write ``text`` with its control characters escaped.
-
-        Parameters
-        ----------
-        text : str
-
-        Returns
-        -------
-        int
-            The length of ``text`` (what callers of ``write`` expect).
-        """
+        """Write ``text`` with its control characters escaped."""
         self.stream.write(printable_text(text))
         return len(text)
 
     def writelines(self, lines: Any) -> None:
-        """Write each line of ``lines``.
-
-        Parameters
-        ----------
-        lines : iterable of str
-        """
+        """Write each line of ``lines``."""
         for line in lines:
             self.write(line)
 
@@ -147,13 +83,5 @@ class TerminalStream:
 
 
 def say(reason: str, line: str) -> None:
-    """A timestamped progress line on stderr, tagged with why the work runs (``run``).
-
-    Parameters
-    ----------
-    reason : str
-        The tag, e.g. ``run``.
-    line : str
-        The progress message.
-    """
+    """A timestamped progress line on stderr, tagged with why the work runs (``run``)."""
     print(f"{time.strftime('%H:%M:%S')} [{printable(reason)}] {printable(line)}", file=sys.stderr, flush=True)

@@ -1,9 +1,4 @@
-"""Stored arrays as readers see them: status without data, reads that name damaged chunks.
-
-Every chunk ends in a crc32c of its compressed bytes (zarr's ``crc32c`` codec). A damaged
-chunk is found by checking that checksum on the stored bytes directly, so no reader has
-to interpret the text of zarr's decoding errors.
-"""
+"""Stored arrays as readers see them: status without data, reads that name damaged chunks."""
 
 from __future__ import annotations
 
@@ -101,23 +96,7 @@ class ArrayStatus:
 
 
 def damaged_chunks(array: zarr.Array, chunks: Iterable[int], read_bytes: ReadBytes) -> list[int]:
-    """The chunks among ``chunks`` whose stored bytes fail their crc32c.
-
-    Parameters
-    ----------
-    array : zarr.Array
-        The array (its metadata locates each chunk's bytes).
-    chunks : iterable of int
-        Chunk indices along the rows.
-    read_bytes : callable
-        Reads a key relative to the store root; None when absent (a chunk never written
-        reads as its fill value and has no checksum to fail).
-
-    Returns
-    -------
-    list of int
-        The damaged chunks, in the order given.
-    """
+    """The chunks among ``chunks`` whose stored bytes fail their crc32c."""
     bad = []
     for c in chunks:
         coords = (int(c),) + (0,) * (array.ndim - 1)

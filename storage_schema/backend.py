@@ -1,13 +1,4 @@
-"""Where the bytes live: a local folder or any fsspec URL.
-
-The Zarr hierarchy is opened through zarr's own stores (LocalStore for paths, FsspecStore
-for URLs). repeval's bookkeeping (chunk-done markers, completion records, leases, the
-results ledger) lives beside it under ``_repeval/`` and goes through this small
-key-value layer, whose two primitives carry the concurrency design:
-
-* ``write_atomic``: readers see the old bytes or the new bytes, never a torn file;
-* ``create_exclusive``: exactly one of several racing creators succeeds.
-"""
+"""Where the bytes live: a local folder or any fsspec URL."""
 
 from __future__ import annotations
 
@@ -30,20 +21,7 @@ _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # disk, quota, file size limi
 
 @contextlib.contextmanager
 def write_errors(url: str, what: str) -> Iterator[None]:
-    """Turn a full or read-only file system into an error naming the store and the write.
-
-    Parameters
-    ----------
-    url : str
-        The store, as shown to users (no credentials).
-    what : str
-        What was being written (``chunk 3 of 'features/...'``).
-
-    Yields
-    ------
-    None
-        The body runs inside; OSErrors of a full or read-only file system are translated.
-    """
+    """Turn a full or read-only file system into an error naming the store and the write."""
     try:
         yield
     except (ReadOnlyStoreError, StoreFullError):
@@ -68,21 +46,9 @@ _NO_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError")  # botocore'
 
 @contextlib.contextmanager
 def credential_errors(url: str) -> Iterator[None]:
-    """Turn an object store's "no credentials" into a StoreError naming the host and process.
-
-    A Dask or Prefect worker started without the store's credentials otherwise fails with
-    botocore's ``Unable to locate credentials``, which says neither where nor what to set.
-
-    Parameters
-    ----------
-    url : str
-        The store's URL, redacted (it goes into the message).
-
-    Returns
-    -------
-    contextlib.AbstractContextManager
-        A block inside which the credentials error is translated.
-    """
+    """Turn an object store's "no credentials" into a StoreError naming the host and process."""
+    # A Dask or Prefect worker started without the store's credentials otherwise fails with
+    # botocore's ``Unable to locate credentials``, which says neither where nor what to set.
     try:
         yield
     except Exception as exc:  # noqa: BLE001  re-raised unless it is the credentials error
@@ -101,18 +67,7 @@ def credential_errors(url: str) -> Iterator[None]:
 
 
 def redact_url(url: str) -> str:
-    """``url`` without the user info (``user:password@``) of its authority.
-
-    Parameters
-    ----------
-    url : str
-        A path or URL.
-
-    Returns
-    -------
-    str
-        The URL, safe for provenance, logs and reports.
-    """
+    """``url`` without the user info (``user:password@``) of its authority."""
     if "://" not in url:
         return url
     scheme, rest = url.split("://", 1)
@@ -123,18 +78,7 @@ def redact_url(url: str) -> str:
 
 
 def url_has_password(url: str) -> bool:
-    """Whether ``url`` carries a password (``scheme://user:password@...``).
-
-    Parameters
-    ----------
-    url : str
-        A path or URL.
-
-    Returns
-    -------
-    bool
-        True when a secret would be persisted with the URL.
-    """
+    """Whether ``url`` carries a password (``scheme://user:password@...``)."""
     if "://" not in url:
         return False
     authority = url.split("://", 1)[1].partition("/")[0]
@@ -143,6 +87,43 @@ def url_has_password(url: str) -> bool:
 
 def _is_local(url: str) -> bool:
     return "://" not in url or url.startswith("file://")
+
+
+def local_root(url: str | None) -> str | None:
+    """The resolved folder of a local store's URL: the anchor of what a store records about
+    local files (a path kept relative to it names the same file when the store, its configs
+    and its data are moved or mounted elsewhere together)."""
+    if not url or not _is_local(str(url)):
+        return None
+    return str(Path(str(url).removeprefix("file://")).expanduser().resolve())
+
+
+def store_base(store: Any) -> str | None:
+    """:func:`local_root` of an open store."""
+    backend = store.backend
+    return backend.root if backend.local else None
+
+
+def portable_path(path: str, base: str | None) -> str:
+    """A local file's path as a store records it."""
+    real = str(Path(path).expanduser().resolve())
+    return os.path.relpath(real, base) if base else real
+
+
+def portable_paths(value: Any, base: str | None) -> Any:
+    """Plain values (``pipeline.plain.to_plain``) with every absolute path made portable."""
+    if isinstance(value, str) and base and os.path.isabs(value):
+        return portable_path(value, base)
+    if isinstance(value, list):
+        return [portable_paths(v, base) for v in value]
+    if isinstance(value, dict):
+        return {k: portable_paths(v, base) for k, v in value.items()}
+    return value
+
+
+def local_path(path: str, base: str | None) -> str:
+    """The inverse of :func:`portable_path`: a recorded path as a path here."""
+    return os.path.normpath(os.path.join(base, path)) if base and not os.path.isabs(path) else path
 
 
 class Backend:

@@ -1,14 +1,5 @@
 """The early pass's records, kept apart from the ledger so that an estimate is never read
-as an exact figure.
-
-Four kinds, each a JSON record created once (exclusive create) and never overwritten, so
-two runs that make the same record keep one: a ``subsets`` record names the rows an early
-pass reads of a dataset (per split) and how they were chosen; a ``results`` record holds a
-readout fitted on those rows of one encoder (its score and its predictions on the early
-test rows); an ``estimates`` record an early estimate of a cell's full figure with its
-interval and early verdicts; a ``checks`` record that estimate against the exact figure
-that followed. Keys: ``storage_schema.record_keys.early_record_key``.
-"""
+as an exact figure."""
 
 from __future__ import annotations
 
@@ -24,49 +15,19 @@ __all__ = ["EarlyRecords", "early_id"]
 
 
 def early_id(*parts: Any) -> str:
-    """The id of an early-pass record: a hash of what decides it.
-
-    Parameters
-    ----------
-    *parts
-        JSON-able values.
-
-    Returns
-    -------
-    str
-        32 hexadecimal digits.
-    """
+    """The id of an early-pass record: a hash of what decides it."""
     return stable_hash(list(parts), length=32)
 
 
 class EarlyRecords:
-    """The early-pass records of a store, read and added by any number of processes.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        The store holding them.
-    """
+    """The early-pass records of a store, read and added by any number of processes."""
 
     def __init__(self, store):
         self.store = store
         self.backend = store.backend
 
     def put(self, kind: str, record: Mapping[str, Any]) -> bool:
-        """Add a record (``id``, and ``dataset`` for a subset); an existing one is kept.
-
-        Parameters
-        ----------
-        kind : str
-            ``subsets``, ``results``, ``estimates`` or ``checks``.
-        record : mapping
-            JSON-able.
-
-        Returns
-        -------
-        bool
-            True when added, False when a record of that id was there.
-        """
+        """Add a record (``id``, and ``dataset`` for a subset); an existing one is kept."""
         self.store.check_writable()
         if "id" not in record:
             raise ConfigError(f"an early {kind} record needs an 'id'")
@@ -75,35 +36,12 @@ class EarlyRecords:
         return self.backend.create_exclusive(key, canonical_json(body).encode())
 
     def get(self, kind: str, id: str, dataset: str | None = None) -> dict[str, Any] | None:
-        """The record of that id, or None.
-
-        Parameters
-        ----------
-        kind : str
-        id : str
-        dataset : str, optional
-            The dataset of a subset.
-
-        Returns
-        -------
-        dict or None
-        """
+        """The record of that id, or None."""
         raw = self.backend.read(record_keys.early_record_key(kind, id, dataset))
         return None if raw is None else json.loads(raw)
 
     def iter(self, kind: str, dataset: str | None = None) -> Iterator[dict[str, Any]]:
-        """Every record of one kind (the subsets of one dataset, when given).
-
-        Parameters
-        ----------
-        kind : str
-        dataset : str, optional
-            For ``subsets``: only that dataset's.
-
-        Yields
-        ------
-        dict
-        """
+        """Every record of one kind (the subsets of one dataset, when given)."""
         if kind == "subsets":
             folders = [dataset] if dataset is not None else self.backend.list(record_keys.early_dir(kind),
                                                                                 dirs_only=True)

@@ -1,19 +1,4 @@
-"""Write leases: one writer per array group, for a lab sharing one store.
-
-A lease on key K is a series of generation files ``_repeval/leases/K/<gen>.json``. The
-holder is the owner of the highest generation. Acquiring means creating generation
-``max + 1`` with an exclusive create, so of several racing processes exactly one wins,
-also when they race to take over an expired lease. The holder refreshes a heartbeat in
-its own file from a background thread; a lease whose heartbeat is older than its ``ttl``
-belongs to a dead (or hung) process and may be taken over. A holder that finds a newer
-generation has lost the lease and must stop writing (``LeaseLostError``).
-
-A lease also records where its holder runs (host, boot id, pid namespace, pid and the
-process's start time). A process on the same machine that finds the holder's process gone
-(killed, crashed) takes the lease over at once instead of waiting out the ``ttl``. Holders
-on other machines, in other pid namespaces or on systems without ``/proc`` are judged by
-their heartbeat alone, so a live remote holder is never mistaken for a dead one.
-"""
+"""Write leases: one writer per array group, for a lab sharing one store."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""Results ledger: one immutable JSON record per evaluated cell.
-
-A cell is (what it read, protocol name, hash of the protocol's full settings, protocol
-code version). What it read is the feature arrays for a readout protocol, and the
-encoder's weights plus the dataset's images for an encoder protocol (fine-tuning,
-diagnostics). Its id is a hash of exactly that, so a changed setting
-is a new cell and an unchanged one is found again without recomputation. Records are
-created with an exclusive create: never overwritten, never torn, and two processes that
-evaluate the same cell at once keep one record.
-
-Failures are kept apart from results (:class:`FailureLog`): what could not be extracted or
-evaluated, with its one-line reason, until a later run succeeds at the same thing.
-"""
+"""Results ledger: one immutable JSON record per evaluated cell."""
 
 from __future__ import annotations
 
@@ -29,42 +17,13 @@ FAILURE_KINDS = ("checkpoint", "extraction", "cell", "correlation")
 
 
 def config_hash(settings: Mapping[str, Any]) -> str:
-    """A short hash of a protocol's full settings.
-
-    Parameters
-    ----------
-    settings : mapping
-        The resolved settings.
-
-    Returns
-    -------
-    str
-        16 hexadecimal digits.
-    """
+    """A short hash of a protocol's full settings."""
     return stable_hash(dict(settings), length=16)
 
 
 def cell_id(feature_fingerprints: Mapping[str, str], protocol: str, settings: Mapping[str, Any],
             protocol_version: int | str) -> str:
-    """Content key of a cell: what it read and exactly how it was evaluated.
-
-    Parameters
-    ----------
-    feature_fingerprints : mapping
-        ``<split>.features`` / ``<split>.labels`` -> fingerprint of each array read; for an
-        encoder protocol, :func:`encoder_fingerprints` (weights, model input, images).
-    protocol : str
-        The protocol's registry name.
-    settings : mapping
-        Its resolved settings.
-    protocol_version : int or str
-        The protocol's code version.
-
-    Returns
-    -------
-    str
-        The cell id (hexadecimal).
-    """
+    """Content key of a cell: what it read and exactly how it was evaluated."""
     return stable_hash(
         {"features": dict(feature_fingerprints), "protocol": protocol,
          "settings": config_hash(settings), "version": str(protocol_version)}
@@ -74,90 +33,31 @@ def cell_id(feature_fingerprints: Mapping[str, str], protocol: str, settings: Ma
 def encoder_fingerprints(weights_fingerprint: str, model_input: str,
                          image_fingerprints: Mapping[str, str]) -> dict[str, str]:
     """What an encoder-protocol cell reads, as :func:`cell_id` takes it: identical weights
-    under another name give the same fingerprints, hence the same cell.
-
-    Parameters
-    ----------
-    weights_fingerprint : str
-        Fingerprint of the encoder's tensors.
-    model_input : str
-        Hash of what turns images into the model's input (architecture, data config).
-    image_fingerprints : mapping
-        Split -> fingerprint of the dataset split's images and labels.
-
-    Returns
-    -------
-    dict
-        ``weights``, ``input`` and ``<split>.images`` -> fingerprint.
-    """
+    under another name give the same fingerprints, hence the same cell."""
     return {"weights": str(weights_fingerprint), "input": str(model_input),
             **{f"{split}.images": str(fp) for split, fp in image_fingerprints.items()}}
 
 
 class Ledger:
-    """The results of a store, read and appended by any number of processes.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        The store holding the ledger.
-    """
+    """The results of a store, read and appended by any number of processes."""
 
     def __init__(self, store):
         self.store = store
         self.backend = store.backend
 
     def has(self, cid: str) -> bool:
-        """Whether the cell ``cid`` is recorded.
-
-        Parameters
-        ----------
-        cid : str
-            A cell id.
-
-        Returns
-        -------
-        bool
-            True when its record exists.
-        """
+        """Whether the cell ``cid`` is recorded."""
         return self.backend.exists(record_keys.ledger_record_key(cid))
 
     def get(self, cid: str) -> dict[str, Any]:
-        """The record of cell ``cid``.
-
-        Parameters
-        ----------
-        cid : str
-            A cell id.
-
-        Returns
-        -------
-        dict
-            The record.
-
-        Raises
-        ------
-        RecordNotFoundError
-            No record of that cell (also a KeyError).
-        """
+        """The record of cell ``cid``."""
         raw = self.backend.read(record_keys.ledger_record_key(cid))
         if raw is None:
             raise RecordNotFoundError(f"no ledger record {cid!r} in store {self.store.url!r}")
         return json.loads(raw)
 
     def put(self, record: Mapping[str, Any]) -> bool:
-        """Add a record; an existing record of the same cell is kept, never overwritten.
-
-        Parameters
-        ----------
-        record : mapping
-            The record; must carry ``cell_id``.
-
-        Returns
-        -------
-        bool
-            True when added, False when that cell was already recorded.
-        """
+        """Add a record; an existing record of the same cell is kept, never overwritten."""
         self.store.check_writable()
         if "cell_id" not in record:
             raise ConfigError("a ledger record needs a 'cell_id'")
@@ -181,38 +81,17 @@ class Ledger:
         return records_frame(self)
 
     def export(self, path: str, fmt: str) -> None:
-        """Write every record to a file.
-
-        Parameters
-        ----------
-        path : str
-            The file to write.
-        fmt : str
-            ``csv``, ``parquet`` (one row per cell) or ``json`` (the records as they are).
-        """
+        """Write every record to a file."""
         export_records(list(self), path, fmt)
 
 
 def latest_records(records: Iterable[Mapping[str, Any]],
                    current: Mapping[str, tuple[str, str]] | None = None) -> tuple[list[dict], list[dict]]:
-    """(records in use, records set aside): one record per (setting, layer, model, dataset).
-
-    A ledger keeps every record it was ever given. ``current`` maps a setting name to the
-    (protocol, config hash) of its current settings: records of that name with other
-    settings are set aside. Of several records left for the same cell, the most recently
-    recorded is used and the others are set aside.
-
-    Parameters
-    ----------
-    records : iterable of mapping
-        Ledger records (possibly renamed).
-    current : mapping, optional
-        Setting name -> (protocol, config hash) of the settings in use.
-
-    Returns
-    -------
-    (list of dict, list of dict)
-    """
+    """(records in use, records set aside): one record per (setting, layer, model, dataset)."""
+    # A ledger keeps every record it was ever given. ``current`` maps a setting name to the
+    # (protocol, config hash) of its current settings: records of that name with other
+    # settings are set aside. Of several records left for the same cell, the most recently
+    # recorded is used and the others are set aside.
     current = current or {}
     chosen: dict[tuple, dict] = {}
     aside: list[dict] = []
@@ -240,36 +119,17 @@ def _recency(rec: Mapping[str, Any]) -> tuple[str, str]:
 
 def failure_id(*parts: str) -> str:
     """Id of a failure from the names of what failed (not its settings): a later success of
-    the same thing, whatever it changed, finds and clears it.
-
-    Parameters
-    ----------
-    *parts : str
-        The names: (model, dataset, layer, setting) of a cell, (model, dataset, split) of
-        an extraction unit, the file path of a checkpoint, the report path of a correlation.
-
-    Returns
-    -------
-    str
-        16 hex characters.
-    """
+    the same thing, whatever it changed, finds and clears it."""
     return stable_hash([str(p) for p in parts], length=16)
 
 
 class FailureLog:
-    """What failed in the runs on a store, one JSON record per failed thing (not results).
-
-    A record holds ``kind`` (one of ``FAILURE_KINDS``), ``id``, ``label`` (e.g.
-    ``r18/tex/pre_logits:few5``), ``error_type``, ``reason`` (one line), ``first_failed``,
-    ``recorded`` (the latest failure), ``attempts``, plus what names the failed thing
-    (``model``, ``dataset``, ``layer``, ``setting``, ``split``, ``file``, ``size``,
-    ``mtime_ns``...). Recording again overwrites it atomically and counts the attempt.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        The store whose failures are kept (under ``_repeval/failures/``).
-    """
+    """What failed in the runs on a store, one JSON record per failed thing (not results)."""
+    # A record holds ``kind`` (one of ``FAILURE_KINDS``), ``id``, ``label`` (e.g.
+    # ``r18/tex/pre_logits:few5``), ``error_type``, ``reason`` (one line), ``first_failed``,
+    # ``recorded`` (the latest failure), ``attempts``, plus what names the failed thing
+    # (``model``, ``dataset``, ``layer``, ``setting``, ``split``, ``file``, ``size``,
+    # ``mtime_ns``...). Recording again overwrites it atomically and counts the attempt.
 
     def __init__(self, store):
         self.store = store
@@ -282,35 +142,12 @@ class FailureLog:
         return record_keys.failure_key(kind, fid)
 
     def get(self, kind: str, fid: str) -> dict[str, Any] | None:
-        """The failure record, or None when that thing has not failed (or was cleared).
-
-        Parameters
-        ----------
-        kind, fid : str
-            The record's kind and id (``failure_id`` of its names).
-
-        Returns
-        -------
-        dict or None
-        """
+        """The failure record, or None when that thing has not failed (or was cleared)."""
         raw = self.backend.read(self._key(kind, fid))
         return json.loads(raw) if raw is not None else None
 
     def record(self, kind: str, fid: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Record (or record again) a failure; returns the record as written.
-
-        Parameters
-        ----------
-        kind, fid : str
-            The record's kind and id.
-        body : mapping
-            At least ``label`` and ``reason``; any JSON-able fields naming what failed.
-
-        Returns
-        -------
-        dict
-            The record, with ``first_failed``, ``recorded`` and ``attempts`` filled in.
-        """
+        """Record (or record again) a failure; returns the record as written."""
         for needed in ("label", "reason"):
             if needed not in body:
                 raise ConfigError(f"a failure record needs {needed!r}")
@@ -322,17 +159,7 @@ class FailureLog:
         return rec
 
     def clear(self, kind: str, fid: str) -> bool:
-        """Remove a failure record (the thing succeeded); True when there was one.
-
-        Parameters
-        ----------
-        kind, fid : str
-            The record's kind and id.
-
-        Returns
-        -------
-        bool
-        """
+        """Remove a failure record (the thing succeeded); True when there was one."""
         key = self._key(kind, fid)
         if not self.backend.exists(key):
             return False
@@ -340,32 +167,12 @@ class FailureLog:
         return True
 
     def ids(self, kind: str) -> set[str]:
-        """Ids of the failures of one kind (one listing, no reads).
-
-        Parameters
-        ----------
-        kind : str
-            One of ``FAILURE_KINDS``.
-
-        Returns
-        -------
-        set of str
-        """
+        """Ids of the failures of one kind (one listing, no reads)."""
         self._key(kind, "x")  # validates the kind
         return {n[:-len(".json")] for n in self.backend.list(record_keys.failures_dir(kind)) if n.endswith(".json")}
 
     def records(self, kind: str | None = None) -> list[dict[str, Any]]:
-        """Every failure record (of ``kind``, or of all kinds), oldest first failure first.
-
-        Parameters
-        ----------
-        kind : str, optional
-            Restrict to one of ``FAILURE_KINDS``.
-
-        Returns
-        -------
-        list of dict
-        """
+        """Every failure record (of ``kind``, or of all kinds), oldest first failure first."""
         out = []
         for k in (kind,) if kind else FAILURE_KINDS:
             for fid in sorted(self.ids(k)):

@@ -35,18 +35,7 @@ def library_versions() -> dict[str, str]:
 
 
 def canonical_json(obj: Any) -> str:
-    """JSON with sorted keys and no spaces: equal objects give equal text.
-
-    Parameters
-    ----------
-    obj : object
-        A JSON-able object (others are written with ``str``).
-
-    Returns
-    -------
-    str
-        The text.
-    """
+    """JSON with sorted keys and no spaces: equal objects give equal text."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
@@ -116,34 +105,15 @@ def array_fingerprint(
 
 
 def now_iso() -> str:
-    """The current UTC time, ISO 8601 to the microsecond.
-
-    Records are ordered by it (the latest record of a cell is the one in use): two records of
-    one cell written within a second must still sort in the order they were made.
-
-    Returns
-    -------
-    str
-        E.g. ``2025-01-01T12:00:00.123456+00:00``.
-    """
+    """The current UTC time, ISO 8601 to the microsecond."""
+    # Records are ordered by it (the latest record of a cell is the one in use): two records of
+    # one cell written within a second must still sort in the order they were made.
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
 def weights_summary(record: Mapping[str, Any]) -> str:
     """One line saying what was done to a checkpoint's tensors, from the features' provenance
-    (``encoder.weights``, written by :meth:`pipeline.encoders.checkpoints.fitting.CheckpointFit.record`).
-
-    Parameters
-    ----------
-    record : mapping
-        A record (the ``weights`` provenance of a checkpoint encoder).
-
-    Returns
-    -------
-    str
-        E.g. ``under 'state_dict'; prefix 'module.encoder_q.' stripped; 44 tensors dropped
-        (module.encoder_k. 40, fc. 4)``; ``""`` when nothing was done.
-    """
+    (``encoder.weights``, written by :meth:`pipeline.encoders.checkpoints.fitting.CheckpointFit.record`)."""
     parts = []
     if record.get("checkpoint_key"):
         how = "checkpoint_key" if record.get("checkpoint_key_from") == "config" else "found"
@@ -173,22 +143,10 @@ SHORT_WEIGHTS = 12  # hexadecimal digits shown by `repeval ls`, the report and m
 
 
 def array_weights(attrs: Mapping[str, Any]) -> str | None:
-    """The weights fingerprint a feature array came from, from its attributes.
-
-    The array's own ``weights_fingerprint`` attribute; an array written before that
-    attribute existed falls back to its encoder provenance's (computed from the same
-    loaded model); None when neither is there (imported features: unknown).
-
-    Parameters
-    ----------
-    attrs : mapping
-        The array's attributes.
-
-    Returns
-    -------
-    str or None
-        The fingerprint, or None when unknown.
-    """
+    """The weights fingerprint a feature array came from, from its attributes."""
+    # The array's own ``weights_fingerprint`` attribute; an array written before that
+    # attribute existed falls back to its encoder provenance's (computed from the same
+    # loaded model); None when neither is there (imported features: unknown).
     own = attrs.get(WEIGHTS_FIELD)
     if own:
         return str(own)
@@ -198,54 +156,20 @@ def array_weights(attrs: Mapping[str, Any]) -> str | None:
 
 
 def record_weights(record: Mapping[str, Any]) -> str | None:
-    """The weights fingerprint a ledger record says its cell was computed from (None: not said).
-
-    Parameters
-    ----------
-    record : mapping
-        A ledger record.
-
-    Returns
-    -------
-    str or None
-    """
+    """The weights fingerprint a ledger record says its cell was computed from (None: not said)."""
     prov = record.get("provenance")
     fp = prov.get(WEIGHTS_FIELD) if isinstance(prov, Mapping) else None
     return str(fp) if fp else None
 
 
 def short_weights(fingerprint: str | None) -> str:
-    """A weights fingerprint as shown to people: its first 12 hexadecimal digits, or ``unknown``.
-
-    Parameters
-    ----------
-    fingerprint : str or None
-
-    Returns
-    -------
-    str
-    """
+    """A weights fingerprint as shown to people: its first 12 hexadecimal digits, or ``unknown``."""
     return str(fingerprint)[:SHORT_WEIGHTS] if fingerprint else UNKNOWN_WEIGHTS
 
 
 def weights_disagreement(arrays: Mapping[str, str | None], record: str | None = None) -> str | None:
-    """One line saying how the weights of a cell's arrays (and its record) disagree, or None.
-
-    An unknown fingerprint (None) disagrees with nothing: old and imported arrays stay usable.
-
-    Parameters
-    ----------
-    arrays : mapping
-        What each array is (``train features features/m/d/train/l``) -> its weights fingerprint.
-    record : str, optional
-        The weights fingerprint the cell's record says.
-
-    Returns
-    -------
-    str or None
-        E.g. ``train features K1 come from weights adb180e1c2d3, test features K2 from
-        ebf4331f0a9b``; None when they agree.
-    """
+    """One line saying how the weights of a cell's arrays (and its record) disagree, or None."""
+    # An unknown fingerprint (None) disagrees with nothing: old and imported arrays stay usable.
     known = [(what, fp) for what, fp in arrays.items() if fp]
     if known:
         first_what, first = known[0]

@@ -1,32 +1,5 @@
 """Key layout of what runs record beside the arrays, under ``_repeval/`` (never a Zarr
-node); the arrays' own keys and their bookkeeping are :mod:`storage_schema.keys`.
-
-* ``ledger/<cell id[:2]>/<cell id>.json``: one evaluated cell;
-* ``failures/<kind>/<id>.json``: one failed unit of work;
-* ``encoder_cells/<model>/<dataset>/<setting>.json``: the ledger record an encoder-protocol
-  cell of these names last used (found without loading the encoder);
-* ``identity_cells/<identity>/<dataset>/<layer>/<setting>.json``: the ledger record the
-  cell of one encoder identity last used (two configs sharing an encoder name);
-* ``owners/<array key>/<identity>.json``: the fingerprint one config identity extracted
-  (or found up to date) at that key: whose weights and data the name's array holds;
-* ``checkpoint_facts/facts.json``: what scans read from checkpoint files (steps, content
-  fingerprints), by real path, size and modification time;
-* ``leases/cells/<cell id[:2]>/<cell id>/``: the lease of a cell being computed;
-* ``examples/<cell id[:2]>/<cell id>.png``: example pictures of an encoder-protocol cell;
-* ``scratch/<kind>/<run id>/<part>/``: resumable training state, deleted once recorded;
-* ``watch/<hash of a config path>.json``: what a schedule saw last;
-* ``runs/<hash of a planned config>.json``: what the last run of it without failures
-  covered (a rerun with nothing to do is answered from it);
-* ``plans/<hash of the plan>.json``: a run's plan (its config, units and cells), written
-  once before the run and read by its flow and report;
-* ``early/<kind>/...``: the early pass's records, never mixed with the ledger
-  (``storage_schema.early``): ``subsets/<dataset>/<id>.json`` (the rows it reads),
-  ``results/<id[:2]>/<id>.json`` (a readout fitted on them), ``estimates/<id[:2]>/<id>.json``
-  (an early estimate and its verdicts), ``checks/<id[:2]>/<id>.json`` (an estimate against
-  the exact figure that followed).
-
-Names that become key components are validated, so no key can leave its folder.
-"""
+node); the arrays' own keys and their bookkeeping are :mod:`storage_schema.keys`."""
 
 from __future__ import annotations
 
@@ -49,72 +22,26 @@ EARLY_KINDS = ("subsets", "results", "estimates", "checks")
 
 
 def ledger_record_key(cell_id: str) -> str:
-    """The ledger record of one cell, sharded by the id's first two characters.
-
-    Parameters
-    ----------
-    cell_id : str
-        The cell's id (hexadecimal).
-
-    Returns
-    -------
-    str
-        ``_repeval/ledger/<cell_id[:2]>/<cell_id>.json``.
-    """
+    """The ledger record of one cell, sharded by the id's first two characters."""
     validate_name(cell_id, "cell id")
     return f"{ledger_shard_key(cell_id[:2])}/{cell_id}.json"
 
 
 def ledger_shard_key(shard: str) -> str:
-    """One shard folder of the ledger, for listing.
-
-    Parameters
-    ----------
-    shard : str
-        A shard's name (two characters of a cell id), as read from a listing.
-
-    Returns
-    -------
-    str
-        ``_repeval/ledger/<shard>``.
-    """
+    """One shard folder of the ledger, for listing."""
     return f"{LEDGER}/{shard}"
 
 
 def encoder_cell_key(model: str, dataset: str, setting: str) -> str:
-    """Which ledger record the encoder-protocol cell of these names last used.
-
-    Parameters
-    ----------
-    model, dataset, setting : str
-        Names of the encoder, the dataset and the protocol setting (validated).
-
-    Returns
-    -------
-    str
-        ``_repeval/encoder_cells/<model>/<dataset>/<setting>.json``.
-    """
+    """Which ledger record the encoder-protocol cell of these names last used."""
     return "/".join((_ENCODER_CELLS, validate_name(model, "model name"), validate_name(dataset, "dataset name"),
                      validate_name(setting, "protocol setting name") + ".json"))
 
 
 def identity_cell_key(identity: str, dataset: str, layer: str, setting: str) -> str:
     """Which ledger record the cell of one encoder identity (a hash of the config fields
-    that decide its weights and input, ``jobs.encoder_identity``) last used: found again
-    when the name's arrays now hold another config's weights.
-
-    Parameters
-    ----------
-    identity : str
-        The encoder identity (hexadecimal, validated).
-    dataset, layer, setting : str
-        Names of the dataset, the layer and the protocol setting (validated).
-
-    Returns
-    -------
-    str
-        ``_repeval/identity_cells/<identity>/<dataset>/<layer>/<setting>.json``.
-    """
+    that decide its weights and input, ``jobs.evaluation.encoder_identity``) last used: found again
+    when the name's arrays now hold another config's weights."""
     return "/".join((_IDENTITY_CELLS, validate_name(identity, "encoder identity"),
                      validate_name(dataset, "dataset name"), validate_name(layer, "layer name"),
                      validate_name(setting, "protocol setting name") + ".json"))
@@ -122,223 +49,73 @@ def identity_cell_key(identity: str, dataset: str, layer: str, setting: str) -> 
 
 def array_owners_dir(key: str) -> str:
     """The folder of the notes saying which config identities extracted (or found up to
-    date) the array at ``key``, and at which fingerprint.
-
-    Parameters
-    ----------
-    key : str
-        A feature key (built by :func:`feature_key`).
-
-    Returns
-    -------
-    str
-        ``_repeval/owners/<key>``.
-    """
+    date) the array at ``key``, and at which fingerprint."""
     return f"{_OWNERS}/{key}"
 
 
 def array_owner_key(key: str, identity: str) -> str:
-    """The note of one config identity on the array at ``key`` (its fingerprint).
-
-    Parameters
-    ----------
-    key : str
-        A feature key.
-    identity : str
-        The identity (hexadecimal, validated).
-
-    Returns
-    -------
-    str
-        ``_repeval/owners/<key>/<identity>.json``.
-    """
+    """The note of one config identity on the array at ``key`` (its fingerprint)."""
     return f"{array_owners_dir(key)}/{validate_name(identity, 'identity')}.json"
 
 
 def checkpoint_facts_key() -> str:
     """What scans read from checkpoint files (steps, content fingerprints), by real path,
-    size and modification time: an unchanged folder is scanned again without reading them.
-
-    Returns
-    -------
-    str
-        ``_repeval/checkpoint_facts/facts.json``.
-    """
+    size and modification time: an unchanged folder is scanned again without reading them."""
     return f"{_CHECKPOINT_FACTS}/facts.json"
 
 
 def cell_work_key(cell_id: str) -> str:
-    """The group leased while one cell is computed: two runs at once compute it once.
-
-    Parameters
-    ----------
-    cell_id : str
-        The cell's id (hexadecimal, validated).
-
-    Returns
-    -------
-    str
-        ``cells/<cell_id[:2]>/<cell_id>`` (a lease key, never a Zarr node).
-    """
+    """The group leased while one cell is computed: two runs at once compute it once."""
     validate_name(cell_id, "cell id")
     return f"cells/{cell_id[:2]}/{cell_id}"
 
 
 def grid_point_work_key(cell_id: str, index: int) -> str:
     """The group leased while one grid point of a cell trains (fine-tuning): two runs at once
-    train it once, the second resuming from the first's saved final state.
-
-    Parameters
-    ----------
-    cell_id : str
-        The cell's id (hexadecimal, validated).
-    index : int
-        The point's position in its grid.
-
-    Returns
-    -------
-    str
-        ``cells/<cell_id[:2]>/<cell_id>-point<index>`` (a lease key, never a Zarr node).
-    """
+    train it once, the second resuming from the first's saved final state."""
     validate_name(cell_id, "cell id")
     return f"cells/{cell_id[:2]}/{cell_id}-point{int(index):03d}"
 
 
 def examples_key(cell_id: str) -> str:
-    """The PNG of example pictures (saliency maps, reconstructions) of one cell.
-
-    Parameters
-    ----------
-    cell_id : str
-        The cell's id (hexadecimal).
-
-    Returns
-    -------
-    str
-        ``_repeval/examples/<cell_id[:2]>/<cell_id>.png``.
-    """
+    """The PNG of example pictures (saliency maps, reconstructions) of one cell."""
     validate_name(cell_id, "cell id")
     return f"{_EXAMPLES}/{cell_id[:2]}/{cell_id}.png"
 
 
 def scratch_key(kind: str, run_id: str, part: str | None = None) -> str:
-    """The folder of one run's resumable state (or of one part of it).
-
-    Parameters
-    ----------
-    kind : str
-        What the run is (e.g. ``finetune``; validated).
-    run_id : str
-        The run's content id (e.g. its cell id; validated).
-    part : str, optional
-        One unit of the run (e.g. ``select-003``, ``refit``; validated).
-
-    Returns
-    -------
-    str
-        ``_repeval/scratch/<kind>/<run_id>`` or ``.../<run_id>/<part>``.
-    """
+    """The folder of one run's resumable state (or of one part of it)."""
     key = f"{SCRATCH}/{validate_name(kind, 'scratch kind')}/{validate_name(run_id, 'run id')}"
     return key if part is None else f"{key}/{validate_name(part, 'scratch part')}"
 
 
 def failures_dir(kind: str) -> str:
-    """The folder of the failure records of one kind of work, for listing.
-
-    Parameters
-    ----------
-    kind : str
-        The kind of work (e.g. ``cell``, ``extraction``, ``correlation``; validated).
-
-    Returns
-    -------
-    str
-        ``_repeval/failures/<kind>``.
-    """
+    """The folder of the failure records of one kind of work, for listing."""
     return f"{_FAILURES}/{validate_name(kind, 'failure kind')}"
 
 
 def failure_key(kind: str, id: str) -> str:
-    """The record of one failed unit of work.
-
-    Parameters
-    ----------
-    kind : str
-        The kind of work (validated).
-    id : str
-        The unit's id (validated as one key component: use a hash for composite ids).
-
-    Returns
-    -------
-    str
-        ``_repeval/failures/<kind>/<id>.json``.
-    """
+    """The record of one failed unit of work."""
     return f"{failures_dir(kind)}/{validate_name(id, 'failure id')}.json"
 
 
 def watch_key(config_path: str) -> str:
-    """The state a schedule keeps for one config file.
-
-    Parameters
-    ----------
-    config_path : str
-        The config file's path, as the schedule names it.
-
-    Returns
-    -------
-    str
-        ``_repeval/watch/<16 hex digits of the path's hash>.json``.
-    """
+    """The state a schedule keeps for one config file."""
     return f"{_WATCH}/{stable_hash(str(config_path), 16)}.json"
 
 
 def run_memo_key(config_hash: str) -> str:
-    """What the last run without failures of one planned config covered (``jobs.rerun``).
-
-    Parameters
-    ----------
-    config_hash : str
-        The hash of the planned config (its scanned checkpoints included).
-
-    Returns
-    -------
-    str
-        ``_repeval/runs/<config_hash>.json``.
-    """
+    """What the last run without failures of one planned config covered (``jobs.run.ledger_answer``)."""
     return f"{_RUNS}/{validate_name(config_hash, 'config hash')}.json"
 
 
 def plan_key(plan_hash: str) -> str:
-    """A run's plan, keyed by its contents' hash (``jobs.plan_store``).
-
-    Parameters
-    ----------
-    plan_hash : str
-        The hash of the plan's contents.
-
-    Returns
-    -------
-    str
-        ``_repeval/plans/<plan_hash>.json``.
-    """
+    """A run's plan, keyed by its contents' hash (``jobs.run.plan_store``)."""
     return f"{_PLANS}/{validate_name(plan_hash, 'plan hash')}.json"
 
 
 def early_dir(kind: str, shard: str | None = None) -> str:
-    """The folder of one kind of early-pass record (or of one shard or dataset of it), for listing.
-
-    Parameters
-    ----------
-    kind : str
-        One of ``EARLY_KINDS``.
-    shard : str, optional
-        A shard (two characters of an id) or, for ``subsets``, a dataset's name (validated).
-
-    Returns
-    -------
-    str
-        ``_repeval/early/<kind>`` or ``_repeval/early/<kind>/<shard>``.
-    """
+    """The folder of one kind of early-pass record (or of one shard or dataset of it), for listing."""
     if kind not in EARLY_KINDS:
         raise ValueError(f"early record kind {kind!r} is not one of {', '.join(EARLY_KINDS)}")
     return f"{_EARLY}/{kind}" if shard is None else f"{_EARLY}/{kind}/{validate_name(shard, 'early shard')}"
@@ -346,22 +123,7 @@ def early_dir(kind: str, shard: str | None = None) -> str:
 
 def early_record_key(kind: str, id: str, dataset: str | None = None) -> str:
     """One early-pass record: a subset (under its dataset), or a result, estimate or check
-    (sharded by the id's first two characters).
-
-    Parameters
-    ----------
-    kind : str
-        One of ``EARLY_KINDS``.
-    id : str
-        The record's id (hexadecimal, validated).
-    dataset : str, optional
-        The dataset's name, for a subset.
-
-    Returns
-    -------
-    str
-        ``_repeval/early/subsets/<dataset>/<id>.json`` or ``_repeval/early/<kind>/<id[:2]>/<id>.json``.
-    """
+    (sharded by the id's first two characters)."""
     validate_name(id, "early record id")
     if kind == "subsets":
         if dataset is None:

@@ -1,19 +1,4 @@
-"""The feature store: a Zarr v3 hierarchy plus repeval's bookkeeping beside it.
-
-Invariants:
-
-* the root's attributes carry the schema version; another version is refused on open;
-* every array's attributes (provenance, fingerprint) are written once, at creation, by
-  the lease holder; they are never rewritten, so no two processes ever write them;
-* rows are written a whole chunk at a time, and each chunk is recorded as done only after
-  its write returned (:mod:`storage_schema.writing` is the only writer);
-* an array is complete, and readable, only once a completion record exists for the
-  fingerprint in its attributes; progress is recorded per fingerprint, so a replaced
-  array never inherits the old array's progress;
-* an alias serves a complete array under another key (identical weights under another
-  name): readers resolve it, with the alias's own provenance, as long as the target still
-  holds the fingerprint the alias recorded.
-"""
+"""The feature store: a Zarr v3 hierarchy plus repeval's bookkeeping beside it."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
 """Records as one tidy, typed table: what ``repeval results --format`` writes and what
-``jobs.results.results_frame`` returns to a notebook.
-
-One row per record. Typed so that a reader does not parse strings: ``recorded`` is a UTC
-timestamp, ``step`` and ``epoch`` (a checkpoint series' training step and epoch, where
-the rows carry them) and every other column of whole numbers nullable integers, yes/no
-columns nullable booleans, ``settings`` the protocol's full settings as
-canonical JSON (in Parquet a column of Arrow's JSON type), scalar metrics
-``metric.<name>`` and scalar diagnostics ``diag.<name>`` columns of their own. The
-columns that name a row come first (model, series, step, epoch, dataset, layer, setting,
-protocol), then the metrics, then the rest.
-"""
+``jobs.report.results.results_frame`` returns to a notebook."""
 
 from __future__ import annotations
 
@@ -38,19 +28,7 @@ def records_frame(records: Iterable[Mapping[str, Any]]):
     for none, and ``unreliable`` whether one of them says the score is not to be trusted;
     ``recorded`` a UTC timestamp; ``step``, ``epoch``, the counts and every column of whole
     numbers nullable integers (``Int64``), yes/no columns nullable booleans (``boolean``),
-    both ``<NA>`` where missing; text columns None where missing (as Parquet reads them back).
-
-    Parameters
-    ----------
-    records : iterable of mapping
-        Ledger records (possibly renamed, with extra scalar fields such as ``current``,
-        ``series`` or ``step``).
-
-    Returns
-    -------
-    pandas.DataFrame
-        Sorted by model, dataset, layer, protocol, setting and cell id.
-    """
+    both ``<NA>`` where missing; text columns None where missing (as Parquet reads them back)."""
     import pandas as pd
 
     rows = []
@@ -103,17 +81,7 @@ def _column_type(values: list[Any], integer: bool) -> str | None:
 
 def export_records(records: list[Mapping[str, Any]], path: str, fmt: str) -> None:
     """Write records to ``path``: csv or parquet (the table of ``records_frame``) or json
-    (the records as they are, nested settings, metrics and diagnostics included).
-
-    Parameters
-    ----------
-    records : list of mapping
-        Ledger records.
-    path : str
-        The file to write.
-    fmt : str
-        ``csv``, ``parquet`` or ``json``.
-    """
+    (the records as they are, nested settings, metrics and diagnostics included)."""
     if fmt not in ("csv", "parquet", "json"):
         raise ConfigError(f"export format {fmt!r} is not supported; choose csv, parquet or json")
     if fmt == "json":

@@ -1,13 +1,4 @@
-"""``repeval verify``'s weights check: records whose feature arrays came from different weights.
-
-A record of a feature cell names the arrays it read (``provenance.feature_keys``) and their
-fingerprints then (``fingerprints``); each array records the weights fingerprint it came
-from (``storage_schema.provenance.array_weights``). A record whose arrays (still the ones it
-read) disagree with each other or with the record's own ``provenance.weights_fingerprint``
-was computed from mixed weights: a problem. An array whose weights are unknown (written
-before arrays recorded them, or imported) is a warning, not a problem. An array replaced
-since the record was made (re-extracted) is not that record's evidence any more: skipped.
-"""
+"""``repeval verify``'s weights check: records whose feature arrays came from different weights."""
 
 from __future__ import annotations
 
@@ -22,19 +13,7 @@ __all__ = ["WeightsFinding", "check_record", "verify_weights"]
 
 @dataclass(frozen=True)
 class WeightsFinding:
-    """One record whose weights disagree (``problem``) or cannot be checked (a warning).
-
-    Parameters
-    ----------
-    cell_id : str
-        The record's cell id.
-    label : str
-        ``model/dataset/layer/setting``.
-    reason : str
-        What disagrees, naming the arrays and their weights (short form).
-    problem : bool
-        True: mixed weights (verify fails); False: a warning (weights unknown).
-    """
+    """One record whose weights disagree (``problem``) or cannot be checked (a warning)."""
 
     cell_id: str
     label: str
@@ -42,13 +21,7 @@ class WeightsFinding:
     problem: bool
 
     def line(self) -> str:
-        """One terminal line.
-
-        Returns
-        -------
-        str
-            E.g. ``mixed weights m/d/l/s (cell 05376e542abc): ...``.
-        """
+        """One terminal line."""
         head = "mixed weights" if self.problem else "warning   "
         return f"{head} {self.label} (cell {self.cell_id[:12]}): {self.reason}"
 
@@ -59,19 +32,7 @@ def _label(rec: Mapping[str, Any]) -> str:
 
 def check_record(status: Callable[[str], Any], rec: Mapping[str, Any]) -> WeightsFinding | None:
     """The finding of one record (None: its arrays agree, or it reads no stored features);
-    ``status`` is the store's ``status`` (an array key -> its ArrayStatus or None).
-
-    Parameters
-    ----------
-    status : callable
-        An array key -> its ArrayStatus, or None.
-    rec : mapping
-        A ledger record.
-
-    Returns
-    -------
-    WeightsFinding or None
-    """
+    ``status`` is the store's ``status`` (an array key -> its ArrayStatus or None)."""
     prov = rec.get("provenance") or {}
     keys = prov.get("feature_keys") if isinstance(prov, Mapping) else None
     if not isinstance(keys, Mapping) or not keys:
@@ -95,19 +56,7 @@ def check_record(status: Callable[[str], Any], rec: Mapping[str, Any]) -> Weight
 
 
 def verify_weights(store: Any, records: Iterable[Mapping[str, Any]]) -> tuple[int, list[WeightsFinding]]:
-    """(records checked, findings) over ``records`` (a store's ledger).
-
-    Parameters
-    ----------
-    store : FeatureStore
-        The store holding the arrays.
-    records : iterable of mapping
-        Ledger records.
-
-    Returns
-    -------
-    (int, list of WeightsFinding)
-    """
+    """(records checked, findings) over ``records`` (a store's ledger)."""
     checked, findings = 0, []
     seen: dict[str, Any] = {}
 

@@ -1,13 +1,4 @@
-"""The store's one write path: arrays written chunk by chunk by the holder of their lease.
-
-For each array: create it with its final attributes (or keep it when the same
-fingerprint and layout is there, to resume), then for each chunk check the lease, write
-the whole chunk and only then record it as done; once every chunk is done, write the
-completion record that makes the array readable, and index its fingerprint so that an
-identical array asked for under another name can be served from this one (an alias).
-Chunks are written on one background thread, so a producer (a forward pass) never waits
-on storage.
-"""
+"""The store's one write path: arrays written chunk by chunk by the holder of their lease."""
 
 from __future__ import annotations
 
@@ -114,17 +105,7 @@ class WriteResult:
 
 
 class ArrayWriter:
-    """Writes arrays, aliases and their bookkeeping into one store.
-
-    Parameters
-    ----------
-    backend : Backend
-        The store's byte-level access.
-    zarr_store : zarr.abc.store.Store
-        The same root as a Zarr store.
-    status : callable
-        ``status(key)`` of an array stored at ``key`` itself (aliases not followed).
-    """
+    """Writes arrays, aliases and their bookkeeping into one store."""
 
     def __init__(self, backend: Backend, zarr_store: Store, status: Callable[[str], ArrayStatus | None]):
         self.backend = backend
@@ -134,37 +115,7 @@ class ArrayWriter:
 
     def write_arrays(self, lease: Lease, arrays: Sequence[ArraySpec], produce: Produce, *,
                      chunks: Mapping[str, Iterable[int]] | None = None, complete: bool = True) -> WriteResult:
-        """Write ``arrays`` chunk by chunk from what ``produce`` yields.
-
-        Parameters
-        ----------
-        lease : Lease
-            The held lease of the arrays' group; checked before every write.
-        arrays : sequence of ArraySpec
-            The arrays. One stored with the same fingerprint and layout is kept (its
-            written chunks are not asked for again); any other is replaced.
-        produce : callable
-            Called once with the chunks each array needs (by key); yields
-            ``(chunk, {key: rows})`` with whole chunks. Rows for a chunk an array does not
-            need are ignored.
-        chunks : mapping, optional
-            The chunks to write per key instead of the missing ones (a repair rewrites
-            damaged chunks of a complete array).
-        complete : bool
-            Write the completion records at the end (every chunk must then be written).
-
-        Returns
-        -------
-        WriteResult
-            The chunks each array needed and whether any write resumed.
-
-        Raises
-        ------
-        IncompleteArrayError
-            When ``complete`` and ``produce`` left chunks unwritten.
-        LeaseLostError
-            When another process took the lease over; nothing more is written.
-        """
+        """Write ``arrays`` chunk by chunk from what ``produce`` yields."""
         self.backend.check_writable(keys.SIDE)
         lease.check()
         opened, todo, resumed = {}, {}, False
@@ -186,20 +137,7 @@ class ArrayWriter:
         return WriteResult({k: sorted(v) for k, v in todo.items()}, resumed)
 
     def write_alias(self, lease: Lease, key: str, target: ArrayStatus, attrs: Mapping[str, Any]) -> None:
-        """Serve the complete array ``target`` under ``key`` too (identical rows).
-
-        Parameters
-        ----------
-        lease : Lease
-            The held lease of ``key``'s group.
-        key : str
-            The key readers will ask for; an array stored there is removed.
-        target : ArrayStatus
-            A complete array whose fingerprint the array at ``key`` would have.
-        attrs : mapping
-            The provenance of ``key`` where it differs from the target's (model name,
-            encoder, weights file); readers see it overlaid on the target's attributes.
-        """
+        """Serve the complete array ``target`` under ``key`` too (identical rows)."""
         lease.check()
         if not target.complete or target.alias_of is not None:
             raise StoreError(f"cannot alias {key!r} to {target.key!r}: the target must be a complete stored array")

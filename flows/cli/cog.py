@@ -19,12 +19,7 @@ SUMMARY_COLUMNS = ("level", "n_concepts", "similarity_max", "similarity_min", "s
 
 
 def add_cog_parser(sub: Any) -> None:
-    """Register ``cog-levels`` on the CLI's subparsers.
-
-    Parameters
-    ----------
-    sub : argparse subparsers action
-    """
+    """Register ``cog-levels`` on the CLI's subparsers."""
     c = sub.add_parser("cog-levels", help="build the ImageNet-CoG levels (unseen concepts ranked by similarity "
                                           "to ImageNet-1K) and their manifests")
     c.add_argument("--is-a", required=True, help="WordNet is_a pairs 'parent child' (wordnet.is_a.txt)")
@@ -50,19 +45,7 @@ def add_cog_parser(sub: Any) -> None:
 def cog_fragment(out: Path, n_levels: int) -> dict[str, Any]:
     """The config entries that evaluate the levels as the paper does: each level a
     ``csv_manifest`` dataset; logistic regression on L2-normalised features with every
-    training image, and with N in {1, 2, 4, ..., 128} images per concept, 5 seeds each.
-
-    Parameters
-    ----------
-    out : Path
-        The folder holding ``level_<k>.csv``.
-    n_levels : int
-
-    Returns
-    -------
-    dict
-        ``datasets`` and ``protocols`` entries of a benchmark config.
-    """
+    training image, and with N in {1, 2, 4, ..., 128} images per concept, 5 seeds each."""
     names = [f"cog-l{k}" for k in range(1, n_levels + 1)]
     datasets = [{"name": name, "adapter": "csv_manifest", "params": {"csv_path": str(out / f"level_{k}.csv")}}
                 for k, name in enumerate(names, start=1)]
@@ -84,17 +67,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_cog_levels(args: argparse.Namespace) -> int:
-    """Build and write the levels; print their summary (and where the manifests are).
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-
-    Returns
-    -------
-    int
-        The exit code.
-    """
+    """Build and write the levels; print their summary (and where the manifests are)."""
     import yaml
 
     # deferred: the dataset adapters and PIL load for this command only

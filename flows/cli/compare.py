@@ -1,7 +1,4 @@
-"""``repeval compare A B``: two encoders cell by cell, from the evidence in the store.
-
-Reads the ledger and the stored evidence only: no Prefect, no torch, no scikit-learn.
-"""
+"""``repeval compare A B``: two encoders cell by cell, from the evidence in the store."""
 
 from __future__ import annotations
 
@@ -11,8 +8,8 @@ import math
 from flows.cli.printing import print_json, print_line, print_table
 from flows.cli.store import add_store_options, open_store_of
 from jobs.analysis.compare import CompareOptions, compare_encoders
-from jobs.encoder_identity import names_of_several
-from jobs.results import config_records, store_records
+from jobs.evaluation.encoder_identity import names_of_several
+from jobs.report.results import config_records, store_records
 from pipeline.analysis.compare.agreement import decided_by
 from pipeline.errors import RepevalError
 from storage_schema.ledger import Ledger

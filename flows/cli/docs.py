@@ -1,13 +1,4 @@
-"""``python -m flows.cli.docs``: the reference tables of ``docs/reference/``, written from the code.
-
-Four pages, each read from its source of truth and nothing else: the protocol registry
-(settings, defaults, valid values, metrics, what a protocol reads), the dataset adapters'
-registry and constructors (metric, splits, parameters with defaults), the command line's
-parser (every command and option with its default) and the config's dataclasses (every
-field with its type and default). ``--check`` writes nothing and exits 1 naming the pages
-that differ from what the code gives; ``tests/code/test_reference_docs.py`` does the same.
-The hand-written pages of ``docs/`` say what each entry means; these say what it is.
-"""
+"""``python -m flows.cli.docs``: the reference tables of ``docs/reference/``, written from the code."""
 
 from __future__ import annotations
 
@@ -29,6 +20,7 @@ from pipeline.datasets.catalog import REQUIRED, adapter_parameters, path_paramet
 from pipeline.protocols import get_protocol, list_protocols
 from pipeline.protocols.describe import format_number, range_text
 from pipeline.protocols.inputs.devices import DEVICE_CHOICES
+from pipeline.protocols.kinds import METRIC_KINDS
 
 #: The command that writes the pages (each page says so in its first lines).
 COMMAND = "python -m flows.cli.docs"
@@ -106,21 +98,21 @@ def _valid(protocol: Any, setting: str) -> str:
 
 
 def protocols_page() -> str:
-    """The protocols page: a summary table, then one section per protocol.
-
-    Returns
-    -------
-    str
-    """
+    """The protocols page: a summary table, then one section per protocol."""
     names = list_protocols()
     names = [n for n in names if get_protocol(n).reads_features] + \
             [n for n in names if not get_protocol(n).reads_features]
     lines = _header("Protocols: settings, defaults, metrics", "the protocol registry (`pipeline.protocols`)",
                     "What each protocol computes, the papers it follows and what each setting means: "
                     "[protocols.md](../protocols.md).")
-    lines += _table(("protocol", "version", "reads", "streams train", "multi-label", "primary metric"),
-                    [(f"[`{n}`](#{_anchor(n)})", str(p.version), _READS[p.reads], _yes(p.streams_train),
+    lines += _table(("protocol", "version", "kind", "reads", "streams train", "multi-label", "primary metric"),
+                    [(f"[`{n}`](#{_anchor(n)})", str(p.version), p.kind, _READS[p.reads], _yes(p.streams_train),
                       _yes(p.multilabel), f"`{p.primary_metric}`") for n in names for p in [get_protocol(n)]])
+    lines += ["", "Metric kinds: what a paired comparison pairs, its test and the chance level the `at_chance` "
+              "check uses ([architecture.md](../architecture.md#add-a-protocol)).", ""]
+    lines += _table(("kind", "evidence", "paired unit", "paired test", "chance level"),
+                    [(k.name, _codes(k.evidence) if k.evidence else "none", k.unit, k.paired_test, k.chance)
+                     for k in METRIC_KINDS.values()])
     for name in names:
         lines += [""] + _protocol_section(name)
     return "\n".join(lines) + "\n"
@@ -141,24 +133,27 @@ def _protocol_section(name: str) -> list[str]:
         facts.append(f"- lower is better: {_codes(p.lower_is_better)}")
     if p.ignored:
         facts.append(f"- cannot change a result (left out of its identity): {_codes(p.ignored)}")
-    lines = [f"## {name}", "", p.description[:1].upper() + p.description[1:].rstrip(".") + ".", "",
-             f"- version: {p.version} (a result records it; it changes when the numbers would)"] + facts + [""]
+    facts.append(f"- kind: {p.kind}; paired evidence: {_codes(p.metric_kind.evidence) or 'none'} (per "
+                 f"{p.metric_kind.unit}); chance: {p.metric_kind.chance}")
+    for code, (severity, meaning) in p.warning_codes.items():
+        facts.append(f"- fit warning `{code}` ({severity}): {meaning}")
+    about = [p.about, ""] if p.about else []
+    lines = [f"## {name}", "", p.description[:1].upper() + p.description[1:].rstrip(".") + ".", ""] + about + \
+            [f"- version: {p.version} (a result records it; it changes when the numbers would)"] + facts + [""]
     if p.build is not None:
         lines += ["Its settings class checks the values when the config loads "
                   f"([protocols.md](../protocols.md#{_anchor(name)}) gives them).", ""]
         return lines + _table(("setting", "default"), [(f"`{k}`", _value(v)) for k, v in p.defaults.items()])
+    if p.setting_help:  # an entry that documents itself: each setting's meaning too
+        return lines + _table(("setting", "default", "valid values", "meaning"),
+                              [(f"`{k}`", _value(v), _valid(p, k), p.setting_help[k]) for k, v in p.defaults.items()])
     return lines + _table(("setting", "default", "valid values"),
                           [(f"`{k}`", _value(v), _valid(p, k)) for k, v in p.defaults.items()])
 
 
 # -- dataset adapters ------------------------------------------------------------------------------
 def datasets_page() -> str:
-    """The dataset adapters page: a summary table, then each adapter's parameters.
-
-    Returns
-    -------
-    str
-    """
+    """The dataset adapters page: a summary table, then each adapter's parameters."""
     names = list_datasets()
     lines = _header("Dataset adapters: metrics, splits, parameters",
                     "the adapter registry and the adapters' constructors (`pipeline.datasets`)",
@@ -229,12 +224,7 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[tuple[str, str, str]]:
 
 
 def cli_page() -> str:
-    """The command line page: the global options, then every command's options.
-
-    Returns
-    -------
-    str
-    """
+    """The command line page: the global options, then every command's options."""
     parser = build_parser()
     lines = _header("Command line: commands and options", "the command line's parser (`flows.cli.main`)",
                     "What each command does, and the exit codes: [cli.md](../cli.md).")
@@ -251,12 +241,7 @@ def cli_page() -> str:
 
 # -- config ----------------------------------------------------------------------------------------
 def config_sections() -> list[tuple[str, type]]:
-    """(section heading, dataclass) for the config and every dataclass nested in it, in reading order.
-
-    Returns
-    -------
-    list of (str, type)
-    """
+    """(section heading, dataclass) for the config and every dataclass nested in it, in reading order."""
     out, todo = [], [("", BenchmarkConfig)]
     while todo:
         path, cls = todo.pop(0)
@@ -301,12 +286,7 @@ def _field_default(f: dataclasses.Field) -> str:
 
 
 def config_page() -> str:
-    """The config page: one table of fields per section of the config.
-
-    Returns
-    -------
-    str
-    """
+    """The config page: one table of fields per section of the config."""
     lines = _header("Config: every field", "the config's dataclasses (`jobs.config`)",
                     "What each field means, with examples: [config.md](../config.md).")
     sections = config_sections()
@@ -326,44 +306,19 @@ def config_page() -> str:
 
 # -- the pages -------------------------------------------------------------------------------------
 def reference_pages() -> dict[str, str]:
-    """Every page, by file name in ``docs/reference/``.
-
-    Returns
-    -------
-    dict of str to str
-    """
+    """Every page, by file name in ``docs/reference/``."""
     return {"protocols.md": protocols_page(), "datasets.md": datasets_page(), "cli.md": cli_page(),
             "config.md": config_page()}
 
 
 def stale_pages(folder: Path = REFERENCE) -> list[str]:
-    """The pages whose file in ``folder`` is missing or differs from what the code gives.
-
-    Parameters
-    ----------
-    folder : Path
-        Where the pages are (default: the checkout's ``docs/reference``).
-
-    Returns
-    -------
-    list of str
-    """
+    """The pages whose file in ``folder`` is missing or differs from what the code gives."""
     return [name for name, text in reference_pages().items()
             if not (folder / name).is_file() or (folder / name).read_text(encoding="utf-8") != text]
 
 
 def write_pages(folder: Path = REFERENCE) -> list[Path]:
-    """Write every page that changed into ``folder``; the paths written.
-
-    Parameters
-    ----------
-    folder : Path
-        Where to write (default: the checkout's ``docs/reference``).
-
-    Returns
-    -------
-    list of Path
-    """
+    """Write every page that changed into ``folder``; the paths written."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for name, text in reference_pages().items():
@@ -375,18 +330,7 @@ def write_pages(folder: Path = REFERENCE) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Write the pages (or, with ``--check``, say which are stale: exit 1).
-
-    Parameters
-    ----------
-    argv : sequence of str, optional
-        The arguments (default: the command line's).
-
-    Returns
-    -------
-    int
-        The exit code.
-    """
+    """Write the pages (or, with ``--check``, say which are stale: exit 1)."""
     parser = argparse.ArgumentParser(prog=COMMAND, description="Write docs/reference/ from the code.")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a page is stale")
     parser.add_argument("--out", type=Path, default=REFERENCE, help="the folder of the pages")

@@ -1,14 +1,4 @@
-"""The ``repeval`` command line. Store-only commands never import Prefect (fast start).
-
-Exit codes: 0 done; 1 ``verify``/``repair`` found damaged or incomplete arrays, or ``serve``
-lost its Prefect server; 2 a mistake
-in the command, config, data or checkpoint (one line naming it, before any work); 3
-``run`` finished but some cells, extractions, checkpoints or the correlation failed, or a
-checkpoint still being written was left out (they are listed and recorded; ``--allow-failures``
-exits 0); 4 an unexpected internal error (one line; ``-v`` shows the traceback); 130
-interrupted (``serve``: 130 after SIGINT, 143 after SIGTERM); 141 the output's reader went away (``| head``: the command stops quietly, as
-Unix tools do).
-"""
+"""The ``repeval`` command line. Store-only commands never import Prefect (fast start)."""
 
 from __future__ import annotations
 
@@ -178,9 +168,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; its exit code. What it prints passes through pipeline.terminal
-    (control characters from data escaped), and a closed pipe (``repeval ls | head -1``)
-    ends it quietly, as Unix tools end: exit 141, nothing on stderr."""
+    """Run one command (the ``repeval`` entry point). What it prints passes through
+    pipeline.terminal (control characters from data escaped), and a closed pipe
+    (``repeval ls | head -1``) ends it quietly, as Unix tools end: exit 141, nothing on stderr.
+
+    Parameters
+    ----------
+    argv : sequence of str or None
+        The arguments (None: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit code.
+    """
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = TerminalStream(sys.stdout), TerminalStream(sys.stderr)
     try:

@@ -1,12 +1,5 @@
 """What the commands print, in one place: aligned tables, JSON, progress lines and the
-``repeval: ...`` lines on stderr, each value taken from data escaped.
-
-``main`` also wraps stdout and stderr in ``pipeline.terminal.TerminalStream`` (control
-characters escaped in whatever is written); the helpers here escape every value on its
-own with ``printable``, so a name holding a newline never starts a line of its own.
-Nothing here imports more than the standard library and ``pipeline.terminal``: the
-commands that answer at once stay fast.
-"""
+``repeval: ...`` lines on stderr, each value taken from data escaped."""
 
 from __future__ import annotations
 
@@ -27,15 +20,7 @@ LINE_LIMIT = 1000
 
 def print_table(rows: Sequence[dict], cols: Sequence[str]) -> None:
     """Rows as aligned columns under a header; every value printable (names from data may
-    hold escapes).
-
-    Parameters
-    ----------
-    rows : sequence of dict
-        One dict per row; a missing column prints empty.
-    cols : sequence of str
-        The columns, in order (also the header).
-    """
+    hold escapes)."""
     table = [[printable(r.get(c, "")) for c in cols] for r in rows]
     widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip())
@@ -44,72 +29,28 @@ def print_table(rows: Sequence[dict], cols: Sequence[str]) -> None:
 
 
 def print_json(value: Any, *, indent: int | None = None, default: Any = None) -> None:
-    """``value`` as JSON on stdout (``--json``): one document, on one line unless ``indent``.
-
-    Parameters
-    ----------
-    value : Any
-        JSON-able values.
-    indent : int, optional
-        Indentation of a multi-line document.
-    default : callable, optional
-        ``json.dumps``' converter of what JSON has no type for (``str``, ``float``).
-    """
+    """``value`` as JSON on stdout (``--json``): one document, on one line unless ``indent``."""
     print(json.dumps(value, indent=indent, default=default))
 
 
 def print_line(text: Any, *, err: bool = False) -> None:
-    """One line with every control character escaped (a value from data cannot break it).
-
-    Parameters
-    ----------
-    text : Any
-        The line (``str()`` of it).
-    err : bool
-        On stderr instead of stdout.
-    """
+    """One line with every control character escaped (a value from data cannot break it)."""
     print(printable(text), file=sys.stderr if err else sys.stdout)
 
 
 def cut(line: str, limit: int = LINE_LIMIT) -> str:
-    """A message line as printed: cut to ``limit`` characters, an ellipsis marking the cut.
-
-    Parameters
-    ----------
-    line : str
-        One line of a message.
-    limit : int
-        Most characters printed.
-
-    Returns
-    -------
-    str
-    """
+    """A message line as printed: cut to ``limit`` characters, an ellipsis marking the cut."""
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def error_lines(message: Any, kind: str = "error") -> None:
     """``repeval: <kind>: <line>`` on stderr for each line of ``message`` (a config's
-    mistakes: one line each, all at once), each line cut to ``LINE_LIMIT``.
-
-    Parameters
-    ----------
-    message : Any
-        The error (``str()`` of it); an empty one still prints one line.
-    kind : str
-        ``error`` (a mistake, exit 2) or ``internal error`` (exit 4).
-    """
+    mistakes: one line each, all at once), each line cut to ``LINE_LIMIT``."""
     for line in str(message).splitlines() or [""]:
         print(f"{PROG}: {kind}: {cut(line)}", file=sys.stderr)
 
 
 def note(message: str) -> None:
     """``repeval: <message>`` on stderr: what a command says besides its output (why it
-    exits as it does, what it left out).
-
-    Parameters
-    ----------
-    message : str
-        The note; values from data in it already escaped.
-    """
+    exits as it does, what it left out)."""
     print(f"{PROG}: {message}", file=sys.stderr)

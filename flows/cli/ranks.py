@@ -21,22 +21,7 @@ def _ci(ci: Any) -> str:
 
 
 def print_ranks(records: list[dict[str, Any]], args: argparse.Namespace, correlation: Any = None) -> int:
-    """Print (or, with ``--format``, write) the ranks and the settings' agreement.
-
-    Parameters
-    ----------
-    records : list of dict
-        The current records (of a config, or the store's latest).
-    args : argparse.Namespace
-        ``format`` and ``output`` of ``repeval results``.
-    correlation : CorrelationConfig, optional
-        The config's bootstrap count and seed (default 1000 resamples, seed 0).
-
-    Returns
-    -------
-    int
-        The exit code.
-    """
+    """Print (or, with ``--format``, write) the ranks and the settings' agreement."""
     rows = rank_rows(records)
     if args.format != "table":
         if args.format not in ("csv", "json"):

@@ -1,9 +1,4 @@
-"""``repeval protocols`` and ``repeval datasets``: what the registries hold, with defaults.
-
-Read from the protocol registry and the adapters' constructors only (no torch, no file
-read), so both answer at once; ``docs/protocols.md`` and ``docs/datasets.md`` explain
-each entry, and a test keeps them in step with the registries.
-"""
+"""``repeval protocols`` and ``repeval datasets``: what the registries hold, with defaults."""
 
 from __future__ import annotations
 
@@ -17,15 +12,7 @@ from pipeline.protocols.registry import get_protocol, list_protocols
 
 
 def add_registry_commands(sub: Any, show_dataset_command: Callable[[argparse.Namespace], int]) -> None:
-    """Add ``protocols`` and ``datasets`` (``list`` and ``show``) to the CLI's subcommands.
-
-    Parameters
-    ----------
-    sub : argparse subparsers
-        The CLI's subcommands (``add_subparsers()``).
-    show_dataset_command : callable
-        The ``datasets show`` command (it reads a dataset copy).
-    """
+    """Add ``protocols`` and ``datasets`` (``list`` and ``show``) to the CLI's subcommands."""
     pro = sub.add_parser("protocols", help="the registered protocols and their settings, with defaults")
     pro.add_argument("name", nargs="?", help="one protocol: its settings with defaults and valid values")
     pro.add_argument("--json", action="store_true", help="print JSON")

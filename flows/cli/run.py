@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import sys
 
 from flows.cli.printing import note, print_json, print_line, say
 from flows.runtime import prefect_api, prepare_environment
-from jobs.analysis.correlate import figure_lines
 from jobs.config import load_config
-from jobs.config.checkpoint_files import alias_line
-from jobs.config.checkpoint_folders import wait_for_settled
-from jobs.encoder_identity import name_clash_lines
-from jobs.plan import make_plan
 from jobs.report.inputs import correlate_and_report
-from jobs.rerun import ledger_answer, record_run
-from jobs.results import config_cells
-from pipeline.errors import ArrayNotFoundError, RepevalError, StoreError
+from jobs.report.results import config_cells
+from jobs.run.spine import Run, all_skipped_lines
 from pipeline.terminal import printable
 from storage_schema.ledger import failure_id
 
@@ -28,108 +23,49 @@ EXIT_SERVER_LOST = 1  # `repeval serve`: its Prefect server went away under it
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Plan (one check of the config, before Prefect or Dask start), run, summarise; end with
-    the correlation figures and the report's path.
-
-    Exits 3 when something failed (listed in the summary and recorded for
-    ``repeval results --failed``), a checkpoint of a ``checkpoints:`` folder was still
-    being written after waiting up to its ``settle_seconds`` (named), or every file of the
-    folders was skipped as failed before and unchanged (said prominently), unless
-    ``--allow-failures``. A rerun with nothing to do is answered from the store and the
-    ledger (``jobs.rerun``) without Prefect, Dask or torch.
-    """
+    the correlation figures and the report's path."""
+    # Exits 3 when something failed (listed in the summary and recorded for
+    # ``repeval results --failed``), a checkpoint of a ``checkpoints:`` folder was still
+    # being written after waiting up to its ``settle_seconds`` (named), or every file of the
+    # folders was skipped as failed before and unchanged (said prominently), unless
+    # ``--allow-failures``. A rerun with nothing to do is answered from the store and the
+    # ledger (``jobs.run.ledger_answer``) without Prefect, Dask or torch.
     prepare_environment(args.verbose)
     # SIGTERM (a scheduler's timeout, docker stop, kill) stops like Ctrl-C: the embedded Dask
     # workers and Prefect server are shut down with the run instead of outliving it
     signal.signal(signal.SIGTERM, _interrupt)
-    cfg = load_config(args.config)
-    if cfg.checkpoints:  # a file written just before this run is evaluated by it, once settled
-        wait_for_settled(cfg, say=lambda line: say("run", line))
-    answer = None if args.retry_failed else ledger_answer(cfg)
-    if answer is not None:
-        if args.json:
-            print_json(answer.summary(), default=str)
-        else:
-            print_line(answer.line())
-            for line in answer.figures:
-                print_line(line)
-        return 0
-    plan = make_plan(cfg, retry_failed=args.retry_failed)
-    for rec in plan.checkpoint_failures:
-        say("run", f"checkpoint refused: {rec['file']}: {rec['reason']}")
-    for alias in plan.scan.aliases:  # DINO's checkpoint.pth beside checkpoint0005.pth: one encoder
-        say("run", alias_line(alias))
-    for line in name_clash_lines(_existing_store(cfg), plan.cells):  # two configs, one name, other weights
-        say("run", line)
-    if plan.scan.all_skipped:  # the folders give this run nothing: never a quiet exit 0
-        _say_all_skipped(plan.scan.skipped)
-        if not plan.cells and not plan.units:  # nothing else to run: said at once, without the flow
-            if args.json:
-                print_json({"all_skipped": True, "skipped_checkpoints": plan.scan.skipped}, default=str)
-            if args.allow_failures:
-                return 0
-            note(f"nothing evaluated; exit code {EXIT_CELLS_FAILED} (--allow-failures exits 0)")
-            return EXIT_CELLS_FAILED
-    from flows.benchmark import run_benchmark  # deferred: Prefect and Dask, once the config is known good
-
-    # deferred: the dataset adapters and PIL, once a plan has built the datasets
-    from pipeline.datasets.inspection import note_line
-
-    for data_note in plan.data_notes:  # an empty class is never learned from, or never scored
-        say("run", f"data warning: {note_line(data_note)}")
-    summary = run_benchmark(cfg, dask_address=args.dask_address, plan=plan, config_path=os.path.abspath(args.config),
-                            early=True if getattr(args, "early", False) else None)
-    _note_clean_run(cfg, summary, record_run)
+    run = Run(args.config, retry_failed=args.retry_failed, say=lambda line: say("run", line))
+    run.settle()  # a file written just before this run is evaluated by it, once settled
+    summary = run.go(functools.partial(_execute_here, config_path=run.path), dask_address=args.dask_address,
+                     early=True if getattr(args, "early", False) else None)
     if args.json:
-        print_json({k: v for k, v in summary.items() if k not in ("extractions", "outcomes")}, default=str)
-    else:
-        for line in figure_lines(summary.get("correlation")):  # what the run found, as the demo prints it
+        print_json({k: v for k, v in summary.details.items() if k not in ("extractions", "outcomes")}, default=str)
+    elif summary.nothing_to_do:
+        print_line(summary.said)
+    if not args.json:
+        for line in summary.figures:  # what the run found, as the demo prints it
             print_line(line)
-        print_line(f"report: {summary['report']}")
-    left = list(plan.scan.waiting)
-    if left:
-        note(f"{len(left)} checkpoint(s) still being written after their settle_seconds were not "
-             f"evaluated: {printable(', '.join(left))}")
-    skipped = len(plan.scan.skipped) if plan.scan.all_skipped else 0
-    if skipped:
-        _say_all_skipped(plan.scan.skipped)  # again at the end, where the exit code is said
-    if (summary["failures"] or left or skipped) and not args.allow_failures:
-        what = f"{len(summary['failures'])} failure(s)" + (f", {len(left)} checkpoint(s) left out" if left else "") + (
-            f", every checkpoint file ({skipped}) skipped as failed before" if skipped else "")
-        note(f"{what}; exit code {EXIT_CELLS_FAILED} (--allow-failures exits 0)")
+        if summary.ran:
+            print_line(f"report: {summary.report}")
+    if summary.waiting:
+        note(f"{len(summary.waiting)} checkpoint(s) still being written after their settle_seconds were not "
+             f"evaluated: {printable(', '.join(summary.waiting))}")
+    if summary.all_skipped and summary.ran:
+        for line in all_skipped_lines(summary.all_skipped):  # again at the end, where the exit code is said
+            note(line)
+    problems = summary.problems()
+    if problems and not args.allow_failures:
+        note(f"{problems if summary.ran else 'nothing evaluated'}; exit code {EXIT_CELLS_FAILED} "
+             "(--allow-failures exits 0)")
         return EXIT_CELLS_FAILED
     return 0
 
 
-def _say_all_skipped(skipped: list[dict]) -> None:
-    """Every folder file was skipped as failed before, unchanged, under unchanged settings."""
-    note(f"NOTHING EVALUATED FROM THE CHECKPOINT FOLDERS: every file ({len(skipped)}) failed before and neither "
-         "the file nor the settings that read it (arch, checkpoint_key, strip_prefixes, input_size, layers, "
-         "extract) changed since:")
-    for rec in skipped[:10]:
-        note(f"  {printable(str(rec.get('file')))}: {printable(str(rec.get('reason')))}")
-    if len(skipped) > 10:
-        note(f"  ... ({len(skipped)} in all: repeval results --failed)")
-    note("fix the config or the files (a changed setting or file is taken again), or try them again as they "
-         "are: repeval run --retry-failed")
+def _execute_here(plan, *, config_path: str, **kwargs):
+    # deferred: Prefect and Dask, once the plan is checked (a rerun answered by the ledger never loads them)
+    from flows.benchmark import run_here
 
-
-def _note_clean_run(cfg, summary: dict, record_run) -> None:
-    """Note a run without failures for the next rerun; a store that refuses the note only
-    costs that rerun its full check."""
-    import logging
-
-    try:
-        record_run(cfg, summary)
-    except (RepevalError, OSError) as exc:
-        logging.getLogger("repeval").warning("the run's note for a rerun was not written: %s", exc)
-
-
-def _existing_store(cfg):
-    """The config's store, read-only, or None when there is none yet."""
-    try:
-        return cfg.open_store(read_only=True)
-    except (StoreError, ArrayNotFoundError):
-        return None
+    return run_here(plan, config_path=config_path, **kwargs)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -147,11 +83,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """``repeval serve``: the checkpoint scan and the protocol watch, served until stopped.
-
-    SIGTERM or SIGINT (to serve or its process group) stops it in seconds with one line;
-    exit 143 or 130, as a process ended by that signal. What a killed serve left behind is
-    reclaimed when the next one starts (``flows.reclaim``)."""
+    """``repeval serve``: the checkpoint scan and the protocol watch, served until stopped."""
+    # SIGTERM or SIGINT (to serve or its process group) stops it in seconds with one line;
+    # exit 143 or 130, as a process ended by that signal. What a killed serve left behind is
+    # reclaimed when the next one starts (``flows.reclaim``).
     prepare_environment(args.verbose)
     # deferred: Prefect loads for `repeval serve` only
     from flows.schedules import DEFAULT_CRON
@@ -220,7 +155,7 @@ def _check_in_child(config_path: str):
 
 def check_config_file(config_path: str) -> None:
     """The full check of a config file (the plan's, with torch and timm); raises on a mistake."""
-    make_plan(load_config(config_path), record=False)
+    Run(config_path).check()
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:

@@ -12,12 +12,13 @@ from flows.cli.printing import print_json, print_line, print_table
 from flows.cli.ranks import print_ranks
 from jobs.config import ExtractConfig, load_config
 from jobs.config.encoders import check_weights
-from jobs.encoder_identity import names_of_several
+from jobs.evaluation.encoder_identity import names_of_several
 from jobs.early.view import early_part, early_view
-from jobs.results import config_cells, failed_rows, result_rows
+from jobs.report.results import config_cells, failed_rows, result_rows
 from pipeline.errors import ArrayNotFoundError, CorruptImageError, RepevalError
 from pipeline.plain import to_plain
 from pipeline.protocols.fit_warnings import unreliable_reasons
+from pipeline.protocols.registry import headline_metric, headline_value
 from pipeline.terminal import printable
 from storage_schema import FeatureStore
 from storage_schema.evidence import verify_evidence
@@ -223,7 +224,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-RESULT_COLUMNS = ("model", "dataset", "layer", "setting", "metric.score", "metric.top1", "converged", "warnings")
+# each protocol's headline by its own name (the entry's primary metric), not fixed metric columns
+RESULT_COLUMNS = ("model", "dataset", "layer", "setting", "headline", "value", "converged", "warnings")
 HISTORY_COLUMNS = ("current", "settings", "recorded")
 FAILURE_COLUMNS = ("kind", "label", "reason", "attempts", "first_failed", "recorded")
 
@@ -267,7 +269,8 @@ def cmd_results(args: argparse.Namespace) -> int:
     if not rows:
         print("no records" + (f"; {missing} cell(s) of the config not evaluated yet" if missing else ""))
         return 0
-    frame = records_frame(rows)
+    frame = records_frame([{**r, "headline": headline_metric(r.get("protocol")), "value": headline_value(r)}
+                           for r in rows])  # an audit's row has none (its metrics: --format csv)
     cols = [c for c in RESULT_COLUMNS if c in frame]
     if "step" in frame and frame["step"].notna().any():
         cols.insert(1, "step")  # a series' checkpoints, read in training order

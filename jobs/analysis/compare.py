@@ -1,15 +1,5 @@
 """Two encoders compared cell by cell from their stored evidence (``repeval compare``, and
-the newest checkpoint of a series against its best).
-
-Two records pair up when they are the same cell but for the encoder: same protocol
-setting (name, protocol, settings hash, protocol version), dataset and layer, and their
-evidence fingerprints agree (the same test labels in the same order, the same episodes,
-or the same per-pixel test targets). Each pair gives a :class:`~pipeline.analysis.compare.PairedComparison`; all the pairs
-of one comparison form one family whose p-values are adjusted together
-(Benjamini-Hochberg) before each cell gets its verdict. A pair where either record carries
-an ``unreliable`` fit warning (``pipeline.protocols.fit_warnings``) gets the verdict
-``unreliable: <reason>`` and stays out of the family.
-"""
+the newest checkpoint of a series against its best)."""
 
 from __future__ import annotations
 
@@ -22,7 +12,7 @@ import numpy as np
 
 from pipeline.analysis.compare import (
     CellVerdict, PairedComparison, SettingSummary, check_paired, compare_episodes, compare_predictions,
-    compare_scores, decide_verdicts, labels_fingerprint, summarise_by_setting,
+    compare_scores, compare_values, decide_verdicts, labels_fingerprint, summarise_by_setting,
 )
 from pipeline.analysis.compare.pixels import compare_pixel_counts
 from pipeline.analysis.compare.repeated import compare_repeated
@@ -30,6 +20,7 @@ from pipeline.errors import DataValidationError, RepevalError, StaleArrayError
 from pipeline.plain import to_plain
 from pipeline.protocols.evidence import headline_rows
 from pipeline.protocols.fit_warnings import unreliable_reasons
+from pipeline.protocols.registry import headline_value
 from storage_schema.evidence import read_evidence
 
 CellKey = tuple[str, str, str]  # (setting, dataset, layer)
@@ -67,12 +58,7 @@ class EncoderComparison:
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary for ``--json``; not ``to_plain``: the verdicts, keyed by
         (setting, dataset, layer) tuples that JSON cannot key, become a list of flat cells,
-        and a setting without a mean difference (no cell with a verdict) has null there.
-
-        Returns
-        -------
-        dict
-        """
+        and a setting without a mean difference (no cell with a verdict) has null there."""
         cells = []
         for (setting, dataset, layer), v in self.verdicts.items():
             cells.append({"setting": setting, "dataset": dataset, "layer": layer,
@@ -96,52 +82,20 @@ def cell_label(cell: CellKey) -> str:
 
 
 def record_score(rec: Mapping[str, Any]) -> float | None:
-    """A record's headline score; None when it has no finite number there.
-
-    Parameters
-    ----------
-    rec : mapping
-        A ledger record.
-
-    Returns
-    -------
-    float or None
-    """
-    value = (rec.get("metrics") or {}).get("score")
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-    return float(value) if ok else None
+    """A record's headline score (its entry's primary metric); None when it has no finite number there."""
+    return headline_value(rec)
 
 
 def unreliable_reason(rec_a: Mapping[str, Any], rec_b: Mapping[str, Any]) -> str | None:
     """Why no verdict may be drawn from a pair of records: each side's ``unreliable``
-    warnings, named by encoder; None when both scores can be trusted.
-
-    Parameters
-    ----------
-    rec_a, rec_b : mapping
-        Ledger records of the same cell.
-
-    Returns
-    -------
-    str or None
-    """
+    warnings, named by encoder; None when both scores can be trusted."""
     parts = [f"{rec.get('model')} {'; '.join(reasons)}" for rec in (rec_a, rec_b)
              for reasons in [unreliable_reasons(rec)] if reasons]
     return " | ".join(parts) or None
 
 
 def why_not_paired(rec_a: Mapping[str, Any], rec_b: Mapping[str, Any]) -> str | None:
-    """Why two records of the same cell key cannot be compared; None when they can.
-
-    Parameters
-    ----------
-    rec_a, rec_b : mapping
-        Ledger records (under the names being compared).
-
-    Returns
-    -------
-    str or None
-    """
+    """Why two records of the same cell key cannot be compared; None when they can."""
     for field_ in ("protocol", "config_hash", "protocol_version"):
         if rec_a.get(field_) != rec_b.get(field_):
             return (f"different {field_.replace('_', ' ')} ({rec_a.get(field_)} vs {rec_b.get(field_)}): "
@@ -171,28 +125,7 @@ def _labels(store, entry: Mapping[str, Any], fingerprint: str, what: str) -> np.
 
 def compare_records(store, rec_a: Mapping[str, Any], rec_b: Mapping[str, Any],
                     options: CompareOptions = CompareOptions()) -> PairedComparison:
-    """Compare the stored evidence of two records of the same cell (A minus B).
-
-    Parameters
-    ----------
-    store : FeatureStore
-        The store holding both cells' evidence and labels.
-    rec_a, rec_b : mapping
-        Ledger records with ``evidence``.
-    options : CompareOptions
-        Resamples, permutations, seed.
-
-    Returns
-    -------
-    PairedComparison
-
-    Raises
-    ------
-    DataValidationError
-        The records cannot be paired (why is said); a stale fingerprint.
-    StaleArrayError
-        Evidence or labels changed since the records were made.
-    """
+    """Compare the stored evidence of two records of the same cell (A minus B)."""
     reason = why_not_paired(rec_a, rec_b)
     if reason:
         raise DataValidationError(reason)
@@ -203,6 +136,10 @@ def compare_records(store, rec_a: Mapping[str, Any], rec_b: Mapping[str, Any],
         check_paired(ea.get("episodes_fingerprint"), eb.get("episodes_fingerprint"), "episodes")
         return compare_episodes(read_evidence(store, ea, what), read_evidence(store, eb, what),
                                 n_resamples=options.n_resamples, confidence=options.confidence, seed=options.seed)
+    if kind == "values":  # one value per unit (a query's AP@R): the same queries and gallery
+        check_paired(ea.get("values_fingerprint"), eb.get("values_fingerprint"), "queries and gallery")
+        return compare_values(read_evidence(store, ea, what), read_evidence(store, eb, what), ea["metric"],
+                              n_resamples=options.n_resamples, confidence=options.confidence, seed=options.seed)
     if kind == "pixel_counts":  # dense cells: the same test targets, image by image
         check_paired(ea.get("targets_fingerprint"), eb.get("targets_fingerprint"), "test targets")
         return compare_pixel_counts(read_evidence(store, ea, what), read_evidence(store, eb, what), ea["metric"],
@@ -235,25 +172,7 @@ def _by_cell(records: Iterable[Mapping[str, Any]], model: str) -> dict[CellKey, 
 def compare_encoders(store, records: Iterable[Mapping[str, Any]], a: str, b: str,
                      options: CompareOptions = CompareOptions(), settings: Iterable[str] | None = None,
                      ) -> EncoderComparison:
-    """Every cell both encoders have, compared; verdicts with the FDR controlled over them.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        The store holding the evidence.
-    records : iterable of mapping
-        The current records (one per model, setting, dataset and layer).
-    a, b : str
-        The encoders' names (A is judged against B).
-    options : CompareOptions
-        alpha, resamples, permutations, seed.
-    settings : iterable of str, optional
-        Only these protocol settings.
-
-    Returns
-    -------
-    EncoderComparison
-    """
+    """Every cell both encoders have, compared; verdicts with the FDR controlled over them."""
     records = list(records)
     models = {str(r.get("model")) for r in records}
     for name in (a, b):

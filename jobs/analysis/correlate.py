@@ -1,16 +1,4 @@
-"""Correlation job: a benchmark's ledger records against a reference score per model.
-
-As in Ericsson et al. 2021 (appendix A.7). For each correlation setting of the
-config (a protocol setting, its datasets, a metric and a layer) the records' metric is
-collected per (model, dataset) and handed to :func:`pipeline.analysis.correlation.correlate_setting`:
-logit transform, mean over the setting's datasets per model, Pearson r and Spearman rho
-against the logit-transformed reference, per dataset too, with a bootstrap CI over models.
-
-The statistics live in ``pipeline.analysis.correlation``; this module only selects records and says
-honestly what it could not use: a model without a reference score or lacking one of the
-setting's datasets is named in the report, and a setting left with fewer than three models
-is reported as such instead of failing the run.
-"""
+"""Correlation job: a benchmark's ledger records against a reference score per model."""
 
 from __future__ import annotations
 
@@ -42,13 +30,11 @@ INVALID = "invalid"
 
 @dataclass
 class SettingReport:
-    """The outcome of one correlation setting; ``status`` is "ok", "not_enough_models" or "invalid".
-
-    ``setting`` and ``per_dataset`` hold ``CorrelationResult`` values as plain dicts
-    (``to_plain``) when the status is "ok". ``setting_scores`` is each used model's mean logit score over the
-    datasets, ``reference_logit`` its logit-transformed reference, ``scores`` the raw
-    metric per model and dataset, and ``excluded`` the models left out with the reason.
-    """
+    """The outcome of one correlation setting; ``status`` is "ok", "not_enough_models" or "invalid"."""
+    # ``setting`` and ``per_dataset`` hold ``CorrelationResult`` values as plain dicts
+    # (``to_plain``) when the status is "ok". ``setting_scores`` is each used model's mean logit score over the
+    # datasets, ``reference_logit`` its logit-transformed reference, ``scores`` the raw
+    # metric per model and dataset, and ``excluded`` the models left out with the reason.
 
     name: str
     protocol: str
@@ -130,12 +116,10 @@ def _current_hashes(config: BenchmarkConfig) -> dict[str, tuple[str, str]]:
 
 def current_records(records: Iterable[Mapping[str, Any]],
                     config: BenchmarkConfig | None = None) -> tuple[list[dict], list[dict]]:
-    """(records in use, records set aside): one record per (setting, layer, model, dataset).
-
-    With ``config``, records of a protocol setting it names are kept only when their
-    settings hash equals the setting's current one (a changed setting leaves old records
-    behind). Of several records left for the same cell, the most recent is used.
-    """
+    """(records in use, records set aside): one record per (setting, layer, model, dataset)."""
+    # With ``config``, records of a protocol setting it names are kept only when their
+    # settings hash equals the setting's current one (a changed setting leaves old records
+    # behind). Of several records left for the same cell, the most recent is used.
     return latest_records(records, _current_hashes(config) if config is not None else None)
 
 
@@ -161,11 +145,9 @@ def _is_number(value: Any) -> bool:
 # -- public ---------------------------------------------------------------------------------
 def measured_reference(records: Iterable[Mapping[str, Any]], dataset: str, setting: str,
                        metric: str = "top1", layer: str = "pre_logits") -> dict[str, float]:
-    """Reference score per model measured by the pipeline: ``metric`` of ``setting`` on ``dataset``.
-
-    Of several records of one model, the most recent is used. No matching record is an
-    error that lists what the records do hold.
-    """
+    """Reference score per model measured by the pipeline: ``metric`` of ``setting`` on ``dataset``."""
+    # Of several records of one model, the most recent is used. No matching record is an
+    # error that lists what the records do hold.
     records = [dict(r) for r in records]
     chosen, _ = current_records(r for r in records if r.get("dataset") == dataset
                                 and r.get("setting") == setting and r.get("layer") == layer)
@@ -257,10 +239,8 @@ def _usable_models(report: SettingReport, reference: Mapping[str, float]) -> lis
 
 def figure_lines(correlation: Mapping[str, Any] | None) -> list[str]:
     """The figures a run prints at its end: per correlation setting, Pearson's r and
-    Spearman's rho with the number of encoders, or why there are none.
-
-    ``correlation`` is a run summary's (``CorrelationReport.to_dict()``), or None.
-    """
+    Spearman's rho with the number of encoders, or why there are none."""
+    # ``correlation`` is a run summary's (``CorrelationReport.to_dict()``), or None.
     lines = []
     for s in (correlation or {}).get("settings", []):
         r = s.get("setting") or {}

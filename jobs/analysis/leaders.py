@@ -1,16 +1,5 @@
 """The top of one setting on one dataset: the best score and every cell the test images
-cannot tell from it.
-
-A single best cell claims more than a test set holds: among layers a point apart, which
-one comes first can flip with the last bits of the features (another machine's kernels
-sum in another order). The top group is what the data support. Every other cell of the
-setting and dataset is compared with the best one on the same test images, by the cell's
-own paired test (McNemar's for top-1, a randomization test for a mean per-class accuracy),
-the p-values are adjusted together by Benjamini-Hochberg, and a cell belongs to the group
-unless it is significantly worse. A cell whose score is not to be trusted (an
-``unreliable`` fit warning) can be neither the best nor in the group: it is left out and
-named.
-"""
+cannot tell from it."""
 
 from __future__ import annotations
 
@@ -32,23 +21,10 @@ TEST_NAMES = {"mcnemar-exact": "McNemar's test", "mcnemar-mid-p": "McNemar's mid
 
 
 def percent_at_precision(score: float, n: int) -> str:
-    """``score`` in percent with the decimals its binomial standard error supports.
-
-    The last printed digit is that of the standard error's first significant digit
-    (``sqrt(p (1 - p) / n)``, at least ``1 / n``): 93 % of 450 images (standard error
-    1.2 points) prints ``93``, of 45,000 images ``93.1``.
-
-    Parameters
-    ----------
-    score : float
-        A proportion in [0, 1].
-    n : int
-        The test images it was measured on (> 0).
-
-    Returns
-    -------
-    str
-    """
+    """``score`` in percent with the decimals its binomial standard error supports."""
+    # The last printed digit is that of the standard error's first significant digit
+    # (``sqrt(p (1 - p) / n)``, at least ``1 / n``): 93 % of 450 images (standard error
+    # 1.2 points) prints ``93``, of 45,000 images ``93.1``.
     se = 100 * max(math.sqrt(score * (1 - score) / n), 1 / n)
     decimals = max(0, -math.floor(math.log10(se)))
     return f"{100 * score:.{decimals}f}"
@@ -56,27 +32,7 @@ def percent_at_precision(score: float, n: int) -> str:
 
 @dataclass(frozen=True)
 class TopGroup:
-    """The best cell of a setting on a dataset and the cells not distinguishable from it.
-
-    Parameters
-    ----------
-    setting, dataset : str
-        Where.
-    best : str
-        ``model layer`` of the highest score.
-    score : float
-        Its score.
-    n : int
-        Its test images (the paired units).
-    tied : tuple of (str, str)
-        (model, layer) of every cell in the group, the best among them, sorted.
-    left_out : tuple of str
-        Cells with no trusted score, each ``model layer: reason``.
-    alpha : float
-        The false discovery rate of the comparisons with the best.
-    test : str
-        The paired test of those comparisons (``mcnemar-exact`` for top-1 predictions).
-    """
+    """The best cell of a setting on a dataset and the cells not distinguishable from it."""
 
     setting: str
     dataset: str
@@ -92,12 +48,7 @@ class TopGroup:
         """One printed line: the score at its precision, and who reaches it only as far as
         the tests tell: one layer, one encoder's layers, or no single encoder (the group's
         members are in :meth:`to_dict`; printed, a member at the edge of significance would
-        come and go with the last bits of the features).
-
-        Returns
-        -------
-        str
-        """
+        come and go with the last bits of the features)."""
         test = f"by {TEST_NAMES.get(self.test, self.test)}, BH {100 * self.alpha:g} %"
         encoders = {model for model, _ in self.tied}
         if len(self.tied) == 1:
@@ -114,12 +65,7 @@ class TopGroup:
                 f"of {self.n} test images {who}{tail}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for a figures file.
-
-        Returns
-        -------
-        dict
-        """
+        """Plain data for a figures file."""
         return {"encoder": self.best, "accuracy": self.score, "n": self.n, "tied": [f"{m} {layer}" for m, layer in self.tied],
                 "left_out": list(self.left_out), "alpha": self.alpha, "test": self.test}
 
@@ -130,30 +76,7 @@ def _name(rec: Mapping[str, Any]) -> str:
 
 def top_group(store, records: Iterable[Mapping[str, Any]], setting: str, dataset: str,
               options: CompareOptions = CompareOptions()) -> TopGroup | None:
-    """The best cell of ``setting`` on ``dataset`` among ``records`` and the cells tied with it.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        The store holding the cells' evidence and labels.
-    records : iterable of mapping
-        Current ledger records (one per model, setting, dataset and layer).
-    setting, dataset : str
-        The protocol setting and the dataset.
-    options : CompareOptions
-        alpha (the false discovery rate), resamples, seed.
-
-    Returns
-    -------
-    TopGroup or None
-        None when no cell of the setting on the dataset has a trusted score.
-
-    Raises
-    ------
-    DataValidationError
-        A cell cannot be paired with the best (different labels, no evidence): the group
-        would be a guess.
-    """
+    """The best cell of ``setting`` on ``dataset`` among ``records`` and the cells tied with it."""
     cells = sorted((r for r in records if r.get("setting") == setting and r.get("dataset") == dataset
                     and record_score(r) is not None), key=_name)
     left_out = tuple(f"{_name(r)}: {'; '.join(reasons)}" for r in cells for reasons in [unreliable_reasons(r)] if reasons)

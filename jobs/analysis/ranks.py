@@ -1,16 +1,4 @@
-"""Do the protocol settings order the encoders alike? Ranks and rank agreement from records.
-
-For each dataset and protocol setting the encoders are ranked by their ``score`` (1 is
-the best, ties share the average rank). An encoder's score under a setting is that of its
-best layer for the setting (as the report's best-layer table), so a setting that reads
-token layers is compared with the others. Every pair of settings of a dataset is then
-compared by Kendall's tau-b and Spearman's rho with bootstrap intervals over encoders and
-the number of encoder pairs whose order flips (``pipeline.analysis.rank_agreement``); a pair that
-cannot be compared (fewer than three shared encoders, a setting giving every encoder the
-same score) is listed with the reason, not dropped.
-
-Used by ``repeval results --ranks`` and the report's rank-agreement section.
-"""
+"""Do the protocol settings order the encoders alike? Ranks and rank agreement from records."""
 
 from __future__ import annotations
 
@@ -22,30 +10,18 @@ from typing import Any
 
 from pipeline.errors import DataValidationError
 from pipeline.plain import to_plain
+from pipeline.protocols.registry import headline_value
 
 __all__ = ["RankAgreement", "best_layer_scores", "rank_agreement_of", "rank_rows"]
 
 
 def _score(record: Mapping[str, Any]) -> float | None:
-    value = (record.get("metrics") or {}).get("score")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
+    value = headline_value(record)
+    return value if value is not None and math.isfinite(value) else None
 
 
 def best_layer_scores(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], tuple[float, str]]:
-    """(model, dataset, setting) -> (score, layer) of the model's best layer for the setting.
-
-    Parameters
-    ----------
-    records : iterable of mapping
-        Ledger records (``model``, ``dataset``, ``setting``, ``layer``, ``metrics.score``);
-        records without a finite score (e.g. the invariance audit) are left out.
-
-    Returns
-    -------
-    dict
-    """
+    """(model, dataset, setting) -> (score, layer) of the model's best layer for the setting."""
     best: dict[tuple[str, str, str], tuple[float, str]] = {}
     for r in records:
         score = _score(r)
@@ -58,19 +34,7 @@ def best_layer_scores(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, s
 
 
 def rank_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (dataset, setting, model): its score, the layer and its rank.
-
-    Parameters
-    ----------
-    records : iterable of mapping
-        Ledger records.
-
-    Returns
-    -------
-    list of dict
-        Keys dataset, setting, model, layer, score, rank; grouped by dataset and setting
-        in first-seen order, best rank first.
-    """
+    """One row per (dataset, setting, model): its score, the layer and its rank."""
     # deferred: scipy, only when ranks are computed (the CLI imports this module at its start)
     from pipeline.analysis.rank_agreement import rank_table
 
@@ -101,22 +65,7 @@ class RankAgreement:
 
 def rank_agreement_of(records: Sequence[Mapping[str, Any]], n_bootstrap: int = 1000,
                       seed: int = 0) -> list[RankAgreement]:
-    """Every pair of settings compared on each dataset.
-
-    Parameters
-    ----------
-    records : sequence of mapping
-        Ledger records.
-    n_bootstrap : int
-        Bootstrap resamples of the encoders (0: no intervals).
-    seed : int
-        Seed of the resampling.
-
-    Returns
-    -------
-    list of RankAgreement
-        One per dataset, in first-seen order.
-    """
+    """Every pair of settings compared on each dataset."""
     # deferred: scipy, as in rank_rows
     from pipeline.analysis.rank_agreement import encoder_ranks, pair_agreement
 

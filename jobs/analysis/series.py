@@ -1,18 +1,5 @@
 """Checkpoint series: each series' scores by training step, its best checkpoint so far, and
-whether the newest checkpoint is significantly worse than the best on some cell.
-
-A series is the encoders sharing a ``series`` name (a ``checkpoints:`` scan gives its
-folder's name, or the scan's ``series:``), each at its training ``step``. For every cell
-(setting, dataset, layer) where an earlier checkpoint scores best, the newest checkpoint
-(A) is compared with that best one (B) on their stored evidence; where the newest is the
-best so far, it is compared the same way with the best of the earlier checkpoints. The
-comparisons of one series form one family (Benjamini-Hochberg): a cell whose verdict is
-``worse`` is a regression (the newest checkpoint is flagged), one whose newest-is-best
-verdict is ``better`` an improvement; any other lead is "best so far" by its score alone,
-not a change. A cell where the newest record, or the best one it is compared with,
-carries an ``unreliable`` fit warning gets no verdict (neither a regression nor "best so
-far"): it is listed as ``unreliable: <reason>``.
-"""
+whether the newest checkpoint is significantly worse than the best on some cell."""
 
 from __future__ import annotations
 
@@ -40,19 +27,17 @@ class SeriesPoint:
 
 @dataclass
 class SeriesAnalysis:
-    """One series as the report and the run summary show it.
-
-    ``scores`` maps each cell to its score by step; ``running`` the best so far at each
-    step; ``verdicts`` the newest checkpoint against each cell's best (where an earlier one
-    is best); ``not_compared`` the cells whose comparison was refused, with the reason;
-    ``unplaced`` the encoders of the series without a step, or with the step and the weights
-    of another member (a copy or a link: one point); ``problem`` why the series could not be
-    ordered at all (two members with one step and different weights); ``unreliable`` the
-    cells where the newest checkpoint gets no verdict because its record or the best one's
-    is not to be trusted, with the reason. ``improved`` maps each cell the newest checkpoint
-    leads to the earlier best step it was compared with (its verdict in ``verdicts``);
-    ``untrusted`` each cell's steps whose record carries an ``unreliable`` warning.
-    """
+    """One series as the report and the run summary show it."""
+    # ``scores`` maps each cell to its score by step; ``running`` the best so far at each
+    # step; ``verdicts`` the newest checkpoint against each cell's best (where an earlier one
+    # is best); ``not_compared`` the cells whose comparison was refused, with the reason;
+    # ``unplaced`` the encoders of the series without a step, or with the step and the weights
+    # of another member (a copy or a link: one point); ``problem`` why the series could not be
+    # ordered at all (two members with one step and different weights); ``unreliable`` the
+    # cells where the newest checkpoint gets no verdict because its record or the best one's
+    # is not to be trusted, with the reason. ``improved`` maps each cell the newest checkpoint
+    # leads to the earlier best step it was compared with (its verdict in ``verdicts``);
+    # ``untrusted`` each cell's steps whose record carries an ``unreliable`` warning.
 
     name: str
     points: list[SeriesPoint] = field(default_factory=list)
@@ -121,12 +106,7 @@ class SeriesAnalysis:
     def to_dict(self) -> dict[str, Any]:
         """Plain dictionary for the run summary; not ``to_plain``: the summary's series entry
         holds derived values (newest, flagged, regressions, newest-is-best) and each cell's
-        verdict by its label, not the analysis' fields.
-
-        Returns
-        -------
-        dict
-        """
+        verdict by its label, not the analysis' fields."""
         newest = self.newest
         return {
             "series": self.name, "checkpoints": [{"encoder": p.encoder, "step": p.step} for p in self.points],
@@ -141,17 +121,7 @@ class SeriesAnalysis:
 
 
 def series_members(cfg: BenchmarkConfig) -> dict[str, list[tuple[str, int | None]]]:
-    """Series name -> (encoder, step) of its members, in config order.
-
-    Parameters
-    ----------
-    cfg : BenchmarkConfig
-        A config whose encoders include the scanned checkpoints (a plan's).
-
-    Returns
-    -------
-    dict
-    """
+    """Series name -> (encoder, step) of its members, in config order."""
     out: dict[str, list[tuple[str, int | None]]] = {}
     for enc in cfg.encoders:
         if enc.series is not None:
@@ -161,24 +131,7 @@ def series_members(cfg: BenchmarkConfig) -> dict[str, list[tuple[str, int | None
 
 def analyse_series(store, records: Iterable[Mapping[str, Any]], cfg: BenchmarkConfig,
                    options: CompareOptions = CompareOptions()) -> list[SeriesAnalysis]:
-    """Every series of ``cfg``: scores by step, best so far, newest against the best.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        The store holding the cells' evidence.
-    records : iterable of mapping
-        The current records under the config's names.
-    cfg : BenchmarkConfig
-        The config (with scanned checkpoints as encoders).
-    options : CompareOptions
-        alpha and the resampling of the comparisons.
-
-    Returns
-    -------
-    list of SeriesAnalysis
-        In series name order.
-    """
+    """Every series of ``cfg``: scores by step, best so far, newest against the best."""
     by_model: dict[str, dict[CellKey, Mapping[str, Any]]] = {}
     weights: dict[str, str] = {}  # encoder -> weights fingerprint, from its records
     for rec in records:

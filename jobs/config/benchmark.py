@@ -26,7 +26,27 @@ __all__ = ["BenchmarkConfig"]
 @dataclass(kw_only=True)
 class BenchmarkConfig:
     """A whole run config: encoders (or checkpoint folders), datasets, protocol settings,
-    where the store is, how the run executes, and what it correlates and reports."""
+    where the store is, how the run executes, and what it correlates and reports.
+
+    Parameters
+    ----------
+    encoders : list of EncoderConfig
+        The ``encoders:`` entries (a ``checkpoints:`` folder may give them all).
+    datasets : list of DatasetConfig
+        The ``datasets:`` entries.
+    protocols : list of ProtocolConfig
+        The protocol settings (``protocols:``).
+    store : str
+        The feature store: a folder or an fsspec URL.
+    storage_options : dict
+        fsspec options of the store (never credentials).
+    dask, extract : DaskSettings, ExtractConfig
+        Where tasks run; how features are extracted.
+    checkpoints : list of CheckpointScan
+        Checkpoint folders, each new file an encoder.
+    reference, correlation, report, early : ReferenceConfig, CorrelationConfig, ReportConfig, EarlyConfig
+        The reference scores, the correlations, the report and the early pass.
+    """
 
     encoders: list[EncoderConfig] = field(default_factory=list)  # a checkpoints: folder may be all
     datasets: list[DatasetConfig]
@@ -42,7 +62,13 @@ class BenchmarkConfig:
     early: EarlyConfig = field(default_factory=EarlyConfig)
 
     def check(self, path: str) -> None:
-        """Cross-field checks, every mistake reported (a new one: ``jobs.config.mistakes``)."""
+        """Cross-field checks, every mistake reported (a new one: ``jobs.config.mistakes``).
+
+        Parameters
+        ----------
+        path : str
+            Where the entry sits in the config (``encoders[0]``), for the messages.
+        """
         mistakes = Mistakes()
         with mistakes.collect():
             check_no_credentials(self.store, self.storage_options, path)
@@ -86,17 +112,29 @@ class BenchmarkConfig:
                 mistakes.add(ConfigError(f"{path}.reference.scores.{model}: {score} is not a fraction in [0, 1] "
                                          "(give 0.765, not 76.5)"))
         with mistakes.collect():
-            check_correlation_metrics(self, path)  # a metric its protocol records, or its primary one
+            check_correlation_metrics(self.protocols, self.correlation, self.reference, path)  # a metric its protocol records, or its primary one
         with mistakes.collect():
-            check_correlation_layers(self, path)
+            check_correlation_layers(self.protocols, self.correlation, path)
         mistakes.raise_any()
 
     def protocol_hash(self) -> str:
-        """Changes exactly when some protocol's settings change (drives reruns)."""
+        """Changes exactly when some protocol's settings change (drives reruns).
+
+        Returns
+        -------
+        str
+            16 hex digits.
+        """
         return stable_hash([to_plain(p) for p in self.protocols], length=16)
 
     def reference_scores(self) -> dict[str, float]:
-        """Given reference scores (config and CSV); measured ones come from the ledger."""
+        """Given reference scores (config and CSV); measured ones come from the ledger.
+
+        Returns
+        -------
+        dict
+            Encoder name -> reference score.
+        """
         scores = dict(self.reference.scores)
         if self.reference.csv:
             with open(self.reference.csv, newline="") as f:
@@ -105,5 +143,15 @@ class BenchmarkConfig:
         return scores
 
     def open_store(self, read_only: bool = False) -> FeatureStore:
-        """The run's feature store, with the config's storage options."""
+        """The run's feature store, with the config's storage options.
+
+        Parameters
+        ----------
+        read_only : bool
+            Open it for reading only (nothing is created).
+
+        Returns
+        -------
+        FeatureStore
+        """
         return FeatureStore(self.store, read_only=read_only, storage_options=self.storage_options or None)

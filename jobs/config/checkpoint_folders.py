@@ -1,52 +1,25 @@
-"""Turn checkpoint folders into encoders: what the nightly schedule evaluates.
-
-Each file matching a scan's pattern becomes an encoder named ``<name_prefix><file name
-without its checkpoint extension>`` (``moco.pth.tar`` -> ``moco``), in the scan's series
-(its ``series:`` name, else the folder's), at the training step its name
-(``step_pattern``) or metadata gives.
-A sidecar ``<stem>.json`` may carry ``{"reference_score": 0.71}`` (e.g. the source-task
-accuracy the trainer measured), which becomes that encoder's reference score.
-
-A run takes only files that are ready: unchanged for the scan's ``settle_seconds`` (their
-modification time is at least that old), or marked done by a ``<file><done_suffix>``
-marker when the scan names a suffix. A file that failed before (unreadable, another
-architecture, an ambiguous key) is not taken again while neither the file (its size and
-modification time) nor the settings that decide how it is read and evaluated
-(:func:`reading_settings`: ``arch``, ``checkpoint_key``, ``strip_prefixes``, ``input_size``,
-``layers``, the ``extract:`` settings) changed, unless a retry is asked for; it is reported
-as skipped instead, and not read at all (neither for its step nor to compare it with
-another file): a torn 300 MB file costs a ``stat`` on each rerun. A corrected setting
-takes it again.
-
-A file that holds the weights of another file of its folder (DINO's ``checkpoint.pth`` beside
-``checkpoint0005.pth``, Lightning's ``last.ckpt``, a ``latest`` link) is not an encoder of
-its own: it is named as an alias of the numbered file (``jobs.config.checkpoint_files``).
-
-Names never collide silently: two files that would give one encoder name (``ck.pth`` and
-``ck.ckpt``, or the same stem in two folders) are refused together, each naming the other,
-and so is a file whose name an ``encoders:`` entry of another file already uses.
-
-A one-shot run waits for files still settling (:func:`wait_for_settled`), up to their
-``settle_seconds``, so checkpoints written just before it are evaluated by it.
-"""
+"""Turn checkpoint folders into encoders: what the nightly schedule evaluates."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import json
+import os
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jobs.config.benchmark import BenchmarkConfig
-from jobs.config.checkpoint_files import find_aliases
-from jobs.config.encoders import CheckpointScan, EncoderConfig
-from jobs.failures import checkpoint_failure
-from pipeline.analysis.series.steps import checkpoint_step, series_name
+from jobs.config.encoders import CheckpointScan, EncoderConfig, check_encoder
+from jobs.config.mistakes import Mistakes
+from jobs.run.failures import checkpoint_failure, one_line
+from pipeline.analysis.series.steps import checkpoint_step, series_name, step_from_name
 from pipeline.encoders.checkpoints.names import checkpoint_extension, checkpoint_stem
+from pipeline.errors import ConfigError, RepevalError
 from pipeline.plain import to_plain
 from storage_schema.provenance import stable_hash
 
@@ -83,6 +56,7 @@ class ScanResult:
     collisions: list[dict[str, Any]] = field(default_factory=list)  # failure records: files sharing a name
     notes: list[str] = field(default_factory=list)  # folders that gave nothing, and why (scan_note)
     aliases: list[dict[str, Any]] = field(default_factory=list)  # files holding another file's weights
+    facts: dict[str, Any] = field(default_factory=dict, repr=False)  # the store's checkpoint facts when scanned
 
     @property
     def all_skipped(self) -> bool:
@@ -160,26 +134,13 @@ def scan_note(scan: CheckpointScan) -> str:
 
 def scan_files(scan: CheckpointScan, *, ready_only: bool = True, now: float | None = None, steps: bool = True,
                ) -> tuple[list[ScannedFile], list[str]]:
-    """(ready files as encoders, paths still being written) in ``scan.path``, sorted by name.
-
-    ``ready_only=False`` takes every matching file (what a report or results listing
-    names), ready or not; ``steps=False`` reads no file (each encoder's step left None,
-    for :func:`with_step`).
-    """
-    folder = Path(scan.path)
-    if not folder.is_dir():
-        return [], []
+    """(ready files as encoders, paths still being written) in ``scan.path``, sorted by name."""
+    # ``ready_only=False`` takes every matching file (what a report or results listing
+    # names), ready or not; ``steps=False`` reads no file (each encoder's step left None,
+    # for :func:`with_step`).
     now = time.time() if now is None else now
     taken, waiting = [], []
-    for path in sorted(folder.glob(scan.pattern)):
-        try:
-            st = path.stat()
-        except FileNotFoundError:  # removed while scanning
-            continue
-        if not path.is_file() or (scan.done_suffix and path.name.endswith(scan.done_suffix)):
-            continue
-        if checkpoint_extension(path.name) is None:  # a sidecar, a log, a marker: not a checkpoint
-            continue
+    for path, st in _checkpoint_files(scan):
         if ready_only and not _ready(scan, path, st.st_mtime_ns, now):
             waiting.append(str(path))
             continue
@@ -191,22 +152,41 @@ def scan_files(scan: CheckpointScan, *, ready_only: bool = True, now: float | No
     return taken, waiting
 
 
+def _checkpoint_files(scan: CheckpointScan) -> Iterator[tuple[Path, os.stat_result]]:
+    """The checkpoint files a scan's pattern matches (no sidecar, marker or log), sorted, with their stat."""
+    folder = Path(scan.path)
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.glob(scan.pattern)):
+        try:
+            st = path.stat()
+        except FileNotFoundError:  # removed while scanning
+            continue
+        if not path.is_file() or (scan.done_suffix and path.name.endswith(scan.done_suffix)):
+            continue
+        if checkpoint_extension(path.name) is None:  # a sidecar, a log, a marker: not a checkpoint
+            continue
+        yield path, st
+
+
+def unsettled(cfg: BenchmarkConfig, now: float) -> list[str]:
+    """The files of ``cfg``'s folders still being written at ``now`` (from the listings alone)."""
+    return [str(path) for scan in cfg.checkpoints for path, st in _checkpoint_files(scan)
+            if not _ready(scan, path, st.st_mtime_ns, now)]
+
+
 def scan_folder(scan: CheckpointScan, ready_only: bool = False) -> list[tuple[EncoderConfig, float | None]]:
     """Encoders (and sidecar reference scores) for every checkpoint in ``scan.path``, sorted."""
     return [(f.encoder, f.reference_score) for f in scan_files(scan, ready_only=ready_only)[0]]
 
 
 def scan_checkpoints(cfg: BenchmarkConfig, failed: dict[str, dict[str, Any]] | None = None, *,
-                     ready_only: bool = True, retry_failed: bool = False, now: float | None = None,
-                     waiting_only: bool = False) -> ScanResult:
-    """Every scan folder of ``cfg`` as a run sees it (``waiting_only``: only the files still
-    being written, read from the folders' listings alone).
-
-    ``failed`` maps a checkpoint's path to its failure record (``size``, ``mtime_ns``): an
-    unchanged file is skipped unless ``retry_failed``. A file that names the checkpoint an
-    ``encoders:`` entry already gives is left to that entry; files that would share a name
-    are refused together (``collisions``), naming each other.
-    """
+                     ready_only: bool = True, retry_failed: bool = False, now: float | None = None) -> ScanResult:
+    """Every scan folder of ``cfg`` as a run sees it."""
+    # ``failed`` maps a checkpoint's path to its failure record (``size``, ``mtime_ns``): an
+    # unchanged file is skipped unless ``retry_failed``. A file that names the checkpoint an
+    # ``encoders:`` entry already gives is left to that entry; files that would share a name
+    # are refused together (``collisions``), naming each other.
     failed = failed or {}
     given = {e.name: e for e in cfg.encoders}
     out = ScanResult()
@@ -214,8 +194,6 @@ def scan_checkpoints(cfg: BenchmarkConfig, failed: dict[str, dict[str, Any]] | N
     for i, scan in enumerate(cfg.checkpoints):
         files, waiting = scan_files(scan, ready_only=ready_only, now=now, steps=False)
         out.waiting.extend(waiting)
-        if waiting_only:
-            continue
         if not files and not waiting:  # a wrong path or pattern would otherwise evaluate nothing, silently
             out.notes.append(scan_note(scan))
         files = [dataclasses.replace(f, settings=reading_settings(f.encoder, cfg), origin=i) for f in files]
@@ -286,14 +264,12 @@ def _collision(f: ScannedFile, reason: str) -> dict[str, Any]:
 
 def wait_for_settled(cfg: BenchmarkConfig, say=None, *, clock=time.time, sleep=time.sleep) -> list[str]:
     """Wait for the files of ``cfg``'s folders that are still settling, at most the longest
-    ``settle_seconds`` among their folders; return those still not ready (named by the run).
-
-    A file is ready once unchanged for its folder's ``settle_seconds`` (or, with
-    ``done_suffix``, once its marker exists): one written just before a one-shot run
-    is evaluated by that run. ``say`` gets one line when there is something to wait for.
-    """
+    ``settle_seconds`` among their folders; return those still not ready (named by the run)."""
+    # A file is ready once unchanged for its folder's ``settle_seconds`` (or, with
+    # ``done_suffix``, once its marker exists): one written just before a one-shot run
+    # is evaluated by that run. ``say`` gets one line when there is something to wait for.
     start = clock()
-    waiting = scan_checkpoints(cfg, now=start, waiting_only=True).waiting
+    waiting = unsettled(cfg, start)
     if not waiting:
         return []
     limit = max(s.settle_seconds for s in cfg.checkpoints)
@@ -302,7 +278,7 @@ def wait_for_settled(cfg: BenchmarkConfig, say=None, *, clock=time.time, sleep=t
             + ", ".join(Path(p).name for p in waiting[:5]) + (", ..." if len(waiting) > 5 else ""))
     while waiting and clock() - start < limit:
         sleep(min(0.5, max(0.0, limit - (clock() - start))))
-        waiting = scan_checkpoints(cfg, now=clock(), waiting_only=True).waiting
+        waiting = unsettled(cfg, clock())
     return waiting
 
 
@@ -319,3 +295,135 @@ def with_encoders(cfg: BenchmarkConfig, scanned: list[ScannedFile]) -> Benchmark
 def with_scanned_checkpoints(cfg: BenchmarkConfig, ready_only: bool = False) -> BenchmarkConfig:
     """A copy of ``cfg`` whose encoders include every scanned checkpoint (config wins on names)."""
     return with_encoders(cfg, scan_checkpoints(cfg, ready_only=ready_only).taken)
+
+# -- aliases: files holding another file's weights ------------------------------------------
+_COMPARED = 3  # numbered files an unnumbered one is compared with: its step's (or the one before), the newest
+
+
+def numbered(scan: CheckpointScan, path: str) -> bool:
+    """Whether a file's name gives its step: the scan's ``step_pattern`` matches it, or,
+    without one, the name (without its extension) holds a digit."""
+    if scan.step_pattern is not None:
+        return step_from_name(path, scan.step_pattern) is not None
+    return any(ch.isdigit() for ch in checkpoint_stem(Path(path).name))
+
+
+def alias_line(alias: dict[str, Any]) -> str:
+    """One line saying which file an alias stands for."""
+    how = "a link to" if alias["how"] == "link" else "a copy of"
+    return (f"alias: {alias['file']} is {how} {Path(alias['same_as']).name} (the same weights): evaluated once, "
+            f"as {alias['as']}")
+
+
+def find_aliases(scan: CheckpointScan, files: list[ScannedFile]) -> tuple[list[ScannedFile], list[dict[str, Any]]]:
+    """``files`` (one scan's) without the aliases, and one record per alias: ``file``,
+    ``encoder`` (the name it would have had), ``same_as`` and ``as`` (the file and encoder
+    standing for it), ``step`` and ``how`` (``link`` or ``copy``)."""
+    # A file that cannot be read is never an alias: it stays, and its own check names it.
+    if len(files) < 2:
+        return list(files), []
+    is_numbered = {f.path: numbered(scan, f.path) for f in files}
+    standing: dict[str, tuple[ScannedFile, str]] = {}  # alias path -> (the file standing for it, how)
+    by_inode: dict[tuple[int, int], list[ScannedFile]] = {}
+    for f in files:
+        try:
+            st = os.stat(f.path)
+        except OSError:
+            continue
+        by_inode.setdefault((st.st_dev, st.st_ino), []).append(f)
+    for group in by_inode.values():
+        if len(group) > 1:  # links of one file: the numbered real file stands for the others
+            group = sorted(group, key=lambda f: (not is_numbered[f.path], Path(f.path).is_symlink(), f.path))
+            standing.update({f.path: (group[0], "link") for f in group[1:]})
+    candidates = [f for f in files if is_numbered[f.path] and f.path not in standing]
+    for f in files:
+        if is_numbered[f.path] or f.path in standing:
+            continue
+        # the numbered file of its own step first (DINO, Lightning and timm save the epoch or step
+        # inside), then the newest: the one an alias of the newest equals; at most _COMPARED read
+        newest = sorted(candidates, key=lambda g: (-1 if g.encoder.step is None else g.encoder.step, g.path),
+                        reverse=True)
+        step = f.encoder.step  # saved inside; DINO and MoCo save their file's number + 1 as the epoch
+        own = [g for s in (step, None if step is None else step - 1) for g in newest
+               if s is not None and g.encoder.step == s]
+        order = own + [g for g in newest if g not in own]
+        for g in order[:_COMPARED]:
+            if _same_weights(f.path, g.path):
+                standing[f.path] = (g, "copy")
+                break
+    kept = [f for f in files if f.path not in standing]
+    aliases = [{"file": f.path, "encoder": f.encoder.name, "same_as": g.path, "as": g.encoder.name,
+                "step": g.encoder.step, "how": how} for f in files if f.path in standing
+               for g, how in [standing[f.path]]]
+    return kept, aliases
+
+
+def _same_weights(a: str, b: str) -> bool:
+    # deferred: torch reads the two files only when a folder holds an unnumbered file
+    from pipeline.encoders.checkpoints.aliases import same_weights
+
+    try:
+        return same_weights(a, b)
+    # a file its reader cannot take (whatever it raised) is no alias: its own check refuses it, named
+    except Exception:  # noqa: BLE001
+        return False
+
+
+# -- a folder's files checked with the config -----------------------------------------------
+_LISTED = 5  # files named per refused folder
+
+
+def scan_entry_mistakes(cfg: BenchmarkConfig) -> tuple[Mistakes, set[int]]:
+    """The mistakes of the scans' own settings (an ``arch`` timm does not know, ``layers`` it
+    lacks: checked on the meta device, whether or not the folder holds a file yet), and
+    which scans, by index, they are in."""
+    mistakes, bad = Mistakes(), set()
+    for i, scan in enumerate(cfg.checkpoints):
+        probe = EncoderConfig(name="scan", arch=scan.arch, weights="random", layers=list(scan.layers),
+                              input_size=scan.input_size)
+        try:
+            check_encoder(probe)
+        except RepevalError as exc:
+            bad.add(i)
+            mistakes.add(ConfigError(f"config.checkpoints[{i}] ({scan.path}): {exc}"))
+    return mistakes, bad
+
+
+def check_scanned_files(files: list[ScannedFile]) -> tuple[list[ScannedFile], list[dict[str, Any]]]:
+    """(files that pass, failure records of those refused): each file alone, from its
+    header; any error of its reader (not only a CheckpointError) refuses that file only."""
+    taken, refused = [], []
+    for f in files:
+        try:
+            check_encoder(f.encoder)
+        # one file among many, whatever its reader raised (a malformed pickle's TypeError too): refused alone,
+        # named, in one line; the run goes on with the others
+        except Exception as exc:  # noqa: BLE001
+            reason = one_line(exc)
+            if not isinstance(exc, RepevalError):
+                reason = f"cannot read {Path(f.path).name!r} as a checkpoint: {reason}"
+            refused.append(checkpoint_failure(f.path, f.size, f.mtime_ns, f.encoder.name, f.encoder.arch, reason,
+                                              type(exc).__name__, settings=f.settings))
+            continue
+        taken.append(f)
+    return taken, refused
+
+
+def folder_mistakes(cfg: BenchmarkConfig, offered: list[ScannedFile], refused: list[dict[str, Any]],
+                    skip: set[int] = frozenset()) -> Mistakes:
+    """A mistake per scan (not in ``skip``) that offered files and had every one refused by
+    its check: the settings do not fit the folder. Names up to five files and their reasons."""
+    mistakes = Mistakes()
+    why = {r["file"]: r["reason"] for r in refused}
+    for i, scan in enumerate(cfg.checkpoints):
+        mine = [f for f in offered if f.origin == i]
+        if i in skip or not mine or any(f.path not in why for f in mine):
+            continue
+        mistakes.add(ConfigError(
+            f"config.checkpoints[{i}] ({scan.path}): none of its {len(mine)} checkpoint file(s) can be used with "
+            "these settings (arch, checkpoint_key, strip_prefixes, layers); nothing was run"))
+        for f in mine[:_LISTED]:
+            mistakes.add(ConfigError(f"config.checkpoints[{i}]: {why[f.path]}"))
+        if len(mine) > _LISTED:
+            mistakes.add(ConfigError(f"config.checkpoints[{i}]: ... and {len(mine) - _LISTED} more file(s)"))
+    return mistakes

@@ -25,6 +25,23 @@ class EarlyConfig:
     twice) and the exact figures replace the estimates. With ``min_history`` earlier
     encoders evaluated on a cell, the estimate is calibrated on them (jackknife+);
     without, it is a sampling estimate of the readout fitted on the early rows.
+
+    Parameters
+    ----------
+    enabled : bool
+        Run the early pass.
+    fraction : float
+        The share of each split's rows extracted first.
+    min_per_class : int
+        Early rows of each class, at least.
+    rows : str
+        How they are chosen (``stratified``, or ``anchors`` from earlier encoders' results).
+    level : float
+        The nominal coverage of the intervals.
+    min_history : int
+        Earlier encoders a calibrated estimate needs.
+    seed : int
+        The seed of the row choice.
     """
 
     enabled: bool = False
@@ -37,7 +54,13 @@ class EarlyConfig:
 
     def check(self, path: str) -> None:
         """Refuse a fraction outside (0, 0.5], a level outside [0.5, 1), an unknown way of
-        choosing rows, or a history too small for the level's intervals."""
+        choosing rows, or a history too small for the level's intervals.
+
+        Parameters
+        ----------
+        path : str
+            Where the entry sits in the config (``encoders[0]``), for the messages.
+        """
         # deferred: scipy loads with the estimates, not with the config
         from pipeline.analysis.early.estimate import min_history
 

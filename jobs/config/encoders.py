@@ -1,13 +1,6 @@
 """The encoders of a run: ``encoders:`` entries, and ``checkpoints:`` folders whose files
 become encoders (``jobs.config.checkpoint_folders`` scans them); the weights an encoder
-names, checked before any work, one line per problem.
-
-A checkpoint is judged by its tensor names and shapes only (the safetensors header, or the
-state dict's keys and shapes) against the architecture built on the meta device, so a
-resnet50 checkpoint under ``arch: resnet18`` is refused when the config loads, not after
-minutes of extraction. Pretrained weights must be in a local cache; the message says how
-to give a local file in the config instead.
-"""
+names, checked before any work, one line per problem."""
 
 from __future__ import annotations
 
@@ -31,7 +24,20 @@ ENCODER_SOURCES = ("extract", "store")  # features computed by the run, or alrea
 
 def layer_shorthands(data: dict, path: str) -> dict:
     """``layers`` entries may be mappings, ``{layer: block11, tokens: true}``: that block's
-    token features (n, T, d) rather than pooled ones, i.e. the layer ``block11.tokens``."""
+    token features (n, T, d) rather than pooled ones, i.e. the layer ``block11.tokens``.
+
+    Parameters
+    ----------
+    data : dict
+        An ``encoders:`` or ``checkpoints:`` entry as read from YAML.
+    path : str
+        Where the entry sits in the config, for the messages.
+
+    Returns
+    -------
+    dict
+        ``data`` with each mapping of ``layers`` turned into its layer name.
+    """
     layers = data.get("layers")
     if not isinstance(layers, list) or not any(isinstance(v, dict) for v in layers):
         return data
@@ -61,6 +67,29 @@ class EncoderConfig:
     ``extract.dtype`` says. ``source: store`` names features already in the store
     (``repeval import-features``): they are evaluated, never extracted, and ``arch``,
     ``weights`` and the rest are not needed.
+
+    Parameters
+    ----------
+    name : str
+        The encoder's name in the store and the report.
+    arch : str
+        The timm architecture (optional for ``source: store``).
+    weights : str
+        ``random``, ``pretrained`` (timm's, from the local cache) or a checkpoint file.
+    seed : int
+        The seed of random weights.
+    layers : list of str
+        The layers to extract (``pre_logits``, ``block<i>``, ``block<i>.tokens``, ``block<i>.map``).
+    input_size : int or None
+        The input resolution (None: the architecture's).
+    strip_prefixes, checkpoint_key : list of str, str or None
+        Where a checkpoint keeps the weights, when it is not found alone (docs/checkpoints.md).
+    dtype : str or None
+        The stored dtype of this encoder's features (None: ``extract.dtype``).
+    source : str
+        ``extract`` or ``store`` (features already in the store: evaluated, never extracted).
+    series, step : str or None, int or None
+        The checkpoint series it belongs to and its training step there.
     """
 
     name: str
@@ -78,11 +107,30 @@ class EncoderConfig:
 
     @staticmethod
     def prepare_plain(data: dict, path: str) -> dict:
-        """Read the ``layers`` shorthands (``{layer: block11, tokens: true}``) before typing."""
+        """Read the ``layers`` shorthands (``{layer: block11, tokens: true}``) before typing.
+
+        Parameters
+        ----------
+        data : dict
+            The entry as read from YAML, before typing.
+        path : str
+            Where the entry sits in the config, for the messages.
+
+        Returns
+        -------
+        dict
+            ``data`` with the shorthands expanded.
+        """
         return layer_shorthands(data, path)
 
     def check(self, path: str) -> None:
-        """Refuse bad names, steps, sources, dtypes and checkpoint fields, naming the field."""
+        """Refuse bad names, steps, sources, dtypes and checkpoint fields, naming the field.
+
+        Parameters
+        ----------
+        path : str
+            Where the entry sits in the config (``encoders[0]``), for the messages.
+        """
         check_name(self.name, f"{path}.name")
         for i, layer in enumerate(self.layers):
             check_name(layer, f"{path}.layers[{i}]")
@@ -105,29 +153,55 @@ class EncoderConfig:
         return self.source == "extract"
 
     def extract_settings(self, extract: ExtractConfig) -> ExtractConfig:
-        """``extract`` with this encoder's own ``dtype`` where it has one."""
+        """``extract`` with this encoder's own ``dtype`` where it has one.
+
+        Parameters
+        ----------
+        extract : ExtractConfig
+            The config's ``extract:`` section.
+
+        Returns
+        -------
+        ExtractConfig
+        """
         return extract if self.dtype is None else dataclasses.replace(extract, dtype=self.dtype)
 
     def spec(self) -> EncoderSpec:
-        """The ``EncoderSpec`` that loads this encoder (checked as the spec checks itself)."""
+        """The ``EncoderSpec`` that loads this encoder (checked as the spec checks itself).
+
+        Returns
+        -------
+        EncoderSpec
+        """
         return EncoderSpec.from_fields(self)
 
 
 @dataclass
 class CheckpointScan:
-    """A folder of checkpoints of one architecture; each new file becomes an encoder.
+    """A folder of checkpoints of one architecture; each new file becomes an encoder of
+    one series, at the training step its name or metadata gives.
 
-    A file still being written is left for a later scan: it is taken once its size and
-    modification time have not changed for ``settle_seconds``, or, with ``done_suffix``
-    (e.g. ``.done``), only once a marker file ``<checkpoint file name><done_suffix>`` exists
-    (a training script writes the checkpoint, then touches the marker).
-
-    ``checkpoint_key`` and ``strip_prefixes`` apply to every file, as an encoder's do.
-
-    The folder's checkpoints form a series (named ``series``, else after the folder); each
-    one's training step comes from its file name (``step_pattern``: ``"step{step}"`` or a
-    regular expression with a group ``step``), else from its metadata (``step``,
-    ``global_step`` or ``epoch``).
+    Parameters
+    ----------
+    path : str
+        The folder.
+    arch : str
+        The timm architecture of every file.
+    pattern : str
+        The file names taken (a glob).
+    layers, input_size, checkpoint_key, strip_prefixes
+        As an encoder's, for every file.
+    name_prefix : str
+        Put before each file's name to make its encoder's name.
+    settle_seconds : float
+        How long a file must stay unchanged before it is taken.
+    done_suffix : str or None
+        With it, a file is taken only once ``<file name><done_suffix>`` exists.
+    series : str or None
+        The series' name (None: the folder's).
+    step_pattern : str or None
+        Where a file name holds its step (``"step{step}"`` or a regex with a group ``step``);
+        None: the name's digits, else the file's metadata.
     """
 
     path: str
@@ -145,11 +219,30 @@ class CheckpointScan:
 
     @staticmethod
     def prepare_plain(data: dict, path: str) -> dict:
-        """Read the ``layers`` shorthands, as an encoder's."""
+        """Read the ``layers`` shorthands, as an encoder's.
+
+        Parameters
+        ----------
+        data : dict
+            The entry as read from YAML, before typing.
+        path : str
+            Where the entry sits in the config, for the messages.
+
+        Returns
+        -------
+        dict
+            ``data`` with the shorthands expanded.
+        """
         return layer_shorthands(data, path)
 
     def check(self, path: str) -> None:
-        """Refuse an empty path or pattern, a bad series, step pattern, settle time or suffix."""
+        """Refuse an empty path or pattern, a bad series, step pattern, settle time or suffix.
+
+        Parameters
+        ----------
+        path : str
+            Where the entry sits in the config (``encoders[0]``), for the messages.
+        """
         if not self.path.strip() or not self.pattern.strip():
             raise ConfigError(f"{path}: path and pattern must not be empty")
         if self.series is not None and not self.series.strip():
@@ -170,13 +263,7 @@ class CheckpointScan:
 
 # -- the weights an encoder names, checked before any work ----------------------------------
 def check_weights(spec: Any) -> None:
-    """Raise a one-line error when ``spec``'s weights cannot be used; random weights pass.
-
-    Parameters
-    ----------
-    spec : pipeline.encoders.EncoderSpec
-        The encoder to check.
-    """
+    """Raise a one-line error when ``spec``'s weights cannot be used; random weights pass."""
     if spec.weights_kind == "checkpoint":
         # deferred: torch reads the checkpoint when the plan checks it; reading a config needs neither torch
         # nor timm

@@ -1,29 +1,5 @@
 """Loading a run config: YAML (or a dict) to a checked ``BenchmarkConfig``, relative paths
-taken from the config file's folder.
-
-Loaded into typed dataclasses (``jobs.config.typed``) so a bad file fails on load with the
-field's path, before any work: ``protocols[2].settings.n_neighbours: unknown setting of
-knn; valid settings: ...``. Reading a config imports neither torch nor timm (the CLI
-answers fast); what needs the registries of architectures and adapters is checked by
-``jobs.plan.make_plan``.
-
-The YAML is read under a budget enforced while it is parsed, before anything is built.
-A YAML alias repeats what it names without costing bytes, and a merge key (``<<: *base``)
-copies a mapping into another: 250 KB can stand for a mapping merged 20,000 times, which
-PyYAML would build whole (minutes, gigabytes) before :func:`jobs.config.mistakes.check_bounds`
-sees it; 1,000 nested ``[`` overflow its recursive composer. So the parser's events are
-read first (libyaml's parser where installed: a 1 MB file in tens of milliseconds), and
-counted as the config would hold them, each alias as often as it is used:
-
-- :data:`~jobs.config.mistakes.MAX_VALUES` values (mappings, lists and scalars; keys are not
-  values), an alias or merge counting every value it names;
-- :data:`~jobs.config.mistakes.MAX_TEXT` characters of keys and strings, aliases counted the same way;
-- :data:`MAX_DEPTH` levels of nesting;
-- :data:`MAX_ALIASES` aliases used, and none inside the value it names.
-
-The first budget passed is refused with a config message naming the line and column
-where it ran out. Only then is the text loaded (``SafeLoader``: no tags that build objects).
-"""
+taken from the config file's folder."""
 
 from __future__ import annotations
 
@@ -58,6 +34,16 @@ def load_config(source: str | os.PathLike | dict) -> BenchmarkConfig:
     input is refused first (``load_yaml`` while the YAML is parsed,
     ``jobs.config.mistakes`` for a dict); then every mistake found is reported at once, one
     line each.
+
+    Parameters
+    ----------
+    source : str, os.PathLike or dict
+        A YAML file, or the config as a dict (paths then relative to the working folder).
+
+    Returns
+    -------
+    BenchmarkConfig
+        The checked config, its paths absolute.
     """
     if isinstance(source, dict):
         data = source
@@ -117,7 +103,9 @@ def resolve_paths(cfg: BenchmarkConfig, base: Path) -> None:
             value = ds.params.get(key)
             if isinstance(value, str) and value.strip():
                 ds.params[key] = local(os.path.expanduser(value))
-    resolve_protocol_paths(cfg, local)
+    if cfg.extract.scratch_dir:
+        cfg.extract.scratch_dir = local(cfg.extract.scratch_dir)
+    resolve_protocol_paths(cfg.protocols, local)
 
 
 def resolve_tracker_paths(cfg: BenchmarkConfig, base: Path, local: Callable[[str], str]) -> None:
@@ -157,25 +145,7 @@ class _Frame:
 
 
 def load_yaml(text: str, name: str) -> Any:
-    """The plain data of a YAML config, refused over the budget above before it is built.
-
-    Parameters
-    ----------
-    text : str
-        The config file's text.
-    name : str
-        How the file is named in messages.
-
-    Returns
-    -------
-    any
-        What ``yaml.safe_load`` gives.
-
-    Raises
-    ------
-    ConfigError
-        Not valid YAML, or over a budget: naming the line and column.
-    """
+    """The plain data of a YAML config, refused over the budget above before it is built."""
     try:
         check_events(yaml.parse(text, Loader=_LOADER), name)
         return yaml.load(text, Loader=_LOADER)  # noqa: S506  a SafeLoader
@@ -194,15 +164,7 @@ def _where(exc: yaml.YAMLError) -> str:
 
 
 def check_events(events: Any, name: str) -> None:  # noqa: C901  one branch per kind of event
-    """Count the values, text, depth and aliases of a YAML event stream; refuse the first budget passed.
-
-    Parameters
-    ----------
-    events : iterable of yaml.Event
-        What ``yaml.parse`` gives.
-    name : str
-        The file, for messages.
-    """
+    """Count the values, text, depth and aliases of a YAML event stream; refuse the first budget passed."""
     values = text = aliases = 0
     stack: list[_Frame] = []
     sizes: dict[str, tuple[int, int]] = {}  # anchor -> (values, characters) it stands for

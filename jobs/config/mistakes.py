@@ -1,34 +1,4 @@
-"""The config check reports every mistake at once, and refuses oversized input first.
-
-Collecting mistakes. A check is written as it always is: a function, or a ``check(self,
-path)`` method of a config dataclass (``jobs.config.typed`` calls it), that raises
-``ConfigError`` with the field's path first (``config.encoders[1].seed: ...``). Where
-independent things are checked one after another, run each under one :class:`Mistakes`::
-
-    mistakes = Mistakes()
-    for i, setting in enumerate(cfg.correlation.settings):
-        with mistakes.collect():          # a raise here is noted, and the loop goes on
-            check_metric(setting, f"{path}.correlation.settings[{i}]")
-    with mistakes.collect():
-        check_something_else(cfg, path)
-    mistakes.raise_any()                  # one ConfigError listing every message, if any
-
-That is all a new check needs: raise ``ConfigError`` inside a ``collect()`` block that its
-caller already has, or add a block. ``jobs.config.typed`` collects per field and per list item,
-``BenchmarkConfig.check`` per cross-reference, ``jobs.plan.check_plan`` per dataset,
-encoder and protocol. A check that depends on an earlier one (a field that did not
-convert) is not reached: what it would say follows from the mistake already reported.
-The error raised, :class:`ConfigMistakes`, is a ``ConfigError`` whose message is one line
-per mistake (the CLI prints each as ``repeval: error: <line>``).
-
-Bounds. :func:`check_bounds` runs on the parsed YAML before anything else: a config holds
-at most :data:`MAX_VALUES` values, strings of at most :data:`MAX_STRING` characters and
-:data:`MAX_TEXT` characters in all (a YAML alias repeats a list without costing bytes in
-the file: a few lines can stand for a billion items). Anything larger is refused with
-one short line, before it is walked, converted, or sent to Prefect as flow parameters
-(which Prefect caps at 512 KiB). :func:`check_no_credentials` refuses a config holding a
-credential, for the same reason: the config is stored with every run.
-"""
+"""The config check reports every mistake at once, and refuses oversized input first."""
 
 from __future__ import annotations
 
@@ -94,10 +64,8 @@ def check_file_size(path: Any, size: int) -> None:
 
 
 def check_bounds(data: Any, path: str = "config") -> None:
-    """Refuse parsed config data over the bounds above, with the path where they ran out.
-
-    Containers are sized before they are entered, so an alias bomb costs one ``len``.
-    """
+    """Refuse parsed config data over the bounds above, with the path where they ran out."""
+    # Containers are sized before they are entered, so an alias bomb costs one ``len``.
     values, text = 0, 0
     stack: list[tuple[str, Any]] = [(path, data)]
     while stack:

@@ -1,22 +1,10 @@
 """The protocol settings of a run: ``protocols:`` entries, each a named setting of one
-registered protocol, resolved and checked against its registry entry on load.
-
-When the config loads (no torch, no timm): each entry's settings are resolved by its
-registry entry (unknown names and bad values refused, one line naming the field); an
-entry whose protocol reads the encoder's weights works on the encoder itself, at
-``ENCODER_LAYER``, so its ``layers`` and the correlation settings over it name that
-layer only; a correlation setting reads a metric its protocol records
-(:func:`check_correlation_metrics`); the local files its settings name (a perceptual
-network's checkpoint) are taken relative to the config's folder. Before any work
-(``jobs.plan.check_plan``): the other networks an entry loads must be there and fit.
-:func:`settings_hash` is the hash a setting's records carry (a config's settings are
-matched to its records by it).
-"""
+registered protocol, resolved and checked against its registry entry on load."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobs.config.encoders import check_weights
 from jobs.config.typed import check_name
@@ -25,9 +13,6 @@ from pipeline.protocols.cell import ENCODER_LAYER
 from pipeline.protocols.registry import get_protocol
 from storage_schema.ledger import config_hash
 
-if TYPE_CHECKING:
-    from jobs.config.benchmark import BenchmarkConfig
-
 __all__ = [
     "ENCODER_LAYER", "ProtocolConfig", "check_correlation_layers", "check_correlation_metrics", "check_protocol_entry",
     "check_protocol_networks", "resolve_protocol_paths", "settings_hash",
@@ -35,7 +20,19 @@ __all__ = [
 
 @dataclass
 class ProtocolConfig:
-    """One named setting of a protocol, e.g. ``knn20`` = knn with n_neighbors 20."""
+    """One named setting of a protocol, e.g. ``knn20`` = knn with n_neighbors 20.
+
+    Parameters
+    ----------
+    name : str
+        The setting's name (``knn20``).
+    protocol : str
+        A registered protocol (``repeval protocols``).
+    settings : dict
+        Its settings (the rest take their defaults).
+    layers, datasets : list of str or None
+        Only these layers and datasets (None: every one).
+    """
 
     name: str
     protocol: str
@@ -44,28 +41,20 @@ class ProtocolConfig:
     datasets: list[str] | None = None  # None: every dataset
 
     def check(self, path: str) -> None:
-        """Resolve the settings against the protocol's defaults and bounds, naming the entry."""
+        """Resolve the settings against the protocol's defaults and bounds, naming the entry.
+
+        Parameters
+        ----------
+        path : str
+            Where the entry sits in the config (``encoders[0]``), for the messages.
+        """
         check_name(self.name, f"{path}.name")
         check_protocol_entry(self, path)  # its settings resolved by the protocol's registry entry
 
 
 def check_protocol_entry(p: ProtocolConfig, path: str) -> None:
     """Resolve and check the settings of a protocol entry (its ``settings`` become the full,
-    checked settings) and, for a protocol that reads the encoder's weights, its layers.
-
-    Parameters
-    ----------
-    p : ProtocolConfig
-        The config's protocol entry.
-    path : str
-        Where the entry is, for messages (``config.protocols[2]``).
-
-    Raises
-    ------
-    ConfigError
-        An unknown protocol (naming every valid one), a bad setting, or layers a weights
-        protocol cannot take.
-    """
+    checked settings) and, for a protocol that reads the encoder's weights, its layers."""
     try:
         entry = get_protocol(p.protocol)
     except RepevalError as exc:
@@ -79,19 +68,12 @@ def check_protocol_entry(p: ProtocolConfig, path: str) -> None:
                           f"{ENCODER_LAYER} features; leave layers out (got {p.layers})")
 
 
-def check_correlation_layers(cfg: BenchmarkConfig, path: str) -> None:
+def check_correlation_layers(protocols: list[ProtocolConfig], correlation: Any, path: str) -> None:
     """A correlation setting over a protocol that reads the encoder's weights reads its
     records' layer, ``ENCODER_LAYER`` (its metric is checked with every other setting's,
-    :func:`check_correlation_metrics`).
-
-    Parameters
-    ----------
-    cfg : BenchmarkConfig
-    path : str
-        Where the config is, for messages.
-    """
-    kinds = {p.name: p.protocol for p in cfg.protocols}
-    for i, s in enumerate(cfg.correlation.settings):
+    :func:`check_correlation_metrics`)."""
+    kinds = {p.name: p.protocol for p in protocols}
+    for i, s in enumerate(correlation.settings):
         if s.protocol not in kinds or get_protocol(kinds[s.protocol]).reads_features:
             continue
         if s.layer != ENCODER_LAYER:
@@ -99,19 +81,10 @@ def check_correlation_layers(cfg: BenchmarkConfig, path: str) -> None:
                               f"{ENCODER_LAYER!r}, not {s.layer!r}")
 
 
-def resolve_protocol_paths(cfg: BenchmarkConfig, local: Any) -> None:
-    """Make the local files the protocols' settings name (``Protocol.files``) and
-    ``extract.scratch_dir`` absolute (relative to the config's folder).
-
-    Parameters
-    ----------
-    cfg : BenchmarkConfig
-    local : callable
-        The config's own path resolver (absolute paths and URLs are kept).
-    """
-    if cfg.extract.scratch_dir:
-        cfg.extract.scratch_dir = local(cfg.extract.scratch_dir)
-    for p in cfg.protocols:
+def resolve_protocol_paths(protocols: list[ProtocolConfig], local: Any) -> None:
+    """Make the local files the protocols' settings name (``Protocol.files``) absolute
+    (relative to the config's folder)."""
+    for p in protocols:
         for name in get_protocol(p.protocol).files:
             *parents, leaf = name.split(".")
             holder = p.settings
@@ -121,14 +94,9 @@ def resolve_protocol_paths(cfg: BenchmarkConfig, local: Any) -> None:
                 holder[leaf] = local(holder[leaf])
 
 
-def check_protocol_networks(cfg: BenchmarkConfig) -> None:
-    """The other networks a protocol loads (a perceptual network) must be there and fit.
-
-    Parameters
-    ----------
-    cfg : BenchmarkConfig
-    """
-    for i, p in enumerate(cfg.protocols):
+def check_protocol_networks(protocols: list[ProtocolConfig]) -> None:
+    """The other networks a protocol loads (a perceptual network) must be there and fit."""
+    for i, p in enumerate(protocols):
         networks = get_protocol(p.protocol).networks
         if networks is None:
             continue
@@ -158,24 +126,16 @@ def _metric_of(protocol: str, metric: str | None, bounded: bool | None, where: s
     return chosen
 
 
-def check_correlation_metrics(cfg: BenchmarkConfig, path: str) -> None:
+def check_correlation_metrics(protocols: list[ProtocolConfig], correlation: Any, reference: Any, path: str) -> None:
     """Every correlation setting (and a measured reference) reads a metric its protocol
     records: an unnamed metric becomes the protocol's primary one (``Protocol.primary_metric``,
     e.g. few-shot's ``mean``), and a metric the protocol never writes is refused here,
-    naming the ones it does, instead of failing at the end of a run.
-
-    Parameters
-    ----------
-    cfg : BenchmarkConfig
-        The config, its protocol setting names already checked.
-    path : str
-        Where the config is, for messages.
-    """
-    kinds = {p.name: p.protocol for p in cfg.protocols}
-    for i, s in enumerate(cfg.correlation.settings):
+    naming the ones it does, instead of failing at the end of a run."""
+    kinds = {p.name: p.protocol for p in protocols}
+    for i, s in enumerate(correlation.settings):
         if s.protocol in kinds:
             s.metric = _metric_of(kinds[s.protocol], s.metric, s.bounded, f"{path}.correlation.settings[{i}]")
-    ref = cfg.reference
+    ref = reference
     if ref.protocol in kinds:  # a reference score is a fraction: a metric it names must be one
         ref.metric = _metric_of(kinds[ref.protocol], ref.metric, ref.metric is not None, f"{path}.reference")
     elif ref.metric is None:
@@ -184,18 +144,6 @@ def check_correlation_metrics(cfg: BenchmarkConfig, path: str) -> None:
 
 def settings_hash(protocol: str, settings: dict[str, Any]) -> str:
     """The ``config_hash`` a record of these settings carries: of the settings that decide
-    its result (those that cannot change it, and local files' paths, left out).
-
-    Parameters
-    ----------
-    protocol : str
-        A registered protocol.
-    settings : dict
-        Its settings (resolved or not).
-
-    Returns
-    -------
-    str
-    """
+    its result (those that cannot change it, and local files' paths, left out)."""
     entry = get_protocol(protocol)
     return config_hash(entry.result_settings(entry.resolve(settings)))

@@ -17,12 +17,7 @@ __all__ = ["DECODERS", "DTYPES", "PRECISIONS", "DaskSettings", "ExtractConfig", 
 def repeval_home() -> Path:
     """repeval's own folder for state outside a store (``$REPEVAL_HOME``, default
     ``~/.cache/repeval``): Prefect's home in the embedded mode, scratch space of encoder
-    protocols when the store is not a local folder.
-
-    Returns
-    -------
-    pathlib.Path
-    """
+    protocols when the store is not a local folder."""
     return Path(os.environ.get("REPEVAL_HOME", Path.home() / ".cache" / "repeval"))
 
 
@@ -42,6 +37,31 @@ class ExtractConfig:
     models, one DataLoader worker per core (at most 16, the cores shared between the
     machine's GPUs) and pinned memory; on the CPU, float32, the default memory format,
     no worker processes and no pinning (the features stay bitwise what they were).
+
+    Parameters
+    ----------
+    batch_size, chunk_batches : int
+        Images per forward pass; batches per stored chunk.
+    num_workers : int or "auto"
+        DataLoader worker processes reading and decoding images.
+    dtype : str
+        The stored dtype (``DTYPES``).
+    device : str or None
+        The torch device (None: CUDA if available, else the CPU).
+    lease_ttl : float
+        Seconds without a heartbeat after which a writer counts as dead.
+    wait : bool
+        Wait for another process holding the lease (else move on).
+    progress : bool
+        Show a progress bar.
+    precision : str
+        The forward pass's autocast dtype (``PRECISIONS``).
+    channels_last, pin_memory : bool or "auto"
+        The memory format of convolutional models; page-locked batches.
+    decode : str
+        Where images are decoded (``DECODERS``).
+    scratch_dir : str or None
+        Training state of encoder protocols (None: under a local store, else ``$REPEVAL_HOME``).
     """
 
     batch_size: int = 64
@@ -82,7 +102,13 @@ class ExtractConfig:
             raise ConfigError(f"lease_ttl must be a number of seconds > 0, got {self.lease_ttl!r}")
 
     def check(self, path: str) -> None:
-        """``validate``, each message naming the field's path in the config."""
+        """``validate``, each message naming the field's path in the config.
+
+        Parameters
+        ----------
+        path : str
+            Where the entry sits in the config (``encoders[0]``), for the messages.
+        """
         try:
             self.validate()
         except ConfigError as exc:
@@ -91,7 +117,25 @@ class ExtractConfig:
 
 @dataclass
 class DaskSettings:
-    """Where tasks run: a LocalCluster by default, or an existing scheduler."""
+    """Where tasks run: a LocalCluster by default, or an existing scheduler.
+
+    Parameters
+    ----------
+    address : str or None
+        An existing scheduler (``tcp://scheduler:8786``); None: a LocalCluster.
+    n_workers, threads_per_worker : int
+        The LocalCluster's workers and their threads.
+    processes : bool
+        Worker processes (False: threads of one process).
+    gpu : str
+        Whether extraction tasks ask for a GPU worker: ``auto``, ``always`` or ``never``.
+    cells_per_task : int
+        Cells of one (encoder, dataset) evaluated per task.
+    memory_limit : int or str
+        Memory of each local worker (bytes, ``8GiB`` or ``auto``).
+    math_threads : int or str
+        Threads of each task's math (``auto``: the cores shared by every worker thread).
+    """
 
     address: str | None = None  # e.g. tcp://scheduler:8786
     n_workers: int = 2
@@ -111,7 +155,13 @@ class DaskSettings:
     math_threads: int | str = "auto"
 
     def check(self, path: str) -> None:
-        """Refuse a bad GPU mode, memory limit, worker count, task size or thread count."""
+        """Refuse a bad GPU mode, memory limit, worker count, task size or thread count.
+
+        Parameters
+        ----------
+        path : str
+            Where the entry sits in the config (``encoders[0]``), for the messages.
+        """
         if self.gpu not in ("auto", "always", "never"):
             raise ConfigError(f"{path}.gpu: {self.gpu!r} is not one of 'auto', 'always', 'never'")
         if self.memory_limit != "auto":

@@ -1,23 +1,5 @@
 """Benchmark suites: one config entry standing for the datasets, protocols and correlation
-settings of a published evaluation (Ericsson et al. 2021, after Kornblith et al. 2019).
-
-    suite:
-      name: many-shot            # or few-shot
-      roots:                     # one per dataset of the suite (relative: to the config file)
-        aircraft: /data/fgvc-aircraft-2013b
-        ...
-      params: {caltech101: {seed: 1}}   # optional, extra adapter parameters
-      skip: [sun397]                    # optional, datasets left out (named in the config)
-      layers: [pre_logits]              # optional
-
-``many-shot``: the 11 datasets, each with its published splits, validation source and
-metric, under one linear probe (``logistic``, setting ``linear``). ``few-shot``: the 10
-single-label datasets and the 4 CD-FSL domains, 5-way 5-, 20- and 50-shot episodes
-(settings ``fewshot5``, ``fewshot20``, ``fewshot50``) drawn from each dataset's pooled
-split. Unless the config names correlation settings itself, each protocol setting is
-correlated with the reference after averaging its logit-transformed scores over the
-suite's datasets (many-shot linear; few-shot per shot count).
-"""
+settings of a published evaluation (Ericsson et al. 2021, after Kornblith et al. 2019)."""
 
 from __future__ import annotations
 
@@ -71,19 +53,7 @@ def _check_block(block: Any) -> dict[str, Any]:
 
 
 def expand_suite(data: Any, base: Path) -> Any:
-    """``data`` with its ``suite`` block replaced by the entries it stands for.
-
-    Parameters
-    ----------
-    data : the parsed config; returned unchanged when it has no ``suite``.
-    base : folder that relative roots are taken from (the config file's).
-
-    Returns
-    -------
-    dict
-        A config without ``suite``: the suite's datasets and protocols appended to any
-        the config lists itself, and its correlation settings unless the config has some.
-    """
+    """``data`` with its ``suite`` block replaced by the entries it stands for."""
     if not isinstance(data, dict) or "suite" not in data:
         return data
     block = _check_block(data["suite"])

@@ -1,11 +1,4 @@
-"""Build typed dataclasses from plain dicts (YAML), with errors that name the field path.
-
-``from_plain(BenchmarkConfig, data)`` rejects unknown keys, wrong types and missing
-fields, e.g. ``encoders[1].seed: expected int, got str 'x'``: every one it finds, each
-field and list item checked on its own (``jobs.config.mistakes``), a quoted value cut short.
-The inverse, dataclasses to plain values, is ``pipeline.plain.to_plain`` (every layer
-uses it).
-"""
+"""Build typed dataclasses from plain dicts (YAML), with errors that name the field path."""
 
 from __future__ import annotations
 

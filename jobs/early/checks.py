@@ -1,12 +1,4 @@
-"""Each early estimate against the exact figure that followed, and whether intervals hold.
-
-Once a cell's exact record exists (same encoder weights, same settings), its estimate is
-checked: the error of the estimate against the exact figure, and whether the interval held
-what it is an interval for (the exact figure for a calibrated estimate; for a sampling
-estimate, the early-fitted readout scored on the whole test split, now that it is stored).
-A check is recorded once (``storage_schema.early``, kind ``checks``); the checks of a
-protocol setting give its coverage (``jobs.early.coverage``).
-"""
+"""Each early estimate against the exact figure that followed, and whether intervals hold."""
 
 from __future__ import annotations
 
@@ -21,7 +13,7 @@ from jobs.evaluation.cell import Cell
 from pipeline.errors import RepevalError
 from storage_schema import FeatureStore
 from storage_schema.early import EarlyRecords
-from storage_schema.provenance import WEIGHTS_FIELD
+from storage_schema.provenance import WEIGHTS_FIELD, now_iso
 
 __all__ = ["check_estimates"]
 
@@ -52,21 +44,7 @@ def _cell_of(rec: Mapping[str, Any]) -> Cell:
 
 def check_estimates(store: FeatureStore, records: list[Mapping[str, Any]],
                     estimates: Iterable[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Check every estimate (or those given) whose exact figure now exists; record the checks.
-
-    Parameters
-    ----------
-    store : FeatureStore
-    records : list of mapping
-        Every exact ledger record of the store.
-    estimates : iterable of mapping, optional
-        The estimates to check (default: every recorded one not checked yet).
-
-    Returns
-    -------
-    list of dict
-        The new ``checks`` records.
-    """
+    """Check every estimate (or those given) whose exact figure now exists; record the checks."""
     early = EarlyRecords(store)
     todo = list(early.iter("estimates")) if estimates is None else list(estimates)
     out = []
@@ -95,7 +73,7 @@ def check_estimates(store: FeatureStore, records: list[Mapping[str, Any]],
                  "method": e["method"], "level": e["level"], "estimate": e["value"], "low": e["low"],
                  "high": e["high"], "exact": value, "target": target, "error": e["value"] - value,
                  "covered": bool(e["low"] is not None and e["low"] <= target <= e["high"]),
-                 "exact_cell": exact.get("cell_id")}
+                 "exact_cell": exact.get("cell_id"), "checked": now_iso()}
         if not store.read_only:
             early.put("checks", check)
         out.append(check)

@@ -1,24 +1,4 @@
-"""Early estimates of a new encoder's full figures, with intervals and early verdicts.
-
-For each cell of the new encoder with an early result (``jobs.early.results``):
-
-1. the **history**: every other encoder of the store with an exact record of the same cell
-   (dataset with the same test labels, layer, protocol, settings and version) and other
-   weights, each given its own early result from its stored features at the same rows;
-2. the **estimate**, the first that applies: ``paired`` (the encoder's predecessor in its
-   series has an exact figure, and at least ``early.min_history`` earlier consecutive
-   pairs of the config's series are in the history), ``history`` (at least
-   ``early.min_history`` earlier encoders), ``sampling`` (a stratified subset and
-   per-image predictions: an estimate of the early-fitted readout over the whole test
-   split); else no estimate, said why. A protocol setting whose early intervals have failed
-   their coverage (``jobs.early.checks``) gets none either;
-3. the **early verdicts** against the series' previous checkpoint and its best so far,
-   drawn as ``pipeline.analysis.early.verdicts`` says, the family of one encoder's
-   comparisons adjusted by Benjamini-Hochberg.
-
-Each estimate is recorded once (``storage_schema.early``, kind ``estimates``); the ledger
-never sees it.
-"""
+"""Early estimates of a new encoder's full figures, with intervals and early verdicts."""
 
 from __future__ import annotations
 
@@ -63,23 +43,7 @@ def _weights(rec: Mapping[str, Any]) -> str | None:
 
 def cell_history(records: Iterable[Mapping[str, Any]], cell: Cell, result: Mapping[str, Any],
                  test_labels: str) -> dict[str, dict[str, Any]]:
-    """The exact records of other encoders on the same cell: model -> its latest record.
-
-    Parameters
-    ----------
-    records : iterable of mapping
-        Ledger records (every record of the store).
-    cell : Cell
-        The new encoder's cell.
-    result : mapping
-        Its early result (its weights and settings hash).
-    test_labels : str
-        The fingerprint of the test split's labels the subset was chosen over.
-
-    Returns
-    -------
-    dict
-    """
+    """The exact records of other encoders on the same cell: model -> its latest record."""
     out: dict[str, dict[str, Any]] = {}
     for rec in records:
         if (rec.get("model") == cell.model or rec.get("dataset") != cell.dataset or rec.get("layer") != cell.layer
@@ -136,25 +100,38 @@ def _pairs(cfg: BenchmarkConfig, usable: set[str]) -> list[tuple[str, str]]:
 
 def _estimate(cell: Cell, result: Mapping[str, Any], subset: Subset, store: FeatureStore, cfg: BenchmarkConfig,
               history: Mapping[str, Mapping[str, Any]], results: Mapping[str, Mapping[str, Any]],
-              reference: str | None, bounded: bool) -> tuple[Estimate | None, str, list[str]]:
-    """(estimate, why this method or why none, the earlier encoders it rests on)."""
+              reference: str | None, bounded: bool, uncalibrated: str | None = None,
+              ) -> tuple[Estimate | None, str, list[str]]:
+    """(estimate, why this method or why none, the earlier encoders it rests on). A history
+    line is used only within the range it was fitted on and while its setting's intervals
+    hold (``uncalibrated``: why not); else the early rows' own sampling interval, saying so."""
     early = cfg.early
     score = float(result["score"])
     exact = {m: float(record_score(history[m])) for m in results}
     pairs = _pairs(cfg, set(results))
-    if reference is not None and reference in results and len(pairs) >= early.min_history:
+    declined = []
+    if uncalibrated:
+        declined.append(uncalibrated)
+    elif reference is not None and reference in results and len(pairs) >= early.min_history:
         model = PairedHistoryModel.fit([results[a]["score"] for a, _ in pairs], [results[b]["score"] for _, b in pairs],
                                        [exact[a] for a, _ in pairs], [exact[b] for _, b in pairs], bounded,
                                        early.level, early.min_history)
-        return (model.predict(score, float(results[reference]["score"]), exact[reference]),
-                f"{reference}'s exact figure plus the change of early score, calibrated on {len(pairs)} earlier "
-                "consecutive checkpoints", sorted({m for p in pairs for m in p}))
-    if len(results) >= early.min_history:
+        beyond = model.outside(score, float(results[reference]["score"]))
+        if beyond is None:
+            return (model.predict(score, float(results[reference]["score"]), exact[reference]),
+                    f"{reference}'s exact figure plus the change of early score, calibrated on {len(pairs)} earlier "
+                    "consecutive checkpoints", sorted({m for p in pairs for m in p}))
+        declined.append(beyond)
+    elif len(results) >= early.min_history:
         names = sorted(results)
         model = HistoryModel.fit([results[m]["score"] for m in names], [exact[m] for m in names], bounded,
                                  early.level, early.min_history)
-        return model.predict(score), f"from the early score, calibrated on {len(names)} earlier encoders", names
-    short = f"{len(results)} earlier encoder(s) with this cell, {early.min_history} needed to calibrate"
+        beyond = model.outside(score)
+        if beyond is None:
+            return model.predict(score), f"from the early score, calibrated on {len(names)} earlier encoders", names
+        declined.append(beyond)
+    short = "; ".join(declined) if declined else \
+        f"{len(results)} earlier encoder(s) with this cell, {early.min_history} needed to calibrate"
     if result.get("predictions") is None:
         return None, f"no estimate: {short}, and its scores are not per-image predictions", []
     if subset.method != "stratified":
@@ -192,33 +169,12 @@ def _against(cfg: BenchmarkConfig, model: str, history: Mapping[str, Mapping[str
 
 def estimate_encoder(store: FeatureStore, cfg: BenchmarkConfig, cells: list[Cell], subsets: Mapping[str, Subset],
                      results: Mapping[CellKey, Mapping[str, Any]], records: list[Mapping[str, Any]],
-                     off: Mapping[tuple[str, str], str] | None = None, *, alpha: float = 0.05) -> list[dict[str, Any]]:
+                     off: Mapping[tuple[str, str], str] | None = None, *, alpha: float = 0.05,
+                     uncalibrated: Mapping[tuple[str, str], str] | None = None) -> list[dict[str, Any]]:
     """The early estimate of each cell of one new encoder, with its early verdicts (recorded).
-
-    Parameters
-    ----------
-    store : FeatureStore
-    cfg : BenchmarkConfig
-        The run's config (its series place the encoder).
-    cells : list of Cell
-        The encoder's cells in the early pass.
-    subsets : mapping
-        Dataset -> its early subset.
-    results : mapping
-        Cell key -> the encoder's early result (or a failed one: ``{"error": ...}``).
-    records : list of mapping
-        Every exact ledger record of the store.
-    off : mapping, optional
-        (protocol, config hash) -> why its early pass is off (coverage).
-    alpha : float
-        The false discovery rate of the early verdicts.
-
-    Returns
-    -------
-    list of dict
-        One ``estimates`` record per cell.
-    """
-    off = off or {}
+    ``off``: settings whose early pass is off; ``uncalibrated``: settings whose history
+    lines are not used (a gross miss not yet followed by an interval that held)."""
+    off, uncalibrated = off or {}, uncalibrated or {}
     out, pending = [], []
     for cell in cells:
         key = (cell.setting, cell.dataset, cell.layer)
@@ -247,7 +203,8 @@ def estimate_encoder(store: FeatureStore, cfg: BenchmarkConfig, cells: list[Cell
         hist_results = _history_results(store, cell, subset, history)
         reference = next((e for kind, e in against if kind == "previous"), None)
         try:
-            est, how, rests_on = _estimate(cell, result, subset, store, cfg, history, hist_results, reference, bounded)
+            est, how, rests_on = _estimate(cell, result, subset, store, cfg, history, hist_results, reference, bounded,
+                                           uncalibrated.get((cell.protocol, result["config_hash"])))
         except RepevalError as exc:
             out.append({**common, "status": "none", "reason": f"no estimate: {exc}"})
             continue

@@ -1,11 +1,4 @@
-"""The forward pass over a subset's early rows of each split, into early arrays.
-
-Each split's early rows are fed in batches of ``batch_size`` in the subset's order (an
-early array's chunk is ``chunk_batches`` batches, so an interrupted early extraction
-resumes where it stopped, as a full one does) and written under the split's early group
-lease. The arrays carry the same provenance as full arrays, plus the subset, the rows'
-SHA-256 and the full array's fingerprint (``jobs.early.rows``).
-"""
+"""The forward pass over a subset's early rows of each split, into early arrays."""
 
 from __future__ import annotations
 
@@ -37,30 +30,7 @@ log = logging.getLogger(__name__)
 def extract_early(store: FeatureStore, encoder: EncoderSpec | Encoder, dataset: DatasetAdapter, subset: Subset,
                   config: ExtractConfig = ExtractConfig(),
                   expected_weights: list[int] | None = None) -> dict[str, Any]:
-    """Extract every layer of ``encoder`` on the early rows of each split of ``subset``.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        A writable store holding the dataset's labels.
-    encoder : EncoderSpec or Encoder
-        What to extract (a spec is loaded on ``config.device``).
-    dataset : DatasetAdapter
-        The dataset the subset was chosen from.
-    subset : Subset
-        The early rows.
-    config : ExtractConfig
-        Batching, dtype, device and lease settings.
-    expected_weights : list of int, optional
-        The checkpoint file's signature when the run was planned: a file rewritten since is
-        refused (``WeightsChangedError``) before anything is written.
-
-    Returns
-    -------
-    dict
-        ``model``, ``dataset``, ``images`` passed through the encoder, ``rows`` (early rows
-        in all), ``seconds``, ``weights_fingerprint``, per split the early keys by layer.
-    """
+    """Extract every layer of ``encoder`` on the early rows of each split of ``subset``."""
     config.validate()
     store.check_writable()
     if isinstance(encoder, EncoderSpec):

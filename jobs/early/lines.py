@@ -1,30 +1,17 @@
-"""What the terminal, the run summary and the report say of the early pass.
-
-Every early figure is said as one: ``early`` starts its line, its interval and the method
-behind it follow it, and it sits in its own part of the summary (``early``) and its own
-section of the report, never among the exact figures.
-"""
+"""What the terminal, the run summary and the report say of the early pass."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pipeline.protocols.registry import headline_value
+
 __all__ = ["check_lines", "early_ranks", "early_summary", "estimate_line", "figure", "rank_line"]
 
 
 def figure(value: float | None, bounded: bool = True) -> str:
-    """A score as the early lines print it: a percentage with one decimal for fractions.
-
-    Parameters
-    ----------
-    value : float or None
-    bounded : bool
-
-    Returns
-    -------
-    str
-    """
+    """A score as the early lines print it: a percentage with one decimal for fractions."""
     if value is None:
         return "-"
     return f"{100 * value:.1f} %" if bounded else f"{value:.4g}"
@@ -32,17 +19,7 @@ def figure(value: float | None, bounded: bool = True) -> str:
 
 def estimate_line(rec: Mapping[str, Any]) -> str:
     """One line per early estimate: the cell, the estimate and its interval, how it was made,
-    and each early verdict; or why there is none.
-
-    Parameters
-    ----------
-    rec : mapping
-        An ``estimates`` record.
-
-    Returns
-    -------
-    str
-    """
+    and each early verdict; or why there is none."""
     cell = f"{rec['setting']}/{rec['dataset']}/{rec['layer']}"
     head = f"early {rec['model']} {cell}:"
     if rec.get("status") != "estimated":
@@ -60,29 +37,14 @@ def early_ranks(estimates: Iterable[Mapping[str, Any]], records: Iterable[Mappin
     """Where each newly estimated encoder would rank per setting, by its estimate, among the
     encoders with exact figures on the same datasets and the other new encoders' estimates
     (each setting's score is the mean over its datasets of the encoder's best layer, as the
-    leaderboard's), and from its interval's ends the best and worst rank it allows.
-
-    Only calibrated estimates (``paired``, ``history``) rank: they are of the full figures.
-    A sampling estimate is of the readout fitted on the early rows, which usually scores
-    below the full one, so a setting with one gives no rank.
-
-    Parameters
-    ----------
-    estimates : iterable of mapping
-        ``estimates`` records (those not estimated are skipped).
-    records : iterable of mapping
-        The exact records in use (one per cell).
-
-    Returns
-    -------
-    list of dict
-        ``model``, ``setting``, ``datasets``, ``estimate``, ``rank``, ``best_rank``,
-        ``worst_rank``, ``of`` (encoders ranked, itself included).
-    """
+    leaderboard's), and from its interval's ends the best and worst rank it allows."""
+    # Only calibrated estimates (``paired``, ``history``) rank: they are of the full figures.
+    # A sampling estimate is of the readout fitted on the early rows, which usually scores
+    # below the full one, so a setting with one gives no rank.
     exact: dict[tuple[str, str], dict[str, dict[str, float]]] = {}  # (setting, model) -> dataset -> layer score
     for rec in records:
-        score = (rec.get("metrics") or {}).get("score")
-        if isinstance(score, (int, float)) and not isinstance(score, bool) and score == score:
+        score = headline_value(rec)
+        if score is not None:
             exact.setdefault((rec["setting"], rec["model"]), {}).setdefault(rec["dataset"], {})[rec["layer"]] = score
     mine: dict[tuple[str, str], dict[str, list]] = {}
     sampled = set()
@@ -115,17 +77,7 @@ def early_ranks(estimates: Iterable[Mapping[str, Any]], records: Iterable[Mappin
 
 
 def rank_line(rank: Mapping[str, Any]) -> str:
-    """One early rank: ``early rank of <encoder> on <setting>: 3 of 8 (2 to 5 within its intervals)``.
-
-    Parameters
-    ----------
-    rank : mapping
-        One entry of :func:`early_ranks`.
-
-    Returns
-    -------
-    str
-    """
+    """One early rank: ``early rank of <encoder> on <setting>: 3 of 8 (2 to 5 within its intervals)``."""
     spread = (f"{rank['best_rank']} to {rank['worst_rank']}" if rank["best_rank"] != rank["worst_rank"]
               else f"{rank['rank']}")
     return (f"early rank of {rank['model']} on {rank['setting']} ({', '.join(rank['datasets'])}): {rank['rank']} of "
@@ -135,25 +87,7 @@ def rank_line(rank: Mapping[str, Any]) -> str:
 def early_summary(estimates: list[Mapping[str, Any]], checks: list[Mapping[str, Any]],
                   coverage: Mapping[tuple[str, str], Any], left_out: list[Mapping[str, str]],
                   records: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """The run summary's ``early`` part.
-
-    Parameters
-    ----------
-    estimates : list of mapping
-        This run's ``estimates`` records.
-    checks : list of mapping
-        The checks this run made (estimates against the exact figures that followed).
-    coverage : mapping
-        (protocol, config hash) -> ``CoverageState``.
-    left_out : list of mapping
-        Cells not in the early pass, with why.
-    records : iterable of mapping
-        The exact records in use, for the early ranks.
-
-    Returns
-    -------
-    dict
-    """
+    """The run summary's ``early`` part."""
     return {
         "estimates": [{k: rec.get(k) for k in ("model", "setting", "dataset", "layer", "status", "reason",
                                                "estimate", "how", "verdicts", "early_score", "unreliable", "id")}
@@ -170,17 +104,7 @@ def early_summary(estimates: list[Mapping[str, Any]], checks: list[Mapping[str, 
 def check_lines(summary: Mapping[str, Any] | None) -> list[str]:
     """What a run says after its exact figures replaced its early estimates: how far each
     estimate was, how many intervals held, and every protocol setting whose early pass the
-    coverage turned off.
-
-    Parameters
-    ----------
-    summary : mapping or None
-        The run summary's ``early`` part (None: no early pass).
-
-    Returns
-    -------
-    list of str
-    """
+    coverage turned off."""
     if not summary:
         return []
     out = []

@@ -1,16 +1,6 @@
 """A readout fitted on the early rows: of a new encoder (its early arrays), or of an encoder
 already extracted (its stored features at the same rows), which is what calibrates an
-estimate and what an early verdict is paired with.
-
-The cell's protocol runs as in a full evaluation, on the subset's train (and validation)
-rows, and is scored on the subset's test rows. Its early score is computed from its
-per-image predictions where it returns them (weighted by the rows each anchor stands for),
-so a new encoder's and an earlier encoder's early scores are the same function of the same
-rows. For an encoder whose whole test split is stored, the same fit is also scored on the
-whole test split (``full_split_score``): what a sampling estimate is an estimate of.
-Each result is recorded once (``storage_schema.early``, kind ``results``) and found again
-by its id: the subset, what it read and how it was evaluated.
-"""
+estimate and what an early verdict is paired with."""
 
 from __future__ import annotations
 
@@ -43,21 +33,7 @@ SOURCES = ("early", "store")
 
 def early_score(predictions: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
                 mean_per_class: bool) -> float:
-    """Top-1 (or mean per-class) accuracy of predictions, each row weighed by ``weights``.
-
-    Parameters
-    ----------
-    predictions, labels : numpy.ndarray
-        (m,) predicted and true classes.
-    weights : numpy.ndarray or None
-        (m,) rows each one stands for (None: equal).
-    mean_per_class : bool
-        Each class weighs the same.
-
-    Returns
-    -------
-    float
-    """
+    """Top-1 (or mean per-class) accuracy of predictions, each row weighed by ``weights``."""
     correct = (np.asarray(predictions) == np.asarray(labels)).astype(np.float64)
     w = np.ones_like(correct) if weights is None else np.asarray(weights, dtype=np.float64)
     if not mean_per_class:
@@ -98,29 +74,7 @@ def _read(feats, rows: np.ndarray, source: str) -> np.ndarray:
 
 def early_result(store: FeatureStore, cell: Cell, subset: Subset, source: str, *,
                  record: bool = True) -> dict[str, Any]:
-    """The early fit of ``cell`` on ``subset``'s rows (recorded once, then found again).
-
-    Parameters
-    ----------
-    store : FeatureStore
-        The store holding the arrays (writable when ``record``).
-    cell : Cell
-        A cell of a protocol that reads pooled, single-label stored features.
-    subset : Subset
-        The early rows of the cell's dataset.
-    source : str
-        ``early`` (the encoder's early arrays) or ``store`` (its full arrays at those rows).
-    record : bool
-        Record the result (a read-only store answers recorded results only).
-
-    Returns
-    -------
-    dict
-        The ``results`` record: the cell's names, ``score`` (on the early test rows),
-        ``full_split_score`` (``store``, per-image predictions only), ``predictions`` on the
-        early test rows (or None), ``unreliable`` (its fit's untrusted warnings), ``warnings``,
-        the fingerprints read and the weights fingerprint.
-    """
+    """The early fit of ``cell`` on ``subset``'s rows (recorded once, then found again)."""
     if source not in SOURCES:
         raise ValueError(f"source {source!r} is not one of {', '.join(SOURCES)}")
     entry = cell.entry
@@ -169,7 +123,7 @@ def early_result(store: FeatureStore, cell: Cell, subset: Subset, source: str, *
     if predictions is not None:
         score = early_score(predictions, y[test][test_rows], subset.weights, mean_per_class)
     else:
-        score = result.metrics.get("score", result.metrics.get(metric))
+        score = result.metrics.get(metric)  # the entry's headline, the one name every reader uses
     warnings = list(result.warnings or [])
     rec = to_plain({
         "id": rid, "subset": subset.id, "source": source, "model": cell.model, "dataset": cell.dataset,

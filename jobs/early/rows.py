@@ -1,13 +1,4 @@
-"""The early feature arrays, and the early rows a full extraction copies.
-
-An early array holds one layer of one encoder on one subset's rows of a split, in the
-subset's order, under ``early/<model>/<dataset>/<subset>/<split>/<layer>``. Its fingerprint
-is its own (the full array's fingerprint and the subset's rows hashed together: the
-store's alias index must never serve an early array for a full one); ``source_fingerprint``
-keeps the fingerprint of the full array its rows belong to. A full extraction whose every
-pending layer has a complete early array of the same ``source_fingerprint`` copies those
-rows instead of passing their images through the encoder again (:func:`known_rows`).
-"""
+"""The early feature arrays, and the early rows a full extraction copies."""
 
 from __future__ import annotations
 
@@ -29,39 +20,13 @@ log = logging.getLogger(__name__)
 
 
 def early_fingerprint(source_fingerprint: str, subset: Subset, split: str) -> str:
-    """The fingerprint of an early array: its full array's and its rows'.
-
-    Parameters
-    ----------
-    source_fingerprint : str
-        The fingerprint of the full array the rows belong to.
-    subset : Subset
-    split : str
-
-    Returns
-    -------
-    str
-    """
+    """The fingerprint of an early array: its full array's and its rows'."""
     return early_id("early-features", source_fingerprint, subset.id, split, rows_sha256(subset.rows[split]))
 
 
 def read_early(store: FeatureStore, model: str, subset: Subset, split: str, layer: str,
                source_fingerprint: str | None = None):
-    """The complete early array of one layer (``StoredArray``).
-
-    Parameters
-    ----------
-    store : FeatureStore
-    model : str
-    subset : Subset
-    split, layer : str
-    source_fingerprint : str, optional
-        When given, the full array's fingerprint the rows must belong to.
-
-    Returns
-    -------
-    StoredArray
-    """
+    """The complete early array of one layer (``StoredArray``)."""
     arr = store.open_array(early_feature_key(model, subset.dataset, subset.id, split, layer))
     if arr.attrs.get("rows_sha256") != rows_sha256(subset.rows[split]):
         raise ValueError(f"{arr.key} does not hold the rows of subset {subset.id[:12]}")
@@ -73,19 +38,7 @@ def read_early(store: FeatureStore, model: str, subset: Subset, split: str, laye
 def known_rows(store: FeatureStore, model: str, dataset: str, split: str,
                fingerprints: dict[str, str]) -> KnownRows | None:
     """The early rows of ``split`` a full extraction of these layers can copy: from a subset
-    whose early array of every layer is complete and of the same full fingerprint.
-
-    Parameters
-    ----------
-    store : FeatureStore
-    model, dataset, split : str
-    fingerprints : dict
-        Layer -> the fingerprint of the full array being written.
-
-    Returns
-    -------
-    KnownRows or None
-    """
+    whose early array of every layer is complete and of the same full fingerprint."""
     folder = "/".join((EARLY, validate_name(model, "model name"), validate_name(dataset, "dataset name")))
     records = EarlyRecords(store)
     for sid in store.backend.list(folder, dirs_only=True):

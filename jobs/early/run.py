@@ -1,15 +1,5 @@
 """The early pass of a run, as jobs a flow's tasks call: which encoders are new, the early
-unit of one (encoder, dataset), and the estimates of one encoder.
-
-- :func:`early_plan`: the encoders of a plan whose features are not all in the store yet
-  (new encoders), with the cells the early pass fits for each. A cell of a protocol that
-  reads the encoder's weights, or dense maps, has no early estimate: it is listed with why.
-- :func:`early_unit`: the dataset's labels stored, its subset chosen (or found), the early
-  rows extracted, every cell's early result computed (a cell that cannot be fitted on the
-  early rows is a failed result with its one-line reason; the others go on).
-- :func:`early_estimates`: the estimates and early verdicts of one encoder from its early
-  results (``jobs.early.estimates``).
-"""
+unit of one (encoder, dataset), and the estimates of one encoder."""
 
 from __future__ import annotations
 
@@ -23,15 +13,15 @@ import numpy as np
 
 from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig
 from jobs.config.early import EarlyConfig
-from jobs.early.coverage import off_settings
+from jobs.early.coverage import off_settings, uncalibrated_settings
 from jobs.early.estimates import estimate_encoder
 from jobs.early.extract import extract_early
 from jobs.early.results import early_result
 from jobs.early.subsets import Subset, current_subset
 from jobs.evaluation.cell import Cell
 from jobs.extraction.labels import store_labels
-from jobs.failures import one_line
-from jobs.plan import Plan, make_adapter
+from jobs.run.failures import one_line
+from jobs.run.plan import Plan, make_adapter
 from pipeline.errors import RepevalError
 from storage_schema import FeatureStore, feature_key
 from storage_schema.early import EarlyRecords
@@ -67,17 +57,7 @@ def _is_new(store: FeatureStore, encoder: EncoderConfig, dataset: DatasetConfig)
 
 
 def early_plan(store: FeatureStore, plan: Plan) -> EarlyPlan:
-    """The early pass of ``plan``: every extracted encoder with features still to extract.
-
-    Parameters
-    ----------
-    store : FeatureStore
-    plan : Plan
-
-    Returns
-    -------
-    EarlyPlan
-    """
+    """The early pass of ``plan``: every extracted encoder with features still to extract."""
     out = EarlyPlan()
     cfg = plan.config
     datasets = {d.name: d for d in cfg.datasets}
@@ -108,20 +88,7 @@ def early_plan(store: FeatureStore, plan: Plan) -> EarlyPlan:
 
 def anchor_profiles(store: FeatureStore, dataset: DatasetConfig, exclude: str) -> tuple[np.ndarray, list[str]] | None:
     """Earlier readouts' results on each test image of ``dataset``: (n_test, m) 1 where a
-    recorded cell's stored predictions were right, and the encoder of each column.
-
-    Parameters
-    ----------
-    store : FeatureStore
-    dataset : DatasetConfig
-    exclude : str
-        The new encoder (its own records, from an earlier name's run, are left out).
-
-    Returns
-    -------
-    tuple or None
-        None when no record of the dataset keeps predictions.
-    """
+    recorded cell's stored predictions were right, and the encoder of each column."""
     labels = store.labels(dataset.name, dataset.test_split)
     y = labels.read()
     columns, encoders = [], []
@@ -143,27 +110,7 @@ def anchor_profiles(store: FeatureStore, dataset: DatasetConfig, exclude: str) -
 
 def early_unit(store: FeatureStore, encoder: EncoderConfig, dataset: DatasetConfig, cells: list[Cell],
                early: EarlyConfig, extract: ExtractConfig, weights_signature: list[int] | None = None) -> dict[str, Any]:
-    """The early pass of one encoder on one dataset: subset, early rows, early results.
-
-    Parameters
-    ----------
-    store : FeatureStore
-    encoder : EncoderConfig
-    dataset : DatasetConfig
-    cells : list of Cell
-        The encoder's cells on the dataset (``early_plan``).
-    early : EarlyConfig
-    extract : ExtractConfig
-        The run's extraction settings.
-    weights_signature : list of int, optional
-        The checkpoint's signature when the run was planned (a file rewritten since is refused).
-
-    Returns
-    -------
-    dict
-        ``model``, ``dataset``, ``subset`` (its record), ``extraction`` (what was extracted),
-        ``results`` (cell key -> early result or ``{"error": ...}``).
-    """
+    """The early pass of one encoder on one dataset: subset, early rows, early results."""
     adapter = make_adapter(dataset)
     for split in dataset.splits():
         store_labels(store, adapter, split, lease_ttl=extract.lease_ttl)
@@ -184,23 +131,7 @@ def early_unit(store: FeatureStore, encoder: EncoderConfig, dataset: DatasetConf
 
 def early_estimates(store: FeatureStore, cfg: BenchmarkConfig, cells: list[Cell],
                     units: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The estimates of one new encoder from the outcomes of its early units.
-
-    Parameters
-    ----------
-    store : FeatureStore
-    cfg : BenchmarkConfig
-        The plan's config.
-    cells : list of Cell
-        The encoder's cells in the early pass.
-    units : list of mapping
-        Its ``early_unit`` outcomes (a failed unit: ``{"dataset", "error"}``).
-
-    Returns
-    -------
-    list of dict
-        One ``estimates`` record per cell (``jobs.early.estimates``).
-    """
+    """The estimates of one new encoder from the outcomes of its early units."""
     subsets, results, failed = {}, {}, {}
     for unit in units:
         if unit.get("error"):
@@ -214,20 +145,11 @@ def early_estimates(store: FeatureStore, cfg: BenchmarkConfig, cells: list[Cell]
             results[(cell.setting, cell.dataset, cell.layer)] = {"error": f"no early estimate: the early extraction failed: "
                                                                           f"{failed[cell.dataset]}"}
     todo = [c for c in cells if c.dataset in subsets or c.dataset in failed]
-    return estimate_encoder(store, cfg, todo, subsets, results, list(Ledger(store)), off_settings(store))
+    return estimate_encoder(store, cfg, todo, subsets, results, list(Ledger(store)), off_settings(store),
+                            uncalibrated=uncalibrated_settings(store))
 
 
 def early_records(store: FeatureStore, models: set[str]) -> list[dict[str, Any]]:
-    """Every recorded early estimate of these encoders (newest last).
-
-    Parameters
-    ----------
-    store : FeatureStore
-    models : set of str
-
-    Returns
-    -------
-    list of dict
-    """
+    """Every recorded early estimate of these encoders (newest last)."""
     recs = [r for r in EarlyRecords(store).iter("estimates") if r.get("model") in models]
     return sorted(recs, key=lambda r: str(r.get("recorded") or ""))

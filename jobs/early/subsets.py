@@ -1,17 +1,5 @@
 """Which rows of a dataset the early pass reads: chosen once, recorded, and kept until the
-history has changed enough to choose again.
-
-A subset is chosen over the split's labels as the store holds them (so its rows are the
-rows of the stored features), per split the early pass reads (train, validation, test):
-``fraction`` of each split's rows, stratified by class. With ``rows: anchors`` and at least
-``min_history`` earlier encoders whose readouts' test predictions are stored for the
-dataset, the test rows are anchor rows chosen from how those readouts did on each image
-(``pipeline.analysis.early.anchor_rows``), each weighed by the rows it stands for; the
-subset is chosen again once the number of such encoders has grown by half. Without them,
-and for the other splits, a seeded stratified sample (``pipeline.analysis.early.stratified_rows``).
-The subset's id is a hash of everything that decided it, so two runs that choose at once
-choose the same subset and keep one record.
-"""
+history has changed enough to choose again."""
 
 from __future__ import annotations
 
@@ -42,27 +30,7 @@ def rows_sha256(rows: np.ndarray) -> str:
 
 @dataclass(frozen=True)
 class Subset:
-    """The early rows of one dataset.
-
-    Parameters
-    ----------
-    id : str
-        Its id (hexadecimal).
-    dataset : str
-        The dataset's name.
-    method : str
-        ``stratified`` or ``anchors`` (how the test rows were chosen).
-    rows : dict
-        Split -> sorted row indices.
-    weights : numpy.ndarray or None
-        Per test row, the rows it stands for (anchors); None: every row stands for as many.
-    labels : dict
-        Split -> the stored labels' fingerprint the rows were chosen over.
-    history : int
-        Earlier encoders the anchors were chosen from (0 for a stratified subset).
-    test_split : str
-        The split whose rows are scored.
-    """
+    """The early rows of one dataset."""
 
     id: str
     dataset: str
@@ -131,24 +99,7 @@ def current_subset(store: FeatureStore, dataset: DatasetConfig, early: EarlyConf
                    profiles: tuple[np.ndarray, list[str]] | None = None) -> Subset:
     """The subset the early pass reads of ``dataset`` now: the one on record, or a new one
     (recorded) when there is none for these labels and settings, or (anchors) when the
-    history has grown by half since it was chosen.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        A store holding the dataset's labels (every split the early pass reads).
-    dataset : DatasetConfig
-        The config's dataset.
-    early : EarlyConfig
-        The early pass's settings.
-    profiles : (numpy.ndarray, list of str), optional
-        For ``rows: anchors``: the earlier readouts' results on each test row (n_test, m)
-        and the encoders they come from.
-
-    Returns
-    -------
-    Subset
-    """
+    history has grown by half since it was chosen."""
     labels = _stored_labels(store, dataset)
     records = EarlyRecords(store)
     base = _stratified(dataset, labels, early)

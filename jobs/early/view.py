@@ -17,21 +17,7 @@ __all__ = ["early_part", "early_view"]
 
 
 def early_view(store: FeatureStore, cfg: BenchmarkConfig | None) -> dict[str, Any]:
-    """The early part of a config's report.
-
-    Parameters
-    ----------
-    store : FeatureStore
-    cfg : BenchmarkConfig or None
-        The config (with its scanned checkpoints as encoders, as a plan's); None: every
-        encoder and setting of the store.
-
-    Returns
-    -------
-    dict
-        ``estimates`` (the latest per encoder and cell, each with its ``check`` or None),
-        ``coverage`` (per protocol setting of the config: checks, covered, level, off, line).
-    """
+    """The early part of a config's report."""
     records = EarlyRecords(store)
     models = None if cfg is None else {e.name for e in cfg.encoders}
     current = None if cfg is None else {p.name: (p.protocol, settings_hash(p.protocol, p.settings))
@@ -55,17 +41,7 @@ def early_view(store: FeatureStore, cfg: BenchmarkConfig | None) -> dict[str, An
 
 def early_part(view: Mapping[str, Any]) -> dict[str, Any]:
     """The summary beside the report's ``early`` part: per estimate, its cell, value,
-    interval, method, early verdicts and check; and the coverage lines.
-
-    Parameters
-    ----------
-    view : mapping
-        What :func:`early_view` returned.
-
-    Returns
-    -------
-    dict
-    """
+    interval, method, early verdicts and check; and the coverage lines."""
     out = []
     for rec in view.get("estimates") or []:
         e = rec.get("estimate") or {}

@@ -1,14 +1,4 @@
-"""One evaluation cell, of any protocol: plain values, cheap to ship to a worker.
-
-A cell is (encoder, dataset, layer, protocol setting). What it reads is its protocol's
-registry entry's (``Cell.entry.reads``): a cell of a protocol that reads stored features
-names its arrays by (model, dataset, split, layer); a cell of one that reads the
-encoder's weights (fine-tuning, the diagnostics) also carries the encoder's and the
-dataset's config fields, since it builds the encoder and reads the images, and its layer
-is ``ENCODER_LAYER``. ``jobs.plan.evaluation_cells`` lists every cell of a config; the
-label and the failure id of a cell are its names, its cell id (the ledger's key) what it
-reads (``jobs.evaluation.identity``).
-"""
+"""One evaluation cell, of any protocol: plain values, cheap to ship to a worker."""
 
 from __future__ import annotations
 
@@ -24,16 +14,14 @@ __all__ = ["ENCODER_LAYER", "Cell"]
 
 @dataclass(frozen=True)
 class Cell:
-    """What to evaluate: one protocol setting on one (model, dataset, layer).
-
-    ``setting`` is the config's name of the protocol setting (``knn20``), ``protocol`` its
-    registry name (``knn``), ``settings`` the setting's values; ``encoder`` and
-    ``dataset_config`` are set for a protocol that reads the encoder's weights; ``identity``
-    says what the config's encoder and dataset are (``jobs.encoder_identity``), which its
-    record keeps. Shipped to
-    a worker as ``pipeline.plain.to_plain(cell)``, rebuilt (and checked) by
-    ``jobs.config.typed.from_plain(Cell, plain)``.
-    """
+    """What to evaluate: one protocol setting on one (model, dataset, layer)."""
+    # ``setting`` is the config's name of the protocol setting (``knn20``), ``protocol`` its
+    # registry name (``knn``), ``settings`` the setting's values; ``encoder`` and
+    # ``dataset_config`` are set for a protocol that reads the encoder's weights; ``identity``
+    # says what the config's encoder and dataset are (``jobs.evaluation.encoder_identity``), which its
+    # record keeps. Shipped to
+    # a worker as ``pipeline.plain.to_plain(cell)``, rebuilt (and checked) by
+    # ``jobs.config.typed.from_plain(Cell, plain)``.
 
     model: str
     dataset: str
@@ -46,7 +34,7 @@ class Cell:
     val_split: str | None = None
     encoder: EncoderConfig | None = None
     dataset_config: DatasetConfig | None = None
-    identity: str | None = None  # what its arrays hold: encoder and dataset (jobs.encoder_identity); None: unknown
+    identity: str | None = None  # what its arrays hold: encoder and dataset (jobs.evaluation.encoder_identity); None: unknown
     encoder_identity: str | None = None  # the encoder's part alone (arrays of an older store record only it)
 
     @property

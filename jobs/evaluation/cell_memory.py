@@ -1,14 +1,4 @@
-"""How much memory each evaluation cell needs, and whether some Dask worker can hold it.
-
-A cell's peak memory is its protocol's model (``Protocol.memory_bytes``) of the cell's
-shapes: rows per split, feature width, stored dtype and classes. The shapes come from the
-store where the arrays are already there (any fingerprint: a re-extraction keeps them),
-else from the dataset (rows, classes) and the encoder run on the meta device (widths,
-no weights, no memory). Evaluation tasks then ask the scheduler for that much of a
-``MEMORY`` worker resource, so a worker never runs more cells at once than its memory
-holds; a cell larger than every worker is refused before the run starts, with the
-numbers, instead of being killed for lack of memory in the middle of it.
-"""
+"""How much memory each evaluation cell needs, and whether some Dask worker can hold it."""
 
 from __future__ import annotations
 
@@ -38,19 +28,7 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
 
 
 def parse_bytes(value: int | float | str, what: str = "size") -> int:
-    """Bytes of ``value``: a number, or a string such as ``"12 GiB"``, ``"500MB"``.
-
-    Parameters
-    ----------
-    value : int, float or str
-        The size.
-    what : str
-        Its name, for the error.
-
-    Returns
-    -------
-    int
-    """
+    """Bytes of ``value``: a number, or a string such as ``"12 GiB"``, ``"500MB"``."""
     if isinstance(value, bool):
         raise ConfigError(f"{what}: {value!r} is not a size; give bytes or e.g. '8GiB'")
     if isinstance(value, (int, float)):
@@ -74,17 +52,7 @@ def format_bytes(n: float) -> str:
 
 
 def declared_memory(memory_limit: int) -> int:
-    """The ``MEMORY`` resource a worker with ``memory_limit`` bytes declares.
-
-    Parameters
-    ----------
-    memory_limit : int
-        The worker's memory limit in bytes.
-
-    Returns
-    -------
-    int
-    """
+    """The ``MEMORY`` resource a worker with ``memory_limit`` bytes declares."""
     return int(memory_limit * MEMORY_SHARE)
 
 
@@ -102,17 +70,7 @@ class SplitShape:
 
 
 def stored_split_shape(store, model: str, dataset: str, split: str, layer: str) -> SplitShape | None:
-    """The shape of a stored feature array and its labels (None when either is absent).
-
-    Parameters
-    ----------
-    store : FeatureStore
-    model, dataset, split, layer : str
-
-    Returns
-    -------
-    SplitShape or None
-    """
+    """The shape of a stored feature array and its labels (None when either is absent)."""
     feats = store.status(feature_key(model, dataset, split, layer))
     if feats is None or len(feats.shape) not in (2, 3, 4):
         return None
@@ -127,18 +85,7 @@ def stored_split_shape(store, model: str, dataset: str, split: str, layer: str) 
 
 
 def cell_bytes(cell, shapes: Mapping[str, SplitShape]) -> int | None:
-    """Peak memory of ``cell`` from the shapes of its splits (None when a width is unknown).
-
-    Parameters
-    ----------
-    cell : jobs.evaluation.cell.Cell
-    shapes : mapping
-        Split name -> SplitShape, for every split of the cell.
-
-    Returns
-    -------
-    int or None
-    """
+    """Peak memory of ``cell`` from the shapes of its splits (None when a width is unknown)."""
     train, test = shapes[cell.train_split], shapes[cell.test_split]
     val = shapes.get(cell.val_split) if cell.val_split else None
     if train.dim is None:
@@ -151,26 +98,7 @@ def cell_bytes(cell, shapes: Mapping[str, SplitShape]) -> int | None:
 
 def estimate_cells(cells: Sequence, encoders: Iterable, adapters: Mapping[str, Any], store=None,
                    default_dtype: str = "float32") -> dict[str, int | None]:
-    """The peak memory of every cell (by label), before anything is extracted.
-
-    Parameters
-    ----------
-    cells : sequence of Cell
-    encoders : iterable of EncoderConfig
-        The run's encoders (their widths, dtypes and sources).
-    adapters : mapping
-        Dataset name -> adapter, for the rows and classes of splits not yet in the store.
-    store : FeatureStore or None
-        Where stored shapes are read first.
-    default_dtype : str
-        ``extract.dtype``: the stored dtype of encoders without their own.
-
-    Returns
-    -------
-    dict
-        Cell label -> bytes, or None where a width could not be known before extraction
-        (cells of protocols that read the encoder's weights are left out).
-    """
+    """The peak memory of every cell (by label), before anything is extracted."""
     by_name = {e.name: e for e in encoders}
     widths: dict[tuple, tuple | None] = {}  # by architecture: checkpoints of one share it
     shapes: dict[tuple[str, str, str, str], SplitShape | None] = {}
@@ -219,40 +147,13 @@ def _meta_widths(encoder) -> tuple[dict[str, tuple[int, ...]], tuple[int, int]] 
 
 
 def task_bytes(labels: Iterable[str], needs: Mapping[str, int | None]) -> int | None:
-    """What one task running ``labels`` one after another needs: the largest of them.
-
-    Parameters
-    ----------
-    labels : iterable of str
-    needs : mapping
-        Cell label -> bytes (None: unknown).
-
-    Returns
-    -------
-    int or None
-        None when no cell's need is known.
-    """
+    """What one task running ``labels`` one after another needs: the largest of them."""
     known = [needs[label] for label in labels if needs.get(label) is not None]
     return max(known) if known else None
 
 
 def check_cells_fit(needs: Mapping[str, int | None], capacities: Sequence[int], where: str) -> None:
-    """Refuse, with the numbers, cells that need more memory than every worker declares.
-
-    Parameters
-    ----------
-    needs : mapping
-        Cell label -> bytes (None: unknown, not checked).
-    capacities : sequence of int
-        ``MEMORY`` declared by each worker, in bytes.
-    where : str
-        The cluster, for the message.
-
-    Raises
-    ------
-    CellTooLargeError
-        Naming the largest cells, the bytes each needs and the largest worker's.
-    """
+    """Refuse, with the numbers, cells that need more memory than every worker declares."""
     if not capacities:
         return
     largest = max(capacities)

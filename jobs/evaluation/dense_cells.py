@@ -1,11 +1,4 @@
-"""A dense cell's input: the map layer's splits and their per-pixel targets, read from the store.
-
-The map arrays (n, h, w, d) and the targets their ``labels`` attribute names (uint8 class
-maps or float16 normals, at the encoder's input geometry) are read whole, in their stored
-dtypes. Training state is kept in the cell's scratch folder (under the store when it is a
-local folder, else ``$REPEVAL_HOME/scratch``), so an interrupted cell resumes; it is
-deleted once the cell is recorded.
-"""
+"""A dense cell's input: the map layer's splits and their per-pixel targets, read from the store."""
 
 from __future__ import annotations
 
@@ -26,49 +19,18 @@ DENSE_SCRATCH = "dense"
 
 
 def dense_scratch(store: FeatureStore, cell_id: str) -> Path:
-    """Where the dense cell ``cell_id`` keeps its training state.
-
-    Parameters
-    ----------
-    store : FeatureStore
-    cell_id : str
-
-    Returns
-    -------
-    Path
-    """
+    """Where the dense cell ``cell_id`` keeps its training state."""
     return scratch_folder(store, ExtractConfig(), DENSE_SCRATCH, cell_id)
 
 
 def remove_dense_scratch(store: FeatureStore, cell_id: str) -> None:
-    """Delete a recorded dense cell's training state.
-
-    Parameters
-    ----------
-    store : FeatureStore
-    cell_id : str
-    """
+    """Delete a recorded dense cell's training state."""
     shutil.rmtree(dense_scratch(store, cell_id), ignore_errors=True)
 
 
 def load_dense_data(arrays: dict[str, tuple[StoredArray, StoredArray]], cell: Any, protocol: Any,
                     scratch_dir: Path | None = None) -> Any:
-    """The ``DenseData`` of ``cell``: every split's maps and targets.
-
-    Parameters
-    ----------
-    arrays : dict
-        Split -> (maps, targets) stored arrays of the cell.
-    cell : Cell
-    protocol : Protocol
-        A dense protocol (its task must be the targets').
-    scratch_dir : Path, optional
-        The cell's scratch folder.
-
-    Returns
-    -------
-    DenseData
-    """
+    """The ``DenseData`` of ``cell``: every split's maps and targets."""
     train_maps, train_targets = arrays[cell.train_split]
     attrs = train_targets.attrs
     if attrs.get("kind") != "targets":

@@ -1,11 +1,5 @@
 """Evaluation job of a cell whose protocol reads stored features: one protocol setting on
-one stored feature array (train and test).
-
-Runs without Prefect. The cell's id is computed from fingerprints alone
-(``jobs.evaluation.identity``), so a cell that the ledger already holds is answered
-without reading a single feature. The protocol registry (numerical libraries) is
-imported only when a cell is identified or evaluated.
-"""
+one stored feature array (train and test)."""
 
 from __future__ import annotations
 
@@ -17,12 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from jobs.encoder_identity import belongs, owner_of, owners, point_identity
+from jobs.evaluation.encoder_identity import belongs, owner_of, owners, point_identity
 from jobs.evaluation.cell import Cell
 from jobs.evaluation.dense_cells import dense_scratch, load_dense_data, remove_dense_scratch
 from jobs.evaluation.identity import Arrays, cell_arrays, cell_identity, cell_weights
+from storage_schema.backend import store_base
 from jobs.evaluation.records import cell_lease, cell_record, write_record
-from jobs.failures import cell_failure, is_transient, one_line
+from jobs.run.failures import cell_failure, is_transient, one_line
 from pipeline.errors import StaleArrayError, WeightsMismatchError
 from pipeline.protocols.blocks import STREAM_BLOCK_ROWS
 from pipeline.protocols.registry import EvalData
@@ -48,16 +43,17 @@ class CellOutcome:
 
 def evaluate_cell(store: FeatureStore, cell: Cell, *, block_rows: int = DEFAULT_BLOCK_ROWS,
                   record: bool = True, ledger: Ledger | None = None) -> CellOutcome:
-    """Evaluate ``cell`` unless the ledger holds it; append the result to the ledger.
-
-    A recorded evaluation holds the cell's lease (``storage_schema.record_keys.cell_work_key``)
-    while it computes: a second run (or worker) asked for the same cell waits for it, then
-    takes the ledger's answer, so two runs at once compute each cell once."""
+    """Evaluate ``cell`` unless the ledger holds it; append the result to the ledger."""
+    # A recorded evaluation holds the cell's lease (``storage_schema.record_keys.cell_work_key``)
+    # while it computes: a second run (or worker) asked for the same cell waits for it, then
+    # takes the ledger's answer, so two runs at once compute each cell once.
     arrays = cell_arrays(store, cell)
     weights = cell_weights(cell, arrays)  # arrays of different weights give no cell, no verdict
     cid, settings, fps = cell_identity(store, cell, arrays)
     notes = {feats.key: owners(store, feats.key) for feats, _ in arrays.values()}
-    if not all(belongs(feats, notes[feats.key], cell.identity, cell.encoder_identity) for feats, _ in arrays.values()):
+    base = store_base(store)
+    if not all(belongs(feats, notes[feats.key], cell.identity, cell.encoder_identity, base)
+               for feats, _ in arrays.values()):
         # the record and pointer say whose weights and images were read, never this config's
         feats = arrays[cell.test_split][0]
         held = owner_of(feats, notes[feats.key])
@@ -131,13 +127,7 @@ def _compute(store: FeatureStore, ledger: Ledger, cell: Cell, arrays: Arrays, ci
 def check_unchanged(store: FeatureStore, cell: Cell, arrays: Arrays) -> None:
     """Refuse to record a cell whose arrays were replaced while it read them (another
     config's encoder of the same name extracted meanwhile, a re-extraction): its rows may
-    be of two encoders, and its record would claim the fingerprints it started from.
-
-    Raises
-    ------
-    StaleArrayError
-        Naming the replaced array; the next run evaluates the cell again.
-    """
+    be of two encoders, and its record would claim the fingerprints it started from."""
     for feats, labels in arrays.values():
         for st in (feats, labels):
             now = store.status(st.key)
@@ -150,14 +140,12 @@ def check_unchanged(store: FeatureStore, cell: Cell, arrays: Arrays) -> None:
 
 def evaluate_cells(store: FeatureStore, cells: list[Cell], *, unavailable: dict[tuple[str, str], str] | None = None,
                    block_rows: int = DEFAULT_BLOCK_ROWS) -> list[dict[str, Any]]:
-    """Evaluate each cell on its own: a cell that fails is reported and the others go on.
-
-    ``unavailable`` maps (model, dataset) to why its features could not be extracted this
-    run: those cells fail with that reason instead of a missing-array error. A transient
-    I/O error is raised (the task is retried; recorded cells are then answered from the
-    ledger). Returns one outcome per cell: its names, ``status`` ("computed", "cached" or
-    "failed"), ``cell_id`` and, when failed, ``error_type`` and one-line ``reason``.
-    """
+    """Evaluate each cell on its own: a cell that fails is reported and the others go on."""
+    # ``unavailable`` maps (model, dataset) to why its features could not be extracted this
+    # run: those cells fail with that reason instead of a missing-array error. A transient
+    # I/O error is raised (the task is retried; recorded cells are then answered from the
+    # ledger). Returns one outcome per cell: its names, ``status`` ("computed", "cached" or
+    # "failed"), ``cell_id`` and, when failed, ``error_type`` and one-line ``reason``.
     unavailable = unavailable or {}
     ledger = Ledger(store)
     outcomes = []
@@ -181,28 +169,12 @@ def evaluate_cells(store: FeatureStore, cells: list[Cell], *, unavailable: dict[
 
 def load_eval_data(arrays: Arrays, cell: Cell, protocol: Any, *,
                    block_rows: int = DEFAULT_BLOCK_ROWS) -> Any:
-    """The protocol's input for ``cell``: labels and features of every split, read from the store.
-
-    Test and validation features are read whole, in their stored dtype. The train
-    features are read whole only for a protocol that does not ``streams_train``; for one
-    that does, ``EvalData.train_blocks`` streams them from Zarr in blocks of whole chunks
-    (about ``block_rows`` rows, no chunk read twice), so memory does not grow with the
-    train split.
-
-    Parameters
-    ----------
-    arrays : dict
-        Split -> (features, labels) stored arrays of the cell.
-    cell : Cell
-    protocol : Protocol
-        The protocol that will run (its ``streams_train`` flag decides).
-    block_rows : int
-        Rows per streamed block (rounded to whole chunks).
-
-    Returns
-    -------
-    EvalData
-    """
+    """The protocol's input for ``cell``: labels and features of every split, read from the store."""
+    # Test and validation features are read whole, in their stored dtype. The train
+    # features are read whole only for a protocol that does not ``streams_train``; for one
+    # that does, ``EvalData.train_blocks`` streams them from Zarr in blocks of whole chunks
+    # (about ``block_rows`` rows, no chunk read twice), so memory does not grow with the
+    # train split.
     train_feats, train_labels = arrays[cell.train_split]
     test_feats, test_labels = arrays[cell.test_split]
     class_names = train_labels.attrs.get("class_names") or []

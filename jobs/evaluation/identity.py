@@ -1,23 +1,4 @@
-"""A cell's identity: the ledger key of its record, found from what the cell reads.
-
-Every cell id comes from ``storage_schema.ledger.cell_id`` over the fingerprints of what
-the cell reads, its protocol, the settings that decide its result and the protocol's
-version, so the same work under other names finds the same record.
-
-- A cell of a protocol that reads stored features is identified from the store's
-  metadata alone (the arrays' and labels' fingerprints): no feature is read, no model
-  built (:func:`cell_identity`, :func:`identify_cells`).
-- A cell of a protocol that reads the encoder's weights is identified by the weights'
-  fingerprint, a hash of the model's input (architecture and data config), the images'
-  fingerprints (``storage_schema.ledger.encoder_fingerprints``) and the contents of the
-  local files its settings name: computing it builds the model on the CPU
-  (:func:`weights_identity`). A pointer per (encoder, dataset, setting) name in the store
-  says which record a name last used (``jobs.evaluation.records.point_to``), so a listing
-  finds it without torch.
-
-:func:`recorded_cells` answers, for cells of any protocol, which are recorded at their
-current settings, without computing anything.
-"""
+"""A cell's identity: the ledger key of its record, found from what the cell reads."""
 
 from __future__ import annotations
 
@@ -28,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.config.protocols import settings_hash
-from jobs.encoder_identity import belongs, owners, pointed_record, record_identity
+from storage_schema.backend import store_base
+from jobs.evaluation.encoder_identity import belongs, owners, pointed_record, record_identity
 from jobs.evaluation.cell import Cell
 from pipeline.errors import DataValidationError, WeightsMismatchError
 from pipeline.plain import to_plain
@@ -60,14 +42,7 @@ def cell_arrays(store: FeatureStore, cell: Cell) -> Arrays:
 
 def cell_weights(cell: Cell, arrays: Arrays) -> str | None:
     """The one weights fingerprint every feature array of ``cell`` came from (None: unknown,
-    e.g. imported features).
-
-    Raises
-    ------
-    WeightsMismatchError
-        Two arrays came from different weights (a checkpoint rewritten between the
-        extraction of its splits): the cell is not computed from them (one line, naming both).
-    """
+    e.g. imported features)."""
     named = {f"{split} features {feats.key}": array_weights(feats.attrs) for split, (feats, _) in arrays.items()}
     why = weights_disagreement(named)
     if why is not None:
@@ -98,7 +73,7 @@ def identify_cells(store: FeatureStore, cells: list[Cell]) -> list[str | None]:
 
 def _identify(store: FeatureStore, cells: list[Cell]) -> list[tuple[str | None, bool]]:
     """(cell id, whether its arrays hold what its identity extracts) of each feature cell
-    (``jobs.encoder_identity.belongs``)."""
+    (``jobs.evaluation.encoder_identity.belongs``)."""
     statuses: dict[str, Any] = {}
     resolved: dict[str, tuple[dict[str, Any], int | str]] = {}
 
@@ -114,7 +89,7 @@ def _identify(store: FeatureStore, cells: list[Cell]) -> list[tuple[str | None, 
             return True
         if feats.key not in notes:
             notes[feats.key] = owners(store, feats.key)
-        return belongs(feats, notes[feats.key], cell.identity, cell.encoder_identity)
+        return belongs(feats, notes[feats.key], cell.identity, cell.encoder_identity, store_base(store))
 
     out: list[tuple[str | None, bool]] = []
     for cell in cells:
@@ -156,19 +131,7 @@ class CellIdentity:
 
 
 def weights_identity(cell: Cell, adapter: Any) -> CellIdentity:
-    """The cell's id and provenance: builds the encoder on the CPU to fingerprint its weights.
-
-    Parameters
-    ----------
-    cell : Cell
-        A cell of a protocol that reads the encoder's weights.
-    adapter : DatasetAdapter
-        Its dataset's adapter.
-
-    Returns
-    -------
-    CellIdentity
-    """
+    """The cell's id and provenance: builds the encoder on the CPU to fingerprint its weights."""
     # deferred: torch and timm load for a cell that reads an encoder's weights; recorded cells are found
     # without them
     from jobs.extraction.loaded_weights import file_signature, load_checked, weights_file
@@ -207,21 +170,10 @@ def recorded_cells(store: Any, cells: Iterable[Cell]) -> tuple[list[dict[str, An
     """(records found, as ``cell_id`` + names; cells without a record at their current
     settings), without computing anything: a feature cell from its arrays' metadata, a
     weights cell from its name's pointer (no encoder is loaded; a changed checkpoint file
-    is seen by the next run, which checks the weights).
-
-    Only records of the cell's own encoder are found (``jobs.encoder_identity``): where the
-    name's arrays (or its pointer) hold another config's weights, the cell's identity
-    pointer answers, else the cell is not recorded; never the other config's number.
-
-    Parameters
-    ----------
-    store : FeatureStore
-    cells : iterable of Cell
-
-    Returns
-    -------
-    (list of dict, list of Cell)
-    """
+    is seen by the next run, which checks the weights)."""
+    # Only records of the cell's own encoder are found (``jobs.evaluation.encoder_identity``): where the
+    # name's arrays (or its pointer) hold another config's weights, the cell's identity
+    # pointer answers, else the cell is not recorded; never the other config's number.
     cells = list(cells)
     ledger = Ledger(store)
     features = [c for c in cells if c.entry.reads_features]

@@ -1,14 +1,4 @@
-"""A cell's ledger record: built one way for every protocol, written one way.
-
-A record holds the cell's names, its protocol and version, every setting and the hash of
-those that decide the result, the fingerprints of what it read, the result (metrics,
-diagnostics, warnings, convergence), sizes, timings and provenance. Writing it: first
-what the record names (its example pictures; its evidence and predicted maps, under the
-cell's evidence lease), then the record, so a record never names what is not there; for
-a cell whose id needs the encoder built (a protocol that reads its weights), then the
-pointer from the cell's names to the record (``jobs.evaluation.records.point_to``); for
-every cell, the pointer from its encoder identity to the record (``jobs.encoder_identity``).
-"""
+"""A cell's ledger record: built one way for every protocol, written one way."""
 
 from __future__ import annotations
 
@@ -17,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from jobs.encoder_identity import point_identity
+from jobs.evaluation.encoder_identity import point_identity
 from jobs.evaluation.cell import Cell
 from pipeline.plain import to_plain
 from storage_schema import FeatureStore, record_keys
@@ -34,17 +24,7 @@ log = logging.getLogger(__name__)
 @contextmanager
 def cell_lease(store: FeatureStore, cid: str, label: str) -> Iterator[None]:
     """Hold the lease of cell ``cid`` while it is computed (``storage_schema.record_keys.cell_work_key``):
-    a second run asked for the same cell waits here, then finds its record in the ledger.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        A writable store.
-    cid : str
-        The cell id.
-    label : str
-        The cell's name, for the line said while waiting.
-    """
+    a second run asked for the same cell waits here, then finds its record in the ledger."""
     with work_lease(store, record_keys.cell_work_key(cid), f"cell {label} is being computed by another run: "
                     "waiting for its record"):
         yield
@@ -53,17 +33,7 @@ def cell_lease(store: FeatureStore, cid: str, label: str) -> Iterator[None]:
 @contextmanager
 def work_lease(store: FeatureStore, key: str, waiting: str) -> Iterator[None]:
     """Hold the lease on ``key`` while a piece of work runs, saying ``waiting`` (once) when
-    another run holds it.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        A writable store.
-    key : str
-        The lease key (``storage_schema.record_keys``).
-    waiting : str
-        The line logged while another run holds it.
-    """
+    another run holds it."""
     lease = store.lease(key)
     if not lease.acquire(wait=False):
         log.info("%s", waiting)
@@ -77,32 +47,7 @@ def work_lease(store: FeatureStore, key: str, waiting: str) -> Iterator[None]:
 def cell_record(cell: Cell, cid: str, settings: dict[str, Any], fingerprints: dict[str, str], result: Any, *,
                 n_train: int, n_test: int, timings: dict[str, Any], provenance: dict[str, Any],
                 **extra: Any) -> dict[str, Any]:
-    """The ledger record of ``cell``'s ``result``.
-
-    Parameters
-    ----------
-    cell : Cell
-    cid : str
-        Its cell id.
-    settings : dict
-        Every setting (resolved).
-    fingerprints : dict
-        What it read, by name.
-    result : ProtocolResult
-    n_train, n_test : int
-        Rows (or images) it trained and was tested on.
-    timings : dict
-        Seconds spent reading and fitting.
-    provenance : dict
-        Where the encoder and the data came from.
-    **extra
-        Fields of one kind of cell (a feature cell's ``dim``, a weights cell's ``gpu``).
-
-    Returns
-    -------
-    dict
-        JSON-able.
-    """
+    """The ledger record of ``cell``'s ``result``."""
     entry = cell.entry
     return to_plain({
         "cell_id": cid, "model": cell.model, "dataset": cell.dataset, "layer": cell.layer,
@@ -111,7 +56,7 @@ def cell_record(cell: Cell, cid: str, settings: dict[str, Any], fingerprints: di
         "fingerprints": fingerprints, "metrics": dict(result.metrics), "diagnostics": dict(result.diagnostics),
         "warnings": result.warnings, "converged": bool(result.diagnostics.get("converged", True)),
         "n_train": int(n_train), "n_test": int(n_test), **extra, "timings": timings,
-        # what the config's encoder and dataset were (jobs.encoder_identity); None: unknown
+        # what the config's encoder and dataset were (jobs.evaluation.encoder_identity); None: unknown
         "provenance": {**provenance, "config_identity": cell.identity},
         "recorded": now_iso(),
     })
@@ -119,26 +64,7 @@ def cell_record(cell: Cell, cid: str, settings: dict[str, Any], fingerprints: di
 
 def write_record(store: FeatureStore, ledger: Ledger, cell: Cell, record: dict[str, Any], result: Any,
                  labels_key: str | None = None) -> bool:
-    """Write what the record names, then the record (see the module doc).
-
-    Parameters
-    ----------
-    store : FeatureStore
-    ledger : Ledger
-        The store's ledger.
-    cell : Cell
-    record : dict
-        What :func:`cell_record` built.
-    result : ProtocolResult
-        Its evidence, predicted maps and pictures are written first.
-    labels_key : str, optional
-        The test labels the evidence pairs on (a comparison reads them back).
-
-    Returns
-    -------
-    bool
-        False when another process recorded the cell meanwhile (its record is kept).
-    """
+    """Write what the record names, then the record (see the module doc)."""
     cid = record["cell_id"]
     if result.pictures is not None:  # first, so that a record never lacks its pictures
         store.backend.write_atomic(record_keys.examples_key(cid), result.pictures)
@@ -156,15 +82,7 @@ def write_record(store: FeatureStore, ledger: Ledger, cell: Cell, record: dict[s
 
 def point_to(store: Any, cell: Cell, cid: str) -> None:
     """Remember that the weights cell of these names uses record ``cid`` (a later listing
-    finds it without building the encoder).
-
-    Parameters
-    ----------
-    store : FeatureStore
-    cell : Cell
-    cid : str
-        Its cell id.
-    """
+    finds it without building the encoder)."""
     body = {"cell_id": cid, "protocol": cell.protocol, "updated": now_iso()}
     store.backend.write_atomic(record_keys.encoder_cell_key(cell.model, cell.dataset, cell.setting),
                                canonical_json(body).encode())

@@ -1,15 +1,5 @@
 """Units of work of the cells whose protocol reads the encoder's weights, each runnable
-without Prefect.
-
-The registry entry decides how such a cell runs. One whose run splits into grid points
-(``Protocol.grid``: fine-tuning) is ``1 + N`` units: :func:`grid_point` trains and scores
-one point (resumable from its scratch folder; any number run in parallel, one per
-process), then :func:`grid_finish` selects, refits, tests and writes the record. Any
-other (the diagnostics: saliency, colour detail) is one unit, :func:`weights_cell`. Every
-unit first looks its cell up in the ledger: a recorded cell is answered without
-training. One training run at a time per process: dropout draws from the process-wide
-torch generator, which two runs in threads of one process would share.
-"""
+without Prefect."""
 
 from __future__ import annotations
 
@@ -18,13 +8,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jobs.config.run import ExtractConfig
-from jobs.encoder_identity import point_identity
+from jobs.evaluation.encoder_identity import point_identity
 from jobs.evaluation.cell import Cell
 from jobs.evaluation.identity import CellIdentity, weights_identity
 from jobs.evaluation.records import cell_lease, cell_record, point_to, work_lease, write_record
 from jobs.evaluation.scratch import remove_scratch, scratch_folder
 from jobs.extraction.loaded_weights import file_signature, weights_file
-from jobs.plan import make_adapter
+from jobs.run.plan import make_adapter
 from pipeline.errors import DataValidationError, WeightsChangedError
 from pipeline.protocols.cell import ImageData
 from storage_schema import record_keys
@@ -58,21 +48,7 @@ def _image_data(store: Any, cell: Cell, adapter: Any, ident: CellIdentity, extra
 
 
 def grid_point(store: Any, cell: Cell, index: int, extract: ExtractConfig) -> dict[str, Any]:
-    """Train and score grid point ``index`` of a cell, resuming a saved state.
-
-    Parameters
-    ----------
-    store : the FeatureStore the record goes to (and, when local, the scratch folder).
-    cell : a cell whose protocol has a grid (``finetune``).
-    index : the point's position in its grid.
-    extract : the config's ``extract`` section (``device``, ``scratch_dir``).
-
-    Returns
-    -------
-    dict
-        ``status`` (``cached`` when the cell is recorded, else ``done``), ``cell_id``,
-        ``index`` and, when done, ``result`` (what the grid's ``run_point`` returned).
-    """
+    """Train and score grid point ``index`` of a cell, resuming a saved state."""
     adapter = make_adapter(cell.dataset_config)
     ident = weights_identity(cell, adapter)
     cached = _cached(store, cell, ident, Ledger(store))
@@ -92,26 +68,7 @@ def grid_point(store: Any, cell: Cell, index: int, extract: ExtractConfig) -> di
 
 
 def grid_finish(store: Any, cell: Cell, points: Sequence[Mapping[str, Any]], extract: ExtractConfig) -> dict[str, Any]:
-    """Select the best grid point, refit it, test it, record the cell.
-
-    Parameters
-    ----------
-    store : the FeatureStore.
-    cell : a cell whose protocol has a grid.
-    points : the outcomes of :func:`grid_point`, one per grid point; a point not done
-        here (cached meanwhile) is run again from its saved state.
-    extract : the config's ``extract`` section.
-
-    Returns
-    -------
-    dict
-        The cell's outcome: names, ``cell_id``, ``status`` (``computed`` or ``cached``).
-
-    Raises
-    ------
-    DataValidationError
-        A grid point failed (its reason is named), or every point diverged.
-    """
+    """Select the best grid point, refit it, test it, record the cell."""
     adapter = make_adapter(cell.dataset_config)
     ident = weights_identity(cell, adapter)
     cached = _cached(store, cell, ident, Ledger(store))
@@ -129,19 +86,7 @@ def grid_finish(store: Any, cell: Cell, points: Sequence[Mapping[str, Any]], ext
 
 def weights_cell(store: Any, cell: Cell, extract: ExtractConfig) -> dict[str, Any]:
     """Run a cell whose protocol reads the encoder's weights in one unit (a diagnostic), and
-    record it with its example pictures.
-
-    Parameters
-    ----------
-    store : the FeatureStore.
-    cell : the cell.
-    extract : the config's ``extract`` section (``device``).
-
-    Returns
-    -------
-    dict
-        The cell's outcome: names, ``cell_id``, ``status`` (``computed`` or ``cached``).
-    """
+    record it with its example pictures."""
     adapter = make_adapter(cell.dataset_config)
     ident = weights_identity(cell, adapter)
     cached = _cached(store, cell, ident, Ledger(store))

@@ -1,14 +1,4 @@
-"""Per-pixel targets of a dense dataset's split, stored once per input geometry.
-
-An encoder's map layer covers the resized and centre-cropped image its transform gives,
-so the targets its dense cells read are the same crop of the ground truth
-(:mod:`pipeline.datasets.dense_geometry`). They are stored beside the split's labels as
-``datasets/<dataset>/<split>/targets-<geometry>`` (uint8 class maps with 255 ignored, or
-float16 unit normals with the zero vector where invalid), chunked per block of images,
-through the store's one write path under the labels' lease; every encoder with the same
-geometry shares them. The map layer's ``labels`` attribute names them, so its cells read
-them as their labels, and their fingerprint keys the cells.
-"""
+"""Per-pixel targets of a dense dataset's split, stored once per input geometry."""
 
 from __future__ import annotations
 
@@ -36,19 +26,7 @@ TARGETS_FORMAT = 1
 
 
 def targets_layout(dataset: DatasetAdapter, geometry: dict[str, Any]) -> tuple[tuple[int, ...], str]:
-    """(shape of one image's target, stored dtype) of a dense dataset at ``geometry``.
-
-    Parameters
-    ----------
-    dataset : DatasetAdapter
-        A dense dataset (``dense_task`` set).
-    geometry : dict
-        From ``target_geometry``.
-
-    Returns
-    -------
-    tuple
-    """
+    """(shape of one image's target, stored dtype) of a dense dataset at ``geometry``."""
     h, w = geometry["size"]
     if dataset.dense_task == "segmentation":
         return (h, w), "uint8"
@@ -59,25 +37,7 @@ def targets_layout(dataset: DatasetAdapter, geometry: dict[str, Any]) -> tuple[t
 
 def target_chunks(dataset: DatasetAdapter, split: str, geometry: dict[str, Any], chunk_rows: int,
                   chunks: Iterable[int]) -> Iterator[tuple[int, np.ndarray]]:
-    """The rows of the given chunks of a split's targets, each chunk whole.
-
-    Parameters
-    ----------
-    dataset : DatasetAdapter
-        The dense dataset.
-    split : str
-    geometry : dict
-        From ``target_geometry``.
-    chunk_rows : int
-        Images per chunk.
-    chunks : iterable of int
-        The chunks to compute.
-
-    Yields
-    ------
-    tuple
-        ``(chunk, rows)``.
-    """
+    """The rows of the given chunks of a split's targets, each chunk whole."""
     n = dataset.num_samples(split)
     _, dtype = targets_layout(dataset, geometry)
     for chunk in chunks:
@@ -92,20 +52,8 @@ _CHECKED: set[str] = set()  # datasets (by their splits' fingerprints) whose eve
 def check_every_target(dataset: DatasetAdapter) -> None:
     """Refuse a dense dataset any of whose targets (every split) a run would refuse, naming
     the files, before any target or feature array is made: a label out of range in the test
-    split is found before the train split is extracted, and leaves no partial array.
-
-    Checked once per process and dataset state (its splits' fingerprints).
-
-    Parameters
-    ----------
-    dataset : DatasetAdapter
-        A dense dataset.
-
-    Raises
-    ------
-    DatasetError
-        The first bad target's message, and how many there are.
-    """
+    split is found before the train split is extracted, and leaves no partial array."""
+    # Checked once per process and dataset state (its splits' fingerprints).
     state = stable_hash({split: dataset.fingerprint(split) for split in dataset.splits
                          if split != dataset.pooled_split})
     if state in _CHECKED:
@@ -119,25 +67,7 @@ def check_every_target(dataset: DatasetAdapter) -> None:
 
 def store_targets(store: FeatureStore, dataset: DatasetAdapter, split: str, data_config: dict[str, Any],
                   lease_ttl: float = DEFAULT_TTL) -> str:
-    """Write the split's targets at the geometry of ``data_config`` unless they are stored; their key.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        A writable store.
-    dataset : DatasetAdapter
-        A dense dataset.
-    split : str
-    data_config : dict
-        The encoder's data config (its eval transform's resize and crop).
-    lease_ttl : float
-        TTL of the labels' lease, in seconds.
-
-    Returns
-    -------
-    str
-        The targets' key.
-    """
+    """Write the split's targets at the geometry of ``data_config`` unless they are stored; their key."""
     geometry = target_geometry(data_config)
     key = targets_key(dataset.name, split, geometry_tag(geometry))
     fingerprint = stable_hash({"format": TARGETS_FORMAT, "dataset": dataset.fingerprint(split), "geometry": geometry,

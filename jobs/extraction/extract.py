@@ -1,9 +1,4 @@
-"""Extraction job: one encoder on one dataset split into the store, every layer at once.
-
-Runs without Prefect. Batches are aligned to chunks (a chunk is ``chunk_batches`` whole
-batches), so a resumed run feeds the model exactly the batches an uninterrupted run
-would have, and the stored array is bitwise the same.
-"""
+"""Extraction job: one encoder on one dataset split into the store, every layer at once."""
 
 from __future__ import annotations
 
@@ -61,36 +56,12 @@ def extract(
     config: ExtractConfig = ExtractConfig(),
     expected_weights: list[int] | None = None,
 ) -> ExtractionReport:
-    """Extract every requested layer of ``encoder`` on ``dataset``/``split`` into ``store``.
-
-    Complete arrays with the same fingerprint are reused without a forward pass, also
-    when stored under another model name (identical weights in another file): the layer is
-    then recorded as an alias of that array, with this encoder's own provenance. A partial
-    array is resumed at its first missing chunk; a stale one (other weights, preprocessing
-    or data) is replaced. One process writes a (model, dataset, split) group at a time.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        A writable store.
-    encoder : EncoderSpec or Encoder
-        What to extract (a spec is loaded on ``config.device``).
-    dataset : DatasetAdapter
-        An image dataset.
-    split : str
-        One of the dataset's splits.
-    config : ExtractConfig
-        Batching, dtype, device and lease settings.
-    expected_weights : list of int, optional
-        The checkpoint file's signature when the run was planned
-        (``jobs.extraction.loaded_weights.file_signature``): a file rewritten since is
-        refused (``WeightsChangedError``) before anything is written.
-
-    Returns
-    -------
-    ExtractionReport
-        What was done (``status``), the keys and fingerprints, and the throughput.
-    """
+    """Extract every requested layer of ``encoder`` on ``dataset``/``split`` into ``store``."""
+    # Complete arrays with the same fingerprint are reused without a forward pass, also
+    # when stored under another model name (identical weights in another file): the layer is
+    # then recorded as an alias of that array, with this encoder's own provenance. A partial
+    # array is resumed at its first missing chunk; a stale one (other weights, preprocessing
+    # or data) is replaced. One process writes a (model, dataset, split) group at a time.
     config.validate()
     store.check_writable()
     if not dataset.has_images:

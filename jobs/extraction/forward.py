@@ -1,9 +1,4 @@
-"""The forward pass as the store lays it out, shared by extraction and repair.
-
-A chunk is a whole number of batches and no batch straddles two chunks, so the rows of any
-chunk come from exactly the batches an uninterrupted extraction fed the model: a resumed
-or repaired chunk is bitwise what a single run writes.
-"""
+"""The forward pass as the store lays it out, shared by extraction and repair."""
 
 from __future__ import annotations
 
@@ -29,39 +24,13 @@ log = logging.getLogger(__name__)
 
 
 def layer_dtype(layer: str, dtype: str) -> str:
-    """The stored dtype of ``layer``: the extraction's, or float16 for token features and maps.
-
-    Parameters
-    ----------
-    layer : str
-        A layer name.
-    dtype : str
-        The extraction's dtype.
-
-    Returns
-    -------
-    str
-    """
+    """The stored dtype of ``layer``: the extraction's, or float16 for token features and maps."""
     return TOKENS_DTYPE if is_token_layer(layer) else MAP_DTYPE if is_map_layer(layer) else dtype
 
 
 def map_attrs(layer: str, shape: Sequence[int], data_config: dict) -> dict:
     """What a map layer's array records beside its provenance: its grid (h, w), the input it
-    covers (H, W) and the stride between grid cells in input pixels; nothing for other layers.
-
-    Parameters
-    ----------
-    layer : str
-        A layer name.
-    shape : sequence of int
-        One image's features, ``(h, w, d)`` for a map layer.
-    data_config : dict
-        The encoder's data config (its ``input_size``).
-
-    Returns
-    -------
-    dict
-    """
+    covers (H, W) and the stride between grid cells in input pixels; nothing for other layers."""
     if not is_map_layer(layer):
         return {}
     h, w = int(shape[0]), int(shape[1])
@@ -71,26 +40,7 @@ def map_attrs(layer: str, shape: Sequence[int], data_config: dict) -> dict:
 
 def layer_fingerprints(encoder: Encoder, dataset_fingerprint: str, split: str, dtype: str,
                        decode: str = "pil") -> dict[str, str]:
-    """The fingerprint of each requested layer's array: what its rows depend on.
-
-    Parameters
-    ----------
-    encoder : Encoder
-        The loaded encoder (its weights fingerprint, data config, pooling, precision).
-    dataset_fingerprint : str
-        The split's fingerprint.
-    split : str
-        The split's name.
-    dtype : str
-        The extraction's dtype (token layers: float16, see :func:`layer_dtype`).
-    decode : str
-        Where images were decoded and resized (``pil`` or ``device``).
-
-    Returns
-    -------
-    dict
-        Layer name -> array fingerprint.
-    """
+    """The fingerprint of each requested layer's array: what its rows depend on."""
     pooling = encoder.layer_pooling()
     return {
         layer: array_fingerprint(
@@ -106,19 +56,7 @@ def layer_fingerprints(encoder: Encoder, dataset_fingerprint: str, split: str, d
 def loader_settings(num_workers: int | str, pin_memory: bool | str, device: torch.device) -> tuple[int, bool]:
     """DataLoader worker processes and pinning: ``auto`` is none on the CPU; on a GPU, one
     worker per core this process may use (shared between the machine's GPUs, at most 16)
-    and pinned batches (their copies to the GPU do not block).
-
-    Parameters
-    ----------
-    num_workers : int or "auto"
-    pin_memory : bool or "auto"
-    device : torch.device
-        The extraction device.
-
-    Returns
-    -------
-    tuple of (int, bool)
-    """
+    and pinned batches (their copies to the GPU do not block)."""
     gpu = device.type == "cuda"
     if num_workers == "auto":
         num_workers = min(16, max(1, available_cores() // max(1, torch.cuda.device_count()))) if gpu else 0
@@ -126,19 +64,7 @@ def loader_settings(num_workers: int | str, pin_memory: bool | str, device: torc
 
 
 def decode_mode(requested: str, dataset: DatasetAdapter, encoder: Encoder) -> str:
-    """``device`` where asked and possible (image files, a transform with a tensor form), else ``pil``.
-
-    Parameters
-    ----------
-    requested : str
-        ``extract.decode``.
-    dataset : DatasetAdapter
-    encoder : Encoder
-
-    Returns
-    -------
-    str
-    """
+    """``device`` where asked and possible (image files, a transform with a tensor form), else ``pil``."""
     if requested != "device":
         return "pil"
     if not dataset.has_image_files:
@@ -152,21 +78,9 @@ def decode_mode(requested: str, dataset: DatasetAdapter, encoder: Encoder) -> st
 
 
 def recorded_spec(spec: EncoderSpec) -> dict:
-    """The spec as stored with an array for ``repeval repair``.
-
-    A checkpoint is recorded by its absolute path (the weights fingerprint in the array's
-    provenance tells whether the file still holds the same weights).
-
-    Parameters
-    ----------
-    spec : EncoderSpec
-        The encoder's spec.
-
-    Returns
-    -------
-    dict
-        JSON-able fields of the spec.
-    """
+    """The spec as stored with an array for ``repeval repair``."""
+    # A checkpoint is recorded by its absolute path (the weights fingerprint in the array's
+    # provenance tells whether the file still holds the same weights).
     out = to_plain(spec)
     if spec.weights_kind == "checkpoint":
         out["weights"] = str(Path(spec.weights).expanduser().resolve())
@@ -174,24 +88,7 @@ def recorded_spec(spec: EncoderSpec) -> dict:
 
 
 def chunk_batches(chunks: Sequence[int], n: int, chunk_rows: int, batch_size: int) -> list[list[int]]:
-    """Row indices of every batch of the given chunks, in order; batches never straddle chunks.
-
-    Parameters
-    ----------
-    chunks : sequence of int
-        Chunk indices.
-    n : int
-        Rows in the split.
-    chunk_rows : int
-        Rows per chunk (a multiple of ``batch_size``, or the whole split).
-    batch_size : int
-        Rows per batch.
-
-    Returns
-    -------
-    list of list of int
-        One list of row indices per batch.
-    """
+    """Row indices of every batch of the given chunks, in order; batches never straddle chunks."""
     batches = []
     for c in chunks:
         start, stop = c * chunk_rows, min((c + 1) * chunk_rows, n)
@@ -201,30 +98,7 @@ def chunk_batches(chunks: Sequence[int], n: int, chunk_rows: int, batch_size: in
 
 def batch_loader(dataset: DatasetAdapter, split: str, encoder: Encoder, batches: list[list[int]],
                  num_workers: int = 0, pin_memory: bool | None = None, decode: str = "pil") -> DataLoader:
-    """A DataLoader yielding ``(images, row indices)`` for exactly ``batches``.
-
-    Parameters
-    ----------
-    dataset : DatasetAdapter
-        The dataset.
-    split : str
-        The split.
-    encoder : Encoder
-        Gives the preprocessing and the device.
-    batches : list of list of int
-        Row indices per batch (from :func:`chunk_batches`).
-    num_workers : int
-        DataLoader worker processes reading (and with ``pil``, decoding) images.
-    pin_memory : bool or None
-        Page-locked batches; None: on a GPU.
-    decode : str
-        ``pil``: batches of preprocessed images; ``device``: lists of the files' bytes.
-
-    Returns
-    -------
-    torch.utils.data.DataLoader
-        The loader.
-    """
+    """A DataLoader yielding ``(images, row indices)`` for exactly ``batches``."""
     if decode == "device":
         items, collate = EncodedImageDataset(dataset, split), collate_encoded
     else:
@@ -241,17 +115,7 @@ def batch_loader(dataset: DatasetAdapter, split: str, encoder: Encoder, batches:
 @dataclass(frozen=True)
 class KnownRows:
     """Rows of a split whose features an earlier pass already computed (the early pass):
-    extraction copies them instead of passing their images through the encoder again.
-
-    Parameters
-    ----------
-    rows : numpy.ndarray
-        Sorted row indices of the split.
-    features : dict
-        Layer -> (len(rows), ...) features of those rows, in the extraction's dtype.
-    source : str
-        Where they came from (an early subset's id), for the arrays' provenance.
-    """
+    extraction copies them instead of passing their images through the encoder again."""
 
     rows: np.ndarray
     features: dict[str, np.ndarray]
@@ -261,24 +125,9 @@ class KnownRows:
 def chunk_plan(chunks: Sequence[int], n: int, chunk_rows: int, batch_size: int,
                known: np.ndarray | None = None) -> list[tuple[int, list[list[int]]]]:
     """Each chunk with the batches of its rows to compute: its rows not in ``known``, in
-    order, cut into batches of ``batch_size``; batches never straddle chunks.
-
-    Without ``known`` these are exactly :func:`chunk_batches`' batches. With it, a resumed
-    or repaired chunk is fed the same batches as long as the same rows are known.
-
-    Parameters
-    ----------
-    chunks : sequence of int
-        Chunk indices, increasing.
-    n, chunk_rows, batch_size : int
-        Rows in the split, per chunk and per batch.
-    known : numpy.ndarray, optional
-        Rows whose features are already at hand.
-
-    Returns
-    -------
-    list of (int, list of list of int)
-    """
+    order, cut into batches of ``batch_size``; batches never straddle chunks."""
+    # Without ``known`` these are exactly :func:`chunk_batches`' batches. With it, a resumed
+    # or repaired chunk is fed the same batches as long as the same rows are known.
     taken = set() if known is None else set(np.asarray(known).tolist())
     plan = []
     for c in chunks:
@@ -291,43 +140,11 @@ def forward_chunks(encoder: Encoder, dataset: DatasetAdapter, split: str, chunks
                    chunk_rows: int, batch_size: int, dtype: str, num_workers: int = 0,
                    on_batch: Callable[[int], None] | None = None, pin_memory: bool | None = None,
                    decode: str = "pil", known: KnownRows | None = None) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-    """Run the encoder over the rows of ``chunks`` and yield each chunk once it is whole.
-
-    The device works one batch ahead: a batch's features are copied back without
-    blocking while the next batch is read, decoded and queued, and are only waited for
-    afterwards (on the CPU everything is synchronous and the rows are the same). Rows in
-    ``known`` are copied into their chunks, not computed (:func:`chunk_plan`).
-
-    Parameters
-    ----------
-    encoder : Encoder
-        The loaded encoder; every layer it extracts is yielded.
-    dataset : DatasetAdapter
-        The dataset.
-    split : str
-        The split.
-    chunks : sequence of int
-        The chunks to compute, in increasing order.
-    chunk_rows, batch_size : int
-        The array's rows per chunk and the extraction's rows per batch.
-    dtype : str
-        The dtype of the yielded rows (token layers: float16, see :func:`layer_dtype`).
-    num_workers : int
-        DataLoader worker processes.
-    on_batch : callable, optional
-        Called with the number of images of every batch after its forward pass is queued.
-    pin_memory : bool or None
-        Page-locked batches; None: on a GPU.
-    decode : str
-        ``pil`` or ``device`` (see :func:`decode_mode`).
-    known : KnownRows, optional
-        Rows already computed (every layer of the encoder).
-
-    Yields
-    ------
-    tuple
-        ``(chunk, {layer: rows})`` with every row of the chunk.
-    """
+    """Run the encoder over the rows of ``chunks`` and yield each chunk once it is whole."""
+    # The device works one batch ahead: a batch's features are copied back without
+    # blocking while the next batch is read, decoded and queued, and are only waited for
+    # afterwards (on the CPU everything is synchronous and the rows are the same). Rows in
+    # ``known`` are copied into their chunks, not computed (:func:`chunk_plan`).
     n = dataset.num_samples(split)
     plan = chunk_plan(chunks, n, chunk_rows, batch_size, None if known is None else known.rows)
     batches = [b for _, bs in plan for b in bs]
@@ -416,24 +233,7 @@ class _Chunks:
 
 def iter_batches_for_benchmark(dataset: DatasetAdapter, split: str, encoder: Encoder,
                                batch_size: int) -> Iterator[torch.Tensor]:
-    """The batches of images extraction feeds the model, for a bare-loop comparison.
-
-    Parameters
-    ----------
-    dataset : DatasetAdapter
-        The dataset.
-    split : str
-        The split.
-    encoder : Encoder
-        Gives the preprocessing.
-    batch_size : int
-        Rows per batch.
-
-    Yields
-    ------
-    torch.Tensor
-        One preprocessed batch of images.
-    """
+    """The batches of images extraction feeds the model, for a bare-loop comparison."""
     n = dataset.num_samples(split)
     batches = chunk_batches(list(range(-(-n // batch_size))), n, batch_size, batch_size)
     for images, _ in batch_loader(dataset, split, encoder, batches):

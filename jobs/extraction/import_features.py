@@ -1,10 +1,5 @@
 """Bring features computed elsewhere (.npz / .npy) into the store, so every protocol and
-the ledger work on them as on extracted ones.
-
-The rows are read and written one chunk at a time (a folder of .npy files is read
-through memory maps), so importing an ImageNet-size set takes a few chunks of memory,
-and float16 features are stored as float16.
-"""
+the ledger work on them as on extracted ones."""
 
 from __future__ import annotations
 
@@ -24,17 +19,7 @@ IMPORT_CHUNK_ROWS = 4096
 
 @dataclass
 class ImportReport:
-    """What :func:`import_features` did.
-
-    Parameters
-    ----------
-    key, fingerprint : str
-        The stored array's key and fingerprint.
-    rows, dim : int
-        Its shape.
-    status : str
-        ``imported`` or ``cached`` (already complete).
-    """
+    """What :func:`import_features` did."""
 
     key: str
     fingerprint: str
@@ -46,30 +31,7 @@ class ImportReport:
 def import_features(store: FeatureStore, model: str, dataset: DatasetAdapter, split: str,
                     layer: str = "pre_logits", lease_ttl: float = DEFAULT_TTL,
                     dtype: str | None = None) -> ImportReport:
-    """Store ``dataset``'s precomputed features of ``split`` as ``features/<model>/.../<layer>``.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        A writable store.
-    model : str
-        The name the features are stored under.
-    dataset : DatasetAdapter
-        A dataset of precomputed features (not images).
-    split : str
-        One of its splits.
-    layer : str
-        The layer name to store them as.
-    lease_ttl : float
-        TTL of the write lease, in seconds.
-    dtype : str or None
-        ``float16`` or ``float32``; None: float16 features stay float16, others become float32.
-
-    Returns
-    -------
-    ImportReport
-        The key, fingerprint and size, and whether they were imported or already there.
-    """
+    """Store ``dataset``'s precomputed features of ``split`` as ``features/<model>/.../<layer>``."""
     validate_name(model, "model name")
     validate_name(layer, "layer name")
     store.check_writable()

@@ -1,13 +1,4 @@
-"""Load an encoder and make sure its weights are the file the run planned to read.
-
-A training run may rewrite a checkpoint (DINO's ``checkpoint.pth``, every epoch) while a
-scan extracts it. The plan notes each checkpoint's size and modification time
-(:func:`file_signature`); :func:`load_checked` loads the encoder only if the file is still
-that one, and refuses what it loaded if the file changed while it was read. The encoder's
-``weights_fingerprint`` is computed from the tensors actually loaded into the model, and
-every feature array records it (``storage_schema.provenance.WEIGHTS_FIELD``), so the
-features a cell reads can be checked to come from one set of weights.
-"""
+"""Load an encoder and make sure its weights are the file the run planned to read."""
 
 from __future__ import annotations
 
@@ -48,29 +39,7 @@ def _what(sig: list[int] | None) -> str:
 
 
 def load_checked(spec: Any, expected: list[int] | None = None, **load_options: Any):
-    """``load_encoder(spec, **load_options)``, refused when its checkpoint is not the planned file.
-
-    Parameters
-    ----------
-    spec : pipeline.encoders.EncoderSpec
-        The encoder to load.
-    expected : list of int, optional
-        The checkpoint's :func:`file_signature` when the run was planned (or its first
-        items: a scan's ``[size, mtime_ns]``); None checks only that the file did not
-        change while it was read.
-    **load_options
-        ``device``, ``precision``, ``channels_last`` (``pipeline.encoders.load_encoder``).
-
-    Returns
-    -------
-    Encoder
-        The loaded encoder; its ``weights_fingerprint`` is of the tensors loaded.
-
-    Raises
-    ------
-    WeightsChangedError
-        The file was rewritten since planning, or while it was read (one line, naming it).
-    """
+    """``load_encoder(spec, **load_options)``, refused when its checkpoint is not the planned file."""
     # deferred: torch and timm load in the worker that extracts
     from pipeline.encoders import load_encoder
 

@@ -1,13 +1,4 @@
-"""Repair: recompute exactly the chunks of stored arrays that fail their checksum.
-
-Every array's attributes hold its recipe: the encoder spec (a checkpoint by its path), the
-dataset's parameters, the batch size and chunk rows. Repair rebuilds the encoder and the
-dataset from them and refuses to write unless they give the stored fingerprint (same
-weights, preprocessing, data and precision) on the device type of the extraction. Only the
-damaged chunks' rows go through the model, in the batches the extraction used, so a
-repaired chunk is bitwise what was first written. Writes go through the group's lease,
-and every repaired array is read back in full before it counts as repaired.
-"""
+"""Repair: recompute exactly the chunks of stored arrays that fail their checksum."""
 
 from __future__ import annotations
 
@@ -67,22 +58,8 @@ class RepairSummary:
 
 
 def find_damage(store: FeatureStore, keys: list[str] | None = None) -> tuple[dict[str, list[int]], list[str], int]:
-    """Find the damaged chunks of stored arrays (reads every chunk).
-
-    An alias is checked (and repaired) through the array holding its rows, once.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        The store.
-    keys : list of str, optional
-        The arrays to check; every array of the store by default.
-
-    Returns
-    -------
-    tuple
-        (damaged chunks per complete stored array, incomplete arrays, arrays checked).
-    """
+    """Find the damaged chunks of stored arrays (reads every chunk)."""
+    # An alias is checked (and repaired) through the array holding its rows, once.
     listed = store.list_arrays() if keys is None else [_status(store, k) for k in keys]
     stored = {st.storage_key: st for st in listed if st.alias_of is None}
     for st in listed:
@@ -100,32 +77,9 @@ def find_damage(store: FeatureStore, keys: list[str] | None = None) -> tuple[dic
 
 def repair(store: FeatureStore, keys: list[str] | None = None, *, weights: str | None = None,
            device: str | None = None, lease_ttl: float = DEFAULT_TTL, num_workers: int = 0) -> RepairSummary:
-    """Recompute the damaged chunks of ``keys`` (default: every array of the store).
-
-    Arrays that cannot be recomputed are listed in ``failed`` with the reason; the others
-    are still repaired.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        A writable store.
-    keys : list of str, optional
-        The arrays to repair; every array by default.
-    weights : str, optional
-        The checkpoint to use where an array's recorded one moved (its weights must be the
-        recorded ones).
-    device : str, optional
-        Where to run the encoder; the extraction's device type is required.
-    lease_ttl : float
-        TTL of the write leases, in seconds.
-    num_workers : int
-        DataLoader worker processes.
-
-    Returns
-    -------
-    RepairSummary
-        What was checked, repaired, left incomplete and not repairable.
-    """
+    """Recompute the damaged chunks of ``keys`` (default: every array of the store)."""
+    # Arrays that cannot be recomputed are listed in ``failed`` with the reason; the others
+    # are still repaired.
     store.check_writable()
     summary = RepairSummary()
     damaged, summary.incomplete, summary.checked = find_damage(store, keys)

@@ -1,26 +1,4 @@
-"""The machine-readable summary each run writes beside its report, and what it alerts on.
-
-``<report>.summary.json`` (``report.html`` -> ``report.summary.json``) holds what a
-reader, a script or an automation needs without opening the report::
-
-    {"version": 1, "written": "...", "report": "...", "store": "...",
-     "evaluated": ["ck-step300"],                      # encoders with cells computed this run
-     "encoders": {"<encoder>": {"weights": "<weights fingerprint>", "cells": {"<setting>/<dataset>/<layer>":
-                     {"status": "ok", "score": 0.83, "warnings": ["plateau"]}
-                     | {"status": "failed", "error": "..."}}}},
-     "warnings": [{"encoder", "cell", "codes", "unreliable", "messages"}, ...],  # records with fit warnings
-     "leaderboard": [{"model", "mean_rank", "ranks", "scores", "missing", "unreliable"}, ...],
-     "series": [{"series", "checkpoints", "newest", "flagged", "regressions", "verdicts", ...}],
-     "regressions": [{"series", "encoder", "cell", "against", "difference", "p_adjusted", ...}],
-     "improvements": [{...the same fields: the newest significantly better than the earlier best}],
-     "failures": [{"kind", "label", "reason", ...}],
-     "changes": {"new_encoders", "new_cells", "regressions", "failures", "recovered", ...}}
-
-``changes`` is what changed since the summary the previous run left there
-(:func:`pipeline.analysis.leaderboard.diff_summaries`). The event payload (:func:`event_payload`)
-is a compact copy: the lists it carries are cut at ``EVENT_LIST_LIMIT`` entries, and the
-full summary is one file away (``summary_path``).
-"""
+"""The machine-readable summary each run writes beside its report, and what it alerts on."""
 
 from __future__ import annotations
 
@@ -47,37 +25,15 @@ _FAILURE_FIELDS = ("kind", "label", "reason", "model", "dataset", "layer", "sett
 
 
 def summary_path(report_path: str) -> str:
-    """Where the summary of a report goes: beside it, ``<stem>.summary.json``.
-
-    Parameters
-    ----------
-    report_path : str
-        The report's path.
-
-    Returns
-    -------
-    str
-    """
+    """Where the summary of a report goes: beside it, ``<stem>.summary.json``."""
     return str(Path(report_path).with_suffix(".summary.json"))
 
 
 def setting_scores(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
-    """Each encoder's score per protocol setting, for the leaderboard.
-
-    A setting's score is the mean over its datasets of the encoder's best layer on each;
-    an encoder lacking a dataset that another encoder has in that setting gets no score
-    there (a mean over fewer datasets would not compare).
-
-    Parameters
-    ----------
-    records : iterable of mapping
-        The current records (one per model, setting, dataset and layer).
-
-    Returns
-    -------
-    dict
-        Model -> setting -> score.
-    """
+    """Each encoder's score per protocol setting, for the leaderboard."""
+    # A setting's score is the mean over its datasets of the encoder's best layer on each;
+    # an encoder lacking a dataset that another encoder has in that setting gets no score
+    # there (a mean over fewer datasets would not compare).
     best: dict[tuple[str, str, str], float] = {}
     for rec in records:
         score = record_score(rec)
@@ -100,19 +56,7 @@ def setting_scores(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, 
 
 
 def leaderboard_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The leaderboard (mean rank over settings) as plain rows; [] without any score.
-
-    Parameters
-    ----------
-    records : iterable of mapping
-        The current records.
-
-    Returns
-    -------
-    list of dict
-        ``to_plain`` of each encoder's ``LeaderboardRow``, ranked first, with ``unreliable``:
-        the settings whose score rests on a record not to be trusted (:func:`untrusted_settings`).
-    """
+    """The leaderboard (mean rank over settings) as plain rows; [] without any score."""
     records = list(records)
     table = {m: row for m, row in setting_scores(records).items() if row}
     if not table:
@@ -123,21 +67,9 @@ def leaderboard_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
 
 
 def untrusted_settings(records: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
-    """Each encoder's settings whose leaderboard score rests on a record not to be trusted.
-
-    A setting's score takes each dataset's best layer (:func:`setting_scores`); where that
-    record carries an ``unreliable`` fit warning, the setting's score is marked.
-
-    Parameters
-    ----------
-    records : iterable of mapping
-        The current records.
-
-    Returns
-    -------
-    dict
-        Model -> the settings whose score is not to be trusted (encoders without one left out).
-    """
+    """Each encoder's settings whose leaderboard score rests on a record not to be trusted."""
+    # A setting's score takes each dataset's best layer (:func:`setting_scores`); where that
+    # record carries an ``unreliable`` fit warning, the setting's score is marked.
     best: dict[tuple[str, str, str], tuple[float, bool]] = {}
     for rec in records:
         score = record_score(rec)
@@ -158,25 +90,7 @@ def build_report_summary(records: Sequence[Mapping[str, Any]], failures: Sequenc
                          series: Sequence[Any], *, evaluated: Iterable[str] = (), report: str | None = None,
                          store: str | None = None) -> dict[str, Any]:
     """The summary written beside the report (see the module docstring), without ``changes``;
-    the run's own terminal summary is ``jobs.report.run_summary.build_summary``.
-
-    Parameters
-    ----------
-    records : sequence of mapping
-        The current records under the config's names.
-    failures : sequence of mapping
-        The failure records of the config's work.
-    series : sequence of SeriesAnalysis
-        ``jobs.analysis.series.analyse_series`` of the records.
-    evaluated : iterable of str
-        Encoders with cells computed in this run.
-    report, store : str, optional
-        The report's path and the store's URL.
-
-    Returns
-    -------
-    dict
-    """
+    the run's own terminal summary is ``jobs.report.run_summary.build_summary``."""
     encoders: dict[str, dict[str, Any]] = {}
     flagged = []
     for rec in records:
@@ -207,21 +121,7 @@ def build_report_summary(records: Sequence[Mapping[str, Any]], failures: Sequenc
 
 
 def warning_entry(rec: Mapping[str, Any], found: Sequence[Mapping[str, str]] | None = None) -> dict[str, Any]:
-    """A record's fit warnings as the summary lists them.
-
-    Parameters
-    ----------
-    rec : mapping
-        A ledger record (under the config's names).
-    found : sequence of dict, optional
-        Its warnings (``record_warnings(rec)`` when not given).
-
-    Returns
-    -------
-    dict
-        ``encoder``, ``cell``, ``codes``, ``unreliable`` (a code of that severity is among
-        them: no verdict is drawn from the cell) and ``messages`` (``code: message``).
-    """
+    """A record's fit warnings as the summary lists them."""
     found = record_warnings(rec) if found is None else found
     codes = list(dict.fromkeys(w["code"] for w in found))
     return {"encoder": str(rec.get("model")), "cell": cell_label(cell_key(rec)), "codes": codes,
@@ -230,16 +130,7 @@ def warning_entry(rec: Mapping[str, Any], found: Sequence[Mapping[str, str]] | N
 
 
 def read_summary(path: str) -> dict[str, Any] | None:
-    """The summary a previous run left at ``path``; None when there is none or it is unreadable.
-
-    Parameters
-    ----------
-    path : str
-
-    Returns
-    -------
-    dict or None
-    """
+    """The summary a previous run left at ``path``; None when there is none or it is unreadable."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -252,19 +143,7 @@ def read_summary(path: str) -> dict[str, Any] | None:
 
 
 def changes_since(previous: Mapping[str, Any] | None, current: Mapping[str, Any]) -> RunChanges:
-    """What changed since the previous summary (new encoders and cells, regressions, failures).
-
-    Parameters
-    ----------
-    previous : mapping or None
-        The previous run's summary.
-    current : mapping
-        This run's.
-
-    Returns
-    -------
-    RunChanges
-    """
+    """What changed since the previous summary (new encoders and cells, regressions, failures)."""
     try:
         return diff_summaries(previous, current)
     except DataValidationError as exc:  # a summary of another version: compare with nothing
@@ -273,17 +152,7 @@ def changes_since(previous: Mapping[str, Any] | None, current: Mapping[str, Any]
 
 
 def write_summary(path: str, summary: Mapping[str, Any]) -> str:
-    """Write the summary atomically (a reader never sees half a file); its path.
-
-    Parameters
-    ----------
-    path : str
-    summary : mapping
-
-    Returns
-    -------
-    str
-    """
+    """Write the summary atomically (a reader never sees half a file); its path."""
     write_atomic(Path(path), json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
     return path
 
@@ -293,25 +162,7 @@ def _cut(items: Sequence[Any]) -> list[Any]:
 
 
 def event_payload(summary: Mapping[str, Any], path: str | None) -> dict[str, Any]:
-    """What the run's events carry: the summary without the per-cell scores, lists cut.
-
-    Parameters
-    ----------
-    summary : mapping
-        The run summary (with ``changes``).
-    path : str or None
-        Where the full summary was written.
-
-    Returns
-    -------
-    dict
-        ``summary_path``, ``report``, ``evaluated``, ``regressions``, ``failures``,
-        ``series`` (name, newest, flagged, and the cells its newest checkpoint has no
-        verdict on: ``unreliable``), ``warnings`` (encoder, cell, codes, unreliable of each
-        record with fit warnings), ``changes`` (new encoders and cells, new regressions
-        and failures), ``leaderboard`` (model and mean rank) and ``truncated`` (whether
-        any list was cut).
-    """
+    """What the run's events carry: the summary without the per-cell scores, lists cut."""
     changes = dict(summary.get("changes") or {})
     lists = {
         "evaluated": list(summary.get("evaluated") or []),

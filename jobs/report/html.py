@@ -1,8 +1,4 @@
-"""HTML building blocks of the report: every piece of text is escaped unless it is Markup.
-
-Names come from configs and checkpoint folders and are never trusted as HTML: :func:`el`
-escapes every child and attribute that is not already :class:`Markup` (built by ``el``).
-"""
+"""HTML building blocks of the report: every piece of text is escaped unless it is Markup."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Gather a config's records from the ledger, correlate them, and write the report.
-
-Every record is shown under the names this config gives: two encoders with identical
-weights (or an encoder another config scanned first) share one ledger record, and each
-name still gets its own row, export line, plot point and correlation entry.
-"""
+"""Gather a config's records from the ledger, correlate them, and write the report."""
 
 from __future__ import annotations
 
@@ -14,10 +9,10 @@ from typing import Any
 from jobs.analysis.correlate import INVALID, correlate_results, current_records, measured_reference
 from jobs.analysis.series import analyse_series
 from jobs.config import BenchmarkConfig
-from jobs.data_notes import fewshot_notes, label_notes
+from jobs.report.data_notes import fewshot_notes, label_notes
 from jobs.early.view import early_part, early_view
-from jobs.encoder_identity import config_identities, record_identity
-from jobs.failures import correlation_setting_failure, sync_correlation_failures
+from jobs.evaluation.encoder_identity import config_identities, record_identity
+from jobs.run.failures import correlation_setting_failure, sync_correlation_failures
 from jobs.report.events import (
     build_report_summary, changes_since, read_summary, summary_path, write_summary as write_summary_file,
 )
@@ -41,11 +36,10 @@ def named(record: Mapping[str, Any], names: Mapping[str, Any]) -> dict[str, Any]
 
 
 def run_records(store: FeatureStore, cells: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Ledger records of this run's cells (``cell_id`` plus the cell's names), one per name.
-
-    A name sharing a record computed under another name keeps its own checkpoint file in
-    the record's provenance (``runs/moco_ep10.pth.tar``, not the other name's
-    ``moco.pth.tar``): its feature arrays, aliases of the other's, record it."""
+    """Ledger records of this run's cells (``cell_id`` plus the cell's names), one per name."""
+    # A name sharing a record computed under another name keeps its own checkpoint file in
+    # the record's provenance (``runs/moco_ep10.pth.tar``, not the other name's
+    # ``moco.pth.tar``): its feature arrays, aliases of the other's, record it.
     ledger = Ledger(store)
     cache: dict[str, dict[str, Any]] = {}
     own: dict[tuple, Mapping[str, Any] | None] = {}
@@ -89,7 +83,7 @@ def _own_weights(store: FeatureStore, rec: Mapping[str, Any]) -> Mapping[str, An
 def history(store: FeatureStore, cfg: BenchmarkConfig, shown: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Ledger records of this config's encoders and settings that are not shown: earlier
     settings of a setting name, features of replaced weights (what the report sets aside);
-    never a record of another config's encoder of the same name (``jobs.encoder_identity``;
+    never a record of another config's encoder of the same name (``jobs.evaluation.encoder_identity``;
     a record without an identity, of an older store, is taken by its name)."""
     models = {e.name for e in cfg.encoders}
     identities = config_identities(cfg)
@@ -152,14 +146,13 @@ def correlate_and_report(store: FeatureStore, cfg: BenchmarkConfig, cells: Itera
                          write_summary: bool = True,
                          trackers: Iterable[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Correlate the records of ``cells`` (each a ``cell_id`` and the cell's names) and write
-    the report, with this config's failures and data problems; ``plan`` (a ``jobs.plan.Plan``)
+    the report, with this config's failures and data problems; ``plan`` (a ``jobs.run.plan.Plan``)
     narrows the failures to its cells; ``waiting``: checkpoints still being written;
-    ``trackers``: what each experiment tracker logged this run (``jobs.trackers``), kept in
-    the summary's ``trackers`` entry and shown on the report's first screen when one failed.
-
-    The report opens with the run summary (leaderboard, checkpoint series' regressions, what
-    changed since the summary the previous run left beside the report); ``write_summary``
-    writes this run's summary there (a run does; re-rendering a report does not)."""
+    ``trackers``: what each experiment tracker logged this run (``jobs.report.trackers``), kept in
+    the summary's ``trackers`` entry and shown on the report's first screen when one failed."""
+    # The report opens with the run summary (leaderboard, checkpoint series' regressions, what
+    # changed since the summary the previous run left beside the report); ``write_summary``
+    # writes this run's summary there (a run does; re-rendering a report does not).
     cells = list(cells)
     records = run_records(store, cells)
     reference, problem = reference_scores(records, cfg)

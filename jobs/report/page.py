@@ -38,15 +38,43 @@ def write_report(records: list[dict], correlation: CorrelationReport | None, con
                  waiting: Sequence[str] = (), problems: Sequence[str] = (), series: Sequence[Any] = (),
                  summary: Mapping[str, Any] | None = None, changes: Mapping[str, Any] | None = None,
                  early: Mapping[str, Any] | None = None) -> str:
-    """Write the benchmark's HTML report for ``records`` (ledger records) to ``path``; return the path.
+    """Write the benchmark's HTML report for ``records`` to ``path``; return the path.
 
-    ``failures``: failure records of this config's work (listed first); ``aside``: records
-    set aside elsewhere (older settings); ``data_notes``: images left out and small classes
-    per dataset split; ``waiting``: checkpoints still being written; ``problems``: run-level
-    messages; ``series``: the analysis of each checkpoint series (``jobs.analysis.series``);
-    ``summary``: the run summary (``jobs.report.events``: leaderboard, regressions); ``changes``:
-    what changed since the previous run's summary (None when there was none); ``early``: the
-    early estimates of the config's encoders (``jobs.early.view``), a section of their own.
+    Parameters
+    ----------
+    records : list of dict
+        Ledger records.
+    correlation : CorrelationReport or None
+        The correlations against the reference.
+    config : BenchmarkConfig
+        The run's config.
+    path : str
+        The HTML file written.
+    reference : dict or None
+        Encoder name -> reference score.
+    failures : sequence of mapping
+        Failure records of this config's work (listed first).
+    aside : sequence of mapping or None
+        Records set aside elsewhere (older settings).
+    data_notes : sequence of mapping
+        Images left out and small classes per dataset split.
+    waiting : sequence of str
+        Checkpoints still being written.
+    problems : sequence of str
+        Run-level messages.
+    series : sequence
+        The analysis of each checkpoint series (``jobs.analysis.series``).
+    summary : mapping or None
+        The run summary (``jobs.report.events``: leaderboard, regressions).
+    changes : mapping or None
+        What changed since the previous run's summary (None when there was none).
+    early : mapping or None
+        The early estimates of the config's encoders (``jobs.early.view``).
+
+    Returns
+    -------
+    str
+        ``path``.
     """
     run = build_run(list(records), config, aside=aside, failures=failures, data_notes=data_notes,
                     waiting=waiting, problems=problems)

@@ -1,9 +1,4 @@
-"""A run's summary: what it computed, took from the ledger, skipped and what failed.
-
-Built from the outcomes of the run's tasks; shown in the terminal, logged through
-Prefect's run logger and published as a table artifact by the flow, and returned by
-``repeval run --json``.
-"""
+"""A run's summary: what it computed, took from the ledger, skipped and what failed."""
 
 from __future__ import annotations
 
@@ -11,7 +6,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jobs.failures import FAILED, failure_line
+from jobs.run.failures import FAILED, failure_line
 from pipeline.protocols.fit_warnings import WARNING_CODES
 
 _UNRELIABLE = {c for c, (severity, _) in WARNING_CODES.items() if severity == "unreliable"}

@@ -1,39 +1,4 @@
-"""ImageNet-CoG concept-generalisation levels (Sariyildiz et al. 2021) from ImageNet-21K metadata.
-
-Unseen ImageNet-21K concepts are ranked by their semantic similarity to the ImageNet-1K
-(seen) concepts and cut into levels, L1 the most similar:
-
-- The graph S: every ImageNet-21K concept (a synset with images) and all its ancestors
-  through the WordNet ``is_a`` pairs, up to the root ``entity``. WordNet is a DAG: a
-  synset may have several parents.
-- Information content IC(c) = -log p(c), p(c) = |concepts of S under c, c included| / |S|.
-- Lin similarity sim(a, b) = 2 IC(l) / (IC(a) + IC(b)), l the lowest common subsumer:
-  the common ancestor of a and b (over all paths) with the largest IC. sim(c, c) = 1.
-- Similarity of a concept to ImageNet-1K = its largest Lin similarity to a seen concept.
-- Eligible: in ImageNet-21K, not seen, not an ancestor of a seen concept, not in the
-  ``person`` subtree, not in an excluded list, at least ``min_images`` images, and not an
-  ancestor of another concept passing these rules (a level never holds a concept together
-  with one of its sub-concepts; we read "parent" as any is_a ancestor, which makes the
-  eligible set an antichain and the rule free of self-reference).
-- Levels: eligible concepts sorted by decreasing similarity (ties by id), ``n_levels``
-  blocks of ``level_size`` spread evenly over the whole list, equal gaps between blocks.
-- Per concept, ``n_test`` random test images and up to ``max_train`` of the rest for
-  training, seeded per concept (a concept's draw does not depend on the other concepts).
-
-Cost on the real graph (V ~ 32k nodes of S, E is_a pairs, A = sum over nodes of their
-ancestor counts, about V times the mean depth, a few hundred thousand): ancestor sets are
-built top-down in O(E D) set operations (D the largest ancestor count); descendant counts
-come from the identity sum_c |desc(c)| = sum_u |anc(u)|, O(A). The best seen concept for
-every node needs no pairwise LCS: with m(a) = the smallest IC of a seen concept under a
-(one bottom-up pass, O(V + E)),
-    max_s sim(u, s) = max over ancestors a of u of 2 IC(a) / (IC(u) + m(a)),
-because each (a, s) pair with a common ancestor a of u and s bounds sim(u, s) from below
-and the pair (LCS(u, s), s) attains it. That is O(A) in all, instead of
-O(|unseen| |seen| D) for all-pairs LCS (~3e8 set operations on ImageNet).
-
-Everything here is pure (values in, values out); ``pipeline.analysis.cog_build`` reads the
-metadata files and writes the manifests.
-"""
+"""ImageNet-CoG concept-generalisation levels (Sariyildiz et al. 2021) from ImageNet-21K metadata."""
 
 from __future__ import annotations
 
@@ -61,17 +26,7 @@ N_TEST, MAX_TRAIN = 50, 1300
 
 @dataclass(frozen=True)
 class ConceptGraph:
-    """The subgraph S: nodes in topological order (every parent before its children).
-
-    Parameters
-    ----------
-    nodes, index : tuple of str, dict
-        Concept ids in topological order, and each id's position in ``nodes``.
-    parents, ancestors : tuple
-        Positions of each node's parents, and of its ancestors (itself included).
-    root : int
-        Position of the root.
-    """
+    """The subgraph S: nodes in topological order (every parent before its children)."""
 
     nodes: tuple[str, ...]
     index: dict[str, int]
@@ -80,40 +35,12 @@ class ConceptGraph:
     root: int
 
     def ancestors_of(self, concept: str) -> set[str]:
-        """Ids of the ancestors of ``concept``, itself included.
-
-        Parameters
-        ----------
-        concept : str
-            A node of the graph.
-
-        Returns
-        -------
-        set of str
-        """
+        """Ids of the ancestors of ``concept``, itself included."""
         return {self.nodes[i] for i in self.ancestors[self.index[concept]]}
 
 
 def build_graph(edges: Iterable[tuple[str, str]], concepts: Iterable[str], root: str = ENTITY) -> ConceptGraph:
-    """The subgraph of ``concepts`` and all their ancestors, checked to be a DAG under ``root``.
-
-    Parameters
-    ----------
-    edges : iterable of (parent, child)
-    concepts : iterable of str
-        The ImageNet-21K concepts.
-    root : str
-        The single top concept (``entity``).
-
-    Returns
-    -------
-    ConceptGraph
-
-    Raises
-    ------
-    DataValidationError
-        A concept whose ancestry does not reach ``root``, or a cycle.
-    """
+    """The subgraph of ``concepts`` and all their ancestors, checked to be a DAG under ``root``."""
     parents_of: dict[str, list[str]] = {}
     for parent, child in edges:
         parents_of.setdefault(child, []).append(parent)
@@ -155,17 +82,7 @@ def build_graph(edges: Iterable[tuple[str, str]], concepts: Iterable[str], root:
 
 
 def information_content(graph: ConceptGraph) -> np.ndarray:
-    """Information content of every node.
-
-    Parameters
-    ----------
-    graph : ConceptGraph
-
-    Returns
-    -------
-    ndarray of shape (V,)
-        IC(c) = -log(|nodes under c, c included| / |nodes|), in ``graph.nodes`` order.
-    """
+    """Information content of every node."""
     below = np.zeros(len(graph.nodes))
     for anc in graph.ancestors:  # sum_c |desc(c)| = sum_u |anc(u)|
         below[list(anc)] += 1
@@ -173,21 +90,7 @@ def information_content(graph: ConceptGraph) -> np.ndarray:
 
 
 def lin_similarity(graph: ConceptGraph, ic: np.ndarray, a: str, b: str) -> float:
-    """Lin similarity of two concepts, the common subsumer taken over all paths of the DAG.
-
-    Parameters
-    ----------
-    graph : ConceptGraph
-    ic : ndarray
-        ``information_content(graph)``.
-    a, b : str
-        Two nodes of the graph.
-
-    Returns
-    -------
-    float
-        2 IC(LCS) / (IC(a) + IC(b)); 1 for a == b.
-    """
+    """Lin similarity of two concepts, the common subsumer taken over all paths of the DAG."""
     i, j = graph.index[a], graph.index[b]
     if i == j:
         return 1.0
@@ -196,25 +99,8 @@ def lin_similarity(graph: ConceptGraph, ic: np.ndarray, a: str, b: str) -> float
 
 
 def max_similarity_to_seen(graph: ConceptGraph, ic: np.ndarray, seen: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Every node's largest Lin similarity to a seen concept, and that concept (node index).
-
-    O(V + E + A) with A the total ancestor count; see the module docstring.
-
-    Parameters
-    ----------
-    graph : ConceptGraph
-    ic : ndarray
-        ``information_content(graph)``.
-    seen : iterable of str
-        The seen concepts (nodes of the graph).
-
-    Returns
-    -------
-    similarity : ndarray of shape (V,)
-    nearest : ndarray of int, shape (V,)
-        Index of a seen concept attaining it (ties: through the subsumer first in graph
-        order). -1 (similarity 0) where no seen concept shares an ancestor.
-    """
+    """Every node's largest Lin similarity to a seen concept, and that concept (node index)."""
+    # O(V + E + A) with A the total ancestor count; see the module docstring.
     seen_idx = [graph.index[s] for s in seen]
     min_ic, argmin = np.full(len(graph.nodes), np.inf), np.full(len(graph.nodes), -1)
     min_ic[seen_idx], argmin[seen_idx] = ic[seen_idx], seen_idx
@@ -238,24 +124,7 @@ def max_similarity_to_seen(graph: ConceptGraph, ic: np.ndarray, seen: Iterable[s
 def eligible_concepts(graph: ConceptGraph, counts: Mapping[str, int], seen: Iterable[str],
                       excluded: Iterable[str] = (), person: str | None = PERSON,
                       min_images: int = MIN_IMAGES) -> tuple[list[str], dict[str, str]]:
-    """The concepts that may enter a level, and why each other ImageNet-21K concept may not.
-
-    Parameters
-    ----------
-    graph : ConceptGraph
-    counts : mapping id -> images; its keys with a positive count are the 21K concepts.
-    seen : ImageNet-1K ids.
-    excluded : ids left out on purpose.
-    person : root of the subtree left out (None: none).
-    min_images : fewest images an eligible concept has.
-
-    Returns
-    -------
-    eligible : list of str, sorted
-    dropped : dict id -> reason ("seen", "ancestor of a seen concept", "under person",
-        "excluded", "fewer than N images", "ancestor of an eligible concept"), the first
-        reason that applies in that order.
-    """
+    """The concepts that may enter a level, and why each other ImageNet-21K concept may not."""
     seen_set = set(seen)
     above_seen = set().union(*(graph.ancestors_of(s) for s in seen_set)) - seen_set
     p = graph.index.get(person) if person is not None else None
@@ -290,38 +159,14 @@ def eligible_concepts(graph: ConceptGraph, counts: Mapping[str, int], seen: Iter
 # ---------------------------------------------------------------- levels and images
 
 def check_sizes(**values: tuple[object, int]) -> None:
-    """Refuse a count setting that is not an integer at least its minimum.
-
-    Parameters
-    ----------
-    **values : (value, minimum) per setting name
-
-    Raises
-    ------
-    ConfigError
-        Naming the first bad setting, its value and the minimum.
-    """
+    """Refuse a count setting that is not an integer at least its minimum."""
     for name, (value, low) in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 def level_blocks(n_ranked: int, n_levels: int = N_LEVELS, level_size: int = LEVEL_SIZE) -> list[range]:
-    """Positions in the ranked list of each level, blocks spread evenly over the whole list.
-
-    Parameters
-    ----------
-    n_ranked : int
-        Length of the ranked list of eligible concepts.
-    n_levels, level_size : int
-        Number of levels and concepts per level.
-
-    Returns
-    -------
-    list of range
-        The first block starts at 0, the last ends at ``n_ranked``; about
-        (n_ranked - n_levels level_size) / (n_levels - 1) positions lie between blocks.
-    """
+    """Positions in the ranked list of each level, blocks spread evenly over the whole list."""
     if n_levels < 1 or level_size < 1:
         raise DataValidationError(f"n_levels and level_size must be >= 1, got {n_levels} and {level_size}")
     if n_ranked < n_levels * level_size:
@@ -333,26 +178,7 @@ def level_blocks(n_ranked: int, n_levels: int = N_LEVELS, level_size: int = LEVE
 
 def sample_images(files: Sequence[str], concept: str, seed: int = 0, n_test: int = N_TEST,
                   max_train: int = MAX_TRAIN) -> tuple[list[str], list[str]]:
-    """Draw one concept's test and training images.
-
-    Parameters
-    ----------
-    files : sequence of str
-        The concept's images (any order: they are sorted first).
-    concept : str
-        The concept id; with ``seed`` it seeds the draw, so the draw does not depend on
-        the other concepts.
-    seed : int
-    n_test : int
-        Random test images.
-    max_train : int
-        Most training images, drawn from the rest.
-
-    Returns
-    -------
-    train, test : list of str
-        Sorted, disjoint.
-    """
+    """Draw one concept's test and training images."""
     if len(files) <= n_test:
         raise DataValidationError(f"concept {concept} has {len(files)} images; {n_test} test images and at least "
                                   "one training image are needed")
@@ -366,21 +192,7 @@ def sample_images(files: Sequence[str], concept: str, seed: int = 0, n_test: int
 
 @dataclass(frozen=True)
 class CogLevels:
-    """The levels (concept ids, most similar first) and what they were built from.
-
-    Parameters
-    ----------
-    levels : list of list of str
-        Concept ids of each level, L1 (most similar to the seen concepts) first.
-    similarity, nearest_seen : dict
-        Each ImageNet-21K concept's similarity to ImageNet-1K, and its nearest seen concept (or None).
-    eligible : list of str
-        The concepts that could enter a level, by decreasing similarity.
-    dropped : dict
-        Concept -> why it was left out (seen, an ancestor, too few images, ...).
-    summary : list of dict
-        Per level: number, size and similarity range (see :meth:`level_summary`).
-    """
+    """The levels (concept ids, most similar first) and what they were built from."""
 
     levels: list[list[str]]
     similarity: dict[str, float]  # every ImageNet-21K concept's similarity to ImageNet-1K
@@ -390,14 +202,7 @@ class CogLevels:
     summary: list[dict[str, object]] = field(default_factory=list)
 
     def level_summary(self) -> list[dict[str, object]]:
-        """Per level: its number, size, and the range and mean of its similarities.
-
-        Returns
-        -------
-        list of dict
-            Keys level, n_concepts, similarity_max, similarity_min, similarity_mean,
-            first, last.
-        """
+        """Per level: its number, size, and the range and mean of its similarities."""
         rows = []
         for k, level in enumerate(self.levels, start=1):
             s = np.array([self.similarity[c] for c in level])
@@ -410,21 +215,7 @@ class CogLevels:
 def cog_levels(edges: Iterable[tuple[str, str]], counts: Mapping[str, int], seen: Iterable[str],
                excluded: Iterable[str] = (), *, root: str = ENTITY, person: str | None = PERSON,
                min_images: int = MIN_IMAGES, n_levels: int = N_LEVELS, level_size: int = LEVEL_SIZE) -> CogLevels:
-    """Rank the eligible unseen concepts by similarity to the seen ones and cut the levels.
-
-    Parameters
-    ----------
-    edges : iterable of (parent, child) is_a pairs
-    counts : mapping id -> number of images (the ImageNet-21K concepts: positive counts)
-    seen : the ImageNet-1K ids
-    excluded : ids kept out of the levels
-    root, person : the root synset and the subtree kept out
-    min_images, n_levels, level_size : the eligibility threshold and the level layout
-
-    Returns
-    -------
-    CogLevels
-    """
+    """Rank the eligible unseen concepts by similarity to the seen ones and cut the levels."""
     check_sizes(min_images=(min_images, 0), n_levels=(n_levels, 1), level_size=(level_size, 1))
     concepts = [c for c, v in counts.items() if v > 0]
     seen = list(dict.fromkeys(seen))

@@ -1,14 +1,4 @@
-"""Reading ImageNet-21K's metadata files and writing the CoG levels (``pipeline.analysis.cog`` holds the maths).
-
-Inputs (the files that ship with ImageNet-21K / WordNet): ``is_a`` pairs ``parent child``,
-``words`` lines ``id words``, per-synset image ``counts`` lines ``id count``, the list of
-ImageNet-1K synsets (first field of each line) and optional lists of excluded synsets;
-images in one folder per synset id. Outputs, written atomically (temporary file, then
-rename) and only after every input and image folder has been checked: one manifest
-``level_<k>.csv`` per level (path,label,split, read by the ``csv_manifest`` adapter),
-``concepts.csv`` (each level concept, its similarity and nearest seen concept) and
-``summary.csv`` (each level's similarity range and image counts).
-"""
+"""Reading ImageNet-21K's metadata files and writing the CoG levels (``pipeline.analysis.cog`` holds the maths)."""
 
 from __future__ import annotations
 
@@ -39,53 +29,17 @@ def _fields(lines: Iterable[str], source: str, n: int | None) -> Iterable[tuple[
 
 
 def parse_is_a(lines: Iterable[str], source: str = "is_a") -> list[tuple[str, str]]:
-    """(parent, child) pairs from lines ``parent child`` (ImageNet's ``wordnet.is_a.txt``).
-
-    Parameters
-    ----------
-    lines : iterable of str
-        The file's lines; blank lines and lines starting with ``#`` are skipped.
-    source : str
-        Name used in error messages (``source:line``).
-
-    Returns
-    -------
-    list of (str, str)
-    """
+    """(parent, child) pairs from lines ``parent child`` (ImageNet's ``wordnet.is_a.txt``)."""
     return [(p[0], p[1]) for _, p in _fields(lines, source, 2)]
 
 
 def parse_words(lines: Iterable[str], source: str = "words") -> dict[str, str]:
-    """Synset id -> its words, from lines ``id<whitespace>words`` (ImageNet's ``words.txt``).
-
-    Parameters
-    ----------
-    lines : iterable of str
-        The file's lines; blank lines and lines starting with ``#`` are skipped.
-    source : str
-        Name used in error messages (``source:line``).
-
-    Returns
-    -------
-    dict of str to str
-    """
+    """Synset id -> its words, from lines ``id<whitespace>words`` (ImageNet's ``words.txt``)."""
     return {p[0]: (p[1] if len(p) > 1 else "") for _, p in _fields(lines, source, None)}
 
 
 def parse_counts(lines: Iterable[str], source: str = "counts") -> dict[str, int]:
-    """Synset id -> number of images, from lines ``id count`` (space, tab or comma).
-
-    Parameters
-    ----------
-    lines : iterable of str
-        The file's lines; blank lines and lines starting with ``#`` are skipped.
-    source : str
-        Name used in error messages (``source:line``).
-
-    Returns
-    -------
-    dict of str to int
-    """
+    """Synset id -> number of images, from lines ``id count`` (space, tab or comma)."""
     counts = {}
     for number, (wnid, value) in _fields(lines, source, 2):
         if not value.isdigit():
@@ -95,19 +49,7 @@ def parse_counts(lines: Iterable[str], source: str = "counts") -> dict[str, int]
 
 
 def parse_synsets(lines: Iterable[str], source: str = "synsets") -> list[str]:
-    """Synset ids, the first field of each line (a plain list or ``id words`` lines).
-
-    Parameters
-    ----------
-    lines : iterable of str
-        The file's lines; blank lines and lines starting with ``#`` are skipped.
-    source : str
-        Name used in error messages (``source:line``).
-
-    Returns
-    -------
-    list of str
-    """
+    """Synset ids, the first field of each line (a plain list or ``id words`` lines)."""
     return [p[0] for _, p in _fields(lines, source, None)]
 
 
@@ -147,27 +89,7 @@ def build_cog_levels(is_a: str | os.PathLike[str], words: str | os.PathLike[str]
                      images_root: str | os.PathLike[str] | None = None,
                      excluded: Sequence[str | os.PathLike[str]] = (), *, seed: int = 0, n_test: int = N_TEST,
                      max_train: int = MAX_TRAIN, **level_options: object) -> CogLevels:
-    """Read the ImageNet-21K metadata files, build the levels and write them to ``out_dir``.
-
-    Parameters
-    ----------
-    is_a, words, counts, seen : paths
-        ``parent child`` pairs; ``id words`` lines; ``id count`` lines; ImageNet-1K ids.
-    out_dir : path
-        Receives ``concepts.csv``, ``summary.csv`` and, with ``images_root``, one manifest
-        ``level_<k>.csv`` per level (path,label,split; paths relative to ``out_dir``).
-    images_root : path, optional
-        Folder with one sub-folder of images per concept id.
-    excluded : paths
-        Lists of ids to leave out.
-    seed, n_test, max_train : the per-concept image draw.
-    **level_options : root, person, min_images, n_levels, level_size of ``cog_levels``.
-
-    Returns
-    -------
-    CogLevels
-        With ``summary`` filled (per level, also the image counts when written).
-    """
+    """Read the ImageNet-21K metadata files, build the levels and write them to ``out_dir``."""
     check_sizes(seed=(seed, 0), n_test=(n_test, 1), max_train=(max_train, 1))
     edges = parse_is_a(_read_lines(is_a, "is_a"), str(is_a))
     names = parse_words(_read_lines(words, "words"), str(words))

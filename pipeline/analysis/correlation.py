@@ -1,19 +1,4 @@
-"""Correlating scores across models in logit space (after Ericsson et al., CVPR 2021, appendix A.7).
-
-A metric bounded in [0, 1] (accuracy, AP, mIoU, ECE) is compared across models after the
-logit transform log(p / (1 - p)), with p given as a fraction and clipped to
-[eps, 1 - eps]. Unbounded metrics are used as they are; a metric where lower is better is
-negated on request, so that a positive correlation always means "better on the reference,
-better on the target".
-
-A setting (e.g. "many-shot linear", "few-shot 20-shot") is summarised per model by the mean
-of its logit-transformed scores over the setting's datasets, then correlated (Pearson r and
-Spearman rho) with the reference; the same is reported per dataset.
-
-The module is longer than 450 lines because about half of it is the documentation of its
-five public functions and classes; the statistics (transform, align, correlate, bootstrap)
-are one unit, best read together.
-"""
+"""Correlating scores across models in logit space (after Ericsson et al., CVPR 2021, appendix A.7)."""
 
 from __future__ import annotations
 
@@ -52,24 +37,10 @@ def _as_finite_1d(values: object, name: str) -> np.ndarray:
 
 
 def logit(p: object, eps: float = DEFAULT_EPS) -> np.ndarray:
-    """log(p / (1 - p)) of fractions in [0, 1], clipped to [eps, 1 - eps] first.
-
-    Values outside [0, 1] are refused rather than clipped: 85.0 is almost always a
-    percentage, and clipping it to 1 - eps would silently give every such model the same
-    score. Pass fractions (0.85).
-
-    Parameters
-    ----------
-    p : array_like
-        Fractions in [0, 1].
-    eps : float
-        Clipping bound, in (0, 0.5).
-
-    Returns
-    -------
-    numpy.ndarray
-        The logits, with the shape of ``p``.
-    """
+    """log(p / (1 - p)) of fractions in [0, 1], clipped to [eps, 1 - eps] first."""
+    # Values outside [0, 1] are refused rather than clipped: 85.0 is almost always a
+    # percentage, and clipping it to 1 - eps would silently give every such model the same
+    # score. Pass fractions (0.85).
     if not 0.0 < eps < 0.5:
         raise DataValidationError(f"eps must lie in (0, 0.5), got {eps!r}")
     arr = np.asarray(p, dtype=np.float64)
@@ -101,30 +72,11 @@ def _transform(values: np.ndarray, bounded: bool, eps: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class CorrelationResult:
-    """Pearson r and Spearman rho over ``n`` models of two (transformed) score vectors.
-
-    ``pearson_ci`` / ``spearman_ci`` are percentile bootstrap intervals over models (models
-    resampled with replacement, ``n_bootstrap`` times, at level ``confidence``); ``None`` when
-    no bootstrap was asked. Resamples in which either vector is constant have no defined
-    correlation and are left out; ``n_bootstrap_used`` says how many counted.
-
-    Parameters
-    ----------
-    pearson, spearman : float
-        The correlation coefficients.
-    n : int
-        Number of models.
-    pearson_p, spearman_p : float
-        Two-sided p-values of the coefficients.
-    pearson_ci, spearman_ci : tuple of float, optional
-        Bootstrap intervals, or None.
-    n_bootstrap : int
-        Bootstrap resamples drawn (0: none).
-    n_bootstrap_used : int
-        Resamples with a defined correlation.
-    confidence : float
-        Level of the intervals.
-    """
+    """Pearson r and Spearman rho over ``n`` models of two (transformed) score vectors."""
+    # ``pearson_ci`` / ``spearman_ci`` are percentile bootstrap intervals over models (models
+    # resampled with replacement, ``n_bootstrap`` times, at level ``confidence``); ``None`` when
+    # no bootstrap was asked. Resamples in which either vector is constant have no defined
+    # correlation and are left out; ``n_bootstrap_used`` says how many counted.
 
     pearson: float
     spearman: float
@@ -320,31 +272,11 @@ def setting_scores(
     bounded: bool = True,
     eps: float = DEFAULT_EPS,
 ) -> dict[object, float]:
-    """One value per model: the mean over ``datasets`` of its logit-transformed scores.
-
-    ``scores`` maps (model, dataset) to a score; entries of datasets outside the setting
-    are ignored. ``models`` defaults to every model in ``scores``; each must have a score
-    on every dataset of the setting, otherwise the error names the model and what it
-    lacks. ``bounded=False`` averages the raw scores (unbounded metrics).
-
-    Parameters
-    ----------
-    scores : mapping
-        (model, dataset) -> score.
-    datasets : sequence
-        The setting's datasets (distinct).
-    models : sequence, optional
-        The models to summarise; every model of ``scores`` by default.
-    bounded : bool
-        Logit-transform the scores before averaging.
-    eps : float
-        Clipping bound of the logit.
-
-    Returns
-    -------
-    dict
-        Model -> mean (transformed) score over the datasets.
-    """
+    """One value per model: the mean over ``datasets`` of its logit-transformed scores."""
+    # ``scores`` maps (model, dataset) to a score; entries of datasets outside the setting
+    # are ignored. ``models`` defaults to every model in ``scores``; each must have a score
+    # on every dataset of the setting, otherwise the error names the model and what it
+    # lacks. ``bounded=False`` averages the raw scores (unbounded metrics).
     datasets = list(datasets)
     if not datasets:
         raise DataValidationError("a setting needs at least one dataset, got none")
@@ -377,19 +309,7 @@ def setting_scores(
 
 @dataclass(frozen=True)
 class SettingCorrelation:
-    """Correlation of a setting's per-model summary with the reference, and per dataset.
-
-    Parameters
-    ----------
-    setting : CorrelationResult
-        The correlation of the setting's per-model summary with the reference.
-    per_dataset : dict
-        Dataset -> the correlation on that dataset alone.
-    models, datasets : tuple
-        The models correlated and the setting's datasets.
-    setting_scores : dict
-        Model -> its setting summary (:func:`setting_scores`).
-    """
+    """Correlation of a setting's per-model summary with the reference, and per dataset."""
 
     setting: CorrelationResult
     per_dataset: dict[object, CorrelationResult]
@@ -398,13 +318,7 @@ class SettingCorrelation:
     setting_scores: dict[object, float] = field(repr=False)
 
     def to_records(self) -> list[dict[str, object]]:
-        """One flat record for the setting (dataset ``None``) and one per dataset.
-
-        Returns
-        -------
-        list of dict
-            The records, the setting's first.
-        """
+        """One flat record for the setting (dataset ``None``) and one per dataset."""
         rows = [{"dataset": None, **to_plain(self.setting)}]
         rows += [{"dataset": d, **to_plain(r)} for d, r in self.per_dataset.items()]
         return rows
@@ -423,41 +337,11 @@ def correlate_setting(
     eps: float = DEFAULT_EPS,
     confidence: float = 0.95,
 ) -> SettingCorrelation:
-    """Correlate a setting (and each of its datasets) with a reference score per model.
-
-    The models are those in ``scores``; ``reference`` (model -> score, e.g. published
-    ImageNet top-1 as fractions) must cover all of them and may hold more, which are not
-    used. The setting value of a model is :func:`setting_scores` (mean logit over the
-    datasets); per dataset the model's transformed score is used directly.
-
-    Parameters
-    ----------
-    reference : mapping
-        Model -> reference score.
-    scores : mapping
-        (model, dataset) -> score.
-    datasets : sequence
-        The setting's datasets.
-    bounded : bool
-        Logit-transform the scores.
-    reference_bounded : bool
-        Logit-transform the reference.
-    lower_is_better : bool
-        Negate the transformed scores.
-    n_bootstrap : int
-        Bootstrap resamples over models (0: none).
-    seed : int
-        Seed of the resampling.
-    eps : float
-        Clipping bound of the logit.
-    confidence : float
-        Level of the bootstrap intervals.
-
-    Returns
-    -------
-    SettingCorrelation
-        The setting's correlation and each dataset's.
-    """
+    """Correlate a setting (and each of its datasets) with a reference score per model."""
+    # The models are those in ``scores``; ``reference`` (model -> score, e.g. published
+    # ImageNet top-1 as fractions) must cover all of them and may hold more, which are not
+    # used. The setting value of a model is :func:`setting_scores` (mean logit over the
+    # datasets); per dataset the model's transformed score is used directly.
     if not isinstance(reference, Mapping):
         raise DataValidationError(
             f"reference must be a mapping model -> score, got {type(reference).__name__}"

@@ -1,24 +1,4 @@
-"""What a reader needs first: a leaderboard, and what changed since the previous run.
-
-:func:`leaderboard` ranks models within each setting (rank 1 is best, tied scores share the
-average of their ranks) and orders the models by their mean rank over the settings.
-
-:func:`diff_summaries` compares two run summaries, plain dicts of this form (as the run
-writes them to JSON)::
-
-    {
-      "encoders": {
-        "<encoder>": {"weights": "<fingerprint>", "cells": {
-            "<cell>": {"status": "ok", "score": 0.83},
-            "<cell>": {"status": "failed", "error": "..."}}}},
-      "regressions": [{"encoder": "<encoder>", "cell": "<cell>", "against": "<best encoder>"}]
-    }
-
-``regressions`` is optional (a run without a checkpoint series has none); entries may carry
-more keys (difference, p-values), which are kept. ``weights`` is optional too: an encoder
-whose weights differ between the two summaries (a file rewritten in place, a training
-script's moving alias such as DINO's ``checkpoint.pth``) is a new encoder, not a change.
-"""
+"""What a reader needs first: a leaderboard, and what changed since the previous run."""
 
 from __future__ import annotations
 
@@ -38,19 +18,7 @@ CELL_STATUSES = ("ok", "failed")
 
 @dataclass(frozen=True)
 class LeaderboardRow:
-    """One model's line: mean rank (None when left out), rank and score per setting.
-
-    Parameters
-    ----------
-    model : str
-        The encoder.
-    mean_rank : float or None
-        Its mean rank over the settings (None when left out).
-    ranks, scores : dict
-        Setting -> its rank and its score there.
-    missing : tuple of str
-        Settings it has no score for.
-    """
+    """One model's line: mean rank (None when left out), rank and score per setting."""
 
     model: str
     mean_rank: float | None
@@ -70,24 +38,7 @@ def leaderboard(
     higher_is_better: bool | Mapping[str, bool] = True,
     missing: str = "exclude",
 ) -> list[LeaderboardRow]:
-    """Mean rank over settings, with each setting's score.
-
-    Parameters
-    ----------
-    table : mapping of model to (mapping of setting to score)
-        Each model's score per setting (e.g. a setting's mean accuracy over its datasets).
-    higher_is_better : bool or mapping of setting to bool
-        Direction of every setting, or of each one (a missing setting defaults to True).
-    missing : {"exclude", "last"}
-        A model without a score in some setting is left out of the ranking (``exclude``:
-        listed at the end with ``mean_rank=None`` and no ranks), or ranked below every
-        model with a score there, tied with the other missing ones (``last``).
-
-    Returns
-    -------
-    list of LeaderboardRow
-        Ranked models by increasing mean rank (then name), then the models left out.
-    """
+    """Mean rank over settings, with each setting's score."""
     from scipy.stats import rankdata  # here: the report and CLI modules import this one cheaply
 
     if missing not in MISSING_POLICIES:
@@ -135,29 +86,12 @@ def leaderboard(
 
 @dataclass(frozen=True)
 class RunChanges:
-    """What changed between two run summaries (see the module docstring for their form).
-
-    ``new_cells`` are cells no encoder had before (the configuration grew);
-    ``changed_scores`` same encoder, same cell, a score that moved by more than the
-    tolerance; ``regressions`` regressions not reported by the previous run; ``failures``
-    every failed cell now, each with ``new`` saying whether it failed before;
-    ``recovered`` cells that failed before and succeed now.
-
-    Parameters
-    ----------
-    new_encoders, removed_encoders : list of str
-        Encoders only in the newer / only in the older summary.
-    new_cells : list of str
-        Cells no encoder had before.
-    changed_scores : list of dict
-        Same encoder and cell, a score that moved by more than the tolerance.
-    regressions : list of dict
-        Regressions the previous run did not report.
-    failures : list of dict
-        Every failed cell now, with ``new``.
-    recovered : list of dict
-        Cells that failed before and succeed now.
-    """
+    """What changed between two run summaries (see the module docstring for their form)."""
+    # ``new_cells`` are cells no encoder had before (the configuration grew);
+    # ``changed_scores`` same encoder, same cell, a score that moved by more than the
+    # tolerance; ``regressions`` regressions not reported by the previous run; ``failures``
+    # every failed cell now, each with ``new`` saying whether it failed before;
+    # ``recovered`` cells that failed before and succeed now.
 
     new_encoders: list[str]
     removed_encoders: list[str]
@@ -217,24 +151,7 @@ def _regressions(summary: Mapping[str, object] | None, name: str) -> list[dict[s
 def diff_summaries(
     previous: Mapping[str, object] | None, current: Mapping[str, object], tolerance: float = 0.0
 ) -> RunChanges:
-    """What changed since the previous run: encoders, cells, scores, regressions, failures.
-
-    Parameters
-    ----------
-    previous : dict or None
-        The previous run's summary; None for the first run (everything is new).
-    current : dict
-        This run's summary.
-    tolerance : float
-        Score changes up to this size (absolute) are not reported.
-
-    Returns
-    -------
-    RunChanges
-        Lists sorted by encoder then cell, so two equal inputs give equal outputs. An
-        encoder whose ``weights`` differ from the previous summary's is listed as new, its
-        scores compared with nothing.
-    """
+    """What changed since the previous run: encoders, cells, scores, regressions, failures."""
     tolerance = _finite(tolerance, "tolerance")
     if tolerance < 0:
         raise DataValidationError(f"tolerance must be >= 0, got {tolerance!r}")

@@ -1,21 +1,4 @@
-"""Do two evaluation settings order the encoders the same way? (Ericsson et al. 2021, fig. 7)
-
-For each dataset and setting (a protocol with its settings: linear, MLP, k-NN, 5-shot...)
-the encoders are ranked by their score. Two settings agree when they rank alike:
-
-- Kendall's tau-b = (P - Q) / sqrt((n0 - n1)(n0 - n2)) over the n0 = n(n-1)/2 encoder
-  pairs, P concordant, Q discordant, n1 / n2 pairs tied in the first / second setting
-  (``scipy.stats.kendalltau``'s default, which is what handles ties);
-- Spearman's rho = Pearson correlation of the average ranks (``scipy.stats.spearmanr``);
-- flips = Q, the number of encoder pairs whose order is reversed (a pair tied in either
-  setting is not a flip; ``tied_pairs`` counts those).
-
-Intervals are percentile bootstraps over encoders: encoders are resampled with
-replacement (seeded); a resampled encoder appears twice, which ties it with itself in
-both settings, handled by tau-b as any tie. Resamples in which a setting is constant have
-no correlation and are left out (``n_bootstrap_used``). Ranks: 1 is the best encoder, ties
-share the average rank.
-"""
+"""Do two evaluation settings order the encoders the same way? (Ericsson et al. 2021, fig. 7)"""
 
 from __future__ import annotations
 
@@ -46,18 +29,7 @@ def _scores(values: Mapping[Hashable, float], encoders: list[Hashable], name: st
 
 
 def encoder_ranks(scores: Mapping[Hashable, float], lower_is_better: bool = False) -> dict[Hashable, float]:
-    """Rank of each encoder under one setting: 1 is the best, ties share the average rank.
-
-    Parameters
-    ----------
-    scores : mapping encoder -> score
-    lower_is_better : bool
-        Rank the smallest score first (errors, ECE).
-
-    Returns
-    -------
-    dict encoder -> rank (float; x.5 for ties)
-    """
+    """Rank of each encoder under one setting: 1 is the best, ties share the average rank."""
     encoders = list(scores)
     if not encoders:
         raise DataValidationError("no encoder to rank: scores is empty")
@@ -78,17 +50,7 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 
 def kendall_tau_b_rows(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """Kendall's tau-b of each row pair (A[r], B[r]); NaN where a row is constant.
-
-    Parameters
-    ----------
-    A, B : ndarray of shape (m, n)
-
-    Returns
-    -------
-    ndarray of shape (m,)
-        Equal to ``scipy.stats.kendalltau(A[r], B[r]).statistic`` row by row.
-    """
+    """Kendall's tau-b of each row pair (A[r], B[r]); NaN where a row is constant."""
     A, B = np.atleast_2d(A), np.atleast_2d(B)
     m, n = A.shape
     out = np.empty(m)
@@ -105,16 +67,7 @@ def kendall_tau_b_rows(A: np.ndarray, B: np.ndarray) -> np.ndarray:
 
 
 def spearman_rows(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """Spearman's rho (Pearson of average ranks) of each row pair; NaN where a row is constant.
-
-    Parameters
-    ----------
-    A, B : ndarray of shape (m, n)
-
-    Returns
-    -------
-    ndarray of shape (m,)
-    """
+    """Spearman's rho (Pearson of average ranks) of each row pair; NaN where a row is constant."""
     Ra = stats.rankdata(np.atleast_2d(A), axis=1)
     Rb = stats.rankdata(np.atleast_2d(B), axis=1)
     Ra -= Ra.mean(axis=1, keepdims=True)
@@ -124,17 +77,7 @@ def spearman_rows(A: np.ndarray, B: np.ndarray) -> np.ndarray:
 
 
 def flip_count(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
-    """(pairs ordered oppositely by ``a`` and ``b``, pairs tied in ``a`` or in ``b``).
-
-    Parameters
-    ----------
-    a, b : ndarray of shape (n,)
-        Scores of the same n encoders under two settings (higher is better in both).
-
-    Returns
-    -------
-    flips, tied : int
-    """
+    """(pairs ordered oppositely by ``a`` and ``b``, pairs tied in ``a`` or in ``b``)."""
     Sa, Sb = _signs(np.asarray(a, dtype=np.float64)[None])[0], _signs(np.asarray(b, dtype=np.float64)[None])[0]
     upper = np.triu(np.ones(Sa.shape, dtype=bool), k=1)
     product = Sa.astype(np.int64) * Sb
@@ -143,33 +86,10 @@ def flip_count(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class PairAgreement:
-    """Agreement of two settings' encoder rankings on one dataset.
-
-    ``n`` encoders scored in both; ``n_pairs`` = n(n-1)/2; ``flips`` pairs ordered
-    oppositely; ``tied_pairs`` tied in at least one setting; ``*_ci`` percentile bootstrap
-    intervals (None without bootstrap) from ``n_bootstrap_used`` of ``n_bootstrap`` resamples.
-
-    Parameters
-    ----------
-    dataset, setting_a, setting_b : hashable or None
-        What was compared.
-    n : int
-        Encoders scored in both settings.
-    kendall_tau, spearman_rho : float
-        Rank correlations of the two rankings.
-    flips : int
-        Pairs ordered oppositely.
-    tied_pairs : int
-        Pairs tied in at least one setting.
-    n_pairs : int
-        n(n-1)/2.
-    kendall_ci, spearman_ci : tuple of float or None
-        Percentile bootstrap intervals.
-    n_bootstrap, n_bootstrap_used : int
-        Resamples asked for and those that could be used.
-    confidence : float
-        The intervals' level.
-    """
+    """Agreement of two settings' encoder rankings on one dataset."""
+    # ``n`` encoders scored in both; ``n_pairs`` = n(n-1)/2; ``flips`` pairs ordered
+    # oppositely; ``tied_pairs`` tied in at least one setting; ``*_ci`` percentile bootstrap
+    # intervals (None without bootstrap) from ``n_bootstrap_used`` of ``n_bootstrap`` resamples.
 
     dataset: Hashable | None
     setting_a: Hashable | None
@@ -197,27 +117,7 @@ def _check_bootstrap(n_bootstrap: int, confidence: float) -> None:
 def pair_agreement(a: Mapping[Hashable, float], b: Mapping[Hashable, float], n_bootstrap: int = 1000,
                    seed: int = 0, confidence: float = 0.95, *, lower_is_better: tuple[bool, bool] = (False, False),
                    labels: tuple[Hashable, Hashable, Hashable] = (None, None, None)) -> PairAgreement:
-    """Kendall's tau-b, Spearman's rho and flips between two settings' scores of the encoders.
-
-    Parameters
-    ----------
-    a, b : mapping encoder -> score
-        The encoders scored in both are compared (in ``a``'s order); at least 3.
-    n_bootstrap : int
-        Bootstrap resamples of the encoders (0: no intervals).
-    seed : int
-        Seed of the resampling.
-    confidence : float
-        Level of the percentile intervals.
-    lower_is_better : (bool, bool)
-        Per setting, whether a smaller score is better (the score is negated).
-    labels : (dataset, setting_a, setting_b)
-        Carried into the result.
-
-    Returns
-    -------
-    PairAgreement
-    """
+    """Kendall's tau-b, Spearman's rho and flips between two settings' scores of the encoders."""
     _check_bootstrap(n_bootstrap, confidence)
     encoders = [e for e in a if e in b]
     name_a, name_b = (str(labels[1] or "a"), str(labels[2] or "b"))
@@ -268,19 +168,7 @@ def _table(scores: Mapping[tuple[Hashable, Hashable, Hashable], float]) -> dict:
 
 def rank_table(scores: Mapping[tuple[Hashable, Hashable, Hashable], float],
                lower_is_better: Collection[Hashable] = ()) -> dict[tuple[Hashable, Hashable], dict[Hashable, float]]:
-    """Each encoder's rank for every (dataset, setting), e.g. to print next to the scores.
-
-    Parameters
-    ----------
-    scores : mapping (encoder, dataset, setting) -> score
-    lower_is_better : collection of settings
-        Settings whose metric improves downwards.
-
-    Returns
-    -------
-    dict (dataset, setting) -> (dict encoder -> rank)
-        1 is the best; ties share the average rank.
-    """
+    """Each encoder's rank for every (dataset, setting), e.g. to print next to the scores."""
     return {(dataset, setting): encoder_ranks(values, lower_is_better=setting in lower_is_better)
             for dataset, by_setting in _table(scores).items() for setting, values in by_setting.items()}
 
@@ -288,21 +176,7 @@ def rank_table(scores: Mapping[tuple[Hashable, Hashable, Hashable], float],
 def rank_agreement(scores: Mapping[tuple[Hashable, Hashable, Hashable], float], n_bootstrap: int = 1000,
                    seed: int = 0, confidence: float = 0.95,
                    lower_is_better: Collection[Hashable] = ()) -> list[PairAgreement]:
-    """Agreement between every pair of settings, per dataset.
-
-    Parameters
-    ----------
-    scores : mapping (encoder, dataset, setting) -> score
-    n_bootstrap, seed, confidence : int, int, float
-        As ``pair_agreement`` (every pair uses the same seed).
-    lower_is_better : collection of settings
-        Settings whose metric improves downwards.
-
-    Returns
-    -------
-    list of PairAgreement
-        Per dataset (first-seen order), every pair of its settings (first-seen order).
-    """
+    """Agreement between every pair of settings, per dataset."""
     out = []
     for dataset, by_setting in _table(scores).items():
         for sa, sb in combinations(list(by_setting), 2):
@@ -315,30 +189,14 @@ def rank_agreement(scores: Mapping[tuple[Hashable, Hashable, Hashable], float], 
 @dataclass(frozen=True)
 class RadarData:
     """Each encoder's rank on each axis (the reference first, then the settings): one radar
-    chart per encoder, or one polygon per encoder on a shared chart.
-
-    Parameters
-    ----------
-    axes : tuple
-        The axes: the reference (when given), then the settings.
-    encoders : tuple
-        The encoders, in row order.
-    ranks : numpy.ndarray
-        (n_encoders, n_axes); 1 is the best.
-    """
+    chart per encoder, or one polygon per encoder on a shared chart."""
 
     axes: tuple[Hashable, ...]
     encoders: tuple[Hashable, ...]
     ranks: np.ndarray  # (n_encoders, n_axes); 1 is the best
 
     def records(self) -> list[dict[str, object]]:
-        """One row per (encoder, axis) with its rank.
-
-        Returns
-        -------
-        list of dict
-            Keys encoder, axis, rank.
-        """
+        """One row per (encoder, axis) with its rank."""
         return [{"encoder": e, "axis": a, "rank": float(self.ranks[i, j])}
                 for i, e in enumerate(self.encoders) for j, a in enumerate(self.axes)]
 
@@ -346,23 +204,7 @@ class RadarData:
 def radar_data(by_setting: Mapping[Hashable, Mapping[Hashable, float]],
                reference: Mapping[Hashable, float] | None = None, reference_name: Hashable = "ImageNet",
                lower_is_better: Collection[Hashable] = ()) -> RadarData:
-    """Rank of each encoder under every setting and under the reference (e.g. ImageNet top-1).
-
-    Parameters
-    ----------
-    by_setting : mapping setting -> (mapping encoder -> score)
-        Every setting must score the same encoders.
-    reference : mapping encoder -> score, optional
-        Added as the first axis, named ``reference_name``; must cover the encoders.
-    reference_name : hashable
-        The reference axis's name.
-    lower_is_better : collection of settings
-        Settings ranked smallest-first.
-
-    Returns
-    -------
-    RadarData
-    """
+    """Rank of each encoder under every setting and under the reference (e.g. ImageNet top-1)."""
     axes = ([(reference_name, reference)] if reference is not None else []) + list(by_setting.items())
     if not by_setting:
         raise DataValidationError("radar_data needs at least one setting")

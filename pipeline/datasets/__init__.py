@@ -1,12 +1,4 @@
-"""Dataset adapters: a registry (``make_dataset``, ``list_datasets``) and the built-in adapters.
-
-Generic: ``image_folder``, ``csv_manifest``, ``digits``, ``textures``, ``features``,
-``webdataset`` (tar shards), ``hf`` (Hugging Face datasets on disk). Published layouts:
-``aircraft``, ``caltech101``, ``cars``, ``cifar10``, ``cifar100``, ``dtd``, ``flowers102``,
-``food101``, ``pets``, ``sun397``, ``voc2007`` (multi-label), ``imagenet``, and the CD-FSL
-domains ``cropdiseases``, ``eurosat``, ``isic2018``, ``chestx``. Per-pixel targets (dense
-readouts): ``ade20k``, ``voc2012_segmentation`` and ``nyuv2_normals``.
-"""
+"""Dataset adapters: a registry (``make_dataset``, ``list_datasets``) and the built-in adapters."""
 
 from pipeline.datasets.registry import adapter_class, list_datasets, make_dataset, register_dataset
 from pipeline.datasets.adapters.ade20k import Ade20kDataset

@@ -358,19 +358,7 @@ class DatasetAdapter(ABC):
 
 
 def validate_splits(splits: list[str] | tuple[str, ...], dataset: str) -> tuple[str, ...]:
-    """Split names become store keys: validate each, refuse duplicates and an empty list.
-
-    Parameters
-    ----------
-    splits : list or tuple of str
-        The split names.
-    dataset : str
-        The dataset's name, for messages.
-
-    Returns
-    -------
-    tuple of str
-    """
+    """Split names become store keys: validate each, refuse duplicates and an empty list."""
     if not splits:
         raise DatasetError(f"Dataset {dataset!r} has no splits")
     for split in splits:
@@ -382,19 +370,7 @@ def validate_splits(splits: list[str] | tuple[str, ...], dataset: str) -> tuple[
 
 def decode_rgb(source: Any, what: str) -> Image.Image:
     """Decode an image (a path or a binary file object) fully as RGB, or raise
-    CorruptImageError naming ``what``.
-
-    Parameters
-    ----------
-    source : str, Path or binary file object
-        The image.
-    what : str
-        How the error names it.
-
-    Returns
-    -------
-    PIL.Image.Image
-    """
+    CorruptImageError naming ``what``."""
     try:
         with Image.open(source) as img:
             img.load()  # decode now: a truncated file fails here, not later in a worker
@@ -404,16 +380,7 @@ def decode_rgb(source: Any, what: str) -> Image.Image:
 
 
 def open_rgb(path: Path) -> Image.Image:
-    """Decode an image file fully as RGB, or raise CorruptImageError naming the file.
-
-    Parameters
-    ----------
-    path : Path
-
-    Returns
-    -------
-    PIL.Image.Image
-    """
+    """Decode an image file fully as RGB, or raise CorruptImageError naming the file."""
     return decode_rgb(path, f"image {str(path)!r}")
 
 

@@ -1,8 +1,4 @@
-"""The registered dataset adapters with their parameters and defaults (``repeval datasets``).
-
-Read from the registry and the adapters' constructors alone: no file is read, no adapter
-is built, so listing is instant and says exactly what a config's ``params:`` accepts.
-"""
+"""The registered dataset adapters with their parameters and defaults (``repeval datasets``)."""
 
 from __future__ import annotations
 
@@ -20,15 +16,7 @@ REQUIRED = "(required)"
 
 @dataclass(frozen=True)
 class AdapterParameter:
-    """One constructor parameter of an adapter.
-
-    Parameters
-    ----------
-    name : str
-        The parameter's name in a config's ``params:`` (``name`` is the entry's own field).
-    default : object
-        Its default, or ``REQUIRED``.
-    """
+    """One constructor parameter of an adapter."""
 
     name: str
     default: Any
@@ -40,20 +28,7 @@ class AdapterParameter:
 
 
 def adapter_parameters(adapter: str, include_name: bool = False) -> list[AdapterParameter]:
-    """The constructor parameters of adapter ``adapter``, in their order.
-
-    Parameters
-    ----------
-    adapter : str
-        A registered adapter (UnknownNameError lists the valid names).
-    include_name : bool
-        Include ``name`` (a config gives it as the dataset entry's own ``name``, not
-        among its ``params``).
-
-    Returns
-    -------
-    list of AdapterParameter
-    """
+    """The constructor parameters of adapter ``adapter``, in their order."""
     signature = inspect.signature(adapter_class(adapter).__init__)
     return [AdapterParameter(p.name, REQUIRED if p.default is inspect.Parameter.empty else p.default)
             for p in signature.parameters.values()
@@ -62,19 +37,8 @@ def adapter_parameters(adapter: str, include_name: bool = False) -> list[Adapter
 
 
 def path_parameters(adapter: str) -> tuple[str, ...]:
-    """The parameters of ``adapter`` that name a file or folder (annotated ``os.PathLike``).
-
-    A config resolves their relative values against its own folder.
-
-    Parameters
-    ----------
-    adapter : str
-        An adapter name; an unknown one has none (the plan reports it with the valid names).
-
-    Returns
-    -------
-    tuple of str
-    """
+    """The parameters of ``adapter`` that name a file or folder (annotated ``os.PathLike``)."""
+    # A config resolves their relative values against its own folder.
     if adapter not in list_datasets():
         return ()
     signature = inspect.signature(adapter_class(adapter).__init__)
@@ -90,20 +54,7 @@ def _default_text(value: Any) -> str:
 
 
 def adapter_record(adapter: str) -> dict[str, Any]:
-    """One adapter as JSON-able data (``repeval datasets --json``).
-
-    Parameters
-    ----------
-    adapter : str
-        A registered adapter.
-
-    Returns
-    -------
-    dict
-        ``adapter``, ``metric``, ``multi_label``, ``images`` (False for precomputed
-        features), the ``train``/``val``/``test``/``pooled`` split names and
-        ``parameters`` (name, default, required) that a config's ``params:`` takes.
-    """
+    """One adapter as JSON-able data (``repeval datasets --json``)."""
     cls = adapter_class(adapter)
     return {"adapter": adapter, "metric": cls.metric, "multi_label": bool(cls.multi_label),
             "images": bool(cls.has_images),
@@ -114,13 +65,7 @@ def adapter_record(adapter: str) -> dict[str, Any]:
 
 
 def adapter_listing() -> str:
-    """Every registered adapter: metric, splits, and parameters with their defaults.
-
-    Returns
-    -------
-    str
-        The lines ``repeval datasets`` prints.
-    """
+    """Every registered adapter: metric, splits, and parameters with their defaults."""
     blocks = []
     for adapter in list_datasets():
         cls = adapter_class(adapter)

@@ -1,14 +1,4 @@
-"""Dense targets laid over an encoder's input: the resize and centre crop its images get.
-
-An encoder sees each image through timm's evaluation transform: the shorter side resized,
-then a centre crop of the input size. Its feature map covers that crop, so its targets
-must be the same crop of the ground truth: :func:`target_geometry` reads the resize and
-crop steps off the encoder's transform, and :func:`resample_target` applies them to a
-target with nearest-neighbour sampling (class indices stay class indices, unit normals
-stay unit normals, the ignore index and the zero "invalid" normal stay where they were).
-Metrics are then computed at the input resolution over the crop; pixels the crop leaves
-out are not scored. Imports torch and timm only when called.
-"""
+"""Dense targets laid over an encoder's input: the resize and centre crop its images get."""
 
 from __future__ import annotations
 
@@ -23,25 +13,7 @@ __all__ = ["geometry_tag", "resample_target", "target_geometry"]
 
 
 def target_geometry(data_config: Mapping[str, Any]) -> dict[str, Any]:
-    """The geometric steps of the encoder's eval transform and the size they give.
-
-    Parameters
-    ----------
-    data_config : mapping
-        The encoder's resolved timm data config.
-
-    Returns
-    -------
-    dict
-        ``{"steps": [{"op": "resize", "size": ..., "max_size": ...}, {"op": "center_crop",
-        "size": [h, w]}], "size": [H, W]}`` (JSON-able).
-
-    Raises
-    ------
-    DatasetError
-        A step other than resize, centre crop, to-tensor and normalise (its geometry is
-        not reproduced here), or steps that do not end at the input size.
-    """
+    """The geometric steps of the encoder's eval transform and the size they give."""
     from timm.data import create_transform
     from torchvision import transforms as T
 
@@ -66,17 +38,7 @@ def target_geometry(data_config: Mapping[str, Any]) -> dict[str, Any]:
 
 def geometry_tag(geometry: Mapping[str, Any]) -> str:
     """A short readable name of a geometry for store keys: ``r73-c64x64`` (resize the shorter
-    side to 73, crop 64 x 64), ``r64x64-c64x64`` (resize to 64 x 64, then crop).
-
-    Parameters
-    ----------
-    geometry : mapping
-        From :func:`target_geometry`.
-
-    Returns
-    -------
-    str
-    """
+    side to 73, crop 64 x 64), ``r64x64-c64x64`` (resize to 64 x 64, then crop)."""
     parts = []
     for step in geometry["steps"]:
         size = step["size"]
@@ -88,20 +50,7 @@ def geometry_tag(geometry: Mapping[str, Any]) -> str:
 
 
 def resample_target(target: np.ndarray, geometry: Mapping[str, Any]) -> np.ndarray:
-    """``target`` resized and cropped as the encoder's images are, nearest-neighbour.
-
-    Parameters
-    ----------
-    target : numpy.ndarray
-        (H, W) or (H, W, C) at the image's size.
-    geometry : mapping
-        From :func:`target_geometry`.
-
-    Returns
-    -------
-    numpy.ndarray
-        Same dtype, (h, w) or (h, w, C) with (h, w) the geometry's ``size``.
-    """
+    """``target`` resized and cropped as the encoder's images are, nearest-neighbour."""
     import torch
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms import functional as F

@@ -29,22 +29,10 @@ _SHOWN = 5
 
 
 def dataset_notes(dataset: DatasetAdapter) -> list[dict[str, Any]]:
-    """What a run, ``repeval datasets show`` and the report warn about for ``dataset``.
-
-    A class without any image in a split (an empty class folder, or a class that only
-    other splits have) can never be learned from, or never be scored on, that split; an
-    adapter's ``layout_notes()`` adds what its layout left out (hidden folders).
-
-    Parameters
-    ----------
-    dataset : a constructed adapter.
-
-    Returns
-    -------
-    list of dict
-        ``{"where", "what", "items", "kind"}``, ``where`` naming the dataset or
-        ``dataset/split``.
-    """
+    """What a run, ``repeval datasets show`` and the report warn about for ``dataset``."""
+    # A class without any image in a split (an empty class folder, or a class that only
+    # other splits have) can never be learned from, or never be scored on, that split; an
+    # adapter's ``layout_notes()`` adds what its layout left out (hidden folders).
     notes = []
     for split in dataset.splits:
         if split == dataset.pooled_split or getattr(dataset, "dense_task", None):
@@ -61,39 +49,16 @@ def dataset_notes(dataset: DatasetAdapter) -> list[dict[str, Any]]:
 
 
 def note_line(note: dict[str, Any], shown: int = _SHOWN) -> str:
-    """One line of a note: where, what, and the first items named.
-
-    Parameters
-    ----------
-    note : dict
-        From :func:`dataset_notes`.
-    shown : int
-        Items named.
-
-    Returns
-    -------
-    str
-    """
+    """One line of a note: where, what, and the first items named."""
     items = [str(i) for i in note.get("items") or []]
     more = f", ... ({len(items)} in all)" if len(items) > shown else ""
     return f"{note['where']}: {note['what']}" + (f": {', '.join(items[:shown])}{more}" if items else "")
 
 
 def undecodable(dataset: DatasetAdapter) -> dict[str, list[str]]:
-    """Every image that does not decode, by split (ids; the pooled split is not read twice).
-
-    Each image is decoded in full, whether or not the adapter was built with ``skip_bad``
-    (then the ones it skipped are already named by ``skipped``).
-
-    Parameters
-    ----------
-    dataset : a constructed image adapter.
-
-    Returns
-    -------
-    dict
-        Split -> ids of the images that failed to decode (empty lists included).
-    """
+    """Every image that does not decode, by split (ids; the pooled split is not read twice)."""
+    # Each image is decoded in full, whether or not the adapter was built with ``skip_bad``
+    # (then the ones it skipped are already named by ``skipped``).
     out: dict[str, list[str]] = {}
     for split in dataset.splits:
         if split == dataset.pooled_split or not dataset.has_images:
@@ -111,17 +76,7 @@ def undecodable(dataset: DatasetAdapter) -> dict[str, list[str]]:
 
 def bad_targets(dataset: DatasetAdapter) -> dict[str, list[str]]:
     """Every per-pixel target that a run would refuse, by split: each decoded and checked as
-    an extraction does (format, values, size), the message naming its file.
-
-    Parameters
-    ----------
-    dataset : a constructed dense adapter (others have no targets: an empty dict).
-
-    Returns
-    -------
-    dict
-        Split -> one message per bad target (empty lists included).
-    """
+    an extraction does (format, values, size), the message naming its file."""
     out: dict[str, list[str]] = {}
     if not getattr(dataset, "dense_task", None):
         return out

@@ -14,38 +14,14 @@ from pipeline.errors import DatasetError
 
 
 def is_image_name(name: str) -> bool:
-    """A visible file with an image extension (case-insensitive).
-
-    Parameters
-    ----------
-    name : str
-        A file name.
-
-    Returns
-    -------
-    bool
-    """
+    """A visible file with an image extension (case-insensitive)."""
     return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
 def scan_class_folders(directory: Path, what: str) -> tuple[list[str], list[tuple[str, str]]]:
-    """Class folders of ``directory`` (sorted) and every image below them.
-
-    Images may sit in sub-folders of a class folder. Hidden entries and non-images are
-    ignored.
-
-    Parameters
-    ----------
-    directory : Path
-        The folder holding one folder per class.
-    what : str
-        The adapter's name, for messages.
-
-    Returns
-    -------
-    tuple
-        The class names and the (path relative to ``directory``, class name) rows.
-    """
+    """Class folders of ``directory`` (sorted) and every image below them."""
+    # Images may sit in sub-folders of a class folder. Hidden entries and non-images are
+    # ignored.
     if not directory.is_dir():
         raise DatasetError(f"{what}: folder {str(directory)!r} does not exist")
     classes = sorted(e.name for e in os.scandir(directory) if e.is_dir() and not e.name.startswith("."))
@@ -68,19 +44,7 @@ def scan_class_folders(directory: Path, what: str) -> tuple[list[str], list[tupl
 
 
 def read_lines(path: Path, what: str) -> list[str]:
-    """Non-empty, stripped lines of a text file; a missing file is named.
-
-    Parameters
-    ----------
-    path : Path
-        The text file (UTF-8).
-    what : str
-        The adapter's name, for messages.
-
-    Returns
-    -------
-    list of str
-    """
+    """Non-empty, stripped lines of a text file; a missing file is named."""
     if not path.is_file():
         raise DatasetError(f"{what}: file {str(path)!r} is missing")
     try:
@@ -91,72 +55,26 @@ def read_lines(path: Path, what: str) -> list[str]:
 
 
 def under(root: Path, base: Path) -> str:
-    """``base`` relative to ``root`` as a prefix for listed files ("." for the root).
-
-    Parameters
-    ----------
-    root, base : Path
-        The adapter's root and a folder inside it.
-
-    Returns
-    -------
-    str
-    """
+    """``base`` relative to ``root`` as a prefix for listed files ("." for the root)."""
     return base.relative_to(root).as_posix()
 
 
 def require_file(path: Path, what: str) -> Path:
-    """``path``, or a DatasetError naming it when it is not a file.
-
-    Parameters
-    ----------
-    path : Path
-        The file a layout needs.
-    what : str
-        The adapter's name, for messages.
-
-    Returns
-    -------
-    Path
-    """
+    """``path``, or a DatasetError naming it when it is not a file."""
     if not path.is_file():
         raise DatasetError(f"{what}: file {str(path)!r} is missing")
     return path
 
 
 def require_dir(path: Path, what: str) -> Path:
-    """``path``, or a DatasetError naming it when it is not a folder.
-
-    Parameters
-    ----------
-    path : Path
-        The folder a layout needs.
-    what : str
-        The adapter's name, for messages.
-
-    Returns
-    -------
-    Path
-    """
+    """``path``, or a DatasetError naming it when it is not a folder."""
     if not path.is_dir():
         raise DatasetError(f"{what}: folder {str(path)!r} is missing")
     return path
 
 
 def class_index(names: Sequence[str], what: str) -> dict[str, int]:
-    """Class name -> index in ``names``; a repeated name is a DatasetError.
-
-    Parameters
-    ----------
-    names : sequence of str
-        Class names in index order.
-    what : str
-        The adapter's name, for messages.
-
-    Returns
-    -------
-    dict
-    """
+    """Class name -> index in ``names``; a repeated name is a DatasetError."""
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if list(names).count(n) > 1})
         raise DatasetError(f"{what}: class names repeat: {dup[:5]}")
@@ -165,22 +83,7 @@ def class_index(names: Sequence[str], what: str) -> dict[str, int]:
 
 def stratified_pick(labels: np.ndarray, per_class: int, seed: int) -> np.ndarray:
     """Boolean mask choosing ``per_class`` samples of every class at random (seeded);
-    a class with fewer samples gives all of them.
-
-    Parameters
-    ----------
-    labels : numpy.ndarray
-        Class index per sample.
-    per_class : int
-        Samples to choose per class.
-    seed : int
-        Seed of the choice.
-
-    Returns
-    -------
-    numpy.ndarray
-        Boolean (n,).
-    """
+    a class with fewer samples gives all of them."""
     rng = np.random.default_rng(seed)
     chosen = np.zeros(len(labels), dtype=bool)
     for k in np.unique(labels):
@@ -191,23 +94,7 @@ def stratified_pick(labels: np.ndarray, per_class: int, seed: int) -> np.ndarray
 
 def locate(root: Path, marker: str, prefixes: Sequence[str], what: str) -> Path:
     """The folder under ``root`` (one of ``prefixes``, tried in order) that holds ``marker``;
-    when none does, the error names the file expected at the first prefix.
-
-    Parameters
-    ----------
-    root : Path
-        The adapter's root.
-    marker : str
-        A file or folder the layout's folder holds.
-    prefixes : sequence of str
-        Candidate folders relative to ``root`` (``""`` or ``"."``: the root itself).
-    what : str
-        The adapter's name, for messages.
-
-    Returns
-    -------
-    Path
-    """
+    when none does, the error names the file expected at the first prefix."""
     for prefix in prefixes:
         if (root / prefix / marker).exists():
             return (root / prefix) if prefix not in ("", ".") else root

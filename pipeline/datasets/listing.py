@@ -1,11 +1,4 @@
-"""Image files listed per split: the shared core of every file-based adapter.
-
-An adapter parses its publisher's split files into a ``Listing`` per split (ids, file
-paths, labels, the file that listed them); ``ListedImageDataset`` then sorts the samples,
-checks every file exists (one ``stat`` each, whose size and modification time also make
-the fingerprint), and loads images by index. Nothing reads image bytes at construction
-unless ``skip_bad`` asks for a full decode or ``content_hash`` for a content fingerprint.
-"""
+"""Image files listed per split: the shared core of every file-based adapter."""
 
 from __future__ import annotations
 
@@ -183,20 +176,7 @@ class ListedImageDataset(FileBackedDataset):
 
 
 def stat_files(root: str, files: Iterable[str]) -> tuple[np.ndarray, list[int]]:
-    """(n, 2) int64 [size, mtime_ns] per file (zeros where missing) and the missing indices.
-
-    Parameters
-    ----------
-    root : str
-        The folder the files are relative to.
-    files : iterable of str
-        File paths.
-
-    Returns
-    -------
-    tuple
-        The (n, 2) array and the list of indices of missing files.
-    """
+    """(n, 2) int64 [size, mtime_ns] per file (zeros where missing) and the missing indices."""
     files = list(files)
     stats = np.zeros((len(files), 2), dtype=np.int64)
     missing = []
@@ -256,21 +236,7 @@ class PublishedDataset(ListedImageDataset):
 
 
 class PartitionedDataset(PublishedDataset):
-    """A published dataset whose authors give ten alternative splits (partitions 1..10).
-
-    Parameters
-    ----------
-    root : str or os.PathLike
-        The folder holding the publisher's files.
-    name : str, optional
-        Dataset name in the store (default: the adapter's name).
-    partition : int
-        Which of the authors' partitions, 1 to 10.
-    skip_bad : bool
-        Leave out missing or undecodable images (named in ``skipped``) instead of failing.
-    content_hash : bool
-        Fingerprint the files' bytes instead of their sizes and modification times.
-    """
+    """A published dataset whose authors give ten alternative splits (partitions 1..10)."""
 
     def __init__(self, root: str | os.PathLike[str], name: str | None = None, partition: int = 1,
                  skip_bad: bool = False, content_hash: bool = False) -> None:

@@ -64,19 +64,10 @@ class TorchImageDataset(Dataset):
 
 
 class EncodedImageDataset(Dataset):
-    """Items ``(file bytes as a uint8 tensor, index)`` of one split, decoded elsewhere (a GPU).
-
-    For adapters whose samples are image files (``has_image_files``); DataLoader workers
-    then only read files, and :func:`collate_encoded` keeps the variable-length bytes
-    as a list.
-
-    Parameters
-    ----------
-    adapter : DatasetAdapter
-        A dataset of image files.
-    split : str
-        One of its splits.
-    """
+    """Items ``(file bytes as a uint8 tensor, index)`` of one split, decoded elsewhere (a GPU)."""
+    # For adapters whose samples are image files (``has_image_files``); DataLoader workers
+    # then only read files, and :func:`collate_encoded` keeps the variable-length bytes
+    # as a list.
 
     def __init__(self, adapter: DatasetAdapter, split: str) -> None:
         if not adapter.has_image_files:
@@ -94,18 +85,7 @@ class EncodedImageDataset(Dataset):
 
 
 def collate_encoded(batch: list[tuple[Tensor, int]]) -> tuple[list[Tensor], Tensor]:
-    """A batch of encoded files, kept as a list (their lengths differ).
-
-    Parameters
-    ----------
-    batch : list of (torch.Tensor, int)
-        Items of :class:`EncodedImageDataset`.
-
-    Returns
-    -------
-    tuple of (list of torch.Tensor, torch.Tensor)
-        The files' bytes and the samples' indices (int64).
-    """
+    """A batch of encoded files, kept as a list (their lengths differ)."""
     import torch
 
     return [data for data, _ in batch], torch.tensor([i for _, i in batch], dtype=torch.int64)

@@ -1,18 +1,4 @@
-"""Frozen timm encoders: specs, loading, hub probing and checkpoint matching.
-
-* :mod:`~pipeline.encoders.spec`: :class:`EncoderSpec`, what to build (imports neither
-  torch nor timm, so a config is checked in milliseconds);
-* :mod:`~pipeline.encoders.building`: the timm model of a spec and the layers it offers;
-* :mod:`~pipeline.encoders.encoder`: :class:`Encoder` and :func:`load_encoder`, weights and
-  one-pass multi-layer features;
-* :mod:`~pipeline.encoders.hub`: pretrained weights from the local caches only;
-* :mod:`~pipeline.encoders.checkpoints.fitting`: finding an architecture's weights in a checkpoint (the
-  inner key, the prefix, what is dropped, what timm resamples);
-* :mod:`~pipeline.encoders.checkpoints.matching`: whether a checkpoint fits, from its header, and loading it.
-
-The names below are importable from this package; all but the spec's are loaded on first
-use, so ``from pipeline.encoders import EncoderSpec`` does not import torch.
-"""
+"""Frozen timm encoders: specs, loading, hub probing and checkpoint matching."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Building a spec's timm model (always without its classifier) and the layers it offers.
-
-The model is built with ``num_classes=0``: features never need the classifier, so a
-checkpoint whose head has any number of classes loads, and so does a backbone-only one.
-"""
+"""Building a spec's timm model (always without its classifier) and the layers it offers."""
 
 from __future__ import annotations
 
@@ -23,18 +19,7 @@ INIT_LOCK = threading.Lock()
 
 
 def model_kwargs(spec: EncoderSpec) -> dict[str, Any]:
-    """Keyword arguments of ``timm.create_model`` for ``spec``.
-
-    Parameters
-    ----------
-    spec : EncoderSpec
-        The spec.
-
-    Returns
-    -------
-    dict
-        ``num_classes=0``, plus ``img_size`` where the architecture fixes its input grid.
-    """
+    """Keyword arguments of ``timm.create_model`` for ``spec``."""
     kwargs: dict[str, Any] = {"num_classes": 0}
     if spec.input_size is not None and _fixed_input_size(spec.model_name):
         kwargs["img_size"] = spec.input_size  # ViT-like models fix the grid of positions at creation
@@ -50,22 +35,7 @@ def _fixed_input_size(model_name: str) -> bool:
 
 
 def create_model(spec: EncoderSpec, pretrained: bool = False, **kwargs: Any) -> nn.Module:
-    """``timm.create_model`` for ``spec``, with an input-size error that names the field.
-
-    Parameters
-    ----------
-    spec : EncoderSpec
-        The spec (its model name and input size).
-    pretrained : bool
-        Load timm's pretrained weights (from the local cache only).
-    **kwargs
-        Further arguments of ``timm.create_model`` (see :func:`model_kwargs`).
-
-    Returns
-    -------
-    torch.nn.Module
-        The model.
-    """
+    """``timm.create_model`` for ``spec``, with an input-size error that names the field."""
     try:
         return timm.create_model(spec.model_name, pretrained=pretrained, **kwargs)
     except TypeError as exc:
@@ -78,19 +48,7 @@ def create_model(spec: EncoderSpec, pretrained: bool = False, **kwargs: Any) -> 
 
 
 def build_on_meta(spec: EncoderSpec) -> nn.Module | None:
-    """``spec``'s model on the meta device: every tensor's name and shape, no memory, no weights.
-
-    Parameters
-    ----------
-    spec : EncoderSpec
-        The spec; its architecture is checked first.
-
-    Returns
-    -------
-    torch.nn.Module or None
-        The model, or None when timm cannot build it without the hub (a tag only the hub
-        knows): the loading itself then says what is wrong.
-    """
+    """``spec``'s model on the meta device: every tensor's name and shape, no memory, no weights."""
     check_architecture(spec)
     try:
         with torch.device("meta"):
@@ -102,21 +60,9 @@ def build_on_meta(spec: EncoderSpec) -> nn.Module | None:
 
 
 def available_layers(model: nn.Module) -> tuple[str, ...]:
-    """``pre_logits`` plus one ``block{i}`` per output ``forward_intermediates`` can give.
-
-    timm sizes forward_intermediates' index range by ``feature_info`` (CNN stages incl. the
-    stem where reported, ViT blocks), so its length is the block count.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        A timm model.
-
-    Returns
-    -------
-    tuple of str
-        The layer names.
-    """
+    """``pre_logits`` plus one ``block{i}`` per output ``forward_intermediates`` can give."""
+    # timm sizes forward_intermediates' index range by ``feature_info`` (CNN stages incl. the
+    # stem where reported, ViT blocks), so its length is the block count.
     if not hasattr(model, "forward_intermediates"):
         return (PRE_LOGITS,)
     count = len(getattr(model, "feature_info", None) or ())
@@ -125,18 +71,7 @@ def available_layers(model: nn.Module) -> tuple[str, ...]:
 
 def layer_modules(model: nn.Module) -> dict[str, str]:
     """timm's module name of each block (``blocks.11``, ``layer4``, ``stages.2``) -> its
-    layer name here (``block11``), from the model's ``feature_info``.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        A timm model.
-
-    Returns
-    -------
-    dict
-        Module name -> ``block<i>``.
-    """
+    layer name here (``block11``), from the model's ``feature_info``."""
     out = {}
     for i, entry in enumerate(getattr(model, "feature_info", None) or ()):
         module = entry.get("module") if isinstance(entry, dict) else None
@@ -148,23 +83,7 @@ def layer_modules(model: nn.Module) -> dict[str, str]:
 def layer_problem(name: str, arch: str, layers: tuple[str, ...] | list[str], available: tuple[str, ...],
                   modules: dict[str, str] | None = None) -> str | None:
     """One line naming every layer of ``layers`` the model lacks, with the valid range and,
-    for timm's own module names (``blocks.11``), the layer they mean; None when all are fine.
-
-    Parameters
-    ----------
-    name, arch : str
-        The encoder's name and architecture (named in the line).
-    layers : sequence of str
-        The layers asked for (any strings: grammar is checked here too).
-    available : tuple of str
-        The model's layers (:func:`available_layers`).
-    modules : dict, optional
-        timm's module names (:func:`layer_modules`).
-
-    Returns
-    -------
-    str or None
-    """
+    for timm's own module names (``blocks.11``), the layer they mean; None when all are fine."""
     modules = modules or {}
     bad, hints = [], []
     for layer in layers:
@@ -187,17 +106,7 @@ def layer_problem(name: str, arch: str, layers: tuple[str, ...] | list[str], ava
 
 def check_layer_names(spec: EncoderSpec, available: tuple[str, ...], modules: dict[str, str] | None = None) -> None:
     """Raise UnknownNameError naming every layer of ``spec`` not among ``available``, at once
-    (a ``block<i>.tokens`` layer needs ``block<i>``).
-
-    Parameters
-    ----------
-    spec : EncoderSpec
-        The spec whose layers are checked.
-    available : tuple of str
-        The model's layers (:func:`available_layers`).
-    modules : dict, optional
-        timm's module names of the blocks (:func:`layer_modules`), for a hint.
-    """
+    (a ``block<i>.tokens`` layer needs ``block<i>``)."""
     problem = layer_problem(spec.name, spec.arch, spec.layers, available, modules)
     if problem is not None:
         raise UnknownNameError(problem)
@@ -205,18 +114,9 @@ def check_layer_names(spec: EncoderSpec, available: tuple[str, ...], modules: di
 
 def check_requested_layers(spec: EncoderSpec, layers: tuple[str, ...] | list[str]) -> None:
     """Refuse every one of ``layers`` (any strings, as a config gives them) that ``spec``'s
-    model lacks, in one error: the valid range, and timm's module names mapped to layers.
-
-    The model is built on the meta device. A layer of bad grammar (``layer4``) is named
-    with the others instead of alone, before the model is consulted.
-
-    Parameters
-    ----------
-    spec : EncoderSpec
-        The encoder (its layers are not read: give it any valid ones).
-    layers : sequence of str
-        The layers asked for.
-    """
+    model lacks, in one error: the valid range, and timm's module names mapped to layers."""
+    # The model is built on the meta device. A layer of bad grammar (``layer4``) is named
+    # with the others instead of alone, before the model is consulted.
     model = build_on_meta(spec)
     if model is not None:
         problem = layer_problem(spec.name, spec.arch, tuple(layers), available_layers(model), layer_modules(model))

@@ -1,14 +1,4 @@
-"""timm's evaluation preprocessing on tensors, on the extraction device.
-
-Where the CPUs cannot decode images as fast as a GPU consumes them, the DataLoader
-workers only read the files' bytes, and the batch is decoded on the extraction device
-(``torchvision.io.decode_jpeg``: nvJPEG on a GPU, libjpeg-turbo on the CPU), then resized,
-cropped and normalised there by the same torchvision transforms timm builds, applied to
-tensors. Other formats (PNG...) are decoded on the CPU by torchvision; a file neither can
-decode goes through PIL, as the PIL path would, and a corrupt one raises the adapter's
-error naming it. The CPU runs exactly this code, so the CPU tests cover it; its pixels
-differ from PIL's by interpolation rounding only (a test bounds the difference).
-"""
+"""timm's evaluation preprocessing on tensors, on the extraction device."""
 
 from __future__ import annotations
 
@@ -25,19 +15,7 @@ _JPEG = b"\xff\xd8\xff"
 
 
 def device_transform_steps(data_config: dict[str, Any]) -> tuple[list[Callable], list[Callable]] | str:
-    """timm's eval transform as (per-image uint8 steps, batch float steps), or why not.
-
-    Parameters
-    ----------
-    data_config : dict
-        The encoder's resolved data config.
-
-    Returns
-    -------
-    tuple or str
-        The steps, or a sentence saying which step has no tensor form (the caller then
-        decodes with PIL).
-    """
+    """timm's eval transform as (per-image uint8 steps, batch float steps), or why not."""
     from timm.data import create_transform
     from torchvision import transforms as T
 
@@ -60,18 +38,7 @@ def _to_unit_float(x: Tensor) -> Tensor:
 
 
 class DevicePreprocess:
-    """Decode and preprocess a batch of encoded images on ``device``.
-
-    Parameters
-    ----------
-    data_config : dict
-        The encoder's data config (its timm eval transform is reproduced).
-    device : torch.device
-        Where images are decoded (JPEG) and transformed.
-    fallback : callable
-        ``fallback(index) -> PIL.Image``: the sample decoded by the adapter (PIL), for
-        files torchvision cannot decode; raises the adapter's error for a corrupt file.
-    """
+    """Decode and preprocess a batch of encoded images on ``device``."""
 
     def __init__(self, data_config: dict[str, Any], device: torch.device,
                  fallback: Callable[[int], Image.Image]) -> None:
@@ -83,20 +50,7 @@ class DevicePreprocess:
         self.fallback = fallback
 
     def decode(self, encoded: Sequence[Tensor], indices: Sequence[int]) -> list[Tensor]:
-        """The files decoded, not yet resized.
-
-        Parameters
-        ----------
-        encoded : sequence of torch.Tensor
-            The files' bytes (uint8, 1-D, on the CPU).
-        indices : sequence of int
-            The samples' indices (for the fallback and its errors).
-
-        Returns
-        -------
-        list of torch.Tensor
-            uint8 ``(3, h, w)`` tensors on the device, one per file.
-        """
+        """The files decoded, not yet resized."""
         with warnings.catch_warnings():  # torchvision 0.29 points at TorchCodec for decoding; it has no
             warnings.simplefilter("ignore", DeprecationWarning)  # batched GPU JPEG decoder of this form
             return self._decode(encoded, indices)
@@ -126,19 +80,7 @@ class DevicePreprocess:
             return torch.from_numpy(image.copy()).permute(2, 0, 1).to(self.device, non_blocking=True)
 
     def __call__(self, encoded: Sequence[Tensor], indices: Sequence[int]) -> Tensor:
-        """The batch ``(n, 3, H, W)`` float32 on the device, as timm's transform gives it.
-
-        Parameters
-        ----------
-        encoded : sequence of torch.Tensor
-            The files' bytes (uint8, 1-D, on the CPU).
-        indices : sequence of int
-            The samples' indices (for the fallback and its errors).
-
-        Returns
-        -------
-        torch.Tensor
-        """
+        """The batch ``(n, 3, H, W)`` float32 on the device, as timm's transform gives it."""
         images = []
         for image in self.decode(encoded, indices):
             for step in self.per_image:

@@ -1,16 +1,4 @@
-"""A loaded, frozen encoder: strict weight loading and one-pass multi-layer features.
-
-Layers: ``pre_logits`` is timm's pooled pre-classifier representation
-(``forward_head(forward_features(x), pre_logits=True)``); ``block{i}`` is the i-th output of
-``forward_intermediates`` as timm counts them (CNN stages, stem included where the model
-reports it; ViT blocks), pooled to one vector per image: the class token where the model
-has one, else the mean over patch tokens or over the spatial map. ``block{i}.tokens`` is
-the same output unpooled, (T, d) per image: the prefix tokens (class token first) where
-the model reports them, then one token per patch or spatial position, row-major.
-``block{i}.map`` is that output as a spatial map, (h, w, d) per image: a CNN stage's
-feature map, a ViT's patch tokens on their grid (prefix tokens left out), for dense
-readouts.
-"""
+"""A loaded, frozen encoder: strict weight loading and one-pass multi-layer features."""
 
 from __future__ import annotations
 

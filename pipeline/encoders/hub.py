@@ -1,10 +1,4 @@
-"""Pretrained weights from the local caches only: repeval never downloads.
-
-Whether timm would find a model's weights locally is decided from its public pretrained
-config (``source``, ``file``, ``state_dict``, ``hf_hub_id``, ``hf_hub_filename``, ``url``)
-in the order timm resolves them, and the public cache lookups of huggingface_hub and
-torch.hub.
-"""
+"""Pretrained weights from the local caches only: repeval never downloads."""
 
 from __future__ import annotations
 
@@ -24,44 +18,13 @@ _HF_DEFAULT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
 def local_file_hint(spec: EncoderSpec) -> str:
-    """How to give a local checkpoint instead, in config syntax.
-
-    Parameters
-    ----------
-    spec : EncoderSpec
-        The encoder asking for pretrained weights.
-
-    Returns
-    -------
-    str
-        One sentence.
-    """
+    """How to give a local checkpoint instead, in config syntax."""
     return (f"Give a local checkpoint file instead: in the config, set `weights: /path/to/ckpt.safetensors` "
             f"for encoder {spec.name!r} (arch {spec.arch!r}); .safetensors, .pth, .pt and .bin files are read.")
 
 
 def create_pretrained(spec: EncoderSpec, kwargs: Mapping[str, Any]) -> nn.Module:
-    """Build ``spec``'s model with timm's pretrained weights from the local cache.
-
-    Parameters
-    ----------
-    spec : EncoderSpec
-        A spec whose weights are ``pretrained`` or ``timm:<tag>``.
-    kwargs : mapping
-        Further arguments of ``timm.create_model``.
-
-    Returns
-    -------
-    torch.nn.Module
-        The model with its pretrained weights.
-
-    Raises
-    ------
-    UnknownNameError
-        The tag is not one timm knows; the message lists the architecture's tags.
-    HubUnavailableError
-        The weights are not cached locally; the message says how to give a local file.
-    """
+    """Build ``spec``'s model with timm's pretrained weights from the local cache."""
     model_name = spec.model_name
     check_pretrained_available(spec)
     try:
@@ -75,20 +38,7 @@ def create_pretrained(spec: EncoderSpec, kwargs: Mapping[str, Any]) -> nn.Module
 
 
 def check_pretrained_available(spec: EncoderSpec) -> None:
-    """Refuse pretrained weights that are not in a local cache, without loading them.
-
-    Parameters
-    ----------
-    spec : EncoderSpec
-        A spec whose weights are ``pretrained`` or ``timm:<tag>``.
-
-    Raises
-    ------
-    UnknownNameError
-        The tag is not one timm knows; the message lists the architecture's tags.
-    HubUnavailableError
-        The weights are not cached locally; the message says how to give a local file.
-    """
+    """Refuse pretrained weights that are not in a local cache, without loading them."""
     model_name = spec.model_name
     try:
         cfg = timm.models.get_pretrained_cfg(model_name, allow_unregistered=False)
@@ -103,19 +53,7 @@ def check_pretrained_available(spec: EncoderSpec) -> None:
 
 
 def pretrained_cached(cfg: Mapping[str, Any]) -> bool:
-    """Whether timm would find the weights of a pretrained config locally (no network).
-
-    Parameters
-    ----------
-    cfg : mapping
-        A timm pretrained config as a dict (``PretrainedCfg.to_dict()``).
-
-    Returns
-    -------
-    bool
-        True when the weights are in a local file or cache; False when timm would have to
-        download them, or would silently fall back to a random init.
-    """
+    """Whether timm would find the weights of a pretrained config locally (no network)."""
     source, hub_id = cfg.get("source") or "", cfg.get("hf_hub_id")
     if source == "hf-hub" and hub_id:
         return _in_hf_cache(hub_id, cfg.get("hf_hub_filename"))

@@ -1,9 +1,4 @@
-"""How one block's output becomes stored features: a pooled vector, tokens, or a map.
-
-timm's ``forward_intermediates`` gives CNN stages as NCHW maps and ViT blocks as NCHW
-grids of their patch tokens (the prefix tokens apart); these functions turn one such
-output into the rows a layer stores.
-"""
+"""How one block's output becomes stored features: a pooled vector, tokens, or a map."""
 
 from __future__ import annotations
 
@@ -16,18 +11,7 @@ __all__ = ["grid_map", "pooled", "tokens_of"]
 
 
 def pooled(t: Tensor) -> Tensor:
-    """One vector per image: spatial mean of NCHW maps, token mean of NLC, as-is for (n, d).
-
-    Parameters
-    ----------
-    t : torch.Tensor
-        A block's output.
-
-    Returns
-    -------
-    torch.Tensor
-        (n, d).
-    """
+    """One vector per image: spatial mean of NCHW maps, token mean of NLC, as-is for (n, d)."""
     if t.ndim == 4:
         return t.mean(dim=(2, 3))
     if t.ndim == 3:
@@ -36,19 +20,7 @@ def pooled(t: Tensor) -> Tensor:
 
 
 def tokens_of(spatial: Tensor, prefix: Tensor | None) -> Tensor:
-    """(n, T, d) tokens: the prefix tokens, then NCHW maps as H*W tokens (row-major), NLC as is.
-
-    Parameters
-    ----------
-    spatial : torch.Tensor
-        A block's output (NCHW, NLC or (n, d)).
-    prefix : torch.Tensor or None
-        Its prefix tokens (class token first), (n, P, d).
-
-    Returns
-    -------
-    torch.Tensor
-    """
+    """(n, T, d) tokens: the prefix tokens, then NCHW maps as H*W tokens (row-major), NLC as is."""
     if spatial.ndim == 4:
         spatial = spatial.flatten(2).transpose(1, 2)
     elif spatial.ndim == 2:
@@ -57,24 +29,7 @@ def tokens_of(spatial: Tensor, prefix: Tensor | None) -> Tensor:
 
 
 def grid_map(spatial: Tensor, layer: str) -> Tensor:
-    """(n, h, w, d) channels-last map of an NCHW output (a ViT's patch tokens come as NCHW too).
-
-    Parameters
-    ----------
-    spatial : torch.Tensor
-        A block's output.
-    layer : str
-        The map layer's name, for the error.
-
-    Returns
-    -------
-    torch.Tensor
-
-    Raises
-    ------
-    DataValidationError
-        The output is not a spatial map (a model whose blocks give tokens without a grid).
-    """
+    """(n, h, w, d) channels-last map of an NCHW output (a ViT's patch tokens come as NCHW too)."""
     if spatial.ndim != 4:
         raise DataValidationError(f"layer {layer!r}: the model's output there has shape {tuple(spatial.shape)}, "
                                   "not a spatial (n, d, h, w) map; use a block whose output is a feature map")

@@ -12,21 +12,7 @@ PRECISIONS = ("auto", "float32", "float16", "bfloat16")
 
 
 def autocast_dtype(precision: str | None, device: torch.device, autocast: bool | None = None) -> torch.dtype | None:
-    """The autocast dtype of ``precision`` on ``device`` (None: float32 throughout).
-
-    Parameters
-    ----------
-    precision : str or None
-        One of :data:`PRECISIONS`; None: the legacy ``autocast`` flag decides.
-    device : torch.device
-        The forward pass's device.
-    autocast : bool or None
-        Legacy flag: float16 on CUDA (None: on CUDA by default).
-
-    Returns
-    -------
-    torch.dtype or None
-    """
+    """The autocast dtype of ``precision`` on ``device`` (None: float32 throughout)."""
     if precision is None:
         on = device.type == "cuda" if autocast is None else bool(autocast and device.type == "cuda")
         return torch.float16 if on else None

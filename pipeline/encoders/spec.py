@@ -1,9 +1,4 @@
-"""What to build: an encoder's name, timm architecture, weights and layers.
-
-Importing this module imports neither torch nor timm: a config can be read and checked
-for syntax in milliseconds. Whether the architecture exists is asked of timm only when
-something needs it (:func:`check_architecture`, which loading and the config checks call).
-"""
+"""What to build: an encoder's name, timm architecture, weights and layers."""
 
 from __future__ import annotations
 
@@ -33,63 +28,22 @@ _BLOCK_RE = re.compile(r"^block(0|[1-9][0-9]*)$")
 
 
 def is_token_layer(layer: str) -> bool:
-    """Whether ``layer`` names a block's token features (``block<i>.tokens``).
-
-    Parameters
-    ----------
-    layer : str
-        A layer name.
-
-    Returns
-    -------
-    bool
-    """
+    """Whether ``layer`` names a block's token features (``block<i>.tokens``)."""
     return layer.endswith(TOKENS_SUFFIX)
 
 
 def is_map_layer(layer: str) -> bool:
-    """Whether ``layer`` names a block's spatial map (``block<i>.map``).
-
-    Parameters
-    ----------
-    layer : str
-        A layer name.
-
-    Returns
-    -------
-    bool
-    """
+    """Whether ``layer`` names a block's spatial map (``block<i>.map``)."""
     return layer.endswith(MAP_SUFFIX)
 
 
 def layer_kind(layer: str) -> str:
-    """What ``layer`` stores per image: ``pooled`` (d,), ``tokens`` (T, d) or ``map`` (h, w, d).
-
-    Parameters
-    ----------
-    layer : str
-        A layer name.
-
-    Returns
-    -------
-    str
-        One of :data:`LAYER_KINDS`.
-    """
+    """What ``layer`` stores per image: ``pooled`` (d,), ``tokens`` (T, d) or ``map`` (h, w, d)."""
     return "tokens" if is_token_layer(layer) else "map" if is_map_layer(layer) else "pooled"
 
 
 def base_layer(layer: str) -> str:
-    """The block a layer name reads: ``block3`` for ``block3``, ``block3.tokens`` and ``block3.map``.
-
-    Parameters
-    ----------
-    layer : str
-        A layer name.
-
-    Returns
-    -------
-    str
-    """
+    """The block a layer name reads: ``block3`` for ``block3``, ``block3.tokens`` and ``block3.map``."""
     for suffix in (TOKENS_SUFFIX, MAP_SUFFIX):
         if layer.endswith(suffix):
             return layer[:-len(suffix)]
@@ -98,35 +52,13 @@ def base_layer(layer: str) -> str:
 
 def is_layer_name(layer: object) -> bool:
     """Whether ``layer`` is a layer name's grammar: ``pre_logits``, ``block<i>``,
-    ``block<i>.tokens`` or ``block<i>.map`` (whether the model has it is another check).
-
-    Parameters
-    ----------
-    layer : object
-        A config's layer entry.
-
-    Returns
-    -------
-    bool
-    """
+    ``block<i>.tokens`` or ``block<i>.map`` (whether the model has it is another check)."""
     return isinstance(layer, str) and (layer == PRE_LOGITS or bool(_BLOCK_RE.match(base_layer(layer))))
 
 
 def split_tag(arch: str) -> tuple[str, str]:
-    """Split ``resnet50.a1_in1k`` into the architecture and its pretrained tag.
-
-    The same rule as timm's model names: the tag is everything after the first dot.
-
-    Parameters
-    ----------
-    arch : str
-        An architecture name, with or without a tag.
-
-    Returns
-    -------
-    tuple of str
-        ``(architecture, tag)``; the tag is ``""`` when there is none.
-    """
+    """Split ``resnet50.a1_in1k`` into the architecture and its pretrained tag."""
+    # The same rule as timm's model names: the tag is everything after the first dot.
     base, _, tag = arch.partition(".")
     return base, tag
 

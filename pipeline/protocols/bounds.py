@@ -9,15 +9,7 @@ __all__ = ["SEED", "Bound", "above", "at_least"]
 
 @dataclass(frozen=True)
 class Bound:
-    """The valid range of a numeric setting, checked by resolve_settings before any work.
-
-    Parameters
-    ----------
-    low, high : float or None
-        Ends of the range (None: unbounded).
-    low_open, high_open : bool
-        Whether the ends are excluded.
-    """
+    """The valid range of a numeric setting, checked by resolve_settings before any work."""
 
     low: float | None = None
     high: float | None = None
@@ -25,16 +17,7 @@ class Bound:
     high_open: bool = False
 
     def contains(self, value: float) -> bool:
-        """Whether ``value`` lies in the range.
-
-        Parameters
-        ----------
-        value : float
-
-        Returns
-        -------
-        bool
-        """
+        """Whether ``value`` lies in the range."""
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
         return not (self.high is not None and (value >= self.high if self.high_open else value > self.high))
@@ -46,30 +29,12 @@ class Bound:
 
 
 def at_least(low: float) -> Bound:
-    """The range value >= low.
-
-    Parameters
-    ----------
-    low : float
-
-    Returns
-    -------
-    Bound
-    """
+    """The range value >= low."""
     return Bound(low)
 
 
 def above(low: float) -> Bound:
-    """The range value > low.
-
-    Parameters
-    ----------
-    low : float
-
-    Returns
-    -------
-    Bound
-    """
+    """The range value > low."""
     return Bound(low, low_open=True)
 
 

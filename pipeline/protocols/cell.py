@@ -1,10 +1,4 @@
-"""What one cell hands a protocol and gets back: arrays, results, shapes.
-
-``EvalData`` holds a cell's arrays (the train features in memory, or a callable streaming
-them in row blocks); ``ImageData`` what a protocol that reads the encoder's weights gets
-instead (the encoder, a dataset's images); ``ProtocolResult`` what a protocol returns;
-``CellShape`` the shapes a memory estimate needs.
-"""
+"""What one cell hands a protocol and gets back: arrays, results, shapes."""
 
 from __future__ import annotations
 
@@ -167,24 +161,7 @@ class ProtocolResult:
 
 @dataclass(frozen=True)
 class CellShape:
-    """Shapes of one cell, all a memory estimate needs.
-
-    Parameters
-    ----------
-    n_train, n_test, n_val : int
-        Rows per split (0 for no validation split).
-    dim : int
-        Feature width.
-    n_classes : int
-        Number of classes.
-    itemsize : int
-        Bytes per stored feature value (2 for float16, 4 for float32).
-    n_tokens : int
-        Tokens per row: 1 for pooled features, T for token features (n, T, dim), h x w
-        for spatial maps (n, h, w, dim).
-    target_pixels : int
-        Pixels of one image's per-pixel targets (H x W) for a dense cell, else 0.
-    """
+    """Shapes of one cell, all a memory estimate needs."""
 
     n_train: int
     n_test: int

@@ -1,12 +1,4 @@
-"""The settings of a registered protocol as rows and text: default, valid values, flags.
-
-What ``repeval protocols`` prints and what the docs' settings tables are checked against.
-Read from the registry alone (``Protocol.defaults``, ``.choices``, ``.bounds`` and the
-capability flags), so nothing here can disagree with what a config is validated by. The
-protocols that read an encoder's weights (fine-tuning, diagnostics) are listed after
-those that read stored features; their settings classes check the values, so their
-tables give the defaults only.
-"""
+"""The settings of a registered protocol as rows and text: default, valid values, flags."""
 
 from __future__ import annotations
 
@@ -28,17 +20,7 @@ WEIGHTS_HEADING = ("Encoder protocols (they read an encoder's weights and a data
 
 @dataclass(frozen=True)
 class SettingRow:
-    """One setting of a protocol.
-
-    Parameters
-    ----------
-    name : str
-        The setting's name in a config.
-    default : object
-        Its default value.
-    valid : str
-        Its valid values in words (``>= 1``, ``cosine, euclidean``, ``integer``...).
-    """
+    """One setting of a protocol."""
 
     name: str
     default: Any
@@ -46,16 +28,7 @@ class SettingRow:
 
 
 def format_number(value: float) -> str:
-    """A bound or default as a person writes it: ``4294967295``, ``0.07``, ``1e-06``.
-
-    Parameters
-    ----------
-    value : float
-
-    Returns
-    -------
-    str
-    """
+    """A bound or default as a person writes it: ``4294967295``, ``0.07``, ``1e-06``."""
     if float(value).is_integer() and abs(value) < 1e16:
         return str(int(value))
     return f"{value:g}"
@@ -85,20 +58,7 @@ def _kind(default: Any) -> str:
 
 
 def range_text(protocol: Protocol, setting: str) -> str:
-    """The valid values of one setting, in words.
-
-    Parameters
-    ----------
-    protocol : Protocol
-        A registered protocol.
-    setting : str
-        One of its settings.
-
-    Returns
-    -------
-    str
-        Its choices, its range (with the kind of number), or its kind of value.
-    """
+    """The valid values of one setting, in words."""
     if setting in protocol.choices:
         return ", ".join(str(c) for c in protocol.choices[setting])
     if setting == "device":  # checked by the protocols' rule, the same everywhere
@@ -111,17 +71,7 @@ def range_text(protocol: Protocol, setting: str) -> str:
 
 
 def setting_rows(name: str) -> list[SettingRow]:
-    """Every setting of protocol ``name``, in its registered order.
-
-    Parameters
-    ----------
-    name : str
-        A registered protocol (UnknownNameError lists the valid names).
-
-    Returns
-    -------
-    list of SettingRow
-    """
+    """Every setting of protocol ``name``, in its registered order."""
     protocol = get_protocol(name)
     return [SettingRow(k, v, range_text(protocol, k)) for k, v in protocol.defaults.items()]
 
@@ -145,17 +95,7 @@ def _flags(protocol: Protocol) -> str:
 
 def protocol_summary(name: str) -> str:
     """One protocol in full: description, flags and a table of its settings (with their
-    valid values, unless a settings class checks them).
-
-    Parameters
-    ----------
-    name : str
-        A registered protocol.
-
-    Returns
-    -------
-    str
-    """
+    valid values, unless a settings class checks them)."""
     protocol = get_protocol(name)
     head = [f"{protocol.name} (version {protocol.version}): {protocol.description}", _flags(protocol)]
     if protocol.ignored:
@@ -178,17 +118,7 @@ def _block(name: str) -> str:
 
 def protocol_listing(names: Sequence[str] | None = None) -> str:
     """Every registered protocol (or ``names``): description, flags, settings with defaults;
-    those that read stored features first, then those that read an encoder's weights.
-
-    Parameters
-    ----------
-    names : sequence of str, optional
-        Protocols to list (default: all, sorted).
-
-    Returns
-    -------
-    str
-    """
+    those that read stored features first, then those that read an encoder's weights."""
     names = list(names) if names is not None else list_protocols()
     features = [n for n in names if get_protocol(n).reads_features]
     weights = [n for n in names if not get_protocol(n).reads_features]
@@ -199,22 +129,7 @@ def protocol_listing(names: Sequence[str] | None = None) -> str:
 
 
 def protocol_record(name: str) -> dict[str, Any]:
-    """One protocol as JSON-able data (``repeval protocols --json``).
-
-    Parameters
-    ----------
-    name : str
-        A registered protocol.
-
-    Returns
-    -------
-    dict
-        ``name``, ``version``, ``description``, ``streams_train``, ``multilabel``,
-        ``reads`` (``pooled``, ``tokens``, ``map`` or ``weights``), ``dense`` (the targets'
-        task or None), ``metrics``, ``primary_metric``, ``unbounded``,
-        ``lower_is_better``, ``ignored`` (settings that cannot change a result) and
-        ``settings`` (name, default and, where the registry checks them, valid values).
-    """
+    """One protocol as JSON-able data (``repeval protocols --json``)."""
     protocol = get_protocol(name)
     if protocol.build is not None:
         settings = [{"name": k, "default": v} for k, v in protocol.defaults.items()]

@@ -1,25 +1,5 @@
 """What a protocol keeps of one cell so that two encoders can later be compared, example by
-example: its evidence.
-
-- ``predictions``: the predicted class of every test example, in the test split's stored
-  order (int16, or int32 beyond 32,767 classes);
-- ``scores``: multi-label per-class scores of every test example (float16; the cell's mAP
-  is computed from these very float16 values, so a comparison and the record agree);
-- ``episodes``: few-shot accuracy of every episode (float64: a few kilobytes, and their
-  mean is exactly the cell's score);
-- ``fits``: low-shot predictions of every fit, one row per (N, repetition) (int16/int32);
-- ``pixel_counts``: a dense cell's per-test-image counts (int64): true positives, false
-  positives and false negatives per class (segmentation), or valid pixels and pixels
-  within each angle (normals); summed over images they give the cell's metric exactly.
-
-The evidence carries the fingerprint that says what it can be paired with: the test
-labels' (classification, low-shot: same examples in the same order) or the episodes'
-(few-shot: same sampler, seed, labels and episode shape) or the test targets' (dense:
-the SHA-256 of the per-pixel targets): ``labels_fingerprint``, ``episodes_fingerprint``
-and ``evidence_sha256`` (a stored array's digest) make them. A protocol that keeps none
-(the invariance audit) returns ``evidence=None``; a registered protocol may do the same
-and its cells are then left out of comparisons.
-"""
+example: its evidence."""
 
 from __future__ import annotations
 
@@ -35,43 +15,23 @@ from pipeline.errors import DataValidationError
 from pipeline.protocols.episodic.fewshot import EPISODE_SAMPLER_VERSION
 
 __all__ = ["EVIDENCE_KINDS", "Evidence", "class_evidence", "class_indices", "episodes_fingerprint", "evidence_sha256",
-           "float16_scores", "headline_rows", "labels_fingerprint", "prediction_dtype"]
+           "float16_scores", "headline_rows", "labels_fingerprint", "prediction_dtype", "values_fingerprint"]
 
-EVIDENCE_KINDS = ("predictions", "scores", "episodes", "fits", "pixel_counts")
+EVIDENCE_KINDS = ("predictions", "scores", "episodes", "fits", "pixel_counts", "values")
 #: Largest class index an int16 prediction holds.
 INT16_CLASSES = int(np.iinfo(np.int16).max)
 _FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 
 def prediction_dtype(n_classes: int) -> np.dtype:
-    """int16 when every class index fits, else int32.
-
-    Parameters
-    ----------
-    n_classes : int
-        Number of classes (indices 0 .. n_classes - 1).
-
-    Returns
-    -------
-    numpy.dtype
-    """
+    """int16 when every class index fits, else int32."""
     return np.dtype(np.int16) if int(n_classes) <= INT16_CLASSES + 1 else np.dtype(np.int32)
 
 
 def float16_scores(scores: Any) -> np.ndarray:
-    """Scores as stored: float16, with values beyond float16's range clipped to it.
-
-    Clipping keeps the order of every score within +-65504 (a probe's logits or ridge
-    outputs); larger magnitudes would become infinite and tie.
-
-    Parameters
-    ----------
-    scores : array-like of float
-
-    Returns
-    -------
-    numpy.ndarray of float16
-    """
+    """Scores as stored: float16, with values beyond float16's range clipped to it."""
+    # Clipping keeps the order of every score within +-65504 (a probe's logits or ridge
+    # outputs); larger magnitudes would become infinite and tie.
     arr = np.asarray(scores, dtype=np.float64)
     if not np.all(np.isfinite(arr)):
         raise DataValidationError("multi-label scores contain NaN or inf; nothing can be stored or ranked")
@@ -134,6 +94,13 @@ def episodes_fingerprint(
     return hashlib.sha256(("episodes\x00" + json.dumps(settings, sort_keys=True)).encode()).hexdigest()
 
 
+def values_fingerprint(*label_arrays: object) -> str:
+    """SHA-256 of what decides per-unit ``values`` evidence: several label arrays in order
+    (a retrieval's query labels, then its gallery's)."""
+    parts = [labels_fingerprint(y) for y in label_arrays]
+    return hashlib.sha256(("values\x00" + "\x00".join(parts)).encode()).hexdigest()
+
+
 def evidence_sha256(values: object) -> str:
     """SHA-256 of a stored evidence array: its dtype, its shape and its bytes (little-endian).
 
@@ -168,26 +135,7 @@ def _predictions(values: Any, n_classes: int, n_test: int, what: str) -> np.ndar
 
 @dataclass(frozen=True)
 class Evidence:
-    """One cell's per-example (or per-episode) outputs and what they can be paired with.
-
-    Parameters
-    ----------
-    kind : str
-        One of ``EVIDENCE_KINDS``.
-    values : numpy.ndarray
-        The array to store (its dtype is the stored dtype).
-    fingerprint : str
-        ``labels_fingerprint`` of the test labels, ``episodes_fingerprint``, or the test
-        targets' ``evidence_sha256`` (pixel counts).
-    metric : str
-        What the cell's comparison tests: ``top1``, ``mean_per_class``, ``mAP``,
-        ``episode_accuracy``, ``top1`` over fits, or a dense metric (``miou``,
-        ``within_11_25``).
-    fits : tuple of str
-        For ``fits``: each row's ``"<N>/<repetition>"``.
-    headline : str or None
-        For ``fits``: the N the cell's score reports.
-    """
+    """One cell's per-example (or per-episode) outputs and what they can be paired with."""
 
     kind: str
     values: np.ndarray = field(repr=False)
@@ -200,25 +148,10 @@ class Evidence:
     def fingerprint_of(self) -> str:
         """``episodes`` for few-shot evidence, ``targets`` for pixel counts, ``labels``
         otherwise (the record's key)."""
-        return {"episodes": "episodes", "pixel_counts": "targets"}.get(self.kind, "labels")
+        return {"episodes": "episodes", "pixel_counts": "targets", "values": "values"}.get(self.kind, "labels")
 
     def record(self, key: str, sha256: str) -> dict[str, Any]:
-        """The ledger record's ``evidence`` entry once the array is stored at ``key``.
-
-        Parameters
-        ----------
-        key : str
-            The stored array's key.
-        sha256 : str
-            ``evidence_sha256`` of the stored array.
-
-        Returns
-        -------
-        dict
-            ``key``, ``kind``, ``sha256``, ``labels_fingerprint``,
-            ``episodes_fingerprint`` or ``targets_fingerprint``, ``metric``, ``shape``, ``dtype`` (and ``fits``,
-            ``headline`` for low-shot).
-        """
+        """The ledger record's ``evidence`` entry once the array is stored at ``key``."""
         out: dict[str, Any] = {"key": key, "kind": self.kind, "sha256": sha256,
                                f"{self.fingerprint_of}_fingerprint": self.fingerprint, "metric": self.metric,
                                "shape": list(self.values.shape), "dtype": str(self.values.dtype)}
@@ -228,23 +161,7 @@ class Evidence:
 
     @classmethod
     def of_predictions(cls, y_test: Any, predictions: Any, n_classes: int, mean_per_class: bool = False) -> Evidence:
-        """Evidence of a single-label classifier: its test predictions.
-
-        Parameters
-        ----------
-        y_test : array-like of int, shape (n,)
-            The test labels, in stored order.
-        predictions : array-like of int, shape (n,)
-            The predicted class of each test example.
-        n_classes : int
-            Number of classes (sets the stored dtype).
-        mean_per_class : bool
-            The cell's score is the mean per-class accuracy (else top-1).
-
-        Returns
-        -------
-        Evidence
-        """
+        """Evidence of a single-label classifier: its test predictions."""
         y = np.asarray(y_test)
         values = _predictions(predictions, n_classes, y.shape[0], "predictions")
         if values.ndim != 1:
@@ -253,20 +170,7 @@ class Evidence:
 
     @classmethod
     def of_scores(cls, y_test: Any, scores: Any) -> Evidence:
-        """Evidence of a multi-label cell: per-class scores, as float16.
-
-        Parameters
-        ----------
-        y_test : array-like of int, shape (n, C)
-            Test labels: 1 present, 0 absent, -1 difficult.
-        scores : array-like of float, shape (n, C)
-            Per-class scores; store :func:`float16_scores` of them and score the cell on
-            those same values.
-
-        Returns
-        -------
-        Evidence
-        """
+        """Evidence of a multi-label cell: per-class scores, as float16."""
         y = np.asarray(y_test)
         values = np.asarray(scores)
         if values.dtype != np.float16:
@@ -278,21 +182,7 @@ class Evidence:
     @classmethod
     def of_episodes(cls, pool_labels: Any, accuracies: Any, *, seed: int, n_way: int, n_shot: int,
                     n_query: int) -> Evidence:
-        """Evidence of a few-shot cell: each episode's accuracy.
-
-        Parameters
-        ----------
-        pool_labels : array-like of int, shape (n,)
-            The labels of the pool the episodes were drawn from, in pool order.
-        accuracies : array-like of float, shape (n_episodes,)
-            Accuracy of each episode.
-        seed, n_way, n_shot, n_query : int
-            The sampler's settings.
-
-        Returns
-        -------
-        Evidence
-        """
+        """Evidence of a few-shot cell: each episode's accuracy."""
         values = np.asarray(accuracies, dtype=np.float64)
         if values.ndim != 1 or values.size == 0:
             raise DataValidationError(f"episode accuracies must be a non-empty 1-D array, got shape {values.shape}")
@@ -301,23 +191,7 @@ class Evidence:
 
     @classmethod
     def of_fits(cls, y_test: Any, fits: Sequence[tuple[Any, int, Any]], n_classes: int, headline: Any) -> Evidence:
-        """Evidence of a low-shot cell: the test predictions of every fit.
-
-        Parameters
-        ----------
-        y_test : array-like of int, shape (n,)
-            The test labels, in stored order.
-        fits : sequence of (N, repetition, predictions)
-            Every fit, in the order run.
-        n_classes : int
-            Number of classes.
-        headline : int or str
-            The N whose accuracy is the cell's score.
-
-        Returns
-        -------
-        Evidence
-        """
+        """Evidence of a low-shot cell: the test predictions of every fit."""
         y = np.asarray(y_test)
         if not fits:
             raise DataValidationError("a low-shot cell without any fit has no evidence")
@@ -329,21 +203,7 @@ class Evidence:
 
     @classmethod
     def of_pixel_counts(cls, y_test: Any, counts: Any, metric: str) -> Evidence:
-        """Evidence of a dense cell: per-image pixel counts (see the module doc).
-
-        Parameters
-        ----------
-        y_test : array-like
-            The test targets (their SHA-256 is what the evidence pairs on).
-        counts : array-like of int, shape (n, K, 3) or (n, 4)
-            Per-image counts, one row per test image in stored order.
-        metric : str
-            The cell's headline metric, computed from the summed counts.
-
-        Returns
-        -------
-        Evidence
-        """
+        """Evidence of a dense cell: per-image pixel counts (see the module doc)."""
         values = np.asarray(counts)
         y = np.asarray(y_test)
         if values.shape[:1] != y.shape[:1] or values.dtype.kind not in "iu" or values.ndim < 2:
@@ -352,20 +212,17 @@ class Evidence:
         return cls("pixel_counts", values.astype(np.int64), evidence_sha256(y), metric)
 
 
+    @classmethod
+    def of_values(cls, values: Any, fingerprint: str, metric: str) -> Evidence:
+        """Evidence of one value per paired unit (see the module doc), float64."""
+        arr = np.asarray(values, dtype=np.float64)
+        if arr.ndim != 1 or arr.size == 0 or np.isinf(arr).any():
+            raise DataValidationError(f"per-unit values must be a non-empty 1-D array without inf, got {arr.shape}")
+        return cls("values", arr, fingerprint, metric)
+
+
 def headline_rows(fits: Sequence[str], headline: str) -> np.ndarray:
-    """Rows of low-shot evidence that hold the fits of the headline N.
-
-    Parameters
-    ----------
-    fits : sequence of str
-        Each row's ``"<N>/<repetition>"`` (``Evidence.fits``, or a record's ``fits``).
-    headline : str
-        The N the cell's score reports.
-
-    Returns
-    -------
-    numpy.ndarray of int
-    """
+    """Rows of low-shot evidence that hold the fits of the headline N."""
     rows = [i for i, name in enumerate(fits) if str(name).split("/")[0] == str(headline)]
     if not rows:
         raise DataValidationError(f"no fit of N = {headline!r} among {list(fits)[:10]}")
@@ -375,19 +232,7 @@ def headline_rows(fits: Sequence[str], headline: str) -> np.ndarray:
 def class_evidence(data: Any, predictions: Any) -> Evidence | None:
     """The predictions as evidence when the labels are class indices 0 .. n_classes - 1 (as
     stored); None for other labels (a protocol called directly on names), which no stored
-    cell has.
-
-    Parameters
-    ----------
-    data : EvalData
-        The cell's arrays.
-    predictions : array-like, shape (n_test,)
-        The predicted label of each test example.
-
-    Returns
-    -------
-    Evidence or None
-    """
+    cell has."""
     pred, y = np.asarray(predictions), np.asarray(data.y_test)
     if not class_indices(y, data.n_classes) or not class_indices(pred, data.n_classes):
         return None
@@ -395,17 +240,7 @@ def class_evidence(data: Any, predictions: Any) -> Evidence | None:
 
 
 def class_indices(values: Any, n_classes: int) -> bool:
-    """Whether ``values`` are integer class indices in [0, n_classes).
-
-    Parameters
-    ----------
-    values : numpy.ndarray
-    n_classes : int
-
-    Returns
-    -------
-    bool
-    """
+    """Whether ``values`` are integer class indices in [0, n_classes)."""
     values = np.asarray(values)
     integral = values.dtype != bool and np.issubdtype(values.dtype, np.integer)
     return bool(integral and (values.size == 0 or (values.min() >= 0 and values.max() < max(n_classes, 1))))

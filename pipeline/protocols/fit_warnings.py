@@ -1,24 +1,4 @@
-"""Warnings kept with each result: fits that look fine as numbers and are not.
-
-A protocol returns, beside its metrics, a list of warnings ``{"code", "message"}``
-computed where the facts are known (the grid, the predictions, the temperature search);
-the ledger keeps them with the record, and ``repeval results``, the report and the run
-summary show them. Each code has a severity:
-
-- ``unreliable``: the headline score itself may be wrong or meaningless, so no
-  comparison or series verdict is drawn from it (``one_class``, ``at_chance``,
-  ``grid_edge``);
-- ``caution``: worth knowing, but the score stands (``short_grid``, ``plateau``, ``selection_moved``,
-  ``temperature_edge`` (calibration metrics only), ``collapsed_features``,
-  ``undefined_ap``, ``not_converged``, ``runtime``).
-
-A chance score from collapsed features (every image mapped to one vector, a classic
-failure of self-supervised training) is the encoder's own result: the record says
-``collapsed_features`` instead of ``one_class`` / ``at_chance``, and a regression from it
-is a true one.
-
-Nothing here imports torch or scikit-learn.
-"""
+"""Warnings kept with each result: fits that look fine as numbers and are not."""
 
 from __future__ import annotations
 
@@ -40,7 +20,8 @@ CAUTION = "caution"
 #: Code -> (severity, what it means). docs/protocols.md lists the same.
 WARNING_CODES: dict[str, tuple[str, str]] = {
     "one_class": (UNRELIABLE, "the model predicts one class for (nearly) every test example"),
-    "at_chance": (UNRELIABLE, "the score is at or below chance (1/K, or the majority-class rate)"),
+    "at_chance": (UNRELIABLE, "the score is at or below chance (1/K, the majority-class rate, or the protocol's own "
+                              "chance level, e.g. a random ranking's mAP@R)"),
     "grid_edge": (UNRELIABLE, "the selected hyperparameter is at an end of its grid (three or more values) and "
                               "the selection criterion was still improving there: the best value may lie outside "
                               "the grid"),
@@ -72,38 +53,14 @@ PLATEAU_MIN, PLATEAU_SHARE = 3, 0.25
 
 
 def fit_warning(code: str, message: str) -> dict[str, str]:
-    """One warning as records keep it.
-
-    Parameters
-    ----------
-    code : str
-        One of ``WARNING_CODES``.
-    message : str
-        One line with the numbers.
-
-    Returns
-    -------
-    dict
-        ``{"code": code, "message": message}``.
-    """
+    """One warning as records keep it."""
     if code not in WARNING_CODES:
         raise ValueError(f"unknown warning code {code!r}; codes: {', '.join(WARNING_CODES)}")
     return {"code": code, "message": str(message)}
 
 
 def python_warning(category: str, message: str) -> dict[str, str]:
-    """A Python warning raised during a run, as a record's warning.
-
-    Parameters
-    ----------
-    category : str
-        The warning class's name (``ConvergenceWarning`` is ``not_converged``).
-    message : str
-
-    Returns
-    -------
-    dict
-    """
+    """A Python warning raised during a run, as a record's warning."""
     code = "not_converged" if category == "ConvergenceWarning" else "runtime"
     return fit_warning(code, f"{category}: {message}")
 
@@ -111,17 +68,7 @@ def python_warning(category: str, message: str) -> dict[str, str]:
 def record_warnings(rec: Mapping[str, Any]) -> list[dict[str, str]]:
     """A record's warnings as ``{"code", "message"}`` dicts (records written before codes
     existed hold plain strings: those read as ``runtime``, or ``not_converged`` for a
-    ConvergenceWarning), plus ``not_converged`` for a record marked not converged.
-
-    Parameters
-    ----------
-    rec : mapping
-        A ledger record.
-
-    Returns
-    -------
-    list of dict
-    """
+    ConvergenceWarning), plus ``not_converged`` for a record marked not converged."""
     out = []
     for w in rec.get("warnings") or []:
         if isinstance(w, Mapping) and w.get("code") in WARNING_CODES:
@@ -139,50 +86,20 @@ def record_warnings(rec: Mapping[str, Any]) -> list[dict[str, str]]:
 
 
 def warning_codes(rec: Mapping[str, Any]) -> list[str]:
-    """The distinct warning codes of a record, in the order first seen.
-
-    Parameters
-    ----------
-    rec : mapping
-
-    Returns
-    -------
-    list of str
-    """
+    """The distinct warning codes of a record, in the order first seen."""
     return list(dict.fromkeys(w["code"] for w in record_warnings(rec)))
 
 
 def unreliable_reasons(rec: Mapping[str, Any]) -> list[str]:
     """Why a record's score cannot back a verdict: its ``unreliable`` warnings as
-    ``code: message``; empty when it can.
-
-    Parameters
-    ----------
-    rec : mapping
-
-    Returns
-    -------
-    list of str
-    """
+    ``code: message``; empty when it can."""
     return [f"{w['code']}: {w['message']}" for w in record_warnings(rec) if WARNING_CODES[w["code"]][0] == UNRELIABLE]
 
 
 # -- what the predictions say ------------------------------------------------------------------
 def chance_level(y_true: Any, mean_per_class: bool = False, n_classes: int | None = None) -> float:
     """What a constant prediction scores: the majority-class rate (at least 1/K), or
-    1/K for the mean per-class accuracy (K: the classes present in ``y_true``).
-
-    Parameters
-    ----------
-    y_true : array-like of int
-    mean_per_class : bool
-    n_classes : int or None
-        Classes the model chooses from (1/n_classes is a floor of the top-1 chance).
-
-    Returns
-    -------
-    float
-    """
+    1/K for the mean per-class accuracy (K: the classes present in ``y_true``)."""
     y = np.asarray(y_true).ravel()
     if y.size == 0:
         return float("nan")
@@ -193,19 +110,7 @@ def chance_level(y_true: Any, mean_per_class: bool = False, n_classes: int | Non
 
 
 def at_chance_warning(score: float, chance: float, what: str) -> list[dict[str, str]]:
-    """``at_chance`` when ``score`` is at or below ``chance``.
-
-    Parameters
-    ----------
-    score, chance : float
-    what : str
-        How the chance level is defined, for the message (e.g. "1/5 ways").
-
-    Returns
-    -------
-    list of dict
-        Empty or one warning.
-    """
+    """``at_chance`` when ``score`` is at or below ``chance``."""
     if not (math.isfinite(score) and math.isfinite(chance)) or score > chance + 1e-12:
         return []
     return [fit_warning("at_chance", f"score {score:.4g} is at or below chance ({chance:.4g}: {what})")]
@@ -213,25 +118,10 @@ def at_chance_warning(score: float, chance: float, what: str) -> list[dict[str, 
 
 def prediction_warnings(y_true: Any, y_pred: Any, score: float, mean_per_class: bool = False,
                         n_classes: int | None = None) -> list[dict[str, str]]:
-    """``one_class`` and ``at_chance`` of a classifier's test predictions.
-
-    One class: at least ``ONE_CLASS_SHARE`` of the rows get the same class while the
-    labels hold at least two classes and no class that large. At chance: ``score`` at or
-    below :func:`chance_level`.
-
-    Parameters
-    ----------
-    y_true, y_pred : array-like of shape (n,)
-    score : float
-        The headline score of these predictions.
-    mean_per_class : bool
-        Whether ``score`` is the mean per-class accuracy.
-    n_classes : int or None
-
-    Returns
-    -------
-    list of dict
-    """
+    """``one_class`` and ``at_chance`` of a classifier's test predictions."""
+    # One class: at least ``ONE_CLASS_SHARE`` of the rows get the same class while the
+    # labels hold at least two classes and no class that large. At chance: ``score`` at or
+    # below :func:`chance_level`.
     y, p = np.asarray(y_true).ravel(), np.asarray(y_pred).ravel()
     out: list[dict[str, str]] = []
     if y.size == 0 or p.shape != y.shape:
@@ -248,16 +138,7 @@ def prediction_warnings(y_true: Any, y_pred: Any, score: float, mean_per_class: 
 
 
 def class_share_collapsed(y_pred: Any, y_true: Any) -> bool:
-    """Whether predictions give (nearly) one class to every row (see ``prediction_warnings``).
-
-    Parameters
-    ----------
-    y_pred, y_true : array-like of shape (n,)
-
-    Returns
-    -------
-    bool
-    """
+    """Whether predictions give (nearly) one class to every row (see ``prediction_warnings``)."""
     return any(w["code"] == "one_class" for w in prediction_warnings(y_true, y_pred, float("nan")))
 
 
@@ -265,46 +146,18 @@ def class_share_collapsed(y_pred: Any, y_true: Any) -> bool:
 def grid_warnings(name: str, grid: Sequence[float], scores: Sequence[float], selected: int, *,
                   higher_is_better: bool = True, rtol: float = 0.0, criterion: str = "validation score",
                   plateau: bool = True, setting: str | None = None) -> list[dict[str, str]]:
-    """``grid_edge``, ``short_grid`` and ``plateau`` of a value selected from a grid.
-
-    The rule: an edge is worth a warning only where a wider grid could change the
-    choice, i.e. the selected value is the grid's first or last (in grid order) and its
-    criterion beats the next value inward by more than ``rtol`` (relative; a NaN / inf
-    neighbour, a diverged fit, counts as beaten): the search was cut off while still
-    improving. A tie at the edge is not an edge (the inner values are as good). On a grid
-    of three or more values that is ``grid_edge`` (unreliable). A two-value grid picks an
-    edge whatever the scores and one difference cannot tell a peak from a trend, so there
-    it is ``short_grid`` (a caution: the score stands). Both messages say which setting to
-    widen, in which direction, with the next value at the grid's own spacing. Plateau: at
-    least ``PLATEAU_MIN`` values and ``PLATEAU_SHARE`` of the grid share the best
-    criterion (within ``rtol``).
-
-    Parameters
-    ----------
-    name : str
-        The hyperparameter (``C``, ``alpha``, ``learning rate``).
-    grid : sequence of float
-        Its values, in increasing (or decreasing) order, as the scores are given.
-    scores : sequence of float
-        The criterion per grid value (NaN or inf where a fit gave none).
-    selected : int
-        Position of the selected value.
-    higher_is_better : bool
-        False for a loss (ridge's PRESS).
-    rtol : float
-        Relative tolerance for "better" and "tied" (0: exact, for accuracies).
-    criterion : str
-        The criterion's name in messages.
-    plateau : bool
-        Whether to look for a plateau.
-    setting : str, optional
-        The setting that holds the grid (``Cs``, ``alphas``, ``learning_rates``), named in
-        the message as what to widen.
-
-    Returns
-    -------
-    list of dict
-    """
+    """``grid_edge``, ``short_grid`` and ``plateau`` of a value selected from a grid."""
+    # The rule: an edge is worth a warning only where a wider grid could change the
+    # choice, i.e. the selected value is the grid's first or last (in grid order) and its
+    # criterion beats the next value inward by more than ``rtol`` (relative; a NaN / inf
+    # neighbour, a diverged fit, counts as beaten): the search was cut off while still
+    # improving. A tie at the edge is not an edge (the inner values are as good). On a grid
+    # of three or more values that is ``grid_edge`` (unreliable). A two-value grid picks an
+    # edge whatever the scores and one difference cannot tell a peak from a trend, so there
+    # it is ``short_grid`` (a caution: the score stands). Both messages say which setting to
+    # widen, in which direction, with the next value at the grid's own spacing. Plateau: at
+    # least ``PLATEAU_MIN`` values and ``PLATEAU_SHARE`` of the grid share the best
+    # criterion (within ``rtol``).
     s = np.asarray(scores, dtype=np.float64)
     g = np.asarray(grid, dtype=np.float64)
     if s.size < 2 or s.size != g.size or not np.isfinite(s[selected]):
@@ -344,16 +197,7 @@ def _edge_warning(name: str, g: np.ndarray, s: np.ndarray, edge: int, inner: int
 
 
 def merge_warnings(*groups: Iterable[Mapping[str, str]]) -> list[dict[str, str]]:
-    """The warnings of several groups, each (code, message) once, in order.
-
-    Parameters
-    ----------
-    *groups : iterable of dict
-
-    Returns
-    -------
-    list of dict
-    """
+    """The warnings of several groups, each (code, message) once, in order."""
     seen, out = set(), []
     for group in groups:
         for w in group:
@@ -369,16 +213,7 @@ COLLAPSE_RTOL = 1e-5
 
 
 def features_collapsed(X: Any) -> bool:
-    """Whether every row of ``X`` (n, ...) is the same vector, to ``COLLAPSE_RTOL``.
-
-    Parameters
-    ----------
-    X : array-like of shape (n, d) or (n, T, d)
-
-    Returns
-    -------
-    bool
-    """
+    """Whether every row of ``X`` (n, ...) is the same vector, to ``COLLAPSE_RTOL``."""
     if X is None or len(X) < 2:
         return False
     rows = np.asarray(X).reshape(len(X), -1)
@@ -386,28 +221,15 @@ def features_collapsed(X: Any) -> bool:
     return spread <= COLLAPSE_RTOL * max(float(np.max(np.abs(rows))), 1e-30)
 
 
-def evidence_warnings(data: Any, result: Any) -> list[dict[str, str]]:
-    """``one_class`` / ``at_chance`` of the test predictions a result keeps as evidence.
-
-    Single-label predictions (k-NN, the probes, the nets) are judged with the record's
-    ``score``; low-shot fits by the headline N's fits (one-class when any of them is) and
-    the mean score; multi-label cells by their test columns without a present image
-    (``undefined_ap``). Collapsed test features (``features_collapsed``) give
-    ``collapsed_features`` instead: the chance score is then the encoder's. Episodes
-    (few-shot: chance is 1/n_way, which its runner knows) are left to their runner.
-
-    Parameters
-    ----------
-    data : EvalData
-        The cell's arrays (test labels, classes, headline metric).
-    result : ProtocolResult
-        What the protocol returned.
-
-    Returns
-    -------
-    list of dict
-    """
-    ev, score = result.evidence, result.metrics.get("score")
+def evidence_warnings(data: Any, result: Any, metric: str = "score") -> list[dict[str, str]]:
+    """``one_class`` / ``at_chance`` of the test predictions a result keeps as evidence."""
+    # Single-label predictions (k-NN, the probes, the nets) are judged with the record's
+    # ``score``; low-shot fits by the headline N's fits (one-class when any of them is) and
+    # the mean score; multi-label cells by their test columns without a present image
+    # (``undefined_ap``). Collapsed test features (``features_collapsed``) give
+    # ``collapsed_features`` instead: the chance score is then the encoder's. Episodes
+    # (few-shot: chance is 1/n_way, which its runner knows) are left to their runner.
+    ev, score = result.evidence, result.metrics.get(metric)
     y = np.asarray(data.y_test)
     if getattr(data, "multilabel", False):  # dense data (maps and pixels) has no such flag
         empty = np.flatnonzero(~(y == 1).any(axis=0)) if y.ndim == 2 else []

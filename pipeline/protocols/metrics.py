@@ -15,30 +15,12 @@ MULTILABEL_METRICS = ("map11", "map11_devkit", "map")
 
 
 def top1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    """Fraction of equal entries (NaN for no samples).
-
-    Parameters
-    ----------
-    y_true, y_pred : numpy.ndarray of shape (n,)
-
-    Returns
-    -------
-    float
-    """
+    """Fraction of equal entries (NaN for no samples)."""
     return float(np.mean(np.asarray(y_true) == np.asarray(y_pred))) if len(y_true) else float("nan")
 
 
 def mean_per_class_accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    """Average over the classes present in ``y_true`` of their recall.
-
-    Parameters
-    ----------
-    y_true, y_pred : numpy.ndarray of shape (n,)
-
-    Returns
-    -------
-    float
-    """
+    """Average over the classes present in ``y_true`` of their recall."""
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
     classes, index = np.unique(y_true, return_inverse=True)
     hits = np.bincount(index, weights=(y_pred == y_true), minlength=classes.size)
@@ -46,41 +28,16 @@ def mean_per_class_accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
 
 
 def accuracy_metrics(y_true: np.ndarray, y_pred: np.ndarray, mean_per_class: bool) -> dict[str, float]:
-    """``top1``, ``mean_per_class`` and ``score``: the dataset's declared headline metric.
-
-    Parameters
-    ----------
-    y_true, y_pred : numpy.ndarray of shape (n,)
-    mean_per_class : bool
-        Whether ``score`` is the mean per-class accuracy (else top-1).
-
-    Returns
-    -------
-    dict
-    """
+    """``top1``, ``mean_per_class`` and ``score``: the dataset's declared headline metric."""
     out = {"top1": top1(y_true, y_pred), "mean_per_class": mean_per_class_accuracy(y_true, y_pred)}
     out["score"] = out["mean_per_class"] if mean_per_class else out["top1"]
     return out
 
 
 def average_precision(y_true: np.ndarray, scores: np.ndarray) -> float:
-    """Average precision of one class: sum over thresholds of (R_n - R_(n-1)) P_n.
-
-    Thresholds are the distinct scores, highest first (scikit-learn's
-    ``average_precision_score``, no interpolation).
-
-    Parameters
-    ----------
-    y_true : numpy.ndarray of shape (n,)
-        0/1 relevance.
-    scores : numpy.ndarray of shape (n,)
-        Higher means more likely relevant.
-
-    Returns
-    -------
-    float
-        NaN when no sample is relevant.
-    """
+    """Average precision of one class: sum over thresholds of (R_n - R_(n-1)) P_n."""
+    # Thresholds are the distinct scores, highest first (scikit-learn's
+    # ``average_precision_score``, no interpolation).
     y_true = np.asarray(y_true).astype(bool)
     if not y_true.any():
         return float("nan")
@@ -94,45 +51,14 @@ def average_precision(y_true: np.ndarray, scores: np.ndarray) -> float:
 
 
 def mean_average_precision(Y_true: np.ndarray, scores: np.ndarray) -> float:
-    """Mean over classes (columns) with at least one relevant sample of ``average_precision``.
-
-    Parameters
-    ----------
-    Y_true : numpy.ndarray of shape (n, K)
-        0/1 indicators.
-    scores : numpy.ndarray of shape (n, K)
-
-    Returns
-    -------
-    float
-        NaN when no class has a relevant sample.
-    """
+    """Mean over classes (columns) with at least one relevant sample of ``average_precision``."""
     aps = [average_precision(Y_true[:, k], scores[:, k]) for k in range(Y_true.shape[1])]
     kept = [a for a in aps if a == a]
     return float(np.mean(kept)) if kept else float("nan")
 
 
 def multilabel_metrics(Y_true: np.ndarray, scores: np.ndarray) -> dict[str, Any]:
-    """VOC 2007's 11-point mean average precision of multi-label scores, both conventions.
-
-    Parameters
-    ----------
-    Y_true : numpy.ndarray of shape (n, K)
-        1 present, 0 absent, -1 present only as "difficult" objects.
-    scores : numpy.ndarray of shape (n, K)
-
-    Returns
-    -------
-    dict
-        ``map11`` and ``score`` (the same): Ericsson et al.'s computation (difficult images
-        count as negatives, scikit-learn's precision-recall curve, see
-        ``average_precision``), ``ap11_per_class`` its per-class APs; ``map11_devkit``: the
-        VOC devkit's (difficult images left out, images ranked one by one);
-        ``map``: the mean of the classes' (not interpolated) average precision, difficult
-        rows left out, the statistic a paired comparison of two encoders tests. A class
-        without a present test image has seed AP 1/11 and no devkit AP (the protocol's
-        record then carries an ``undefined_ap`` warning).
-    """
+    """VOC 2007's 11-point mean average precision of multi-label scores, both conventions."""
     # deferred: scikit-learn; the protocol families and the report import this module without it
     from pipeline.protocols.linear.average_precision import mean_average_precision_11
     from pipeline.protocols.inputs.labels import check_multilabel

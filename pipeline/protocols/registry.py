@@ -1,45 +1,4 @@
-"""Protocols by name: each entry turns what a cell reads into metrics.
-
-Like timm's model registry and big_vision's evaluators: ``register_protocol`` adds an
-entry, ``get_protocol`` fails with the valid names, and tests run over every entry. Each
-protocol family registers its own entries in its package's ``protocols`` module, and
-importing ``pipeline.protocols`` imports the families (this module imports none of
-them). An entry declares its default settings, their valid values, a version, what it
-can take and what it needs:
-
-- ``reads``: what a cell of it reads: pooled (n, d) features (``pooled``), token features
-  (n, T, d) of a layer stored with its tokens (``tokens``), a dense dataset's spatial maps
-  (n, h, w, d) and per-pixel targets (``map``, ``DenseData``), or the encoder's weights
-  and a dataset's images (``weights``, ``ImageData``: fine-tuning, the diagnostics). The
-  first three read stored features (``reads_features``); a ``weights`` cell builds the
-  encoder instead, and its work may split into grid points trained apart (``grid``);
-- ``streams_train``: it reads the train features as row blocks (``EvalData.train_blocks``),
-  so a caller need not load them whole;
-- ``multilabel``: it accepts (n, C) label arrays (1 present, 0 absent, -1 difficult), or
-  for a protocol that reads images, a multi-label dataset (it reads no labels);
-- ``cheap_settings``: settings for a run on a few dozen rows, with which the tests that
-  cover every entry run it (cheap runs, bad inputs, settings fuzzing);
-- ``runs_on_device``: it runs in torch on a ``device`` setting's device; the registry adds
-  that setting (default ``auto``) and its check, so no entry declares it;
-- ``memory_bytes(...)``: the peak host memory of one cell, the features it holds
-  included, from the shapes alone (for scheduling; None for a ``weights`` cell): the
-  entry's ``memory``, composed of the named parts of ``pipeline.protocols.memory``;
-- ``metrics``: the scalar metrics its records can carry, ``primary_metric`` the one a
-  correlation reads unless told otherwise, ``unbounded`` those that are not fractions in
-  [0, 1] (read raw, never logit-transformed), ``lower_is_better`` those where less is
-  better;
-- its settings: ``defaults``, checked by ``choices``, ``bounds`` and ``check`` or by a
-  settings class (``build``), resolved by ``pipeline.protocols.settings``.
-
-A result's ``warnings`` are ``{"code", "message"}`` dicts (``fit_warnings``): a runner adds
-what its fit knows (a grid edge, a plateau, a temperature at its bound); the entry adds
-those of the test predictions it returns as evidence (one class, chance level) and every
-Python warning raised while it ran (a protocol that reads images reports its own).
-
-The results ledger keys a cell by (what it reads, protocol, hash of the result settings,
-version), so bump ``version`` whenever an entry's numbers would change for the same
-settings.
-"""
+"""Protocols by name: each entry turns what a cell reads into metrics."""
 
 from __future__ import annotations
 
@@ -53,13 +12,16 @@ from pipeline.errors import ConfigError, unknown_name
 from pipeline.protocols import settings as _settings
 from pipeline.protocols.bounds import SEED, Bound, above, at_least
 from pipeline.protocols.cell import Blocks, CellShape, EvalData, ImageData, ProtocolResult
-from pipeline.protocols.fit_warnings import WARNING_CODES, evidence_warnings, merge_warnings, python_warning
+from pipeline.protocols.fit_warnings import (
+    WARNING_CODES, at_chance_warning, evidence_warnings, merge_warnings, python_warning,
+)
 from pipeline.protocols.inputs.cell_data import check_cell_data
 from pipeline.protocols.inputs.devices import device_setting
+from pipeline.protocols.kinds import METRIC_KINDS, MetricKind, check_kind
 
 __all__ = ["Blocks", "Bound", "CellShape", "EvalData", "ImageData", "Protocol", "ProtocolResult", "SEED", "above",
-           "at_least", "check_eval_data", "get_protocol", "list_protocols", "register_protocol",
-           "resolve_settings", "unregister_protocol"]
+           "at_least", "check_eval_data", "get_protocol", "headline_metric", "headline_value", "list_protocols",
+           "register_protocol", "resolve_settings", "unregister_protocol"]
 
 
 @dataclass(frozen=True)
@@ -117,6 +79,24 @@ class Protocol:
     runs_on_device : bool
         Runs in torch on the ``device`` setting's device: the registry adds that setting
         (``auto``) to its defaults and checks its name (``inputs.devices.device_setting``).
+    kind : str
+        Its metric kind, a key of ``pipeline.protocols.kinds.METRIC_KINDS``.
+    chance : callable or None
+        ``chance(data) -> (level, how)``: its own chance level of the headline and how it
+        is computed; None: the kind's generic check on its evidence (majority class).
+    slow : bool
+        Its per-protocol memory measurement takes over 10 s (those tests mark it slow).
+    floor : float or None
+        The headline a run on the per-protocol tests' class-clustered features must beat
+        (None: no such check; the registry fills in the kind's when not given).
+    about : str
+        What it computes and after whom (Markdown); an entry with ``about`` is documented
+        by the generated reference alone and needs ``setting_help`` for every setting.
+    setting_help : mapping
+        Setting -> what it means (the ``device`` row is the registry's).
+    warning_codes : mapping
+        Its own fit-warning codes, code -> (severity, meaning), added to
+        ``pipeline.protocols.fit_warnings.WARNING_CODES`` when it registers.
     """
 
     name: str
@@ -146,6 +126,18 @@ class Protocol:
     networks: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
     cheap_settings: Mapping[str, Any] | None = None
     runs_on_device: bool = False
+    kind: str = "classification"
+    chance: Callable[[Any], tuple[float, str]] | None = None
+    slow: bool = False
+    floor: float | None = None
+    about: str = ""
+    setting_help: Mapping[str, str] = field(default_factory=dict)
+    warning_codes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+    @property
+    def metric_kind(self) -> MetricKind:
+        """Its ``pipeline.protocols.kinds.MetricKind``."""
+        return METRIC_KINDS[self.kind]
 
     @property
     def reads(self) -> str:
@@ -191,17 +183,7 @@ class Protocol:
         return _settings.result_settings(self, settings)
 
     def __call__(self, data: Any, settings: Mapping[str, Any] | None = None) -> ProtocolResult:
-        """Run on ``data`` with ``settings`` (overlaid on the defaults, checked first).
-
-        Parameters
-        ----------
-        data : EvalData, DenseData or ImageData
-        settings : mapping or None
-
-        Returns
-        -------
-        ProtocolResult
-        """
+        """Run on ``data`` with ``settings`` (overlaid on the defaults, checked first)."""
         full = self.resolve(settings)
         check_eval_data(data, self)
         started = time.perf_counter()
@@ -214,7 +196,11 @@ class Protocol:
             result = self.run(data, full)
 
         raised = [python_warning(w.category.__name__, str(w.message)) for w in caught]
-        found = evidence_warnings(data, result)
+        found = evidence_warnings(data, result, self.primary_metric)
+        if self.chance is not None and not any(w["code"] == "collapsed_features" for w in found):
+            level, how = self.chance(data)
+            result.diagnostics["chance"] = level
+            found += at_chance_warning(_number(result.metrics.get(self.primary_metric)), level, how)
         if any(w["code"] == "collapsed_features" for w in found):  # the chance score is the encoder's, not the fit's
             result.warnings = [w for w in result.warnings if WARNING_CODES[w["code"]][0] != "unreliable"]
         result.warnings = merge_warnings(result.warnings, found, sorted(raised, key=lambda w: w["message"]))
@@ -263,17 +249,9 @@ class Protocol:
 
 
 def check_eval_data(data: Any, protocol: Protocol | None = None) -> None:
-    """Refuse unusable arrays before any protocol runs, naming the array.
-
-    See ``pipeline.protocols.inputs.cell_data.check_cell_data`` (the checks; its messages
-    name the registered protocols that could take what was given).
-
-    Parameters
-    ----------
-    data : EvalData, DenseData or ImageData
-    protocol : Protocol or None
-        The protocol that will run (multi-label labels need ``protocol.multilabel``).
-    """
+    """Refuse unusable arrays before any protocol runs, naming the array."""
+    # See ``pipeline.protocols.inputs.cell_data.check_cell_data`` (the checks; its messages
+    # name the registered protocols that could take what was given).
     check_cell_data(data, protocol, [_REGISTRY[n] for n in list_protocols()])
 
 
@@ -284,31 +262,7 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
                       choices: Mapping[str, tuple] | None = None,
                       check: Callable[[Mapping[str, Any]], None] | None = None,
                       bounds: Mapping[str, Bound] | None = None, **flags: Any):
-    """Decorator registering ``run(data, settings) -> ProtocolResult`` under ``name``.
-
-    Parameters
-    ----------
-    name : str
-        The protocol's name in configs.
-    version : int
-        Bumped whenever results would change for the same settings.
-    defaults : mapping
-        Every setting with its default.
-    description : str
-        One line for listings.
-    choices, check, bounds
-        See ``Protocol``.
-    **flags
-        Keyword only, the other fields of ``Protocol`` (``streams_train``, ``multilabel``,
-        ``memory``, ``tokens``, ``dense``, ``metrics``, ``primary_metric``, ``unbounded``,
-        ``lower_is_better``, ``weights``, ``test_only``, ``build``, ``ignored``, ``files``,
-        ``added_settings``, ``grid``, ``networks``, ``cheap_settings``, ``runs_on_device``).
-
-    Returns
-    -------
-    callable
-        The decorator (it returns the function unchanged).
-    """
+    """Decorator registering ``run(data, settings) -> ProtocolResult`` under ``name``."""
     for key in ("metrics", "unbounded", "lower_is_better", "ignored", "files"):
         if key in flags:
             flags[key] = tuple(flags[key])
@@ -319,8 +273,17 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
             own_defaults, own_check = device_setting(own_defaults, own_check, name)
         if name in _REGISTRY:
             warnings.warn(f"protocol {name!r} registered twice; the later one wins", stacklevel=2)
+        own_flags = dict(flags)
+        # undeclared: a dense entry's kind is dense, a test-only diagnostic's an audit, else classification
+        kind = check_kind(own_flags.setdefault(
+            "kind", "dense" if own_flags.get("dense") else "audit" if own_flags.get("test_only") else
+            "classification"), name)
+        own_flags.setdefault("floor", _KIND_FLOORS.get(kind.name))
+        if own_flags.get("runs_on_device") and own_flags.get("setting_help"):
+            own_flags["setting_help"] = {**own_flags["setting_help"], "device": DEVICE_HELP}
         entry = Protocol(name, version, own_defaults, fn, description, dict(choices or {}), own_check,
-                         dict(bounds or {}), **flags)
+                         dict(bounds or {}), **own_flags)
+        _check_entry(entry)
         if entry.primary_metric not in entry.metrics:
             raise ConfigError(f"protocol {name!r}: primary_metric {entry.primary_metric!r} is not one of its metrics "
                               f"{', '.join(entry.metrics)}")
@@ -328,26 +291,70 @@ def register_protocol(name: str, version: int, defaults: Mapping[str, Any], desc
         if stray:
             raise ConfigError(f"protocol {name!r}: {stray[0]!r} is declared unbounded or lower-is-better but is not "
                               f"one of its metrics {', '.join(entry.metrics)}")
+        for code, (severity, meaning) in entry.warning_codes.items():
+            WARNING_CODES.setdefault(code, (severity, meaning))
         _REGISTRY[name] = entry
         return fn
 
     return wrap
 
 
+# What the registry's ``device`` setting means, for entries that document themselves.
+DEVICE_HELP = "where it computes: `auto` (a GPU when there is one), `cpu`, `cuda` or `cuda:<i>`"
+# The headline a run on the per-protocol tests' class-clustered features beats, by kind.
+_KIND_FLOORS = {"classification": 0.5}
+
+
+def _check_entry(entry: Protocol) -> None:
+    """Refuse an entry whose docs or warning codes cannot be generated as declared."""
+    if entry.about:
+        missing = [k for k in entry.defaults if k not in entry.setting_help]
+        if missing:
+            raise ConfigError(f"protocol {entry.name!r} documents itself (about=...) but setting_help lacks "
+                              f"{', '.join(missing)}: say what each setting means")
+    for code, value in entry.warning_codes.items():
+        known = WARNING_CODES.get(code)
+        if known is not None and known != tuple(value):
+            raise ConfigError(f"protocol {entry.name!r}: warning code {code!r} is already defined as {known[0]}")
+        if not (isinstance(value, tuple) and len(value) == 2 and value[0] in ("unreliable", "caution")):
+            raise ConfigError(f"protocol {entry.name!r}: warning code {code!r} must map to (severity, meaning) "
+                              "with severity 'unreliable' or 'caution'")
+
+
+def _number(value: Any) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok else float("nan")
+
+
+def headline_metric(protocol: str | None) -> str | None:
+    """The name of a protocol's headline metric (``Protocol.primary_metric``)."""
+    # A protocol no longer registered (a record of a removed entry) reads ``score``, the
+    # name every entry used before the headline was declared. An audit (kind ``audit``:
+    # invariance, the diagnostics) has no headline to rank or compare: None.
+    entry = _REGISTRY.get(str(protocol))
+    if entry is None:
+        return "score"
+    return None if entry.kind == "audit" else entry.primary_metric
+
+
+def headline_value(record: Mapping[str, Any]) -> float | None:
+    """A record's headline score, ``metrics[headline_metric(protocol)]``; None when it is
+    not a finite number (failed, or a metric that could not be computed) or the record is
+    an audit's."""
+    metric = headline_metric(record.get("protocol"))
+    value = None if metric is None else (record.get("metrics") or {}).get(metric)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    return float(value) if ok else None
+
+
 def unregister_protocol(name: str) -> Protocol:
-    """Remove the entry ``name`` (a test's throwaway protocol) and return it.
-
-    Parameters
-    ----------
-    name : str
-        A registered protocol.
-
-    Returns
-    -------
-    Protocol
-    """
+    """Remove the entry ``name`` (a test's throwaway protocol) and return it."""
     get_protocol(name)  # an unknown name fails with the valid ones
-    return _REGISTRY.pop(name)
+    entry = _REGISTRY.pop(name)
+    for code in entry.warning_codes:  # its codes leave with it unless another entry declares them
+        if not any(code in other.warning_codes for other in _REGISTRY.values()):
+            WARNING_CODES.pop(code, None)
+    return entry
 
 
 def list_protocols() -> list[str]:

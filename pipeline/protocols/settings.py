@@ -1,19 +1,4 @@
-"""How a registered protocol's settings are checked, completed and keyed.
-
-Every entry resolves a config's settings the same way: unknown names are refused with the
-valid ones, then the values are checked. Most entries declare their rules in the registry
-(``defaults`` types, ``choices``, ``bounds`` and a ``check`` across settings); an entry
-with a settings class (``build``: fine-tuning, the diagnostics) lets the class check them
-and returns what it built. Either way the result holds every setting, one line names the
-setting when something is wrong, and nothing here imports torch.
-
-``result_settings`` is what a record's ``config_hash`` and cell id are computed from: the
-resolved settings without those that cannot change a result (``ignored``) and without the
-paths of the local files a result reads (``files``: their contents are fingerprinted
-instead, so a moved file keeps its records), nor the settings added to an entry after it
-had records while they hold the value that does what the entry did before
-(``added_settings``: those records keep their identity).
-"""
+"""How a registered protocol's settings are checked, completed and keyed."""
 
 from __future__ import annotations
 
@@ -47,26 +32,7 @@ def _type_ok(default: Any, value: Any) -> bool:
 
 
 def resolve(protocol: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The protocol's defaults overlaid with ``settings``; unknown names and bad values fail.
-
-    Parameters
-    ----------
-    protocol : Protocol
-        A registry entry.
-    settings : mapping
-        Settings to override.
-
-    Returns
-    -------
-    dict
-        Every setting of the protocol (JSON-able for an entry with a settings class).
-
-    Raises
-    ------
-    ConfigError
-        Naming the setting: unknown, wrong type, not a valid choice, out of range, or
-        against a rule across settings.
-    """
+    """The protocol's defaults overlaid with ``settings``; unknown names and bad values fail."""
     name = protocol.name
     if not isinstance(settings, Mapping):
         raise ConfigError(f"settings of protocol {name!r} must be a mapping, got {settings!r}")
@@ -128,19 +94,7 @@ def _yaml_hint(settings: Mapping[str, Any]) -> str:
 
 
 def setting_at(settings: Mapping[str, Any], path: str) -> Any:
-    """The value of a dotted setting (``perceptual.weights``), or None where it is absent.
-
-    Parameters
-    ----------
-    settings : mapping
-        Resolved settings.
-    path : str
-        Setting names joined by dots.
-
-    Returns
-    -------
-    object or None
-    """
+    """The value of a dotted setting (``perceptual.weights``), or None where it is absent."""
     value: Any = settings
     for part in path.split("."):
         if not isinstance(value, Mapping):
@@ -150,19 +104,7 @@ def setting_at(settings: Mapping[str, Any], path: str) -> Any:
 
 
 def result_settings(protocol: Any, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The resolved ``settings`` without those that cannot change a result (see the module doc).
-
-    Parameters
-    ----------
-    protocol : Protocol
-        A registry entry.
-    settings : mapping
-        What :func:`resolve` returned.
-
-    Returns
-    -------
-    dict
-    """
+    """The resolved ``settings`` without those that cannot change a result (see the module doc)."""
     added = protocol.added_settings
     out = {k: v for k, v in settings.items()
            if k not in protocol.ignored and not (k in added and v == added[k])}

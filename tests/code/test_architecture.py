@@ -3,7 +3,7 @@
 * every package folder of the four layers is named in it (``pipeline/protocols/linear/``
   in backticks), so a new room fails here until the document says what it holds;
 * every repository path it writes in backticks exists (``<name>`` matches anything);
-* every dotted name under a layer it writes in backticks (``jobs.plan.make_plan``,
+* every dotted name under a layer it writes in backticks (``jobs.run.plan.make_plan``,
   ``pipeline.protocols.registry.Protocol.resolve``) is a module, or a name defined in one:
   read from the source, following ``from ... import`` re-exports, nothing imported;
 * the layers import as its table says: only downwards, zarr only in ``storage_schema``,
@@ -123,7 +123,7 @@ def resolves(dotted: str) -> bool:
 
 
 def _dotted(span: str) -> str | None:
-    """The dotted name a span writes (``jobs.plan.make_plan`` of ``jobs.plan.make_plan(cfg)``)."""
+    """The dotted name a span writes (``jobs.run.plan.make_plan`` of ``jobs.run.plan.make_plan(cfg)``)."""
     match = re.fullmatch(r"((?:%s)(?:\.\w+)+)(\(.*\))?" % "|".join(PACKAGES), span.strip())
     return match.group(1) if match else None
 
@@ -190,12 +190,12 @@ def test_it_keeps_its_parts():
 
 # -- the checks themselves ------------------------------------------------------------------------------
 def test_the_checks_find_what_does_not_exist():
-    assert resolves("jobs.plan.make_plan") and resolves("jobs.config.load_config")  # defined, re-exported
+    assert resolves("jobs.run.plan.make_plan") and resolves("jobs.config.load_config")  # defined, re-exported
     assert resolves("pipeline.protocols.registry.Protocol.resolve") and resolves("storage_schema.store")
     assert resolves("pipeline.protocols.cell.EvalData.train_blocks")  # a dataclass field
-    assert not resolves("jobs.plan.make_plans") and not resolves("jobs.nowhere")
-    assert not resolves("jobs.plan.make_plan.attribute")
-    assert _dotted("jobs.plan.make_plan(cfg)") == "jobs.plan.make_plan" and _dotted("repeval run") is None
+    assert not resolves("jobs.run.plan.make_plans") and not resolves("jobs.nowhere")
+    assert not resolves("jobs.run.plan.make_plan.attribute")
+    assert _dotted("jobs.run.plan.make_plan(cfg)") == "jobs.run.plan.make_plan" and _dotted("repeval run") is None
     assert _dotted("dask.array") is None and _dotted("pipeline/") is None
     assert _path_problem("pipeline/protocols/<family>/protocols.py") is None
     assert _path_problem("/".join(("jobs", "nowhere.py"))) and _path_problem("repeval run config.yaml") is None

@@ -22,7 +22,7 @@ import yaml
 
 from jobs.config import load_config
 from jobs.evaluation.identity import cell_identity
-from jobs.plan import evaluation_cells
+from jobs.run.plan import evaluation_cells
 from storage_schema import FeatureStore
 from storage_schema.ledger import LEDGER, Ledger
 from tests.helpers.cli import REPO, cli_env

@@ -109,7 +109,7 @@ def test_flow_run_of_a_run_with_failures_ends_failed_with_the_reason(first_run):
 def test_the_flow_is_handed_the_key_of_the_plan_written_once_into_the_store(first_run):
     from prefect import get_client
 
-    from jobs.plan_store import read_plan
+    from jobs.run.plan_store import read_plan
 
     _, raw, summary = first_run
     with get_client(sync_client=True) as client:
@@ -179,7 +179,7 @@ def test_added_encoder_extracts_and_evaluates_only_its_cells(first_run):
 @pytest.mark.slow
 def test_a_correlation_that_cannot_be_computed_fails_the_run(first_run, tmp_path, capsys):
     from flows.cli.main import main
-    from jobs.results import failed_rows
+    from jobs.report.results import failed_rows
 
     tmp, raw, _ = first_run
     bad = _in_threads(raw)

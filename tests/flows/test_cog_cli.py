@@ -12,7 +12,7 @@ from PIL import Image
 
 from flows.cli.main import main
 from jobs.config import load_config
-from jobs.plan import check_plan, evaluation_cells
+from jobs.run.plan import check_plan, evaluation_cells
 from tests.pipeline.test_cog import COUNTS, DESCENDANTS, EDGES, EXCLUDED, EXPECTED, RANKED, SEEN
 
 

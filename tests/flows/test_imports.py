@@ -12,8 +12,8 @@ import sys
 from tests.helpers.cli import REPO, cli_env
 
 HEAVY = ("torch", "timm", "torchvision", "sklearn", "matplotlib", "prefect", "dask", "scipy", "pandas")
-LIGHT = ("flows.cli", "jobs.config", "jobs.plan", "jobs.results", "jobs.report.inputs", "jobs.report.run_summary",
-         "jobs.watch", "jobs.config.checkpoint_folders", "storage_schema.ledger", "flows.cli.compare", "jobs.analysis.compare",
+LIGHT = ("flows.cli", "jobs.config", "jobs.run.plan", "jobs.report.results", "jobs.report.inputs", "jobs.report.run_summary",
+         "jobs.run.changes", "jobs.config.checkpoint_folders", "storage_schema.ledger", "flows.cli.compare", "jobs.analysis.compare",
          "jobs.analysis.series", "jobs.report.events", "storage_schema.evidence")
 
 

@@ -15,7 +15,7 @@ from flows.cluster_memory import memory_request
 from flows.runtime import task_runner
 from jobs.evaluation.cell_memory import MEMORY_RESOURCE, declared_memory, task_bytes
 from jobs.config import load_config
-from jobs.plan import make_plan
+from jobs.run.plan import make_plan
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
 from tests.jobs.test_cell_memory import _import, _npy_folder, _stored_config

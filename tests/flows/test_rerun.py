@@ -19,8 +19,7 @@ import yaml
 from PIL import Image
 
 from flows.cli.main import EXIT_PIPE, main
-from jobs.config import load_config
-from jobs.rerun import ledger_answer
+from jobs.run.spine import Run
 from storage_schema import FeatureStore
 from storage_schema.ledger import FailureLog, Ledger, failure_id
 from tests.helpers.cli import REPO, cli_env
@@ -106,46 +105,46 @@ def test_the_answer_ends_quietly_on_a_closed_pipe(stored):
 
 def test_anything_that_could_change_a_result_takes_the_full_run(stored, tmp_path):
     config, raw = stored["config"], stored["raw"]
-    assert ledger_answer(load_config(config)) is not None
+    assert Run(config).ledger_answer() is not None
     changed = dict(raw, protocols=[dict(raw["protocols"][0], settings={"n_neighbors": 5}), raw["protocols"][1]])
-    assert ledger_answer(load_config(changed)) is None  # a setting: new cells
+    assert Run(changed).ledger_answer() is None  # a setting: new cells
     elsewhere = dict(raw, report={"path": str(tmp_path / "other.html")})
-    assert ledger_answer(load_config(elsewhere)) is None  # a report not written yet
+    assert Run(elsewhere).ledger_answer() is None  # a report not written yet
     reference = stored["tmp"] / "reference.csv"
     saved, times = reference.read_text(), (reference.stat().st_atime_ns, reference.stat().st_mtime_ns)
     try:
         reference.write_text(saved.replace("0.3", "0.2"))
-        assert ledger_answer(load_config(config)) is None  # the reference file: other figures
+        assert Run(config).ledger_answer() is None  # the reference file: other figures
         reference.write_text(saved)
-        assert ledger_answer(load_config(config)) is None  # ... even written back (its time changed)
+        assert Run(config).ledger_answer() is None  # ... even written back (its time changed)
     finally:
         reference.write_text(saved)
         os.utime(reference, ns=times)
-    assert ledger_answer(load_config(config)) is not None  # as it was: the module's other tests expect it
+    assert Run(config).ledger_answer() is not None  # as it was: the module's other tests expect it
 
 
 def test_a_failure_or_a_lost_record_takes_the_full_run(stored):
     store = FeatureStore(str(stored["tmp"] / "store"))
     fid = failure_id("a", "blobs", "pre_logits", "knn")
     FailureLog(store).record("cell", fid, {"label": "a/blobs/pre_logits:knn", "reason": "OSError: disk"})
-    assert ledger_answer(load_config(stored["config"])) is None  # a full run retries what failed
+    assert Run(stored["config"]).ledger_answer() is None  # a full run retries what failed
     FailureLog(store).clear("cell", fid)
-    assert ledger_answer(load_config(stored["config"])) is not None
+    assert Run(stored["config"]).ledger_answer() is not None
     record = next(iter(Ledger(store)))
     path = next((stored["tmp"] / "store" / "_repeval" / "ledger").rglob(f"{record['cell_id']}.json"))
     kept = path.read_bytes()
     path.unlink()  # a record gone (another tool, a restore): the cell is to be evaluated
     try:
-        assert ledger_answer(load_config(stored["config"])) is None
+        assert Run(stored["config"]).ledger_answer() is None
     finally:
         path.write_bytes(kept)
     report = stored["tmp"] / "report.html"
     report.rename(report.with_suffix(".bak"))
     try:
-        assert ledger_answer(load_config(stored["config"])) is None  # the report is gone: written again
+        assert Run(stored["config"]).ledger_answer() is None  # the report is gone: written again
     finally:
         report.with_suffix(".bak").rename(report)
-    assert ledger_answer(load_config(stored["config"])) is not None
+    assert Run(stored["config"]).ledger_answer() is not None
 
 
 @pytest.mark.slow
@@ -171,11 +170,11 @@ def test_extracted_features_are_checked_against_their_weights_and_images(tmp_pat
     out = _rerun_in_a_fresh_process(config)
     assert out.stdout.startswith("nothing to do: all 1 cells and 2 extractions") and out.stderr.strip() == "IMPORTED="
     Image.new("RGB", (16, 16), (1, 2, 3)).save(images / "test" / "dog" / "9.png")  # a new test image
-    assert ledger_answer(load_config(config)) is None
+    assert Run(config).ledger_answer() is None
     (images / "test" / "dog" / "9.png").unlink()
-    assert ledger_answer(load_config(config)) is not None
+    assert Run(config).ledger_answer() is not None
     os.utime(ck, ns=(ck.stat().st_atime_ns, ck.stat().st_mtime_ns + 10**9))  # the checkpoint rewritten
-    assert ledger_answer(load_config(config)) is None
+    assert Run(config).ledger_answer() is None
     code, text = _run(config)
     assert code == 0 and "nothing to do" not in text  # the full run checked it: same weights, same arrays
-    assert ledger_answer(load_config(config)) is not None
+    assert Run(config).ledger_answer() is not None

@@ -13,8 +13,9 @@ import pytest
 
 from jobs.config.checkpoint_folders import scan_checkpoints, scan_folder, with_scanned_checkpoints
 from jobs.config import CheckpointScan, load_config
-from jobs.plan import make_plan
-from jobs.watch import detect_changes, load_state, save_state, watch_key
+from jobs.run.plan import make_plan
+from jobs.run.changes import detect_changes, load_state, save_state, watch_key
+from jobs.run.plan import list_work
 from pipeline.errors import ConfigError
 from storage_schema import FeatureStore
 from storage_schema.ledger import FailureLog
@@ -89,25 +90,25 @@ def test_state_records_only_what_the_run_planned_and_completed(tmp_path):
     cfg = load_config(raw)
     store = FeatureStore(cfg.store)
     key = watch_key(str(tmp_path / "config.yaml"))
-    first = detect_changes(store, cfg, key)
+    first = detect_changes(store, list_work(cfg, store=store), key)
     assert first.protocols_changed and first.new_encoders == ["r18a", "r18b", "mnv3", "ep1", "ep2"]
-    plan = make_plan(cfg, check=False)
+    plan = list_work(cfg)
     write_checkpoint(tmp_path / "ck", "ep3", seed=3)  # arrives while the run works
     save_state(store, plan.config, key, completed=[e.name for e in plan.config.encoders if e.name != "ep2"],
                files=plan.scan.signatures())
     assert load_state(store, key).encoders == ["r18a", "r18b", "mnv3", "ep1"]
-    changes = detect_changes(store, cfg, key)
+    changes = detect_changes(store, list_work(cfg, store=store), key)
     assert changes.new_encoders == ["ep2", "ep3"] and not changes.protocols_changed  # neither marked done early
     assert with_scanned_checkpoints(cfg).reference.scores["ep1"] == 0.5
 
     write_checkpoint(tmp_path / "ck", "ep1", seed=11)  # rewritten in place: new weights, same name
-    assert "ep1" in detect_changes(store, cfg, key).new_encoders
+    assert "ep1" in detect_changes(store, list_work(cfg, store=store), key).new_encoders
     edited = copy.deepcopy(raw)
     edited["protocols"][1]["settings"] = {"alphas": [0.1, 1.0]}
-    assert detect_changes(store, load_config(edited), key).protocols_changed
+    assert detect_changes(store, list_work(load_config(edited), store=store), key).protocols_changed
     renamed = copy.deepcopy(raw)
     renamed["report"]["path"] = str(tmp_path / "elsewhere.html")  # not a protocol change
-    assert not detect_changes(store, load_config(renamed), key).protocols_changed
+    assert not detect_changes(store, list_work(load_config(renamed), store=store), key).protocols_changed
 
 
 def test_a_folder_only_config_is_accepted(tmp_path):
@@ -142,7 +143,7 @@ def test_the_watcher_runs_only_on_edited_settings_and_never_beside_a_scan(tmp_pa
 
     def record_a_run() -> None:
         cfg = load_config(config)
-        save_state(cfg.open_store(), make_plan(cfg, check=False).config, watch_key(config))
+        save_state(cfg.open_store(), list_work(cfg).config, watch_key(config))
 
     record_a_run()
     assert watch_protocols_flow(config) == {"ran": False, "reason": "unchanged"}
@@ -200,7 +201,7 @@ def test_the_first_scan_after_a_run_knows_what_the_ledger_holds(tmp_path, prefec
     config = str(path)
     assert main(["run", config]) == 0  # everything evaluated, before serve ever ran
     cfg = load_config(config)
-    changes = detect_changes(cfg.open_store(), cfg, watch_key(config))
+    changes = detect_changes(cfg.open_store(), list_work(cfg, store=cfg.open_store()), watch_key(config))
     assert not changes.recorded and changes.new_encoders == []  # not "new encoders: a, b"
     capsys.readouterr()
     assert scan_checkpoints_flow(config) == {"ran": False, "new_encoders": []}
@@ -211,7 +212,7 @@ def test_the_first_scan_after_a_run_knows_what_the_ledger_holds(tmp_path, prefec
     raw["encoders"].append({"name": "c", "source": "store"})
     other.write_text(yaml.safe_dump(raw))
     cfg = load_config(str(other))
-    changes = detect_changes(cfg.open_store(), cfg, watch_key(str(other)))
+    changes = detect_changes(cfg.open_store(), list_work(cfg, store=cfg.open_store()), watch_key(str(other)))
     assert not changes.recorded and changes.new_encoders == ["c"]
 
 

@@ -228,7 +228,7 @@ def test_each_night_logs_its_new_checkpoints_to_tensorboard_and_mlflow(series_ru
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from jobs.results import results_frame
+    from jobs.report.results import results_frame
 
     out = series_run["tmp"] / "out"
     assert [(t["kind"], t["logged"], t["error"]) for t in series_run["first"]["trackers"]] == [

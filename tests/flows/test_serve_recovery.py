@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from jobs.config import load_config
-from jobs.watch import SCHEDULE_LEASE, save_state, watch_key
+from jobs.run.changes import SCHEDULE_LEASE, save_state, watch_key
 from flows.reclaim import RUN_LEASES, run_lease_key
 from storage_schema import FeatureStore
 from storage_schema import keys

@@ -35,7 +35,7 @@ def load_config_dict(root: Path, cells: int) -> dict:
 
 def prepare_features(cfg) -> float:
     """Extract every unit in this process (no Prefect); seconds taken."""
-    from jobs.plan import extraction_units, run_extract_unit
+    from jobs.run.plan import extraction_units, run_extract_unit
 
     started = time.perf_counter()
     store = cfg.open_store()

@@ -38,7 +38,7 @@ def write_series(tmp: Path, raw: dict[str, Any], noise: dict[int, float] | None 
     their cells evaluated, the report written: ``correlate_and_report``'s answer."""
     from jobs.config import load_config
     from jobs.evaluation.evaluate import evaluate_cells
-    from jobs.plan import make_plan
+    from jobs.run.plan import list_work
     from jobs.report.inputs import correlate_and_report
 
     noise = NOISE if noise is None else noise
@@ -50,7 +50,7 @@ def write_series(tmp: Path, raw: dict[str, Any], noise: dict[int, float] | None 
             save_file({"w": np.full(2, step, np.float32)}, str(path), metadata={"epoch": str(step // 100)})
     cfg = load_config(raw)
     store = noisy_encoders(tmp, {f"ck-step{s}": v for s, v in noise.items()}, store=cfg.open_store())
-    plan = make_plan(cfg, check=False, ready_only=False)
+    plan = list_work(cfg, ready_only=False)
     outcomes = evaluate_cells(store, plan.cells)
     bad = [o for o in outcomes if o["status"] not in ("computed", "cached")]
     if bad:

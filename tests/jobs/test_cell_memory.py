@@ -12,7 +12,7 @@ from jobs.evaluation.cell_memory import check_cells_fit, parse_bytes, task_bytes
 from jobs.config import load_config
 from jobs.evaluation.evaluate import evaluate_cells
 from jobs.extraction.import_features import import_features
-from jobs.plan import make_plan, run_extract_unit
+from jobs.run.plan import make_plan, run_extract_unit
 from pipeline.datasets import make_dataset
 from pipeline.errors import CellTooLargeError, ConfigError, DataValidationError
 from pipeline.protocols import get_protocol

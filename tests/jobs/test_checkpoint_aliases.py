@@ -14,10 +14,9 @@ import timm
 import torch
 
 from jobs.config import load_config
-from jobs.config.checkpoint_files import alias_line, numbered
-from jobs.config.checkpoint_folders import scan_checkpoints
-from jobs.plan import make_plan
-from jobs.plan_store import plan_notes
+from jobs.config.checkpoint_folders import alias_line, numbered, scan_checkpoints
+from jobs.run.plan import make_plan
+from jobs.run.plan_store import plan_notes
 from pipeline.encoders.checkpoints.aliases import content_fingerprint, same_weights, sizes_close
 from tests.helpers.configs import tiny_config
 

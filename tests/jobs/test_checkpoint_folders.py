@@ -14,7 +14,7 @@ import torch
 
 from jobs.config.checkpoint_folders import scan_checkpoints, wait_for_settled
 from jobs.config import load_config
-from jobs.plan import make_plan
+from jobs.run.plan import list_work, make_plan
 from pipeline.errors import ConfigError
 from tests.helpers.configs import tiny_config
 
@@ -138,7 +138,7 @@ def test_a_folder_that_gives_no_file_says_why_with_a_pattern_that_takes_its_file
     for name in ("epoch=0-step=100.ckpt", "epoch=1-step=200.ckpt", "last.ckpt"):
         (tmp_path / "ck" / name).write_bytes(b"x")
     (tmp_path / "ck" / "metrics.json").write_text("{}")  # not a checkpoint: never offered
-    plan = make_plan(load_config(raw), check=False)
+    plan = list_work(load_config(raw))
     assert plan.config.encoders == [] and plan.scan.notes == [
         f"checkpoints folder {str(tmp_path / 'ck')!r}: no file matches pattern '*.safetensors'; it holds 3 other "
         "checkpoint file(s) (epoch=0-step=100.ckpt, epoch=1-step=200.ckpt, last.ckpt): set `pattern: \"*.ckpt\"`"]

@@ -12,7 +12,7 @@ import yaml
 from flows.cli.main import main
 from jobs.config import EncoderConfig, load_config
 from jobs.config.mistakes import MAX_FILE_BYTES, MAX_STRING, MAX_VALUES, ConfigMistakes, Mistakes
-from jobs.plan import make_plan
+from jobs.run.plan import make_plan
 from pipeline.encoders.spec import EncoderSpec
 from pipeline.errors import ConfigError
 from pipeline.plain import to_plain

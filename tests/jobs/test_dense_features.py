@@ -21,7 +21,7 @@ from jobs.config import load_config
 from jobs.extraction.dense_targets import store_targets
 from jobs.evaluation.evaluate import Cell, evaluate_cell
 from jobs.extraction.extract import ExtractConfig, extract
-from jobs.plan import evaluation_cells, make_plan
+from jobs.run.plan import evaluation_cells, make_plan
 from pipeline.datasets import make_dataset
 from pipeline.datasets.dense_geometry import resample_target, target_geometry
 from pipeline.encoders import EncoderSpec, load_encoder
@@ -172,7 +172,7 @@ def test_dense_protocols_pair_only_with_their_datasets_and_map_layers(world):
 ])
 def test_mismatched_dense_configs_are_refused_at_planning(world, protocols, datasets, layers, message):
     with pytest.raises(ConfigError, match=message):
-        make_plan(load_config(_config(world, protocols, datasets, layers)), check=True)
+        make_plan(load_config(_config(world, protocols, datasets, layers)))
 
 
 def test_dense_cell_memory_is_known_before_extraction_and_an_impossible_cell_is_refused(world, tmp_path):
@@ -343,7 +343,7 @@ def test_a_damaged_targets_chunk_is_repaired_bitwise(world, tmp_path):
 
 
 def test_dense_splits_get_no_empty_class_notes(world):
-    from jobs.data_notes import label_notes
+    from jobs.report.data_notes import label_notes
 
     notes = label_notes(world["store"], [("ade20k", "train"), ("nyuv2_normals", "test")])
     assert notes == []  # their image labels are all 0 by design; the classes live in the targets

@@ -25,7 +25,7 @@ from jobs.early.subsets import current_subset
 from jobs.evaluation.evaluate import Cell, evaluate_cell
 from jobs.extraction.extract import extract
 from jobs.extraction.import_features import import_features
-from jobs.results import results_frame
+from jobs.report.results import results_frame
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec
 from storage_schema import FeatureStore

@@ -20,8 +20,8 @@ from jobs.config.protocols import settings_hash
 from jobs.evaluation.identity import recorded_cells, weights_identity
 from jobs.evaluation.scratch import scratch_folder
 from jobs.evaluation.weights import grid_finish, grid_point, weights_cell
-from jobs.failures import sync_failures
-from jobs.plan import make_adapter, make_plan
+from jobs.run.failures import sync_failures
+from jobs.run.plan import make_adapter, make_plan
 from jobs.report import write_report
 from jobs.report.inputs import config_failures, run_records
 from pipeline.protocols.diagnostics import SaliencySettings, saliency_study

@@ -4,7 +4,7 @@ and the run summary built from them (terminal lines, the flow's message, the art
 from __future__ import annotations
 
 from jobs.evaluation.evaluate import Cell
-from jobs.failures import cell_failure, correlation_failure, extraction_failure, one_line, sync_failures
+from jobs.run.failures import cell_failure, correlation_failure, extraction_failure, one_line, sync_failures
 from jobs.report.run_summary import build_summary, failure_message, summary_lines, summary_table
 from pipeline.errors import CheckpointError, CorruptImageError, DataValidationError, StoreFullError
 from storage_schema import FeatureStore

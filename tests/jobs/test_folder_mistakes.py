@@ -21,8 +21,8 @@ import yaml
 from flows.cli.main import main
 from jobs.config import load_config
 from jobs.config.checkpoint_folders import reading_settings, scan_checkpoints
-from jobs.plan import make_plan
-from jobs.rerun import ledger_answer
+from jobs.run.plan import list_work, make_plan
+from jobs.run.spine import Run
 from pipeline.errors import ConfigError
 from storage_schema import FeatureStore
 from storage_schema.ledger import FailureLog
@@ -105,7 +105,7 @@ def test_a_changed_reading_setting_takes_a_failed_file_again(tmp_path: Path) -> 
     files = [_dino(tmp_path / "ck" / f"checkpoint000{i}.pth", seed=i, epoch=i + 1) for i in (1, 2)]
     raw = _config(tmp_path)
     # a scheduled scan (not strict) records each file's failure, with the settings it was read with
-    plan = make_plan(load_config(raw), strict_folders=False)
+    plan = Run(load_config(raw), scheduled=True).plan()
     assert plan.config.encoders == [] and len(plan.checkpoint_failures) == 2
     failed = {r["file"]: r for r in _failures(raw)}
     assert set(failed) == {str(f) for f in files} and all(r["settings"] for r in failed.values())
@@ -143,8 +143,8 @@ def test_a_run_whose_every_folder_file_was_skipped_says_so_and_exits_3(tmp_path:
     raw = _config(tmp_path)
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(raw))
-    make_plan(load_config(config), strict_folders=False)  # as a nightly scan recorded it
-    assert ledger_answer(load_config(config)) is None  # never the quick "nothing to do"
+    Run(load_config(config), scheduled=True).plan()  # as a nightly scan recorded it
+    assert Run(config).ledger_answer() is None  # never the quick "nothing to do"
     assert main(["run", str(config)]) == 3
     err = capsys.readouterr().err
     assert "NOTHING EVALUATED FROM THE CHECKPOINT FOLDERS" in err and "checkpoint0001.pth" in err
@@ -152,7 +152,7 @@ def test_a_run_whose_every_folder_file_was_skipped_says_so_and_exits_3(tmp_path:
     assert main(["run", str(config), "--allow-failures"]) == 0
     raw["checkpoints"][0]["checkpoint_key"] = "teacher"
     config.write_text(yaml.safe_dump(raw))
-    plan = make_plan(load_config(config), check=False)
+    plan = list_work(load_config(config))
     assert not plan.scan.all_skipped and [e.name for e in plan.config.encoders] == ["checkpoint0001"]
 
 

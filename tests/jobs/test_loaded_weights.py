@@ -18,8 +18,8 @@ from jobs.config import load_config
 from jobs.evaluation.evaluate import evaluate_cells
 from jobs.evaluation.identity import identify_cells
 from jobs.extraction.extract import extract
-from jobs.failures import extraction_failure
-from jobs.plan import make_adapter, make_plan, run_extract_unit
+from jobs.run.failures import extraction_failure
+from jobs.run.plan import make_adapter, make_plan, run_extract_unit
 from pipeline.encoders import load_encoder
 from pipeline.errors import WeightsChangedError
 from storage_schema.ledger import Ledger

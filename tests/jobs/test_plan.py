@@ -16,8 +16,8 @@ from flows.cli.main import main
 from flows.tasks import extract_task
 from jobs.config import load_config
 from jobs.config.typed import from_plain
-from jobs.data_notes import label_notes
-from jobs.plan import ExtractUnit, check_plan, evaluation_cells, make_plan
+from jobs.report.data_notes import label_notes
+from jobs.run.plan import ExtractUnit, check_plan, evaluation_cells, list_work, make_plan
 from jobs.report.run_summary import build_summary, summary_lines
 from pipeline.plain import to_plain
 from pipeline.errors import ConfigError
@@ -170,12 +170,12 @@ def test_make_plan_checks_once_and_lists_the_work(tmp_path):
 
 
 def test_the_plan_is_written_once_and_read_back_as_planned(tmp_path):
-    from jobs.plan_store import read_plan, write_plan
+    from jobs.run.plan_store import read_plan, write_plan
     from storage_schema import record_keys
 
     raw = _config(tmp_path, protocols=[{"name": "knn5", "protocol": "knn", "settings": {"n_neighbors": 5}},
                                        {"name": "sal", "protocol": "saliency", "settings": {"n_images": 2}}])
-    plan = make_plan(load_config(raw), check=False)
+    plan = list_work(load_config(raw))
     store = FeatureStore(raw["store"])
     key = write_plan(store, plan, ["r18"])
     assert key.startswith(record_keys.plan_key("x")[:-len("x.json")]) and write_plan(store, plan, ["r18"]) == key

@@ -14,8 +14,9 @@ import yaml
 
 from jobs.config import load_config
 from jobs.evaluation.evaluate import evaluate_cell
-from jobs.plan import make_plan, run_extract_unit
-from jobs.rerun import ledger_answer, record_run
+from jobs.run.plan import list_work, run_extract_unit
+from jobs.run.ledger_answer import record_run
+from jobs.run.spine import Run
 from tests.helpers.cli import REPO, cli_env
 from tests.helpers.configs import write_checkpoint
 from tests.helpers.dense_layouts import write_ade20k
@@ -37,20 +38,20 @@ def test_an_unchanged_dense_config_is_answered_from_the_ledger(tmp_path):
     path.write_text(yaml.safe_dump(raw))
     cfg = load_config(path)
     store = cfg.open_store()
-    plan = make_plan(cfg, store=store, check=False)
+    plan = list_work(cfg, store=store)
     for unit in plan.units:
         run_extract_unit(store, unit, plan.config)
     assert [evaluate_cell(store, c).status for c in plan.cells] == ["computed"]
     report.write_text("<html></html>")  # the run's report (this test runs no flow)
-    assert record_run(cfg, {"report": str(report), "failures": []})
+    assert record_run(cfg.open_store(), list_work(cfg, store=cfg.open_store()), {"report": str(report), "failures": []})
 
-    answer = ledger_answer(load_config(path))
+    answer = Run(path).ledger_answer()
     assert answer is not None and (answer.units, answer.cells) == (2, 1)
 
     image = sorted((root / "ADEChallengeData2016" / "images" / "validation").iterdir())[0]
     image.chmod(0o644)  # the layout is written read-only
     image.write_bytes(image.read_bytes()[:-1] + b"\0")  # other pixels: the targets' images changed
-    assert ledger_answer(load_config(path)) is None
+    assert Run(path).ledger_answer() is None
 
 
 def test_an_unchanged_folder_series_is_answered_without_reading_a_checkpoint(tmp_path):
@@ -73,14 +74,14 @@ def test_an_unchanged_folder_series_is_answered_without_reading_a_checkpoint(tmp
     path.write_text(yaml.safe_dump(raw))
     cfg = load_config(path)
     store = cfg.open_store()
-    plan = make_plan(cfg, store=store, check=False)
+    plan = list_work(cfg, store=store)
     assert [e.name for e in plan.config.encoders] == ["run_a", "run_b"]
     for unit in plan.units:
         run_extract_unit(store, unit, plan.config)
     for cell in plan.cells:
         evaluate_cell(store, cell)
     report.write_text("<html></html>")
-    assert record_run(cfg, {"report": str(report), "failures": []})
+    assert record_run(cfg.open_store(), list_work(cfg, store=cfg.open_store()), {"report": str(report), "failures": []})
 
     # a fresh process: the folder's facts come from the store, no file is read, no torch imported
     probe = ("import runpy, sys; sys.argv = ['repeval', 'run', sys.argv[1]]\n"

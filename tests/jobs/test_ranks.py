@@ -28,7 +28,8 @@ FEW = dict(zip(MODELS, (0.30, 0.30, 0.40, 0.20, 0.50)))  # a tie
 def _records(extra=()):
     recs = []
     for setting, scores in (("linear", LINEAR), ("knn20", KNN), ("fs20", FEW)):
-        recs += [make_record(m, "pets", setting, {"score": s, "top1": s}) for m, s in scores.items()]
+        # each record carries its protocol's headline (few-shot's is ``mean``) as evaluation writes it
+        recs += [make_record(m, "pets", setting, {"score": s, "top1": s, "mean": s}) for m, s in scores.items()]
     # a worse layer is not the encoder's score; a better one is
     recs.append(make_record("m0", "pets", "linear", {"score": 0.10}, layer="block3"))
     recs.append(make_record("m1", "pets", "knn20", {"score": 0.95}, layer="block3"))

@@ -1,5 +1,5 @@
 """What a notebook reads: ``repeval results --format csv|parquet|json`` and
-``jobs.results.results_frame``, typed, with each checkpoint's series, step, file and epoch."""
+``jobs.report.results.results_frame``, typed, with each checkpoint's series, step, file and epoch."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from flows.cli import main
-from jobs.results import results_frame
+from jobs.report.results import results_frame
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
 from tests.helpers.records import make_record

@@ -19,10 +19,10 @@ from jobs.report.events import event_payload, read_summary, summary_path
 from jobs.analysis.compare import compare_records
 from jobs.config import load_config
 from jobs.evaluation.evaluate import evaluate_cells
-from jobs.plan import make_plan
+from jobs.run.plan import list_work
 from jobs.report.inputs import correlate_and_report
 from jobs.analysis.series import analyse_series
-from jobs.results import config_records
+from jobs.report.results import config_records
 from pipeline.errors import ConfigError
 from storage_schema.ledger import Ledger
 from tests.helpers.evidence import DATASET, SETTINGS, noisy_encoders
@@ -83,7 +83,7 @@ def _run(tmp: Path, raw: dict, steps) -> dict:
         _checkpoint(tmp / "run7", f"ck-step{step}")
     cfg = load_config(raw)
     store = noisy_encoders(tmp, {f"ck-step{s}": NOISE[s] for s in steps}, store=cfg.open_store())
-    plan = make_plan(cfg, check=False, ready_only=False)
+    plan = list_work(cfg, ready_only=False)
     outcomes = evaluate_cells(store, plan.cells)
     assert all(o["status"] in ("computed", "cached") for o in outcomes), outcomes
     return correlate_and_report(store, plan.config, [o for o in outcomes if o.get("cell_id")], plan=plan)
@@ -93,10 +93,10 @@ def test_a_scanned_folder_is_a_series_with_steps_from_names_or_metadata(tmp_path
     _checkpoint(tmp_path / "run7", "ck-step100")
     _checkpoint(tmp_path / "run7", "late", step=250)
     _checkpoint(tmp_path / "run7", "nostep")
-    plan = make_plan(load_config(_config(tmp_path, step_pattern="ck-step{step}")), check=False, ready_only=False)
+    plan = list_work(load_config(_config(tmp_path, step_pattern="ck-step{step}")), ready_only=False)
     got = {e.name: (e.series, e.step) for e in plan.config.encoders}
     assert got == {"ck-step100": ("run7", 100), "late": ("run7", 250), "nostep": ("run7", None)}
-    named = make_plan(load_config(_config(tmp_path, series="vit-b16")), check=False, ready_only=False)
+    named = list_work(load_config(_config(tmp_path, series="vit-b16")), ready_only=False)
     assert {e.name: (e.series, e.step) for e in named.config.encoders} == {
         "ck-step100": ("vit-b16", None), "late": ("vit-b16", 250), "nostep": ("vit-b16", None)}
     with pytest.raises(ConfigError, match=r"checkpoints\[0\]\.step_pattern: .*exactly once"):
@@ -106,7 +106,7 @@ def test_a_scanned_folder_is_a_series_with_steps_from_names_or_metadata(tmp_path
 def test_newest_checkpoint_significantly_worse_than_the_best_is_flagged(tmp_path):
     raw = _config(tmp_path, step_pattern="ck-step{step}")
     out = _run(tmp_path, raw, [100, 200, 300])
-    cfg = make_plan(load_config(raw), check=False, ready_only=False).config
+    cfg = list_work(load_config(raw), ready_only=False).config
     store = cfg.open_store(read_only=True)
     records, _ = config_records(store, load_config(raw))
     [series] = analyse_series(store, records, cfg)
@@ -166,7 +166,7 @@ def test_report_opens_with_failures_then_the_summary_and_shows_the_series(tmp_pa
     changes = read_summary(second["summary_path"])["changes"]
     assert changes["new_encoders"] == ["ck-step300"] and len(changes["regressions"]) == 2
     # re-rendering the report does not move the previous-run mark
-    again = correlate_and_report(load_config(raw).open_store(), make_plan(load_config(raw), check=False,
+    again = correlate_and_report(load_config(raw).open_store(), list_work(load_config(raw),
                                  ready_only=False).config, [], write_summary=False)
     assert again["summary_path"] is None and read_summary(second["summary_path"])["changes"] == changes
 

@@ -15,12 +15,12 @@ import yaml
 
 from flows.cli.main import main
 from jobs.config import load_config
-from jobs.encoder_identity import encoder_identity, name_clash_lines
+from jobs.evaluation.encoder_identity import encoder_identity, name_clash_lines
 from jobs.evaluation.evaluate import check_unchanged, evaluate_cell
 from jobs.evaluation.identity import cell_arrays
-from jobs.plan import make_plan, run_extract_unit
+from jobs.run.plan import list_work, run_extract_unit
 from jobs.report.inputs import correlate_and_report
-from jobs.results import config_cells, config_records
+from jobs.report.results import config_cells, config_records
 from pipeline.errors import StaleArrayError
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
@@ -48,7 +48,7 @@ def _run(path: str) -> dict[str, dict]:
     """Extract and evaluate a config without Prefect; its records by encoder name."""
     cfg = load_config(path)
     store = cfg.open_store()
-    plan = make_plan(cfg, store=store, check=False)  # its checks are tested elsewhere
+    plan = list_work(cfg, store=store)  # its checks are tested elsewhere
     for unit in plan.units:
         run_extract_unit(store, unit, plan.config)
     return {c.model: evaluate_cell(store, c).record for c in plan.cells}
@@ -118,9 +118,9 @@ def test_a_listing_by_names_alone_says_a_name_holds_two_configs_weights(two_conf
 def test_a_run_says_the_name_holds_another_configs_weights(two_configs):
     _, a, b, _, _ = two_configs
     cfg = load_config(a)
-    lines = name_clash_lines(cfg.open_store(read_only=True), make_plan(cfg, check=False).cells)
+    lines = name_clash_lines(cfg.open_store(read_only=True), list_work(cfg).cells)
     assert len(lines) == 1 and lines[0].startswith("encoder 'ra' on 'tex': ") and "weights7" in lines[0]
-    assert name_clash_lines(None, make_plan(cfg, check=False).cells) == []
+    assert name_clash_lines(None, list_work(cfg).cells) == []
 
 
 def test_a_rerun_of_the_first_config_takes_its_own_record_again(two_configs):
@@ -135,7 +135,7 @@ def test_two_evaluations_of_one_cell_at_once_compute_it_once(tmp_path, caplog):
     path = _config(tmp_path, "c", 0)
     cfg = load_config(path)
     store = cfg.open_store()
-    plan = make_plan(cfg, store=store, check=False)
+    plan = list_work(cfg, store=store)
     for unit in plan.units:
         if unit.encoder.name == "ra":
             run_extract_unit(store, unit, plan.config)
@@ -163,10 +163,10 @@ def test_a_cell_whose_arrays_were_replaced_while_read_is_not_recorded(two_config
     _, a, b, _, _ = two_configs
     cfg = load_config(a)
     store = cfg.open_store()
-    cell = next(c for c in make_plan(cfg, check=False).cells if c.model == "ra")
+    cell = next(c for c in list_work(cfg).cells if c.model == "ra")
     arrays = cell_arrays(store, cell)  # read as config a's run would
     other = load_config(b)
-    for unit in make_plan(other, check=False).units:  # config b extracts `ra` meanwhile
+    for unit in list_work(other).units:  # config b extracts `ra` meanwhile
         if unit.encoder.name == "ra":
             run_extract_unit(store, unit, other)
     with pytest.raises(StaleArrayError, match="was replaced while the cell read it"):

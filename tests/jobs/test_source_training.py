@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from jobs.source_training import train_checkpoints
+from flows.demo_sources import train_checkpoints
 from pipeline.datasets import make_dataset
 
 
@@ -43,7 +43,7 @@ def test_checkpoints_are_bitwise_equal_whatever_the_callers_threads_and_seed(tmp
 # a kernel set with itself and still holds).
 OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"}
 # ... and ATen without vector code (its scalar samplers drew other initial weights before
-# jobs.source_training.portable_init)
+# flows.demo_sources.portable_init)
 SCALAR_KERNELS = {"ATEN_CPU_CAPABILITY": "default"}
 # the kernel sets are chosen when torch loads: each other set trains in a process of its own
 _TRAIN_SCRIPT = "import sys\nfrom tests.jobs.test_source_training import train_source\nprint(*train_source(sys.argv[1]))"
@@ -109,7 +109,7 @@ def _agree_to_an_ulp(here: list[dict], other: list[dict]) -> None:
 
 
 def test_portable_init_draws_the_distributions_asked_for_and_puts_torchs_back():
-    from jobs.source_training import portable_init
+    from flows.demo_sources import portable_init
 
     normal, uniform = torch.Tensor.normal_, torch.Tensor.uniform_
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from jobs.config import load_config
-from jobs.plan import check_plan, evaluation_cells, extraction_units
+from jobs.run.plan import check_plan, evaluation_cells, extraction_units
 from jobs.config.suites import CD_FSL, FEW_SHOT, MANY_SHOT
 from pipeline.errors import ConfigError
 from tests.pipeline.datasets.layouts_more import LAYOUTS

@@ -17,7 +17,7 @@ from PIL import Image
 from jobs.config import load_config
 from jobs.evaluation.evaluate import Cell, evaluate_cell
 from jobs.extraction.extract import ExtractConfig, extract
-from jobs.plan import check_plan, evaluation_cells
+from jobs.run.plan import check_plan, evaluation_cells
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec, load_encoder
 from pipeline.errors import ConfigError, DataValidationError, UnknownNameError

@@ -14,7 +14,7 @@ from safetensors.numpy import save_file
 
 from jobs.config import load_config
 from jobs.config.report import TRACKER_KINDS
-from jobs.trackers import _WRITERS, log_to_trackers
+from jobs.report.trackers import _WRITERS, log_to_trackers
 from pipeline.errors import ConfigError
 from storage_schema.ledger import Ledger
 from tests.helpers.evidence import noisy_encoders
@@ -31,7 +31,7 @@ def _night(tmp: Path, raw: dict, noise: dict[int, float]) -> tuple[object, list[
     """Checkpoints of ``noise``'s steps in the folder, their features in the store, the
     plan's cells evaluated: (planned config, outcomes), as a run has them."""
     from jobs.evaluation.evaluate import evaluate_cells
-    from jobs.plan import make_plan
+    from jobs.run.plan import list_work
 
     folder = tmp / "run7"
     folder.mkdir(parents=True, exist_ok=True)
@@ -39,7 +39,7 @@ def _night(tmp: Path, raw: dict, noise: dict[int, float]) -> tuple[object, list[
         save_file({"w": np.full(2, step, np.float32)}, str(folder / f"ck-step{step}.safetensors"))
     cfg = load_config(raw)
     store = noisy_encoders(tmp, {f"ck-step{s}": v for s, v in noise.items()}, store=cfg.open_store())
-    plan = make_plan(cfg, check=False, ready_only=False)
+    plan = list_work(cfg, ready_only=False)
     return plan.config, evaluate_cells(store, plan.cells)
 
 

@@ -4,7 +4,7 @@
 class-clustered features, holds them, warms the protocol up on a tiny copy (imports and
 one-time allocations), then runs it once and prints a JSON line: the feature bytes held,
 the peak RSS growth during the run (VmHWM reset through /proc/self/clear_refs), the
-protocol's own ``memory_bytes`` estimate and the score. The caller sets
+protocol's own ``memory_bytes`` estimate and the headline (its primary metric). The caller sets
 MALLOC_MMAP_THRESHOLD_ (``measurement_env``) so that freed arrays leave the RSS at once.
 
 ``--serve`` (``MeasurementServer``) answers one spec per stdin line, each measured in a
@@ -78,7 +78,7 @@ def measure(protocol, settings: dict, n_train: int, n_test: int, d: int, K: int,
     modelled_held = X_te.nbytes + (0 if protocol.streams_train else X_tr.nbytes)
     return {"n_train": n_train, "feature_bytes": held, "growth": peak - before,
             "ratio": (held + peak - before) / held, "estimate_extra": estimate - modelled_held,
-            "score": result.metrics.get("score"), "seconds": result.seconds}
+            "score": result.metrics.get(protocol.primary_metric), "seconds": result.seconds}
 
 
 def main(spec: dict) -> list[dict]:

@@ -12,7 +12,7 @@ from scipy import stats
 
 from pipeline.analysis.early import (
     Estimate, HistoryModel, PairedHistoryModel, allocate, anchor_rows, coverage_state, detectable_difference,
-    early_verdict, jackknife_plus, min_history, stratified_estimate, stratified_rows, weighted_accuracy,
+    early_verdict, gross_miss, jackknife_plus, min_history, stratified_estimate, stratified_rows, weighted_accuracy,
 )
 from pipeline.errors import DataValidationError
 
@@ -188,7 +188,12 @@ def _estimate(low, high, method="history"):
 @pytest.mark.parametrize("method, low, high, difference, p, verdict", [
     ("history", 0.80, 0.85, None, None, "better"),  # a calibrated interval above: enough
     ("paired", 0.60, 0.65, -0.05, 0.9, "worse"),  # the early rows' test is not needed
-    ("history", 0.68, 0.75, -0.05, 0.001, "indistinguishable"),  # the interval holds the other figure
+    # the early rows' own significant test decides a calibrated estimate's verdict, even where
+    # the interval holds the other figure, or says the opposite (a loss spike the history never saw)
+    ("history", 0.68, 0.75, -0.05, 0.001, "worse"),
+    ("paired", 0.72, 0.77, -0.30, 1e-5, "worse"),
+    ("history", 0.80, 0.85, -0.02, 0.40, "indistinguishable"),  # the early rows lean the other way
+    ("history", 0.68, 0.75, -0.05, 0.20, "indistinguishable"),  # the interval holds it, no significant test
     ("sampling", 0.80, 0.85, 0.05, 0.01, "better"),  # sampling: the interval and the paired test
     ("sampling", 0.60, 0.65, -0.05, 0.20, "indistinguishable"),  # the interval alone is not enough
     ("sampling", 0.60, 0.65, 0.05, 0.01, "indistinguishable"),  # the test points the other way
@@ -241,3 +246,35 @@ def test_coverage_turns_the_pass_off_only_when_a_test_says_it_is_below_nominal()
     assert state.off and state.p_below == pytest.approx(stats.binom.cdf(14, 20, 0.9))
     assert "early pass off" in state.line() and state.rate == pytest.approx(0.7)
     assert coverage_state([], 0.9).line().startswith("no early estimate checked")
+
+
+def test_a_calibrated_verdict_overruled_by_the_early_rows_says_why():
+    got, why = early_verdict(_estimate(0.67, 0.78, "paired"), 0.7, difference=-0.30, p_adjusted=1e-5)
+    assert got == "worse" and "which decides" in why and "holds 0.7" in why, why
+    got, why = early_verdict(_estimate(0.60, 0.65, "history"), 0.7, difference=-0.05, p_adjusted=0.001)
+    assert got == "worse" and "agrees" in why, why
+
+
+def test_a_history_line_is_not_read_far_beyond_what_it_was_fitted_on():
+    rng = np.random.default_rng(9)
+    early_before = rng.uniform(0.5, 0.7, 12)
+    early_after = 1 / (1 + np.exp(-(np.log(early_before / (1 - early_before)) + rng.uniform(-0.04, 0.16, 12))))
+    model = PairedHistoryModel.fit(early_before, early_after, early_before + 0.1, early_after + 0.1)
+    logit = lambda p: float(np.log(p / (1 - p)))  # noqa: E731
+    seen = [logit(a) - logit(b) for a, b in zip(early_after, early_before)]
+    assert model.outside(0.61, 0.6) is None  # a change like earlier ones
+    inside = 1 / (1 + np.exp(-(logit(0.6) + max(seen) + 0.2 * (max(seen) - min(seen)))))
+    assert model.outside(float(inside), 0.6) is None  # a little past the best change: the margin
+    why = model.outside(0.45, 0.6)  # a loss spike: far below every earlier change
+    assert why is not None and "outside the range the history saw" in why
+    history = HistoryModel.fit(early_before, early_before + 0.1)
+    assert history.outside(0.6) is None and history.outside(0.2) is not None
+
+
+def test_a_gross_miss_sets_the_calibration_aside_until_an_interval_holds():
+    assert gross_miss(0.67, 0.78, 0.40) and not gross_miss(0.67, 0.78, 0.60) and not gross_miss(None, None, 0.1)
+    state = coverage_state([True, True, False], 0.9, gross=[False, False, True])
+    assert state.tripped and not state.off and "calibrated estimates off" in state.line()
+    assert coverage_state([True, False, False], 0.9, gross=[False, True, False]).tripped  # not held since
+    assert not coverage_state([True, False, True], 0.9, gross=[False, True, False]).tripped  # held again
+    assert not coverage_state([True, False], 0.9, gross=[False, False]).tripped  # a near miss: coverage decides

@@ -42,7 +42,8 @@ MEASURED = {
 CASES = {**{n: {"settings": dict(get_protocol(n).cheap_settings or {}),
                 **({"tokens": 4, "dim": 32, "n_classes": 5, "dtype": "float16"} if get_protocol(n).tokens else {})}
             for n in feature_protocols("pooled", "tokens")}, **MEASURED}
-SLOW = {"knn", "lowshot", "invariance", "logistic", "logistic-float16", "fewshot", "mlp", "attentive"}  # > 10 s
+# over 10 s each: the entries say so themselves (``slow``)
+SLOW = {case for case in CASES if get_protocol(case.split("-")[0]).slow}
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,8 @@ def test_peak_memory_stays_near_the_features(case, server):
     assert large["growth"] <= 0.5 * large["feature_bytes"] + ALLOWANCE, summary
     for point in (small, large):
         assert point["growth"] <= point["estimate_extra"], f"{summary}; memory_bytes underestimates"
-    assert large["score"] is None or large["score"] > 0.5  # the runs did real work
+    floor = get_protocol(protocol).floor  # the runs did real work: the headline beats the entry's floor
+    assert floor is None or large["score"] is None or large["score"] > floor, summary
 
 
 def test_memory_parts_add_up_and_refuse_what_is_not_bytes():

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs.config import load_config
-from jobs.plan import check_plan
+from jobs.run.plan import check_plan
 from tests.helpers.names import bad_names
 
 

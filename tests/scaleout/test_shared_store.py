@@ -20,7 +20,7 @@ import yaml
 from flows.cli.main import main as cli_main
 from jobs.config import load_config
 from jobs.evaluation.identity import cell_identity
-from jobs.plan import evaluation_cells
+from jobs.run.plan import evaluation_cells
 from storage_schema import FeatureStore
 from storage_schema.ledger import Ledger
 from tests.helpers.cli import REPO, cli_env

@@ -22,7 +22,7 @@ import torch
 
 from jobs.config import load_config
 from jobs.config.checkpoint_folders import scan_checkpoints
-from jobs.failures import checkpoint_failure
+from jobs.run.failures import checkpoint_failure
 from pipeline.analysis.series.steps import checkpoint_step
 from pipeline.encoders.checkpoints import pickle_budget
 from pipeline.encoders.checkpoints.reading import read_checkpoint

@@ -141,20 +141,7 @@ def _pictures(run: ReportRun, recs: list[dict], read) -> list[Markup]:
 
 
 def dense_section(run: ReportRun, config: Any = None, read: Callable[[str], np.ndarray | None] | None = None) -> Markup:
-    """Tables of both dense tasks and predicted maps beside the ground truth.
-
-    Parameters
-    ----------
-    run : ReportRun
-    config : BenchmarkConfig, optional
-        Whose store the predicted maps and targets are read from.
-    read : callable, optional
-        ``read(key) -> the first test images of a stored array`` (instead of ``config``'s store).
-
-    Returns
-    -------
-    Markup
-    """
+    """Tables of both dense tasks and predicted maps beside the ground truth."""
     seg = [r for r in run.records if r.get("protocol") == "segmentation"]
     nrm = [r for r in run.records if r.get("protocol") == "normals"]
     body: list[Any] = [note(

@@ -12,14 +12,16 @@ from jobs.report.plots import ALL, lowshot_plot, shot_key
 from jobs.report.sections.dense import is_dense
 from pipeline.errors import DataValidationError
 from pipeline.protocols.fit_warnings import record_warnings, unreliable_reasons
+from pipeline.protocols.registry import headline_metric, headline_value
 
 BEST_MARKER = "\u2605"  # the star after the best score of a column
 WARNING_MARKER = UNRELIABLE_MARKER  # after a score not to be trusted (CAUTION_MARKER: after one that stands)
 
 
 def has_score(rec: Mapping[str, Any]) -> bool:
-    """Whether a record has a headline score to tabulate."""
-    return "score" in (rec.get("metrics") or {})
+    """Whether a record has a headline score (its entry's primary metric) to tabulate."""
+    metric = headline_metric(rec.get("protocol"))
+    return metric is not None and metric in (rec.get("metrics") or {})
 
 
 def score_text(rec: Mapping[str, Any]) -> str:
@@ -27,12 +29,12 @@ def score_text(rec: Mapping[str, Any]) -> str:
     m = rec.get("metrics") or {}
     if is_number(m.get("ci95")):  # few-shot: mean accuracy over episodes with its 95 % CI
         return f"{pct(m.get('mean', m.get('score')))} \u00b1 {pct(m['ci95'])}"
-    return pct(m.get("score"))
+    metric = headline_metric(rec.get("protocol"))
+    return pct(None if metric is None else m.get(metric))
 
 
 def _score(rec: Mapping[str, Any]) -> float | None:
-    value = (rec.get("metrics") or {}).get("score")
-    return float(value) if is_number(value) else None
+    return headline_value(rec)
 
 
 def _warned(rec: Mapping[str, Any]) -> list[Any]:
@@ -80,7 +82,8 @@ def accuracy_section(run: ReportRun) -> Markup:
         f"Test accuracy in %: the dataset's headline score (top-1, or mean per-class accuracy where the "
         f"dataset declares it); few-shot cells are the mean over episodes \u00b1 the 95 % confidence "
         f"interval; low-shot cells are the accuracy with every train image ('all'), else with the "
-        f"largest N. One table per protocol setting and layer. Bold with {BEST_MARKER}: best in its "
+        f"largest N; a protocol of another kind shows its headline metric, named above its table (retrieval: "
+        f"mAP@R). One table per protocol setting and layer. Bold with {BEST_MARKER}: best in its "
         f"column. {UNRELIABLE_MARKER} unreliable: the score is not to be trusted and is never marked best; "
         f"{CAUTION_MARKER}: a caution, the score stands (hover for the warnings). Each number links to its "
         f"provenance.")]
@@ -88,8 +91,11 @@ def accuracy_section(run: ReportRun) -> Markup:
         return section("accuracy", "Accuracy", body, note("No scored records."), empty=True)
     for setting, layer, recs in groups:
         table_id = f"{setting}@{layer}"
-        body += [el("h3", run.heading(setting, layer), id=f"acc-{setting}-{layer}".replace(" ", "_")),
-                 _accuracy_table(run, recs, table_id)]
+        body.append(el("h3", run.heading(setting, layer), id=f"acc-{setting}-{layer}".replace(" ", "_")))
+        metric = headline_metric(recs[0].get("protocol"))
+        if metric != "score":  # another kind's headline (mAP@R, mIoU): named above its table
+            body.append(note(f"{metric} in %"))
+        body.append(_accuracy_table(run, recs, table_id))
     return section("accuracy", "Accuracy", body)
 
 

@@ -1,18 +1,4 @@
-"""The report's first screen: what the night's questions need, in the order they are asked.
-
-1. the verdict in one line per series (and failures, an experiment tracker that could not
-   log, untrusted scores, in one line each);
-2. what regressed or improved (an improvement is tested as a regression is, in the same
-   family; a lead without a significant difference is no change): the effect, its interval
-   and the test that decided it (and,
-   where the bootstrap interval and the verdict may disagree, the line saying why:
-   ``pipeline.analysis.compare.agreement``);
-3. the leaderboard (tied mean ranks share a place; a score not to be trusted marked) and
-   the best checkpoint so far per series;
-4. what is not to be trusted (``sections.trust``: unreliable cells in red, few; cautions
-   that do not change a number grey, grouped by code, folded);
-5. what changed since the previous run.
-"""
+"""The report's first screen: what the night's questions need, in the order they are asked."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
-"""Paired comparison of two encoders: score differences, intervals, tests and verdicts.
-
-``compare_predictions`` / ``compare_scores`` / ``compare_episodes`` compare one cell;
-``decide_verdicts`` adjusts a family of cells by Benjamini-Hochberg and gives each a verdict;
-``summarise_by_setting`` counts the verdicts per setting. The ``evidence`` fingerprints say
-whether two cells can be paired at all.
-"""
+"""Paired comparison of two encoders: score differences, intervals, tests and verdicts."""
 
 from pipeline.analysis.compare.evidence import (
     EPISODE_SAMPLER_VERSION, check_paired, episodes_fingerprint, evidence_sha256, labels_fingerprint,
 )
 from pipeline.analysis.compare.paired import (
-    CLASSIFICATION_METRICS, PairedComparison, compare_episodes, compare_predictions, compare_scores,
+    CLASSIFICATION_METRICS, PairedComparison, compare_episodes, compare_predictions, compare_scores, compare_values,
 )
 from pipeline.analysis.compare.stats import benjamini_hochberg, mcnemar_exact, paired_t_test, percentile_interval
 from pipeline.analysis.compare.verdicts import VERDICTS, CellVerdict, SettingSummary, decide_verdicts, summarise_by_setting
@@ -18,6 +12,6 @@ from pipeline.analysis.compare.verdicts import VERDICTS, CellVerdict, SettingSum
 __all__ = [
     "CLASSIFICATION_METRICS", "EPISODE_SAMPLER_VERSION", "VERDICTS", "CellVerdict", "PairedComparison",
     "SettingSummary", "benjamini_hochberg", "check_paired", "compare_episodes", "compare_predictions",
-    "compare_scores", "decide_verdicts", "episodes_fingerprint", "evidence_sha256", "labels_fingerprint", "mcnemar_exact",
+    "compare_scores", "compare_values", "decide_verdicts", "episodes_fingerprint", "evidence_sha256", "labels_fingerprint", "mcnemar_exact",
     "paired_t_test", "percentile_interval", "summarise_by_setting",
 ]

@@ -1,26 +1,5 @@
 """One story per comparison: the interval of the test that decides a verdict, and the line
-saying why the bootstrap interval beside it may disagree.
-
-A comparison reports a paired percentile bootstrap interval of the difference A - B, but
-its verdict comes from another procedure: an exact McNemar test on the discordant
-examples (top-1 accuracy), a randomization test or a paired t test, its p-value adjusted
-over the cells compared (Benjamini-Hochberg). The two usually agree; when few examples are
-discordant, the adjustment raises p above alpha, or the interval is at another level than
-alpha, the bootstrap interval can exclude 0 beside an ``indistinguishable`` verdict (or
-include it beside ``better``). Shown bare,
-that reads as a contradiction, so every comparison carries:
-
-- ``test_ci_low`` / ``test_ci_high``: the interval of the deciding test where one inverts
-  it exactly. For McNemar it is the Clopper-Pearson interval of the share of discordant
-  examples A gets right, ``a_only / (a_only + b_only)``, mapped to the difference
-  ``(a_only + b_only) / n * (2 q - 1)``: it excludes 0 exactly when the (unadjusted) exact
-  two-sided test rejects at ``1 - confidence``. Like the test, it is conditional on the
-  number of discordant examples, so it is narrower than the bootstrap interval, which
-  also resamples that number. Other tests: None.
-- ``agreement``: None when the bootstrap interval and the verdict agree (the interval
-  excludes 0 exactly when the verdict is ``better`` or ``worse``), else one line saying
-  why they may disagree.
-"""
+saying why the bootstrap interval beside it may disagree."""
 
 from __future__ import annotations
 
@@ -31,23 +10,7 @@ __all__ = ["agreement_line", "decided_by", "mcnemar_interval"]
 
 
 def mcnemar_interval(a_only: int, b_only: int, n: int, confidence: float) -> tuple[float, float]:
-    """The difference interval that inverts the exact McNemar test (Clopper-Pearson).
-
-    Parameters
-    ----------
-    a_only, b_only : int
-        Examples only A / only B classifies correctly.
-    n : int
-        Paired examples.
-    confidence : float
-        The interval's level (e.g. 0.95).
-
-    Returns
-    -------
-    tuple of float
-        (low, high) of the top-1 accuracy difference A - B; (0, 0) without a discordant
-        example (the two agree everywhere: the difference is exactly 0).
-    """
+    """The difference interval that inverts the exact McNemar test (Clopper-Pearson)."""
     m = int(a_only) + int(b_only)
     if m == 0 or n <= 0:
         return 0.0, 0.0
@@ -65,28 +28,11 @@ def _excludes_zero(low: float, high: float) -> bool:
 
 
 def agreement_line(comparison: Any, verdict: str, p_adjusted: float, alpha: float) -> str | None:
-    """Why the bootstrap interval and the verdict may disagree; None when they agree.
-
-    The line names the reason that holds for this comparison: an interval at another level
-    than the test's alpha; the adjustment over the cells compared raising a p-value the test
-    alone would call; or the test itself not rejecting (for McNemar: the few discordant
-    images it is decided on).
-
-    Parameters
-    ----------
-    comparison : PairedComparison
-        The cell's comparison.
-    verdict : str
-        Its verdict (``better``, ``worse``, ``indistinguishable`` or ``unreliable``).
-    p_adjusted : float
-        The Benjamini-Hochberg adjusted p-value behind the verdict.
-    alpha : float
-        The false discovery rate.
-
-    Returns
-    -------
-    str or None
-    """
+    """Why the bootstrap interval and the verdict may disagree; None when they agree."""
+    # The line names the reason that holds for this comparison: an interval at another level
+    # than the test's alpha; the adjustment over the cells compared raising a p-value the test
+    # alone would call; or the test itself not rejecting (for McNemar: the few discordant
+    # images it is decided on).
     if verdict == "unreliable":
         return None
     c = comparison
@@ -128,26 +74,7 @@ def agreement_line(comparison: Any, verdict: str, p_adjusted: float, alpha: floa
 
 def decided_by(comparison: Any, verdict: str | None = None, p_adjusted: float | None = None,
                alpha: float = 0.05) -> dict[str, Any]:
-    """How a comparison's verdict was decided, as plain fields for JSON and the report.
-
-    Parameters
-    ----------
-    comparison : PairedComparison
-        The cell's comparison.
-    verdict : str, optional
-        Its verdict; without one, ``agreement`` is None.
-    p_adjusted : float, optional
-        The adjusted p-value behind the verdict.
-    alpha : float
-        The false discovery rate.
-
-    Returns
-    -------
-    dict
-        ``test``, ``p_value``, ``n``, ``a_only``, ``b_only``, ``ci_low``, ``ci_high``,
-        ``confidence`` (the bootstrap interval), ``test_ci_low`` / ``test_ci_high`` (the
-        deciding test's interval, None where it has none) and ``agreement``.
-    """
+    """How a comparison's verdict was decided, as plain fields for JSON and the report."""
     c = comparison
     test_ci: tuple[float | None, float | None] = (None, None)
     if c.test == "mcnemar-exact" and c.a_only is not None and c.b_only is not None:

@@ -1,10 +1,4 @@
-"""Whether two cells' evidence can be paired: their fingerprints must agree.
-
-A paired comparison is valid only when both encoders were scored on the same test examples
-in the same order (classification), or on the same episodes (few-shot). The fingerprints
-are made with the evidence, where a protocol keeps it (``pipeline.protocols.evidence``);
-they are importable from here too.
-"""
+"""Whether two cells' evidence can be paired: their fingerprints must agree."""
 
 from __future__ import annotations
 

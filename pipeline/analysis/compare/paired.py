@@ -1,27 +1,4 @@
-"""Paired comparison of two encoders on the same test examples or the same episodes.
-
-Every function returns the score of each encoder, their difference (A minus B), a paired
-percentile bootstrap interval of the difference and a two-sided p-value:
-
-- top-1 accuracy: exact McNemar test on the discordant examples (optionally mid-p);
-- mean per-class accuracy and multi-label mAP: a paired randomization test (Noreen 1989):
-  under the null the two encoders' outputs on an example are exchangeable, so swapping them
-  on a random half of the examples leaves the distribution of the difference unchanged.
-  ``p = (1 + #{|d*| >= |d|}) / (1 + n_permutations)``, valid for any metric. For top-1
-  accuracy its exact version is McNemar's test, which is why McNemar is used there;
-- few-shot episodes: a paired t test over per-episode accuracy differences. The episodes
-  are independent draws (same seed, same labels for both encoders), the differences are
-  bounded in [-1, 1] and there are hundreds of them, so the t statistic is close to its
-  reference distribution; unlike a sign-flip permutation test it is deterministic and its
-  p-values are not limited to multiples of 1 / (1 + n_permutations), which matters when
-  Benjamini-Hochberg divides alpha by the number of cells. McNemar on the pooled queries
-  would be wrong there: queries of one episode share its support set, so they are not
-  independent.
-
-The bootstrap resamples examples (or episodes) with replacement, recomputes the metric on
-both encoders with the same resample and takes the difference. Everything is seeded and
-vectorised over resamples; see :mod:`pipeline.analysis.compare.resampling`.
-"""
+"""Paired comparison of two encoders on the same test examples or the same episodes."""
 
 from __future__ import annotations
 
@@ -40,7 +17,8 @@ from pipeline.analysis.compare.resampling import (
 from pipeline.analysis.compare.stats import check_fractions, check_probability, mcnemar_exact, paired_t_test, percentile_interval
 from pipeline.errors import DataValidationError
 
-__all__ = ["CLASSIFICATION_METRICS", "PairedComparison", "compare_episodes", "compare_predictions", "compare_scores"]
+__all__ = ["CLASSIFICATION_METRICS", "PairedComparison", "compare_episodes", "compare_predictions", "compare_scores",
+           "compare_values"]
 
 CLASSIFICATION_METRICS = ("top1", "mean_per_class")
 DEFAULT_RESAMPLES = 1000
@@ -388,3 +366,42 @@ def compare_episodes(
         "episode_accuracy", "paired-t", score_a, score_b, score_a - score_b, ci_low, ci_high, confidence,
         p_value, n, n_resamples, 0, seed, None, None, replicates,
     )
+
+
+def compare_values(values_a: object, values_b: object, metric: str, *, n_resamples: int = DEFAULT_RESAMPLES,
+                   confidence: float = 0.95, seed: int = 0) -> PairedComparison:
+    """Compare two encoders' per-unit values (``values`` evidence: a query's AP@R) on the same units.
+
+    The headline is the mean over the units with a value (NaN marks a unit without one,
+    the same units for both encoders since the fingerprints agree); the test is a paired t
+    test on the differences and the interval a paired bootstrap of their mean, as for
+    few-shot episodes: the units are independent and the differences bounded.
+
+    Parameters
+    ----------
+    values_a, values_b : array-like of float, shape (n,)
+        Each encoder's value per unit, in stored order.
+    metric : str
+        The headline whose per-unit values these are.
+    n_resamples, confidence, seed
+        As for :func:`compare_episodes`.
+
+    Returns
+    -------
+    PairedComparison
+        With ``test="paired-t"``; ``n`` counts the units with a value.
+    """
+    n_resamples, confidence, seed = _check_run(n_resamples, confidence, seed)
+    a, b = np.asarray(values_a, dtype=np.float64), np.asarray(values_b, dtype=np.float64)
+    _same_length(a, b, "values_b", "values_a")
+    kept = ~(np.isnan(a) | np.isnan(b))
+    a = check_fractions(a[kept], "values_a", "unit", minimum_size=2)
+    b = check_fractions(b[kept], "values_b", "unit", minimum_size=2)
+    diff = a - b
+    n = diff.size
+    replicates = _bootstrap(bootstrap_weight_blocks(n, n_resamples, seed), lambda w: w @ diff / n)
+    _, p_value = paired_t_test(diff)
+    ci_low, ci_high = percentile_interval(replicates, confidence)
+    score_a, score_b = float(a.mean()), float(b.mean())
+    return PairedComparison(str(metric), "paired-t", score_a, score_b, score_a - score_b, ci_low, ci_high,
+                            confidence, p_value, n, n_resamples, 0, seed, None, None, replicates)

@@ -1,12 +1,4 @@
-"""Paired comparison of two encoders' dense cells from their per-image pixel counts.
-
-A dense metric is a ratio of counts summed over the test images (mIoU from per-class true
-positives, false positives and false negatives; the share of pixels within an angle), so
-it is not a mean of per-image scores: the paired bootstrap resamples images, sums each
-encoder's counts with the resample's weights and recomputes both metrics; the paired
-randomization test (Noreen 1989) swaps the two encoders' counts on a random half of the
-images and recomputes the difference. Both are vectorised over resamples, in blocks.
-"""
+"""Paired comparison of two encoders' dense cells from their per-image pixel counts."""
 
 from __future__ import annotations
 
@@ -34,29 +26,7 @@ def _counts(values: object, name: str) -> np.ndarray:
 def compare_pixel_counts(counts_a: object, counts_b: object, metric: str, *, n_resamples: int = DEFAULT_RESAMPLES,
                          n_permutations: int = DEFAULT_PERMUTATIONS, confidence: float = 0.95,
                          seed: int = 0) -> PairedComparison:
-    """Compare two encoders' dense cells on the same test images by ``metric``.
-
-    Parameters
-    ----------
-    counts_a, counts_b : array-like of int
-        Per-image counts, (n, K, 3) for ``miou`` / ``pixel_accuracy`` or (n, 4) for the
-        ``within_*`` fractions, the same images in the same order.
-    metric : str
-        The compared metric (:func:`pipeline.protocols.dense.metrics.score_from_counts`).
-    n_resamples : int
-        Bootstrap resamples for the interval.
-    n_permutations : int
-        Random swaps for the randomization test.
-    confidence : float
-        Coverage of the interval.
-    seed : int
-        Seed of the resampling streams (>= 0).
-
-    Returns
-    -------
-    PairedComparison
-        With ``test="randomization"``.
-    """
+    """Compare two encoders' dense cells on the same test images by ``metric``."""
     for name, value, low in (("n_resamples", n_resamples, 1), ("n_permutations", n_permutations, 1), ("seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise DataValidationError(f"{name} must be an integer >= {low}, got {value!r}")

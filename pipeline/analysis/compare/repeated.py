@@ -1,20 +1,4 @@
-"""Paired comparison of two encoders scored by several fits on the same test examples.
-
-A low-shot cell fits its probe on several random train samples per N (one per seed) and
-reports the mean top-1 accuracy over the fits. The samples depend only on the labels and
-the seed, so both encoders are fitted on the same train images, fit by fit, and every fit
-predicts the same test examples. With ``c[s, i]`` = 1 when fit ``s`` classifies example
-``i`` correctly, the score is ``mean_s mean_i c[s, i] = mean_i f[i]`` with
-``f[i] = mean_s c[s, i]``, the fraction of fits that get example ``i`` right. Given the
-fits, the test examples are independent draws, so the per-example differences
-``f_a[i] - f_b[i]`` are independent: the test is a paired t test over examples (hundreds
-or thousands of bounded differences), and the interval a paired bootstrap over examples.
-The train samples themselves are held fixed: the conclusion is about these fits.
-
-With a single fit (N = "all") ``f`` is 0/1 and the exact McNemar test of
-:func:`pipeline.analysis.compare.compare_predictions` applies instead; :func:`compare_repeated`
-refuses it so that the stronger test is used.
-"""
+"""Paired comparison of two encoders scored by several fits on the same test examples."""
 
 from __future__ import annotations
 
@@ -51,28 +35,7 @@ def compare_repeated(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> PairedComparison:
-    """Compare two encoders' predictions from several paired fits on the same test examples.
-
-    Parameters
-    ----------
-    y_true : array-like of int, shape (n,)
-        True class of each test example.
-    predictions_a, predictions_b : array-like of int, shape (fits, n)
-        Row ``s``: the predictions of fit ``s`` (the same train sample for both encoders).
-    n_resamples : int
-        Bootstrap resamples of test examples for the interval.
-    confidence : float
-        Coverage of the interval.
-    seed : int
-        Seed of the resampling stream (>= 0).
-
-    Returns
-    -------
-    PairedComparison
-        ``metric="top1_mean_over_fits"``, ``test="paired-t"``; scores are mean top-1
-        accuracies over the fits; ``n`` counts test examples; ``a_only`` / ``b_only``
-        count the examples more fits of A (of B) get right.
-    """
+    """Compare two encoders' predictions from several paired fits on the same test examples."""
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
         raise DataValidationError(f"n_resamples must be an integer >= 1, got {n_resamples!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:

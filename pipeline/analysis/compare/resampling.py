@@ -1,16 +1,4 @@
-"""Seeded resampling streams and metrics evaluated on many resamples at once.
-
-A bootstrap resample of n paired examples is n indices drawn with replacement; the same
-indices are applied to both encoders, so the difference keeps the pairing. A resample is
-represented by its count vector ``w`` (how often each example was drawn), and every metric
-here is written for such weights: evaluating the metric on the resampled arrays equals
-evaluating it with ``sample_weight=w`` on the original ones. A randomization (permutation)
-resample swaps the two encoders' predictions on a random half of the examples.
-
-Both streams come from one ``numpy.random.Generator`` drawing uniform floats, one row of
-n per resample, in resample order; blocks of rows only bound memory, so results do not
-depend on the block size. Index ``i = floor(u n)`` (its bias is below 2^-53 n per draw).
-"""
+"""Seeded resampling streams and metrics evaluated on many resamples at once."""
 
 from __future__ import annotations
 
@@ -53,22 +41,7 @@ def _indices_from_uniform(u: np.ndarray, n: int) -> np.ndarray:
 
 
 def bootstrap_indices(n: int, n_resamples: int, seed: int) -> np.ndarray:
-    """All bootstrap resamples as index arrays (what the blocked computations consume).
-
-    Parameters
-    ----------
-    n : int
-        Number of paired examples (or episodes).
-    n_resamples : int
-        Number of resamples.
-    seed : int
-        Seed of the stream.
-
-    Returns
-    -------
-    numpy.ndarray
-        int64 array of shape (n_resamples, n); row r holds resample r's indices.
-    """
+    """All bootstrap resamples as index arrays (what the blocked computations consume)."""
     return np.concatenate(
         [_indices_from_uniform(u, n) for u in _uniform_blocks(n, n_resamples, seed, _BOOTSTRAP_STREAM, 1 << 62)]
     ) if n_resamples else np.empty((0, n), dtype=np.int64)
@@ -77,24 +50,7 @@ def bootstrap_indices(n: int, n_resamples: int, seed: int) -> np.ndarray:
 def bootstrap_weight_blocks(
     n: int, n_resamples: int, seed: int, max_elements: int = MAX_BLOCK_ELEMENTS
 ) -> Iterator[np.ndarray]:
-    """Bootstrap resamples as count vectors, in blocks of rows.
-
-    Parameters
-    ----------
-    n : int
-        Number of paired examples (or episodes).
-    n_resamples : int
-        Total number of resamples.
-    seed : int
-        Seed of the stream (the same as :func:`bootstrap_indices`).
-    max_elements : int
-        Bound on rows x n per block.
-
-    Yields
-    ------
-    numpy.ndarray
-        float64 array (rows, n): how often each example is drawn in each resample.
-    """
+    """Bootstrap resamples as count vectors, in blocks of rows."""
     for u in _uniform_blocks(n, n_resamples, seed, _BOOTSTRAP_STREAM, max_elements):
         rows = u.shape[0]
         flat = (_indices_from_uniform(u, n) + (np.arange(rows) * n)[:, None]).reshape(-1)
@@ -102,70 +58,22 @@ def bootstrap_weight_blocks(
 
 
 def swap_masks(n: int, n_resamples: int, seed: int) -> np.ndarray:
-    """All randomization resamples as boolean swap masks (what the blocked code consumes).
-
-    Parameters
-    ----------
-    n : int
-        Number of paired examples.
-    n_resamples : int
-        Number of random swaps.
-    seed : int
-        Seed of the stream.
-
-    Returns
-    -------
-    numpy.ndarray
-        bool array (n_resamples, n): True where A's and B's predictions trade places.
-    """
+    """All randomization resamples as boolean swap masks (what the blocked code consumes)."""
     if not n_resamples:
         return np.empty((0, n), dtype=bool)
     return np.concatenate(list(swap_mask_blocks(n, n_resamples, seed, 1 << 62)))
 
 
 def swap_mask_blocks(n: int, n_resamples: int, seed: int, max_elements: int = MAX_BLOCK_ELEMENTS) -> Iterator[np.ndarray]:
-    """The rows of :func:`swap_masks` in blocks of bounded size.
-
-    Parameters
-    ----------
-    n : int
-        Number of paired examples.
-    n_resamples : int
-        Total number of random swaps.
-    seed : int
-        Seed of the stream.
-    max_elements : int
-        Bound on rows x n per block.
-
-    Yields
-    ------
-    numpy.ndarray
-        bool array (rows, n).
-    """
+    """The rows of :func:`swap_masks` in blocks of bounded size."""
     for u in _uniform_blocks(n, n_resamples, seed, _SWAP_STREAM, max_elements):
         yield u < 0.5
 
 
 def mean_per_class_rows(correct: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Weighted mean per-class accuracy of each row of weights.
-
-    The recall of class k is ``sum_i w_i c_i [y_i = k] / sum_i w_i [y_i = k]``; the mean runs
-    over the classes with positive weight in the row (those present in the resample).
-
-    Parameters
-    ----------
-    correct : numpy.ndarray, shape (n,) or (rows, n)
-        1 where the prediction is right, else 0.
-    labels : numpy.ndarray of int, shape (n,)
-        True class of each example.
-    weights : numpy.ndarray, shape (rows, n)
-        Per-example weights (bootstrap counts, or ones).
-
-    Returns
-    -------
-    numpy.ndarray
-        float64 array (rows,).
-    """
+    """Weighted mean per-class accuracy of each row of weights."""
+    # The recall of class k is ``sum_i w_i c_i [y_i = k] / sum_i w_i [y_i = k]``; the mean runs
+    # over the classes with positive weight in the row (those present in the resample).
     order = np.argsort(labels, kind="stable")
     sorted_labels = labels[order]
     starts = np.flatnonzero(np.r_[True, sorted_labels[1:] != sorted_labels[:-1]])
@@ -179,24 +87,11 @@ def mean_per_class_rows(correct: np.ndarray, labels: np.ndarray, weights: np.nda
 
 
 class RankedClass:
-    """One class's candidate scores sorted once, ready to score many weightings by AP.
-
-    Average precision follows ``sklearn.metrics.average_precision_score`` with
-    ``sample_weight``: ``AP = sum_t (R_t - R_(t-1)) P_t`` over the distinct score
-    thresholds t, so tied scores enter together. Only the positive candidates' precisions
-    matter, each taken at the end of its tie group.
-
-    Parameters
-    ----------
-    scores : numpy.ndarray, shape (m,)
-        Candidate scores for the class.
-    positive : numpy.ndarray of bool, shape (m,)
-        Whether each candidate's example carries the class.
-    candidates : numpy.ndarray of int, optional
-        The candidates that take part (e.g. those not marked "difficult" for the class), in
-        increasing order; the others are left out of the ranking whatever their weight.
-        Weights are still given for all ``m`` candidates. Default: all.
-    """
+    """One class's candidate scores sorted once, ready to score many weightings by AP."""
+    # Average precision follows ``sklearn.metrics.average_precision_score`` with
+    # ``sample_weight``: ``AP = sum_t (R_t - R_(t-1)) P_t`` over the distinct score
+    # thresholds t, so tied scores enter together. Only the positive candidates' precisions
+    # matter, each taken at the end of its tie group.
 
     def __init__(self, scores: np.ndarray, positive: np.ndarray, candidates: np.ndarray | None = None) -> None:
         if candidates is None:
@@ -228,36 +123,13 @@ class RankedClass:
             return np.where(total > 0, (gained * precision).sum(axis=1) / total, np.nan)
 
     def average_precision(self, weights: np.ndarray) -> np.ndarray:
-        """AP of each row of candidate weights.
-
-        Parameters
-        ----------
-        weights : numpy.ndarray, shape (rows, m)
-            Non-negative candidate weights (bootstrap counts, ones, 0/1 selections).
-
-        Returns
-        -------
-        numpy.ndarray
-            float64 (rows,); NaN where a row gives no weight to a positive.
-        """
+        """AP of each row of candidate weights."""
         return self._ap(*self._parts(weights))
 
     def complementary_average_precision(self, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """AP of 0/1 selections and of their complements, from one pass.
-
-        With both encoders' scores as the 2n candidates, a swap mask selects one candidate
-        per example for A and the other for B: B's counts are the complement of A's.
-
-        Parameters
-        ----------
-        selected : numpy.ndarray, shape (rows, m)
-            0/1 weights of the candidates taken by A.
-
-        Returns
-        -------
-        tuple of numpy.ndarray
-            AP of the selection and AP of its complement, each (rows,).
-        """
+        """AP of 0/1 selections and of their complements, from one pass."""
+        # With both encoders' scores as the 2n candidates, a swap mask selects one candidate
+        # per example for A and the other for B: B's counts are the complement of A's.
         counted, tp, gained = self._parts(selected)
         ap_selected = self._ap(counted, tp, gained)
         ap_rest = self._ap(
@@ -267,21 +139,5 @@ class RankedClass:
 
 
 def average_precision_rows(scores: np.ndarray, positive: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Weighted average precision of one class for many weightings of its candidates.
-
-    Parameters
-    ----------
-    scores : numpy.ndarray, shape (m,)
-        Candidate scores for the class.
-    positive : numpy.ndarray of bool, shape (m,)
-        Whether each candidate's example carries the class.
-    weights : numpy.ndarray, shape (rows, m)
-        Non-negative candidate weights.
-
-    Returns
-    -------
-    numpy.ndarray
-        float64 array (rows,); NaN where a row gives no weight to a positive. Row r equals
-        ``average_precision_score(positive, scores, sample_weight=weights[r])``.
-    """
+    """Weighted average precision of one class for many weightings of its candidates."""
     return RankedClass(scores, positive).average_precision(weights)

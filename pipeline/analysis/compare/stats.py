@@ -1,16 +1,4 @@
-"""Significance tests for paired comparisons, vectorised over cells where that makes sense.
-
-- :func:`mcnemar_exact`: two encoders classify the same test examples; only the discordant
-  pairs (one right, the other wrong) carry evidence. Under the null both kinds of discordant
-  pair are equally likely, so the count of one kind is Binomial(n_discordant, 1/2) and the
-  two-sided exact p-value is ``min(1, 2 * P(X <= min(b, c)))``. The mid-p variant
-  subtracts the probability of the observed count itself, ``2 * P(X <= k) - P(X = k)``:
-  less conservative, and recommended by Fagerland, Lydersen & Laake (2013).
-- :func:`paired_t_test`: the mean of per-episode accuracy differences against zero.
-- :func:`benjamini_hochberg`: adjusted p-values controlling the false discovery rate over
-  a family of cells (Benjamini & Hochberg 1995).
-- :func:`percentile_interval`: the percentile bootstrap interval of a replicate sample.
-"""
+"""Significance tests for paired comparisons, vectorised over cells where that makes sense."""
 
 from __future__ import annotations
 
@@ -155,24 +143,7 @@ def percentile_interval(replicates: object, confidence: float) -> tuple[float, f
 
 
 def check_fractions(values: object, name: str, unit: str, minimum_size: int) -> np.ndarray:
-    """Return ``values`` as a 1-D float64 array of finite fractions in [0, 1], else raise.
-
-    Parameters
-    ----------
-    values : array-like of float
-        The candidate (p-values, per-episode accuracies).
-    name : str
-        Its name, for the error message.
-    unit : str
-        What one entry is (``cell``, ``episode``), for the error message.
-    minimum_size : int
-        Fewest entries accepted.
-
-    Returns
-    -------
-    numpy.ndarray
-        The values as float64.
-    """
+    """Return ``values`` as a 1-D float64 array of finite fractions in [0, 1], else raise."""
     arr = np.asarray(values, dtype=np.float64)
     if arr.ndim != 1 or arr.size < minimum_size:
         raise DataValidationError(
@@ -188,20 +159,7 @@ def check_fractions(values: object, name: str, unit: str, minimum_size: int) -> 
 
 
 def check_probability(value: object, name: str) -> float:
-    """Return ``value`` as a float strictly between 0 and 1, else raise.
-
-    Parameters
-    ----------
-    value : object
-        The candidate (a confidence level, a significance level alpha).
-    name : str
-        Its name, for the error message.
-
-    Returns
-    -------
-    float
-        The value.
-    """
+    """Return ``value`` as a float strictly between 0 and 1, else raise."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise DataValidationError(f"{name} must be a number in (0, 1), got {value!r}")
     if not 0.0 < float(value) < 1.0:

@@ -1,13 +1,4 @@
-"""Verdicts per cell with the false discovery rate controlled, and a summary per setting.
-
-All cells compared between two encoders form one family: their p-values are adjusted
-together by Benjamini-Hochberg, and a cell is ``better`` (A beats B) or ``worse`` when its
-adjusted p-value is at most alpha, ``indistinguishable`` otherwise. The direction is the
-sign of the observed difference A - B. A cell whose score is not to be trusted on either
-side (a fit warning of severity ``unreliable``: one predicted class, a chance score, a
-grid edge) gets the verdict ``unreliable`` with the reason, is left out of the family and
-of the setting's mean difference: no regression or improvement is ever declared from it.
-"""
+"""Verdicts per cell with the false discovery rate controlled, and a summary per setting."""
 
 from __future__ import annotations
 

@@ -1,28 +1,4 @@
-"""From a score on the early rows to an estimate of the full figure, with an interval.
-
-Two estimates, each saying what its interval covers:
-
-- :func:`stratified_estimate` (no history): the accuracy, over the whole test split, of the
-  readout fitted on the early train rows, estimated from the early test rows (a stratified
-  random sample: the stratified estimator with its finite-population variance, and a Wilson
-  interval at the design's effective sample size, Kish 1965). Sampling theory covers which
-  test rows were drawn, nothing else: the readout fitted on fewer train rows is not the
-  full one, and is usually weaker.
-- :class:`PairedHistoryModel` (a checkpoint whose predecessor in its series has an exact
-  figure, and at least :data:`MIN_HISTORY` earlier consecutive pairs): the predecessor's
-  exact figure plus the change predicted from the change of early score, with a
-  jackknife+ interval over the earlier pairs. Both early scores come from the same early
-  rows, so what those rows favour cancels: measured the most precise of the three on a
-  series (``benchmarks/bench_early.py``).
-- :class:`HistoryModel` (a history of at least :data:`MIN_HISTORY` earlier encoders with
-  exact figures): a straight line from early score to full score on the logit scale
-  (bounded metrics; unbounded ones as they are), fitted on the earlier encoders' early and
-  exact figures, and a jackknife+ interval (Barber, Candes, Ramdas & Tibshirani 2021):
-  each earlier encoder is left out once, the line refitted, and its residual and the
-  refitted prediction make the interval. It covers the full figure at the stated level
-  when the new encoder is like the earlier ones (exchangeable with them); coverage is
-  checked on every exact figure that follows (``pipeline.analysis.early.coverage``).
-"""
+"""From a score on the early rows to an estimate of the full figure, with an interval."""
 
 from __future__ import annotations
 
@@ -298,6 +274,20 @@ class HistoryModel:
         return Estimate(_unscale(mu, self.bounded), _unscale(low, self.bounded), _unscale(high, self.bounded),
                         self.level, "history", int(self.early.size), _HISTORY_COVERS)
 
+    def outside(self, early: float) -> str | None:
+        """Why a new early score lies beyond what the history saw (the line would be
+        extrapolated), or None when it lies within.
+
+        Parameters
+        ----------
+        early : float
+
+        Returns
+        -------
+        str or None
+        """
+        return _outside(float(early), self.early.min(), self.early.max(), "early score")
+
 
 @dataclass(frozen=True)
 class PairedHistoryModel:
@@ -379,8 +369,39 @@ class PairedHistoryModel:
         return Estimate(_unscale(base + mu, self.bounded), _unscale(base + low, self.bounded),
                         _unscale(base + high, self.bounded), self.level, "paired", int(x.size), _PAIRED_COVERS)
 
+    def outside(self, early: float, early_reference: float) -> str | None:
+        """Why a new early change (``early`` minus ``early_reference``) lies beyond the
+        changes the history saw, or None when it lies within.
+
+        Parameters
+        ----------
+        early, early_reference : float
+
+        Returns
+        -------
+        str or None
+        """
+        sc = lambda v: _scale(np.asarray(v, dtype=np.float64), self.bounded)  # noqa: E731
+        seen = sc(self.early_after) - sc(self.early_before)
+        change = float(sc([float(early)])[0] - sc([float(early_reference)])[0])
+        return _outside(change, seen.min(), seen.max(), "early change" + (" (logit)" if self.bounded else ""))
+
 
 _PAIRED_COVERS = "the full figure, if the change since the previous checkpoint is like earlier changes"
+
+
+#: How far beyond the history's range (a share of its width) a line is still read: the
+#: newest checkpoint of an improving series is often a little past the best seen so far.
+EXTRAPOLATION_MARGIN = 0.25
+
+
+def _outside(value: float, low: float, high: float, what: str) -> str | None:
+    # a line fitted on [low, high] says nothing trustworthy far beyond it: a loss spike's
+    # early change far below every earlier change would be mapped onto "training improves"
+    margin = EXTRAPOLATION_MARGIN * (high - low)
+    if low - margin <= value <= high + margin:
+        return None
+    return f"the {what} {value:+.3g} is outside the range the history saw ({low:+.3g} to {high:+.3g})"
 
 
 def _finite(value: object, what: str) -> float:

@@ -1,19 +1,4 @@
-"""Which rows of a dataset the early pass reads.
-
-Two ways, both seeded and both stratified by class (each class keeps its share of the
-rows, and at least ``minimum`` of them where it has that many), so that every readout can
-be fitted on the train rows and every class is scored on the test rows:
-
-- :func:`stratified_rows`: a simple random sample within each class. With no history to
-  learn from this is the design whose error sampling theory states
-  (``pipeline.analysis.early.estimate.stratified_estimate``).
-- :func:`anchor_rows`: with earlier encoders' results on every test image (1 where a
-  readout classified the image correctly, 0 where not: the columns of ``profiles``), the
-  rows of a class are clustered by those results and one row per cluster is read, weighed
-  by the size of its cluster (after the anchor points of Vivek et al. 2024 and Maia Polo et
-  al. 2024, "tinyBenchmarks"). Images every encoder gets right (or wrong) form one cluster
-  and cost one row; the rows left carry the differences between encoders.
-"""
+"""Which rows of a dataset the early pass reads."""
 
 from __future__ import annotations
 

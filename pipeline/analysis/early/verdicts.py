@@ -1,24 +1,4 @@
-"""Early verdicts: a new encoder against an earlier one, before its exact figures exist.
-
-An early verdict is drawn only where the interval allows: the early estimate's interval
-lies wholly on one side of the earlier encoder's figure on the same scale. Where it clears
-that figure by less than the smallest difference the exact paired test could find on the
-whole test split (:func:`detectable_difference`), the reason says that the exact verdict
-may well be ``indistinguishable`` (demanding that margin too was measured: it dropped most
-early verdicts the exact ones confirmed along with the doubtful ones).
-
-- A calibrated estimate (``paired``, ``history``) is an estimate of the full figure, its
-  interval calibrated on earlier exact figures: that is enough.
-- A ``sampling`` estimate's interval covers only which test rows were drawn, not which
-  train rows the readout was fitted on: the paired test on the early test rows (both
-  readouts fitted on the same early train rows and scored on the same images, the test
-  their exact cells would use), after the family's Benjamini-Hochberg adjustment, must
-  also be significant, in the same direction.
-
-Otherwise the early verdict is ``indistinguishable``. The exact cells' rules for drawing no
-verdict hold here too: a record (or early fit) of either encoder with an ``unreliable``
-fit warning gives ``unreliable``, and an estimate without an interval gives ``no verdict``.
-"""
+"""Early verdicts: a new encoder against an earlier one, before its exact figures exist."""
 
 from __future__ import annotations
 
@@ -66,6 +46,11 @@ def early_verdict(estimate: Estimate, against: float, *, difference: float | Non
                   unreliable: str | None = None, detectable: float = 0.0) -> tuple[str, str]:
     """The early verdict of a new encoder (A) against an earlier one (B) on one cell.
 
+    The paired test on the early rows is the direct evidence: where it is significant it
+    decides a calibrated estimate's verdict (a line fitted on the history never overturns
+    it), and where it leans against a calibrated interval's side there is no verdict. A
+    sampling estimate needs both its interval and that test.
+
     Parameters
     ----------
     estimate : Estimate
@@ -97,6 +82,17 @@ def early_verdict(estimate: Estimate, against: float, *, difference: float | Non
     if not estimate.has_interval:
         return "no verdict", "the estimate states no interval"
     above, below = estimate.low > against, estimate.high < against
+    tested = difference is not None and p_adjusted is not None and math.isfinite(p_adjusted) and difference != 0
+    early_rows = f"paired test on the early rows {difference:+.3g}, p = {p_adjusted:.2g}" if tested else ""
+    if estimate.method in CALIBRATED and tested and p_adjusted <= alpha:
+        # the early rows' own test is direct evidence: a line fitted on the history may
+        # narrow an interval, never overturn what the same rows show significantly
+        verdict = "better" if (difference > 0) == higher_is_better else "worse"
+        agrees = (above or below) and (difference > 0) == above
+        interval = f"calibrated interval {estimate.low:.4g}..{estimate.high:.4g}"
+        return verdict, (f"{early_rows}; the {interval} agrees" if agrees else
+                         f"{early_rows}, which decides: the {interval} "
+                         f"{'says otherwise' if above or below else f'holds {against:.4g}'}")
     side = f"interval {estimate.low:.4g}..{estimate.high:.4g} {'above' if above else 'below'} {against:.4g}"
     if not (above or below):
         return "indistinguishable", f"interval {estimate.low:.4g}..{estimate.high:.4g} holds {against:.4g}"
@@ -105,6 +101,8 @@ def early_verdict(estimate: Estimate, against: float, *, difference: float | Non
                  "(the exact verdict may be indistinguishable)")
     verdict = "better" if above == higher_is_better else "worse"
     if estimate.method in CALIBRATED:
+        if tested and (difference > 0) != above:  # the early rows lean the other way: no verdict against them
+            return "indistinguishable", f"{side}, but the early rows point the other way ({early_rows})"
         return verdict, f"{side} ({estimate.level:.0%} interval calibrated on exact figures)"
     if difference is None or p_adjusted is None or not math.isfinite(p_adjusted):
         return "no verdict", f"{side}, but a sampling interval needs the paired test on the early rows, not made"

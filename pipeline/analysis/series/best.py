@@ -1,9 +1,4 @@
-"""Best-so-far bookkeeping over a checkpoint series.
-
-Given each cell's scores by step, the best checkpoint so far is the highest score up to a
-step (ties keep the earlier checkpoint); the newest checkpoint is flagged when a paired
-comparison against a cell's best says it is significantly worse.
-"""
+"""Best-so-far bookkeeping over a checkpoint series."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""The training step of each checkpoint of a series, from its file name or its metadata.
-
-- a name pattern is either a glob template holding ``{step}`` once (``"step{step}"``,
-  ``"*-ep{step}.safetensors"``): ``{step}`` matches digits, ``*`` any characters, ``?`` one,
-  and the template must match the whole file name or the name without its extension; or a
-  regular expression with a named group ``step`` (``r"iter_(?P<step>\\d+)"``), searched
-  anywhere in the file name;
-- metadata: a safetensors header's ``__metadata__`` (read without loading any tensor), or
-  the top level of a PyTorch file (``torch.load(weights_only=True)``: a Lightning
-  ``.ckpt``'s ``global_step``), under the first of
-  the keys ``step``, ``global_step``, ``epoch``. Steps and epochs are different units, so a
-  series whose checkpoints disagree on the key is refused.
-"""
+"""The training step of each checkpoint of a series, from its file name or its metadata."""
 
 from __future__ import annotations
 
@@ -270,22 +258,7 @@ _EPOCH_IN_NAME = re.compile(r"(?:^|[^a-z])epoch[=_-]?(?P<epoch>[0-9]+)", re.IGNO
 
 
 def checkpoint_epoch(path: str | os.PathLike[str]) -> int | None:
-    """A checkpoint's training epoch where it says so, for tables beside its step.
-
-    Parameters
-    ----------
-    path : str or path
-        The checkpoint file.
-
-    Returns
-    -------
-    int or None
-        ``epoch=<N>`` (or ``epoch_<N>``, ``epoch<N>``) in the file name, as Lightning names
-        them (``epoch=9-step=1200.ckpt``); else the ``epoch`` of a safetensors header's
-        metadata (the header alone is read, without torch); else None, also for a file
-        that cannot be read. A PyTorch file is not opened for it: its entries are read only
-        by loading it.
-    """
+    """A checkpoint's training epoch where it says so, for tables beside its step."""
     found = _EPOCH_IN_NAME.search(Path(path).name)
     if found is not None:
         return int(found.group("epoch"))

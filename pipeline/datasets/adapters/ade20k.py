@@ -23,17 +23,7 @@ _FOLDERS = {"train": "training", "val": "validation"}
 def ade20k_class_names(base: Path) -> list[str]:
     """The 150 class names from the release's ``objectInfo150.txt`` (tab-separated, or the
     devkit's ``objectInfo150.csv``), the first name of each row; ``class_001`` ... when the
-    release holds neither file.
-
-    Parameters
-    ----------
-    base : Path
-        The ``ADEChallengeData2016`` folder.
-
-    Returns
-    -------
-    list of str
-    """
+    release holds neither file."""
     for name, delimiter in (("objectInfo150.txt", "\t"), ("objectInfo150.csv", ",")):
         path = base / name
         if not path.is_file():

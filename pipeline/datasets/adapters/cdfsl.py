@@ -1,8 +1,5 @@
 """The four target domains of the cross-domain few-shot benchmark (CD-FSL, Guo et al.):
-CropDiseases, EuroSAT, ISIC 2018 and ChestX-ray8, read as that benchmark reads them.
-
-Each is one split, ``all``: every image is a candidate for few-shot episodes.
-"""
+CropDiseases, EuroSAT, ISIC 2018 and ChestX-ray8, read as that benchmark reads them."""
 
 from __future__ import annotations
 

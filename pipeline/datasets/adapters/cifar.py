@@ -1,9 +1,4 @@
-"""CIFAR-10 and CIFAR-100 from the "python version" archives (pickled batches).
-
-The batches are Python pickles. They are read with an unpickler that only rebuilds numpy
-arrays, lists, dicts, strings and numbers: a batch file that asks for any other global
-(arbitrary code) is refused, naming the file.
-"""
+"""CIFAR-10 and CIFAR-100 from the "python version" archives (pickled batches)."""
 
 from __future__ import annotations
 
@@ -37,21 +32,8 @@ class _ArraysOnlyUnpickler(pickle.Unpickler):
 
 
 def load_batch(path: Path, what: str) -> dict[str, Any]:
-    """One pickled CIFAR batch or meta file as a dict with str keys.
-
-    Only numpy arrays are rebuilt: a file asking the unpickler for any other code is refused.
-
-    Parameters
-    ----------
-    path : Path
-        The batch or meta file.
-    what : str
-        How errors name it.
-
-    Returns
-    -------
-    dict
-    """
+    """One pickled CIFAR batch or meta file as a dict with str keys."""
+    # Only numpy arrays are rebuilt: a file asking the unpickler for any other code is refused.
     require_file(path, what)
     try:
         with open(path, "rb") as fh:
@@ -148,7 +130,17 @@ class _CifarDataset(FileBackedDataset):
         return Image.fromarray(self._split_pixels(split)[i])
 
     def fingerprint(self, split: str) -> str:
-        """Class names, labels and the batch files' sizes and times (``content_hash``: bytes)."""
+        """Class names, labels and the batch files' sizes and times (``content_hash``: bytes).
+
+        Parameters
+        ----------
+        split : str
+            The split.
+
+        Returns
+        -------
+        str
+        """
         self.check_split(split)
         parts = self.batch_files if split == self.pooled_split else [split]
         files = [f for s in parts for f in self.batch_files[s]]

@@ -1,20 +1,5 @@
 """Datasets with per-pixel ground truth (semantic segmentation, surface normals): the shared
-part of their adapters.
-
-A dense adapter is a published image dataset whose every sample also has a target map
-beside its image, read by :meth:`DenseDataset.load_target`:
-
-- ``segmentation``: (H, W) uint8 class indices 0 .. K-1, :data:`IGNORE_INDEX` (255) on
-  pixels no metric counts (ADE20K's "other objects", VOC's object boundaries);
-- ``normals``: (H, W, 3) float32 unit vectors (x, y, z), the zero vector on pixels without
-  a valid ground-truth normal.
-
-The target has the image's size (checked when it is read). The image-level ``labels`` of a
-dense dataset are one 0 per image (it has no image label: the split's size and class names
-are stored like any dataset's); the targets are stored beside them, resampled to each
-encoder's input geometry (:mod:`pipeline.datasets.dense_geometry`), and only the dense
-protocols read them. The fingerprint covers the target files as well as the images.
-"""
+part of their adapters."""
 
 from __future__ import annotations
 
@@ -42,19 +27,7 @@ _SHOWN = 3
 
 def read_png(path: str, what: str) -> Image.Image:
     """A target image, fully decoded; a missing or undecodable file, or one whose real format
-    is not the one its extension names (a TIFF named ``.png``), is a DatasetError naming it.
-
-    Parameters
-    ----------
-    path : str
-        The file.
-    what : str
-        The adapter's name, for messages.
-
-    Returns
-    -------
-    PIL.Image.Image
-    """
+    is not the one its extension names (a TIFF named ``.png``), is a DatasetError naming it."""
     expected = _FORMATS.get(os.path.splitext(path)[1].lower())
     try:
         with Image.open(path) as img:
@@ -244,24 +217,7 @@ class DenseDataset(PublishedDataset):
 
 
 def class_map(values: np.ndarray, n_classes: int, path: str, what: str) -> np.ndarray:
-    """A segmentation target's values as uint8 class indices, refusing values beyond the classes.
-
-    Parameters
-    ----------
-    values : numpy.ndarray
-        Class indices 0 .. n_classes - 1 or :data:`IGNORE_INDEX`.
-    n_classes : int
-        Number of classes.
-    path : str
-        The file, for the message.
-    what : str
-        The adapter's name.
-
-    Returns
-    -------
-    numpy.ndarray
-        uint8 (H, W).
-    """
+    """A segmentation target's values as uint8 class indices, refusing values beyond the classes."""
     bad = ((values >= n_classes) | (values < 0)) & (values != IGNORE_INDEX)
     if bad.any():  # every value checked before the cast: -150 would wrap to class 105
         found = values[bad]
@@ -272,18 +228,6 @@ def class_map(values: np.ndarray, n_classes: int, path: str, what: str) -> np.nd
 
 
 def image_ids(folder: Path, what: str) -> dict[str, str]:
-    """Image file stem -> file name of every image in ``folder``.
-
-    Parameters
-    ----------
-    folder : Path
-        A folder of images.
-    what : str
-        The adapter's name, for messages.
-
-    Returns
-    -------
-    dict
-    """
+    """Image file stem -> file name of every image in ``folder``."""
     require_dir(folder, what)
     return {os.path.splitext(e.name)[0]: e.name for e in os.scandir(folder) if e.is_file() and is_image_name(e.name)}

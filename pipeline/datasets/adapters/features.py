@@ -1,15 +1,4 @@
-"""Precomputed feature arrays: one ``.npz`` file or a folder of ``.npy`` files.
-
-Convention (both forms): ``<split>_features`` (n, d) and ``<split>_labels`` (n,) integer
-class indices per split, plus optional ``class_names`` (1-D string array; default
-``"0".."K-1"``). In a folder each array is ``<name>.npy``. Nothing is loaded with pickle.
-
-The features of a folder are never loaded whole: each ``.npy`` is opened as a memory map
-and read in row blocks (``feature_rows``), each through a map of its own that is closed
-once the block is copied, so an ImageNet-size file is fingerprinted, checked and
-imported in bounded memory. Their values are checked (finite) block by block when the
-split is fingerprinted, before anything is imported. Float16 features stay float16.
-"""
+"""Precomputed feature arrays: one ``.npz`` file or a folder of ``.npy`` files."""
 
 from __future__ import annotations
 

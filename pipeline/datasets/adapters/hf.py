@@ -1,18 +1,4 @@
-"""A Hugging Face ``datasets`` dataset on disk: ``save_to_disk`` output or parquet files.
-
-Read with pyarrow (a dependency already) rather than the ``datasets`` library: both
-layouts are plain Arrow data, ``save_to_disk`` writes Arrow IPC streams that pyarrow
-memory-maps, and the hub's parquet files carry the ``datasets`` features (class names)
-in their schema metadata. Nothing is cached or converted, nothing is downloaded.
-
-Layouts:
-- ``save_to_disk`` of a DatasetDict: ``root/dataset_dict.json`` (``{"splits": [...]}``),
-  ``root/<split>/state.json`` (``_data_files``), ``root/<split>/data-*.arrow``;
-- ``save_to_disk`` of one Dataset: ``root/state.json`` and ``root/data-*.arrow`` (its
-  split from ``state.json``'s ``_split``, else ``train``);
-- parquet: ``*.parquet`` files below ``root``, the split from the hub's file naming
-  ``<split>-00000-of-00002.parquet`` or else from the folder holding the file.
-"""
+"""A Hugging Face ``datasets`` dataset on disk: ``save_to_disk`` output or parquet files."""
 
 from __future__ import annotations
 
@@ -44,19 +30,7 @@ def _read_json(path: Path) -> Any:
 
 
 def find_data_files(root: Path) -> dict[str, list[str]]:
-    """Split -> data files (relative to ``root``) of a saved dataset or a parquet tree.
-
-    Parameters
-    ----------
-    root : Path
-        A ``save_to_disk`` folder (``dataset_dict.json`` or ``state.json``) or a folder of
-        parquet files.
-
-    Returns
-    -------
-    dict
-        Split name -> list of data file paths relative to ``root``.
-    """
+    """Split -> data files (relative to ``root``) of a saved dataset or a parquet tree."""
     if (root / "dataset_dict.json").is_file():
         splits = _read_json(root / "dataset_dict.json").get("splits") or []
         return {s: [f"{s}/{f['filename']}" for f in _read_json(root / s / "state.json").get("_data_files", [])]
@@ -83,15 +57,7 @@ def find_data_files(root: Path) -> dict[str, list[str]]:
 
 
 def open_table(path: Path, columns: list[str] | None = None):
-    """A data file as a pyarrow Table (Arrow streams are memory-mapped, not read).
-
-    Parameters
-    ----------
-    path : Path
-        A ``.parquet`` file or an Arrow stream (``.arrow``).
-    columns : list of str, optional
-        Columns to read (default: all).
-    """
+    """A data file as a pyarrow Table (Arrow streams are memory-mapped, not read)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -107,13 +73,7 @@ def open_table(path: Path, columns: list[str] | None = None):
 
 
 def read_schema(path: Path):
-    """A data file's pyarrow schema, without reading its rows.
-
-    Parameters
-    ----------
-    path : Path
-        A ``.parquet`` file or an Arrow stream (``.arrow``).
-    """
+    """A data file's pyarrow schema, without reading its rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -22,17 +22,7 @@ DEVKIT_TRUTH = "ILSVRC2012_validation_ground_truth.txt"
 
 
 def devkit_ids(meta: Path) -> dict[int, str]:
-    """ILSVRC2012_ID -> wnid of the 1,000 leaf classes in the devkit's ``meta.mat``.
-
-    Parameters
-    ----------
-    meta : Path
-        The devkit's ``meta.mat``.
-
-    Returns
-    -------
-    dict
-    """
+    """ILSVRC2012_ID -> wnid of the 1,000 leaf classes in the devkit's ``meta.mat``."""
     synsets = np.atleast_1d(load_mat(meta, "imagenet").get("synsets", np.array([])))
     fields = set(synsets.dtype.names or ())
     if not {"ILSVRC2012_ID", "WNID", "num_children"} <= fields:

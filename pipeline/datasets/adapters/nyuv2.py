@@ -25,20 +25,7 @@ _SPLITS = {"train": ("trainNdxs", "train.txt"), "test": ("testNdxs", "test.txt")
 
 def decode_normals(rgb: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     """Unit normals from an 8-bit RGB normal map: ``n = value / 255 * 2 - 1``, rescaled to unit
-    length; the zero vector where ``mask`` is 0 or the decoded vector is shorter than 0.5.
-
-    Parameters
-    ----------
-    rgb : numpy.ndarray
-        uint8 (H, W, 3).
-    mask : numpy.ndarray or None
-        (H, W), nonzero where the normal is valid; None: every pixel long enough is valid.
-
-    Returns
-    -------
-    numpy.ndarray
-        float32 (H, W, 3).
-    """
+    length; the zero vector where ``mask`` is 0 or the decoded vector is shorter than 0.5."""
     n = rgb.astype(np.float64) / 255.0 * 2.0 - 1.0
     length = np.linalg.norm(n, axis=-1, keepdims=True)
     valid = length >= MIN_LENGTH

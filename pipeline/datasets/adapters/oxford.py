@@ -20,19 +20,7 @@ def _unknown_class(source: Path, line: int, value: str, classes: list[str]) -> D
 
 
 def load_mat(path: Path, what: str) -> dict:
-    """A MATLAB .mat file as a dict of arrays (scipy), naming the file when it is unreadable.
-
-    Parameters
-    ----------
-    path : Path
-        The ``.mat`` file.
-    what : str
-        The adapter's name, for messages.
-
-    Returns
-    -------
-    dict
-    """
+    """A MATLAB .mat file as a dict of arrays (scipy), naming the file when it is unreadable."""
     from scipy.io import loadmat
     from scipy.io.matlab import MatReadError
 

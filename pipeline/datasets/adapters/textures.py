@@ -1,10 +1,4 @@
-"""A synthetic 4-class texture task: scattered disks, rings, bars or crosses.
-
-Each 32x32 grey image holds 5 to 9 elements of its class's kind, each with a random
-half-size (2 to 4 px), position, orientation and contrast (+0.2 to +0.6) over a random
-background level (0.3 to 0.5), plus Gaussian pixel noise (std 0.05), clipped to [0, 1].
-Image ``i`` of a split depends only on (seed, split, i): any worker can render any sample.
-"""
+"""A synthetic 4-class texture task: scattered disks, rings, bars or crosses."""
 
 from __future__ import annotations
 

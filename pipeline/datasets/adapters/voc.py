@@ -23,20 +23,7 @@ PRESENT, ABSENT, DIFFICULT = 1, 0, -1
 def image_labels(xml_file: Path, index: dict[str, int]) -> np.ndarray:
     """One image's row: 1 where a non-difficult object of the class is annotated, -1 where
     all of its objects of the class are marked difficult, 0 where there is none (the
-    devkit's classification ground truth, with its 0 and -1 swapped).
-
-    Parameters
-    ----------
-    xml_file : Path
-        The image's annotation file.
-    index : dict
-        Class name -> column.
-
-    Returns
-    -------
-    numpy.ndarray
-        int64 (C,).
-    """
+    devkit's classification ground truth, with its 0 and -1 swapped)."""
     try:
         tree = ET.parse(xml_file)
     except ET.ParseError as exc:

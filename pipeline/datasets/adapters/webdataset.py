@@ -1,12 +1,4 @@
-"""Tar shards in the webdataset layout CLIP_benchmark publishes its suites in.
-
-``root/<split>/nshards.txt`` holds the shard count N; ``root/<split>/0.tar`` ..
-``<N-1>.tar`` hold, per sample, ``<key>.webp|png|jpg|jpeg`` and ``<key>.cls`` (the class
-index as text); ``root/classnames.txt`` names the classes, one per line. The shards are
-never unpacked: construction reads every member header once (the tar stream, seeking
-over the data) and the ``.cls`` members, recording each image's byte offset; loading an
-image then reads just its bytes.
-"""
+"""Tar shards in the webdataset layout CLIP_benchmark publishes its suites in."""
 
 from __future__ import annotations
 
@@ -30,38 +22,16 @@ _BLOCK = 512
 
 
 def split_member_name(name: str) -> tuple[str, str]:
-    """webdataset's convention: the key is the path up to the first dot of the file name.
-
-    Parameters
-    ----------
-    name : str
-        A member's path in the tar file.
-
-    Returns
-    -------
-    tuple of str
-        The sample key and the lower-case extension.
-    """
+    """webdataset's convention: the key is the path up to the first dot of the file name."""
     folder, _, base = name.rpartition("/")
     stem, _, ext = base.partition(".")
     return (f"{folder}/{stem}" if folder else stem), ext.lower()
 
 
 def index_shard(path: Path) -> dict[str, dict[str, tuple[int, int]]]:
-    """key -> {extension: (data offset, size)} of one tar shard, headers only.
-
-    A member whose data runs past the end of the file, or a shard that does not end with
-    the tar end-of-archive block (a cut or damaged header), is refused, naming the shard.
-
-    Parameters
-    ----------
-    path : Path
-        The shard.
-
-    Returns
-    -------
-    dict
-    """
+    """key -> {extension: (data offset, size)} of one tar shard, headers only."""
+    # A member whose data runs past the end of the file, or a shard that does not end with
+    # the tar end-of-archive block (a cut or damaged header), is refused, naming the shard.
     size_on_disk = path.stat().st_size
     members: dict[str, dict[str, tuple[int, int]]] = {}
     try:

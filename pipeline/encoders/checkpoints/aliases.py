@@ -1,15 +1,5 @@
 """Whether two checkpoint files hold the same weights: a link, a copy, or the same state
-saved twice by the training code under two names.
-
-Training code keeps an alias beside its numbered checkpoints: DINO and MAE rewrite
-``checkpoint.pth`` every epoch and save ``checkpoint<epoch>.pth`` every few, Lightning keeps
-``last.ckpt`` (a copy, or a link with ``save_last: link``), timm's ``train.py`` keeps
-``last.pth.tar`` and ``model_best.pth.tar`` (hard links), a lab script points ``latest`` at
-the newest file. Two ``torch.save`` calls of one state under two names differ in their bytes
-(a PyTorch archive names its records after the file), so equality is decided by the
-tensors: the same file (a link) first, then sizes within a few records of each other, then
-the fingerprint of every tensor mapping in the files.
-"""
+saved twice by the training code under two names."""
 
 from __future__ import annotations
 
@@ -26,18 +16,7 @@ _SIZE_SLACK = 64 * 1024  # bytes two saves of one state may differ by (record na
 
 
 def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
-    """Whether ``a`` and ``b`` are one file on disk (a symbolic or hard link of the other).
-
-    Parameters
-    ----------
-    a, b : str or path
-        Two files.
-
-    Returns
-    -------
-    bool
-        False when either cannot be read.
-    """
+    """Whether ``a`` and ``b`` are one file on disk (a symbolic or hard link of the other)."""
     try:
         return os.path.samefile(a, b)
     except OSError:
@@ -45,41 +24,14 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
 
 
 def sizes_close(a: int, b: int) -> bool:
-    """Whether two file sizes may be one state saved twice: within 64 KiB, or a tenth of a percent.
-
-    Parameters
-    ----------
-    a, b : int
-        Sizes in bytes.
-
-    Returns
-    -------
-    bool
-    """
+    """Whether two file sizes may be one state saved twice: within 64 KiB, or a tenth of a percent."""
     return abs(a - b) <= max(_SIZE_SLACK, max(a, b) // 1000)
 
 
 def content_fingerprint(path: str | os.PathLike[str]) -> str:
     """SHA-256 over every tensor mapping a checkpoint holds: each one's place in the file
     and :func:`pipeline.encoders.checkpoints.reading.weights_fingerprint`; independent of
-    the file's name, format and other entries (epoch, optimizer, arguments).
-
-    Parameters
-    ----------
-    path : str or path
-        A checkpoint file, read safely (``read_checkpoint``); an archive is memory-mapped.
-
-    Returns
-    -------
-    str
-        64 hexadecimal digits; remembered for the file's size and modification time
-        (``pipeline.encoders.checkpoints.facts``: a later process finds it too).
-
-    Raises
-    ------
-    CheckpointError
-        The file cannot be read (any error of its reader propagates).
-    """
+    the file's name, format and other entries (epoch, optimizer, arguments)."""
     real = Path(path).resolve()
     known, out = recall(real, "content")  # this very file (size, modification time), read before
     if known:
@@ -94,23 +46,7 @@ def content_fingerprint(path: str | os.PathLike[str]) -> str:
 
 def same_weights(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     """Whether two checkpoint files hold the same tensors: one file, or sizes close and
-    equal content fingerprints.
-
-    Parameters
-    ----------
-    a, b : str or path
-        Two checkpoint files.
-
-    Returns
-    -------
-    bool
-
-    Raises
-    ------
-    CheckpointError
-        Either file cannot be read (its size is checked first: files of different sizes
-        are never read).
-    """
+    equal content fingerprints."""
     if same_file(a, b):
         return True
     if not sizes_close(os.path.getsize(a), os.path.getsize(b)):

@@ -1,13 +1,5 @@
 """What was read from a checkpoint file once (its training step, its content fingerprint),
-remembered by the file's real path, size and modification time.
-
-A folder scan reads every file's step (from its metadata when its name carries none) and
-compares unnumbered files with numbered ones by their tensors; both need torch and read
-the files. An unchanged folder gives the same answers, so a run keeps them
-(``jobs.checkpoint_facts`` stores them in the store) and the next scan, a rerun with
-nothing to do included, reads no file and imports no torch. A rewritten file has another
-size or modification time: it is read again. Importing this module imports no torch.
-"""
+remembered by the real file's name, size and modification time."""
 
 from __future__ import annotations
 
@@ -19,35 +11,25 @@ from typing import Any
 
 __all__ = ["export_facts", "load_facts", "recall", "remember"]
 
-_FACTS: dict[str, dict[str, Any]] = {}  # "<real path>|<size>|<mtime_ns>" -> {what: value}
+_FACTS: dict[str, dict[str, Any]] = {}  # "<real file name>|<size>|<mtime_ns>" -> {what: value}
 _LOCK = threading.Lock()
 _LIMIT = 4096  # files remembered at most (the oldest are forgotten first)
 
 
 def _key(path: str | os.PathLike[str]) -> str | None:
+    # the real file's name, size and modification time, not its folder: a folder moved or
+    # mounted elsewhere (with its times, as cp -a and rsync -a keep them) is not read again
     try:
         real = Path(path).resolve()
         st = real.stat()
     except OSError:
         return None
-    return f"{real}|{st.st_size}|{st.st_mtime_ns}"
+    return f"{real.name}|{st.st_size}|{st.st_mtime_ns}"
 
 
 def recall(path: str | os.PathLike[str], what: str) -> tuple[bool, Any]:
     """(whether it is remembered, the value) of fact ``what`` (``step``, ``content``) of the
-    file as it is now.
-
-    Parameters
-    ----------
-    path : str or path
-        A checkpoint file.
-    what : str
-        The fact's name.
-
-    Returns
-    -------
-    (bool, object)
-    """
+    file as it is now."""
     key = _key(path)
     with _LOCK:
         facts = _FACTS.get(key) if key else None
@@ -55,14 +37,7 @@ def recall(path: str | os.PathLike[str], what: str) -> tuple[bool, Any]:
 
 
 def remember(path: str | os.PathLike[str], what: str, value: Any) -> None:
-    """Remember fact ``what`` of the file as it is now (JSON-able ``value``).
-
-    Parameters
-    ----------
-    path : str or path
-    what : str
-    value : object
-    """
+    """Remember fact ``what`` of the file as it is now (JSON-able ``value``)."""
     key = _key(path)
     if key is None:
         return
@@ -73,25 +48,13 @@ def remember(path: str | os.PathLike[str], what: str, value: Any) -> None:
 
 
 def export_facts() -> dict[str, dict[str, Any]]:
-    """Every remembered fact, to be stored.
-
-    Returns
-    -------
-    dict
-        A copy: key of the file as it was -> its facts.
-    """
+    """Every remembered fact, to be stored."""
     with _LOCK:
         return {k: dict(v) for k, v in _FACTS.items()}
 
 
 def load_facts(entries: Mapping[str, Mapping[str, Any]]) -> None:
-    """Take facts stored by an earlier process (those already known here are kept).
-
-    Parameters
-    ----------
-    entries : mapping
-        What :func:`export_facts` gave.
-    """
+    """Take facts stored by an earlier process (those already known here are kept)."""
     with _LOCK:
         for key, facts in entries.items():
             if isinstance(facts, Mapping) and (key in _FACTS or len(_FACTS) < _LIMIT):

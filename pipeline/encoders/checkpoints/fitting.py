@@ -1,30 +1,4 @@
-"""Fitting what a checkpoint holds to an architecture: which mapping, which prefix, what to drop.
-
-A training script's file is rarely a bare state dict of the backbone. The weights sit
-under a key (``state_dict``, ``teacher``, ``model_ema`` ...), behind a prefix
-(``module.`` from DistributedDataParallel, ``model.`` from Lightning, ``backbone.``,
-``encoder_q.`` ...), beside tensors the backbone does not have (projection and prediction
-heads, the momentum encoder, a decoder), and a ViT may have been trained at another
-input size. :func:`fit_checkpoint` works it out from the architecture itself:
-
-* every mapping of tensors in the file is a candidate (:func:`pipeline.encoders.checkpoints.reading.tensor_mappings`);
-  the one taken is the only one, at the top level or under :data:`USUAL_KEYS`, that gives
-  every tensor the backbone needs; several that do are refused together, each with how
-  many of the architecture's tensors it matches, until ``checkpoint_key`` names one;
-* the prefix stripped is the one, composed of :data:`PREFIX_PARTS` and the spec's own
-  ``strip_prefixes``, under which most of the architecture's tensors are found;
-* tensors outside that prefix, the classifier head's, and tensors of parts the backbone
-  does not have are dropped and counted; a tensor inside one of the backbone's own modules
-  that it does not have (a deeper stage) is refused, and so is any tensor it needs that is
-  missing;
-* remaining shape differences go through timm's own ``checkpoint_filter_fn`` of the
-  architecture where timm ships one (position embeddings resampled to the input size with
-  ``timm.layers.resample_abs_pos_embed``, original naming converted); what is still
-  different is refused with advice.
-
-What was done is returned as a :class:`CheckpointFit` whose :meth:`CheckpointFit.record`
-goes into the features' provenance.
-"""
+"""Fitting what a checkpoint holds to an architecture: which mapping, which prefix, what to drop."""
 
 from __future__ import annotations
 
@@ -49,20 +23,7 @@ _EXAMPLES = 5
 
 @dataclass(frozen=True)
 class KeyMismatch:
-    """How a checkpoint's tensors differ from a model's.
-
-    Parameters
-    ----------
-    missing : list of str
-        Model tensors the checkpoint lacks.
-    unexpected : list of str
-        Checkpoint tensors inside the backbone's own modules that the model lacks.
-    mismatched : list of str
-        ``name (checkpoint shape, model shape)`` for tensors of both with other shapes.
-    dropped : frozenset of str
-        Checkpoint tensors not loaded: the classifier head's, and those of parts the
-        backbone does not have.
-    """
+    """How a checkpoint's tensors differ from a model's."""
 
     missing: list[str]
     unexpected: list[str]
@@ -73,18 +34,7 @@ class KeyMismatch:
         return bool(self.missing or self.unexpected or self.mismatched)
 
     def summary(self, limit: int = _MAX_LISTED) -> str:
-        """The differences, each kind with its count and first ``limit`` names.
-
-        Parameters
-        ----------
-        limit : int
-            Names listed per kind.
-
-        Returns
-        -------
-        str
-            ``"<n> missing keys: a, b, ...; <m> shape mismatches: ..."``.
-        """
+        """The differences, each kind with its count and first ``limit`` names."""
         parts = []
         for what, names in (("missing keys", self.missing), ("unexpected keys", self.unexpected),
                             ("shape mismatches", self.mismatched)):
@@ -100,17 +50,7 @@ def _shown(name: str) -> str:
 
 
 def classifier_prefixes(model: nn.Module) -> tuple[str, ...]:
-    """Key prefixes of the model's classifier head (``fc.``, ``head.``), from timm's config.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        A timm model.
-
-    Returns
-    -------
-    tuple of str
-    """
+    """Key prefixes of the model's classifier head (``fc.``, ``head.``), from timm's config."""
     cfg = getattr(model, "pretrained_cfg", None) or {}
     names = cfg.get("classifier") or ()
     names = (names,) if isinstance(names, str) else tuple(names)
@@ -118,24 +58,10 @@ def classifier_prefixes(model: nn.Module) -> tuple[str, ...]:
 
 
 def compare(shapes: Mapping[str, tuple[int, ...]], model: nn.Module) -> KeyMismatch:
-    """Compare a checkpoint's tensor shapes with a model's.
-
-    A checkpoint tensor the model lacks is dropped when it belongs to the classifier head
-    or to a part the backbone does not have (its first name component is none of the
-    model's modules or tensors); inside one of the backbone's modules it is unexpected.
-
-    Parameters
-    ----------
-    shapes : mapping
-        Checkpoint tensor name -> shape.
-    model : torch.nn.Module
-        The model (on any device, the meta device included).
-
-    Returns
-    -------
-    KeyMismatch
-        The differences; false when the checkpoint fits.
-    """
+    """Compare a checkpoint's tensor shapes with a model's."""
+    # A checkpoint tensor the model lacks is dropped when it belongs to the classifier head
+    # or to a part the backbone does not have (its first name component is none of the
+    # model's modules or tensors); inside one of the backbone's modules it is unexpected.
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     heads = classifier_prefixes(model)
     own = {n for n, _ in model.named_children()} | {n for n, _ in model.named_parameters(recurse=False)} | {
@@ -155,29 +81,7 @@ def compare(shapes: Mapping[str, tuple[int, ...]], model: nn.Module) -> KeyMisma
 
 @dataclass
 class CheckpointFit:
-    """What was taken from a checkpoint for a model, and what was done to it.
-
-    Parameters
-    ----------
-    state : dict
-        The tensors to load, under the model's names.
-    location : str
-        Where they were (``""``: the top level; else a key, nested keys joined by ``/``).
-    given : bool
-        Whether ``location`` was named by ``checkpoint_key`` (else found).
-    prefix : str
-        The prefix stripped from their names (``""``: none).
-    dropped : dict
-        Tensors not loaded, counted by group (``module.encoder_k.``, ``fc.`` ...).
-    examples : list of str
-        One dropped tensor's name per group (the first few groups), as the file has it.
-    resampled : list of dict
-        ``{"tensor", "from", "to"}`` for each tensor timm's filter reshaped.
-    converted_by : str or None
-        The timm function that converted the tensors, when one was needed.
-    also_fits : list of str
-        Other locations that would have fitted (left alone: not among the usual keys).
-    """
+    """What was taken from a checkpoint for a model, and what was done to it."""
 
     state: dict[str, Tensor]
     location: str
@@ -190,14 +94,7 @@ class CheckpointFit:
     also_fits: list[str] = field(default_factory=list)
 
     def record(self) -> dict[str, Any]:
-        """JSON-able account for provenance.
-
-        Returns
-        -------
-        dict
-            ``checkpoint_key`` (None: the top level) and how it was chosen, ``prefix_stripped``,
-            ``dropped`` (``count``, ``groups``, ``examples``), ``resampled``, ``converted_by``.
-        """
+        """JSON-able account for provenance."""
         out: dict[str, Any] = {
             "checkpoint_key": self.location or None, "checkpoint_key_from": "config" if self.given else "found",
             "prefix_stripped": self.prefix or None,
@@ -225,20 +122,7 @@ def _composed(prefix: str, parts: tuple[str, ...], cache: dict[str, bool]) -> bo
 
 
 def prefix_counts(names: list[str], expected: set[str]) -> dict[str, int]:
-    """For every prefix ending at a dot: how many of ``expected`` it turns ``names`` into.
-
-    Parameters
-    ----------
-    names : list of str
-        A candidate's tensor names.
-    expected : set of str
-        The model's tensor names.
-
-    Returns
-    -------
-    dict
-        Prefix -> number of model tensors found under it (``""``: the names as they are).
-    """
+    """For every prefix ending at a dot: how many of ``expected`` it turns ``names`` into."""
     counts: dict[str, int] = {}
     longest = max(map(len, expected), default=0)
     for name in names:
@@ -375,39 +259,7 @@ def _usual(location: str) -> bool:
 def fit_checkpoint(raw: object, model: nn.Module, name: str, arch: str, checkpoint_key: str | None = None,
                    strip_prefixes: tuple[str, ...] = (),
                    guess: Callable[[dict], str | None] | None = None) -> CheckpointFit:
-    """Find the weights of ``model`` in what a checkpoint file holds.
-
-    Parameters
-    ----------
-    raw : object
-        What :func:`pipeline.encoders.checkpoints.reading.read_checkpoint` returned (tensors on CPU, or on
-        the meta device for a check).
-    model : torch.nn.Module
-        The model built for the spec (without classifier; the meta device works).
-    name : str
-        The file's name, for messages.
-    arch : str
-        The architecture, for messages.
-    checkpoint_key : str, optional
-        The location of the weights (``teacher``; nested keys joined with ``/``).
-    strip_prefixes : tuple of str
-        Prefix parts tried besides :data:`PREFIX_PARTS`.
-    guess : callable, optional
-        Given the best candidate's ``{name: shape}``, an architecture they fit, or None
-        (the message then names it).
-
-    Returns
-    -------
-    CheckpointFit
-        The tensors to load and what was done to them.
-
-    Raises
-    ------
-    CheckpointError
-        In one line: no candidate fits (the best one's differences, missing tensors by
-        name), several do (each with its count: set ``checkpoint_key``), or the key asked
-        for is not there.
-    """
+    """Find the weights of ``model`` in what a checkpoint file holds."""
     found = tensor_mappings(raw)
     n_model = len(model.state_dict())
 

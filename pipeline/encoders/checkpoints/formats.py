@@ -1,10 +1,4 @@
-"""What a checkpoint file is, told from a bounded prefix of its bytes (and a zip's directory).
-
-Nothing here reads a whole file or decompresses anything: ``tarfile.is_tarfile`` would
-read a 300 MB torn file through every decompressor it knows to ask "is this a tar?". A
-tar is told by its first header's checksum (512 bytes); a gzip, xz, bzip2 or zstd file by
-its magic bytes, and named as such: a compressed file is never a checkpoint torch reads.
-"""
+"""What a checkpoint file is, told from a bounded prefix of its bytes (and a zip's directory)."""
 
 from __future__ import annotations
 
@@ -22,20 +16,8 @@ COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"),
 def container_format(path: str | os.PathLike[str]) -> str | None:
     """What a file holds, from its first bytes: ``safetensors``, ``torch-zip`` (torch.save's
     archive), ``pickle`` (a legacy torch.save or plain pickle), ``torch-tar`` (torch.save's
-    oldest format), a compression (``gzip``, ``xz``, ``bzip2``, ``zstd``, ``lz4``) or None.
-
-    At most 512 bytes from the start are read, and a zip's end-of-archive record.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The file.
-
-    Returns
-    -------
-    str or None
-        The format, or None when the file is none of them.
-    """
+    oldest format), a compression (``gzip``, ``xz``, ``bzip2``, ``zstd``, ``lz4``) or None."""
+    # At most 512 bytes from the start are read, and a zip's end-of-archive record.
     path = Path(path)
     with open(path, "rb") as f:
         head = f.read(_TAR_BLOCK)
@@ -57,16 +39,7 @@ def container_format(path: str | os.PathLike[str]) -> str | None:
 
 
 def is_tar_header(block: bytes) -> bool:
-    """Whether ``block`` (a file's first 512 bytes) is a tar header: its checksum adds up.
-
-    Parameters
-    ----------
-    block : bytes
-
-    Returns
-    -------
-    bool
-    """
+    """Whether ``block`` (a file's first 512 bytes) is a tar header: its checksum adds up."""
     if len(block) < _TAR_BLOCK or not block.strip(b"\x00"):
         return False
     field = block[148:156].replace(b"\x00", b" ").strip()

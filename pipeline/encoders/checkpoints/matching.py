@@ -1,12 +1,4 @@
-"""Whether a checkpoint fits an architecture, checked from its header; loading it into a model.
-
-:func:`check_checkpoint_fits` reads the checkpoint's tensor names and shapes only (the
-safetensors header, or a PyTorch file with every tensor on the meta device) and fits them
-to the model built on the meta device (:func:`pipeline.encoders.checkpoints.fitting.fit_checkpoint`:
-the inner key, the prefix, what is dropped, what timm resamples), so a checkpoint of
-another architecture is refused when a config is checked, in milliseconds, without
-reading weights; :func:`load_checkpoint_into` does the same fit on the real tensors.
-"""
+"""Whether a checkpoint fits an architecture, checked from its header; loading it into a model."""
 
 from __future__ import annotations
 
@@ -38,18 +30,7 @@ _GUESS_SECONDS = 30.0
 
 def checkpoint_path(spec: EncoderSpec) -> Path:
     """The checkpoint file of ``spec`` as given (a symlink keeps its name), checked for a
-    known extension and existence.
-
-    Parameters
-    ----------
-    spec : EncoderSpec
-        A spec whose weights are a checkpoint path.
-
-    Returns
-    -------
-    pathlib.Path
-        The file (``~`` expanded).
-    """
+    known extension and existence."""
     path = Path(spec.weights).expanduser()
     if checkpoint_extension(path) is None:
         raise CheckpointError(
@@ -66,27 +47,7 @@ def checkpoint_path(spec: EncoderSpec) -> Path:
 
 def load_checkpoint_into(model: nn.Module, path: Path, spec: EncoderSpec) -> CheckpointFit:
     """Load a checkpoint into ``model``, fitted to it (:func:`fit_checkpoint`): the tensors
-    the backbone needs, from the mapping and under the prefix that hold them.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The model built for ``spec`` (without classifier).
-    path : pathlib.Path
-        The checkpoint file.
-    spec : EncoderSpec
-        The spec (its architecture, ``checkpoint_key`` and extra ``strip_prefixes``).
-
-    Returns
-    -------
-    CheckpointFit
-        What was taken and what was done to it (for provenance).
-
-    Raises
-    ------
-    CheckpointError
-        The checkpoint does not fit; the message lists the differences.
-    """
+    the backbone needs, from the mapping and under the prefix that hold them."""
     fit = fit_checkpoint(read_checkpoint(path), model, path.name, spec.arch, spec.checkpoint_key,
                          spec.strip_prefixes)
     model.load_state_dict(fit.state, strict=False)
@@ -130,27 +91,9 @@ def check_checkpoint_fits(spec: EncoderSpec) -> CheckpointFit | None:
 
 def guess_architecture(shapes: Mapping[str, tuple[int, ...]], spec: EncoderSpec,
                        seconds: float = _GUESS_SECONDS, candidates: int = _GUESS_CANDIDATES) -> str | None:
-    """An architecture of ``spec.arch``'s family that ``shapes`` fits exactly, if found in time.
-
-    Family members (names starting like ``spec.arch``) are tried most similar name first,
-    each built on the meta device: at most ``candidates`` of them, within ``seconds``.
-
-    Parameters
-    ----------
-    shapes : mapping
-        Checkpoint tensor name -> shape.
-    spec : EncoderSpec
-        The spec whose architecture did not fit.
-    seconds : float
-        Time allowed for the search (a guard: the count is what bounds it normally).
-    candidates : int
-        Family members tried at most.
-
-    Returns
-    -------
-    str or None
-        The first architecture that fits, or None.
-    """
+    """An architecture of ``spec.arch``'s family that ``shapes`` fits exactly, if found in time."""
+    # Family members (names starting like ``spec.arch``) are tried most similar name first,
+    # each built on the meta device: at most ``candidates`` of them, within ``seconds``.
     base = split_tag(spec.arch)[0]
     family = re.match(r"[a-z]+", base)
     if family is None:

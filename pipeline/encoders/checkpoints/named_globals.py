@@ -1,14 +1,4 @@
-"""Whether the globals a checkpoint's pickle names are those of a plain state dict.
-
-torch's safe loader (``weights_only``) cannot read pickle protocol 4 or 5 (its opcodes are not
-implemented there), so for such a file it cannot say what the file would need. The replay of
-:mod:`pipeline.encoders.checkpoints.pickle_budget` lists the globals named; here they are
-judged: rebuilding tensors and parameters, torch's storage types and dtypes, plain containers,
-and whatever was registered with ``torch.serialization.add_safe_globals`` (the stand-ins
-:mod:`pipeline.encoders.checkpoints.reading` registers among them) name no code. torch's own
-default allowlist has no public accessor, so the plain state dict's names are listed here; a
-protocol 4 or 5 file writes Python 3 names only, so no Python 2 name mapping is needed.
-"""
+"""Whether the globals a checkpoint's pickle names are those of a plain state dict."""
 
 from __future__ import annotations
 
@@ -47,18 +37,7 @@ def _registered_safe_globals() -> set[str]:
 
 
 def globals_naming_code(named: frozenset[Global] | None) -> list[str] | None:
-    """The globals among ``named`` that name code: neither a plain state dict's nor registered as safe.
-
-    Parameters
-    ----------
-    named : frozenset of Global or None
-        What a pickle's replay found it names (None: not known).
-
-    Returns
-    -------
-    list of str or None
-        ``module.name`` of each, sorted; None where ``named`` is None.
-    """
+    """The globals among ``named`` that name code: neither a plain state dict's nor registered as safe."""
     if named is None:
         return None
     registered = _registered_safe_globals()

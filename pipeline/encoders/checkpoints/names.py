@@ -1,8 +1,4 @@
-"""Which file names are checkpoints, and the name a file gives its encoder.
-
-Kept apart from :mod:`pipeline.encoders.checkpoints.reading` (which imports torch) so that scanning a folder
-and reading a config stay light.
-"""
+"""Which file names are checkpoints, and the name a file gives its encoder."""
 
 from __future__ import annotations
 
@@ -17,35 +13,13 @@ CHECKPOINT_EXTENSIONS = SAFETENSORS_EXTENSIONS + PICKLE_EXTENSIONS
 
 
 def checkpoint_extension(name: str | os.PathLike[str]) -> str | None:
-    """The checkpoint extension a file name ends with (``.pth.tar`` before ``.tar``), or None.
-
-    Parameters
-    ----------
-    name : str or os.PathLike
-        A file name or path.
-
-    Returns
-    -------
-    str or None
-        One of :data:`CHECKPOINT_EXTENSIONS` (lower case).
-    """
+    """The checkpoint extension a file name ends with (``.pth.tar`` before ``.tar``), or None."""
     lower = Path(name).name.lower()
     return next((e for e in sorted(CHECKPOINT_EXTENSIONS, key=len, reverse=True) if lower.endswith(e)), None)
 
 
 def checkpoint_stem(name: str | os.PathLike[str]) -> str:
-    """The file name without its checkpoint extension (``moco.pth.tar`` -> ``moco``).
-
-    Parameters
-    ----------
-    name : str or os.PathLike
-        A file name or path.
-
-    Returns
-    -------
-    str
-        The name without the extension; without a known one, without its last suffix.
-    """
+    """The file name without its checkpoint extension (``moco.pth.tar`` -> ``moco``)."""
     base = Path(name).name
     ext = checkpoint_extension(base)
     return base[:-len(ext)] if ext else Path(base).stem
@@ -53,18 +27,7 @@ def checkpoint_stem(name: str | os.PathLike[str]) -> str:
 
 def checked_path(path: str | os.PathLike[str]) -> Path:
     """``path`` as given (a symlink keeps its own name), refused unless it is an existing
-    file with a checkpoint extension.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The checkpoint file.
-
-    Returns
-    -------
-    pathlib.Path
-        The path, ``~`` expanded.
-    """
+    file with a checkpoint extension."""
     path = Path(path).expanduser()
     if checkpoint_extension(path) is None:
         suffix = path.suffix or "(none)"

@@ -1,28 +1,4 @@
-"""A size and structure budget for what a checkpoint's pickle builds besides tensors.
-
-A pickle is a program: a few KB can build a dict that holds itself twenty times, or a list
-of lists of lists whose ``repr`` is gigabytes (sharing costs nothing to store, everything
-to walk). Before torch unpickles a file, its pickle opcodes are replayed here on
-stand-ins: nothing is built, no global is looked up, and every length is checked before
-its bytes are read, so the replay costs at most a few MB whatever the file. Refused with a
-:class:`~pipeline.errors.CheckpointError` naming the file and the budget that ran out:
-
-- :data:`MAX_PICKLE_BYTES` bytes of pickle (tensor bytes are not in it);
-- :data:`MAX_OPS` opcodes (each value created is at least one);
-- :data:`MAX_VALUES` values counted as often as they are referenced (what walking the
-  result costs: ``[[x] * 200] * 200`` is 40,000 values), and :data:`MAX_TEXT` characters
-  of strings and bytes counted the same way;
-- :data:`MAX_SHARED` shared references (memo gets: a tied weight, a repeated key);
-- :data:`MAX_DEPTH` levels of nesting;
-- :data:`MAX_STRING` bytes in one string or bytes value, :data:`MAX_INT_BYTES` in one integer;
-- no value that holds itself or is changed after it was shared (Python's pickler writes
-  that only for a value inside itself, which no state dict or training record needs);
-- storages no larger than the file holds: torch allocates each storage a pickle declares
-  (its persistent id ``('storage', type, key, location, numel, ...)``) before it reads a
-  byte, so a few-KB legacy file declaring 100 GB would be allocated; and an archive's
-  storage must be exactly its ``data/<key>`` record, else a memory-mapped load reads the
-  bytes after the record as weights (:mod:`pipeline.encoders.checkpoints.storage_sizes`).
-"""
+"""A size and structure budget for what a checkpoint's pickle builds besides tensors."""
 
 from __future__ import annotations
 
@@ -315,26 +291,7 @@ def _replay(buf: bytes | mmap.mmap, size: int, name: str, pickles: int = 1) -> _
 
 
 def check_pickle_budget(path: str | Path, kind: str) -> frozenset[Global] | None:
-    """Refuse a PyTorch file (``kind`` as ``container_format`` tells it) whose pickle passes a budget.
-
-    Parameters
-    ----------
-    path : str or Path
-        The checkpoint file.
-    kind : str
-        ``torch-zip`` or ``pickle``; any other kind is not a pickle, and passes.
-
-    Returns
-    -------
-    frozenset of Global or None
-        Every global its pickles name (what torch's loader would look up), empty for a file
-        that is not a pickle; None where a name was built from values the replay does not keep.
-
-    Raises
-    ------
-    CheckpointError
-        Naming the file and the budget passed, or what is damaged.
-    """
+    """Refuse a PyTorch file (``kind`` as ``container_format`` tells it) whose pickle passes a budget."""
     path = Path(path)
     if kind == "torch-zip":
         with zipfile.ZipFile(path) as archive:

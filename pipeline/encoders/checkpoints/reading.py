@@ -1,22 +1,4 @@
-"""Reading local checkpoints safely, finding the tensors inside, fingerprinting them.
-
-Only formats that cannot run code are read: safetensors, and PyTorch files (zip archives,
-legacy pickles) loaded with ``torch.load(weights_only=True)``, after their pickle passed
-the budget of :mod:`pipeline.encoders.checkpoints.pickle_budget`. The format is told by a
-bounded prefix of the file, not its name (:mod:`pipeline.encoders.checkpoints.formats`): a
-MoCo ``.pth.tar``, a Lightning ``.ckpt`` or a ``.bin`` are all PyTorch files. A file named
-``.safetensors`` is only ever read as safetensors. A pickle that needs arbitrary objects,
-and PyTorch's legacy tar format (which only an unrestricted unpickler reads), are refused
-with :class:`UnsafeCheckpointError`, saying how to save the weights instead: no message
-points at a way of loading that could run code. A compressed file is named as such; a
-file in none of these formats says it is not a checkpoint.
-
-Besides tensors and plain Python values, training scripts store records of plain values
-that ``weights_only`` refuses by default: ``argparse.Namespace`` (DINO, MAE, timm's
-train.py save their ``args``), Lightning's ``AttributeDict`` (``hyper_parameters``) and
-numpy scalars (a metric). Those few names are read as inert stand-ins (a record of
-attributes, a dict, the numpy scalar): nothing of theirs runs.
-"""
+"""Reading local checkpoints safely, finding the tensors inside, fingerprinting them."""
 
 from __future__ import annotations
 
@@ -61,13 +43,7 @@ _SHOWN = 5
 
 
 class ArgsRecord:
-    """What an ``argparse.Namespace`` in a checkpoint is read as: its attributes, nothing more.
-
-    Parameters
-    ----------
-    **attrs
-        The namespace's attributes.
-    """
+    """What an ``argparse.Namespace`` in a checkpoint is read as: its attributes, nothing more."""
 
     def __init__(self, **attrs: Any) -> None:
         self.__dict__.update(attrs)
@@ -106,29 +82,7 @@ def _allow_plain_records() -> None:
 
 def read_checkpoint(path: str | os.PathLike[str], meta: bool = False) -> object:
     """Everything a checkpoint file holds, read safely: a state dict, or the training
-    script's whole record (weights under some key, optimizer state, epoch, arguments).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The checkpoint file.
-    meta : bool
-        Put every tensor on the meta device (names, shapes and dtypes only). A PyTorch
-        archive is memory-mapped either way: tensor bytes are read only when used.
-
-    Returns
-    -------
-    object
-        A safetensors file gives its flat ``{name: tensor}``; a PyTorch file the object
-        it holds.
-
-    Raises
-    ------
-    CheckpointError
-        Missing, unreadable, truncated, or not a checkpoint at all.
-    UnsafeCheckpointError
-        A pickle that needs objects other than tensors and plain values to load.
-    """
+    script's whole record (weights under some key, optimizer state, epoch, arguments)."""
     path = checked_path(path)
     try:
         kind = container_format(path)
@@ -177,22 +131,10 @@ def read_checkpoint(path: str | os.PathLike[str], meta: bool = False) -> object:
 
 
 def tensor_mappings(raw: object) -> dict[str, dict[str, Tensor]]:
-    """Every mapping inside a checkpoint that holds tensors under string keys, by where it is.
-
-    The top level is ``""``; a mapping under a key is that key (``teacher``), nested ones
-    are joined with ``/`` (``state_dict/model``). Only the tensor entries are kept;
-    searched ``_MAX_DEPTH`` levels deep.
-
-    Parameters
-    ----------
-    raw : object
-        What :func:`read_checkpoint` returned.
-
-    Returns
-    -------
-    dict
-        Location -> ``{name: tensor}``, in the checkpoint's order.
-    """
+    """Every mapping inside a checkpoint that holds tensors under string keys, by where it is."""
+    # The top level is ``""``; a mapping under a key is that key (``teacher``), nested ones
+    # are joined with ``/`` (``state_dict/model``). Only the tensor entries are kept;
+    # searched ``_MAX_DEPTH`` levels deep.
     found: dict[str, dict[str, Tensor]] = {}
 
     def walk(obj: Mapping, where: str, depth: int) -> None:
@@ -211,17 +153,7 @@ def tensor_mappings(raw: object) -> dict[str, dict[str, Tensor]]:
 
 
 def location_label(where: str) -> str:
-    """How a location of :func:`tensor_mappings` is named in messages.
-
-    Parameters
-    ----------
-    where : str
-        A location (``""`` is the top level).
-
-    Returns
-    -------
-    str
-    """
+    """How a location of :func:`tensor_mappings` is named in messages."""
     return short(where) if where else "the top level"  # a key of the file: quoted shortened
 
 
@@ -230,36 +162,13 @@ def load_state_dict(
     checkpoint_key: str | None = None,
     strip_prefixes: Iterable[str] = ("module.",),
 ) -> dict[str, Tensor]:
-    """A flat ``{name: tensor}`` state dict from a checkpoint, on CPU, without an architecture.
-
-    The weights are the only mapping of tensors in the file, or the one at
-    ``checkpoint_key`` (a key, or keys joined with ``/``). Each prefix of
-    ``strip_prefixes`` is removed, in order, only when *every* key carries it. Loading an
-    encoder matches the file to its architecture instead
-    (:func:`pipeline.encoders.checkpoints.fitting.fit_checkpoint`), which also finds the key and
-    the prefix.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The checkpoint file.
-    checkpoint_key : str, optional
-        Where the weights are when the file holds several mappings of tensors.
-    strip_prefixes : iterable of str
-        Key prefixes to remove when every key carries them.
-
-    Returns
-    -------
-    dict
-        Tensor name -> tensor, on CPU.
-
-    Raises
-    ------
-    CheckpointError
-        Unreadable, not a state dict, or several candidates and no ``checkpoint_key``.
-    UnsafeCheckpointError
-        A pickle that would run code to load.
-    """
+    """A flat ``{name: tensor}`` state dict from a checkpoint, on CPU, without an architecture."""
+    # The weights are the only mapping of tensors in the file, or the one at
+    # ``checkpoint_key`` (a key, or keys joined with ``/``). Each prefix of
+    # ``strip_prefixes`` is removed, in order, only when *every* key carries it. Loading an
+    # encoder matches the file to its architecture instead
+    # (:func:`pipeline.encoders.checkpoints.fitting.fit_checkpoint`), which also finds the key and
+    # the prefix.
     path = checked_path(path)
     found = tensor_mappings(read_checkpoint(path))
     state = pick_mapping(found, checkpoint_key, path.name)
@@ -270,21 +179,7 @@ def load_state_dict(
 
 
 def pick_mapping(found: Mapping[str, dict[str, Tensor]], checkpoint_key: str | None, name: str) -> dict[str, Tensor]:
-    """The mapping at ``checkpoint_key``, else the only one; a one-line error otherwise.
-
-    Parameters
-    ----------
-    found : mapping
-        From :func:`tensor_mappings`.
-    checkpoint_key : str or None
-        The location asked for.
-    name : str
-        The file's name, for messages.
-
-    Returns
-    -------
-    dict
-    """
+    """The mapping at ``checkpoint_key``, else the only one; a one-line error otherwise."""
     listed = ", ".join(f"{location_label(w)} ({len(t)} tensors)" for w, t in list(found.items())[:8])
     if checkpoint_key is not None:
         if checkpoint_key not in found:
@@ -335,18 +230,7 @@ def _load_pickle(path: Path, meta: bool = False, mmap: bool = False,
 
 def torch_message(text: str) -> str:
     """The line of torch's message that says what went wrong, without its advice: torch
-    suggests loading with ``weights_only=False``, which would run whatever the file holds.
-
-    Parameters
-    ----------
-    text : str
-        torch's message.
-
-    Returns
-    -------
-    str
-        One printable line of at most 300 characters.
-    """
+    suggests loading with ``weights_only=False``, which would run whatever the file holds."""
     marker = "WeightsUnpickler error:"
     if marker in text:
         text = text[text.index(marker) + len(marker):]
@@ -372,21 +256,9 @@ def _unsafe_names(path: Path, text: str) -> str:
 
 
 def weights_fingerprint(weights: Mapping[str, Tensor] | nn.Module) -> str:
-    """SHA-256 over the tensors: sorted (name, dtype, shape, raw bytes).
-
-    Independent of file name, format and mtime: identical tensors give the same fingerprint,
-    any changed element a different one.
-
-    Parameters
-    ----------
-    weights : mapping or torch.nn.Module
-        A state dict, or a module whose state dict is used.
-
-    Returns
-    -------
-    str
-        64 hexadecimal digits.
-    """
+    """SHA-256 over the tensors: sorted (name, dtype, shape, raw bytes)."""
+    # Independent of file name, format and mtime: identical tensors give the same fingerprint,
+    # any changed element a different one.
     state = weights.state_dict() if isinstance(weights, nn.Module) else weights
     digest = hashlib.sha256()
     for name in sorted(state):

@@ -1,10 +1,5 @@
 """safetensors checkpoints: the tensors, the header alone (shapes and dtypes as meta
-tensors, or its ``__metadata__``, read without torch), and a torn file named as such.
-
-A file shorter than its header says is refused as truncated (the usual sign of a
-checkpoint still being copied or written) before safetensors reads it; anything
-safetensors cannot read is a ``CheckpointError`` naming the file.
-"""
+tensors, or its ``__metadata__``, read without torch), and a torn file named as such."""
 
 from __future__ import annotations
 
@@ -27,20 +22,7 @@ __all__ = ["read_safetensors", "safetensors_metadata"]
 
 def read_safetensors(path: str | os.PathLike[str], meta: bool = False) -> dict[str, Tensor]:
     """The tensors of a safetensors file, on the CPU, or (``meta``) only their names,
-    shapes and dtypes as meta tensors (no tensor bytes read).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        A safetensors file.
-    meta : bool
-        Read the header only.
-
-    Returns
-    -------
-    dict of str to Tensor
-        By tensor name.
-    """
+    shapes and dtypes as meta tensors (no tensor bytes read)."""
     import torch  # deferred: the header's metadata (safetensors_metadata) is read without torch
 
     path = Path(path)
@@ -58,18 +40,7 @@ def read_safetensors(path: str | os.PathLike[str], meta: bool = False) -> dict[s
 
 
 def safetensors_metadata(path: str | os.PathLike[str]) -> Mapping[str, object]:
-    """The ``__metadata__`` of a safetensors file's header (strings; no tensor is read).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        A safetensors file.
-
-    Returns
-    -------
-    mapping
-        Its metadata, empty when the header has none.
-    """
+    """The ``__metadata__`` of a safetensors file's header (strings; no tensor is read)."""
     from safetensors import safe_open
 
     path = Path(path)

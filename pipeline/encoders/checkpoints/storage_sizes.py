@@ -1,14 +1,4 @@
-"""The storages a PyTorch pickle declares, checked against what its file holds.
-
-torch.load allocates each storage a pickle declares by its persistent id,
-``('storage', type, key, location, numel[, view])``, before it reads a byte of it: numel
-elements of the type's size. A legacy file (``_use_new_zipfile_serialization=False``)
-holds each storage's bytes after its pickles, so together they cannot exceed the file's
-size; a few-KB file declaring 100 GB is refused here instead of allocated. An archive holds
-each storage as its ``data/<key>`` record, whose size the zip directory gives: a storage
-of another size is refused, since a memory-mapped load would otherwise read the bytes
-after the record (other records, the directory) as weights, with no error.
-"""
+"""The storages a PyTorch pickle declares, checked against what its file holds."""
 
 from __future__ import annotations
 
@@ -34,45 +24,14 @@ _MODULES = ("torch", "torch.cuda", "torch.storage")
 
 
 def element_size(storage_type: Global) -> int | None:
-    """Bytes per element of a storage type (``torch FloatStorage``), None for any other global.
-
-    Parameters
-    ----------
-    storage_type : Global
-
-    Returns
-    -------
-    int or None
-    """
+    """Bytes per element of a storage type (``torch FloatStorage``), None for any other global."""
     if storage_type.module not in _MODULES or not storage_type.name.endswith("Storage"):
         return None
     return _ELEMENT_SIZES.get(storage_type.name[:-len("Storage")])
 
 
 def declared_storage(pid: object, unknown: object, name: str) -> tuple[object, int] | None:
-    """The key and bytes of the storage a persistent id declares, from the values the replay kept.
-
-    Parameters
-    ----------
-    pid : object
-        The persistent id's kept value: a tuple of kept values, or ``unknown``.
-    unknown : object
-        What stands for a value not kept.
-    name : str
-        The file's name, for messages.
-
-    Returns
-    -------
-    tuple or None
-        ``(key, bytes)``; None for an id that is not a storage's, or whose type torch does not
-        accept (torch refuses those itself).
-
-    Raises
-    ------
-    CheckpointError
-        A storage whose type, key or size is not written as a plain value: its size cannot
-        be checked, and torch never writes one so.
-    """
+    """The key and bytes of the storage a persistent id declares, from the values the replay kept."""
     if not isinstance(pid, tuple) or not pid or pid[0] not in ("storage", b"storage") or len(pid) not in (5, 6):
         if pid is unknown or (isinstance(pid, tuple) and unknown in pid[:1]):
             raise CheckpointError(f"Refusing checkpoint {name!r}: a persistent id that is not a plain tuple of "
@@ -90,26 +49,7 @@ def declared_storage(pid: object, unknown: object, name: str) -> tuple[object, i
 
 def check_storage_sizes(path: Path, storages: dict[object, int], file_size: int | None = None,
                         records: dict[str, int] | None = None, prefix: str = "") -> None:
-    """Refuse storages larger than a legacy file, or unlike their archive records.
-
-    Parameters
-    ----------
-    path : Path
-        The checkpoint, for messages.
-    storages : dict
-        Storage key -> bytes declared.
-    file_size : int, optional
-        A legacy file's size: the storages' bytes together must fit in it.
-    records : dict, optional
-        An archive's record names -> uncompressed sizes: each storage must be its record.
-    prefix : str
-        The archive's folder (``archive/``), before ``data/<key>``.
-
-    Raises
-    ------
-    CheckpointError
-        Naming the file, the bytes declared and the bytes the file holds.
-    """
+    """Refuse storages larger than a legacy file, or unlike their archive records."""
     if file_size is not None:
         total = sum(storages.values())
         if total > file_size:

@@ -1,23 +1,4 @@
-"""Expected calibration error and temperature scaling (Guo et al. 2017; Ericsson et al. 4.7).
-
-ECE (Guo et al. 2017): the confidence of a prediction is its largest class probability and
-the prediction is that class (ties: the smallest class index, as ``numpy.argmax``).
-Confidences fall into ``n_bins`` equal-width bins over [0, 1]; bin b (0-based) holds the
-confidences in (b / M, (b + 1) / M], right-closed, and the first bin also holds an exact 0.
-ECE = sum over bins of (bin size / n) * |accuracy in bin - mean confidence in bin|; empty
-bins contribute nothing.
-
-Temperature scaling (Guo et al. 2017): one scalar T > 0 divides the logits; T minimises the
-mean negative log-likelihood of softmax(logits / T) on a validation split and is then
-applied to the test logits. It never changes a prediction, only the confidences. The NLL is
-convex in beta = 1 / T (its second derivative is the variance of the logits under the
-softmax), so T is found as the root of the derivative in beta by Brent's method, to machine
-precision, within ``bounds``.
-
-The report reads logits as blocks (``calibration_report_blocks``), so a probe never keeps
-an (n x K) logit matrix of its validation or test split: every evaluation of the NLL's
-derivative is one pass over the validation blocks, in torch on their device.
-"""
+"""Expected calibration error and temperature scaling (Guo et al. 2017; Ericsson et al. 4.7)."""
 
 from __future__ import annotations
 
@@ -192,19 +173,7 @@ def apply_temperature(logits: object, temperature: float) -> np.ndarray:
 
 
 def negative_log_likelihood(logits: object, y: object, temperature: float = 1.0) -> float:
-    """Mean cross-entropy of softmax(logits / temperature) against the labels.
-
-    Parameters
-    ----------
-    logits : array-like of shape (n, K)
-    y : array-like of shape (n,)
-        Class indices.
-    temperature : float
-
-    Returns
-    -------
-    float
-    """
+    """Mean cross-entropy of softmax(logits / temperature) against the labels."""
     t = _check_temperature(temperature)
     z, labels = _check_logits_labels(logits, y, "logits")
     return _nll(z / t, labels)
@@ -320,21 +289,7 @@ def _fit_temperature(logits_val: object, y_val: object, bounds: tuple[float, flo
 
 @dataclass(frozen=True)
 class CalibrationReport:
-    """Test-split calibration before and after temperature scaling fitted on validation.
-
-    Parameters
-    ----------
-    temperature : float
-    ece_before, ece_after : float
-        ECE at T = 1 and at ``temperature``.
-    nll_before, nll_after : float
-        Mean NLL at T = 1 and at ``temperature``.
-    accuracy : float
-        Test top-1 of the logits.
-    n_bins : int
-    temperature_at_bound : bool
-        The NLL optimum lies outside the bounds: ``temperature`` is the nearest bound.
-    """
+    """Test-split calibration before and after temperature scaling fitted on validation."""
 
     temperature: float
     ece_before: float
@@ -373,20 +328,7 @@ def _test_sums(blocks: LogitBlocks, temperature: float, n_bins: int) -> tuple[fl
 
 def calibration_report_blocks(val_blocks: LogitBlocks, test_blocks: LogitBlocks, n_bins: int = DEFAULT_N_BINS,
                               bounds: tuple[float, float] = DEFAULT_T_BOUNDS) -> CalibrationReport:
-    """``calibration_report`` over logit blocks (never an (n x K) array of a whole split).
-
-    Parameters
-    ----------
-    val_blocks, test_blocks : callable
-        Each returns an iterable of (logits (b, K) float64 tensor, class indices (b,)
-        int64 tensor); called once per pass.
-    n_bins : int
-    bounds : tuple of float
-
-    Returns
-    -------
-    CalibrationReport
-    """
+    """``calibration_report`` over logit blocks (never an (n x K) array of a whole split)."""
     n_bins = _check_n_bins(n_bins)
     t, at_bound = _fit_temperature_blocks(val_blocks, bounds)
     ece_before, nll_before, accuracy = _test_sums(test_blocks, 1.0, n_bins)

@@ -1,35 +1,4 @@
-"""Invariance audit: which coordinate changes of the features each protocol ignores.
-
-A fixed invertible map g of the features carries the same
-information; a protocol is invariant to g when fitting on g(train) and predicting g(test)
-gives the same test predictions as without g, for every train set. The audit applies
-five maps to the train and test features (float64), refits every protocol and counts the
-test predictions that change:
-
-- ``rotation``: x Q, Q a random orthogonal matrix (QR of a Gaussian matrix, signs fixed);
-- ``isotropic_scale``: 10 x;
-- ``translation``: x + t, t ~ N(0, (3 sigma)^2 I), sigma the std of all train entries, so the
-  shift is about three times the spread of the data;
-- ``per_feature_scale``: x diag(10^u), u ~ U[-2, 2] per feature;
-- ``affine`` (the table's "any invertible affine"): x A + t with A = U diag(10^v) V^T, U and V
-  random orthogonal, v ~ U[-1, 1], and t drawn like the translation.
-
-Hyperparameters are fixed from the *original* train features and kept for every map, as a
-fixed protocol would: lambda_0 = ||X_train||_F^2 / d (the mean eigenvalue of H^T H) for the
-ridge and logistic probes on raw features, and lambda = n_train (the same quantity for
-standardised or whitened features) after standardize / whiten. A protocol that re-selects
-lambda per representation (LOO PRESS) is a different protocol and would absorb the
-isotropic scale.
-
-Expected behaviour (``EXPECTED_INVARIANCE``): a "yes" cell must change no prediction (the
-iterative logistic solvers only up to their gradient tolerance ``logistic_tol``:
-``invariance_audit`` defaults to max |gradient| <= 1e-10, the registered ``invariance``
-protocol to 1e-6; LogisticProbe with a bias, scikit-learn's lbfgs without, as
-LogisticProbe always fits one);
-a "no" cell normally changes many, though a given data set may happen to change none.
-Invariance is not accuracy: whitened 5-NN ignores every map and may still be the least
-accurate protocol.
-"""
+"""Invariance audit: which coordinate changes of the features each protocol ignores."""
 
 from __future__ import annotations
 
@@ -93,16 +62,7 @@ EXPECTED_INVARIANCE: Mapping[str, Mapping[str, bool]] = MappingProxyType(
 
 @dataclass(frozen=True)
 class AuditContext:
-    """Quantities of the original train features that fix the protocols' hyperparameters.
-
-    Parameters
-    ----------
-    n_train, n_features : int
-    gram_scale : float
-        ||X_train||_F^2 / d: the mean eigenvalue of H^T H.
-    logistic_tol : float
-        Gradient tolerance of the logistic rows.
-    """
+    """Quantities of the original train features that fix the protocols' hyperparameters."""
 
     n_train: int
     n_features: int
@@ -171,30 +131,14 @@ _FULL_RANK = ("least_squares_bias", "whiten_knn_euclidean", "whiten_ridge")
 
 @dataclass(frozen=True)
 class FeatureMap:
-    """x -> x @ matrix + offset, applied to train and test alike.
-
-    Parameters
-    ----------
-    name : str
-    matrix : numpy.ndarray of shape (d, d)
-    offset : numpy.ndarray of shape (d,)
-    """
+    """x -> x @ matrix + offset, applied to train and test alike."""
 
     name: str
     matrix: np.ndarray
     offset: np.ndarray
 
     def apply(self, X: np.ndarray) -> np.ndarray:
-        """The mapped features (float64).
-
-        Parameters
-        ----------
-        X : numpy.ndarray of shape (n, d)
-
-        Returns
-        -------
-        numpy.ndarray of shape (n, d)
-        """
+        """The mapped features (float64)."""
         return np.asarray(X, dtype=np.float64) @ self.matrix + self.offset
 
 
@@ -204,21 +148,7 @@ def _orthogonal(d: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def invariance_maps(n_features: int, seed: int = 0, data_scale: float = 1.0) -> dict[str, FeatureMap]:
-    """The five maps of the audit for ``n_features`` features (see the module doc).
-
-    Parameters
-    ----------
-    n_features : int
-    seed : int
-        Draws the maps.
-    data_scale : float
-        The std of the features; translations are ``TRANSLATION_SCALE`` times it per
-        coordinate.
-
-    Returns
-    -------
-    dict of str to FeatureMap
-    """
+    """The five maps of the audit for ``n_features`` features (see the module doc)."""
     d = int(n_features)
     rng = np.random.default_rng(seed)
     zero = np.zeros(d)
@@ -240,16 +170,7 @@ def invariance_maps(n_features: int, seed: int = 0, data_scale: float = 1.0) -> 
 
 @dataclass(frozen=True)
 class InvarianceRecord:
-    """One (protocol, map) cell: how many test predictions the map changed.
-
-    Parameters
-    ----------
-    protocol, map : str
-    expected_invariant : bool or None
-        The table's answer (None for custom protocols).
-    n_changed, n_test : int
-    fraction_changed, accuracy_before, accuracy_after : float
-    """
+    """One (protocol, map) cell: how many test predictions the map changed."""
 
     protocol: str
     map: str
@@ -268,14 +189,7 @@ class InvarianceRecord:
 
 @dataclass(frozen=True)
 class InvarianceAudit:
-    """All cells of the audit, protocol-major in the order run.
-
-    Parameters
-    ----------
-    records : tuple of InvarianceRecord
-    protocols, maps : tuple of str
-    seed : int
-    """
+    """All cells of the audit, protocol-major in the order run."""
 
     records: tuple[InvarianceRecord, ...]
     protocols: tuple[str, ...]
@@ -283,33 +197,18 @@ class InvarianceAudit:
     seed: int
 
     def to_records(self) -> list[dict[str, Any]]:
-        """Flat dictionaries, one per cell, with ``consistent`` included.
-
-        Returns
-        -------
-        list of dict
-        """
+        """Flat dictionaries, one per cell, with ``consistent`` included."""
         return [{**asdict(r), "consistent": r.consistent} for r in self.records]
 
     def observed(self) -> dict[str, dict[str, bool]]:
-        """observed[protocol][map]: True where no test prediction changed.
-
-        Returns
-        -------
-        dict
-        """
+        """observed[protocol][map]: True where no test prediction changed."""
         out: dict[str, dict[str, bool]] = {}
         for r in self.records:
             out.setdefault(r.protocol, {})[r.map] = r.n_changed == 0
         return out
 
     def violations(self) -> list[InvarianceRecord]:
-        """Cells expected invariant whose predictions changed.
-
-        Returns
-        -------
-        list of InvarianceRecord
-        """
+        """Cells expected invariant whose predictions changed."""
         return [r for r in self.records if not r.consistent]
 
 

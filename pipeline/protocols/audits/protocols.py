@@ -1,7 +1,4 @@
-"""The invariance audit, ``invariance``, registered with its defaults, ranges and memory model.
-
-Only metadata is built at import: the audit (scikit-learn) is imported when it runs.
-"""
+"""The invariance audit, ``invariance``, registered with its defaults, ranges and memory model."""
 
 from __future__ import annotations
 
@@ -18,17 +15,7 @@ __all__ = ["invariance_memory"]
 
 
 def invariance_memory(c: CellShape, s: Mapping[str, Any]) -> int:
-    """The invariance audit (streams the train split): a subsample in float64 and its maps.
-
-    Parameters
-    ----------
-    c : CellShape
-    s : mapping
-
-    Returns
-    -------
-    int
-    """
+    """The invariance audit (streams the train split): a subsample in float64 and its maps."""
     m = min(c.n_train, int(s.get("max_train", 1000)))
     r = min(c.dim, int(s.get("max_dims", 64)))
     return peak(features=features(c, streams=True), labels=labels(c),
@@ -47,7 +34,7 @@ def invariance_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     streams_train=True, memory=invariance_memory, metrics=("violations",), primary_metric="violations",
     unbounded=("violations",),
     description="changed predictions under rotation, scale, translation, per-feature and dense maps",
-    cheap_settings={"max_train": 24, "max_dims": 3},
+    cheap_settings={"max_train": 24, "max_dims": 3}, kind="audit", slow=True,
 )
 def _invariance(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch, scipy and scikit-learn load when a cell runs, not when the registry is read
@@ -69,16 +56,14 @@ def _invariance(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
 
 
 def _principal_basis(X: np.ndarray, max_dims: int, min_singular_ratio: float) -> np.ndarray:
-    """Orthonormal basis (d, r) of the train features' leading principal directions.
-
-    The maps of the audit multiply condition numbers (per-feature scale 10^±2, dense map
-    10^±1), and least squares and whitening, whose invariances are audited, need a
-    numerically full-rank train covariance after every map. Real features are often
-    rank deficient (dead ReLU units, d > n) with a long tail of tiny singular values, so
-    the audit runs in the coordinates of at most ``max_dims`` principal directions whose
-    singular values are at least ``min_singular_ratio`` times the largest: the bulk of the
-    train variation, well conditioned. The record says how many were used.
-    """
+    """Orthonormal basis (d, r) of the train features' leading principal directions."""
+    # The maps of the audit multiply condition numbers (per-feature scale 10^±2, dense map
+    # 10^±1), and least squares and whitening, whose invariances are audited, need a
+    # numerically full-rank train covariance after every map. Real features are often
+    # rank deficient (dead ReLU units, d > n) with a long tail of tiny singular values, so
+    # the audit runs in the coordinates of at most ``max_dims`` principal directions whose
+    # singular values are at least ``min_singular_ratio`` times the largest: the bulk of the
+    # train variation, well conditioned. The record says how many were used.
     Xc = (X - X.mean(axis=0)).astype(np.float64)
     _, sv, Vt = np.linalg.svd(Xc, full_matrices=False)
     keep = int(np.sum(sv > sv[0] * min_singular_ratio)) if sv.size and sv[0] > 0 else 0

@@ -1,12 +1,4 @@
-"""Feature rows read block by block on a compute device, never copied whole.
-
-* ``sizes``: block budgets (``BLOCK_BYTES``, ``block_rows``) and the ``Blocks`` callable type;
-* ``parts``: the parts rows are joined from (in memory, streamed, streamed rows kept);
-* ``feature_rows``: ``FeatureRows``, the splits joined as one virtual row array, selected
-  and followed by a fitted row map (``with_map``);
-* ``scores``: block-wise predictions from class scores (``predict_from_scores``,
-  ``RowsPredictMixin``).
-"""
+"""Feature rows read block by block on a compute device, never copied whole."""
 
 from pipeline.protocols.blocks.feature_rows import FeatureRows
 from pipeline.protocols.blocks.parts import CachedPart, StreamedPart, to_torch_block

@@ -1,14 +1,4 @@
-"""``FeatureRows``: the rows of one or more feature matrices as one virtual row array.
-
-A protocol's memory must stay near the features it is given, whatever the number of
-rows: a second full-size copy (a float64 cast, a concatenation of splits, a transformed
-copy, a training subset) would double it. ``FeatureRows`` stands for the rows of one or
-more feature matrices (the splits joined), each held in memory (numpy, any float dtype:
-float16 stays float16) or streamed from storage (``pipeline.protocols.blocks.parts``),
-optionally restricted to some rows (``select``) and followed by a row map (``with_map``:
-a fitted preprocessing). The protocols read it as blocks of bounded size, converted to
-their compute dtype on their device only one block at a time.
-"""
+"""``FeatureRows``: the rows of one or more feature matrices as one virtual row array."""
 
 from __future__ import annotations
 

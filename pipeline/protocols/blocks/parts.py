@@ -1,9 +1,4 @@
-"""The parts a ``FeatureRows`` joins: streamed from storage, or some of their rows kept.
-
-A part is a numpy array in memory (any float dtype), a ``StreamedPart`` read by a
-callable yielding ``(block, row_offset)``, or a ``CachedPart`` (the rows of a streamed
-part read once and kept); ``to_torch_block`` converts one block for a device.
-"""
+"""The parts a ``FeatureRows`` joins: streamed from storage, or some of their rows kept."""
 
 from __future__ import annotations
 

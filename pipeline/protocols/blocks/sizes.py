@@ -1,8 +1,4 @@
-"""Block sizes: how many feature rows one block holds on a device.
-
-Every protocol reads its features as blocks of bounded bytes (``BLOCK_BYTES``), so its
-memory stays near the features it is given, whatever their number of rows.
-"""
+"""Block sizes: how many feature rows one block holds on a device."""
 
 from __future__ import annotations
 

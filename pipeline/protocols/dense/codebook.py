@@ -1,22 +1,4 @@
-"""Surface normals as classification over clustered normals, the seed's formulation.
-
-Goyal et al. 2019's surface-normal code, which Ericsson et al. 2021 run (following Wang et
-al. 2015): the training normals are clustered by k-means into K = 40 centres (a fixed
-codebook), every valid pixel's label is its nearest centre (Euclidean), the head is
-trained by cross-entropy over those labels, and a prediction is the softmax-weighted sum
-of the centres at each pixel, renormalised to unit length, scored by the angular-error
-metrics. The seed's codebook was computed once on NYUv2's training normals; here it is
-computed per cell from its own training targets: k-means (scikit-learn, k-means++
-initialisation seeded by the cell's seed) on a seeded sample of at most
-``CODEBOOK_SAMPLE`` valid training pixels, with K lowered to the number of distinct
-normals sampled when there are fewer.
-
-The other formulation, ``regression`` (unit normals trained by the mean cosine distance),
-is :func:`pipeline.protocols.dense.runners.normals_loss`.
-
-The registry reads ``FORMULATIONS`` and ``CODEBOOK_SAMPLE`` from here, so torch is
-imported by the functions that use it, when a cell runs.
-"""
+"""Surface normals as classification over clustered normals, the seed's formulation."""
 
 from __future__ import annotations
 
@@ -37,26 +19,7 @@ _IGNORE = -100  # cross-entropy's ignore index: invalid pixels (the zero vector)
 
 def normal_codebook(parts: Sequence[Any], rows: Sequence[np.ndarray], clusters: int, seed: int,
                     sample: int = CODEBOOK_SAMPLE) -> np.ndarray:
-    """The k-means centres of a seeded sample of the valid training normals.
-
-    Parameters
-    ----------
-    parts : sequence of array
-        (n_i, H, W, 3) target normals per part (train, validation), zero where invalid.
-    rows : sequence of numpy.ndarray
-        The training rows of each part.
-    clusters : int
-        K (40 in the seed).
-    seed : int
-        Seeds the pixel sample and the k-means initialisation.
-    sample : int
-        Most pixels sampled, spread evenly over the training images.
-
-    Returns
-    -------
-    numpy.ndarray
-        float64 (K', 3) centres, K' = min(K, distinct normals sampled), in k-means' order.
-    """
+    """The k-means centres of a seeded sample of the valid training normals."""
     # deferred: scikit-learn loads only when a classification cell fits its codebook
     from sklearn.cluster import KMeans
 
@@ -78,20 +41,7 @@ def normal_codebook(parts: Sequence[Any], rows: Sequence[np.ndarray], clusters: 
 
 
 def nearest_centre(targets: Any, codebook: Any) -> Any:
-    """Each pixel's nearest centre (Euclidean), ``_IGNORE`` where the normal is invalid.
-
-    Parameters
-    ----------
-    targets : torch.Tensor
-        (B, H, W, 3) normals, the zero vector where invalid.
-    codebook : torch.Tensor
-        (K, 3) float32 centres.
-
-    Returns
-    -------
-    torch.Tensor
-        int64 (B, H, W).
-    """
+    """Each pixel's nearest centre (Euclidean), ``_IGNORE`` where the normal is invalid."""
     import torch  # deferred: the registry imports this module without torch
 
     t = targets.to(torch.float32)
@@ -101,18 +51,7 @@ def nearest_centre(targets: Any, codebook: Any) -> Any:
 
 
 def codebook_loss(codebook: np.ndarray) -> Callable[[Any, Any], Any]:
-    """Cross-entropy of the upsampled logits against each valid pixel's nearest centre.
-
-    Parameters
-    ----------
-    codebook : numpy.ndarray
-        (K, 3) centres.
-
-    Returns
-    -------
-    callable
-        ``loss(outputs (B, K, H, W), targets (B, H, W, 3)) -> scalar`` (mean over valid pixels).
-    """
+    """Cross-entropy of the upsampled logits against each valid pixel's nearest centre."""
     import torch  # deferred: the registry imports this module without torch
     import torch.nn.functional as F  # deferred: as torch
 
@@ -126,18 +65,7 @@ def codebook_loss(codebook: np.ndarray) -> Callable[[Any, Any], Any]:
 
 
 def decode_normals(codebook: np.ndarray) -> Callable[[Any], Any]:
-    """Upsampled logits to unit normals: the softmax-weighted sum of the centres, renormalised.
-
-    Parameters
-    ----------
-    codebook : numpy.ndarray
-        (K, 3) centres.
-
-    Returns
-    -------
-    callable
-        ``finish(outputs (B, K, H, W)) -> (B, H, W, 3) float16``.
-    """
+    """Upsampled logits to unit normals: the softmax-weighted sum of the centres, renormalised."""
     import torch  # deferred: the registry imports this module without torch
     import torch.nn.functional as F  # deferred: as torch
 

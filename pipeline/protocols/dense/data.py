@@ -1,10 +1,4 @@
-"""What one dense cell hands its protocol: maps and per-pixel targets of every split.
-
-Checked before anything trains (:func:`check_dense_data`): maps (n, h, w, d) with finite
-values and one width, targets with one row per map, at one resolution, of the protocol's
-task (uint8 class maps with the ignore index, or unit normals with the zero vector where
-invalid), class indices below ``n_classes``.
-"""
+"""What one dense cell hands its protocol: maps and per-pixel targets of every split."""
 
 from __future__ import annotations
 
@@ -26,29 +20,7 @@ _CHECK_ROWS = 64  # maps checked for NaN/inf a block of images at a time
 
 @dataclass(frozen=True)
 class DenseData:
-    """The arrays of one dense cell.
-
-    Parameters
-    ----------
-    task : str
-        ``segmentation`` or ``normals``.
-    X_train, X_test : numpy.ndarray
-        Maps (n, h, w, d), any float dtype (float16 as stored).
-    y_train, y_test : numpy.ndarray
-        Targets: (n, H, W) uint8 class maps (``ignore_index`` not scored), or (n, H, W, 3)
-        unit normals (the zero vector where invalid).
-    n_classes : int
-        Classes of a segmentation task (3 for normals: the output channels).
-    X_val, y_val : numpy.ndarray or None
-        The dataset's validation split, when the cell has one.
-    ignore_index : int
-        The class index no loss or metric counts.
-    scratch_dir : Path or None
-        Where training saves its state to resume from (None: not resumable).
-    on_step : callable or None
-        ``on_step(run, finished steps)`` after every training step of each run
-        (``select-00``, ``refit``, ``train``): progress.
-    """
+    """The arrays of one dense cell."""
 
     task: str
     X_train: Any
@@ -74,16 +46,7 @@ class DenseData:
 
 
 def check_dense_data(data: Any, protocol: str, task: str) -> None:
-    """Refuse a dense cell's arrays before training, naming the array and what was expected.
-
-    Parameters
-    ----------
-    data : DenseData
-    protocol : str
-        The protocol's name, for messages.
-    task : str
-        The task the protocol needs.
-    """
+    """Refuse a dense cell's arrays before training, naming the array and what was expected."""
     if not isinstance(data, DenseData):
         raise DataValidationError(f"protocol {protocol!r} reads spatial maps and per-pixel targets of a dense dataset "
                                   f"(a {task} dataset and a layer 'block<i>.map'), not {type(data).__name__}")

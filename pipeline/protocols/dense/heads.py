@@ -1,23 +1,6 @@
 """The heads trained on frozen maps: a 1x1 convolution (linear, per grid cell), a small
 convolutional head, or PSPNet's pyramid pooling head, their outputs upsampled bilinearly
-to the targets' resolution.
-
-``pspnet`` (Zhao et al. 2017's pyramid pooling module, the decoder of the seed's
-surface-normal code, Goyal et al. 2019 as used by Ericsson et al. 2021): the map is
-average-pooled to 1 x 1, 2 x 2, 3 x 3 and 6 x 6 cells, each pooled map goes through a 1x1
-convolution to ``hidden`` channels, batch norm and ReLU and is upsampled bilinearly back to
-the map's grid; the map and the four branches are concatenated, then a 3x3 convolution to
-``hidden`` channels, batch norm, ReLU, channel dropout (0.1) and a 1x1 convolution give
-the outputs. Two things are this project's: the dropout masks are drawn from a generator
-seeded by the cell's seed and the number of training calls so far (kept with the head's
-state, so a resumed run draws the same masks), and a batch norm that sees one value per
-channel (a batch of one image in the 1 x 1 branch) normalises with its running
-statistics instead of failing.
-
-Initial weights come from a generator seeded by the cell's seed (PyTorch's default
-initialisation, drawn from that generator), never from the process-wide one, so two
-cells trained in threads of one process do not change each other's weights.
-"""
+to the targets' resolution."""
 
 from __future__ import annotations
 
@@ -66,16 +49,7 @@ class _SeededDropout2d(nn.Module):
 
 
 class PyramidPooling(nn.Module):
-    """PSPNet's pyramid pooling head (module doc), (B, d, h, w) -> (B, out, h, w).
-
-    Parameters
-    ----------
-    in_channels, out_channels : int
-    hidden : int
-        Channels of each pooled branch and of the fusing convolution (512 in the seed).
-    seed : int
-        Seeds the dropout masks.
-    """
+    """PSPNet's pyramid pooling head (module doc), (B, d, h, w) -> (B, out, h, w)."""
 
     def __init__(self, in_channels: int, out_channels: int, hidden: int, seed: int) -> None:
         super().__init__()
@@ -88,18 +62,7 @@ class PyramidPooling(nn.Module):
             nn.ReLU(), _SeededDropout2d(_DROPOUT, seed), nn.Conv2d(hidden, out_channels, 1))
 
     def forward(self, x: Tensor) -> Tensor:
-        """Outputs on the map's grid.
-
-        Parameters
-        ----------
-        x : torch.Tensor
-            (B, d, h, w) standardised maps.
-
-        Returns
-        -------
-        torch.Tensor
-            (B, out, h, w).
-        """
+        """Outputs on the map's grid."""
         size = x.shape[2:]
         pooled = [F.interpolate(branch(x), size=size, mode="bilinear", align_corners=False)
                   for branch in self.branches]
@@ -108,15 +71,7 @@ class PyramidPooling(nn.Module):
 
 class DenseHead(nn.Module):
     """Channel standardisation (the train split's per-channel mean and standard deviation,
-    fixed, as a frozen batch norm), then the head's convolutions.
-
-    Parameters
-    ----------
-    layers : torch.nn.Module
-        The convolutions, (B, d, h, w) -> (B, out, h, w).
-    mean, std : torch.Tensor
-        (d,) per-channel statistics of the train maps.
-    """
+    fixed, as a frozen batch norm), then the head's convolutions."""
 
     def __init__(self, layers: nn.Module, mean: Tensor, std: Tensor) -> None:
         super().__init__()
@@ -125,44 +80,14 @@ class DenseHead(nn.Module):
         self.register_buffer("std", std.reshape(1, -1, 1, 1).clone())
 
     def forward(self, maps: Tensor) -> Tensor:
-        """Outputs on the grid of a batch of channels-last maps.
-
-        Parameters
-        ----------
-        maps : torch.Tensor
-            (B, h, w, d) float32.
-
-        Returns
-        -------
-        torch.Tensor
-            (B, out, h, w).
-        """
+        """Outputs on the grid of a batch of channels-last maps."""
         x = maps.permute(0, 3, 1, 2)
         return self.layers((x - self.mean) / self.std)
 
 
 def make_head(kind: str, in_channels: int, out_channels: int, hidden: int, mean: Tensor, std: Tensor,
               seed: int) -> DenseHead:
-    """A head of ``kind`` with seeded initial weights.
-
-    Parameters
-    ----------
-    kind : str
-        One of :data:`HEADS`.
-    in_channels, out_channels : int
-        Map width and outputs per pixel (classes, or 3 for normals).
-    hidden : int
-        Channels of the ``conv`` head's hidden layer, or of the ``pspnet`` head's branches
-        and fusing convolution.
-    mean, std : torch.Tensor
-        The train maps' per-channel statistics.
-    seed : int
-        Seeds the initial weights.
-
-    Returns
-    -------
-    DenseHead
-    """
+    """A head of ``kind`` with seeded initial weights."""
     if kind == "linear":
         layers: nn.Module = nn.Conv2d(in_channels, out_channels, 1)
     elif kind == "pspnet":
@@ -182,18 +107,5 @@ def make_head(kind: str, in_channels: int, out_channels: int, hidden: int, mean:
 
 def upsample(outputs: Tensor, size: tuple[int, int]) -> Tensor:
     """Grid outputs to the targets' resolution, bilinear (``align_corners=False``: grid cell
-    centres sit at the centres of the input pixels they cover).
-
-    Parameters
-    ----------
-    outputs : torch.Tensor
-        (B, C, h, w).
-    size : tuple of int
-        (H, W).
-
-    Returns
-    -------
-    torch.Tensor
-        (B, C, H, W).
-    """
+    centres sit at the centres of the input pixels they cover)."""
     return F.interpolate(outputs, size=size, mode="bilinear", align_corners=False)

@@ -1,12 +1,4 @@
-"""Peak host memory of one dense cell, from its shapes (a map of h x w cells is ``n_tokens``).
-
-A dense cell holds every split's maps as stored and their targets, the test predictions
-at the targets' resolution (kept as the cell's maps), the metric's work (per-image
-confusion matrices; every valid pixel's angular error in float64 for the median), the
-channel statistics' block, and one minibatch's activations with their gradients (the
-standardised maps, the head's outputs on the grid and upsampled to the targets, the
-softmax or normalisation). The model is a little high rather than low, for scheduling.
-"""
+"""Peak host memory of one dense cell, from its shapes (a map of h x w cells is ``n_tokens``)."""
 
 from __future__ import annotations
 
@@ -42,18 +34,7 @@ def _common(c: CellShape, s: Mapping[str, Any], target_bytes: int, out_channels:
 
 
 def segmentation_memory(c: CellShape, s: Mapping[str, Any]) -> int:
-    """The linear segmentation head: uint8 targets and predictions, per-image counts.
-
-    Parameters
-    ----------
-    c : CellShape
-    s : mapping
-        Full settings.
-
-    Returns
-    -------
-    int
-    """
+    """The linear segmentation head: uint8 targets and predictions, per-image counts."""
     K = c.n_classes
     return peak(cell=_common(c, s, 1, K, 0), pixel_work=matrix(c.target_pixels, 4),
                 per_image_counts=matrix(c.n_test, K, copies=3), confusion=matrix(K, K, copies=2))
@@ -62,18 +43,7 @@ def segmentation_memory(c: CellShape, s: Mapping[str, Any]) -> int:
 def normals_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     """The normals head: float16 unit-vector targets and predictions, every valid test
     pixel's angular error (float64) for the median; in the classification formulation K
-    logits per pixel, the codebook's fit and each batch's label assignment.
-
-    Parameters
-    ----------
-    c : CellShape
-    s : mapping
-        Full settings.
-
-    Returns
-    -------
-    int
-    """
+    logits per pixel, the codebook's fit and each batch's label assignment."""
     head = s.get("head", "pspnet")
     hidden = int(s.get("hidden_units", 512)) if head != "linear" else 0
     # every valid test pixel's angular error (float64, and its sorted copy for the median), one image's normals

@@ -1,21 +1,4 @@
-"""Dense metrics, as the benchmarks compute them, over every scored pixel of a test set.
-
-Surface normals (Fouhey et al. 2013; the evaluation of Wang et al. and Bansal et al. that
-Goyal et al. and Ericsson et al. use): per valid pixel, the angle in degrees between the
-predicted and the true normal, ``degrees(arccos(clip(<p, g>, -1, 1)))`` of unit vectors
-(both renormalised in float64); the mean, the median (``numpy.median``) and the fraction of
-pixels with an angle strictly below 11.25, 22.5 and 30 degrees, all over the valid pixels
-of the whole set. A pixel is valid where the true normal is not the zero vector.
-
-Segmentation: one confusion matrix over every non-ignored pixel of the set (not a mean of
-per-image scores); IoU of class k = TP / (TP + FP + FN); mIoU = the mean IoU over the
-classes present in the ground truth or in the predictions (a class absent from both has no
-IoU and is left out of the mean); pixel accuracy = correctly labelled pixels / labelled
-pixels.
-
-Each metric also has per-image counts (the evidence kept for paired comparisons): their
-sum over the images gives the set's metric exactly (:func:`score_from_counts`).
-"""
+"""Dense metrics, as the benchmarks compute them, over every scored pixel of a test set."""
 
 from __future__ import annotations
 
@@ -39,20 +22,7 @@ _WITHIN = ("within_11_25", "within_22_5", "within_30")
 
 
 def angular_errors(pred: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """Angle in degrees between predicted and true normals at every valid pixel, in order.
-
-    Parameters
-    ----------
-    pred : numpy.ndarray
-        (..., 3) predicted normals (any length; renormalised).
-    target : numpy.ndarray
-        (..., 3) true normals, the zero vector where invalid.
-
-    Returns
-    -------
-    numpy.ndarray
-        float64 (number of valid pixels,).
-    """
+    """Angle in degrees between predicted and true normals at every valid pixel, in order."""
     p = np.asarray(pred, dtype=np.float64).reshape(-1, 3)
     g = np.asarray(target, dtype=np.float64).reshape(-1, 3)
     g_norm = np.linalg.norm(g, axis=1)
@@ -63,19 +33,7 @@ def angular_errors(pred: np.ndarray, target: np.ndarray) -> np.ndarray:
 
 
 def normals_metrics(errors: np.ndarray) -> dict[str, float]:
-    """Mean and median angular error (degrees) and the fractions within each threshold.
-
-    Parameters
-    ----------
-    errors : numpy.ndarray
-        Angular errors of every valid pixel of the set (:func:`angular_errors`).
-
-    Returns
-    -------
-    dict
-        ``mean_angle_error``, ``median_angle_error``, ``within_11_25``, ``within_22_5``,
-        ``within_30`` and ``valid_pixels``.
-    """
+    """Mean and median angular error (degrees) and the fractions within each threshold."""
     e = np.asarray(errors, dtype=np.float64)
     if e.size == 0:
         raise DataValidationError("the test targets have no valid normal: no angular error can be computed")
@@ -86,20 +44,7 @@ def normals_metrics(errors: np.ndarray) -> dict[str, float]:
 
 
 def confusion_matrix(pred: np.ndarray, target: np.ndarray, n_classes: int, ignore_index: int) -> np.ndarray:
-    """Counts ``C[t, p]`` of pixels with true class t predicted as p, ignored pixels left out.
-
-    Parameters
-    ----------
-    pred, target : numpy.ndarray
-        Class maps of the same shape.
-    n_classes : int
-    ignore_index : int
-
-    Returns
-    -------
-    numpy.ndarray
-        int64 (n_classes, n_classes).
-    """
+    """Counts ``C[t, p]`` of pixels with true class t predicted as p, ignored pixels left out."""
     t = np.asarray(target).ravel().astype(np.int64)
     p = np.asarray(pred).ravel().astype(np.int64)
     keep = t != ignore_index
@@ -110,19 +55,7 @@ def confusion_matrix(pred: np.ndarray, target: np.ndarray, n_classes: int, ignor
 
 
 def segmentation_metrics(conf: np.ndarray) -> dict[str, float | int | list]:
-    """mIoU over the classes present in the ground truth or the predictions, and pixel accuracy.
-
-    Parameters
-    ----------
-    conf : numpy.ndarray
-        The set's confusion matrix (:func:`confusion_matrix`).
-
-    Returns
-    -------
-    dict
-        ``miou``, ``pixel_accuracy``, ``iou`` (per class, None where absent from both),
-        ``classes_scored`` and ``labelled_pixels``.
-    """
+    """mIoU over the classes present in the ground truth or the predictions, and pixel accuracy."""
     conf = np.asarray(conf, dtype=np.int64)
     tp = np.diag(conf)
     union = conf.sum(axis=0) + conf.sum(axis=1) - tp
@@ -137,21 +70,7 @@ def segmentation_metrics(conf: np.ndarray) -> dict[str, float | int | list]:
 
 
 def score_from_counts(metric: str, summed: np.ndarray) -> np.ndarray:
-    """A metric of summed per-image counts, for many weightings at once (bootstrap rows).
-
-    Parameters
-    ----------
-    metric : str
-        ``miou``, ``pixel_accuracy`` (counts (..., K, 3)) or ``within_11_25``,
-        ``within_22_5``, ``within_30`` (counts (..., 4)).
-    summed : numpy.ndarray
-        Counts summed (or weighted and summed) over images: (rows, K, 3) or (rows, 4).
-
-    Returns
-    -------
-    numpy.ndarray
-        (rows,).
-    """
+    """A metric of summed per-image counts, for many weightings at once (bootstrap rows)."""
     s = np.asarray(summed, dtype=np.float64)
     if metric == "miou":
         tp, fp, fn = s[..., 0], s[..., 1], s[..., 2]
@@ -169,13 +88,7 @@ def score_from_counts(metric: str, summed: np.ndarray) -> np.ndarray:
 
 
 def check_scores(metrics: Mapping[str, float], names: Iterable[str]) -> None:
-    """Refuse a metric that is not a finite number (nothing uncomputable is recorded as a score).
-
-    Parameters
-    ----------
-    metrics : mapping
-    names : iterable of str
-    """
+    """Refuse a metric that is not a finite number (nothing uncomputable is recorded as a score)."""
     for name in names:
         value = metrics.get(name)
         if not isinstance(value, float) or not np.isfinite(value):

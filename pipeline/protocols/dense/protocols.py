@@ -1,11 +1,5 @@
 """The dense protocols, ``segmentation`` and ``normals``, registered with their defaults,
-ranges and memory; they read a dense dataset's spatial maps and per-pixel targets.
-
-Both train a head on the frozen maps with the seed's schedule shape (SGD, momentum 0.9,
-learning rate decayed as ``(1 - t / T) ** 0.9`` over ``epochs``), resumable from the cell's
-scratch folder; see :mod:`pipeline.protocols.dense.runners`. Only metadata is built here:
-the runners import torch when they run.
-"""
+ranges and memory; they read a dense dataset's spatial maps and per-pixel targets."""
 
 from __future__ import annotations
 

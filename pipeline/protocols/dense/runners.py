@@ -1,26 +1,4 @@
-"""The ``segmentation`` and ``normals`` runners: heads trained on a cell's frozen maps.
-
-``segmentation`` (a linear readout, DINOv2's linear protocol): a 1x1 convolution on the
-standardised maps, its logits upsampled bilinearly to the targets' resolution, trained by
-cross-entropy over non-ignored pixels; every learning rate of the grid is trained on the
-selection rows (train, or train without a seeded share of its images when the dataset has
-no validation split) and scored by validation mIoU; the best (the first of equals) is
-retrained on every training row and tested once.
-
-``normals``: a head (``pspnet``, the seed's pyramid pooling head, by default; ``conv``: 3x3
-convolution, ReLU, 1x1 convolution; or ``linear``) on the standardised maps, trained with
-one learning rate on every training row, then tested. By default in the seed's
-formulation, ``classification`` (:mod:`pipeline.protocols.dense.codebook`): logits over
-K k-means centres of the training normals, cross-entropy against each pixel's nearest
-centre, predictions the softmax-weighted centres renormalised; or ``regression``: three
-channels upsampled bilinearly and normalised to unit length, trained by the mean cosine
-distance ``1 - <p, g>`` over valid pixels.
-
-Both train with :mod:`pipeline.protocols.dense.training` (resumable from the cell's scratch
-folder, one sub-folder per run). Test predictions are kept as the cell's maps (uint8 class
-maps; unit normals as float16, the values the metrics are computed from) and per-image
-counts as its evidence.
-"""
+"""The ``segmentation`` and ``normals`` runners: heads trained on a cell's frozen maps."""
 
 from __future__ import annotations
 
@@ -96,18 +74,7 @@ def _run_record(outcome: TrainOutcome, rows: int, batch_size: int) -> dict[str, 
 
 # -- segmentation ----------------------------------------------------------------------------
 def segmentation_loss(ignore: int):
-    """Cross-entropy of upsampled logits over the labelled pixels of a batch.
-
-    Parameters
-    ----------
-    ignore : int
-        The class index not counted.
-
-    Returns
-    -------
-    callable
-        ``loss(outputs (B, K, H, W), targets (B, H, W)) -> scalar``.
-    """
+    """Cross-entropy of upsampled logits over the labelled pixels of a batch."""
     def loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         t = targets.long()
         labelled = (t != ignore).sum().clamp(min=1)
@@ -142,18 +109,7 @@ def _confusion(head, maps, targets, data: DenseData, batch_size: int, device) ->
 
 def run_segmentation(data: DenseData, s: Mapping[str, Any]) -> ProtocolResult:
     """Learning rate by validation mIoU, then the linear head retrained on every training
-    row and scored on test (see the module doc).
-
-    Parameters
-    ----------
-    data : DenseData
-    s : mapping
-        Full settings.
-
-    Returns
-    -------
-    ProtocolResult
-    """
+    row and scored on test (see the module doc)."""
     device = resolve_device(s["device"])
     loss = segmentation_loss(data.ignore_index)
     rows, held_out, validation = _selection_rows(data, s)
@@ -230,20 +186,7 @@ class _Subset:
 
 # -- normals ---------------------------------------------------------------------------------
 def normals_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cosine distance ``1 - <p, g>`` of the normalised outputs over the valid pixels.
-
-    Parameters
-    ----------
-    outputs : torch.Tensor
-        (B, 3, H, W) upsampled outputs.
-    targets : torch.Tensor
-        (B, H, W, 3) true normals, the zero vector where invalid.
-
-    Returns
-    -------
-    torch.Tensor
-        A scalar.
-    """
+    """Mean cosine distance ``1 - <p, g>`` of the normalised outputs over the valid pixels."""
     pred = F.normalize(outputs, dim=1)
     true = F.normalize(targets.permute(0, 3, 1, 2).to(torch.float32), dim=1)  # the zero vector stays zero
     valid = (true.abs().sum(dim=1) > 0).to(torch.float32)
@@ -256,18 +199,7 @@ def _unit_normals(outputs: torch.Tensor) -> torch.Tensor:
 
 def run_normals(data: DenseData, s: Mapping[str, Any]) -> ProtocolResult:
     """The head trained on every training row (train, and validation where the cell has one)
-    and scored on test by the angular-error metrics (see the module doc).
-
-    Parameters
-    ----------
-    data : DenseData
-    s : mapping
-        Full settings.
-
-    Returns
-    -------
-    ProtocolResult
-    """
+    and scored on test by the angular-error metrics (see the module doc)."""
     device = resolve_device(s["device"])
     rows = [np.arange(len(t)) for t in _parts(data)[1]]
     formulation = {"formulation": s["formulation"]}

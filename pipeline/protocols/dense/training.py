@@ -1,15 +1,4 @@
-"""The dense heads' training: SGD with momentum and the seed's polynomial decay, resumable.
-
-The seed's dense tasks (Goyal et al. 2019's code, used by Ericsson et al. 2021) train with
-SGD, momentum 0.9, weight decay, and a learning rate ``lr * (1 - t / T) ** 0.9`` at step t
-of T; here T = epochs x steps per epoch, so ``epochs`` scales the schedule to a budget.
-Each epoch visits the training rows in an order drawn from ``(seed, epoch)`` alone, so a
-run resumed at any step feeds the same batches as an uninterrupted one. Every
-``save_every`` steps and at the end the head, the optimiser's momentum buffers, the step and
-the losses are saved atomically in the run's scratch folder (``pipeline.protocols.finetune.state``);
-a later call with the same identity resumes from there and ends, on the CPU, with bitwise
-the same head. A non-finite loss stops the run: it is reported as diverged, never scored.
-"""
+"""The dense heads' training: SGD with momentum and the seed's polynomial decay, resumable."""
 
 from __future__ import annotations
 
@@ -32,23 +21,7 @@ _STAT_ROWS = 64  # images per block when the channel statistics are accumulated
 
 @dataclass(frozen=True)
 class Schedule:
-    """How a head is trained.
-
-    Parameters
-    ----------
-    learning_rate : float
-        Peak learning rate (step 0).
-    epochs : int
-        Passes over the training rows; T = epochs x ceil(rows / batch_size).
-    batch_size : int
-        Images per step.
-    momentum, weight_decay, power : float
-        SGD momentum, L2 weight decay and the polynomial decay's power.
-    seed : int
-        Seeds the batch order.
-    save_every : int
-        Steps between saved states (resumable runs only).
-    """
+    """How a head is trained."""
 
     learning_rate: float
     epochs: int
@@ -60,32 +33,13 @@ class Schedule:
     save_every: int
 
     def learning_rate_at(self, step: int, total: int) -> float:
-        """``learning_rate * (1 - step / total) ** power``.
-
-        Parameters
-        ----------
-        step, total : int
-
-        Returns
-        -------
-        float
-        """
+        """``learning_rate * (1 - step / total) ** power``."""
         return self.learning_rate * (1.0 - step / total) ** self.power
 
 
 @dataclass(frozen=True)
 class Rows:
-    """Training rows drawn from several arrays without concatenating them.
-
-    Parameters
-    ----------
-    maps : sequence of array
-        (n_i, h, w, d) maps of each part (train, validation).
-    targets : sequence of array
-        Their targets.
-    index : numpy.ndarray
-        (N, 2) int64: (part, row) of every training row, in order.
-    """
+    """Training rows drawn from several arrays without concatenating them."""
 
     maps: Sequence[Any]
     targets: Sequence[Any]
@@ -95,17 +49,7 @@ class Rows:
         return len(self.index)
 
     def batch(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Maps and targets of the rows at ``positions`` (in that order).
-
-        Parameters
-        ----------
-        positions : numpy.ndarray
-            Positions into :attr:`index`.
-
-        Returns
-        -------
-        tuple of numpy.ndarray
-        """
+        """Maps and targets of the rows at ``positions`` (in that order)."""
         chosen = self.index[positions]
         maps, targets = [], []
         for part, row in chosen:
@@ -116,23 +60,7 @@ class Rows:
 
 @dataclass
 class TrainOutcome:
-    """What a training run did.
-
-    Parameters
-    ----------
-    losses : list of float
-        The loss of every step.
-    steps : int
-        Steps trained (T unless it diverged).
-    total_steps : int
-        T.
-    resumed_from : int or None
-        The saved step it resumed at.
-    diverged : bool
-        Stopped at a non-finite loss.
-    seconds : float
-        Wall time of this call.
-    """
+    """What a training run did."""
 
     losses: list[float] = field(default_factory=list)
     steps: int = 0
@@ -143,20 +71,7 @@ class TrainOutcome:
 
 
 def channel_stats(parts: Sequence[Any], rows: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-channel mean and standard deviation over every pixel of the given rows (float64).
-
-    Parameters
-    ----------
-    parts : sequence of array
-        (n_i, h, w, d) maps.
-    rows : sequence of numpy.ndarray
-        The rows of each part that count (the training rows only).
-
-    Returns
-    -------
-    tuple of torch.Tensor
-        float32 (d,) mean and std (a constant channel gets std 1).
-    """
+    """Per-channel mean and standard deviation over every pixel of the given rows (float64)."""
     total, sq, count = 0.0, 0.0, 0
     for X, chosen in zip(parts, rows):
         for start in range(0, len(chosen), _STAT_ROWS):
@@ -173,31 +88,7 @@ def train_head(head: torch.nn.Module, rows: Rows, schedule: Schedule,
                loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], size: tuple[int, int],
                device: torch.device, scratch: Path | None = None, identity: str = "",
                on_step: Callable[[int], None] | None = None) -> TrainOutcome:
-    """Train ``head`` on ``rows`` by the schedule; resumable from ``scratch``.
-
-    Parameters
-    ----------
-    head : torch.nn.Module
-        The head, on ``device`` (trained in place).
-    rows : Rows
-        The training rows.
-    schedule : Schedule
-    loss_fn : callable
-        ``loss_fn(upsampled outputs (B, C, H, W), targets) -> scalar``.
-    size : tuple of int
-        (H, W) of the targets.
-    device : torch.device
-    scratch : Path or None
-        This run's folder for its saved state (None: not saved).
-    identity : str
-        What a saved state must match (``run_identity`` of the run).
-    on_step : callable, optional
-        Called with the number of finished steps after each step.
-
-    Returns
-    -------
-    TrainOutcome
-    """
+    """Train ``head`` on ``rows`` by the schedule; resumable from ``scratch``."""
     started = time.perf_counter()
     per_epoch = -(-len(rows) // schedule.batch_size)
     total = schedule.epochs * per_epoch
@@ -245,25 +136,7 @@ def train_head(head: torch.nn.Module, rows: Rows, schedule: Schedule,
 
 def predict_batches(head: torch.nn.Module, maps: Any, size: tuple[int, int], batch_size: int, device: torch.device,
                     finish: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[tuple[int, np.ndarray]]:
-    """The head's predictions at the targets' resolution, a batch of images at a time.
-
-    Parameters
-    ----------
-    head : torch.nn.Module
-    maps : array
-        (n, h, w, d) maps.
-    size : tuple of int
-        (H, W).
-    batch_size : int
-    device : torch.device
-    finish : callable
-        Upsampled outputs (B, C, H, W) -> predictions (class maps, unit normals).
-
-    Yields
-    ------
-    tuple
-        ``(first row, predictions as numpy)``.
-    """
+    """The head's predictions at the targets' resolution, a batch of images at a time."""
     head.eval()
     with torch.inference_mode():
         for start in range(0, len(maps), batch_size):

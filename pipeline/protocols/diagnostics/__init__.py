@@ -1,10 +1,6 @@
 """Encoder diagnostics that need the encoder itself, not stored features: where it looks
 (saliency, attentive diffusion) and what its features keep (inversion, colour errors,
-perceptual distance), plus PNG pictures of examples.
-
-Importing the package is cheap: the settings need neither torch nor timm (a config is
-validated without them); the studies are imported from their modules on first use.
-"""
+perceptual distance), plus PNG pictures of examples."""
 
 from __future__ import annotations
 

@@ -10,19 +10,7 @@ __all__ = ["check_integers"]
 
 
 def check_integers(kind: str, settings: object, lows: Mapping[str, int]) -> None:
-    """Each named field of ``settings`` must be an int (not a bool) of at least its low bound.
-
-    Parameters
-    ----------
-    kind : what the settings are, for the message (e.g. ``saliency``).
-    settings : the settings object.
-    lows : field name -> smallest valid value.
-
-    Raises
-    ------
-    ConfigError
-        Naming the first bad field, its value and the bound.
-    """
+    """Each named field of ``settings`` must be an int (not a bool) of at least its low bound."""
     for name, low in lows.items():
         value = getattr(settings, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < low:

@@ -1,10 +1,4 @@
-"""Images in [0, 1] and a differentiable feature function, shared by the diagnostics.
-
-The diagnostics work on the image a person sees: the model's own timm evaluation transform
-(resize, centre crop) without its normalisation, so pixels are RGB in [0, 1]. The model's
-normalisation (its data config's mean and std) is applied inside the feature function,
-so gradients and optimised pixels live in that RGB space.
-"""
+"""Images in [0, 1] and a differentiable feature function, shared by the diagnostics."""
 
 from __future__ import annotations
 
@@ -23,23 +17,7 @@ __all__ = ["as_encoder", "feature_function", "load_images", "pick_samples", "rgb
 
 
 def as_encoder(encoder: Encoder | EncoderSpec, device: str | torch.device | None) -> Encoder:
-    """An Encoder: ``encoder`` itself, or the spec loaded on ``device`` (float32, no autocast).
-
-    Parameters
-    ----------
-    encoder : a loaded Encoder or an EncoderSpec.
-    device : device to load a spec on (default CUDA when available, else CPU); for an
-        Encoder, None or its own device.
-
-    Returns
-    -------
-    Encoder
-
-    Raises
-    ------
-    ConfigError
-        A loaded Encoder and a ``device`` that is not its device.
-    """
+    """An Encoder: ``encoder`` itself, or the spec loaded on ``device`` (float32, no autocast)."""
     if isinstance(encoder, EncoderSpec):
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -53,35 +31,13 @@ def as_encoder(encoder: Encoder | EncoderSpec, device: str | torch.device | None
 
 
 def rgb_transform(data_config: dict[str, Any]) -> Callable[[Any], Tensor]:
-    """timm's evaluation transform for ``data_config`` with an identity normalisation.
-
-    Parameters
-    ----------
-    data_config : the model's resolved timm data config.
-
-    Returns
-    -------
-    callable
-        PIL image -> float (3, H, W) in [0, 1].
-    """
+    """timm's evaluation transform for ``data_config`` with an identity normalisation."""
     cfg = {**data_config, "mean": (0.0, 0.0, 0.0), "std": (1.0, 1.0, 1.0)}
     return create_transform(**cfg, is_training=False)
 
 
 def pick_samples(n_available: int, n_images: int, seed: int) -> np.ndarray:
-    """A seeded draw of distinct sample indices.
-
-    Parameters
-    ----------
-    n_available : samples in the split.
-    n_images : samples wanted.
-    seed : seeds the draw.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``min(n_images, n_available)`` sorted int64 indices.
-    """
+    """A seeded draw of distinct sample indices."""
     if n_available < 1:
         raise DataValidationError("the split has no samples")
     rng = np.random.default_rng(seed)
@@ -89,20 +45,7 @@ def pick_samples(n_available: int, n_images: int, seed: int) -> np.ndarray:
 
 
 def load_images(adapter: Any, split: str, indices: np.ndarray, data_config: dict[str, Any]) -> Tensor:
-    """Samples of a split as RGB tensors.
-
-    Parameters
-    ----------
-    adapter : image dataset adapter.
-    split : split name.
-    indices : sample indices.
-    data_config : the model's data config (size, crop).
-
-    Returns
-    -------
-    torch.Tensor
-        Float (n, 3, H, W) in [0, 1].
-    """
+    """Samples of a split as RGB tensors."""
     if not getattr(adapter, "has_images", False):
         raise ConfigError(f"dataset {getattr(adapter, 'name', adapter)!r} holds precomputed features, not images")
     transform = rgb_transform(data_config)
@@ -110,17 +53,7 @@ def load_images(adapter: Any, split: str, indices: np.ndarray, data_config: dict
 
 
 def feature_function(encoder: Encoder) -> Callable[[Tensor], Tensor]:
-    """Differentiable ``pre_logits`` features of RGB images in [0, 1] (normalised inside).
-
-    Parameters
-    ----------
-    encoder : the loaded encoder (eval mode).
-
-    Returns
-    -------
-    callable
-        (n, 3, H, W) images -> (n, d) features.
-    """
+    """Differentiable ``pre_logits`` features of RGB images in [0, 1] (normalised inside)."""
     import torchvision.transforms.functional as TF
 
     model = encoder.model
@@ -134,16 +67,6 @@ def feature_function(encoder: Encoder) -> Callable[[Tensor], Tensor]:
 
 
 def to_uint8_hwc(images: Tensor | np.ndarray) -> np.ndarray:
-    """Images as uint8 pixels for pictures.
-
-    Parameters
-    ----------
-    images : (n, 3, H, W) in [0, 1].
-
-    Returns
-    -------
-    numpy.ndarray
-        uint8 (n, H, W, 3).
-    """
+    """Images as uint8 pixels for pictures."""
     arr = images.detach().cpu().numpy() if isinstance(images, Tensor) else np.asarray(images)
     return np.round(np.clip(arr, 0.0, 1.0) * 255.0).astype(np.uint8).transpose(0, 2, 3, 1)

@@ -1,27 +1,5 @@
 """What colour and detail the features keep (Ericsson et al. 2021, 4.9): invert the
-features back to images and compare them with the originals.
-
-Inversion (Mahendran & Vedaldi 2015): start from a seeded grey-plus-noise image and
-optimise its RGB pixels (kept in [0, 1]) with Adam so that the encoder's ``pre_logits``
-features match those of the original image, under a total-variation prior:
-
-    loss(x) = mean_i ||f(x_i) - f(o_i)||^2 / ||f(o_i)||^2 + tv_weight * TV(x)
-
-with TV the mean over images of the mean squared difference between horizontally and
-vertically neighbouring pixels (the beta = 2 variant). The feature loss is relative, so
-the tv weight means the same for every encoder, whatever the scale of its features.
-
-Colour error: per channel (red, green, blue) the mean squared difference between the
-original and the reconstruction, over images and pixels, in [0, 1] RGB units. It is an
-error, not an accuracy, so the correlation step reads it raw (no logit transform), as the
-paper does.
-
-Perceptual distance, only when the user gives a perceptual network's weights as a local
-file: a timm architecture plus a checkpoint (no hub download). Distance between two
-images: for each chosen intermediate layer, unit-normalise the feature vector at every
-spatial position, take the squared Euclidean difference, average over positions; then
-average over layers (the unweighted LPIPS baseline of Zhang et al. 2018).
-"""
+features back to images and compare them with the originals."""
 
 from __future__ import annotations
 

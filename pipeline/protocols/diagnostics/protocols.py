@@ -1,12 +1,5 @@
 """The encoder diagnostics, ``saliency`` and ``colour_detail``, registered with their
-settings and metrics.
-
-Both read the encoder's weights and a dataset's test images (``ImageData``), not stored
-features, and read no labels (so a multi-label dataset is fine). A run measures its own
-device use (time, images per second, peak CUDA memory) and returns PNG pictures of a few
-examples with its record. Only metadata is built at import: the studies (torch, timm,
-matplotlib) are imported when they run.
-"""
+settings and metrics."""
 
 from __future__ import annotations
 

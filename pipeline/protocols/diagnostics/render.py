@@ -1,8 +1,4 @@
-"""PNG pictures of example saliency maps and reconstructions.
-
-Each call draws on its own matplotlib Figure with the Agg canvas (no pyplot, no global
-figure state), so it is safe in worker threads and leaves nothing open.
-"""
+"""PNG pictures of example saliency maps and reconstructions."""
 
 from __future__ import annotations
 

@@ -1,19 +1,4 @@
-"""Saliency of an encoder and its attentive diffusion (Ericsson et al. 2021, 4.8).
-
-Saliency maps say which pixels the features depend on, without any labels:
-
-- ``gradient``: the input gradient of the feature norm ``||f(x)||_2`` with respect to the
-  RGB pixels (in [0, 1], before the model's normalisation); a pixel's saliency is the
-  largest absolute gradient over its three channels (Simonyan et al. 2014).
-- ``occlusion``: a ``patch`` x ``patch`` square (stride ``stride``) is filled with the
-  image's per-channel mean colour; the feature change ``||f(x) - f(x_occluded)||_2`` is
-  credited to every pixel of the square, and a pixel's saliency is the mean credit over
-  the squares covering it (Zeiler & Fergus 2014).
-
-Attentive diffusion of a map = the percentage of its pixels whose saliency is strictly
-above the map's mean; the figure of an encoder is its average over images. A focused
-encoder has few pixels above the mean; a diffuse one has many. A constant map has none.
-"""
+"""Saliency of an encoder and its attentive diffusion (Ericsson et al. 2021, 4.8)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Settings of the encoder diagnostics, validated on construction.
-
-Kept apart from the studies so that a configuration is checked without importing torch
-or timm.
-"""
+"""Settings of the encoder diagnostics, validated on construction."""
 
 from __future__ import annotations
 

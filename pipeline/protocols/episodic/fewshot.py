@@ -1,24 +1,4 @@
-"""Episodic N-way K-shot evaluation with a nearest-centroid classifier.
-
-Ericsson et al. 2021 / CD-FSL: each episode draws ``n_way`` classes without replacement
-from the classes with at least ``n_shot + n_query`` images, then ``n_shot`` support and
-``n_query`` query images per drawn class, disjoint, all without replacement. A class
-prototype is the mean support feature; a query goes to the nearest prototype by squared
-Euclidean distance (ties: the first drawn class). The score is the mean episode accuracy
-with the 95 % interval half-width 1.96 * std / sqrt(n_episodes), std being the population
-standard deviation (ddof = 0, ``np.std``) of the episode accuracies, as Ericsson and CD-FSL
-compute it.
-
-Ericsson pool train, val and test before sampling: pass the pooled features.
-
-Everything is vectorised over episodes: the sampler draws index arrays for a block of
-episodes at once (from the labels only), and the scorer gathers them into
-(episodes, way, shot, d) tensors on the compute device and computes all distances with one
-batched matrix product per block, in float64. Blocks only bound memory: the random streams
-are consumed in the same order whatever the block size, so the episodes do not depend on
-it. Features may be streamed (``FeatureRows``): only the rows the episodes use are read,
-in one pass, and kept in their stored dtype.
-"""
+"""Episodic N-way K-shot evaluation with a nearest-centroid classifier."""
 
 from __future__ import annotations
 
@@ -74,15 +54,7 @@ class FewShotResult:
 
 
 class Episodes(NamedTuple):
-    """Sampled episodes: sample indices into X / y and the drawn class labels.
-
-    Parameters
-    ----------
-    classes : numpy.ndarray of shape (n_episodes, n_way)
-    support : numpy.ndarray of shape (n_episodes, n_way, n_shot)
-    query : numpy.ndarray of shape (n_episodes, n_way, n_query)
-    eligible : numpy.ndarray
-    """
+    """Sampled episodes: sample indices into X / y and the drawn class labels."""
 
     classes: np.ndarray  # (n_episodes, n_way) class labels
     support: np.ndarray  # (n_episodes, n_way, n_shot) row indices
@@ -125,19 +97,7 @@ def _eligible_classes(labels: np.ndarray, n_way: int, n_shot: int, n_query: int)
 
 def sample_episodes(labels: np.ndarray, n_way: int, n_shot: int, n_query: int, n_episodes: int,
                     seed: int) -> Episodes:
-    """Draw every episode's classes and support/query indices, vectorised over episodes.
-
-    Parameters
-    ----------
-    labels : numpy.ndarray of shape (n,)
-        Class labels of the pool.
-    n_way, n_shot, n_query, n_episodes, seed : int
-        The episode settings.
-
-    Returns
-    -------
-    Episodes
-    """
+    """Draw every episode's classes and support/query indices, vectorised over episodes."""
     eligible = _eligible_classes(labels, n_way, n_shot, n_query)
     need = n_shot + n_query
     # Two independent streams (classes, members), each consumed in episode order, so the
@@ -179,23 +139,7 @@ def sample_episodes(labels: np.ndarray, n_way: int, n_shot: int, n_query: int, n
 
 def episode_accuracies(rows: FeatureRows | np.ndarray, support: np.ndarray, query: np.ndarray,
                        device: Any = None) -> np.ndarray:
-    """Nearest-centroid accuracy of every episode, in blocks of episodes, float64 on ``device``.
-
-    Parameters
-    ----------
-    rows : FeatureRows or numpy.ndarray
-        The pooled features (streamed parts cached at the rows the episodes use).
-    support : numpy.ndarray of shape (n_episodes, n_way, n_shot)
-        Row indices.
-    query : numpy.ndarray of shape (n_episodes, n_way, n_query)
-        Row indices.
-    device : str, torch.device or None
-        Compute device.
-
-    Returns
-    -------
-    numpy.ndarray of shape (n_episodes,)
-    """
+    """Nearest-centroid accuracy of every episode, in blocks of episodes, float64 on ``device``."""
     import torch
 
     rows, device = FeatureRows.of(rows), resolve_device(device)

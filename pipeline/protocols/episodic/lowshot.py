@@ -1,30 +1,4 @@
-"""Low-shot sweep: accuracy against train images per class.
-
-ImageNet-CoG / Goyal et al. 2019: for each N (images per class), draw N train images of
-every class without replacement, fit the preprocessing and the probe on that sample only,
-and score top-1 accuracy (a fraction) on the whole test split; repeat with ``n_seeds``
-samples and report the mean and the population standard deviation (ddof = 0, ``np.std``)
-over them, with every per-seed value kept.
-
-Seeds: the sample for (N, repetition s) comes from ``numpy.random.default_rng([seed, N, s])``,
-so it does not depend on which other N are swept. ``"all"`` uses the whole train split:
-there is nothing to resample, so it is fitted once (its std is 0 and it has one per-seed
-value).
-
-A class with fewer than N train images cannot give N shots. Using fewer would silently
-change the protocol, so by default it raises, naming the classes and the largest feasible
-N; ``on_insufficient="skip"`` drops that N instead and records the reason in
-``LowShotResult.skipped``.
-
-Default probe: the ridge probe with an unpenalised bias and lambda chosen by exact
-leave-one-out over ``DEFAULT_ALPHAS`` (no labels spent on validation, which 1 or 2 shots
-cannot afford). ``probe="logistic"`` uses LogisticProbe; its validation split needs
-several images per class, so for very few shots give it a fixed ``C`` without ``Cs``.
-
-Memory: the train features may be streamed (``FeatureRows``); each sample is then read in
-one pass and kept in its stored dtype (at most the train split), while ``"all"`` streams.
-Samples of in-memory features are never copied: the probes read them block by block.
-"""
+"""Low-shot sweep: accuracy against train images per class."""
 
 from __future__ import annotations
 
@@ -68,21 +42,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class LowShotRun:
-    """One fitted sample: N shots (or "all"), repetition index, test accuracy.
-
-    Parameters
-    ----------
-    shots : int or str
-    repetition : int
-    accuracy : float
-    n_train : int
-        Rows of the sample.
-    diagnostics : dict
-        The probe's selected hyperparameter and convergence.
-    predictions : numpy.ndarray or None
-        The fit's predicted label of every test example, in test order (int32 where the
-        labels fit it): the evidence a paired comparison of two encoders needs.
-    """
+    """One fitted sample: N shots (or "all"), repetition index, test accuracy."""
 
     shots: int | str
     repetition: int
@@ -188,21 +148,7 @@ def _make_probe(probe: str, probe_params: Mapping[str, Any] | None, random_state
 
 
 def sample_per_class(labels: np.ndarray, classes: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Sorted indices of ``n`` rows of every class, drawn without replacement.
-
-    Parameters
-    ----------
-    labels : numpy.ndarray of shape (n_rows,)
-    classes : numpy.ndarray
-        The classes to sample (each with at least ``n`` rows).
-    n : int
-        Rows per class.
-    rng : numpy.random.Generator
-
-    Returns
-    -------
-    numpy.ndarray of int64
-    """
+    """Sorted indices of ``n`` rows of every class, drawn without replacement."""
     perm = rng.permutation(labels.size)
     by_class = perm[np.argsort(labels[perm], kind="stable")]  # random order within each class
     starts = np.searchsorted(labels[by_class], classes, side="left")

@@ -1,9 +1,5 @@
 """The readouts over sampled subsets, ``fewshot`` (episodes) and ``lowshot`` (N images per
-class), registered with their defaults, ranges and memory models.
-
-Only metadata is built at import: the runners import their implementations (torch) when
-they run. Both stream the train split.
-"""
+class), registered with their defaults, ranges and memory models."""
 
 from __future__ import annotations
 
@@ -32,17 +28,7 @@ _FEWSHOT_BLOCK = (1 << 20) + (1 << 21)
 
 
 def fewshot_memory(c: CellShape, s: Mapping[str, Any]) -> int:
-    """Few-shot episodes (stream the train split): the rows the episodes use, index arrays.
-
-    Parameters
-    ----------
-    c : CellShape
-    s : mapping
-
-    Returns
-    -------
-    int
-    """
+    """Few-shot episodes (stream the train split): the rows the episodes use, index arrays."""
     per_episode = int(s.get("n_way", 5)) * (int(s.get("n_shot", 20)) + int(s.get("n_query", 15)))
     used = int(s.get("n_episodes", 600)) * per_episode
     cached = feature_rows(min(c.n_train, used), c) if s.get("pool", "all") == "all" else 0
@@ -52,17 +38,7 @@ def fewshot_memory(c: CellShape, s: Mapping[str, Any]) -> int:
 
 
 def lowshot_memory(c: CellShape, s: Mapping[str, Any]) -> int:
-    """Low-shot sweep (streams the train split): one sample kept, the ridge terms.
-
-    Parameters
-    ----------
-    c : CellShape
-    s : mapping
-
-    Returns
-    -------
-    int
-    """
+    """Low-shot sweep (streams the train split): one sample kept, the ridge terms."""
     shots = [n for n in s.get("shots", []) if isinstance(n, int)]
     sample_rows = min(c.n_train, max(shots, default=0) * c.n_classes)
     svd_route = matrix(c.dim, c.dim, copies=8)  # the ridge's SVD route below 2d rows
@@ -80,7 +56,7 @@ def lowshot_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     runs_on_device=True, streams_train=True, memory=fewshot_memory,
     metrics=("score", "mean", "ci95", "std"), primary_metric="mean",
     description="N-way K-shot nearest-centroid episodes with a 95% CI (Ericsson 2021)",
-    cheap_settings={"n_way": 2, "n_shot": 2, "n_query": 2, "n_episodes": 5},
+    cheap_settings={"n_way": 2, "n_shot": 2, "n_query": 2, "n_episodes": 5}, slow=True,
 )
 def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     device = resolve_device(s["device"])
@@ -113,7 +89,7 @@ def _fewshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     bounds={"n_seeds": Bound(1, 1000), "seed": SEED},
     runs_on_device=True, streams_train=True, memory=lowshot_memory, metrics=("score",),
     description="accuracy with N train images per class, 5 samples each (ImageNet-CoG)",
-    cheap_settings={"shots": [1, 2], "n_seeds": 1},
+    cheap_settings={"shots": [1, 2], "n_seeds": 1}, slow=True,
 )
 def _lowshot(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: scipy, scikit-learn and torch load when a cell runs, not when the registry is read

@@ -1,14 +1,5 @@
 """Fine-tuning protocol (Ericsson et al. 2021, A.2): a grid of resumable training runs,
-selection on validation, a refit on train + validation, one test.
-
-Entry points: :func:`grid_points` lists the runs of a :class:`FinetuneSettings`;
-:func:`run_grid_point` is one resumable run (a unit of work for a scheduler);
-:func:`select_best` and :func:`finetune_result` combine the runs; :func:`run_finetune`
-does all of it in one process.
-
-Importing the package is cheap: the settings need neither torch nor timm (a config is
-validated without them); the training code is imported from its module on first use.
-"""
+selection on validation, a refit on train + validation, one test."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
 """Images for fine-tuning: the model's own timm transforms, the held-out validation draw,
 and a step-indexed, seeded sample stream that makes a resumed run see exactly the batches
-and augmentations an uninterrupted one sees.
-
-Determinism does not rest on RNG state carried between batches: the sample order of epoch
-``e`` is ``torch.randperm`` under a generator seeded from ``(seed, e)``, and the
-augmentation of the ``p``-th drawn sample runs under torch and Python RNGs seeded from
-``(seed, p)``. So the batch of step ``t`` is a pure function of ``(seed, t)``, whatever the
-number of DataLoader workers and wherever a run resumed.
-"""
+and augmentations an uninterrupted one sees."""
 
 from __future__ import annotations
 
@@ -42,69 +35,26 @@ _AUGMENT_STREAM = 1
 
 
 def derived_seed(*entropy: int) -> int:
-    """A 63-bit seed from integers, via NumPy's SeedSequence (distinct inputs, unrelated seeds).
-
-    Parameters
-    ----------
-    *entropy : non-negative integers (run seed, stream, position ...).
-
-    Returns
-    -------
-    int
-        A seed for ``torch.manual_seed`` and ``random.seed``.
-    """
+    """A 63-bit seed from integers, via NumPy's SeedSequence (distinct inputs, unrelated seeds)."""
     return int(np.random.SeedSequence(list(entropy)).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
 def train_transform(data_config: dict[str, Any], augmentation: str) -> Callable[[Image.Image], Tensor]:
     """timm's transform for ``data_config``: random resized crop (scale 0.08-1) and a
-    horizontal flip with p = 0.5 (no colour jitter), or the evaluation centre crop.
-
-    Parameters
-    ----------
-    data_config : the model's resolved timm data config.
-    augmentation : ``random_resized_crop_flip`` or ``center_crop``.
-
-    Returns
-    -------
-    callable
-        PIL image -> normalised (3, H, W) tensor.
-    """
+    horizontal flip with p = 0.5 (no colour jitter), or the evaluation centre crop."""
     if augmentation == RANDOM_RESIZED_CROP_FLIP:
         return create_transform(**data_config, is_training=True, hflip=0.5, color_jitter=None)
     return eval_transform(data_config)
 
 
 def eval_transform(data_config: dict[str, Any]) -> Callable[[Image.Image], Tensor]:
-    """timm's evaluation transform (resize, centre crop, normalise) for ``data_config``.
-
-    Parameters
-    ----------
-    data_config : the model's resolved timm data config.
-
-    Returns
-    -------
-    callable
-        PIL image -> normalised (3, H, W) tensor.
-    """
+    """timm's evaluation transform (resize, centre crop, normalise) for ``data_config``."""
     return create_transform(**data_config, is_training=False)
 
 
 def held_out_validation(labels: np.ndarray, val_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Stratified draw of ``val_fraction`` of the samples (scikit-learn's
-    StratifiedShuffleSplit, ``random_state=seed``), as the linear probe draws it.
-
-    Parameters
-    ----------
-    labels : class of every train sample.
-    val_fraction : share held out.
-    seed : random state of the draw.
-
-    Returns
-    -------
-    (train_indices, val_indices)
-        Sorted int64 positions.
-    """
+    StratifiedShuffleSplit, ``random_state=seed``), as the linear probe draws it."""
     from sklearn.model_selection import StratifiedShuffleSplit
 
     labels = np.asarray(labels)
@@ -123,16 +73,7 @@ def held_out_validation(labels: np.ndarray, val_fraction: float, seed: int) -> t
 
 class SeededTrainingImages(Dataset):
     """Training samples drawn by position: item ``(p, k)`` is sample ``k`` transformed under
-    RNGs seeded from ``(seed, p)``, with its label.
-
-    Parameters
-    ----------
-    adapter : image dataset adapter.
-    samples : ``(split, index)`` of every training sample (train, or train + validation).
-    labels : class of every entry of ``samples``.
-    transform : training transform.
-    seed : run seed.
-    """
+    RNGs seeded from ``(seed, p)``, with its label."""
 
     def __init__(self, adapter: Any, samples: Sequence[tuple[str, int]], labels: np.ndarray,
                  transform: Callable[[Image.Image], Tensor], seed: int) -> None:
@@ -167,20 +108,10 @@ class SeededTrainingImages(Dataset):
 
 
 class StepBatchSampler(Sampler[list[tuple[int, int]]]):
-    """Batches of steps ``start_step .. steps - 1``; each batch lists ``(position, k)``.
-
-    The samples form one endless stream of epochs, each a seeded permutation of all
-    ``n`` samples; step ``t`` takes stream positions ``t * batch_size`` to
-    ``(t + 1) * batch_size - 1`` (a batch may span two epochs; no sample is dropped).
-
-    Parameters
-    ----------
-    n : number of training samples.
-    batch_size : draws per step.
-    steps : length of the run.
-    seed : run seed.
-    start_step : first step to yield (a resumed run starts at its saved step).
-    """
+    """Batches of steps ``start_step .. steps - 1``; each batch lists ``(position, k)``."""
+    # The samples form one endless stream of epochs, each a seeded permutation of all
+    # ``n`` samples; step ``t`` takes stream positions ``t * batch_size`` to
+    # ``(t + 1) * batch_size - 1`` (a batch may span two epochs; no sample is dropped).
 
     def __init__(self, n: int, batch_size: int, steps: int, seed: int, start_step: int = 0) -> None:
         if n < 1:
@@ -190,32 +121,14 @@ class StepBatchSampler(Sampler[list[tuple[int, int]]]):
         self._epoch: tuple[int, np.ndarray] | None = None
 
     def epoch_order(self, epoch: int) -> np.ndarray:
-        """The permutation of sample indices in ``epoch``.
-
-        Parameters
-        ----------
-        epoch : int
-
-        Returns
-        -------
-        numpy.ndarray
-        """
+        """The permutation of sample indices in ``epoch``."""
         if self._epoch is None or self._epoch[0] != epoch:
             gen = torch.Generator().manual_seed(derived_seed(self.seed, _ORDER_STREAM, epoch))
             self._epoch = (epoch, torch.randperm(self.n, generator=gen).numpy())
         return self._epoch[1]
 
     def batch(self, step: int) -> list[tuple[int, int]]:
-        """``(position, sample index)`` of every draw of ``step``.
-
-        Parameters
-        ----------
-        step : int
-
-        Returns
-        -------
-        list of tuple of int
-        """
+        """``(position, sample index)`` of every draw of ``step``."""
         out = []
         for position in range(step * self.batch_size, (step + 1) * self.batch_size):
             epoch, offset = divmod(position, self.n)
@@ -232,20 +145,7 @@ class StepBatchSampler(Sampler[list[tuple[int, int]]]):
 
 def training_loader(images: SeededTrainingImages, sampler: StepBatchSampler, num_workers: int,
                     pin_memory: bool) -> DataLoader:
-    """DataLoader over ``images`` in the sampler's step order.
-
-    Parameters
-    ----------
-    images : the training samples.
-    sampler : the step batches to load.
-    num_workers : DataLoader worker processes.
-    pin_memory : pin batches for a faster copy to CUDA.
-
-    Returns
-    -------
-    torch.utils.data.DataLoader
-        Yields ``(images, labels)`` per step.
-    """
+    """DataLoader over ``images`` in the sampler's step order."""
     return DataLoader(images, batch_sampler=sampler, num_workers=num_workers, pin_memory=pin_memory,
                       generator=_private_generator())
 
@@ -253,23 +153,7 @@ def training_loader(images: SeededTrainingImages, sampler: StepBatchSampler, num
 def eval_loader(splits: DatasetSplits, split: str, indices: Sequence[int] | None,
                 transform: Callable[[Image.Image], Tensor], batch_size: int, num_workers: int,
                 pin_memory: bool) -> DataLoader:
-    """Batches of ``split`` (or of the listed samples) in order.
-
-    Parameters
-    ----------
-    splits : dataset and split names.
-    split : split to load.
-    indices : sample indices in ``split``; None for all.
-    transform : evaluation transform.
-    batch_size : images per batch.
-    num_workers : DataLoader worker processes.
-    pin_memory : pin batches for a faster copy to CUDA.
-
-    Returns
-    -------
-    torch.utils.data.DataLoader
-        Yields ``(images, sample indices)``.
-    """
+    """Batches of ``split`` (or of the listed samples) in order."""
     dataset = TorchImageDataset(splits.adapter, split, transform, indices)
     return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
                       pin_memory=pin_memory, generator=_private_generator())

@@ -1,19 +1,4 @@
-"""SGD with Nesterov momentum, the weight-decay rule and the cosine learning-rate schedule.
-
-Weight decay "divided by the learning rate" (Kornblith et al. 2019, Ericsson et al. 2021):
-the grid value ``wd`` is a decay per step, and the optimizer is given
-``weight_decay = wd / lr`` with ``lr`` the base learning rate. torch's SGD adds
-``weight_decay * theta`` to the gradient, and the step multiplies that by the current
-learning rate ``lr_t``, so without momentum each step shrinks the weights by the factor
-``1 - lr_t * wd / lr = 1 - wd * c_t``, with ``c_t`` the cosine factor below: the shrinkage
-per step no longer depends on the base learning rate. With momentum the decay term enters
-the momentum buffer like the gradient (plain, coupled L2 decay, as in the authors' code).
-Every parameter is decayed (encoder, normalisation layers, biases and the head alike).
-
-Cosine decay without restarts over ``steps`` optimizer steps: step ``t`` (0-based) uses
-``lr_t = lr * c_t`` with ``c_t = (1 + cos(pi * t / steps)) / 2``; the last step uses
-``c_(steps-1) > 0``. torch's ``CosineAnnealingLR(T_max=steps, eta_min=0)`` computes it.
-"""
+"""SGD with Nesterov momentum, the weight-decay rule and the cosine learning-rate schedule."""
 
 from __future__ import annotations
 

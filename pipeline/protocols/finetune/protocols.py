@@ -1,13 +1,4 @@
-"""The fine-tuning protocol, ``finetune``, registered with its settings, metrics and grid.
-
-It reads the encoder's weights and a dataset's images (``ImageData``), not stored
-features. Its run splits into grid points trained apart (``FinetuneGrid``): a scheduler
-runs :meth:`FinetuneGrid.run_point` once per point (any number at once, each resumable
-from its own scratch folder, ``select-<i>``), then :meth:`FinetuneGrid.finish` selects the
-best point, refits it on train + validation (``refit``) and tests it; a point it is not
-handed is run there. The entry's runner is all of it in one process. Only metadata is
-built at import: the training code (torch, timm) is imported when it runs.
-"""
+"""The fine-tuning protocol, ``finetune``, registered with its settings, metrics and grid."""
 
 from __future__ import annotations
 
@@ -32,36 +23,11 @@ class FinetuneGrid:
     """Fine-tuning as units of work: one per grid point, then the finish (see the module doc)."""
 
     def points(self, settings: Mapping[str, Any]) -> int:
-        """How many grid points the resolved ``settings`` train.
-
-        Parameters
-        ----------
-        settings : mapping
-            Resolved settings.
-
-        Returns
-        -------
-        int
-        """
+        """How many grid points the resolved ``settings`` train."""
         return len(grid_points(FinetuneSettings.from_dict(settings)))
 
     def run_point(self, data: ImageData, settings: Mapping[str, Any], index: int) -> dict[str, Any]:
-        """Train and score grid point ``index`` on the validation samples, resuming a saved state.
-
-        Parameters
-        ----------
-        data : ImageData
-            The encoder, the dataset's images and the cell's scratch folder.
-        settings : mapping
-            Resolved settings.
-        index : int
-            The point's position in ``grid_points(settings)``.
-
-        Returns
-        -------
-        dict
-            What ``run_grid_point`` returned (JSON-able, plus the validation logits).
-        """
+        """Train and score grid point ``index`` on the validation samples, resuming a saved state."""
         # deferred: torch and timm load when a grid point runs, not when the registry is read
         from pipeline.protocols.finetune.unit import SELECT, run_grid_point
 
@@ -74,24 +40,7 @@ class FinetuneGrid:
 
     def finish(self, data: ImageData, settings: Mapping[str, Any],
                done: Mapping[int, Mapping[str, Any]]) -> ProtocolResult:
-        """Select the best grid point, refit it on train + validation and test it.
-
-        Parameters
-        ----------
-        data : ImageData
-        settings : mapping
-            Resolved settings.
-        done : mapping
-            Grid point index -> what :meth:`run_point` returned; a point left out is
-            run here, from its saved state.
-
-        Returns
-        -------
-        ProtocolResult
-            Metrics and diagnostics of ``finetune_result`` plus every run's timing,
-            warnings (diverged points, a temperature at its bound), the device use and
-            the refit's train and test sizes.
-        """
+        """Select the best grid point, refit it on train + validation and test it."""
         # deferred: torch, timm and scikit-learn load when the grid finishes, not when the registry is read
         from pipeline.protocols.finetune.result import finetune_result, select_best
         from pipeline.protocols.finetune.unit import REFIT, SELECT, run_grid_point

@@ -1,13 +1,4 @@
-"""Selection over the grid, calibration, and the fine-tuning result.
-
-Selection: the grid point with the highest validation score (the dataset's metric); ties
-go to the earlier point in :func:`pipeline.protocols.finetune.settings.grid_points` order; diverged
-points never win. The selected point is then retrained on train + validation and tested
-once. Calibration as the linear probe reports it (Ericsson et al. 2021, 4.7): ECE with
-``calibration_bins`` equal-width bins and NLL of the test logits, before and after
-temperature scaling with T fitted by NLL on the validation logits of the selected point's
-selection run (a model that did not see the validation samples).
-"""
+"""Selection over the grid, calibration, and the fine-tuning result."""
 
 from __future__ import annotations
 

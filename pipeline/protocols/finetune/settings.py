@@ -1,12 +1,4 @@
-"""Fine-tuning settings, the hyper-parameter grid and the splits a run reads.
-
-Defaults follow Ericsson et al. 2021 (appendix A.2) and the authors' released code: 5,000
-steps of batch 64, SGD with Nesterov momentum 0.9, cosine decay; learning rates 1e-4, 1e-3,
-1e-2, 1e-1 (4 log-spaced values in [1e-4, 0.1]); weight decays 0, 1e-6, 1e-5, 1e-4, 1e-3
-(4 log-spaced values in [1e-6, 1e-3] plus none), each divided by the learning rate (see
-:func:`pipeline.protocols.finetune.optim.optimizer_weight_decay`); the augmentation chosen on
-validation from random resized crop + flip and centre crop (4 x 5 x 2 = 40 grid points).
-"""
+"""Fine-tuning settings, the hyper-parameter grid and the splits a run reads."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Saved training state of one fine-tuning run: atomic writes, RNG capture, identity check.
-
-One file, ``state.pt``, in the run's scratch folder, holding model, optimizer and scheduler
-state dicts, the process RNG states, the number of finished steps, the per-step losses and
-an identity hash of everything that decides the run. It is written to a temporary file in
-the same folder, flushed to disk and renamed over the old one, so a kill at any moment
-leaves either the previous state or the new one, never a torn file. It is read back with
-``torch.load(weights_only=True)``: only tensors and plain containers.
-"""
+"""Saved training state of one fine-tuning run: atomic writes, RNG capture, identity check."""
 
 from __future__ import annotations
 
@@ -33,33 +25,13 @@ __all__ = ["STATE_FILE", "capture_rng", "load_state", "restore_rng", "run_identi
 
 
 def run_identity(fields: dict[str, Any]) -> str:
-    """What a saved state must match: SHA-256 of the JSON of ``fields`` (sorted keys).
-
-    Parameters
-    ----------
-    fields : JSON-able description of everything that decides the run.
-
-    Returns
-    -------
-    str
-        Hex digest.
-    """
+    """What a saved state must match: SHA-256 of the JSON of ``fields`` (sorted keys)."""
     text = json.dumps({"format": FORMAT, **fields}, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def capture_rng(device: torch.device) -> dict[str, Any]:
-    """The process-wide RNG states: torch (CPU, and the CUDA device in use), Python, NumPy.
-
-    Parameters
-    ----------
-    device : the run's device (its CUDA generator is included).
-
-    Returns
-    -------
-    dict
-        Tensors and plain containers only (loadable with ``weights_only=True``).
-    """
+    """The process-wide RNG states: torch (CPU, and the CUDA device in use), Python, NumPy."""
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
@@ -74,13 +46,7 @@ def capture_rng(device: torch.device) -> dict[str, Any]:
 
 
 def restore_rng(state: dict[str, Any], device: torch.device) -> None:
-    """Put back the RNG states of :func:`capture_rng`.
-
-    Parameters
-    ----------
-    state : what :func:`capture_rng` returned.
-    device : the run's device.
-    """
+    """Put back the RNG states of :func:`capture_rng`."""
     torch.set_rng_state(state["torch"])
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
@@ -91,13 +57,7 @@ def restore_rng(state: dict[str, Any], device: torch.device) -> None:
 
 
 def save_state(scratch_dir: Path, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``scratch_dir/state.pt`` atomically (temporary file, fsync, rename).
-
-    Parameters
-    ----------
-    scratch_dir : the run's folder (created if missing).
-    state : tensors and plain containers; must hold the run's ``identity``.
-    """
+    """Write ``state`` to ``scratch_dir/state.pt`` atomically (temporary file, fsync, rename)."""
     scratch_dir.mkdir(parents=True, exist_ok=True)
     final = scratch_dir / STATE_FILE
     tmp = scratch_dir / f".{STATE_FILE}.{os.getpid()}.tmp"
@@ -114,24 +74,7 @@ def save_state(scratch_dir: Path, state: dict[str, Any]) -> None:
 
 
 def load_state(scratch_dir: Path, identity: str, what: str = "fine-tuning") -> dict[str, Any] | None:
-    """The saved state of the run ``identity``, or None when ``scratch_dir`` holds none.
-
-    Parameters
-    ----------
-    scratch_dir : the run's folder.
-    identity : :func:`run_identity` of the run asking.
-    what : the kind of run, for messages (the dense heads' training shares this format).
-
-    Returns
-    -------
-    dict or None
-
-    Raises
-    ------
-    CheckpointError
-        The file is unreadable, or it belongs to another run (other weights, data,
-        settings or grid point): resuming it would mix two runs.
-    """
+    """The saved state of the run ``identity``, or None when ``scratch_dir`` holds none."""
     path = scratch_dir / STATE_FILE
     if not path.is_file():
         return None

@@ -1,15 +1,5 @@
 """One resumable fine-tuning run: a grid point trained on train (scored on validation), or
-the selected point retrained on train + validation (scored on test).
-
-The encoder's own timm model is trained jointly with a linear head on its ``pre_logits``
-features (the head starts at zero, so the first steps move the head only and no random
-head is drawn). Cross-entropy loss; SGD and schedule from :mod:`pipeline.protocols.finetune.optim`.
-Every ``save_every`` steps and at the end the whole training state is saved atomically;
-a later call with the same arguments resumes from it and ends with bitwise the same
-weights and metrics on CPU (one run per process: dropout draws from the process-wide torch
-generator, which two runs in threads of one process would share). On a GPU the resume
-continues from the same state, with the GPU's fast, not bitwise reproducible, kernels.
-"""
+the selected point retrained on train + validation (scored on test)."""
 
 from __future__ import annotations
 
@@ -89,21 +79,7 @@ def _check_inputs(spec: Any, settings: Any, point: Any, stage: str) -> tuple[Fin
 
 
 def training_plan(splits: DatasetSplits, settings: FinetuneSettings, stage: str) -> dict[str, Any]:
-    """Which samples train a run of ``stage`` and which it is scored on.
-
-    Parameters
-    ----------
-    splits : dataset and split names.
-    settings : supplies ``val_fraction`` and ``seed`` of a held-out validation draw.
-    stage : ``select`` or ``refit``.
-
-    Returns
-    -------
-    dict
-        ``samples`` (``(split, index)`` of every training sample), ``labels`` (their
-        classes), ``eval_split``, ``eval_idx`` (indices in it, None for all),
-        ``eval_labels`` and ``validation`` (where the validation samples come from).
-    """
+    """Which samples train a run of ``stage`` and which it is scored on."""
     adapter = splits.adapter
     train_labels = adapter.labels(splits.train_split)
     if splits.val_split is not None:

@@ -1,10 +1,4 @@
-"""What a cell's data must be before a protocol runs: the arrays checked, each refusal naming the array.
-
-``check_cell_data`` is the registry's check of what a protocol is given (``EvalData``,
-``DenseData`` or ``ImageData``) against what the entry reads (``reads``, ``multilabel``);
-``pipeline.protocols.registry.check_eval_data`` calls it with the registered entries, so
-a refusal can name the protocols that could take the data.
-"""
+"""What a cell's data must be before a protocol runs: the arrays checked, each refusal naming the array."""
 
 from __future__ import annotations
 
@@ -21,24 +15,13 @@ __all__ = ["check_cell_data"]
 
 
 def check_cell_data(data: Any, protocol: Any, entries: Sequence[Any]) -> None:
-    """Refuse unusable arrays before any protocol runs, naming the array.
-
-    NaN/inf, not 2-D, no rows, widths that differ between splits, labels that are not
-    class indices in [0, n_classes) with one per row (or, for a ``multilabel``
-    protocol, (n, n_classes) 0/1 arrays), fewer than two train classes. Streamed train
-    blocks are checked as they arrive. A ``tokens`` protocol takes (n, T, d) token
-    features instead, and no other protocol does. A protocol that reads the encoder's
-    weights takes an ``ImageData``, and only it does.
-
-    Parameters
-    ----------
-    data : EvalData, DenseData or ImageData
-    protocol : Protocol or None
-        The protocol that will run (multi-label labels need ``protocol.multilabel``).
-    entries : sequence of Protocol
-        The registered protocols, sorted by name: a refusal names those that could take
-        what was given.
-    """
+    """Refuse unusable arrays before any protocol runs, naming the array."""
+    # NaN/inf, not 2-D, no rows, widths that differ between splits, labels that are not
+    # class indices in [0, n_classes) with one per row (or, for a ``multilabel``
+    # protocol, (n, n_classes) 0/1 arrays), fewer than two train classes. Streamed train
+    # blocks are checked as they arrive. A ``tokens`` protocol takes (n, T, d) token
+    # features instead, and no other protocol does. A protocol that reads the encoder's
+    # weights takes an ``ImageData``, and only it does.
     # deferred: scikit-learn's input checks, when a cell's data is checked (reading the registry needs none)
     from pipeline.protocols.inputs.labels import check_class_indices, check_min_classes, check_multilabel
 

@@ -1,11 +1,5 @@
 """The ``device`` setting of the probes and encoder protocols: which torch device a cell
-runs on.
-
-``auto`` is the first CUDA device when torch sees one, else the CPU; ``cpu``, ``cuda``
-and ``cuda:<i>`` name one. The name is checked without torch when settings are loaded
-(a planner need not have the worker's GPU) and resolved to a torch device when a probe
-runs; every probe runs the same torch code on either.
-"""
+runs on."""
 
 from __future__ import annotations
 
@@ -27,20 +21,7 @@ _DEVICE_NAME = re.compile(r"(auto|cpu|cuda(:\d+)?)")
 
 
 def check_device_name(value: Any, name: str = "device") -> str:
-    """Refuse a device setting that can never be valid (checked at config load, no torch).
-
-    Parameters
-    ----------
-    value : Any
-        The setting's value.
-    name : str
-        The setting's name in the message.
-
-    Returns
-    -------
-    str
-        ``value``.
-    """
+    """Refuse a device setting that can never be valid (checked at config load, no torch)."""
     if not isinstance(value, str) or not _DEVICE_NAME.fullmatch(value):
         raise ConfigError(f"{name}={value!r} is not a device; valid: {', '.join(DEVICE_CHOICES)}")
     return value
@@ -48,31 +29,10 @@ def check_device_name(value: Any, name: str = "device") -> str:
 
 def device_setting(defaults: Mapping[str, Any], check: Callable[[Mapping[str, Any]], None] | None,
                    name: str) -> tuple[dict[str, Any], Callable[[Mapping[str, Any]], None]]:
-    """The defaults and the check of a registry entry that ``runs_on_device``.
-
-    The registry adds the ``device`` setting (``auto``) to the entry's defaults and checks
-    its name (without torch) before the entry's own rules across settings, so no entry
-    declares or checks it itself.
-
-    Parameters
-    ----------
-    defaults : mapping
-        The entry's own settings, without ``device``.
-    check : callable or None
-        The entry's own rules across settings.
-    name : str
-        The protocol's name (for the message of an entry that declares ``device`` itself).
-
-    Returns
-    -------
-    (dict, callable)
-        The defaults with ``device``, and the check of the device name then ``check``.
-
-    Raises
-    ------
-    ConfigError
-        If ``defaults`` already holds ``device``.
-    """
+    """The defaults and the check of a registry entry that ``runs_on_device``."""
+    # The registry adds the ``device`` setting (``auto``) to the entry's defaults and checks
+    # its name (without torch) before the entry's own rules across settings, so no entry
+    # declares or checks it itself.
     if "device" in defaults:
         raise ConfigError(f"protocol {name!r} declares its own 'device' setting; runs_on_device=True adds it "
                           "(drop it from its defaults)")
@@ -87,25 +47,7 @@ def device_setting(defaults: Mapping[str, Any], check: Callable[[Mapping[str, An
 
 def resolve_device(device: Any = "auto") -> Any:
     """The torch device a ``device`` setting names: the one resolution every probe and
-    encoder protocol uses.
-
-    Parameters
-    ----------
-    device : str, torch.device or None
-        ``auto`` or None (CUDA when torch sees a GPU, else the CPU), ``cpu``, ``cuda``,
-        ``cuda:<i>`` or a torch.device.
-
-    Returns
-    -------
-    torch.device
-        A CUDA device always with its index, so that results record which GPU.
-
-    Raises
-    ------
-    ConfigError
-        For a value that is no device name, a name torch does not know, a device other
-        than the CPU or CUDA, or CUDA asked for where torch sees none (or not that many).
-    """
+    encoder protocol uses."""
     import torch  # deferred: settings are checked (check_device_name) where torch is absent
 
     choices = ", ".join(DEVICE_CHOICES)
@@ -131,10 +73,5 @@ def resolve_device(device: Any = "auto") -> Any:
 
 
 def available_cores() -> int:
-    """CPU cores this process may run on (its affinity where the system has one).
-
-    Returns
-    -------
-    int
-    """
+    """CPU cores this process may run on (its affinity where the system has one)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

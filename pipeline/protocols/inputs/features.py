@@ -1,12 +1,4 @@
-"""Feature arrays: pooled (n, d) rows and token (n, T, d) rows, checked before any work.
-
-Every check names the offending value and what was expected, with numbers, in the style
-of scikit-learn ("X has 31 features, but RidgeProbe is expecting 32 features as input").
-Feature arrays are never copied when they already have a float dtype (float16 included:
-stored features stay in the store's precision), and the finiteness test runs over row
-blocks so it needs no full-size temporary. The torch probes read them through
-``as_cpu_tensor``, still in their own dtype.
-"""
+"""Feature arrays: pooled (n, d) rows and token (n, T, d) rows, checked before any work."""
 
 from __future__ import annotations
 
@@ -32,22 +24,7 @@ _POSITION = {1: "index", 2: "(row, col)", 3: "(sample, token, feature)"}
 
 
 def check_finite(X: np.ndarray, name: str = "X", row_offset: int = 0) -> np.ndarray:
-    """Raise if ``X`` holds NaN or +-inf, saying how many and the first positions.
-
-    Parameters
-    ----------
-    X : numpy.ndarray
-        A 1-D, 2-D or 3-D float array.
-    name : str
-        The name the message gives the array.
-    row_offset : int
-        Added to the row numbers in the message (for a block of a larger array).
-
-    Returns
-    -------
-    numpy.ndarray
-        ``X`` itself.
-    """
+    """Raise if ``X`` holds NaN or +-inf, saying how many and the first positions."""
     rows = max(1, _FINITE_BLOCK_ELEMENTS // max(1, int(np.prod(X.shape[1:]))))
     if all(np.isfinite(X[i:i + rows]).all() for i in range(0, max(len(X), 1), rows)):
         return X
@@ -73,27 +50,7 @@ def _float_dtype(X: Any) -> Any:
 
 
 def check_features(X: Any, name: str = "X") -> np.ndarray:
-    """Return ``X`` as a finite 2-D float array without copying a float one.
-
-    Parameters
-    ----------
-    X : array-like of shape (n_samples, n_features)
-        Features; float16/32/64 are kept, other numbers become float64.
-    name : str
-        The name error messages give the array.
-
-    Returns
-    -------
-    numpy.ndarray
-        The checked array.
-
-    Raises
-    ------
-    DataValidationError
-        For 1-D/3-D input, zero samples or features, complex values and NaN/inf (with
-        their count and first (row, col) positions). Non-numeric entries raise
-        scikit-learn's TypeError or a DataValidationError.
-    """
+    """Return ``X`` as a finite 2-D float array without copying a float one."""
     try:
         X = check_array(X, dtype=_float_dtype(X), ensure_all_finite=False, input_name=name)
     except ValueError as exc:
@@ -102,23 +59,7 @@ def check_features(X: Any, name: str = "X") -> np.ndarray:
 
 
 def validate_features(estimator: Any, X: Any, *, reset: bool) -> np.ndarray:
-    """``check_features`` for an estimator; also records or checks its input width.
-
-    Parameters
-    ----------
-    estimator : object
-        A scikit-learn-style estimator.
-    X : array-like of shape (n_samples, n_features)
-        Features.
-    reset : bool
-        True in ``fit``: record ``n_features_in_`` (and ``feature_names_in_``); False
-        afterwards: check them.
-
-    Returns
-    -------
-    numpy.ndarray
-        The checked array (float, finite, 2-D, not copied when already float).
-    """
+    """``check_features`` for an estimator; also records or checks its input width."""
     try:
         X = validate_data(estimator, X, reset=reset, dtype=_float_dtype(X), ensure_all_finite=False)
     except ValueError as exc:
@@ -127,28 +68,9 @@ def validate_features(estimator: Any, X: Any, *, reset: bool) -> np.ndarray:
 
 
 def check_tokens(X: Any, name: str = "X") -> np.ndarray:
-    """Token features as a finite (n, T, d) float array (float16/32/64 kept; others float32).
-
-    Token arrays are T times larger than pooled ones, so integers become float32 (not
-    float64 as in ``check_features``).
-
-    Parameters
-    ----------
-    X : array-like of shape (n_samples, n_tokens, n_features)
-        Token features.
-    name : str
-        Name used in error messages.
-
-    Returns
-    -------
-    ndarray of shape (n, T, d)
-
-    Raises
-    ------
-    DataValidationError
-        Not 3-D, an empty axis, a non-numeric dtype, or NaN/inf (with their count and
-        first (sample, token, feature) positions).
-    """
+    """Token features as a finite (n, T, d) float array (float16/32/64 kept; others float32)."""
+    # Token arrays are T times larger than pooled ones, so integers become float32 (not
+    # float64 as in ``check_features``).
     X = np.asarray(X)
     if X.ndim != 3:
         raise DataValidationError(f"{name} must be token features of shape (n_samples, n_tokens, n_features), "
@@ -163,18 +85,7 @@ def check_tokens(X: Any, name: str = "X") -> np.ndarray:
 
 
 def as_cpu_tensor(X: np.ndarray) -> Any:
-    """A CPU tensor over ``X`` without a copy where numpy allows.
-
-    Parameters
-    ----------
-    X : ndarray
-        Features; float16 stays float16 (batches are cast to float32 on their way to
-        the device).
-
-    Returns
-    -------
-    torch.Tensor
-    """
+    """A CPU tensor over ``X`` without a copy where numpy allows."""
     import torch  # deferred: only the torch probes need it; the checks above run without
 
     with warnings.catch_warnings():  # a read-only array (memmap) is only ever read here

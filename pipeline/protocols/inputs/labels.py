@@ -1,11 +1,5 @@
 """Targets: class labels of any sortable hashable type, the store's integer class indices,
-multi-label arrays, the validation split.
-
-Like scikit-learn classifiers, labels are kept as given (``classes_`` in their own dtype,
-sorted) and encoded as indices; continuous, complex, non-finite or mutually incomparable
-labels are refused with the count and the first offending value. ``DataValidationError``
-is also a ``ValueError``, so scikit-learn-style callers still catch it.
-"""
+multi-label arrays, the validation split."""
 
 from __future__ import annotations
 
@@ -71,37 +65,10 @@ def _check_numeric_labels(y_arr: np.ndarray, name: str) -> None:
 
 
 def encode_labels(y: Any, n_samples: int | None = None, name: str = "y") -> tuple[np.ndarray, np.ndarray]:
-    """Class labels of any sortable kind (ints, strings, ...) as (classes, indices).
-
-    Like scikit-learn classifiers: ``classes`` are the distinct labels as given, sorted;
-    ``indices[i]`` is the position of ``y[i]`` in ``classes``. How many classes a fit
-    needs is ``check_min_classes``' question.
-
-    Parameters
-    ----------
-    y : array-like of shape (n_samples,)
-        Class labels: integers, integer-valued floats, bools, strings or other mutually
-        comparable hashable values. A column vector is flattened with a
-        DataConversionWarning.
-    n_samples : int or None
-        The number of feature rows ``y`` must match.
-    name : str
-        The name error messages give the labels.
-
-    Returns
-    -------
-    classes : numpy.ndarray
-        The sorted distinct labels, in their own dtype.
-    indices : numpy.ndarray of int64
-        Class index of every sample.
-
-    Raises
-    ------
-    DataValidationError
-        Fractional floats (continuous targets), NaN/inf, complex values, labels of
-        types that cannot be compared with each other (mixed strings and numbers), a
-        length other than ``n_samples``.
-    """
+    """Class labels of any sortable kind (ints, strings, ...) as (classes, indices)."""
+    # Like scikit-learn classifiers: ``classes`` are the distinct labels as given, sorted;
+    # ``indices[i]`` is the position of ``y[i]`` in ``classes``. How many classes a fit
+    # needs is ``check_min_classes``' question.
     y_arr = _as_1d(y, n_samples, name)
     if y_arr.dtype == object:
         kinds = {type(v) for v in y_arr}
@@ -132,24 +99,7 @@ def encode_labels(y: Any, n_samples: int | None = None, name: str = "y") -> tupl
 
 
 def encode_targets(y: Any, n_samples: int) -> tuple[np.ndarray, np.ndarray, bool]:
-    """A classifier's targets: class labels (``encode_labels``) or multi-label indicators.
-
-    Parameters
-    ----------
-    y : array-like of shape (n_samples,) or (n_samples, K)
-        Labels of any sortable kind (at least two classes), or a 0/1 array with K >= 2
-        columns (multi-label).
-    n_samples : int
-        The number of feature rows.
-
-    Returns
-    -------
-    classes : numpy.ndarray
-        The sorted labels, or ``arange(K)`` for multi-label targets.
-    targets : numpy.ndarray
-        (n,) class indices, or the (n, K) uint8 indicators.
-    multilabel : bool
-    """
+    """A classifier's targets: class labels (``encode_labels``) or multi-label indicators."""
     y_arr = None if y is None else np.asarray(y)
     if y_arr is not None and y_arr.ndim == 2 and y_arr.shape[1] > 1:
         indicators = check_multilabel(y_arr, n_samples=n_samples)
@@ -160,26 +110,7 @@ def encode_targets(y: Any, n_samples: int) -> tuple[np.ndarray, np.ndarray, bool
 
 
 def check_class_indices(y: Any, n_samples: int | None = None, name: str = "y") -> np.ndarray:
-    """Integer class indices (as the store keeps labels) as a 1-D int64 array.
-
-    Parameters
-    ----------
-    y : array-like of shape (n_samples,)
-        Ints, bools or integer-valued floats.
-    n_samples : int or None
-        The number of feature rows ``y`` must match.
-    name : str
-        The name error messages give the labels.
-
-    Returns
-    -------
-    numpy.ndarray of int64
-
-    Raises
-    ------
-    DataValidationError
-        Strings, fractional floats, NaN/inf or a wrong length.
-    """
+    """Integer class indices (as the store keeps labels) as a 1-D int64 array."""
     y_arr = _as_1d(y, n_samples, name)
     if y_arr.dtype == object:
         try:  # object arrays of numbers are fine; of strings or mixed types are not
@@ -204,25 +135,7 @@ def check_class_indices(y: Any, n_samples: int | None = None, name: str = "y") -
 
 def check_multilabel(Y: Any, n_samples: int | None = None, name: str = "y", *, difficult: bool = False) -> np.ndarray:
     """A multi-label array (n_samples, n_classes): a classifier's 0/1 indicators, or the
-    store's labels with -1 for "difficult" (VOC).
-
-    Parameters
-    ----------
-    Y : array-like of shape (n_samples, n_classes)
-        One column per class.
-    n_samples : int or None
-        The number of feature rows ``Y`` must match.
-    name : str
-        The name error messages give the targets.
-    difficult : bool
-        False: 0/1 (or bool) indicators, as a classifier fits them. True: integers 1
-        (present), 0 (absent) or -1 (difficult), as the store keeps VOC labels.
-
-    Returns
-    -------
-    numpy.ndarray
-        The indicators as uint8, or (``difficult``) the labels as int64.
-    """
+    store's labels with -1 for "difficult" (VOC)."""
     Y = np.asarray(Y)
     if Y.ndim != 2 or Y.shape[1] < 1:
         raise DataValidationError(f"{name} must be a multi-label array of shape (n_samples, n_classes), got "
@@ -247,22 +160,7 @@ def check_multilabel(Y: Any, n_samples: int | None = None, name: str = "y", *, d
 
 
 def check_min_classes(classes: np.ndarray, minimum: int = 2, name: str = "y") -> np.ndarray:
-    """Raise if fewer than ``minimum`` distinct classes are present.
-
-    Parameters
-    ----------
-    classes : numpy.ndarray
-        The distinct labels (``encode_labels``' first output) or any labels.
-    minimum : int
-        The least number of classes a classifier needs.
-    name : str
-        The name the message gives the labels.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``np.unique(classes)``.
-    """
+    """Raise if fewer than ``minimum`` distinct classes are present."""
     classes = np.unique(classes)
     if classes.size < minimum:
         shown = ", ".join(map(str, classes[:SHOWN]))
@@ -274,20 +172,7 @@ def check_min_classes(classes: np.ndarray, minimum: int = 2, name: str = "y") ->
 
 
 def check_train_test(X_train: Any, y_train: Any, X_test: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Validate a train/test pair of class-index data.
-
-    Parameters
-    ----------
-    X_train, X_test : array-like of shape (n, n_features)
-        Features of both splits (finite, 2-D, the same width).
-    y_train : array-like of shape (n_train,)
-        Integer class indices, at least two classes.
-
-    Returns
-    -------
-    tuple of numpy.ndarray
-        (X_train, y_train as int64, X_test).
-    """
+    """Validate a train/test pair of class-index data."""
     X_train = check_features(X_train, "X_train")
     y_train = check_class_indices(y_train, n_samples=X_train.shape[0], name="y_train")
     check_min_classes(y_train, name="y_train")
@@ -304,29 +189,7 @@ def validation_split(codes: np.ndarray, val_fraction: float, random_state: Any, 
                      stratify: bool = True,
                      hint: str = "Pass a dataset-defined val_mask or use more samples per class.",
                      ) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices (train, validation): the given ``val_mask`` or a seeded (stratified) draw.
-
-    Parameters
-    ----------
-    codes : ndarray of int
-        Class code per row, or (n, K) multi-label indicators with ``stratify=False``.
-    val_fraction : float
-        Share of the rows drawn for validation when ``val_mask`` is None.
-    random_state : int or None
-        Seed of the draw.
-    val_mask : array-like of bool, optional
-        Rows of a dataset-defined validation split.
-    stratify : bool
-        Keep the class shares in both parts (scikit-learn's StratifiedShuffleSplit);
-        False: a plain ShuffleSplit (multi-label targets).
-    hint : str
-        What to do instead, said when the draw is impossible.
-
-    Returns
-    -------
-    train, val : ndarray of int
-        Sorted row indices of the two parts.
-    """
+    """Row indices (train, validation): the given ``val_mask`` or a seeded (stratified) draw."""
     n = len(codes)
     if val_mask is not None:
         mask = np.asarray(val_mask)

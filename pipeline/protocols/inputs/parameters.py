@@ -1,9 +1,5 @@
 """Parameters: an estimator's numeric parameters and hyperparameter grids, and the grids of
-a protocol's settings (checked at config load, without numpy arrays or torch).
-
-Estimator parameters are checked in ``fit`` (scikit-learn's convention: ``__init__`` only
-stores them); each failure is a ConfigError naming the setting, the value and the range.
-"""
+a protocol's settings (checked at config load, without numpy arrays or torch)."""
 
 from __future__ import annotations
 
@@ -33,26 +29,7 @@ def _show(bound: float) -> str:
 
 def check_number(value: Any, name: str, low: float | None = None, high: float | None = None, *,
                  low_open: bool = False, high_open: bool = False, integer: bool = False) -> Any:
-    """Refuse an estimator parameter that is not a finite number in its range.
-
-    Parameters
-    ----------
-    value : Any
-        The parameter's value.
-    name : str
-        Its name, for the message.
-    low, high : float or None
-        The range's ends (None: unbounded).
-    low_open, high_open : bool
-        Whether the ends are excluded.
-    integer : bool
-        Whether only integers are valid.
-
-    Returns
-    -------
-    int or float
-        ``value``.
-    """
+    """Refuse an estimator parameter that is not a finite number in its range."""
     kinds = (int, np.integer) if integer else (int, float, np.integer, np.floating)
     # an int is finite however large (np.isfinite cannot take one beyond int64)
     ok = isinstance(value, kinds) and not isinstance(value, (bool, np.bool_)) and (
@@ -71,29 +48,7 @@ def check_number(value: Any, name: str, low: float | None = None, high: float | 
 
 
 def check_grid(values: Any, name: str, low_open: bool, *, unique: bool = True) -> np.ndarray:
-    """An estimator's hyperparameter grid, checked.
-
-    Parameters
-    ----------
-    values : sequence of float
-        The grid as given.
-    name : str
-        The setting's name, for the error.
-    low_open : bool
-        Values must be > 0 (True) or >= 0 (False).
-    unique : bool
-        Return the distinct values ascending (True) or the values in their order.
-
-    Returns
-    -------
-    ndarray of float64
-        The grid, 1-D.
-
-    Raises
-    ------
-    ConfigError
-        An empty grid, a non-number, NaN/inf or a value out of range.
-    """
+    """An estimator's hyperparameter grid, checked."""
     try:
         grid = np.asarray(values, dtype=np.float64).ravel()
     except (TypeError, ValueError):
@@ -108,19 +63,7 @@ def check_grid(values: Any, name: str, low_open: bool, *, unique: bool = True) -
 
 def check_setting_grid(values: Any, name: str, positive: bool, high: float | None = None) -> None:
     """A protocol setting's list of 1 to ``GRID_MAX`` finite numbers (> 0 or >= 0, and at
-    most ``high`` when given), as the config gives it (a list or tuple of plain numbers).
-
-    Parameters
-    ----------
-    values : Any
-        The setting's value.
-    name : str
-        The setting's name, for the error.
-    positive : bool
-        Values must be > 0 (True) or >= 0 (False).
-    high : float, optional
-        The largest value allowed (``OPTIMIZER_MAX`` for an optimizer's step sizes).
-    """
+    most ``high`` when given), as the config gives it (a list or tuple of plain numbers)."""
     rule = ("> 0" if positive else ">= 0") + (f" and <= {high:g}" if high is not None else "")
     ok = isinstance(values, (list, tuple)) and 0 < len(values) <= GRID_MAX and all(
         isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v > 0 if positive else v >= 0)

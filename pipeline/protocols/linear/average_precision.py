@@ -41,17 +41,7 @@ __all__ = ["CONVENTIONS", "DEVKIT_THRESHOLDS", "NUMPY_THRESHOLDS", "devkit_avera
 def matlab_colon(start: float, step: float, stop: float) -> np.ndarray:
     """MATLAB's ``start:step:stop`` bit for bit: the first half counted from ``start``, the
     second half back from the last element, and (an even number of steps) the middle element
-    the midpoint of the two ends.
-
-    Parameters
-    ----------
-    start, step, stop : float
-        ``step`` > 0.
-
-    Returns
-    -------
-    numpy.ndarray
-    """
+    the midpoint of the two ends."""
     tol = 2 * np.finfo(float).eps * max(abs(start), abs(stop))
     n = int(np.floor((stop - start) / step + tol))
     reached = start + n * step
@@ -91,24 +81,11 @@ def _eleven_point(precision: np.ndarray, recall: np.ndarray, thresholds: np.ndar
 
 
 def seed_average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
-    """11-point AP of one class as Ericsson et al.'s code computes it (the ``seed`` convention).
-
-    The precision-recall points are those of scikit-learn's ``precision_recall_curve``:
-    the images sorted by decreasing score, one point at the last image of each distinct
-    score, precision = true positives / images so far, recall = true positives / all
-    positives, and the appended point (recall 0, precision 1).
-
-    Parameters
-    ----------
-    scores : (n,) float
-        Higher means more confident the class is present.
-    labels : (n,) int
-        1 present; 0 (absent) and -1 (difficult) are negatives, as in that code.
-
-    Returns
-    -------
-    float
-    """
+    """11-point AP of one class as Ericsson et al.'s code computes it (the ``seed`` convention)."""
+    # The precision-recall points are those of scikit-learn's ``precision_recall_curve``:
+    # the images sorted by decreasing score, one point at the last image of each distinct
+    # score, precision = true positives / images so far, recall = true positives / all
+    # positives, and the appended point (recall 0, precision 1).
     scores, labels = _check_1d(scores, labels)
     if scores.size == 0:
         raise DataValidationError("no image to rank: average precision needs at least one")
@@ -124,24 +101,7 @@ def seed_average_precision(scores: np.ndarray, labels: np.ndarray) -> float:
 
 
 def devkit_average_precision(scores: np.ndarray, labels: np.ndarray, thresholds: str = "matlab") -> float:
-    """11-point AP of one class as the VOC devkit computes it (the ``devkit`` convention).
-
-    Parameters
-    ----------
-    scores : (n,) float
-        Higher means more confident the class is present.
-    labels : (n,) int
-        1 present, 0 absent, -1 difficult (left out of the ranking).
-    thresholds : {"matlab", "numpy"}
-        The devkit's own ``0:0.1:1`` or the Python ports' ``numpy.arange(0, 1.1, 0.1)``
-        (the ``devkit_numpy`` convention).
-
-    Returns
-    -------
-    float
-        NaN when no image is a positive (the devkit would report 0, which says nothing
-        about the classifier).
-    """
+    """11-point AP of one class as the VOC devkit computes it (the ``devkit`` convention)."""
     scores, labels = _check_1d(scores, labels)
     keep = labels >= 0
     positive = labels[keep] == 1
@@ -156,21 +116,7 @@ def devkit_average_precision(scores: np.ndarray, labels: np.ndarray, thresholds:
 
 def mean_average_precision_11(scores: np.ndarray, labels: np.ndarray,
                               convention: str = "seed") -> tuple[float, np.ndarray]:
-    """Mean of the per-class 11-point APs in one ``convention`` (see the module docstring).
-
-    Parameters
-    ----------
-    scores : (n, C) float.
-    labels : (n, C) int, 1 / 0 / -1 as above.
-    convention : str
-        ``seed`` (``map11``), ``devkit`` (``map11_devkit``) or ``devkit_numpy``.
-
-    Returns
-    -------
-    (float, ndarray)
-        The mAP and the (C,) per-class APs (``devkit``: NaN for a class without
-        positives, left out of the mean).
-    """
+    """Mean of the per-class 11-point APs in one ``convention`` (see the module docstring)."""
     if convention not in CONVENTIONS:
         raise DataValidationError(f"convention {convention!r} is not one of {', '.join(CONVENTIONS)}")
     labels = check_multilabel(labels, name="labels", difficult=True)

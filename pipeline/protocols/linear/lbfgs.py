@@ -42,36 +42,16 @@ _STAGNATION = 30  # float32 iterations without a new smallest gradient before fl
 
 
 class Objective(Protocol):
-    """A smooth convex mean loss of a linear model with parameters theta (K, d + 1).
-
-    ``evaluate(theta, fast)`` returns (value, gradient (K, d + 1) float64, curvature
-    weights c (K,) float64); ``fast`` allows float32 arithmetic (sums in float64).
-    """
+    """A smooth convex mean loss of a linear model with parameters theta (K, d + 1)."""
+    # ``evaluate(theta, fast)`` returns (value, gradient (K, d + 1) float64, curvature
+    # weights c (K,) float64); ``fast`` allows float32 arithmetic (sums in float64).
 
     def evaluate(self, theta: torch.Tensor, fast: bool) -> tuple[float, torch.Tensor, torch.Tensor]:
-        """Value, gradient and curvature weights of the loss at ``theta``.
-
-        Parameters
-        ----------
-        theta : torch.Tensor
-            (K, d + 1) float64.
-        fast : bool
-            float32 arithmetic allowed.
-
-        Returns
-        -------
-        tuple of (float, torch.Tensor, torch.Tensor)
-        """
+        """Value, gradient and curvature weights of the loss at ``theta``."""
 
 
 class Preconditioner:
-    """Initial inverse Hessian for L-BFGS: per class k, (c_k G + reg I)^-1.
-
-    Parameters
-    ----------
-    gram : torch.Tensor
-        G = [X, 1]^T [X, 1] / n, (d + 1, d + 1) float64.
-    """
+    """Initial inverse Hessian for L-BFGS: per class k, (c_k G + reg I)^-1."""
 
     def __init__(self, gram: torch.Tensor):
         evals, self.V = torch.linalg.eigh(gram.to(torch.float64))
@@ -80,15 +60,7 @@ class Preconditioner:
         self.version = 0
 
     def update(self, curvature: torch.Tensor, reg: float) -> None:
-        """Set the per-class curvature weights c_k (at the current iterate) and the penalty.
-
-        Parameters
-        ----------
-        curvature : torch.Tensor
-            (K,) weights, e.g. the mean of p_ik (1 - p_ik).
-        reg : float
-            The penalty weight.
-        """
+        """Set the per-class curvature weights c_k (at the current iterate) and the penalty."""
         c = curvature.to(torch.float64).clamp_min(1e-8)
         floor = 1e-10 * float(c.max()) * float(self.evals[-1])  # null directions of G
         self.inv = 1.0 / (c[:, None] * self.evals[None, :] + reg + floor)
@@ -101,13 +73,7 @@ class Preconditioner:
 
 class LBFGSMemory:
     """Curvature pairs (s_i, y_i) in a ring buffer; the two-loop recursion with a
-    preconditioned initial matrix H0 = gamma M^-1 (Nocedal & Wright, Algorithm 7.4).
-
-    Parameters
-    ----------
-    size : int
-        Pairs kept.
-    """
+    preconditioned initial matrix H0 = gamma M^-1 (Nocedal & Wright, Algorithm 7.4)."""
 
     def __init__(self, size: int = HISTORY):
         self.size = size
@@ -124,31 +90,15 @@ class LBFGSMemory:
         self.order = []
 
     def snapshot(self) -> tuple:
-        """A copy of the pairs, for ``restore``.
-
-        Returns
-        -------
-        tuple
-        """
+        """A copy of the pairs, for ``restore``."""
         return (None if self.buf is None else self.buf.clone()), self.rho.copy(), list(self.order)
 
     def restore(self, snap: tuple) -> None:
-        """Return to a ``snapshot``.
-
-        Parameters
-        ----------
-        snap : tuple
-        """
+        """Return to a ``snapshot``."""
         self.buf, self.rho, self.order = snap[0], snap[1].copy(), list(snap[2])
 
     def push(self, s: torch.Tensor, y: torch.Tensor) -> None:
-        """Add the pair (step, gradient change) unless its curvature is not positive.
-
-        Parameters
-        ----------
-        s, y : torch.Tensor
-            The step and the change of the gradient along it.
-        """
+        """Add the pair (step, gradient change) unless its curvature is not positive."""
         sy = float(torch.dot(s.ravel(), y.ravel()))
         if not sy > 1e-10 * float(torch.dot(y.ravel(), y.ravel())):
             return  # keeps H positive definite; Wolfe steps rarely fail this
@@ -164,17 +114,8 @@ class LBFGSMemory:
         self.order.append(slot)
 
     def shift_penalty(self, delta: float, mask: torch.Tensor) -> None:
-        """Move the pairs to a penalty weight changed by ``delta``: y_i += delta * mask * s_i.
-
-        Exact for the quadratic penalty (the loss curvature is unchanged).
-
-        Parameters
-        ----------
-        delta : float
-            New penalty weight minus the old.
-        mask : torch.Tensor
-            (d + 1,): 1 on the penalised columns of each (K, d + 1) pair.
-        """
+        """Move the pairs to a penalty weight changed by ``delta``: y_i += delta * mask * s_i."""
+        # Exact for the quadratic penalty (the loss curvature is unchanged).
         if not self.order or delta == 0.0:
             return
         m, width = self.size, mask.numel()
@@ -186,18 +127,7 @@ class LBFGSMemory:
         self.rho[self.order] = 1.0 / sy[self.order]
 
     def direction(self, g: torch.Tensor, precond: Preconditioner) -> torch.Tensor:
-        """The search direction -H g (-M^-1 g while the memory is empty).
-
-        Parameters
-        ----------
-        g : torch.Tensor
-            The gradient.
-        precond : Preconditioner
-
-        Returns
-        -------
-        torch.Tensor
-        """
+        """The search direction -H g (-M^-1 g while the memory is empty)."""
         m, shape = self.size, g.shape
         q = g.ravel().clone()
         alphas = []
@@ -220,23 +150,7 @@ class LBFGSMemory:
 
 @dataclass
 class SolverState:
-    """An iterate with its objective value, gradient and curvature weights at penalty ``reg``.
-
-    Parameters
-    ----------
-    theta : torch.Tensor
-        (K, d + 1) float64 parameters [W, b].
-    f : float
-        Penalised objective at theta.
-    g : torch.Tensor
-        Its gradient.
-    curvature : torch.Tensor
-        Per-class curvature weights of the loss at theta.
-    reg : float
-        The penalty weight f and g include.
-    fast : bool
-        Whether they were computed in float32.
-    """
+    """An iterate with its objective value, gradient and curvature weights at penalty ``reg``."""
 
     theta: torch.Tensor
     f: float
@@ -247,30 +161,13 @@ class SolverState:
 
     @classmethod
     def at(cls, objective: Any, theta: torch.Tensor, reg: float, fast: bool) -> SolverState:
-        """Evaluate ``objective`` at ``theta`` (copied) with penalty ``reg``.
-
-        Parameters
-        ----------
-        objective : Objective
-        theta : torch.Tensor
-        reg : float
-        fast : bool
-
-        Returns
-        -------
-        SolverState
-        """
+        """Evaluate ``objective`` at ``theta`` (copied) with penalty ``reg``."""
         theta = theta.clone()
         f, g, c = _penalised(objective, theta, reg, fast)
         return cls(theta, f, g, c, reg, fast)
 
     def move_penalty(self, reg: float) -> None:
-        """Same data, new penalty weight: only the quadratic term changes, no data pass.
-
-        Parameters
-        ----------
-        reg : float
-        """
+        """Same data, new penalty weight: only the quadratic term changes, no data pass."""
         W, delta = self.theta[:, :-1], reg - self.reg
         self.f += 0.5 * delta * float(torch.sum(W * W))
         self.g[:, :-1] += delta * W
@@ -317,30 +214,7 @@ def _line_search(objective: Any, state: SolverState, D: torch.Tensor, df0: float
 
 def minimize(objective: Any, state: SolverState, memory: LBFGSMemory, precond: Preconditioner,
              tol: float, max_iter: int) -> tuple[int, str]:
-    """Run L-BFGS from ``state`` (updated in place) until max|grad| <= tol.
-
-    Parameters
-    ----------
-    objective : Objective
-        The loss.
-    state : SolverState
-        Start point; holds the result afterwards.
-    memory : LBFGSMemory
-        Curvature pairs (carried over between calls).
-    precond : Preconditioner
-        Initial inverse Hessian; its curvature weights are set from ``state`` here.
-    tol : float
-        Gradient tolerance.
-    max_iter : int
-        Iteration limit.
-
-    Returns
-    -------
-    tuple of (int, str)
-        Iterations and status: ``converged``, ``max_iter`` or ``stalled`` (no step
-        qualifies, or float32 round-off stops progress: the working precision is
-        exhausted before reaching tol).
-    """
+    """Run L-BFGS from ``state`` (updated in place) until max|grad| <= tol."""
     precond.update(state.curvature, state.reg)
     best, best_it = math.inf, 0
     for it in range(max_iter):

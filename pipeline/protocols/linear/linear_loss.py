@@ -33,26 +33,9 @@ def _dtype(fast: bool) -> torch.dtype:
 
 def split_row_scale(rows: FeatureRows, device: torch.device,
                     block: int | None = None) -> tuple[FeatureRows, torch.Tensor | None]:
-    """``rows`` without a row map that only scales rows (the l2 transform), and its scales.
-
-    A linear model applies such a map to its logits, (W h) s, and to the residuals of its
-    gradient, instead of reading a scaled copy of every block at every pass.
-
-    Parameters
-    ----------
-    rows : FeatureRows
-        The features, with their row map.
-    device : torch.device
-        Where the scales go.
-    block : int or None
-        Rows per block read.
-
-    Returns
-    -------
-    tuple of (FeatureRows, torch.Tensor or None)
-        The rows unmapped and their (n,) float64 scales; ``rows`` and None for any other
-        map.
-    """
+    """``rows`` without a row map that only scales rows (the l2 transform), and its scales."""
+    # A linear model applies such a map to its logits, (W h) s, and to the residuals of its
+    # gradient, instead of reading a scaled copy of every block at every pass.
     scales_of = row_scales_of(rows.row_map)
     if scales_of is None:
         return rows, None
@@ -64,24 +47,11 @@ def split_row_scale(rows: FeatureRows, device: torch.device,
 
 
 class LinearLoss:
-    """Mean cross-entropy of the linear model [X, 1] theta^T over rows read in blocks.
-
-    The l2 transform's row scale, when it is the rows' map, is applied to the logits and
-    the residuals (from row norms computed once); per-block matrices live in buffers kept
-    across passes; per-block sums are taken in the block's dtype and accumulated over the
-    blocks in float64.
-
-    Parameters
-    ----------
-    rows : FeatureRows
-        Features (already on ``device`` when read many times).
-    targets : torch.Tensor
-        (n,) class indices, or (n, K) 0/1 indicators for multi-label.
-    n_classes : int
-        K.
-    device : torch.device
-        Compute device.
-    """
+    """Mean cross-entropy of the linear model [X, 1] theta^T over rows read in blocks."""
+    # The l2 transform's row scale, when it is the rows' map, is applied to the logits and
+    # the residuals (from row norms computed once); per-block matrices live in buffers kept
+    # across passes; per-block sums are taken in the block's dtype and accumulated over the
+    # blocks in float64.
 
     def __init__(self, rows: FeatureRows, targets: torch.Tensor, n_classes: int, device: torch.device):
         self.targets, self.n_classes, self.device = targets, n_classes, device
@@ -100,19 +70,7 @@ class LinearLoss:
         return self._buffers[dtype]
 
     def evaluate(self, theta: torch.Tensor, fast: bool) -> tuple[float, torch.Tensor, torch.Tensor]:
-        """Mean loss, its gradient (K, d + 1) and curvature weights mean p(1 - p) at theta.
-
-        Parameters
-        ----------
-        theta : torch.Tensor
-            (K, d + 1) float64.
-        fast : bool
-            float32 products (float64 sums) instead of float64 ones.
-
-        Returns
-        -------
-        tuple of (float, torch.Tensor, torch.Tensor)
-        """
+        """Mean loss, its gradient (K, d + 1) and curvature weights mean p(1 - p) at theta."""
         dtype = _dtype(fast)
         W, b = theta[:, :-1].to(dtype), theta[:, -1].to(dtype)
         H_buf, Z_buf, T_buf, G_buf = self._buffers_of(dtype)
@@ -155,20 +113,7 @@ class LinearLoss:
 
 
 def gram_matrix(rows: FeatureRows, device: torch.device) -> torch.Tensor:
-    """G = [X, 1]^T [X, 1] / n in float64 (float32 products per block), for the preconditioner.
-
-    Parameters
-    ----------
-    rows : FeatureRows
-        The features.
-    device : torch.device
-        Compute device.
-
-    Returns
-    -------
-    torch.Tensor
-        (d + 1, d + 1) float64.
-    """
+    """G = [X, 1]^T [X, 1] / n in float64 (float32 products per block), for the preconditioner."""
     d = rows.n_features
     G = torch.zeros((d + 1, d + 1), dtype=torch.float64, device=device)
     block = block_rows(d, device, itemsize=4)
@@ -188,23 +133,7 @@ def gram_matrix(rows: FeatureRows, device: torch.device) -> torch.Tensor:
 
 def linear_score_blocks(rows: FeatureRows, coef: np.ndarray, intercept: np.ndarray, device: torch.device,
                         dtype: torch.dtype = torch.float64) -> Iterator[tuple[torch.Tensor, int]]:
-    """Yield (logits block (b, K), start) of the linear model over ``rows``.
-
-    Parameters
-    ----------
-    rows : FeatureRows
-        The features.
-    coef, intercept : numpy.ndarray
-        (K, d) and (K,) parameters.
-    device : torch.device
-        Compute device.
-    dtype : torch.dtype
-        Compute dtype.
-
-    Yields
-    ------
-    tuple of (torch.Tensor, int)
-    """
+    """Yield (logits block (b, K), start) of the linear model over ``rows``."""
     W = torch.as_tensor(coef, device=device, dtype=dtype)
     b = torch.as_tensor(intercept, device=device, dtype=dtype)
     scales_of = row_scales_of(rows.row_map)  # the l2 transform: the logits scaled, not the rows

@@ -24,41 +24,15 @@ F_RTOL = 1e-9
 
 
 def majority_rate(labels: np.ndarray) -> float:
-    """Share of the rows in the most frequent class (what a constant prediction scores).
-
-    Parameters
-    ----------
-    labels : numpy.ndarray of int
-        Class positions 0 .. K-1.
-
-    Returns
-    -------
-    float
-        NaN for no rows.
-    """
+    """Share of the rows in the most frequent class (what a constant prediction scores)."""
     return float(np.bincount(labels).max()) / len(labels) if len(labels) else float("nan")
 
 
 def tie_rule_choice(scores: np.ndarray, iterations: np.ndarray, start: int = 0) -> int:
-    """The grid position Ericsson et al.'s rule keeps among ``start`` and the weaker penalties.
-
-    Walking C upwards (ascending grid), a value replaces the choice when its validation
-    score is higher, or equal and its warm-started fit moved (0 iterations: the previous
-    value's model under a nominally weaker penalty).
-
-    Parameters
-    ----------
-    scores : numpy.ndarray
-        Validation score per grid value, C ascending.
-    iterations : numpy.ndarray
-        Iterations of each grid fit.
-    start : int
-        First position considered.
-
-    Returns
-    -------
-    int
-    """
+    """The grid position Ericsson et al.'s rule keeps among ``start`` and the weaker penalties."""
+    # Walking C upwards (ascending grid), a value replaces the choice when its validation
+    # score is higher, or equal and its warm-started fit moved (0 iterations: the previous
+    # value's model under a nominally weaker penalty).
     best = start
     for k in range(start + 1, len(scores)):
         if scores[k] > scores[best] or (scores[k] == scores[best] and iterations[k] > 0):
@@ -67,26 +41,11 @@ def tie_rule_choice(scores: np.ndarray, iterations: np.ndarray, start: int = 0) 
 
 
 def refit_collapse(predicted: np.ndarray, labels: np.ndarray, val_score: float, val_chance: float) -> str | None:
-    """Why a refitted model does not keep what validation saw in it; None when it does.
-
-    Only a model that validated above chance is judged. On the very rows it was fitted
-    on, the refit must not give (nearly) one class to every row, and must keep at least
-    half of the validated margin over the majority rate: a healthy fit does far better on
-    its own rows than on held-out ones.
-
-    Parameters
-    ----------
-    predicted, labels : numpy.ndarray of int, shape (n,)
-        The refit's predictions on its own rows, and their labels.
-    val_score : float
-        Validation accuracy of the chosen C.
-    val_chance : float
-        The validation split's majority rate.
-
-    Returns
-    -------
-    str or None
-    """
+    """Why a refitted model does not keep what validation saw in it; None when it does."""
+    # Only a model that validated above chance is judged. On the very rows it was fitted
+    # on, the refit must not give (nearly) one class to every row, and must keep at least
+    # half of the validated margin over the majority rate: a healthy fit does far better on
+    # its own rows than on held-out ones.
     if not val_score > val_chance:
         return None
     own, chance = float(np.mean(predicted == labels)), majority_rate(labels)
@@ -101,36 +60,13 @@ def refit_collapse(predicted: np.ndarray, labels: np.ndarray, val_score: float, 
 
 def refine_to_optimum(loss, state: SolverState, memory: LBFGSMemory, precond: Preconditioner, budget: int,
                       rtol: float = F_RTOL) -> int:
-    """Iterations spent taking a converged fit on to its optimum where tol is loose.
-
-    A weak penalty barely curves a flat loss (separable rows): max|grad| <= tol then holds
-    far from the optimum, wherever the path entered the flat region, and the predictions
-    depend on the start. While the quasi-Newton model predicts a decrease -g.H g / 2 above
-    ``rtol`` of the objective, the gradient tolerance is cut tenfold and the fit goes on
-    (never beyond ``budget`` iterations; a step that leaves a larger max|grad| is undone).
-    On a curved loss the first test passes: nothing changes.
-
-    Parameters
-    ----------
-    loss : Objective
-        The fit's loss.
-    state : SolverState
-        A converged iterate (updated in place).
-    memory : LBFGSMemory
-        Its curvature pairs.
-    precond : Preconditioner
-        Its preconditioner.
-    budget : int
-        Iterations left.
-    rtol : float
-        The predicted decrease, as a fraction of the objective, at which the fit is taken
-        for its optimum (default ``F_RTOL``; ``1e-9`` takes it to the optimum within float
-        rounding, so its predictions do not move with the features' last bits).
-
-    Returns
-    -------
-    int
-    """
+    """Iterations spent taking a converged fit on to its optimum where tol is loose."""
+    # A weak penalty barely curves a flat loss (separable rows): max|grad| <= tol then holds
+    # far from the optimum, wherever the path entered the flat region, and the predictions
+    # depend on the start. While the quasi-Newton model predicts a decrease -g.H g / 2 above
+    # ``rtol`` of the objective, the gradient tolerance is cut tenfold and the fit goes on
+    # (never beyond ``budget`` iterations; a step that leaves a larger max|grad| is undone).
+    # On a curved loss the first test passes: nothing changes.
     spent, target = 0, float(state.g.abs().max())
     while spent < budget:
         direction = memory.direction(state.g, precond)

@@ -6,9 +6,7 @@ accuracy is strictly higher. ``stable_walk`` is the default: the path from the s
 penalty down, then the values near its top fitted again in float64 and taken closer to their
 optimum while what they could still change matters to ``stable_choice`` (the undecided
 validation rows of ``decided``, the log-loss doubt; ``unsure`` names them), within a budget;
-``alternatives`` says what the rows left undecided could still move the choice to. It is
-longer than 450 lines because the walks, their rules and the checks of what a fit has decided
-are one concept: each rule's threshold is what the checks test against.
+``alternatives`` says what the rows left undecided could still move the choice to.
 """
 
 from __future__ import annotations
@@ -49,30 +47,7 @@ _MEMORY_BYTES = 64 << 20
 @dataclass
 class GridWalk:
     """What a walk over the C grid works with: the train part's loss and solver state, the
-    validation rows, and the probe's solver settings.
-
-    Parameters
-    ----------
-    loss, state, memory, precond, mask
-        The train part's objective, the iterate to start from, its curvature pairs, the
-        preconditioner and the penalised columns.
-    grid : numpy.ndarray
-        The C values, ascending.
-    n_train : int
-        Rows of the train part.
-    val_rows : FeatureRows
-        The validation rows.
-    val_labels : numpy.ndarray
-        Their class positions.
-    device : torch.device
-    tol, max_iter
-        The probe's tolerance and iteration limit per fit.
-    solve : callable
-        ``solve(loss, state, memory, precond, reg, final)`` -> (state, iterations, status):
-        the probe's path fit.
-    val_score : callable
-        ``val_score(rows, labels, theta, device)`` -> the validation score of theta.
-    """
+    validation rows, and the probe's solver settings."""
 
     loss: Any
     state: SolverState
@@ -90,48 +65,13 @@ class GridWalk:
     val_score: Callable
 
     def reg(self, position: int) -> float:
-        """The per-sample penalty weight of a grid position.
-
-        Parameters
-        ----------
-        position : int
-
-        Returns
-        -------
-        float
-        """
+        """The per-sample penalty weight of a grid position."""
         return 1.0 / (float(self.grid[position]) * self.n_train)
 
 
 @dataclass
 class Walk:
-    """What a walk leaves for the refit on all rows and for the record.
-
-    Parameters
-    ----------
-    position : int
-        The chosen grid position.
-    theta : torch.Tensor
-        Its fit on the train part.
-    memory : tuple
-        Curvature pairs to start the refit with (an ``LBFGSMemory.snapshot``).
-    reg : float
-        The penalty weight ``memory``'s pairs were taken at.
-    scores, iterations : list
-        Validation score and iterations per grid value.
-    statuses : list of (float, str)
-        (C, solver status) of the fits that count for ``converged_``.
-    selection_set : numpy.ndarray
-        The Cs within the noise of the best validation accuracy (``seed``: the chosen C).
-    refined : numpy.ndarray of bool
-        The values fitted to their optimum (``stable``).
-    log_loss : numpy.ndarray of shape (n_values, 2)
-        Mean validation log-loss and its standard error (refined values; NaN elsewhere).
-    alternatives : list of (float, int)
-        See ``alternatives``.
-    exact : bool
-        ``theta`` is at its optimum (``stable``): a calibration can use it as it is.
-    """
+    """What a walk leaves for the refit on all rows and for the record."""
 
     position: int
     theta: torch.Tensor
@@ -150,16 +90,7 @@ class Walk:
 def seed_walk(g: GridWalk) -> Walk:
     """Ericsson et al.'s path: from the weakest penalty up, each fit warm-started from the last
     and stopped at tol, a value kept only when its validation score is strictly higher (the
-    weakest penalty wins a tie).
-
-    Parameters
-    ----------
-    g : GridWalk
-
-    Returns
-    -------
-    Walk
-    """
+    weakest penalty wins a tie)."""
     grid, state, memory = g.grid, g.state, g.memory
     scores, iters, statuses = [0.0] * grid.size, [0] * grid.size, []
     best, reg_from = None, 0.0
@@ -181,16 +112,7 @@ def seed_walk(g: GridWalk) -> Walk:
 def stable_walk(g: GridWalk) -> Walk:
     """The path from the strongest penalty down (cheap warm starts), then every value near its
     top fitted again in float64 and taken closer to its optimum while that matters to
-    ``stable_choice``, which then chooses.
-
-    Parameters
-    ----------
-    g : GridWalk
-
-    Returns
-    -------
-    Walk
-    """
+    ``stable_choice``, which then chooses."""
     grid, state, memory, n_val = g.grid, g.state, g.memory, len(g.val_labels)
     scores, iters, status_at, kept = [], [], {}, {}
     reg_from, best = 0.0, -np.inf
@@ -274,22 +196,7 @@ def stable_walk(g: GridWalk) -> Walk:
 def weaker_choice(walk: Walk, grid: np.ndarray, seed: bool, j: int) -> int:
     """Where a collapsed refit at grid position ``j`` moves: the walk's own rule among the
     weaker penalties (``seed``: the first of the best walking down from the weakest; else the
-    next value of the selection set, or the best of the weaker values when none is left).
-
-    Parameters
-    ----------
-    walk : Walk
-    grid : numpy.ndarray
-        The C values, ascending.
-    seed : bool
-        The walk was ``seed_walk``.
-    j : int
-        The grid position whose refit collapsed.
-
-    Returns
-    -------
-    int
-    """
+    next value of the selection set, or the best of the weaker values when none is left)."""
     scores, weaker = np.asarray(walk.scores), np.arange(j + 1, grid.size)
     if seed:
         return int(weaker[np.flatnonzero(scores[weaker] == scores[weaker].max())[-1]])
@@ -313,26 +220,7 @@ def decided(rows: FeatureRows, labels: np.ndarray, state: SolverState, memory: L
     distance, doubled, against each row's margin between its two largest logits); the rows'
     mean log-loss, its standard error, and how far that step could move it; and which
     predictions ``FEATURE_ULPS`` float32 ulps of each feature could change (the margin against
-    ulps x sum_i |x_i| (|w_top,i| + |w_second,i|)).
-
-    Parameters
-    ----------
-    rows : FeatureRows
-    labels : numpy.ndarray
-        Their class positions.
-    state : SolverState
-        The fit.
-    memory : LBFGSMemory
-        Its curvature pairs (empty: the preconditioner's step).
-    precond : Preconditioner
-    device : torch.device
-
-    Returns
-    -------
-    tuple
-        (predictions, undecided (bool per row), mean log-loss, its standard error, doubt,
-        decided by rounding (bool per row)).
-    """
+    ulps x sum_i |x_i| (|w_top,i| + |w_second,i|))."""
     step = memory.direction(state.g, precond) if len(memory) else -precond(state.g)
     theta = state.theta.cpu().numpy()
     ahead = theta + 2.0 * step.cpu().numpy()
@@ -370,38 +258,14 @@ def _absolute(row_map: Callable[[Any, int], Any] | None) -> Callable[[Any, int],
 
 def stable_choice(scores: np.ndarray, exact: np.ndarray, n_val: int, log_loss: np.ndarray,
                   sure: np.ndarray | None = None) -> tuple[int, np.ndarray]:
-    """The ``stable`` selection among the values fitted to their optimum.
-
-    First the values whose validation accuracy is within one standard error of the best
-    (``count_noise``: the validation split's own resolution), read as counts. Among them, the strongest penalty whose validation log-loss is within the
-    noise of their lowest (``log_loss_threshold``). Accuracy stays the criterion the seed selects by; the
-    log-loss, continuous in C, breaks the plateaus of a small split where accuracy ties (so
-    no float order decides, and the probabilities stay calibrated: the strongest penalty of
-    a plateau alone would give nearly uniform ones); both steps are "one standard error"
-    rules, so among equals the best-conditioned fit is taken.
-
-    Parameters
-    ----------
-    scores : numpy.ndarray
-        Validation accuracy per grid value, C ascending.
-    exact : numpy.ndarray of bool
-        Which values were fitted to their optimum (only they are chosen from).
-    n_val : int
-        Validation rows.
-    log_loss : numpy.ndarray of shape (n_values, 2)
-        Mean validation log-loss per value and its standard error.
-    sure : numpy.ndarray, optional
-        Validation accuracy per value counting only the rows its fit has decided (see
-        ``decided``); the best of these sets the bar. A fit stopped short of its optimum (a
-        weak penalty on near-separable features, out of budget) can count a few rows it has
-        not decided; it may join the set, but does not raise the bar over the others.
-        Default: ``scores``.
-
-    Returns
-    -------
-    (int, numpy.ndarray)
-        The chosen position, and the positions within one standard error of the best accuracy.
-    """
+    """The ``stable`` selection among the values fitted to their optimum."""
+    # First the values whose validation accuracy is within one standard error of the best
+    # (``count_noise``: the validation split's own resolution), read as counts. Among them, the strongest penalty whose validation log-loss is within the
+    # noise of their lowest (``log_loss_threshold``). Accuracy stays the criterion the seed selects by; the
+    # log-loss, continuous in C, breaks the plateaus of a small split where accuracy ties (so
+    # no float order decides, and the probabilities stay calibrated: the strongest penalty of
+    # a plateau alone would give nearly uniform ones); both steps are "one standard error"
+    # rules, so among equals the best-conditioned fit is taken.
     positions = np.flatnonzero(exact)
     best = float((scores if sure is None else np.minimum(sure, scores))[positions].max())
     # counts, so that the threshold is not moved by how a score was summed
@@ -424,16 +288,7 @@ def _sure_scores(scores: np.ndarray, undecided: dict, predictions: dict, labels:
 def count_noise(correct: int, n_val: int) -> float:
     """One standard error of a count of ``correct`` rows of ``n_val``, in rows:
     sqrt(n p (1 - p)) at p = (correct + 1) / (n + 2), so that a split all right (or all wrong)
-    still has a row's worth of noise, not none.
-
-    Parameters
-    ----------
-    correct, n_val : int
-
-    Returns
-    -------
-    float
-    """
+    still has a row's worth of noise, not none."""
     p = (correct + 1.0) / (n_val + 2.0)
     return float(np.sqrt(n_val * p * (1.0 - p)))
 
@@ -442,32 +297,19 @@ def log_loss_threshold(lowest: np.ndarray, n_val: int) -> float:
     """The highest validation log-loss within the noise of the lowest: one standard error,
     and at least ln 2 / n, one validation row moved from certain to a coin flip (the rows'
     own spread understates the noise when every row is nearly certain, as on separable
-    data, where the log-loss falls towards 0 with C).
-
-    Parameters
-    ----------
-    lowest : numpy.ndarray
-        (mean, standard error) of the lowest mean log-loss.
-    n_val : int
-        Validation rows.
-
-    Returns
-    -------
-    float
-    """
+    data, where the log-loss falls towards 0 with C)."""
     return float(lowest[0] + max(lowest[1], np.log(2.0) / n_val))
 
 
 def _unsure(scores: np.ndarray, exact: np.ndarray, n_val: int, log_loss: np.ndarray, doubt: np.ndarray,
             undecided: dict, predictions: dict, labels: np.ndarray) -> list[int]:
-    """The fits to take closer to their optimum before ``stable_choice``'s answer holds.
-
-    Counts first: a fit's undecided validation rows (see ``decided``) give its
-    count a range; while some fit could fall on either side of the one-standard-error floor,
-    that fit and those that could be the best are returned. Then the log-losses: none when no
-    log-loss, within its doubt, can fall on the other side of the rule's threshold (itself
-    known only within the doubts of the fits that could be the lowest); else those near the
-    threshold and those that could be the lowest."""
+    """The fits to take closer to their optimum before ``stable_choice``'s answer holds."""
+    # Counts first: a fit's undecided validation rows (see ``decided``) give its
+    # count a range; while some fit could fall on either side of the one-standard-error floor,
+    # that fit and those that could be the best are returned. Then the log-losses: none when no
+    # log-loss, within its doubt, can fall on the other side of the rule's threshold (itself
+    # known only within the doubts of the fits that could be the lowest); else those near the
+    # threshold and those that could be the lowest.
     positions = np.flatnonzero(exact)
     correct = {p: predictions[p] == labels for p in positions}
     low = {p: int(np.sum(correct[p] & ~undecided[p])) for p in positions}

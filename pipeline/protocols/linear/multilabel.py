@@ -35,32 +35,13 @@ from pipeline.protocols.transforms import apply_transform
 
 
 def accepts_multilabel(protocol: Any) -> bool:
-    """Whether the registered protocol (an entry or its name) can fit multi-label data.
-
-    Parameters
-    ----------
-    protocol : Protocol or str
-        A registry entry or its name.
-
-    Returns
-    -------
-    bool
-        The entry's ``multilabel`` capability flag.
-    """
+    """Whether the registered protocol (an entry or its name) can fit multi-label data."""
     entry = get_protocol(protocol) if isinstance(protocol, str) else protocol
     return bool(entry.multilabel)
 
 
 def refuse_multilabel(protocol: Any, where: str = "") -> None:
-    """Raise a DataValidationError unless ``protocol`` can take (n, C) multi-label data.
-
-    Parameters
-    ----------
-    protocol : str or Protocol
-        A registered protocol or its name.
-    where : str
-        Prefix of the message (the config entry that asks for it).
-    """
+    """Raise a DataValidationError unless ``protocol`` can take (n, C) multi-label data."""
     if not accepts_multilabel(protocol):
         name = protocol if isinstance(protocol, str) else protocol.name
         able = ", ".join(p for p in list_protocols() if accepts_multilabel(p))
@@ -69,25 +50,7 @@ def refuse_multilabel(protocol: Any, where: str = "") -> None:
 
 
 class MultiLabelLogisticProbe:
-    """One-vs-rest binary L2 logistic regressions sharing one C.
-
-    Parameters
-    ----------
-    C : inverse L2 weight (sklearn's C, binomial objective), used when ``Cs`` is None.
-    Cs : None, ``"default"`` (45 values, lambda = 1/C log-spaced 1e-6..1e5) or C values;
-        selected by validation ``map11`` (ties: the larger C, the weaker penalty).
-    val_fraction : share of the rows held out (seeded, random) when no ``val_mask`` is given.
-    tol, max_iter : sklearn's lbfgs tolerance and iteration limit per fit.
-    random_state : seed of the held-out draw.
-
-    Attributes
-    ----------
-    coef_ (K, d), intercept_ (K,), C_, Cs_, val_scores_ (validation mAP per C), n_val_ (the
-    rows those were scored on; 0 without a grid),
-    n_iter_ (most iterations of a final fit), converged_ (no fit hit max_iter),
-    constant_classes_ (classes whose fitting rows hold one label only: no classifier,
-    scored as a constant).
-    """
+    """One-vs-rest binary L2 logistic regressions sharing one C."""
 
     def __init__(self, C: float = 1.0, Cs: Any = None, val_fraction: float = 0.2, tol: float = 1e-4,
                  max_iter: int = 1000, random_state: int = 0) -> None:
@@ -123,22 +86,7 @@ class MultiLabelLogisticProbe:
         return np.column_stack([np.zeros(len(X)) if m is None else m.decision_function(X) for m in models])
 
     def fit(self, X: np.ndarray, Y: np.ndarray, val_mask: np.ndarray | None = None) -> MultiLabelLogisticProbe:
-        """Fit on features (n, d) and multi-label rows (n, K) in {1, 0, -1}.
-
-        Parameters
-        ----------
-        X : numpy.ndarray
-            Features (n, d).
-        Y : numpy.ndarray
-            Label rows (n, K): 1 present, 0 absent, -1 difficult (left out for that class).
-        val_mask : numpy.ndarray, optional
-            Boolean (n,): the rows that select C (default: a seeded ``val_fraction``).
-
-        Returns
-        -------
-        MultiLabelLogisticProbe
-            Itself, fitted.
-        """
+        """Fit on features (n, d) and multi-label rows (n, K) in {1, 0, -1}."""
         X = np.asarray(X, dtype=np.float64)
         Y = check_multilabel(Y, name="Y", difficult=True)
         if len(X) != len(Y):
@@ -179,37 +127,13 @@ class MultiLabelLogisticProbe:
         return self
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:
-        """Scores (n, K): w_c . h + b_c per class.
-
-        Parameters
-        ----------
-        X : numpy.ndarray
-            Features (n, d).
-
-        Returns
-        -------
-        numpy.ndarray
-        """
+        """Scores (n, K): w_c . h + b_c per class."""
         return np.asarray(X, dtype=np.float64) @ self.coef_.T + self.intercept_
 
 
 def multilabel_logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     """The ``logistic`` protocol on multi-label data (VOC 2007's size: the features are held
-    in memory, transformed with the transform fitted on the train split only).
-
-    Parameters
-    ----------
-    data : EvalData
-        Features and (n, K) label rows in {1, 0, -1}.
-    s : mapping
-        The logistic protocol's full settings.
-
-    Returns
-    -------
-    ProtocolResult
-        ``map11`` (= ``score``), its per-class APs, ``map11_devkit`` and ``map`` (not interpolated),
-        all from the float16 test scores kept as its evidence; C and its validation mAPs.
-    """
+    in memory, transformed with the transform fitted on the train split only)."""
     splits = [check_features(data.train(), "X_train"), check_features(data.X_test, "X_test")]
     if data.X_val is not None:
         splits.append(check_features(data.X_val, "X_val"))

@@ -70,50 +70,19 @@ def _train_val_rows(data: EvalData) -> tuple[FeatureRows, np.ndarray, np.ndarray
 # -- memory ------------------------------------------------------------------------------------
 def ridge_terms(c: CellShape) -> int:
     """What the ridge solver holds beside its features (the Gram route): d x d matrices,
-    d x K summaries, the QR fallback, float64 blocks.
-
-    Parameters
-    ----------
-    c : CellShape
-
-    Returns
-    -------
-    int
-    """
+    d x K summaries, the QR fallback, float64 blocks."""
     d, K = c.dim, c.n_classes
     return peak(gram=matrix(d, d, copies=6), qr_fallback=matrix(d + K, d + K, copies=3),
                 summaries=matrix(d, K, copies=6), blocks=row_blocks(10))
 
 
 def logistic_memory(c: CellShape, s: Mapping[str, Any]) -> int:
-    """The logistic probe: features once, solver state O(K d), float32 blocks.
-
-    Parameters
-    ----------
-    c : CellShape
-    s : mapping
-        Full settings.
-
-    Returns
-    -------
-    int
-    """
+    """The logistic probe: features once, solver state O(K d), float32 blocks."""
     return peak(features=features(c, streams=False), labels=labels(c), solver=logistic_terms(c, s), runtime=RUNTIME)
 
 
 def logistic_terms(c: CellShape, s: Mapping[str, Any]) -> int:
-    """What the logistic probe holds beside its features: solver state O(K d), indices, blocks.
-
-    Parameters
-    ----------
-    c : CellShape
-    s : mapping
-        Full settings (``Cs``: a grid adds the calibration refit).
-
-    Returns
-    -------
-    int
-    """
+    """What the logistic probe holds beside its features: solver state O(K d), indices, blocks."""
     fits = 2 if s.get("Cs") is not None else 1  # a grid adds the calibration refit
     return peak(lbfgs=fits * parameters(c.n_classes * (c.dim + 1), lbfgs_copies(_HISTORY), itemsize=8),
                 preconditioner=matrix(c.dim + 1, c.dim + 1, copies=4),
@@ -124,17 +93,7 @@ def logistic_terms(c: CellShape, s: Mapping[str, Any]) -> int:
 
 
 def ridge_memory(c: CellShape, s: Mapping[str, Any]) -> int:
-    """The ridge probe (streams the train split): the Gram route's d^2 and d K terms.
-
-    Parameters
-    ----------
-    c : CellShape
-    s : mapping
-
-    Returns
-    -------
-    int
-    """
+    """The ridge probe (streams the train split): the Gram route's d^2 and d K terms."""
     return peak(features=features(c, streams=True), labels=labels(c), solver=ridge_terms(c),
                 scores=matrix(c.n_test, c.n_classes, itemsize=F4), runtime=RUNTIME)
 
@@ -163,7 +122,7 @@ LOGISTIC_SELECTIONS = ("stable", "seed")
     metrics=CLASS_METRICS + ("ece", "ece_temperature_scaled", "nll", "nll_temperature_scaled") + MULTILABEL_METRICS,
     unbounded=("nll", "nll_temperature_scaled"),
     description="multinomial L2 logistic probe, L-BFGS, C selected on validation (Kornblith 2019)",
-    cheap_settings={"Cs": [0.1, 1.0], "max_iter": 50},
+    cheap_settings={"Cs": [0.1, 1.0], "max_iter": 50}, slow=True,
 )
 def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     if data.multilabel:  # the paper's VOC setting: one binary probe per class, difficult left out

@@ -46,40 +46,15 @@ SVD_MAX_ELEMENTS = 1 << 21
 
 def fit_ridge(rows: FeatureRows, labels: np.ndarray, n_classes: int, alphas: np.ndarray,
               fit_intercept: bool = True, device: Any = "auto", store_loo: bool = False, method: str = "auto"):
-    """The ridge probe on ``rows``, lambda by exact leave-one-out PRESS over ``alphas``.
-
-    Few rows (n < 2d) take one SVD of the centred features, in float64 on the CPU (its
-    memory is O(d^2) then); more rows the blocked d x d Gram route of ``ridge_gram`` on
-    ``device``, whose memory does not grow with n. When the features are too badly
-    conditioned for the Gram eigendecomposition, problems of at most
-    ``SVD_MAX_ELEMENTS`` feature values take the SVD as well, larger ones the streaming
-    QR route. All compute the same quantities (to round-off; for rank-deficient, badly
-    conditioned features the least-squares solution itself is only defined to about
-    eps * kappa^2).
-
-    Parameters
-    ----------
-    rows : FeatureRows
-        Features, in memory or streamed.
-    labels : numpy.ndarray
-        (n,) class indices 0..K-1 or (n, K) 0/1 indicators.
-    n_classes : int
-        K.
-    alphas : numpy.ndarray
-        The lambda grid (a single value: no selection).
-    fit_intercept : bool
-        Fit an unpenalised bias.
-    device : str or torch.device
-        Compute device of the Gram route.
-    store_loo : bool
-        Also return the (n, K) leave-one-out predictions at the selected lambda.
-    method : str
-        ``auto`` (as above), ``svd`` or ``gram`` (to compare the two).
-
-    Returns
-    -------
-    RidgeFit
-    """
+    """The ridge probe on ``rows``, lambda by exact leave-one-out PRESS over ``alphas``."""
+    # Few rows (n < 2d) take one SVD of the centred features, in float64 on the CPU (its
+    # memory is O(d^2) then); more rows the blocked d x d Gram route of ``ridge_gram`` on
+    # ``device``, whose memory does not grow with n. When the features are too badly
+    # conditioned for the Gram eigendecomposition, problems of at most
+    # ``SVD_MAX_ELEMENTS`` feature values take the SVD as well, larger ones the streaming
+    # QR route. All compute the same quantities (to round-off; for rank-deficient, badly
+    # conditioned features the least-squares solution itself is only defined to about
+    # eps * kappa^2).
     alphas = np.asarray(alphas, dtype=np.float64)
     n, d = len(rows), rows.n_features
     if method not in ("auto", "svd", "gram"):

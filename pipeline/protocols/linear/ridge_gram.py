@@ -37,19 +37,7 @@ _F64 = torch.float64
 
 @dataclass(frozen=True)
 class RidgeFit:
-    """A fitted ridge probe: slopes, bias, the selected lambda and the PRESS of each one.
-
-    Parameters
-    ----------
-    coef : numpy.ndarray of shape (K, d)
-    intercept : numpy.ndarray of shape (K,)
-    alpha : float
-        The lambda with the smallest PRESS (ties: the larger).
-    press : numpy.ndarray
-        PRESS per lambda of the grid, in the given order.
-    loo_decision : numpy.ndarray or None
-        (n, K) leave-one-out predictions of the targets at ``alpha``, when asked for.
-    """
+    """A fitted ridge probe: slopes, bias, the selected lambda and the PRESS of each one."""
 
     coef: np.ndarray
     intercept: np.ndarray
@@ -59,21 +47,7 @@ class RidgeFit:
 
 
 def ridge_targets(labels: torch.Tensor, n_classes: int, dtype: torch.dtype = _F64) -> torch.Tensor:
-    """Targets in {-1, +1}: one-vs-rest from class indices (n,), or 2Y - 1 from (n, K) 0/1.
-
-    Parameters
-    ----------
-    labels : torch.Tensor
-        Class indices or multi-label indicators.
-    n_classes : int
-        K.
-    dtype : torch.dtype
-        Result dtype.
-
-    Returns
-    -------
-    torch.Tensor of shape (n, K)
-    """
+    """Targets in {-1, +1}: one-vs-rest from class indices (n,), or 2Y - 1 from (n, K) 0/1."""
     if labels.ndim == 2:
         return labels.to(dtype) * 2.0 - 1.0
     T = torch.full((labels.shape[0], n_classes), -1.0, dtype=dtype, device=labels.device)
@@ -82,19 +56,7 @@ def ridge_targets(labels: torch.Tensor, n_classes: int, dtype: torch.dtype = _F6
 
 
 def select_alpha(press: np.ndarray, alphas: np.ndarray) -> float:
-    """The alpha of least PRESS; ties go to the larger alpha (the stronger penalty).
-
-    Parameters
-    ----------
-    press : numpy.ndarray
-        PRESS per alpha.
-    alphas : numpy.ndarray
-        The grid.
-
-    Returns
-    -------
-    float
-    """
+    """The alpha of least PRESS; ties go to the larger alpha (the stronger penalty)."""
     tied = np.flatnonzero(press == press.min())
     return float(alphas[tied[np.argmax(alphas[tied])]])
 
@@ -184,32 +146,7 @@ def _loo_blocks(blocks: _Pass, s, V, Q, n: int, fit_intercept: bool, alphas: np.
 
 def gram_ridge(rows: FeatureRows, labels: np.ndarray, n_classes: int, alphas: np.ndarray, fit_intercept: bool,
                device: torch.device, store_loo: bool = False, qr_fallback: bool = True) -> RidgeFit | None:
-    """Fit the ridge probe on many rows from d x d summaries (see the module docstring).
-
-    Parameters
-    ----------
-    rows : FeatureRows
-        Features (in memory or streamed; read three or four times).
-    labels : numpy.ndarray
-        (n,) class indices 0..K-1 or (n, K) 0/1 indicators.
-    n_classes : int
-        K.
-    alphas : numpy.ndarray
-        The lambda grid (one value: no selection).
-    fit_intercept : bool
-        Fit an unpenalised bias.
-    device : torch.device
-        Compute device (float64 arithmetic on it).
-    store_loo : bool
-        Also return the (n, K) leave-one-out predictions at the selected lambda.
-    qr_fallback : bool
-        For badly conditioned features take the streaming QR route; False: return None
-        (the caller then takes another route).
-
-    Returns
-    -------
-    RidgeFit or None
-    """
+    """Fit the ridge probe on many rows from d x d summaries (see the module docstring)."""
     n = len(rows)
     y = torch.from_numpy(np.ascontiguousarray(labels)).to(device)
     mu, t_mean = _moments(rows, y, n_classes, fit_intercept, device)

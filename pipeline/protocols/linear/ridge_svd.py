@@ -46,24 +46,7 @@ __all__ = ["RidgeSpectrum", "loo_residuals", "one_vs_rest_targets", "press", "ri
 
 @dataclass(frozen=True)
 class RidgeSpectrum:
-    """Everything the ridge solutions and LOO residuals of one (H, T) share.
-
-    Parameters
-    ----------
-    U : numpy.ndarray of shape (n, r)
-        Left singular vectors of the (centred) features.
-    s : numpy.ndarray of shape (r,)
-        Nonzero singular values.
-    Vt : numpy.ndarray of shape (r, d)
-    Q : numpy.ndarray of shape (r, K)
-        U^T Tc.
-    resid0 : numpy.ndarray of shape (n, K)
-        Part of T - S T outside span(1, U); lambda-free.
-    lev0 : numpy.ndarray of shape (n,)
-        Part of 1 - S_ii outside span(1, U); lambda-free.
-    h_mean, t_mean : numpy.ndarray
-        Feature and target means (zeros without intercept).
-    """
+    """Everything the ridge solutions and LOO residuals of one (H, T) share."""
 
     U: np.ndarray
     s: np.ndarray
@@ -76,19 +59,7 @@ class RidgeSpectrum:
 
 
 def one_vs_rest_targets(y_index: np.ndarray, n_classes: int) -> np.ndarray:
-    """T in {-1, +1}^(n x K): +1 in the column of the true class.
-
-    Parameters
-    ----------
-    y_index : numpy.ndarray of shape (n,)
-        Class indices 0..K-1.
-    n_classes : int
-        K.
-
-    Returns
-    -------
-    numpy.ndarray of shape (n, K)
-    """
+    """T in {-1, +1}^(n x K): +1 in the column of the true class."""
     T = -np.ones((y_index.shape[0], n_classes))
     T[np.arange(y_index.shape[0]), y_index] = 1.0
     return T
@@ -106,21 +77,7 @@ def _thin_svd(Hc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def ridge_spectrum(H: np.ndarray, T: np.ndarray, fit_intercept: bool = True) -> RidgeSpectrum:
-    """One SVD of (centred) H that serves every lambda (see the module docstring).
-
-    Parameters
-    ----------
-    H : numpy.ndarray of shape (n, d)
-        Features (a copy in float64 is made: for few rows).
-    T : numpy.ndarray of shape (n, K)
-        Targets.
-    fit_intercept : bool
-        Centre features and targets (an unpenalised bias).
-
-    Returns
-    -------
-    RidgeSpectrum
-    """
+    """One SVD of (centred) H that serves every lambda (see the module docstring)."""
     H = np.asarray(H, dtype=np.float64)
     T = np.asarray(T, dtype=np.float64)
     n, d = H.shape
@@ -145,39 +102,15 @@ def ridge_spectrum(H: np.ndarray, T: np.ndarray, fit_intercept: bool = True) -> 
 
 
 def ridge_coefficients(spec: RidgeSpectrum, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """Slopes and bias at ``alpha``: B = V diag(s / (s^2 + alpha)) Q, b = t - mu B.
-
-    Parameters
-    ----------
-    spec : RidgeSpectrum
-    alpha : float
-
-    Returns
-    -------
-    tuple of numpy.ndarray
-        B (d, K) and b (K,).
-    """
+    """Slopes and bias at ``alpha``: B = V diag(s / (s^2 + alpha)) Q, b = t - mu B."""
     B = spec.Vt.T @ ((spec.s / (spec.s**2 + alpha))[:, None] * spec.Q)
     return B, spec.t_mean - spec.h_mean @ B
 
 
 def loo_residuals(spec: RidgeSpectrum, alpha: float, U2: np.ndarray | None = None) -> np.ndarray:
-    """Exact leave-one-out residuals e_(i) = t_i - prediction without i.
-
-    Rows whose leverage is exactly one (possible only at alpha = 0) come out inf: that
-    point cannot be predicted without itself.
-
-    Parameters
-    ----------
-    spec : RidgeSpectrum
-    alpha : float
-    U2 : numpy.ndarray or None
-        ``spec.U ** 2``, if precomputed.
-
-    Returns
-    -------
-    numpy.ndarray of shape (n, K)
-    """
+    """Exact leave-one-out residuals e_(i) = t_i - prediction without i."""
+    # Rows whose leverage is exactly one (possible only at alpha = 0) come out inf: that
+    # point cannot be predicted without itself.
     f = alpha / (spec.s**2 + alpha)  # shrinkage of each direction; 0 at alpha = 0
     resid = spec.resid0 + spec.U @ (f[:, None] * spec.Q)  # T - S T
     denom = spec.lev0 + (spec.U**2 if U2 is None else U2) @ f  # 1 - S_ii
@@ -188,40 +121,13 @@ def loo_residuals(spec: RidgeSpectrum, alpha: float, U2: np.ndarray | None = Non
 
 
 def press(E: np.ndarray) -> float:
-    """PRESS = (1 / nK) sum_i ||e_(i)||^2, the mean squared LOO residual.
-
-    Parameters
-    ----------
-    E : numpy.ndarray of shape (n, K)
-        Leave-one-out residuals.
-
-    Returns
-    -------
-    float
-    """
+    """PRESS = (1 / nK) sum_i ||e_(i)||^2, the mean squared LOO residual."""
     return float(np.mean(E**2))
 
 
 def svd_ridge(rows: FeatureRows, labels: np.ndarray, n_classes: int, alphas: np.ndarray,
               fit_intercept: bool, store_loo: bool) -> RidgeFit:
-    """The ridge fit from one thin SVD of all rows in float64 (for few rows: O(d^2) memory).
-
-    Parameters
-    ----------
-    rows : FeatureRows
-    labels : numpy.ndarray
-        (n,) class indices 0..K-1 or (n, K) 0/1 indicators.
-    n_classes : int
-    alphas : numpy.ndarray
-        The lambda grid.
-    fit_intercept : bool
-    store_loo : bool
-        Also return the (n, K) leave-one-out predictions at the selected lambda.
-
-    Returns
-    -------
-    RidgeFit
-    """
+    """The ridge fit from one thin SVD of all rows in float64 (for few rows: O(d^2) memory)."""
     H = rows.numpy(np.float64)
     T = 2.0 * labels - 1.0 if labels.ndim == 2 else one_vs_rest_targets(labels, n_classes)
     spec = ridge_spectrum(H, T, fit_intercept)

@@ -1,28 +1,4 @@
-"""k-nearest-neighbour classification over streamed train blocks, in torch on any device.
-
-Weighted cosine k-NN (Wu et al. 2018, DINO): s_i = cosine similarity, keep the k most
-similar train rows, class weight w_c = sum_i exp(s_i / tau) [y_i = c]. Plain k-NN:
-Euclidean distance and a uniform vote. The core is ``topk_blocks``: train features arrive
-as (block, row_offset) pairs; their rows are gathered (normalised) into a bounded buffer,
-which is scored against chunks of the queries tile by tile, one matrix product a tile,
-and each query's running top-k is merged from the tiles, so memory is
-O(queries x k + buffer + score tile) whatever the train size.
-
-Selection costs little next to the products: once a query holds k neighbours, its k-th
-best score is a threshold that a new score must reach. One pass over a score tile takes
-the maximum of each of ``_GROUPS`` groups of its columns; only the groups whose maximum
-reaches the threshold are read again, and only their scores that reach it are collected
-and merged (exact: a score below the threshold has k better ones already). The first
-tile's threshold is the k-th largest maximum of 4k or more groups of that tile (k of its
-scores reach it); a tile too narrow for that takes a dense top-k.
-
-Ties: equal scores are taken in train row order; equal class weights go to the smallest
-class index.
-
-It is longer than 450 lines because the search's parts (the query chunks, the train buffer,
-the threshold selection and the packed merge) share one state and one memory budget: split,
-each would have to be read beside the others to see why a tile is skipped or merged.
-"""
+"""k-nearest-neighbour classification over streamed train blocks, in torch on any device."""
 
 from __future__ import annotations
 
@@ -66,6 +42,11 @@ _BUFFER_ROWS = {"cpu": 8192, "cuda": 1 << 17}
 # 32) view is a vectorised element-wise max of contiguous runs, 2.3x faster in torch than
 # one over runs of 32 adjacent columns; fewer than 32 groups take a slow path.
 _GROUPS = 32
+# A deep search (retrieval's top-R, R in the hundreds) lets about k / seen of a tile's scores
+# through: groups of 32 columns then nearly all hold one, and the tile is read twice. With
+# 256 groups (4 columns each at 1024-wide tiles) most groups stay below the threshold; at
+# k = 200 on 20,000 x 5,000 this cut the selection's time by more than half.
+_DEEP_K, _DEEP_GROUPS = 64, 256
 # The first tile of a search is this many tiles wide (on the numpy path; its scores take
 # that many times the score budget once).
 _FIRST_TILE = 4
@@ -83,14 +64,12 @@ def _per_device(table: dict[str, int], device: torch.device) -> int:
 
 
 def _numpy_path(device: torch.device) -> bool:
-    """Whether the score products and the selection's small-array work run in numpy (CPU tensors) or torch.
-
-    On one CPU thread numpy's comparisons, flatnonzero, partition, sort and small-array
-    arithmetic cost 2-5x less than torch's. Its products go to the OpenBLAS its wheels
-    bundle, which picks the CPU's kernels at load time; torch's go to the MKL it links,
-    which on the AMD EPYC (AVX2) of the development machine ran the same float32 products
-    1.1-1.6x slower. On a GPU everything stays in torch.
-    """
+    """Whether the score products and the selection's small-array work run in numpy (CPU tensors) or torch."""
+    # On one CPU thread numpy's comparisons, flatnonzero, partition, sort and small-array
+    # arithmetic cost 2-5x less than torch's. Its products go to the OpenBLAS its wheels
+    # bundle, which picks the CPU's kernels at load time; torch's go to the MKL it links,
+    # which on the AMD EPYC (AVX2) of the development machine ran the same float32 products
+    # 1.1-1.6x slower. On a GPU everything stays in torch.
     return device.type == "cpu"
 
 
@@ -106,11 +85,9 @@ def _blas_pools() -> ThreadpoolController:
 
 
 def _row_norms(block: torch.Tensor) -> torch.Tensor:
-    """Euclidean norms of the rows in float64, as ``torch.linalg.vector_norm(..., dtype=float64)``.
-
-    Computed 512 rows at a time: the same values, 6-10x faster on one CPU thread than
-    one call over a block of thousands of rows.
-    """
+    """Euclidean norms of the rows in float64, as ``torch.linalg.vector_norm(..., dtype=float64)``."""
+    # Computed 512 rows at a time: the same values, 6-10x faster on one CPU thread than
+    # one call over a block of thousands of rows.
     out = torch.empty(block.shape[0], dtype=torch.float64, device=block.device)
     for i in range(0, block.shape[0], 512):
         torch.linalg.vector_norm(block[i:i + 512], dim=1, dtype=torch.float64, out=out[i:i + 512])
@@ -126,13 +103,11 @@ def _sort_best_first(keys: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tenso
 
 
 def _block_topk(S: torch.Tensor, k: int, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The k largest scores of each row of S and their train indices (``index[column]``), ties to the lower index.
-
-    torch.topk picks arbitrarily among equal scores. Asking for k + 1 shows whether the
-    k-th and (k+1)-th scores are equal, i.e. whether a tie straddles the cut; only such
-    rows are redone with a stable sort (by train index, as a buffer may hold blocks that
-    arrived out of order).
-    """
+    """The k largest scores of each row of S and their train indices (``index[column]``), ties to the lower index."""
+    # torch.topk picks arbitrarily among equal scores. Asking for k + 1 shows whether the
+    # k-th and (k+1)-th scores are equal, i.e. whether a tie straddles the cut; only such
+    # rows are redone with a stable sort (by train index, as a buffer may hold blocks that
+    # arrived out of order).
     if k >= S.shape[1]:
         return S, index.expand(S.shape[0], -1)
     values, cols = torch.topk(S, k + 1, dim=1, largest=True, sorted=True)
@@ -146,13 +121,11 @@ def _block_topk(S: torch.Tensor, k: int, index: torch.Tensor) -> tuple[torch.Ten
 
 
 def _candidates(S: torch.Tensor, groups: torch.Tensor | None, thr: torch.Tensor) -> tuple[Any, Any, Any]:
-    """(row, column, score) of the scores of a contiguous S that reach their row's threshold, sorted by row.
-
-    ``groups[:, j]`` holds the maxima of S's columns j, j + g, j + 2g, ... (g groups; None
-    for a tile narrower than the groups, which is read whole); only the groups whose
-    maximum reaches the threshold are read again. numpy arrays where ``_numpy_path``,
-    else torch tensors.
-    """
+    """(row, column, score) of the scores of a contiguous S that reach their row's threshold, sorted by row."""
+    # ``groups[:, j]`` holds the maxima of S's columns j, j + g, j + 2g, ... (g groups; None
+    # for a tile narrower than the groups, which is read whole); only the groups whose
+    # maximum reaches the threshold are read again. numpy arrays where ``_numpy_path``,
+    # else torch tensors.
     a, b = S.shape
     if _numpy_path(S.device):
         S, thr = S.numpy(), thr.numpy()
@@ -181,13 +154,11 @@ def _candidates(S: torch.Tensor, groups: torch.Tensor | None, thr: torch.Tensor)
 
 
 def _pack(keys: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """float32 scores and train indices (< 2^32) as int64 that sort as (score, -index).
-
-    The score's bits, made to order as signed integers, fill the high half; the index,
-    counted down from 2^32 - 1, the low half: one ascending sort of the packed values is
-    the order by score, equal scores by descending train index. Adding 0.0 first makes
-    -0.0 the +0.0 it equals.
-    """
+    """float32 scores and train indices (< 2^32) as int64 that sort as (score, -index)."""
+    # The score's bits, made to order as signed integers, fill the high half; the index,
+    # counted down from 2^32 - 1, the low half: one ascending sort of the packed values is
+    # the order by score, equal scores by descending train index. Adding 0.0 first makes
+    # -0.0 the +0.0 it equals.
     bits = (keys + np.float32(0)).view(np.int32).astype(np.int64)
     return ((bits ^ ((bits >> 31) & 0x7FFFFFFF)) << 32) | (0xFFFFFFFF - idx)
 
@@ -200,15 +171,13 @@ def _unpack(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _State:
-    """Each query's k best (score, train index) pairs, best first, ties by train index.
-
-    Until k train rows are merged the rows are padded with (-inf, ``_NO_INDEX``), which
-    every real score beats. ``merge`` takes (keys, idx) arrays of a query chunk padded
-    the same way. With float32 scores on the ``_numpy_path`` (and train indices below
-    2^32) the pairs are kept packed in int64 (``_pack``): a merge is then one numpy sort, which is 5x
-    faster than torch.topk on rows of a few dozen; otherwise a torch top-k whose rows
-    with equal scores are sorted again by index.
-    """
+    """Each query's k best (score, train index) pairs, best first, ties by train index."""
+    # Until k train rows are merged the rows are padded with (-inf, ``_NO_INDEX``), which
+    # every real score beats. ``merge`` takes (keys, idx) arrays of a query chunk padded
+    # the same way. With float32 scores on the ``_numpy_path`` (and train indices below
+    # 2^32) the pairs are kept packed in int64 (``_pack``): a merge is then one numpy sort, which is 5x
+    # faster than torch.topk on rows of a few dozen; otherwise a torch top-k whose rows
+    # with equal scores are sorted again by index.
 
     def __init__(self, m: int, k: int, dtype: torch.dtype, device: torch.device):
         self.k, self.dtype, self.device = k, dtype, device
@@ -259,12 +228,10 @@ class _State:
 
 
 class _Queries:
-    """Query rows on the device in chunks, normalised (cosine) in the compute dtype.
-
-    Queries whose converted copy fits ``QUERY_CACHE_BYTES`` are converted once and kept;
-    larger ones are converted chunk by chunk for every buffer of train rows, so there is
-    no full-size copy of them.
-    """
+    """Query rows on the device in chunks, normalised (cosine) in the compute dtype."""
+    # Queries whose converted copy fits ``QUERY_CACHE_BYTES`` are converted once and kept;
+    # larger ones are converted chunk by chunk for every buffer of train rows, so there is
+    # no full-size copy of them.
 
     def __init__(self, query: np.ndarray, metric: str, device: torch.device, dtype: torch.dtype):
         self.rows = FeatureRows.of(query)
@@ -302,12 +269,10 @@ class _Queries:
 
 
 class _Search:
-    """The running top-k of every query (``_State``), fed train rows through a bounded buffer.
-
-    Candidates found in the tiles of a query chunk are collected and merged at once when
-    they add up to k per query on average (early on: after every tile) or when the
-    buffer is done.
-    """
+    """The running top-k of every query (``_State``), fed train rows through a bounded buffer."""
+    # Candidates found in the tiles of a query chunk are collected and merged at once when
+    # they add up to k per query on average (early on: after every tile) or when the
+    # buffer is done.
 
     def __init__(self, queries: _Queries, k: int, d: int, normalize: bool):
         self.queries, self.k, self.normalize = queries, k, normalize
@@ -317,6 +282,9 @@ class _Search:
         self.buffer = torch.empty((_per_device(_BUFFER_ROWS, device), d), dtype=dtype, device=device)
         self.index = torch.empty(self.buffer.shape[0], dtype=torch.int64, device=device)
         self.filled = 0
+        # the threshold pass's column groups: a tile's width must be a whole number of them
+        deep = k >= _DEEP_K and _per_device(_TILE_ROWS, device) % _DEEP_GROUPS == 0
+        self.groups = _DEEP_GROUPS if deep else _GROUPS
         self.seen = 0  # train rows merged into the state of every query
         self.scores = torch.empty(0, dtype=dtype, device=device)
 
@@ -342,13 +310,11 @@ class _Search:
 
     @staticmethod
     def _normalize_into(out: torch.Tensor, part: torch.Tensor, block: np.ndarray, offset: int, i: int) -> None:
-        """``part`` (rows i.. of ``block``) normalised into ``out``, 512 rows at a time.
-
-        The norms and the division read each row while it is in cache. Non-finite norms
-        (NaN or inf in the row) and zero norms raise with the block's positions. A float32
-        row is divided by its float32 norm (within one ulp of the float64 division, 10x
-        cheaper); norms below float32's normal range keep the float64 division.
-        """
+        """``part`` (rows i.. of ``block``) normalised into ``out``, 512 rows at a time."""
+        # The norms and the division read each row while it is in cache. Non-finite norms
+        # (NaN or inf in the row) and zero norms raise with the block's positions. A float32
+        # row is divided by its float32 norm (within one ulp of the float64 division, 10x
+        # cheaper); norms below float32's normal range keep the float64 division.
         tiny = torch.finfo(out.dtype).tiny
         for j in range(0, part.shape[0], 512):
             rows, dest = part[j:j + 512], out[j:j + 512]
@@ -371,14 +337,14 @@ class _Search:
         cols = min(_per_device(_TILE_ROWS, self.device), n)
         rows = max(1, _per_device(_SCORE_BUDGET, self.device) // cols)
         # tiles of whole groups, then the rows left over (fewer than a group) as a tile of their own
-        whole = n - n % _GROUPS
+        whole = n - n % self.groups
         first = 0
         if self.seen == 0 and _numpy_path(self.device):
             # the first tile, which sets the thresholds, is wider: its k-th best is higher,
             # and the tiles after it let about 1/_FIRST_TILE as many scores through
             first = min(whole, _FIRST_TILE * cols)
         tiles = ([(0, first)] if first else []) + [(j, min(cols, whole - j)) for j in range(first, whole, cols)]
-        tiles += [(whole, n - whole)] if n > whole else []
+        tiles += [(j, min(cols, n - j)) for j in range(whole, n, cols)]
         if self.scores.numel() < rows * max(cols, first):
             self.scores = torch.empty(rows * max(cols, first), dtype=self.buffer.dtype, device=self.device)
         for Q, start in self.queries.chunks(rows):
@@ -416,7 +382,8 @@ class _Chunk:
         a, b = S.shape
         if self.merged >= self.k:  # every query holds k real neighbours: its k-th score is a threshold
             # tiles are whole multiples of the groups, or narrower than one of each
-            groups = S.view(a, b // _GROUPS, _GROUPS).amax(1) if b >= _GROUPS else None
+            g = self.search.groups
+            groups = S.view(a, b // g, g).amax(1) if b >= g else None
             if self.thr is None:  # it changes only when candidates are merged
                 self.thr = self.search.state.kth(self.rows)
             thr = self.thr
@@ -424,7 +391,7 @@ class _Chunk:
             # the k-th largest group maximum: k scores of this tile reach it. 4k groups or
             # more seldom hold two of the k best, so the bound is close to the k-th score
             # and few scores besides the k best are read
-            n_groups = _GROUPS
+            n_groups = self.search.groups
             while n_groups < 4 * self.k and b % (2 * n_groups) == 0:
                 n_groups *= 2
             if n_groups < 4 * self.k or b < n_groups:  # no bound: the plain top-k of the tile
@@ -612,17 +579,7 @@ def knn_predict_from_topk(
     weights: str = "exp",
     temperature: float = 0.07,
 ) -> np.ndarray:
-    """Predicted class indices: argmax of ``knn_class_weights``, ties to the smallest index.
-
-    Parameters
-    ----------
-    scores, indices, y_train, n_classes, weights, temperature
-        As for ``knn_class_weights``.
-
-    Returns
-    -------
-    numpy.ndarray of shape (m,)
-    """
+    """Predicted class indices: argmax of ``knn_class_weights``, ties to the smallest index."""
     return np.argmax(knn_class_weights(scores, indices, y_train, n_classes, weights, temperature), axis=1)
 
 

@@ -1,14 +1,4 @@
-"""Nearest class mean (Mensink et al. 2013): each query takes the class of the nearest train mean.
-
-The class means are accumulated in float64 from blocks of the train rows (``FeatureRows``:
-in memory or streamed, after any fitted row map), so memory is O(classes x features)
-whatever the train size. ``euclidean``: the mean of each class's rows and the smallest
-Euclidean distance, ``argmin_c ||q - mu_c||^2 = argmin_c (||mu_c||^2 - 2 q . mu_c)``, as
-scikit-learn's ``NearestCentroid``. ``cosine``: the mean of each class's L2-normalised
-rows and the largest cosine similarity ``q . mu_c / (||q|| ||mu_c||)`` (the imprinted
-weights of Qi et al. 2018). A class without train rows has no mean and is never predicted;
-equal scores go to the smallest class index.
-"""
+"""Nearest class mean (Mensink et al. 2013): each query takes the class of the nearest train mean."""
 
 from __future__ import annotations
 
@@ -34,25 +24,7 @@ def _check_metric(metric: str) -> None:
 
 def class_means(rows: FeatureRows, y: np.ndarray, n_classes: int, metric: str = "euclidean",
                 device: Any = None) -> torch.Tensor:
-    """The mean of each class's train rows (L2-normalised rows for ``cosine``), in float64.
-
-    Parameters
-    ----------
-    rows : FeatureRows
-        The train features (any row map applied as they are read).
-    y : numpy.ndarray of shape (n,)
-        Class indices 0 .. n_classes - 1 of the rows.
-    n_classes : int
-    metric : str
-        ``euclidean`` or ``cosine``.
-    device : torch.device or None
-        Where the sums are accumulated (None: the CPU).
-
-    Returns
-    -------
-    torch.Tensor of shape (n_classes, d)
-        NaN rows for the classes without train rows.
-    """
+    """The mean of each class's train rows (L2-normalised rows for ``cosine``), in float64."""
     _check_metric(metric)
     y = np.asarray(y, dtype=np.int64)
     if len(y) != len(rows):
@@ -69,22 +41,7 @@ def class_means(rows: FeatureRows, y: np.ndarray, n_classes: int, metric: str = 
 
 def ncm_score_blocks(rows: FeatureRows, means: torch.Tensor, metric: str = "euclidean",
                      device: Any = None):
-    """Yield (scores, start): larger is nearer, ``-inf`` for a class without a mean.
-
-    Parameters
-    ----------
-    rows : FeatureRows
-        The query features.
-    means : torch.Tensor of shape (K, d)
-        ``class_means``' result.
-    metric : str
-        ``euclidean`` (scores ``2 q . mu_c - ||mu_c||^2``) or ``cosine`` (cosine similarity).
-    device : torch.device or None
-
-    Yields
-    ------
-    tuple of (torch.Tensor of shape (b, K), int)
-    """
+    """Yield (scores, start): larger is nearer, ``-inf`` for a class without a mean."""
     _check_metric(metric)
     absent = torch.isnan(means[:, 0])
     means = torch.nan_to_num(means, nan=0.0)
@@ -105,17 +62,5 @@ def ncm_score_blocks(rows: FeatureRows, means: torch.Tensor, metric: str = "eucl
 
 def ncm_predict(rows: FeatureRows, means: torch.Tensor, metric: str = "euclidean",
                 device: Any = None) -> np.ndarray:
-    """The class index of the nearest mean for every query row, ties to the smallest index.
-
-    Parameters
-    ----------
-    rows : FeatureRows
-    means : torch.Tensor of shape (K, d)
-    metric : str
-    device : torch.device or None
-
-    Returns
-    -------
-    numpy.ndarray of shape (len(rows),)
-    """
+    """The class index of the nearest mean for every query row, ties to the smallest index."""
     return predict_from_scores(ncm_score_blocks(rows, means, metric, device), len(rows), np.arange(len(means)))

@@ -17,15 +17,7 @@ KNN_METRICS: dict[str, tuple[str, ...]] = {"cosine": ("exp", "uniform"), "euclid
 
 
 def check_metric_weights(metric: str, weights: str) -> None:
-    """Refuse a k-NN metric/weights pair that has no meaning (exp weights need cosine).
-
-    Parameters
-    ----------
-    metric : str
-        ``cosine`` or ``euclidean``.
-    weights : str
-        ``exp`` or ``uniform``.
-    """
+    """Refuse a k-NN metric/weights pair that has no meaning (exp weights need cosine)."""
     if metric not in KNN_METRICS:
         raise unknown_name("metric", metric, KNN_METRICS)
     if weights not in KNN_METRICS[metric]:

@@ -1,9 +1,4 @@
-"""The neighbour readouts, ``knn`` and ``ncm``, registered with their defaults, ranges and memory models.
-
-Only metadata is built at import (its runner imports torch when it runs). The metric and
-vote weighting pairs that have a meaning (``neighbours.pairs``) are checked here, at
-config load, and by the classifier itself.
-"""
+"""The neighbour readouts, ``knn`` and ``ncm``, registered with their defaults, ranges and memory models."""
 
 from __future__ import annotations
 
@@ -47,17 +42,7 @@ def _neighbour_counts(s: Mapping[str, Any]) -> list[int]:
 
 
 def knn_memory(c: CellShape, s: Mapping[str, Any]) -> int:
-    """k-NN (streams the train split): top-k state per query and a score chunk.
-
-    Parameters
-    ----------
-    c : CellShape
-    s : mapping
-
-    Returns
-    -------
-    int
-    """
+    """k-NN (streams the train split): top-k state per query and a score chunk."""
     k = max(_neighbour_counts({"n_neighbors": 20, **s}))
     return peak(features=features(c, streams=True), labels=labels(c),
                 # each query's top-k similarities (float64) and indices (int64), merged with a block's: 3 copies
@@ -78,7 +63,7 @@ def knn_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     bounds={"n_neighbors": at_least(1), "temperature": above(0)},
     added_settings={"also_neighbors": []},  # records made before it existed keep their identity
     description="weighted k-NN on cosine similarity (Wu 2018, DINO); streams train blocks",
-    cheap_settings={},
+    cheap_settings={}, slow=True,
 )
 def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch and scikit-learn load when a cell runs, not when the registry is read
@@ -89,11 +74,7 @@ def _knn(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         name = "n_neighbors=" if ks[-1] == s["n_neighbors"] else "also_neighbors: k="
         raise DataValidationError(f"{name}{ks[-1]} is larger than the train set ({len(data.y_train)} rows)")
     device = resolve_device(s["device"])
-    if data.train_blocks is not None and data.X_train is None:
-        blocks = data.train_blocks()
-    else:  # the search gathers rows into its own buffer: blocks here only bound the float32 views
-        rows = block_rows(data.X_train.shape[1], device, itemsize=4)
-        blocks = ((data.X_train[i:i + rows], i) for i in range(0, len(data.X_train), rows))
+    blocks = search_blocks(data, device)
     # one search at the largest k (its first k columns are the top-k of every smaller k), and
     # one neighbour more, to see a tie across the headline k's cut
     extra = int(ks[-1] < len(data.y_train))
@@ -155,17 +136,7 @@ def _decided_by_ties(scores: np.ndarray, idx: np.ndarray, weights: np.ndarray, y
 
 
 def ncm_memory(c: CellShape, s: Mapping[str, Any]) -> int:
-    """Nearest class mean (streams the train split): the class means, a block's scores, a transform.
-
-    Parameters
-    ----------
-    c : CellShape
-    s : mapping
-
-    Returns
-    -------
-    int
-    """
+    """Nearest class mean (streams the train split): the class means, a block's scores, a transform."""
     d, K = c.dim, c.n_classes
     rows = block_rows(max(d, K), itemsize=F8)  # the query block of ncm_score_blocks
     return peak(features=features(c, streams=True), labels=labels(c),
@@ -198,3 +169,25 @@ def _ncm(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     n_means = int((~means[:, 0].isnan()).sum())
     return ProtocolResult(metrics, {"n_train": int(len(data.y_train)), "n_means": n_means, "device": str(device)},
                           evidence=class_evidence(data, pred))
+
+
+def search_blocks(data: Any, device: Any) -> Any:
+    """The train rows of a cell as the neighbour search reads them.
+
+    Parameters
+    ----------
+    data : EvalData
+        The cell's data.
+    device : torch.device
+        Where the search runs (sizes the in-memory views).
+
+    Returns
+    -------
+    iterable of (array, int)
+        ``(block, start)`` pairs: the store's streamed blocks, or views of the rows in memory.
+    """
+    if data.train_blocks is not None and data.X_train is None:
+        return data.train_blocks()
+    # the search gathers rows into its own buffer: blocks here only bound the float32 views
+    rows = block_rows(data.X_train.shape[1], device, itemsize=4)
+    return ((data.X_train[i:i + rows], i) for i in range(0, len(data.X_train), rows))

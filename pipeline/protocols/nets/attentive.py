@@ -1,26 +1,4 @@
-"""Attentive probe over token features (n, T, d): a learned query pools the tokens.
-
-Model (the attentive pooling readout of masked-image and video encoders): one learned
-query q, multi-head cross-attention from q to the T tokens, layer norm, linear classifier:
-    o = MHA(q, X, X) = concat_h(softmax_t(q_h . k_{t,h} / sqrt(d_h)) v_{t,h}) W_o + b_o
-    logits = LayerNorm(o) W_c + b_c
-with q_h, k_{t,h}, v_{t,h} the head-h slices of q W_q + b_q, x_t W_k, x_t W_v + b_v
-(torch.nn.MultiheadAttention's parametrisation; its key bias adds the same amount to every
-token's score in a head, so the softmax ignores it and it is left out).
-
-Cost: with a single query the attention never needs the keys or values of every token.
-The score of token t in head h is x_t . u_h with u_h = W_{k,h} q_h / sqrt(d_h), and the
-head's output is (sum_t a_{t,h} x_t) W_{v,h} + b_{v,h} because the weights sum to one. So
-a batch costs O(B T d H) for scores and pooling, plus O(B d^2) for the projections,
-instead of O(B T d^2) for projecting every token: d / H times fewer operations (64 for a
-ViT-B with 12 heads). ``attentive_logits`` is checked against torch.nn.MultiheadAttention.
-
-Training: AdamW minibatches with the learning rate and the weight decay selected on a
-validation split (a grid; every grid point trained at once, see ``stacked_training``; the fit is
-``grid_probe.GridProbe``'s),
-early stopping on validation, then a refit on train + validation for the selected number
-of epochs. Tokens may be float16 (as stored); batches are cast to float32 on the device.
-"""
+"""Attentive probe over token features (n, T, d): a learned query pools the tokens."""
 
 from __future__ import annotations
 
@@ -47,23 +25,7 @@ LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default
 
 
 def attentive_logits(p: dict[str, torch.Tensor], xb: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """Class scores (G, B, K) of G stacked attentive probes on tokens ``xb`` (B, T, d).
-
-    Parameters
-    ----------
-    p : dict of Tensor
-        Stacked parameters (member axis first): query (G, d); Wq, Wk, Wv, Wo (G, d, d)
-        acting on the right (x W); bq, bv, bo (G, d); ln_w, ln_b (G, d); Wc (G, d, K);
-        bc (G, K).
-    xb : Tensor of shape (B, T, d)
-        Token features, float32.
-    num_heads : int
-        Attention heads; divides d.
-
-    Returns
-    -------
-    Tensor of shape (G, B, K)
-    """
+    """Class scores (G, B, K) of G stacked attentive probes on tokens ``xb`` (B, T, d)."""
     G, d = p["query"].shape
     B, T, _ = xb.shape
     H, dh = num_heads, d // num_heads
@@ -81,25 +43,7 @@ def attentive_logits(p: dict[str, torch.Tensor], xb: torch.Tensor, num_heads: in
 class StackedAttentive:
     """G attentive probes with identical initial weights, initialised as torch's modules
     are: query N(0, 0.02^2); Wq, Wk, Wv Xavier-uniform over the stacked (3d, d) in-projection;
-    Wo, Wc and bc uniform in +-1/sqrt(d); other biases zero; layer norm gain one.
-
-    Parameters
-    ----------
-    G : int
-        Probes trained together (grid points).
-    d : int
-        Token feature width.
-    K : int
-        Classes.
-    num_heads : int
-        Attention heads (dividing ``d``).
-    generator : torch.Generator or None
-        Draws the initial weights.
-    device : torch.device
-        Where the parameters live.
-    params : dict, optional
-        The arrays of one fitted probe, to predict with (no initialisation then).
-    """
+    Wo, Wc and bc uniform in +-1/sqrt(d); other biases zero; layer norm gain one."""
 
     decayed = frozenset({"query", "Wq", "Wk", "Wv", "Wo", "Wc"})
 
@@ -125,32 +69,12 @@ class StackedAttentive:
         self.params = {k: v.expand(G, *v.shape).clone().to(device).requires_grad_(True) for k, v in one.items()}
 
     def logits(self, xb: torch.Tensor) -> torch.Tensor:
-        """Class scores of every member.
-
-        Parameters
-        ----------
-        xb : Tensor
-            A float32 batch on the members' device.
-
-        Returns
-        -------
-        Tensor of shape (G, B, K)
-        """
+        """Class scores of every member."""
         return attentive_logits(self.params, xb, self.num_heads)
 
     def activation_elements(self, row_shape: tuple[int, ...]) -> int:
         """Elements every member holds per input row: scores and pooled tokens per head,
-        the attended and normalised vectors.
-
-        Parameters
-        ----------
-        row_shape : tuple of int
-            Shape of one input row, (T, d).
-
-        Returns
-        -------
-        int
-        """
+        the attended and normalised vectors."""
         G, d = self.params["query"].shape
         T = row_shape[0]
         return G * (self.num_heads * (T + 2 * d) + 4 * d)

@@ -1,14 +1,4 @@
-"""``GridProbe``: the one fit of the torch probes (MLP, attentive), a whole grid at once.
-
-A probe names its model (``_stacked``: G stacked members for rows of a shape), its grid
-(``_grid``: a learning rate and a weight decay per member) and what it keeps of the
-refitted member (``_keep``); ``GridProbe`` does the rest, the same for every probe:
-checking the training settings, taking an array (``fit``) or rows gathered per minibatch
-(``fit_batches``, ``stacked_training.RowBatches``), encoding the labels, training the grid
-on the validation split with early stopping (``stacked_training.train_grid``), selecting a
-member (``select_member``), recording the selection in fitted attributes and refitting it
-on every row for the selected number of epochs (``train_fixed``).
-"""
+"""``GridProbe``: the one fit of the torch probes (MLP, attentive), a whole grid at once."""
 
 from __future__ import annotations
 

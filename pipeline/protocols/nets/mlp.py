@@ -1,27 +1,4 @@
-"""MLP probe: one hidden ReLU layer instead of the linear model (Kolesnikov et al. 2019, 4.3).
-
-Model: logits = relu(h W1 + b1) W2 + b2 with ``hidden_units`` (1,000 in the paper) hidden
-units, trained by cross-entropy on frozen features.
-
-Solver: AdamW on minibatches, not full-batch L-BFGS. Early stopping needs a unit of
-training time whose count can be selected on validation and then reused for the refit on
-train + validation; an epoch of minibatches is that unit, while an L-BFGS iteration's
-length depends on its line search and on the data size. Minibatches also keep memory
-bounded on ImageNet-sized train sets (full batch would hold an (n x 1,000) activation and
-its gradient), and on a non-convex objective L-BFGS has no convergence test to report
-that early stopping does not override anyway. Learning rate constant (no schedule, so
-that "the same number of epochs" means the same thing in the refit). Weight decay is
-AdamW's decoupled decay on the two weight matrices (not the biases).
-
-Selection: every weight decay of the grid is trained at once (stacked members, see
-``stacked_training``; the fit is ``grid_probe.GridProbe``'s) on the train part, scored on the validation part (dataset-defined,
-or a stratified seeded ``val_fraction`` of train) after every epoch; a member stops after
-``patience`` epochs without a better validation score (accuracy, then cross-entropy). The
-member with the best score gives the weight decay and the number of epochs; the final
-model is trained afresh (same seed, same initial weights) on train + validation for that
-many epochs. The record keeps the grid, every validation curve, the selected epoch count
-and whether training ended by early stopping or by the epoch budget.
-"""
+"""MLP probe: one hidden ReLU layer instead of the linear model (Kolesnikov et al. 2019, 4.3)."""
 
 from __future__ import annotations
 
@@ -46,23 +23,7 @@ DEFAULT_MLP_WEIGHT_DECAYS: tuple[float, ...] = (0.0, 1e-4, 1e-3, 1e-2, 1e-1)
 
 class StackedMLP:
     """G one-hidden-layer MLPs, parameters stacked along axis 0, identical initial weights
-    (torch.nn.Linear's default init: uniform in +-1/sqrt(fan_in) for weights and biases).
-
-    Parameters
-    ----------
-    G : int
-        Networks trained together (grid members).
-    d : int
-        Input feature width.
-    hidden : int
-        Hidden units.
-    K : int
-        Classes.
-    generator : torch.Generator
-        Draws the initial weights.
-    device : torch.device
-        Where the parameters live.
-    """
+    (torch.nn.Linear's default init: uniform in +-1/sqrt(fan_in) for weights and biases)."""
 
     decayed = frozenset({"W1", "W2"})
 
@@ -76,32 +37,12 @@ class StackedMLP:
                        "W2": uniform((hidden, K), hidden), "b2": uniform((1, K), hidden)}
 
     def activation_elements(self, row_shape: tuple[int, ...]) -> int:
-        """Elements every member holds per input row: hidden units and logits.
-
-        Parameters
-        ----------
-        row_shape : tuple of int
-            Shape of one input row, (d,).
-
-        Returns
-        -------
-        int
-        """
+        """Elements every member holds per input row: hidden units and logits."""
         G, _, hidden = self.params["W1"].shape
         return G * (hidden + self.params["W2"].shape[2])
 
     def logits(self, xb: torch.Tensor) -> torch.Tensor:
-        """Class scores of every member.
-
-        Parameters
-        ----------
-        xb : Tensor
-            A float32 batch on the members' device.
-
-        Returns
-        -------
-        Tensor of shape (G, B, K)
-        """
+        """Class scores of every member."""
         p = self.params
         hidden = torch.relu(torch.matmul(xb, p["W1"]) + p["b1"])  # (G, B, hidden)
         return torch.baddbmm(p["b2"], hidden, p["W2"])

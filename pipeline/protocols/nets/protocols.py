@@ -1,21 +1,5 @@
 """The built-in probes trained by minibatches: ``mlp`` (pooled features) and ``attentive``
-(token features), registered with their defaults, ranges and memory.
-
-Both train every point of their hyperparameter grid at once on the train part, select on
-the validation part (the dataset's split, else a stratified seeded ``val_fraction`` of
-train) with early stopping, and refit on train plus validation. The splits are never
-concatenated and the preprocessed features never copied: minibatches are gathered from
-the stored arrays and mapped on the device one at a time (``RowBatches``).
-
-The MLP record carries its gain over the linear probe of the same features. That probe
-is fitted inside the MLP cell (the ``logistic`` protocol with the MLP's transform,
-validation fraction, seed and device, ``linear_Cs`` as its grid, its other settings at
-their defaults), not read
-from the ledger: a record must be a function of its cell id (features, settings,
-version), and a ledger lookup would make it depend on which other cells happened to be
-computed first, and on their settings. The logistic score it reports is exactly what a
-``logistic`` cell with those settings records.
-"""
+(token features), registered with their defaults, ranges and memory."""
 
 from __future__ import annotations
 
@@ -101,17 +85,7 @@ def _grid_training(c: CellShape, s: Mapping[str, Any], G: int, n_params: int, ba
 
 def mlp_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     """The MLP probe and the logistic probe it is compared with, one after the other, on the
-    same features (never copied: batches are gathered and mapped one at a time).
-
-    Parameters
-    ----------
-    c : CellShape
-    s : mapping
-
-    Returns
-    -------
-    int
-    """
+    same features (never copied: batches are gathered and mapped one at a time)."""
     G, h, B = len(s.get("weight_decays") or [0]), int(s.get("hidden_units", 1000)), int(s.get("batch_size", 256))
     d, K = c.dim, c.n_classes
     batch = B * d + G * B * (2 * h + 2 * K)  # the input batch, hidden units and logits with gradients
@@ -123,17 +97,7 @@ def mlp_memory(c: CellShape, s: Mapping[str, Any]) -> int:
 
 
 def attentive_memory(c: CellShape, s: Mapping[str, Any]) -> int:
-    """The attentive probe on token features (n, T, d), every grid point trained at once.
-
-    Parameters
-    ----------
-    c : CellShape
-    s : mapping
-
-    Returns
-    -------
-    int
-    """
+    """The attentive probe on token features (n, T, d), every grid point trained at once."""
     G = len(s.get("learning_rates") or [0]) * len(s.get("weight_decays") or [0])
     H, B, T, d, K = int(s.get("num_heads", 8)), int(s.get("batch_size", 128)), c.n_tokens, c.dim, c.n_classes
     n_params = 4 * d * d + d * K + 8 * d + K
@@ -156,7 +120,7 @@ def attentive_memory(c: CellShape, s: Mapping[str, Any]) -> int:
     description="one-hidden-layer ReLU probe, weight decay and epochs on validation; gain over logistic "
                 "(Kolesnikov 2019)",
     cheap_settings={"hidden_units": 8, "learning_rate": 0.05, "max_epochs": 8,
-                    "patience": 3, "weight_decays": [0.0, 0.01], "linear_Cs": [1.0]},
+                    "patience": 3, "weight_decays": [0.0, 0.01], "linear_Cs": [1.0]}, slow=True,
 )
 def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch and scikit-learn load when a cell runs, not when the registry is read
@@ -203,6 +167,7 @@ def _mlp(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     metrics=("score", "top1", "mean_per_class"),
     description="one learned query cross-attends to the token features, layer norm, linear classifier",
     cheap_settings={"num_heads": 1, "max_epochs": 8, "patience": 3, "learning_rates": [0.05], "weight_decays": [0.0]},
+    slow=True,
 )
 def _attentive(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
     # deferred: torch and scikit-learn load when a cell runs, not when the registry is read

@@ -1,24 +1,4 @@
-"""Seeded minibatch training of small torch probes, a whole hyperparameter grid at once.
-
-The MLP and attentive probes pick their learning rate and weight decay on a validation
-split, with early stopping. Instead of one fit per grid point, the G grid points are G
-copies of the model stacked along a leading axis of every parameter: one forward pass
-(batched matrix products) serves them all, on the same minibatches. The loss is the sum of
-the members' mean cross-entropies, so each member receives exactly its own gradient, and
-the optimiser (``StackedAdamW``, torch's AdamW update with a learning rate and weight decay
-per member) is elementwise, so every member follows the trajectory it would follow alone.
-Every member starts from the same initial weights: the grid compares hyperparameters, not
-initialisations.
-
-Determinism: initial weights and the minibatch order come from a ``torch.Generator``
-seeded by the caller (the global torch RNG is neither read nor changed), so two fits with
-the same seed on the CPU give bitwise identical parameters.
-
-Inputs: one array (a CPU tensor over it), or ``RowBatches``: rows of several arrays
-(train and validation splits) gathered per minibatch and mapped by a fitted
-preprocessing on the device, so that neither the concatenation of the splits nor the
-preprocessed features ever exist as a full-size copy.
-"""
+"""Seeded minibatch training of small torch probes, a whole hyperparameter grid at once."""
 
 from __future__ import annotations
 
@@ -51,37 +31,15 @@ class StackedModel(Protocol):
     # optional: activation_elements(row_shape) -> elements all members hold per input row
 
     def logits(self, xb: torch.Tensor) -> torch.Tensor:
-        """Class scores of every member.
-
-        Parameters
-        ----------
-        xb : Tensor
-            A float32 batch of B rows on the members' device.
-
-        Returns
-        -------
-        Tensor of shape (G, B, K)
-        """
+        """Class scores of every member."""
         ...
 
 
 class StackedAdamW:
-    """AdamW (Loshchilov & Hutter 2019) on stacked parameters, one (lr, wd) per member.
-
-    The update is torch.optim.AdamW's, written out so the learning rate and weight decay
-    can differ along the member axis: p <- p (1 - lr wd) (decayed parameters only), then
-    p <- p - lr m_hat / (sqrt(v_hat) + eps) with bias-corrected moments.
-
-    Parameters
-    ----------
-    params : mapping of str to Tensor
-        Leaf tensors requiring grad, member axis first.
-    lrs, wds : Tensor of shape (G,)
-        Learning rate and weight decay of each member.
-    decayed : frozenset of str
-        Parameters that weight decay applies to (matrices; not biases or norm gains).
-    betas, eps : Adam's constants (torch's defaults).
-    """
+    """AdamW (Loshchilov & Hutter 2019) on stacked parameters, one (lr, wd) per member."""
+    # The update is torch.optim.AdamW's, written out so the learning rate and weight decay
+    # can differ along the member axis: p <- p (1 - lr wd) (decayed parameters only), then
+    # p <- p - lr m_hat / (sqrt(v_hat) + eps) with bias-corrected moments.
 
     def __init__(self, params: Mapping[str, torch.Tensor], lrs: torch.Tensor, wds: torch.Tensor,
                  decayed: frozenset[str], betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
@@ -119,25 +77,10 @@ class StackedAdamW:
 
 @dataclass(frozen=True)
 class GridRecord:
-    """What the validated grid run saw, per member (grid point) and epoch.
-
-    ``val_accuracy`` / ``val_loss`` are (G, epochs_run) with NaN after a member stopped;
-    ``best_epoch`` counts epochs from 1; ``stopped_early`` marks members whose validation
-    score had not improved for ``patience`` epochs before ``max_epochs``.
-
-    Parameters
-    ----------
-    val_accuracy, val_loss : numpy.ndarray
-        (G, epochs_run) validation accuracy and cross-entropy per epoch.
-    best_epoch : numpy.ndarray
-        (G,) each member's best epoch, from 1.
-    best_accuracy, best_loss : numpy.ndarray
-        (G,) the scores at that epoch.
-    stopped_early : numpy.ndarray
-        (G,) whether the member stopped before ``max_epochs``.
-    epochs_run : int
-        Epochs run by the longest member.
-    """
+    """What the validated grid run saw, per member (grid point) and epoch."""
+    # ``val_accuracy`` / ``val_loss`` are (G, epochs_run) with NaN after a member stopped;
+    # ``best_epoch`` counts epochs from 1; ``stopped_early`` marks members whose validation
+    # score had not improved for ``patience`` epochs before ``max_epochs``.
 
     val_accuracy: np.ndarray
     val_loss: np.ndarray
@@ -149,17 +92,7 @@ class GridRecord:
 
 
 class RowBatches:
-    """Rows of row-aligned arrays (their rows concatenated), gathered one minibatch at a time.
-
-    Parameters
-    ----------
-    parts : sequence of ndarray
-        Arrays with the same trailing shape, (n_i, d) or (n_i, T, d), any float dtype;
-        row r of the whole is row r - (rows before part i) of part i. Never copied.
-    row_map : callable or None
-        ``row_map(block, start)`` applied to every float32 batch on the device (a
-        preprocessing fitted beforehand); ``start`` is 0, batches are not contiguous.
-    """
+    """Rows of row-aligned arrays (their rows concatenated), gathered one minibatch at a time."""
 
     def __init__(self, parts: Sequence[np.ndarray], row_map: Callable[[torch.Tensor, int], torch.Tensor] | None = None):
         self.parts = [as_cpu_tensor(p) for p in parts]
@@ -171,18 +104,7 @@ class RowBatches:
         self.row_map = row_map
 
     def batch(self, rows: torch.Tensor, device: torch.device) -> torch.Tensor:
-        """The rows at positions ``rows`` as float32 on ``device``, mapped.
-
-        Parameters
-        ----------
-        rows : Tensor of int64
-            Positions in the concatenated rows, any order.
-        device : torch.device
-
-        Returns
-        -------
-        Tensor of shape (len(rows),) + trailing shape
-        """
+        """The rows at positions ``rows`` as float32 on ``device``, mapped."""
         if len(self.parts) == 1:
             out = self.parts[0][rows]
         else:
@@ -214,23 +136,7 @@ def _eval_rows(X: torch.Tensor | RowBatches, model: StackedModel, device: torch.
 @torch.no_grad()
 def evaluate(model: StackedModel, X: torch.Tensor, codes: torch.Tensor, rows: np.ndarray,
              device: torch.device) -> tuple[np.ndarray, np.ndarray]:
-    """Per-member accuracy and mean cross-entropy on ``rows`` of ``X``.
-
-    Parameters
-    ----------
-    model : StackedModel
-    X : Tensor or RowBatches
-        All features (CPU).
-    codes : Tensor of int64
-        Class code per row of ``X``.
-    rows : ndarray of int
-        Rows to score.
-    device : torch.device
-
-    Returns
-    -------
-    accuracy, loss : ndarray of shape (G,)
-    """
+    """Per-member accuracy and mean cross-entropy on ``rows`` of ``X``."""
     correct, loss = None, None
     step = _eval_rows(X, model, device)
     for start in range(0, rows.size, step):
@@ -247,19 +153,7 @@ def evaluate(model: StackedModel, X: torch.Tensor, codes: torch.Tensor, rows: np
 
 def train_epoch(model: StackedModel, opt: StackedAdamW, X: torch.Tensor, codes: torch.Tensor, rows: np.ndarray,
                 batch_size: int, generator: torch.Generator, device: torch.device) -> None:
-    """One pass over ``rows`` in a seeded random order, one AdamW step per minibatch.
-
-    Parameters
-    ----------
-    model, opt : the stacked members and their optimiser.
-    X, codes : all features (CPU) and class codes.
-    rows : ndarray of int
-        Rows of this epoch.
-    batch_size : int
-    generator : torch.Generator
-        Draws the order (advanced by the call).
-    device : torch.device
-    """
+    """One pass over ``rows`` in a seeded random order, one AdamW step per minibatch."""
     order = torch.from_numpy(rows)[torch.randperm(rows.size, generator=generator)]
     for start in range(0, rows.size, batch_size):
         idx = order[start:start + batch_size]
@@ -281,35 +175,7 @@ def train_grid(make_model: Callable[[int, torch.Generator], StackedModel], X: to
                train_rows: np.ndarray, val_rows: np.ndarray, lrs: np.ndarray, wds: np.ndarray,
                batch_size: int, max_epochs: int, patience: int, seed: int,
                device: torch.device) -> GridRecord:
-    """Train G = len(lrs) members on ``train_rows``, scoring each on ``val_rows`` every epoch.
-
-    Parameters
-    ----------
-    make_model : callable
-        ``make_model(G, generator)`` builds G stacked members with identical initial
-        weights drawn from ``generator``.
-    X : Tensor or RowBatches
-        All features (CPU), (n, d) or (n, T, d); batches are moved to ``device``.
-    codes : Tensor of int64
-        Class code per row of ``X``.
-    train_rows, val_rows : ndarray of int
-        Rows to train on and to score.
-    lrs, wds : ndarray of shape (G,)
-        Learning rate and weight decay per member.
-    batch_size, max_epochs, patience : int
-        Minibatch size; epoch budget; epochs without improvement after which a member stops.
-    seed : int
-        Seeds the initial weights and the minibatch order.
-    device : torch.device
-        Where the members are trained.
-
-    Returns
-    -------
-    GridRecord
-        Validation curves, each member's best epoch and whether it stopped early. The loop
-        ends when every member has stopped or at ``max_epochs``; members keep training
-        after they stop (one batched pass serves all), but nothing after their stop counts.
-    """
+    """Train G = len(lrs) members on ``train_rows``, scoring each on ``val_rows`` every epoch."""
     generator = torch.Generator().manual_seed(int(seed))
     model = make_model(len(lrs), generator)
     opt = StackedAdamW(model.params, torch.as_tensor(lrs, dtype=torch.float32, device=device),
@@ -332,20 +198,7 @@ def train_grid(make_model: Callable[[int, torch.Generator], StackedModel], X: to
 
 
 def select_member(record: GridRecord, lrs: np.ndarray, wds: np.ndarray) -> int:
-    """The member with the best validation score.
-
-    Parameters
-    ----------
-    record : GridRecord
-    lrs, wds : ndarray of shape (G,)
-        Each member's learning rate and weight decay.
-
-    Returns
-    -------
-    int
-        Highest validation accuracy, then lowest cross-entropy; exact ties go to the
-        larger weight decay, then to the smaller learning rate.
-    """
+    """The member with the best validation score."""
     order = np.lexsort((lrs, -wds, record.best_loss, -record.best_accuracy))
     return int(order[0])
 
@@ -353,28 +206,8 @@ def select_member(record: GridRecord, lrs: np.ndarray, wds: np.ndarray) -> int:
 def train_fixed(make_model: Callable[[int, torch.Generator], StackedModel], X: torch.Tensor, codes: torch.Tensor,
                 rows: np.ndarray, lr: float, wd: float, batch_size: int, epochs: int, seed: int,
                 device: torch.device) -> StackedModel:
-    """Train one member for exactly ``epochs`` epochs on ``rows`` (the refit).
-
-    Same initial weights and seeded minibatch order as ``train_grid`` with this ``seed``.
-
-    Parameters
-    ----------
-    make_model : callable
-        As for ``train_grid``.
-    X, codes : Tensor
-        All features (CPU) and class codes.
-    rows : ndarray of int
-        Rows to train on (train and validation for the refit).
-    lr, wd : float
-        Learning rate and weight decay.
-    batch_size, epochs, seed : int
-    device : torch.device
-
-    Returns
-    -------
-    StackedModel
-        The trained model, G = 1.
-    """
+    """Train one member for exactly ``epochs`` epochs on ``rows`` (the refit)."""
+    # Same initial weights and seeded minibatch order as ``train_grid`` with this ``seed``.
     generator = torch.Generator().manual_seed(int(seed))
     model = make_model(1, generator)
     opt = StackedAdamW(model.params, torch.tensor([lr], dtype=torch.float32, device=device),

@@ -1,15 +1,4 @@
-"""Feature transforms (the ``transform`` setting): their names and one way to apply them.
-
-A transform is fitted on the train split only and then read with every block of feature
-rows, never materialised as a second full-size array: ``apply_transform(name, train,
-*rows)`` fits ``name`` on ``train`` and returns each of ``rows`` followed by the fitted
-row map (``FeatureRows.with_map``). A probe taking ``transform:`` lists
-``TRANSFORM_NAMES`` as the setting's choices and calls ``apply_transform`` in its runner;
-the returned rows' ``row_map`` is the fitted map itself, for a reader that maps blocks of
-its own. This module imports no torch (the registry reads ``TRANSFORM_NAMES``); the
-transformers (scikit-learn estimators with their row maps) are in
-``pipeline.protocols.transforms.transformers``.
-"""
+"""Feature transforms (the ``transform`` setting): their names and one way to apply them."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""The transformers: feature preprocessing fitted on the train split only.
-
-``none``, ``l2`` (rows to unit norm), ``standardize`` (per-feature train mean and std) and
-``whiten`` (ZCA: (h - mu) Sigma^(-1/2) with the train covariance). Statistics are computed
-in float64 from row blocks; the output keeps the input's float dtype (float32 stays
-float32). Each transformer is a scikit-learn transformer and, for the protocols, a row
-map applied to blocks of ``FeatureRows`` (``fit_rows``, ``row_map``): the transformed
-features never exist as a second full-size array. The protocols apply them through
-``pipeline.protocols.transforms.apply_transform``.
-"""
+"""The transformers: feature preprocessing fitted on the train split only."""
 
 from __future__ import annotations
 
@@ -42,20 +33,7 @@ def _zero_rows_error(name: str, rows: np.ndarray) -> DataValidationError:
 
 
 def l2_normalize_block(block: torch.Tensor, start: int = 0, name: str = "X") -> torch.Tensor:
-    """Rows of a torch block scaled to unit Euclidean norm (norms in float64), in its dtype.
-
-    Parameters
-    ----------
-    block : torch.Tensor of shape (b, d)
-    start : int
-        Row number of the block's first row, for the message.
-    name : str
-        The array's name in the message.
-
-    Returns
-    -------
-    torch.Tensor
-    """
+    """Rows of a torch block scaled to unit Euclidean norm (norms in float64), in its dtype."""
     return (block / _row_norms(block, start, name)[:, None]).to(block.dtype)
 
 
@@ -68,58 +46,21 @@ def _row_norms(block: torch.Tensor, start: int, name: str) -> torch.Tensor:
 
 
 def l2_row_scales(block: torch.Tensor, start: int = 0, name: str = "X") -> torch.Tensor:
-    """The factor 1 / ||h|| (float64) by which ``l2_normalize_block`` scales each row of a block.
-
-    Parameters
-    ----------
-    block : torch.Tensor of shape (b, d)
-    start : int
-        Row number of the block's first row, for the message.
-    name : str
-        The array's name in the message.
-
-    Returns
-    -------
-    torch.Tensor of shape (b,)
-    """
+    """The factor 1 / ||h|| (float64) by which ``l2_normalize_block`` scales each row of a block."""
     return 1.0 / _row_norms(block, start, name)
 
 
 def row_scales_of(row_map: RowMap | None) -> RowMap | None:
-    """The per-row scale of a row map that only scales rows (the l2 transform's); else None.
-
-    A linear model can then scale its logits, (W h) s, instead of each row, W (h s): the
-    features are read as they are, without a scaled copy of every block.
-
-    Parameters
-    ----------
-    row_map : callable or None
-        A row map of ``FeatureRows``.
-
-    Returns
-    -------
-    callable or None
-        ``scales(block, start) -> (b,)`` float64, or None.
-    """
+    """The per-row scale of a row map that only scales rows (the l2 transform's); else None."""
+    # A linear model can then scale its logits, (W h) s, instead of each row, W (h s): the
+    # features are read as they are, without a scaled copy of every block.
     return l2_row_scales if row_map is l2_normalize_block else None
 
 
 def l2_normalize(X: np.ndarray, name: str = "X", row_offset: int = 0) -> np.ndarray:
-    """Rows of ``X`` scaled to unit Euclidean norm, in X's dtype.
-
-    A zero row has no direction; it raises DataValidationError naming the rows (numbered
-    from ``row_offset``) instead of being silently left at zero.
-
-    Parameters
-    ----------
-    X : numpy.ndarray of shape (n, d)
-    name : str
-    row_offset : int
-
-    Returns
-    -------
-    numpy.ndarray
-    """
+    """Rows of ``X`` scaled to unit Euclidean norm, in X's dtype."""
+    # A zero row has no direction; it raises DataValidationError naming the rows (numbered
+    # from ``row_offset``) instead of being silently left at zero.
     norms = np.sqrt(np.einsum("ij,ij->i", X, X, dtype=np.float64))
     zero = np.flatnonzero(norms == 0)
     if zero.size:
@@ -358,20 +299,5 @@ def make_transform(name: str, **params: Any) -> _FeatureTransform:
 
 
 def fit_row_map(name: str, rows: FeatureRows, device: Any = None, **params: Any) -> RowMap | None:
-    """Fit transform ``name`` on ``rows``; its row map for blocks on ``device`` (None: none).
-
-    Parameters
-    ----------
-    name : str
-        One of ``TRANSFORMS``.
-    rows : FeatureRows
-        The train features.
-    device : torch.device or None
-    **params
-        Constructor parameters.
-
-    Returns
-    -------
-    callable or None
-    """
+    """Fit transform ``name`` on ``rows``; its row map for blocks on ``device`` (None: none)."""
     return make_transform(name, **params).fit_rows(rows, device).row_map(device)

@@ -1,42 +1,15 @@
-"""Which stored records belong to a config's encoder: found by what it is, not its name.
-
-Two configs sharing one store may each name an encoder ``ra`` for other weights (a seed
-0 and a seed 7 model, two checkpoint files), or a dataset ``tex`` for other images.
-Arrays are stored under the names, so a name's arrays hold whichever config extracted
-last, and a cell id computed from them is the other config's record: the wrong number.
-
-A cell's *identity* (``Cell.identity``) is a hash of the config fields that decide what
-its arrays hold: the encoder's (architecture, weights source, the checkpoint's absolute
-path, seed, input size, checkpoint key, prefixes stripped: :func:`encoder_identity`) and
-the dataset's (adapter and parameters: :func:`dataset_identity`), known from the config
-alone (no torch, no file read).
-
-- Every extraction of a config notes, beside each array, the fingerprint it extracted
-  (or found up to date) for its identity (``storage_schema.record_keys.array_owner_key``): an
-  array belongs to an identity when its note names the array's current fingerprint
-  (identical weights and images under two configs belong to both).
-- A cell whose arrays belong to its identity is found from the arrays, as always; else
-  from the pointer its identity's last evaluation left
-  (``storage_schema.record_keys.identity_cell_key``), or it is not recorded.
-- An array without notes (an older store, ``repeval extract``) belongs by name unless its
-  recorded ``encoder_spec`` is another encoder's ("identity unknown" otherwise);
-  ``source: store`` encoders (imported features) have no identity and match by name.
-
-A record keeps the identity it was evaluated for in ``provenance.config_identity``.
-``results``, ``compare``, ``report`` and the series all take their records from
-``jobs.evaluation.identity.recorded_cells``, which applies this rule.
-"""
+"""Which stored records belong to a config's encoder: found by what it is, not its name."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from pipeline.errors import RepevalError
 from pipeline.plain import to_plain
 from storage_schema import keys, record_keys
+from storage_schema.backend import local_root, portable_path, portable_paths
 from storage_schema.provenance import canonical_json, now_iso, stable_hash
 
 __all__ = ["IDENTITY_FIELDS", "array_identity", "belongs", "config_identities", "dataset_identity",
@@ -49,81 +22,52 @@ IDENTITY_FIELDS = ("arch", "weights", "seed", "input_size", "checkpoint_key", "s
 _WEIGHT_WORDS = ("random", "pretrained")
 
 
-def identity_of_spec(spec: Mapping[str, Any] | None) -> str | None:
+def identity_of_spec(spec: Mapping[str, Any] | None, base: str | None = None) -> str | None:
     """The identity of an encoder spec as plain fields (a config's, or an array's recorded
-    ``encoder_spec``); None when there is none (imported features, an older store).
-
-    Parameters
-    ----------
-    spec : mapping, optional
-        ``EncoderSpec`` fields; a checkpoint's ``weights`` a path (made absolute here).
-
-    Returns
-    -------
-    str or None
-        16 hexadecimal digits.
-    """
+    ``encoder_spec``); None when there is none (imported features, an older store)."""
     if not spec or not spec.get("arch"):
         return None
     fields = {name: to_plain(spec.get(name)) for name in IDENTITY_FIELDS}
     weights = str(fields["weights"] or "random")
     if weights not in _WEIGHT_WORDS and not weights.startswith("timm:"):  # a checkpoint file
-        weights = str(Path(weights).expanduser().resolve())
+        weights = portable_path(weights, base)
     fields["weights"] = weights
     fields["strip_prefixes"] = list(fields["strip_prefixes"] or [])
     fields["seed"] = int(fields["seed"] or 0)
     return stable_hash(fields, length=16)
 
 
-def encoder_identity(encoder: Any) -> str | None:
-    """The identity of a config's encoder entry (``EncoderConfig``); None for ``source: store``.
-
-    Parameters
-    ----------
-    encoder : EncoderConfig
-
-    Returns
-    -------
-    str or None
-    """
+def encoder_identity(encoder: Any, base: str | None = None) -> str | None:
+    """The identity of a config's encoder entry (``EncoderConfig``); None for ``source: store``."""
     if not getattr(encoder, "extracted", True):
         return None
-    return identity_of_spec({name: getattr(encoder, name, None) for name in IDENTITY_FIELDS})
+    return identity_of_spec({name: getattr(encoder, name, None) for name in IDENTITY_FIELDS}, base)
 
 
-def dataset_identity(dataset: Any) -> str:
+def dataset_identity(dataset: Any, base: str | None = None) -> str:
     """The identity of a config's dataset entry (``DatasetConfig``): its adapter and
-    parameters (paths made absolute by the config's loading), not its name or splits."""
-    return stable_hash({"adapter": dataset.adapter, "params": to_plain(dataset.params)}, length=16)
+    parameters (paths, made absolute by the config's loading, relative to ``base``), not
+    its name or splits."""
+    return stable_hash({"adapter": dataset.adapter, "params": portable_paths(to_plain(dataset.params), base)}, length=16)
 
 
-def unit_identity(encoder: Any, dataset: Any) -> str | None:
+def unit_identity(encoder: Any, dataset: Any, base: str | None = None) -> str | None:
     """The identity of what an encoder's arrays on a dataset hold (``Cell.identity``);
-    None for a ``source: store`` encoder.
-
-    Parameters
-    ----------
-    encoder : EncoderConfig
-    dataset : DatasetConfig
-
-    Returns
-    -------
-    str or None
-        16 hexadecimal digits.
-    """
-    enc = encoder_identity(encoder)
-    return None if enc is None else stable_hash([enc, dataset_identity(dataset)], length=16)
+    None for a ``source: store`` encoder."""
+    enc = encoder_identity(encoder, base)
+    return None if enc is None else stable_hash([enc, dataset_identity(dataset, base)], length=16)
 
 
 def config_identities(cfg: Any) -> dict[tuple[str, str], str | None]:
     """(encoder name, dataset name) -> identity, for every pair of a (planned) config."""
-    return {(e.name, d.name): unit_identity(e, d) for e in cfg.encoders for d in cfg.datasets}
+    base = local_root(cfg.store)
+    return {(e.name, d.name): unit_identity(e, d, base) for e in cfg.encoders for d in cfg.datasets}
 
 
-def array_identity(attrs: Mapping[str, Any] | None) -> str | None:
+def array_identity(attrs: Mapping[str, Any] | None, base: str | None = None) -> str | None:
     """The identity of the encoder that extracted an array (an alias: its own name's), from
     its attributes' ``encoder_spec``; None when it has none (imported, older store)."""
-    return identity_of_spec((attrs or {}).get("encoder_spec"))
+    return identity_of_spec((attrs or {}).get("encoder_spec"), base)
 
 
 def record_identity(record: Mapping[str, Any]) -> str | None:
@@ -133,17 +77,7 @@ def record_identity(record: Mapping[str, Any]) -> str | None:
 
 
 def note_owner(store: Any, identity: str | None, keys_fps: Mapping[str, str]) -> None:
-    """Note that ``identity`` extracted (or found up to date) each array at its fingerprint.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        A writable store.
-    identity : str, optional
-        The unit's identity (:func:`unit_identity`); nothing is noted without one.
-    keys_fps : mapping
-        Array key -> the fingerprint this extraction computed for it.
-    """
+    """Note that ``identity`` extracted (or found up to date) each array at its fingerprint."""
     if identity is None:
         return
     for key, fp in keys_fps.items():
@@ -165,31 +99,16 @@ def owners(store: Any, key: str) -> dict[str, str]:
     return out
 
 
-def belongs(status: Any, notes: Mapping[str, str], identity: str | None, encoder: str | None) -> bool:
-    """Whether the array of ``status`` holds what ``identity`` extracts.
-
-    Parameters
-    ----------
-    status : ArrayStatus
-        The array (an alias: its own name's attributes).
-    notes : mapping
-        Its :func:`owners`.
-    identity : str, optional
-        The cell's identity (None: unknown, it belongs by name).
-    encoder : str, optional
-        The cell's encoder identity, for an array without notes.
-
-    Returns
-    -------
-    bool
-    """
+def belongs(status: Any, notes: Mapping[str, str], identity: str | None, encoder: str | None,
+            base: str | None = None) -> bool:
+    """Whether the array of ``status`` holds what ``identity`` extracts."""
     if identity is None:
         return True
     if identity in notes:
         return notes[identity] == status.fingerprint
     if status.fingerprint in notes.values():
         return False  # another config's extraction holds it; this one never extracted it here
-    held = array_identity(status.attrs)
+    held = array_identity(status.attrs, base)
     return held is None or encoder is None or held == encoder
 
 
@@ -200,18 +119,7 @@ def owner_of(status: Any, notes: Mapping[str, str]) -> str | None:
 
 def point_identity(store: Any, identity: str | None, cell: Any, cid: str) -> None:
     """Remember that the cell of ``identity`` (and these names) uses record ``cid``; a
-    listing finds it again once the name's arrays hold another config's weights.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        A writable store.
-    identity : str, optional
-        The encoder's identity; nothing is written without one.
-    cell : Cell
-    cid : str
-        Its cell id.
-    """
+    listing finds it again once the name's arrays hold another config's weights."""
     if identity is None:
         return
     key = record_keys.identity_cell_key(identity, cell.dataset, cell.layer, cell.setting)
@@ -223,23 +131,7 @@ def point_identity(store: Any, identity: str | None, cell: Any, cid: str) -> Non
 
 
 def pointed_record(store: Any, ledger: Any, identity: str | None, cell: Any, config_hash: str) -> str | None:
-    """The record the cell of ``identity`` last used, if it is of the cell's current settings.
-
-    Parameters
-    ----------
-    store : FeatureStore
-    ledger : Ledger
-    identity : str, optional
-        The config's encoder identity (None: no pointer).
-    cell : Cell
-    config_hash : str
-        The hash of the cell's current settings (``jobs.config.protocols.settings_hash``).
-
-    Returns
-    -------
-    str or None
-        The cell id.
-    """
+    """The record the cell of ``identity`` last used, if it is of the cell's current settings."""
     if identity is None:
         return None
     try:
@@ -256,19 +148,7 @@ def pointed_record(store: Any, ledger: Any, identity: str | None, cell: Any, con
 def name_clash_lines(store: Any, cells: Iterable[Any]) -> list[str]:
     """One line per (encoder, dataset) whose stored arrays hold another config's weights or
     images under these names: this run extracts its own again, each config keeps its own
-    records, and distinct names stop two configs replacing each other's arrays every run.
-
-    Parameters
-    ----------
-    store : FeatureStore, optional
-        The config's store (None: nothing stored yet).
-    cells : iterable of Cell
-        The plan's cells (one feature array per encoder and dataset is read).
-
-    Returns
-    -------
-    list of str
-    """
+    records, and distinct names stop two configs replacing each other's arrays every run."""
     if store is None:
         return []
     lines, seen = [], set()
@@ -296,17 +176,7 @@ def names_of_several(records: Iterable[Mapping[str, Any]]) -> list[str]:
     """One line per encoder name whose records in ``records`` were evaluated for more than
     one identity (two configs giving the name to other weights or images): a listing of the
     whole store by names shows whichever was recorded last, and ``--config`` shows one
-    config's own.
-
-    Parameters
-    ----------
-    records : iterable of mapping
-        Ledger records.
-
-    Returns
-    -------
-    list of str
-    """
+    config's own."""
     seen: dict[str, set[str]] = {}
     for rec in records:
         ident = record_identity(rec)

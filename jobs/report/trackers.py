@@ -1,24 +1,6 @@
 """Each newly evaluated checkpoint's primary scores, keyed by its training step, to the
 experiment trackers a lab already watches (``report.trackers``): TensorBoard event files
-and MLflow runs.
-
-What is logged: every cell this run computed (not those answered from the ledger, so a
-nightly run adds only the night's checkpoints) of an encoder with a training ``step``:
-its record's primary ``score`` under the key ``<setting>/<dataset>/<layer>`` at that step.
-One run per series: the TensorBoard folder ``<dir>/<series>/``, the MLflow run named after
-the series (tagged ``repeval.series``) in the tracker's experiment, found again by later
-runs. An encoder without a step is not logged: a tracker's curve needs one.
-
-The packages (``tensorboard``, ``mlflow-skinny``: the ``trackers`` extra) are imported
-only when a tracker is configured. A tracker that cannot log (a package missing, a store
-unreachable) is one warning naming it and why, and an entry with its error in the run's
-summary, ``report.summary.json`` and the report: the records are already in the ledger, and
-the run goes on. Its cost is bounded: an MLflow server (``http(s)://``) is first reached with
-one connection of at most ``CONNECT_SECONDS``; a server that does not answer it is not tried
-further, and MLflow's own requests run without retries (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``,
-unless set) and with a timeout of ``REQUEST_SECONDS`` (``MLFLOW_HTTP_REQUEST_TIMEOUT``,
-unless set), urllib3's retry messages kept off the terminal.
-"""
+and MLflow runs."""
 
 from __future__ import annotations
 
@@ -36,7 +18,7 @@ from urllib.parse import urlsplit
 from jobs.analysis.compare import record_score
 from jobs.config import BenchmarkConfig
 from jobs.config.report import TrackerConfig
-from jobs.failures import one_line
+from jobs.run.failures import one_line
 from storage_schema.ledger import Ledger
 
 __all__ = ["CONNECT_SECONDS", "REQUEST_SECONDS", "ScorePoint", "log_to_trackers", "new_score_points"]
@@ -64,11 +46,10 @@ class ScorePoint:
 
 
 def new_score_points(store, cfg: BenchmarkConfig, outcomes: Iterable[Mapping[str, Any]]) -> list[ScorePoint]:
-    """The scores of the cells this run computed, of encoders with a training step, in step order.
-
-    ``cfg`` is the planned config (its encoders include the scanned checkpoints, with
-    their series and steps); ``outcomes`` the cells' outcomes (``status``, ``cell_id`` and
-    their names)."""
+    """The scores of the cells this run computed, of encoders with a training step, in step order."""
+    # ``cfg`` is the planned config (its encoders include the scanned checkpoints, with
+    # their series and steps); ``outcomes`` the cells' outcomes (``status``, ``cell_id`` and
+    # their names).
     stepped = {e.name: (e.series or e.name, e.step) for e in cfg.encoders if e.step is not None}
     ledger = Ledger(store)
     points = []
@@ -86,12 +67,11 @@ def new_score_points(store, cfg: BenchmarkConfig, outcomes: Iterable[Mapping[str
 
 
 def log_to_trackers(store, cfg: BenchmarkConfig, outcomes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Log the new scores to every tracker of ``cfg.report.trackers``; one entry per tracker.
-
-    Returns a list of ``{"kind", "where", "logged", "error", "seconds"}``: ``logged`` the
-    scores written, ``error`` None or the one-line reason the tracker could not log (also
-    one warning in the run's log), ``seconds`` the time it took. Never raises for a
-    tracker's failure."""
+    """Log the new scores to every tracker of ``cfg.report.trackers``; one entry per tracker."""
+    # Returns a list of ``{"kind", "where", "logged", "error", "seconds"}``: ``logged`` the
+    # scores written, ``error`` None or the one-line reason the tracker could not log (also
+    # one warning in the run's log), ``seconds`` the time it took. Never raises for a
+    # tracker's failure.
     trackers = list(cfg.report.trackers)
     if not trackers:
         return []

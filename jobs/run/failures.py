@@ -1,10 +1,4 @@
-"""What failed in a run, in one line each, and its records in the store's failure log.
-
-A failure is isolated where it happens (one checkpoint, one extraction unit, one cell, the
-correlation) so the rest of the run goes on; it is reported in the run's summary, recorded
-in the store (``storage_schema.ledger.FailureLog``) for ``repeval results --failed`` and
-the report, and cleared when a later run succeeds at the same thing.
-"""
+"""What failed in a run, in one line each, and its records in the store's failure log."""
 
 from __future__ import annotations
 
@@ -99,13 +93,11 @@ def sync_failures(store, *, extractions: Iterable[Mapping[str, Any]] = (), cells
                   correlation: Mapping[str, Any] | None = None, report_path: str | None = None,
                   scanned: Mapping[str, tuple[Any, ...]] | None = None,
                   checkpoints: Iterable[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
-    """Record this run's failures and clear the records of what succeeded; return the failures.
-
-    ``checkpoints``: scanned files refused by the plan's checks. ``scanned`` maps the
-    encoders that came from a checkpoint scan to their file's (size, mtime_ns, reading
-    settings hash): a checkpoint error while extracting one is recorded against the file, so
-    an unchanged file under unchanged settings is not taken again.
-    """
+    """Record this run's failures and clear the records of what succeeded; return the failures."""
+    # ``checkpoints``: scanned files refused by the plan's checks. ``scanned`` maps the
+    # encoders that came from a checkpoint scan to their file's (size, mtime_ns, reading
+    # settings hash): a checkpoint error while extracting one is recorded against the file, so
+    # an unchanged file under unchanged settings is not taken again.
     failures = FailureLog(store)
     written: list[dict[str, Any]] = []
     scanned = scanned or {}

@@ -1,20 +1,4 @@
-"""A run's plan, written once into the store and read back by the run's flow.
-
-``jobs.plan.make_plan`` checks, scans and lists a run's work once. The run then writes
-that plan (the planned config, with the scanned checkpoints among its encoders; every
-extraction unit; every cell; what the summary says about the scan; each cell's memory)
-into the store as one JSON file keyed by the hash of its contents
-(``_repeval/plans/<hash>.json``), and hands the flow the key: the flow reads the plan,
-submits its units and cells, and hands the planned config to the report. Nothing is
-planned twice and the config is not loaded again.
-
-Why a file and not a flow parameter: Prefect keeps a flow run's parameters in its
-database and sends them with every listing of runs (Prefect Cloud refuses more than
-512 KB), and a plan grows with encoders x datasets x layers x settings (thousands of
-cells, each with its settings); the key is a few bytes. The same plan writes the same
-file (a rerun reuses it), and a plan file stays with the store as the record of what a
-run was asked to do.
-"""
+"""A run's plan, written once into the store and read back by the run's flow."""
 
 from __future__ import annotations
 
@@ -23,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.config import BenchmarkConfig
-from jobs.config.checkpoint_files import alias_line
+from jobs.config.checkpoint_folders import alias_line
 from jobs.config.typed import from_plain
 from jobs.evaluation.cell import Cell
-from jobs.plan import ExtractUnit, Plan
+from jobs.run.plan import ExtractUnit, Plan
 from pipeline.errors import StoreError
 from pipeline.plain import to_plain
 from storage_schema import record_keys
@@ -52,19 +36,7 @@ class RunPlan:
 
 def plan_notes(plan: Plan, new_encoders: list[str] | None = None) -> dict[str, Any]:
     """What the run's summary says about the plan: new encoders, files waiting or skipped,
-    refused checkpoints, data notes, scan notes, the scanned files' signatures.
-
-    Parameters
-    ----------
-    plan : Plan
-    new_encoders : list of str, optional
-        Encoders a schedule found new.
-
-    Returns
-    -------
-    dict
-        Plain values.
-    """
+    refused checkpoints, data notes, scan notes, the scanned files' signatures."""
     return {"new_encoders": list(new_encoders or []), "waiting": list(plan.scan.waiting),
             "skipped": list(plan.scan.skipped), "checkpoint_failures": list(plan.checkpoint_failures),
             "data_notes": list(plan.data_notes), "scan_notes": list(plan.scan.notes) + [alias_line(a) for a in plan.scan.aliases],
@@ -73,22 +45,7 @@ def plan_notes(plan: Plan, new_encoders: list[str] | None = None) -> dict[str, A
 
 
 def write_plan(store: Any, plan: Plan, new_encoders: list[str] | None = None) -> str:
-    """Write ``plan`` into ``store`` once (see the module doc); its key.
-
-    Parameters
-    ----------
-    store : FeatureStore
-        The run's store (writable).
-    plan : Plan
-        What ``make_plan`` returned.
-    new_encoders : list of str, optional
-        Encoders a schedule found new (for the summary).
-
-    Returns
-    -------
-    str
-        ``_repeval/plans/<hash>.json``.
-    """
+    """Write ``plan`` into ``store`` once (see the module doc); its key."""
     body = {"version": PLAN_VERSION, "config": to_plain(plan.config), "units": [to_plain(u) for u in plan.units],
             "cells": [to_plain(c) for c in plan.cells], "notes": plan_notes(plan, new_encoders),
             "cell_memory": dict(plan.cell_memory)}
@@ -100,22 +57,7 @@ def write_plan(store: Any, plan: Plan, new_encoders: list[str] | None = None) ->
 
 
 def read_plan(store: Any, key: str) -> RunPlan:
-    """The plan :func:`write_plan` wrote under ``key``.
-
-    Parameters
-    ----------
-    store : FeatureStore
-    key : str
-
-    Returns
-    -------
-    RunPlan
-
-    Raises
-    ------
-    StoreError
-        No plan under ``key``, or one of another layout version.
-    """
+    """The plan :func:`write_plan` wrote under ``key``."""
     raw = store.backend.read(key)
     if raw is None:
         raise StoreError(f"no run plan {key} in the store {store.url}; a run writes its plan before its flow starts")

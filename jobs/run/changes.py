@@ -1,31 +1,16 @@
-"""What the schedules remember between runs, kept in the store beside the ledger.
-
-A watch key names one config file. Its state records the hash of the config's protocol
-settings and the encoders a run completed (with their checkpoint file's size and
-modification time), so a schedule can tell "new checkpoints" and "protocol settings
-changed" apart from "nothing to do" without running anything. Only what a run actually
-planned and extracted is recorded: a file that arrived during the run, or failed, stays new.
-Before any scheduled run is recorded (serve's first scan, after a ``repeval run`` of the
-config), the ledger is asked instead: an encoder it holds cells of is not new.
-
-The schedules evaluate one at a time per store: each holds the store's
-:data:`SCHEDULE_LEASE` while it looks for changes and runs (a lease, so a killed run's
-hold ends with it).
-"""
+"""What the schedules remember between runs, kept in the store beside the ledger."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
 
-from jobs.config.checkpoint_folders import scan_checkpoints
 from jobs.config import BenchmarkConfig
 from jobs.evaluation.identity import recorded_cells
-from jobs.plan import make_plan
+from jobs.run.plan import Plan
 from pipeline.errors import RepevalError
 from storage_schema import FeatureStore
-from storage_schema.record_keys import watch_key
-from storage_schema.ledger import FailureLog
+from storage_schema.record_keys import watch_key  # noqa: F401  re-exported: the key a config file's state is kept at
 from storage_schema.provenance import now_iso
 
 SCHEDULE_LEASE = "schedules/evaluation"  # held by the scheduled run evaluating a store
@@ -70,28 +55,32 @@ def load_state(store: FeatureStore, key: str) -> WatchState | None:
     return WatchState(**{k: v for k, v in data.items() if k in WatchState.__dataclass_fields__})
 
 
-def detect_changes(store: FeatureStore, cfg: BenchmarkConfig, key: str) -> Changes:
-    """Compare the config (its checkpoint folders scanned now: ready files, not those that
-    failed unchanged) with what the last runs completed."""
+def detect_changes(store: FeatureStore, listing: Plan, key: str) -> Changes:
+    """Compare a run's listing of the config (its folders as scanned: ready files, not those
+    that failed unchanged; ``jobs.run.plan.list_work``) with what the last runs completed."""
     state = load_state(store, key)
-    failed = {r.get("file"): r for r in FailureLog(store).records("checkpoint")}
-    scan = scan_checkpoints(cfg, failed)
-    names = [e.name for e in cfg.encoders] + [f.encoder.name for f in scan.taken]
+    names = [e.name for e in listing.config.encoders]
     if state is None:  # the settings count as changed (a run decides); new: what the ledger lacks
-        held = evaluated_encoders(store, cfg)
+        held = evaluated_encoders(store, listing)
         return Changes([n for n in names if n not in held], True, recorded=False)
     new = [n for n in names if n not in state.encoders]
-    new += [f.encoder.name for f in scan.taken
+    new += [f.encoder.name for f in listing.scan.taken
             if f.encoder.name in state.encoders and state.files.get(f.encoder.name, f.signature) != f.signature]
-    return Changes(new, state.protocol_hash != cfg.protocol_hash())
+    return Changes(new, state.protocol_hash != listing.config.protocol_hash())
 
 
-def evaluated_encoders(store: FeatureStore, cfg: BenchmarkConfig) -> set[str]:
-    """The encoders of ``cfg`` (its folders scanned now) with at least one cell in the ledger
-    at their current settings, told without torch (``jobs.evaluation.identity.recorded_cells``)."""
+def settings_edited(store: FeatureStore, cfg: BenchmarkConfig, key: str) -> bool:
+    """Whether the protocol settings differ from those of the runs recorded (the watcher's
+    cue, read without scanning any folder); False before any run is recorded."""
+    state = load_state(store, key)
+    return state is not None and state.protocol_hash != cfg.protocol_hash()
+
+
+def evaluated_encoders(store: FeatureStore, listing: Plan) -> set[str]:
+    """The encoders of a listing with at least one cell in the ledger at their current
+    settings, told without torch (``jobs.evaluation.identity.recorded_cells``)."""
     try:
-        plan = make_plan(cfg, record=False, store=store, check=False)
-        found, _ = recorded_cells(store, plan.cells)
+        found, _ = recorded_cells(store, listing.cells)
     except (RepevalError, OSError):  # no store yet, or a state the run's own checks explain
         return set()
     return {r["model"] for r in found}

@@ -1,18 +1,4 @@
-"""A few steps of supervised training on a source task, saved as a checkpoint.
-
-The demo uses it to make encoders of graded quality from one architecture (more steps,
-better source accuracy), so that the transfer correlation has something to find. The
-source-task test accuracy is written beside the checkpoint as its reference score.
-
-Training is reproducible across machines as far as torch allows on a CPU: the initial
-weights and the batch order are seeded, deterministic kernels are requested, torch runs
-on a fixed number of threads whatever the machine has (a floating-point sum split over
-another number of threads rounds differently, and a hundred optimiser steps amplify that
-into visibly different checkpoints), and the training computes in float64 (the kernels
-of another instruction set round differently too; float64's differences stay below
-float32's resolution, so the saved float32 checkpoints agree). The caller's random state,
-thread count and deterministic-algorithms flag are restored afterwards.
-"""
+"""A few steps of supervised training on a source task, saved as a checkpoint."""
 
 from __future__ import annotations
 
@@ -43,17 +29,7 @@ TRAINING_DTYPE = torch.float64
 
 @dataclass
 class TrainedCheckpoint:
-    """A checkpoint written by :func:`train_checkpoints`.
-
-    Parameters
-    ----------
-    path : str
-        The ``.safetensors`` file.
-    steps : int
-        Optimiser steps taken before it was saved.
-    source_accuracy : float
-        Accuracy on the source task's test split (a fraction).
-    """
+    """A checkpoint written by :func:`train_checkpoints`."""
 
     path: str
     steps: int
@@ -62,15 +38,7 @@ class TrainedCheckpoint:
 
 @contextlib.contextmanager
 def reproducible_torch(seed: int, threads: int = TRAINING_THREADS) -> Iterator[None]:
-    """Seeded, deterministic, fixed-thread torch on the CPU while the block runs.
-
-    Parameters
-    ----------
-    seed : int
-        Seeds torch's global generator (forked: the caller's state comes back after).
-    threads : int
-        Intra-op threads while the block runs.
-    """
+    """Seeded, deterministic, fixed-thread torch on the CPU while the block runs."""
     previous_threads = torch.get_num_threads()
     enabled = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
@@ -89,16 +57,14 @@ def reproducible_torch(seed: int, threads: int = TRAINING_THREADS) -> Iterator[N
 @contextlib.contextmanager
 def portable_init() -> Iterator[None]:
     """``Tensor.normal_`` and ``Tensor.uniform_`` drawn the same under every CPU kernel set
-    while the block runs.
-
-    torch's samplers have vector kernels (the same on AVX2 and AVX-512) and scalar ones
-    (``ATEN_CPU_CAPABILITY=default``) that round differently: a resnet18's initial weights
-    then differ in the last bit of millions of values, and training amplifies that into other
-    checkpoints. Here both draws are computed in float64 from ``torch.rand`` (whose float64
-    draws are exact on both kernels; normal: a Box-Muller transform) and rounded to the
-    tensor's dtype, where the kernels' last-bit differences in float64 ``log`` and ``cos``
-    vanish. Only model construction runs under it (``nn.init``'s initialisers call these).
-    """
+    while the block runs."""
+    # torch's samplers have vector kernels (the same on AVX2 and AVX-512) and scalar ones
+    # (``ATEN_CPU_CAPABILITY=default``) that round differently: a resnet18's initial weights
+    # then differ in the last bit of millions of values, and training amplifies that into other
+    # checkpoints. Here both draws are computed in float64 from ``torch.rand`` (whose float64
+    # draws are exact on both kernels; normal: a Box-Muller transform) and rounded to the
+    # tensor's dtype, where the kernels' last-bit differences in float64 ``log`` and ``cos``
+    # vanish. Only model construction runs under it (``nn.init``'s initialisers call these).
     originals = torch.Tensor.normal_, torch.Tensor.uniform_
 
     def normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0, *, generator=None) -> torch.Tensor:
@@ -140,33 +106,7 @@ def _accuracy(model: torch.nn.Module, adapter: DatasetAdapter, split: str, trans
 def train_checkpoints(arch: str, source: DatasetAdapter, steps: list[int], out_dir: str, *,
                       input_size: int = 32, batch_size: int = 64, lr: float = 2e-3, seed: int = 0,
                       prefix: str = "", threads: int = TRAINING_THREADS) -> list[TrainedCheckpoint]:
-    """Train ``arch`` from a seeded random init, saving a checkpoint at each step count.
-
-    Parameters
-    ----------
-    arch : str
-        timm architecture.
-    source : DatasetAdapter
-        The source task (its ``train`` and ``test`` splits).
-    steps : list of int
-        Step counts at which a checkpoint is saved.
-    out_dir : str
-        Folder of the checkpoints (created); each gets a ``.json`` sidecar with its
-        ``reference_score``.
-    input_size, batch_size, lr : int, int, float
-        Image side, batch rows and AdamW learning rate.
-    seed : int
-        Seeds the initial weights and the batch order.
-    prefix : str
-        Start of the file names.
-    threads : int
-        torch threads while training (fixed, so every machine computes the same weights).
-
-    Returns
-    -------
-    list of TrainedCheckpoint
-        One per step count, in increasing order.
-    """
+    """Train ``arch`` from a seeded random init, saving a checkpoint at each step count."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with reproducible_torch(seed, threads):  # building an encoder seeds torch too: inside the guard

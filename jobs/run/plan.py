@@ -1,11 +1,7 @@
-"""What a benchmark config asks for: extraction units and evaluation cells, planned once.
-
-:func:`make_plan` scans the checkpoint folders, checks everything that needs the
-registries (adapters, architectures, layers, checkpoints) before any work, and lists the
-units and cells; a run hands each task the units or cells it runs, as plain values.
-Whether a unit or cell still needs work is decided by the store (completeness,
-fingerprints) and the ledger (cell ids) when it runs.
-"""
+"""What a benchmark config asks for: extraction units and evaluation cells, in three steps
+a run takes once each (``jobs.run.spine.Run`` holds their results): ``scan_folders`` reads
+the checkpoint folders, ``list_work`` lists the units and cells (no check, no torch,
+nothing written), ``check_work`` checks what needs the registries before any work."""
 
 from __future__ import annotations
 
@@ -14,25 +10,27 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.checkpoint_facts import keep_facts, take_facts
+from jobs.config.checkpoint_facts import keep_facts, take_facts
 from jobs.config import BenchmarkConfig, DatasetConfig, EncoderConfig, ExtractConfig, ProtocolConfig
-from jobs.config.checkpoint_folders import ScanResult, scan_checkpoints, with_encoders
+from jobs.config.checkpoint_folders import (
+    ScanResult, check_scanned_files, folder_mistakes, scan_checkpoints, scan_entry_mistakes, with_encoders,
+)
 from jobs.config.mistakes import Mistakes
-from jobs.config.checkpoint_files import check_scanned_files, folder_mistakes, scan_entry_mistakes
 from jobs.config.encoders import check_encoder
 from jobs.config.protocols import check_protocol_networks
-from jobs.dense_plan import check_dense_pairs, pairs_with_dataset
-from jobs.encoder_identity import encoder_identity, note_owner, unit_identity
+from jobs.run.dense_plan import check_dense_pairs, pairs_with_dataset
+from jobs.evaluation.encoder_identity import encoder_identity, note_owner, unit_identity
 from jobs.evaluation.cell import ENCODER_LAYER, Cell
 from jobs.evaluation.cell_memory import estimate_cells
 from jobs.extraction.loaded_weights import file_signature, weights_file
-from jobs.failures import sync_failures
+from jobs.run.failures import sync_failures
 from pipeline.encoders.spec import MAP_SUFFIX, TOKENS_SUFFIX, layer_kind
 from pipeline.errors import (
     ArrayNotFoundError, CheckpointError, ConfigError, HubUnavailableError, RepevalError, StoreError,
 )
 from pipeline.protocols.registry import get_protocol, list_protocols
 from storage_schema import feature_key
+from storage_schema.backend import local_root, store_base
 from storage_schema.ledger import FailureLog
 
 log = logging.getLogger(__name__)
@@ -40,14 +38,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ExtractUnit:
-    """One encoder on one dataset split: one forward pass over the split, all layers.
-
-    Shipped to a worker as ``pipeline.plain.to_plain(unit)``, rebuilt with its config
-    entries checked again by ``jobs.config.typed.from_plain(ExtractUnit, plain)``.
-    ``weights_signature`` is the checkpoint file's ``[size, mtime_ns, inode]`` when the run
-    was planned (``jobs.extraction.loaded_weights.file_signature``; None for pretrained or
-    random weights): the unit refuses a file rewritten since.
-    """
+    """One encoder on one dataset split: one forward pass over the split, all layers."""
+    # Shipped to a worker as ``pipeline.plain.to_plain(unit)``, rebuilt with its config
+    # entries checked again by ``jobs.config.typed.from_plain(ExtractUnit, plain)``.
+    # ``weights_signature`` is the checkpoint file's ``[size, mtime_ns, inode]`` when the run
+    # was planned (``jobs.extraction.loaded_weights.file_signature``; None for pretrained or
+    # random weights): the unit refuses a file rewritten since.
 
     encoder: EncoderConfig
     dataset: DatasetConfig
@@ -107,22 +103,21 @@ def needs_features(cfg: BenchmarkConfig, dataset: DatasetConfig) -> bool:
 
 
 def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
-    """Every cell the config asks for, protocol by protocol, whatever its protocol reads.
-
-    A protocol that reads stored features runs on every layer its encoders extract, or on
-    the protocol's ``layers`` among them: token layers (``block<i>.tokens``) only with the
-    protocols that read tokens, map layers (``block<i>.map``) and dense datasets only with
-    the dense protocols of their task, and pooled layers only with the others. A protocol
-    that reads the encoder's weights runs once per (extracted encoder, dataset), at
-    ``ENCODER_LAYER`` (a ``source: store`` encoder has features, no weights)."""
-    cells = []
+    """Every cell the config asks for, protocol by protocol, whatever its protocol reads."""
+    # A protocol that reads stored features runs on every layer its encoders extract, or on
+    # the protocol's ``layers`` among them: token layers (``block<i>.tokens``) only with the
+    # protocols that read tokens, map layers (``block<i>.map``) and dense datasets only with
+    # the dense protocols of their task, and pooled layers only with the others. A protocol
+    # that reads the encoder's weights runs once per (extracted encoder, dataset), at
+    # ``ENCODER_LAYER`` (a ``source: store`` encoder has features, no weights).
+    cells, base = [], local_root(cfg.store)
     for p in cfg.protocols:
         entry = get_protocol(p.protocol)
         mine = [d for d in cfg.datasets if p.datasets is None or d.name in p.datasets]
         if not entry.reads_features:  # the encoder and the images: the cell carries their fields
             cells += [Cell(e.name, d.name, ENCODER_LAYER, p.name, p.protocol, dict(p.settings), d.train_split,
                            d.test_split, d.val_split, encoder=e, dataset_config=d,
-                           identity=unit_identity(e, d), encoder_identity=encoder_identity(e))
+                           identity=unit_identity(e, d, base), encoder_identity=encoder_identity(e, base))
                       for d in mine for e in cfg.encoders if e.extracted]
             continue
         for d in [d for d in mine if pairs_with_dataset(entry, d)]:
@@ -130,8 +125,8 @@ def evaluation_cells(cfg: BenchmarkConfig) -> list[Cell]:
                 for layer in e.layers:
                     if (p.layers is None or layer in p.layers) and layer_kind(layer) == entry.reads:
                         cells.append(Cell(e.name, d.name, layer, p.name, p.protocol, dict(p.settings),
-                                          d.train_split, d.test_split, d.val_split, identity=unit_identity(e, d),
-                                          encoder_identity=encoder_identity(e)))
+                                          d.train_split, d.test_split, d.val_split, identity=unit_identity(e, d, base),
+                                          encoder_identity=encoder_identity(e, base)))
     return cells
 
 
@@ -161,7 +156,7 @@ def check_plan(cfg: BenchmarkConfig) -> dict[str, Any]:
     with mistakes.collect():
         check_multilabel_protocols(cfg)
     with mistakes.collect():
-        check_protocol_networks(cfg)
+        check_protocol_networks(cfg.protocols)
     extracts = bool(cfg.checkpoints) or any(e.extracted for e in cfg.encoders)
     adapters = {}
     for i, d in enumerate(cfg.datasets):
@@ -202,7 +197,7 @@ def check_stored_features(cfg: BenchmarkConfig) -> None:
     stored = [(i, e) for i, e in enumerate(cfg.encoders) if not e.extracted]
     if not stored:
         return
-    store = _failure_store(cfg, writable=False)
+    store = open_store_if_any(cfg)
     used = [d for d in cfg.datasets if any(p.datasets is None or d.name in p.datasets for p in cfg.protocols)]
     mistakes = Mistakes()
     for i, e in stored:
@@ -267,75 +262,84 @@ def check_multilabel_protocols(cfg: BenchmarkConfig) -> None:
     mistakes.raise_any()
 
 
-def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False, ready_only: bool = True, record: bool = True,
-              store=None, check: bool = True, strict_folders: bool = True) -> Plan:
-    """Check, scan and list a run's work, once, before anything runs.
-
-    Parameters
-    ----------
-    cfg : BenchmarkConfig
-        The loaded config.
-    retry_failed : bool
-        Take scanned files that failed before even if unchanged.
-    ready_only : bool
-        Leave files still being written for a later scan (runs); False takes every file.
-    record : bool
-        Record the scanned files this plan refuses in the store's failure log (a run);
-        False only reads the log (a report, a listing).
-    store : FeatureStore, optional
-        The store holding the failure log; by default the config's, opened after the
-        checks (a bad config writes nothing) and only when the config scans folders.
-    check : bool
-        Check adapters, architectures and checkpoints (a run); False only lists the work
-        (a report or a listing of results: no torch, no timm).
-    strict_folders : bool
-        With ``check``: a scan whose settings are wrong (its ``arch`` or ``layers``, or
-        every file it offers refused) is a config mistake, raised with the others before
-        anything is recorded or run (``jobs.config.checkpoint_files``); False (a scheduled
-        scan) refuses such files one by one instead. A file refused alone beside files that
-        pass is recorded either way, and the run goes on.
-
-    Returns
-    -------
-    Plan
-    """
-    mistakes, adapters, bad_scans = Mistakes(), {}, set()
-    if check:  # the config's own encoders and the scans' settings: every mistake, before any work
-        with mistakes.collect():
-            adapters = check_plan(cfg)
-        if strict_folders:
-            entry_mistakes, bad_scans = scan_entry_mistakes(cfg)
-            mistakes.messages += entry_mistakes.messages
-    failed: dict[str, dict[str, Any]] = {}
-    if cfg.checkpoints and store is None:
-        store = _failure_store(cfg, writable=record and not mistakes.messages)
-    if store is not None:
-        failed = {r.get("file"): r for r in FailureLog(store).records("checkpoint")}
-    facts = take_facts(store) if cfg.checkpoints else {}  # steps and fingerprints read by an earlier scan
+def scan_folders(cfg: BenchmarkConfig, store=None, *, ready_only: bool = True,
+                 retry_failed: bool = False) -> ScanResult:
+    """The config's checkpoint folders as a run sees them, scanned once."""
+    # The store's failure log names the files that failed unchanged (skipped unless
+    # ``retry_failed``); its checkpoint facts spare reading files seen before (a writable
+    # store keeps what this scan learned). ``ready_only`` leaves files still being written for
+    # a later scan; False lists every file (a listing of results).
+    if not cfg.checkpoints:
+        return ScanResult()
+    failed = {r.get("file"): r for r in FailureLog(store).records("checkpoint")} if store is not None else {}
+    facts = take_facts(store)  # steps and fingerprints read by an earlier scan
     scan = scan_checkpoints(cfg, failed, ready_only=ready_only, retry_failed=retry_failed)
-    if cfg.checkpoints and record:
-        try:
-            keep_facts(store, facts)
-        except (RepevalError, OSError) as exc:  # only costs the next scan its reads
-            log.warning("the checkpoint facts were not stored: %s", exc)
+    scan.facts = facts
+    keep_scan_facts(store, scan)
+    return scan
+
+
+def keep_scan_facts(store, scan: ScanResult) -> None:
+    """Store what a scan learned from the files (a read-only store, or none, keeps nothing)."""
+    try:
+        keep_facts(store, scan.facts)
+    except (RepevalError, OSError) as exc:  # only costs the next scan its reads
+        log.warning("the checkpoint facts were not stored: %s", exc)
+
+
+def list_work(cfg: BenchmarkConfig, scan: ScanResult | None = None, *, store=None, ready_only: bool = True) -> Plan:
+    """The units and cells a config asks for, listed without any check (no torch, no timm,
+    nothing written): what results, reports and the ledger's answer read."""
+    scan = scan_folders(cfg, store, ready_only=ready_only) if scan is None else scan
+    full = with_encoders(cfg, scan.taken)
+    return Plan(full, extraction_units(full, scan.signatures()), evaluation_cells(full), scan,
+                list(scan.collisions))
+
+
+def check_work(cfg: BenchmarkConfig, scan: ScanResult, store=None, *, strict_folders: bool = True) -> Plan:
+    """A run's checked plan: every config mistake raised at once (one ConfigError) before
+    any work, the scanned files checked one by one; writes nothing (``record_refused``
+    records the files it refused once the run holds a writable store)."""
+    mistakes, adapters, bad_scans = Mistakes(), {}, set()
+    with mistakes.collect():
+        adapters = check_plan(cfg)
+    if strict_folders:
+        entry_mistakes, bad_scans = scan_entry_mistakes(cfg)
+        mistakes.messages += entry_mistakes.messages
     offered = [f for f in scan.taken if f.origin not in bad_scans]
     # a scanned file is one checkpoint among many: refused alone, whatever its reader raised
-    taken, refused = check_scanned_files(offered) if check else (offered, [])
-    if check and strict_folders:  # a folder none of whose files fits: its settings are the mistake
+    taken, refused = check_scanned_files(offered)
+    if strict_folders:  # a folder none of whose files fits: its settings are the mistake
         mistakes.messages += folder_mistakes(cfg, offered, refused, bad_scans).messages
     mistakes.raise_any()
-    refused = list(scan.collisions) + refused  # files sharing a name: refused together, each naming the others
-    if store is not None and record and refused:
-        refused = sync_failures(store, checkpoints=refused) or refused
     full = with_encoders(cfg, taken)
-    scan = ScanResult(taken, scan.waiting, scan.skipped, scan.collisions, scan.notes, scan.aliases)
+    checked = ScanResult(taken, scan.waiting, scan.skipped, scan.collisions, scan.notes, scan.aliases, scan.facts)
     cells = evaluation_cells(full)
-    memory = {}
-    if check:  # what each cell will need, from the store's shapes or the datasets and encoders
-        memory = estimate_cells(cells, full.encoders, adapters, store or _failure_store(cfg, writable=False),
-                                default_dtype=cfg.extract.dtype)
-    return Plan(full, extraction_units(full, scan.signatures()), cells, scan, refused, cell_memory=memory,
-                data_notes=_data_notes(adapters))
+    # what each cell will need, from the store's shapes or the datasets and encoders
+    memory = estimate_cells(cells, full.encoders, adapters, store, default_dtype=cfg.extract.dtype)
+    return Plan(full, extraction_units(full, checked.signatures()), cells, checked,
+                list(scan.collisions) + refused, cell_memory=memory, data_notes=_data_notes(adapters))
+
+
+def record_refused(store, plan: Plan) -> Plan:
+    """Record the scanned files ``plan`` refused in the store's failure log (each with what
+    it failed on, so an unchanged file is not read again); ``plan`` with the records."""
+    if plan.checkpoint_failures:
+        plan.checkpoint_failures = sync_failures(store, checkpoints=plan.checkpoint_failures) or \
+            plan.checkpoint_failures
+    return plan
+
+
+def make_plan(cfg: BenchmarkConfig, *, retry_failed: bool = False) -> Plan:
+    """A run's plan of a loaded config, as ``jobs.run.Run`` makes it: the folders scanned once,
+    every check before any work, the refused files recorded in the config's store."""
+    existing = open_store_if_any(cfg)
+    plan = check_work(cfg, scan_folders(cfg, existing, retry_failed=retry_failed), existing)
+    if cfg.checkpoints:  # the config is good: its store may be made now
+        store = cfg.open_store()
+        record_refused(store, plan)
+        keep_scan_facts(store, plan.scan)
+    return plan
 
 
 def _data_notes(adapters: dict[str, Any]) -> list[dict[str, Any]]:
@@ -348,10 +352,12 @@ def _data_notes(adapters: dict[str, Any]) -> list[dict[str, Any]]:
     return [n for a in adapters.values() for n in dataset_notes(a)]
 
 
-def _failure_store(cfg: BenchmarkConfig, writable: bool):
+def open_store_if_any(cfg: BenchmarkConfig):
+    """The config's store, read-only, or None when there is none yet (nothing failed before,
+    nothing stored)."""
     try:
-        return cfg.open_store(read_only=not writable)
-    except (StoreError, ArrayNotFoundError):  # no store yet (read-only): nothing failed before
+        return cfg.open_store(read_only=True)
+    except (StoreError, ArrayNotFoundError):
         return None
 
 
@@ -365,6 +371,6 @@ def run_extract_unit(store, unit: ExtractUnit, extract: BenchmarkConfig | Extrac
                          dataclasses.replace(settings, progress=False),
                          expected_weights=unit.weights_signature)
     if report.status != "busy":  # its arrays now hold this unit's weights and images: noted as its own
-        note_owner(store, unit_identity(unit.encoder, unit.dataset),
+        note_owner(store, unit_identity(unit.encoder, unit.dataset, store_base(store)),
                    {report.keys[layer]: fp for layer, fp in report.fingerprints.items()})
     return report

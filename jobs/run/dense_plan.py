@@ -1,12 +1,4 @@
-"""Which protocols a dense dataset pairs with, checked when a config is planned.
-
-A dense dataset (per-pixel targets: ``ade20k``, ``voc2012_segmentation``,
-``nyuv2_normals``) is evaluated only by the dense protocol of its task (``segmentation``,
-``normals``), on map layers; every other protocol leaves it out, and a dense protocol
-leaves out every other dataset. A config whose protocol would then have nothing to do, or
-that names a dataset its protocol cannot read, is refused with the entry named, before
-any work. Decided from the adapters' class attributes: no file is read.
-"""
+"""Which protocols a dense dataset pairs with, checked when a config is planned."""
 
 from __future__ import annotations
 
@@ -20,16 +12,7 @@ __all__ = ["check_dense_pairs", "dataset_task", "dense_correlation_defaults", "p
 
 
 def dataset_task(dataset: Any) -> str | None:
-    """The dense task of a config's dataset entry (None: not dense, or an unknown adapter).
-
-    Parameters
-    ----------
-    dataset : DatasetConfig
-
-    Returns
-    -------
-    str or None
-    """
+    """The dense task of a config's dataset entry (None: not dense, or an unknown adapter)."""
     # deferred: the dataset adapters and PIL load when the datasets are checked, not when a config is read
     from pipeline.datasets import adapter_class
 
@@ -41,30 +24,14 @@ def dataset_task(dataset: Any) -> str | None:
 
 def pairs_with_dataset(protocol: Any, dataset: Any) -> bool:
     """Whether a registered protocol reads a config's dataset: dense protocols their task's
-    datasets, the others every dataset that is not dense.
-
-    Parameters
-    ----------
-    protocol : Protocol
-        A registry entry.
-    dataset : DatasetConfig
-
-    Returns
-    -------
-    bool
-    """
+    datasets, the others every dataset that is not dense."""
     return dataset_task(dataset) == protocol.dense
 
 
 def check_dense_pairs(cfg: Any) -> None:
     """Refuse protocol entries that name a dataset they cannot read, dense protocols with no
     dataset of their task, and protocols that read the encoder's weights (and a dataset's
-    images) that would run on a dense dataset.
-
-    Parameters
-    ----------
-    cfg : BenchmarkConfig
-    """
+    images) that would run on a dense dataset."""
     tasks = {d.name: dataset_task(d) for d in cfg.datasets}
     for i, p in enumerate(cfg.protocols):
         mine = [d.name for d in cfg.datasets if p.datasets is None or d.name in p.datasets]
@@ -94,19 +61,7 @@ def dense_correlation_defaults(data: dict, path: str) -> dict:
     """A correlation setting over a dense angular error (``mean_angle_error``,
     ``median_angle_error``) reads it as the seed does: negated, not logit-transformed
     (``bounded: false``, ``lower_is_better: true`` unless given); saying otherwise is refused.
-    Fractions (mIoU, pixel accuracy, the within-angle shares) keep the logit default.
-
-    Parameters
-    ----------
-    data : dict
-        The setting's plain fields.
-    path : str
-        Where it is in the config, for messages.
-
-    Returns
-    -------
-    dict
-    """
+    Fractions (mIoU, pixel accuracy, the within-angle shares) keep the logit default."""
     if NORMAL_METRICS.get(data.get("metric")) != "lower":
         return data
     for name, wanted in (("bounded", False), ("lower_is_better", True)):

@@ -1,26 +1,9 @@
 """A rerun with nothing to do, answered from the store: no Prefect, no Dask, no torch.
 
-Whether an extraction is up to date is decided by comparing the stored array's
-fingerprint with the one the encoder would give, and that needs the encoder (torch,
-timm). So after a run in which nothing failed, :func:`record_run` writes a note under
-``_repeval/runs/`` (keyed by the hash of the planned config): what the run's results
-depend on besides the config (every weights, reference and perceptual-network file's size
-and modification time, the versions of the libraries that build encoders, this machine's
-host name and GPU devices), each array's fingerprint, and every cell id.
-
-:func:`ledger_answer` plans the config again without checking it against the registries
-(``make_plan(check=False)``: no torch) and answers only when all of this still holds:
-
-- the note of this planned config exists, and its inputs are unchanged;
-- every array the plan reads is complete with the noted fingerprint, and each split's
-  images fingerprint (listed now, torch-free) is the one its labels were stored with;
-- every cell id, computed from the stored fingerprints and the current settings, is the
-  noted one and in the ledger; no failure of this config's work is on record;
-- the report is there, and no checkpoint is waiting or skipped in its folders.
-
-Anything else (a changed setting or file, hub weights, whose cache is not checked without
-timm, ``--retry-failed``) takes the full run, which decides as before.
-"""
+After a run without failures, ``record_run`` notes what its results depend on besides the
+config (files' sizes and times, library versions, the machine), each array's fingerprint
+and every cell id; ``ledger_answer`` answers only while all of it still holds, the images
+are unchanged, nothing failed and the report is there. Anything else takes the full run."""
 
 from __future__ import annotations
 
@@ -30,23 +13,25 @@ import json
 import os
 import socket
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from jobs.analysis.correlate import figure_lines
-from jobs.checkpoint_facts import keep_facts
+from jobs.config.checkpoint_facts import keep_facts
 from jobs.config import BenchmarkConfig
 from pipeline.plain import to_plain
 from jobs.evaluation.identity import recorded_cells
-from jobs.plan import make_adapter, make_plan
+from jobs.run.plan import Plan, make_adapter
 from jobs.report.inputs import config_failures
 from pipeline.errors import RepevalError
 from pipeline.protocols.registry import get_protocol
 from pipeline.protocols.settings import setting_at
 from storage_schema import feature_key
+from storage_schema.backend import local_path, portable_path, portable_paths, store_base
 from storage_schema.record_keys import run_memo_key
 from storage_schema.provenance import now_iso, stable_hash
 
-MEMO_VERSION = 1
+MEMO_VERSION = 2  # 2: paths relative to a local store's folder
 # distributions whose versions can change what an encoder computes (random init, data config)
 _LIBRARIES = ("torch", "torchvision", "timm", "safetensors", "numpy", "pillow")
 _HUB = ("pretrained",)
@@ -112,12 +97,12 @@ def _inputs(cfg: BenchmarkConfig) -> dict[str, Any] | None:
     return {"files": files, "versions": versions, "machine": machine}
 
 
-def _observe(cfg: BenchmarkConfig, store) -> dict[str, Any] | None:
-    """The planned config's key, inputs, arrays and cell ids as the store holds them now;
+def _observe(plan: Plan, store) -> dict[str, Any] | None:
+    """The listed config's key, inputs, arrays and cell ids as the store holds them now;
     None when something is left to do or cannot be told without the full run."""
-    plan = make_plan(cfg, record=False, store=store, check=False)
     if plan.scan.waiting or plan.scan.skipped:
         return None
+    base = store_base(store)  # paths relative to a local store: a workspace moved whole keeps its note
     inputs = _inputs(plan.config)
     if inputs is None:
         return None
@@ -135,7 +120,8 @@ def _observe(cfg: BenchmarkConfig, store) -> dict[str, Any] | None:
         return None
     if config_failures(store, plan.config, plan.cells, plan.units):
         return None
-    return {"key": stable_hash(to_plain(plan.config), 16), "inputs": inputs, "arrays": arrays,
+    inputs = {**inputs, "files": {portable_path(k, base): v for k, v in inputs["files"].items()}}
+    return {"key": stable_hash(portable_paths(to_plain(plan.config), base), 16), "inputs": inputs, "arrays": arrays,
             "labels": labels, "plan": plan, "cells": sorted({r["cell_id"] for r in found})}
 
 
@@ -162,47 +148,32 @@ def _images_unchanged(cfg: BenchmarkConfig, store, labels: dict[str | None, tupl
     return True
 
 
-def record_run(cfg: BenchmarkConfig, summary: dict[str, Any]) -> bool:
-    """After a run of ``cfg`` in which nothing failed: note what it covered, so an unchanged
-    rerun is answered from the ledger. Returns whether a note was written.
-
-    Parameters
-    ----------
-    cfg : the loaded config (as given to the run).
-    summary : the run's summary.
-    """
+def record_run(store, listing: Plan, summary: Mapping[str, Any]) -> bool:
+    """After a run in which nothing failed: note what it covered, so an unchanged rerun is
+    answered from the ledger. Returns whether a note was written."""
     if summary.get("failures") or not summary.get("report"):
         return False
-    store = cfg.open_store()
-    seen = _observe(cfg, store)
+    seen = _observe(listing, store)
     if seen is None:
         return False
     memo = {"version": MEMO_VERSION, "inputs": seen["inputs"], "arrays": seen["arrays"], "cells": seen["cells"],
             "units": len(seen["plan"].units), "n_cells": len(seen["plan"].cells),
-            "report": summary["report"],
+            "report": portable_path(summary["report"], store_base(store)),
             "figures": figure_lines(summary.get("correlation")), "correlation": summary.get("correlation"),
             "recorded": now_iso()}
     store.check_writable()
     store.backend.write_atomic(run_memo_key(seen["key"]), json.dumps(memo, default=str).encode())
-    if cfg.checkpoints:  # the folders' steps and fingerprints: the rerun scans them without a read
+    if listing.config.checkpoints:  # the folders' steps and fingerprints: the rerun scans them without a read
         keep_facts(store, {})
     return True
 
 
-def ledger_answer(cfg: BenchmarkConfig) -> Answer | None:
-    """The answer of a rerun of ``cfg`` with nothing to do, or None (the full run decides).
-
-    Parameters
-    ----------
-    cfg : the loaded config.
-
-    Returns
-    -------
-    Answer or None
-    """
+def ledger_answer(store, listing: Plan) -> Answer | None:
+    """The answer of a rerun with nothing to do, or None (the full run decides)."""
+    if store is None:
+        return None
     try:
-        store = cfg.open_store(read_only=True)
-        seen = _observe(cfg, store)
+        seen = _observe(listing, store)
     except (RepevalError, OSError):  # no store yet, or a state the full run's checks explain
         return None
     if seen is None:
@@ -214,9 +185,10 @@ def ledger_answer(cfg: BenchmarkConfig) -> Answer | None:
         return None
     if memo.get("arrays") != seen["arrays"] or memo.get("cells") != seen["cells"]:
         return None
-    if not os.path.isfile(memo.get("report") or "") or not _images_unchanged(seen["plan"].config, store,
+    report = local_path(str(memo.get("report") or ""), store_base(store))
+    if not os.path.isfile(report) or not _images_unchanged(seen["plan"].config, store,
                                                                               seen["labels"]):
         return None
-    return Answer(units=memo["units"], cells=memo["n_cells"], report=memo["report"],
+    return Answer(units=memo["units"], cells=memo["n_cells"], report=report,
                   figures=list(memo.get("figures") or []), correlation=memo.get("correlation"),
                   recorded=str(memo.get("recorded", ""))[:19])

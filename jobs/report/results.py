@@ -9,7 +9,7 @@ from typing import Any
 
 from jobs.config import BenchmarkConfig, load_config
 from jobs.evaluation.identity import recorded_cells
-from jobs.plan import make_plan
+from jobs.run.plan import list_work
 from jobs.report.inputs import config_failures, history, run_records
 from pipeline.analysis.series.steps import checkpoint_epoch
 from storage_schema import FeatureStore
@@ -25,7 +25,7 @@ def config_cells(store, cfg: BenchmarkConfig) -> tuple[list[dict[str, Any]], lis
     """(recorded cells as ``cell_id`` + names, cells without a record, the plan) of ``cfg``
     at its current settings, the checkpoint folders listed as they are now (no encoder is
     loaded: ``jobs.evaluation.identity.recorded_cells``)."""
-    plan = make_plan(cfg, ready_only=False, record=False, store=store, check=False)
+    plan = list_work(cfg, store=store, ready_only=False)
     found, missing = recorded_cells(store, plan.cells)
     return found, missing, plan
 
@@ -62,7 +62,7 @@ def failed_rows(store, cfg: BenchmarkConfig | None = None) -> list[dict[str, Any
     if cfg is None:
         return FailureLog(store).records()
 
-    plan = make_plan(cfg, ready_only=False, record=False, store=store, check=False)
+    plan = list_work(cfg, store=store, ready_only=False)
     return config_failures(store, plan.config, plan.cells, plan.units)
 
 
@@ -103,15 +103,26 @@ def checkpoint_fields(rows: list[dict[str, Any]], encoders) -> list[dict[str, An
 
 
 def results_frame(config=None, *, store=None, all_records: bool = False, failed: bool = False):
-    """What ``repeval results`` shows, as a pandas DataFrame (the table its ``--format
-    parquet`` writes: ``storage_schema.tables.records_frame``): ``from jobs.results import
+    """What ``repeval results`` shows, as a pandas DataFrame: ``from jobs.report.results import
     results_frame``.
 
-    ``config`` (a YAML path, a dict or a ``BenchmarkConfig``): its records at its current
-    settings under its names, as ``repeval results --config``; else ``store`` (a path, URL
-    or ``FeatureStore``; default ``./repeval-store``): the latest record per cell, as
-    ``repeval results --store``. ``all_records`` adds the history (``--all``, with a
-    ``current`` column); ``failed`` returns the failures on record instead (``--failed``).
+    Parameters
+    ----------
+    config : str, dict, BenchmarkConfig or None
+        A config (a YAML path, a dict or a loaded one): its records at its current settings
+        under its names, as ``repeval results --config``.
+    store : str or FeatureStore or None
+        Without a config: a store (default ``./repeval-store``), its latest record per cell, as
+        ``repeval results --store``.
+    all_records : bool
+        Add the history, with a ``current`` column (``--all``).
+    failed : bool
+        Return the failures on record instead (``--failed``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per record (the table ``--format parquet`` writes).
     """
     import pandas as pd
 
