@@ -17,7 +17,7 @@ from jobs.early.subsets import Subset
 from jobs.evaluation.cell import Cell
 from pipeline.analysis.compare import benjamini_hochberg, compare_predictions
 from pipeline.analysis.early import (
-    Estimate, HistoryModel, PairedHistoryModel, detectable_difference, early_verdict, stratified_estimate,
+    Estimate, HistoryModel, PairedHistoryModel, detectable_difference, early_verdict, line_trial, stratified_estimate,
 )
 from pipeline.errors import RepevalError
 from pipeline.plain import to_plain
@@ -103,12 +103,19 @@ def _estimate(cell: Cell, result: Mapping[str, Any], subset: Subset, store: Feat
               reference: str | None, bounded: bool, uncalibrated: str | None = None,
               ) -> tuple[Estimate | None, str, list[str]]:
     """(estimate, why this method or why none, the earlier encoders it rests on). A history
-    line is used only within the range it was fitted on and while its setting's intervals
-    hold (``uncalibrated``: why not); else the early rows' own sampling interval, saying so."""
+    line is used only within the range it was fitted on, while its setting's intervals hold
+    (``uncalibrated``: why not), and where it beat the plain early-row estimate on its own
+    history, leave-one-out; else the early rows' own sampling interval, saying so."""
     early = cfg.early
     score = float(result["score"])
     exact = {m: float(record_score(history[m])) for m in results}
     pairs = _pairs(cfg, set(results))
+    labels = store.labels(cell.dataset, cell.test_split).read() if (
+        result.get("predictions") is not None and subset.method == "stratified") else None
+
+    def plain(model: str) -> Estimate:
+        return _plain_of(results[model], subset, labels, cell.test_split, early.level)
+
     declined = []
     if uncalibrated:
         declined.append(uncalibrated)
@@ -118,9 +125,12 @@ def _estimate(cell: Cell, result: Mapping[str, Any], subset: Subset, store: Feat
                                        early.level, early.min_history)
         beyond = model.outside(score, float(results[reference]["score"]))
         if beyond is None:
-            return (model.predict(score, float(results[reference]["score"]), exact[reference]),
-                    f"{reference}'s exact figure plus the change of early score, calibrated on {len(pairs)} earlier "
-                    "consecutive checkpoints", sorted({m for p in pairs for m in p}))
+            trial = line_trial(model.leave_one_out(), [plain(b) for _, b in pairs], model.full_after, bounded)
+            if trial.kept:
+                return (model.predict(score, float(results[reference]["score"]), exact[reference]),
+                        f"{reference}'s exact figure plus the change of early score, calibrated on {len(pairs)} "
+                        f"earlier consecutive checkpoints ({trial.line()})", sorted({m for p in pairs for m in p}))
+            beyond = trial.line()
         declined.append(beyond)
     elif len(results) >= early.min_history:
         names = sorted(results)
@@ -128,7 +138,11 @@ def _estimate(cell: Cell, result: Mapping[str, Any], subset: Subset, store: Feat
                                  early.level, early.min_history)
         beyond = model.outside(score)
         if beyond is None:
-            return model.predict(score), f"from the early score, calibrated on {len(names)} earlier encoders", names
+            trial = line_trial(model.leave_one_out(), [plain(m) for m in names], model.full, bounded)
+            if trial.kept:
+                return (model.predict(score), f"from the early score, calibrated on {len(names)} earlier encoders "
+                        f"({trial.line()})", names)
+            beyond = trial.line()
         declined.append(beyond)
     short = "; ".join(declined) if declined else \
         f"{len(results)} earlier encoder(s) with this cell, {early.min_history} needed to calibrate"
@@ -136,14 +150,27 @@ def _estimate(cell: Cell, result: Mapping[str, Any], subset: Subset, store: Feat
         return None, f"no estimate: {short}, and its scores are not per-image predictions", []
     if subset.method != "stratified":
         return None, f"no estimate: {short} (anchor rows are no random sample)", []
-    test = cell.test_split
-    labels = store.labels(cell.dataset, test).read()
+    est = _stratified(result, subset, labels, cell.test_split, early.level)
+    return est, f"the readout fitted on the early rows, over the whole test split; {short}", []
+
+
+def _stratified(result: Mapping[str, Any], subset: Subset, labels: np.ndarray, test: str, level: float) -> Estimate:
+    """The plain early-row estimate: the stratified estimator over the early test rows."""
     rows = subset.rows[test]
     classes, counts = np.unique(labels, return_counts=True)
     correct = (np.asarray(result["predictions"]) == labels[rows]).astype(int)
-    est = stratified_estimate(correct, labels[rows], dict(zip(classes.tolist(), counts.tolist())), early.level,
-                              mean_per_class=result.get("metric") == "mean_per_class")
-    return est, f"the readout fitted on the early rows, over the whole test split; {short}", []
+    return stratified_estimate(correct, labels[rows], dict(zip(classes.tolist(), counts.tolist())), level,
+                               mean_per_class=result.get("metric") == "mean_per_class")
+
+
+def _plain_of(result: Mapping[str, Any], subset: Subset, labels: np.ndarray | None, test: str,
+              level: float) -> Estimate:
+    """An earlier encoder's plain estimate, which a history line must beat: the stratified
+    one where the new cell would get one, else its early score read as the full figure."""
+    if labels is not None and result.get("predictions") is not None:
+        return _stratified(result, subset, labels, test, level)
+    # no plain estimate to fall back on: the line must still beat reading the early score as it is
+    return Estimate(float(result["score"]), None, None, level, "sampling", int(result.get("n_test") or 0), "")
 
 
 def _against(cfg: BenchmarkConfig, model: str, history: Mapping[str, Mapping[str, Any]],

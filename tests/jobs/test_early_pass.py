@@ -3,8 +3,8 @@ computed twice) into the full arrays, a subset chosen once, estimates drawn from
 of earlier encoders, early verdicts under the exact cells' no-verdict rules, checks and the
 coverage that turns a setting's early pass off, and nothing early ever in the ledger.
 
-The history is imported features (no forward pass): encoders of graded quality on a
-three-class blob dataset, a checkpoint series by their steps."""
+The history is imported features (no forward pass): checkpoints of one series on a
+three-class blob dataset, the same images sharpening towards their class with the step."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from jobs.evaluation.evaluate import Cell, evaluate_cell
 from jobs.extraction.extract import extract
 from jobs.extraction.import_features import import_features
 from jobs.report.results import results_frame
+from pipeline.analysis.early import stratified_estimate
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec
 from storage_schema import FeatureStore
@@ -37,10 +38,14 @@ N_HISTORY = 12
 
 
 def _blobs(path, y, quality: float, seed: int):
+    # checkpoints of one series see the same images: what the early rows favour is shared by
+    # consecutive ones (the paired estimate's control variate), each step moving them a little
+    shared = np.random.default_rng(0)
+    centres = shared.normal(size=(3, 8))
+    images = {s: shared.normal(size=(len(y[s]), 8)) for s in y}
     rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(3, 8))
-    feats = {f"{s}_features": (rng.normal(size=(len(y[s]), 8)) + quality * centres[y[s]]).astype(np.float32)
-             for s in y}
+    feats = {f"{s}_features": (images[s] + 0.1 * rng.normal(size=images[s].shape) + quality * centres[y[s]])
+             .astype(np.float32) for s in y}
     np.savez(path, **{f"{s}_labels": y[s] for s in y}, **feats)
     return make_dataset("features", name="blobs", path=str(path))
 
@@ -156,6 +161,25 @@ def test_an_estimate_from_the_history_with_early_verdicts_and_nothing_in_the_led
     assert EarlyRecords(store).get("estimates", est["id"])["estimate"] == e
     frame = results_frame(cfg)
     assert len(frame) == before and "early" not in " ".join(frame.columns)
+
+
+def test_a_line_no_better_than_the_plain_estimate_on_its_history_is_set_aside(history):
+    store, cfg, _ = history
+    kept, subset, _ = _estimate(store, cfg, "s13")
+    assert "leave-one-out error" in kept["how"] and "vs plain" in kept["how"], kept["how"]
+    # every earlier exact figure made equal to its plain estimate: no line can do better
+    labels = store.labels("blobs", "test").read()
+    rows = subset.rows["test"]
+    population = dict(zip(*(v.tolist() for v in np.unique(labels, return_counts=True))))
+    records = copy.deepcopy(list(Ledger(store)))
+    for rec in records:
+        res = early_result(store, _cell(rec["model"]), subset, "store")
+        correct = (np.asarray(res["predictions"]) == labels[rows]).astype(int)
+        rec["metrics"]["score"] = stratified_estimate(correct, labels[rows], population, cfg.early.level).value
+    est, _, _ = _estimate(store, cfg, "s13", records=records)
+    assert est["estimate"]["method"] == "sampling" and est["history"] == []
+    assert "paired line set aside: leave-one-out error" in est["how"] and "vs plain 0.0 points" in est["how"], \
+        est["how"]
 
 
 def test_too_little_history_gives_a_sampling_estimate_of_the_early_fit(history):

@@ -1,6 +1,6 @@
 """The early pass's statistics against direct formulas: row choice, the stratified estimator
-and its interval, jackknife+ (written out by brute force), the paired estimate, early
-verdicts and coverage."""
+and its interval, jackknife+ (written out by brute force), the paired estimate, the
+leave-one-out trial a history line must pass, early verdicts and coverage."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 from scipy import stats
 
 from pipeline.analysis.early import (
-    Estimate, HistoryModel, PairedHistoryModel, allocate, anchor_rows, coverage_state, detectable_difference,
-    early_verdict, gross_miss, jackknife_plus, min_history, stratified_estimate, stratified_rows, weighted_accuracy,
+    Estimate, HistoryModel, LineTrial, PairedHistoryModel, allocate, anchor_rows, coverage_state,
+    detectable_difference, early_verdict, gross_miss, jackknife_plus, line_trial, min_history, stratified_estimate,
+    stratified_rows, weighted_accuracy,
 )
 from pipeline.errors import DataValidationError
 
@@ -278,3 +279,81 @@ def test_a_gross_miss_sets_the_calibration_aside_until_an_interval_holds():
     assert coverage_state([True, False, False], 0.9, gross=[False, True, False]).tripped  # not held since
     assert not coverage_state([True, False, True], 0.9, gross=[False, True, False]).tripped  # held again
     assert not coverage_state([True, False], 0.9, gross=[False, False]).tripped  # a near miss: coverage decides
+
+
+def _plain(values, half=0.02):
+    """Plain early-row estimates of the given values, each with a fixed interval."""
+    return [Estimate(float(v), float(v) - half, float(v) + half, 0.9, "sampling", 100, "") for v in values]
+
+
+def test_a_history_line_that_predicts_well_is_kept():
+    rng = np.random.default_rng(10)
+    early = rng.uniform(0.5, 0.85, 30)
+    # the early fit, on a tenth of the train rows, scores below the full one: a gap the line
+    # learns and the plain estimate of the early fit cannot
+    full = np.clip(early + 0.04 + rng.normal(scale=0.003, size=30), 0, 1)
+    model = HistoryModel.fit(early, full)
+    loo = model.leave_one_out()
+    assert len(loo) == 30 and all(e.method == "history" and e.n == 29 and e.has_interval for e in loo)
+    trial = line_trial(loo, _plain(early), full)
+    assert trial.kept and trial.error < 0.005 < 0.03 < trial.plain_error
+    assert sum(trial.covered) >= 25 and len(trial.plain_covered) == 30
+    assert trial.line().startswith(f"leave-one-out error {100 * trial.error:.1f} points vs plain "
+                                   f"{100 * trial.plain_error:.1f} points, its intervals held"), trial.line()
+
+
+def test_a_useless_history_line_is_set_aside():
+    rng = np.random.default_rng(11)
+    # the full figure independent of the early score (the line flat), the plain estimate close to it
+    early, full = rng.uniform(0.5, 0.85, 20), rng.uniform(0.6, 0.8, 20)
+    trial = line_trial(HistoryModel.fit(early, full).leave_one_out(), _plain(full + rng.normal(0, 0.01, 20)), full)
+    assert not trial.kept and trial.error > trial.plain_error
+    assert trial.line().startswith("history line set aside: leave-one-out error"), trial.line()
+    # the spiked series: every full change about +4.5 points whatever the early change (slope
+    # about 0, intercept +4.5 points), while each plain estimate lies within a point of its figure
+    early_before, full_before = rng.uniform(0.6, 0.7, 14), rng.uniform(0.6, 0.7, 14)
+    early_after = early_before + rng.uniform(-0.05, 0.05, 14)
+    full_after = full_before + 0.045 + rng.normal(scale=0.015, size=14)
+    model = PairedHistoryModel.fit(early_before, early_after, full_before, full_after)
+    loo = model.leave_one_out()
+    assert all(e.method == "paired" and e.n == 13 for e in loo)
+    trial = line_trial(loo, _plain(full_after + rng.normal(scale=0.003, size=14)), full_after)
+    assert not trial.kept and trial.plain_error < 0.005 < trial.error
+    assert trial.line().startswith("paired line set aside: leave-one-out error"), trial.line()
+
+
+def _two_point_line(xa, ya, xb, yb, x):
+    return ya + (yb - ya) / (xb - xa) * (x - xa)
+
+
+def test_leave_one_out_errors_are_the_direct_formula_on_a_tiny_history():
+    # three points: each left out is predicted by the line through the other two; at level
+    # 0.5 the two others' jackknife+ interval runs from the lower of their figures minus
+    # their distance to the higher plus it (each left out in turn leaves a flat line)
+    x, y = np.array([0.0, 1.0, 2.0]), np.array([0.0, 1.0, 4.0])
+    model = HistoryModel.fit(x, y, bounded=False, level=0.5, minimum=3)
+    loo = model.leave_one_out()
+    for i, est in enumerate(loo):
+        a, b = [j for j in range(3) if j != i]
+        assert est.value == pytest.approx(_two_point_line(x[a], y[a], x[b], y[b], x[i]))
+        d = abs(y[a] - y[b])
+        assert (est.low, est.high) == pytest.approx((min(y[a], y[b]) - d, max(y[a], y[b]) + d))
+    plain = [Estimate(float(v), float(v) - 0.5, float(v) + 0.5, 0.5, "sampling", 10, "") for v in x]
+    trial = line_trial(loo, plain, y, bounded=False)
+    assert trial.errors == pytest.approx((2.0, 1.0, 2.0)) and trial.plain_errors == pytest.approx((0.0, 0.0, 2.0))
+    assert trial.covered == (True, True, False) and trial.plain_covered == (True, True, False)
+    assert (trial.error, trial.plain_error) == pytest.approx((2.0, 0.0)) and not trial.kept
+    assert trial.line() == "history line set aside: leave-one-out error 2 vs plain 0, its intervals held 2 of 3"
+    # the paired line: the older checkpoint's exact figure plus the change the other pairs predict
+    paired = PairedHistoryModel.fit(np.zeros(3), x, np.full(3, 10.0), 10 + y, bounded=False, level=0.5, minimum=3)
+    assert [e.value for e in paired.leave_one_out()] == pytest.approx([10 + e.value for e in loo])
+
+
+def test_a_line_whose_leave_one_out_intervals_clearly_undercover_is_set_aside():
+    trial = LineTrial("history", (0.01,) * 12, (0.02,) * 12, (True,) * 7 + (False,) * 5, (), 0.9)
+    assert trial.undercovered and not trial.kept  # 7 of 12 at 90 %: binomial p = 0.004
+    assert trial.line() == ("history line set aside: leave-one-out error 1.0 points vs plain 2.0 points, its "
+                            "intervals held 7 of 12 (below nominal 90%)")
+    assert LineTrial("history", (0.01,) * 12, (0.02,) * 12, (True,) * 10 + (False,) * 2, (), 0.9).kept
+    with pytest.raises(DataValidationError, match="one prediction"):
+        line_trial([], [], [])

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.analysis.early.coverage import coverage_state
 from pipeline.errors import DataValidationError
 
-__all__ = ["LOGIT_EPS", "MIN_HISTORY", "Estimate", "HistoryModel", "PairedHistoryModel", "jackknife_plus",
-           "min_history", "stratified_estimate", "weighted_accuracy"]
+__all__ = ["LOGIT_EPS", "MIN_HISTORY", "Estimate", "HistoryModel", "LineTrial", "PairedHistoryModel", "jackknife_plus",
+           "line_trial", "min_history", "stratified_estimate", "weighted_accuracy"]
 
 #: Earlier encoders a history-backed estimate needs by default: jackknife+ at 90 % needs 9
 #: (``min_history(0.9)``), one more keeps a leave-one-out fit from resting on 8 points.
@@ -288,6 +289,18 @@ class HistoryModel:
         """
         return _outside(float(early), self.early.min(), self.early.max(), "early score")
 
+    def leave_one_out(self) -> list[Estimate]:
+        """Each earlier encoder's full figure as the line fitted on the others predicts it.
+
+        Returns
+        -------
+        list of Estimate
+            One per earlier encoder, in order: the prediction from its early score, with the
+            others' jackknife+ interval (none where they are too few for one at ``level``).
+        """
+        x, y = _scale(self.early, self.bounded), _scale(self.full, self.bounded)
+        return _loo_estimates(x, y, np.zeros(x.size), self.level, self.bounded, "history", _HISTORY_COVERS)
+
 
 @dataclass(frozen=True)
 class PairedHistoryModel:
@@ -386,6 +399,21 @@ class PairedHistoryModel:
         change = float(sc([float(early)])[0] - sc([float(early_reference)])[0])
         return _outside(change, seen.min(), seen.max(), "early change" + (" (logit)" if self.bounded else ""))
 
+    def leave_one_out(self) -> list[Estimate]:
+        """Each earlier pair's newer full figure as the line fitted on the other pairs
+        predicts it (from its older checkpoint's exact figure and the change of early score).
+
+        Returns
+        -------
+        list of Estimate
+            One per earlier pair, in order, each with the other pairs' jackknife+ interval
+            (none where they are too few for one at ``level``).
+        """
+        sc = lambda v: _scale(np.asarray(v, dtype=np.float64), self.bounded)  # noqa: E731
+        x = sc(self.early_after) - sc(self.early_before)
+        y = sc(self.full_after) - sc(self.full_before)
+        return _loo_estimates(x, y, sc(self.full_before), self.level, self.bounded, "paired", _PAIRED_COVERS)
+
 
 _PAIRED_COVERS = "the full figure, if the change since the previous checkpoint is like earlier changes"
 
@@ -432,8 +460,11 @@ def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """Intercept and slope of the least-squares line (a flat line when x does not vary)."""
     if np.ptp(x) <= 1e-12:
         return float(y.mean()), 0.0
-    slope, intercept = np.polyfit(x, y, 1)
-    return float(intercept), float(slope)
+    # the closed form, not np.polyfit: a leave-one-out trial refits it n^2 times
+    xm, ym = x.mean(), y.mean()
+    dx = x - xm
+    slope = float(np.dot(dx, y - ym) / np.dot(dx, dx))
+    return float(ym - slope * xm), slope
 
 
 def jackknife_plus(x: np.ndarray, y: np.ndarray, x_new: float, level: float) -> tuple[float, float, float]:
@@ -468,3 +499,120 @@ def jackknife_plus(x: np.ndarray, y: np.ndarray, x_new: float, level: float) -> 
         below[i], above[i] = mu - residual, mu + residual
     a, b = _line(x, y)
     return a + b * x_new, float(np.sort(below)[_rank_low(level, n) - 1]), float(np.sort(above)[_rank_high(level, n) - 1])
+
+
+def _loo_estimates(x: np.ndarray, y: np.ndarray, base: np.ndarray, level: float, bounded: bool, method: str,
+                   covers: str) -> list[Estimate]:
+    """Point i predicted by the line through the other points (``base[i]`` plus it, unscaled),
+    with their jackknife+ interval where they are enough for one."""
+    n, out = x.size, []
+    for i in range(n):
+        keep = np.arange(n) != i
+        if n - 1 >= min_history(level):
+            mu, low, high = jackknife_plus(x[keep], y[keep], float(x[i]), level)
+        else:
+            a, b = _line(x[keep], y[keep])
+            mu, low, high = a + b * x[i], None, None
+        value, low, high = (None if v is None else _unscale(float(base[i] + v), bounded) for v in (mu, low, high))
+        out.append(Estimate(value, low, high, level, method, n - 1, covers))
+    return out
+
+
+@dataclass(frozen=True)
+class LineTrial:
+    """A history line tried on its own history, leave-one-out, against the plain early-row
+    estimate of the same checkpoints: the line earns its place only where it does better.
+
+    Build it with :func:`line_trial`.
+
+    Parameters
+    ----------
+    method : str
+        The line's method (``history`` or ``paired``).
+    errors, plain_errors : tuple of float
+        Per checkpoint, the absolute error of the line's leave-one-out prediction and of the
+        plain estimate, against the exact figure.
+    covered, plain_covered : tuple of bool
+        Per checkpoint with an interval, whether it held the exact figure.
+    level : float
+        The line's nominal coverage.
+    bounded : bool
+        Fractions in [0, 1] (errors said in points).
+    """
+
+    method: str
+    errors: tuple[float, ...]
+    plain_errors: tuple[float, ...]
+    covered: tuple[bool, ...]
+    plain_covered: tuple[bool, ...]
+    level: float
+    bounded: bool = True
+
+    @property
+    def error(self) -> float:
+        """The line's median absolute leave-one-out error."""
+        return float(np.median(self.errors))
+
+    @property
+    def plain_error(self) -> float:
+        """The plain estimate's median absolute error over the same checkpoints."""
+        return float(np.median(self.plain_errors))
+
+    @property
+    def undercovered(self) -> bool:
+        """The line's leave-one-out intervals held clearly less often than their level (the
+        one-sided binomial test that turns a setting's early pass off)."""
+        return coverage_state(self.covered, self.level, min_checks=1).off
+
+    @property
+    def kept(self) -> bool:
+        """Whether the line is used: lower median error than the plain estimate, and no
+        clear shortfall of coverage."""
+        return self.error < self.plain_error and not self.undercovered
+
+    def line(self) -> str:
+        """Why the line is used or set aside, in a few words.
+
+        Returns
+        -------
+        str
+        """
+        text = f"leave-one-out error {self._amount(self.error)} vs plain {self._amount(self.plain_error)}"
+        if self.covered:
+            text += f", its intervals held {sum(self.covered)} of {len(self.covered)}"
+            if self.undercovered:
+                text += f" (below nominal {self.level:.0%})"
+        return text if self.kept else f"{self.method} line set aside: {text}"
+
+    def _amount(self, value: float) -> str:
+        return f"{100 * value:.1f} points" if self.bounded else f"{value:.3g}"
+
+
+def line_trial(line: Sequence[Estimate], plain: Sequence[Estimate], exact: object, bounded: bool = True) -> LineTrial:
+    """Compare a line's leave-one-out predictions with the plain estimates of the same checkpoints.
+
+    Parameters
+    ----------
+    line : sequence of Estimate
+        Per checkpoint, the line's prediction from the others (``leave_one_out`` of a
+        :class:`HistoryModel` or :class:`PairedHistoryModel`).
+    plain : sequence of Estimate
+        Per checkpoint, in the same order, the plain estimate from its early rows alone.
+    exact : array-like
+        Per checkpoint, its exact figure.
+    bounded : bool
+        Fractions in [0, 1].
+
+    Returns
+    -------
+    LineTrial
+    """
+    truth = np.asarray(exact, dtype=np.float64)
+    if not len(line) or truth.shape != (len(line),) or len(plain) != len(line):
+        raise DataValidationError(f"a line trial needs one prediction, plain estimate and exact figure per "
+                                  f"checkpoint, got {len(line)}, {len(plain)} and {truth.shape}")
+    errors = tuple(abs(e.value - t) for e, t in zip(line, truth))
+    plain_errors = tuple(abs(e.value - t) for e, t in zip(plain, truth))
+    held = lambda ests: tuple(e.contains(t) for e, t in zip(ests, truth) if e.has_interval)  # noqa: E731
+    return LineTrial(line[0].method, tuple(map(float, errors)), tuple(map(float, plain_errors)), held(line),
+                     held(plain), line[0].level, bool(bounded))
