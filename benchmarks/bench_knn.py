@@ -37,6 +37,28 @@ faiss is a benchmark-only dependency: ``.venv/bin/pip install -e '.[bench]'`` (o
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_knn.py [--sizes 20000 320000] [--markdown]``
 (about 10 minutes on a 2-core machine; ``--quick``: 20,000 rows, about a minute).
+
+``--streamed N`` (instead of the comparison above): k-NN over N train rows that stream from a
+Zarr array on disk, as a cell streams them. The rows (``--streamed-dim``, default 768; class
+clustered like the features above, generated chunk by chunk) are written into a temporary
+``FeatureStore`` (``--tmp``, removed afterwards; 256-row chunks, zstd, ``--streamed-dtype``,
+default float16), then each side runs in a fresh process of its own, one thread, measured
+from after its imports and a warm-up: its wall time, its peak RSS growth (``VmHWM`` reset
+through ``/proc/self/clear_refs``, less the RSS before) and the peak of numpy's allocations
+(tracemalloc). The sides:
+
+* ``read``: the blocks read and decoded, nothing else (what streaming costs by itself);
+* ``repeval-streamed``: ``topk_blocks`` over ``jobs/evaluation/evaluate.py``'s ``train_blocks()``
+  (dask blocks of whole chunks, about 8,192 rows, computed one at a time), then the vote;
+* ``repeval-in-memory``: the whole array read first (``StoredArray.read``), then the same
+  search over ``search_blocks``'s views of it, as a cell that does not stream;
+* ``faiss-streamed``: the same blocks, each converted to float32, normalised
+  (``faiss.normalize_L2``) and searched with ``faiss.knn`` (inner product, the BLAS path of
+  ``IndexFlatIP``), the results merged in a ``faiss.ResultHeap``; then the vote.
+
+``PYTHONPATH=. .venv/bin/python benchmarks/bench_knn.py --streamed 1280000 --streamed-queries 1000
+--streamed-repeats 2 --coretype Zen --markdown`` (1.28 M x 768 float16: 1.8 GiB of rows, 0.8 GiB
+on disk; writing them takes 4 minutes, each side about a minute; 13 minutes on 2 loaded cores).
 """
 
 from __future__ import annotations
@@ -44,8 +66,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -246,6 +270,203 @@ def measure(args) -> None:
                  args.markdown)
 
 
+# -- streamed from disk (--streamed) ---------------------------------------------------------
+STREAM_CHUNK_ROWS = 256  # the default extraction chunking: batch_size 64 x chunk_batches 4
+STREAM_KEY = "features/bench/synthetic/train/pre_logits"
+STREAM_MODES = ("read", "repeval-streamed", "repeval-in-memory", "faiss-streamed")
+
+
+class Synthetic:
+    """``make_features``' distribution (ReLU(W z + b + noise), z ~ N(mu_y, I)), drawn chunk by chunk."""
+
+    def __init__(self, d: int, n_classes: int, seed: int, latent: int = 128, separation: float = 0.4):
+        rng = np.random.default_rng(seed)
+        self.seed, self.n_classes, self.latent = seed, n_classes, latent
+        self.means = rng.normal(0.0, separation, (n_classes, latent)).astype(np.float32)
+        self.W = rng.normal(0.0, 1.0 / np.sqrt(latent), (latent, d)).astype(np.float32)
+        self.b = rng.normal(-0.5, 0.5, d).astype(np.float32)
+
+    def rows(self, n: int, part: int) -> tuple[np.ndarray, np.ndarray]:
+        """(X float32 (n, d), y int64 (n,)) of part ``part``: the same rows whatever is drawn before."""
+        rng = np.random.default_rng([self.seed, part])
+        y = rng.integers(0, self.n_classes, n)
+        z = self.means[y] + rng.standard_normal((n, self.latent), dtype=np.float32)
+        noise = rng.standard_normal((n, self.W.shape[1]), dtype=np.float32)
+        return np.maximum(z @ self.W + self.b + 0.1 * noise, 0.0), y
+
+
+def _status_bytes(field: str) -> int:
+    """VmRSS or VmHWM of this process (/proc/self/status), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _reset_peak() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0); False where that is not allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def streamed_child(args) -> None:
+    """Child: one side of the streamed comparison in this fresh process; prints a JSON line."""
+    import tracemalloc
+    from types import SimpleNamespace
+
+    import torch
+
+    from jobs.evaluation.evaluate import DEFAULT_BLOCK_ROWS
+    from pipeline.protocols.neighbours.knn import knn_class_weights, topk_blocks
+    from pipeline.protocols.neighbours.protocols import search_blocks
+    from storage_schema import FeatureStore
+
+    faiss = _faiss() if args.streamed_child == "faiss-streamed" else None
+    limit_threads(1)
+    if faiss is not None:
+        faiss.omp_set_num_threads(1)
+    queries, y_train = np.load(args.queries), np.load(args.labels)
+    train = FeatureStore(args.store, read_only=True).open_array(STREAM_KEY)
+    chunk_rows = train.status.chunk_rows
+    train_dask = train.to_dask(rows_per_block=max(1, DEFAULT_BLOCK_ROWS // chunk_rows) * chunk_rows)
+
+    def train_blocks():  # jobs/evaluation/evaluate.py's: one dask block of whole chunks at a time
+        offsets = np.cumsum((0,) + train_dask.chunks[0][:-1])
+        for i, offset in enumerate(offsets):
+            yield train_dask.blocks[i].compute(scheduler="synchronous"), int(offset)
+
+    # warm-up outside the measurement: lazy imports, zarr codecs, a first compute, a tiny search
+    train_dask[:1].compute(scheduler="synchronous")
+    topk_blocks(queries[:2], [(np.ones((K + 1, queries.shape[1]), np.float32), 0)], K)
+    if faiss is not None:
+        faiss.knn(np.ones((2, 4), np.float32), np.ones((K + 1, 4), np.float32), K, metric=faiss.METRIC_INNER_PRODUCT)
+    peak_reset = _reset_peak()
+    rss_before = _status_bytes("VmRSS")
+    tracemalloc.start()
+    started = time.perf_counter()
+    scores = idx = None
+    if args.streamed_child == "read":
+        for block, _ in train_blocks():
+            pass
+    elif args.streamed_child == "repeval-streamed":
+        scores, idx = topk_blocks(queries, train_blocks(), K, "cosine", device="cpu")
+    elif args.streamed_child == "repeval-in-memory":
+        X_train = train.read()
+        scores, idx = topk_blocks(queries, search_blocks(SimpleNamespace(train_blocks=None, X_train=X_train),
+                                                         torch.device("cpu")), K, "cosine", device="cpu")
+    else:  # faiss-streamed
+        q = queries.astype(np.float32)  # a copy: normalize_L2 works in place
+        faiss.normalize_L2(q)
+        heap = faiss.ResultHeap(len(q), K, keep_max=True)
+        for block, offset in train_blocks():
+            block = np.ascontiguousarray(block, dtype=np.float32)
+            faiss.normalize_L2(block)
+            D, I = faiss.knn(q, block, K, metric=faiss.METRIC_INNER_PRODUCT)
+            heap.add_result(D, I + offset)
+        heap.finalize()
+        scores, idx = heap.D, heap.I
+    if idx is not None:
+        knn_class_weights(scores, idx, y_train, int(y_train.max()) + 1, "exp", TEMPERATURE)
+    seconds = time.perf_counter() - started
+    _, traced = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    peak = _status_bytes("VmHWM")
+    if idx is not None:
+        np.save(args.out, idx)
+    print(json.dumps({"mode": args.streamed_child, "seconds": seconds, "rss_growth": peak - rss_before,
+                      "traced_peak": traced, "peak_reset": peak_reset, "n_blocks": len(train_dask.chunks[0]),
+                      "blas": [f"{lib['file']} {lib['kernel']}" for lib in openblas_kernels()]}))
+
+
+def write_store(root: str, n: int, d: int, dtype: str, seed: int) -> tuple[np.ndarray, float]:
+    """The synthetic train rows in a new FeatureStore at ``root``, chunk by chunk; their labels and the seconds."""
+    from storage_schema import ArraySpec, FeatureStore
+
+    gen = Synthetic(d, N_CLASSES, seed)
+    labels = np.empty(n, np.int64)
+    store = FeatureStore(root)
+    spec = ArraySpec(STREAM_KEY, (n, d), STREAM_CHUNK_ROWS, dtype, {"fingerprint": f"bench-knn-streamed-{seed}"})
+
+    def produce(todo):
+        for c in sorted(todo[STREAM_KEY]):
+            lo, hi = c * STREAM_CHUNK_ROWS, min(n, (c + 1) * STREAM_CHUNK_ROWS)
+            X, labels[lo:hi] = gen.rows(hi - lo, c)
+            yield c, {STREAM_KEY: X.astype(dtype)}
+
+    started = time.perf_counter()
+    with store.lease(STREAM_KEY.rsplit("/", 1)[0]) as lease:
+        store.write_arrays(lease, [spec], produce)
+    return labels, time.perf_counter() - started
+
+
+def measure_streamed(args) -> None:
+    """The streamed comparison: write the array, run each side in a fresh process, compare."""
+    n, d, dtype = args.streamed, args.streamed_dim, args.streamed_dtype
+    stored = n * d * np.dtype(dtype).itemsize
+    free = shutil.disk_usage(args.tmp).free
+    if free < 1.5 * stored:
+        raise SystemExit(f"{args.tmp} has {free / 2**30:.1f} GiB free; the array needs {stored / 2**30:.1f} GiB "
+                         "(and room to spare): pass --tmp elsewhere")
+    modes = [m for m in args.streamed_modes if m != "faiss-streamed" or _faiss() is not None]
+    print(f"machine: {machine_line()}; one thread per side")
+    print(f"streamed k-NN: {n:,} train rows x {d} {dtype} (chunks of {STREAM_CHUNK_ROWS} rows, zstd) in a "
+          f"temporary FeatureStore under {args.tmp}; {args.streamed_queries} queries, k = {K}, cosine, "
+          f"exp(s/{TEMPERATURE}); sides {', '.join(modes)}, {args.streamed_repeats} run(s) each, fresh processes",
+          flush=True)
+    with tempfile.TemporaryDirectory(prefix="repeval-bench-knn-", dir=args.tmp) as tmp:
+        root = os.path.join(tmp, "store")
+        labels, write_s = write_store(root, n, d, dtype, args.seed)
+        on_disk = sum(f.stat().st_size for f in Path(root).rglob("*") if f.is_file())
+        print(f"written in {write_s:.0f} s: {on_disk / 2**30:.2f} GiB on disk "
+              f"({stored / 2**30:.2f} GiB of {dtype} rows; the file cache holds it now)", flush=True)
+        q_path, y_path = os.path.join(tmp, "queries.npy"), os.path.join(tmp, "labels.npy")
+        np.save(q_path, Synthetic(d, N_CLASSES, args.seed).rows(args.streamed_queries, 10**9)[0])  # a part no chunk has
+        np.save(y_path, labels)
+        del labels
+        env = dict(os.environ)
+        if args.coretype:
+            env["OPENBLAS_CORETYPE"] = args.coretype
+        runs: dict[str, list[dict]] = {m: [] for m in modes}
+        found: dict[str, np.ndarray] = {}
+        for r in range(args.streamed_repeats):
+            for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
+                out = os.path.join(tmp, f"idx-{mode}.npy")
+                proc = subprocess.run([sys.executable, __file__, "--streamed-child", mode, "--store", root,
+                                       "--queries", q_path, "--labels", y_path, "--out", out],
+                                      env=env, capture_output=True, text=True, check=False)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"streamed child ({mode}) failed:\n{proc.stderr[-3000:]}")
+                res = json.loads(proc.stdout.strip().splitlines()[-1])
+                runs[mode].append(res)
+                if os.path.exists(out):
+                    found[mode] = np.load(out)
+                print(f"  run {r + 1}, {mode}: {res['seconds']:.1f} s, peak RSS growth "
+                      f"{res['rss_growth'] / 2**20:.0f} MiB, numpy's peak {res['traced_peak'] / 2**20:.0f} MiB",
+                      flush=True)
+    print(f"BLAS in the children: {runs[modes[-1]][-1]['blas']}")
+    ref = found.get("repeval-streamed")
+    rows = []
+    for mode in modes:
+        same = "-"
+        if ref is not None and mode in found and mode != "repeval-streamed":
+            sets = sum(set(a) != set(b) for a, b in zip(ref, found[mode]))
+            same = f"{sets} of {len(ref)} differ"
+        rows.append([mode, median([x["seconds"] for x in runs[mode]]),
+                     max(x["rss_growth"] for x in runs[mode]) / 2**20,
+                     max(x["traced_peak"] for x in runs[mode]) / 2**20, runs[mode][-1]["n_blocks"], same])
+    if not all(x["peak_reset"] for m in modes for x in runs[m]):
+        print("note: VmHWM could not be reset here; the RSS growth includes the start-up peak")
+    print_tables(f"k-NN over {n:,} x {d} {dtype} train rows streamed from Zarr ({args.streamed_queries} queries, "
+                 f"k = {K}; median wall time of {args.streamed_repeats} run(s), largest peaks)",
+                 ["side", "seconds", "peak RSS growth MiB", "numpy's peak MiB (tracemalloc)", "blocks",
+                  "neighbour sets vs repeval-streamed"], rows, args.markdown)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[20_000, 320_000], help="train rows")
@@ -254,8 +475,23 @@ def parse_args(argv=None):
     p.add_argument("--coretype", help="OPENBLAS_CORETYPE for faiss (default: the fastest of a probe)")
     p.add_argument("--markdown", action="store_true", help="also print Markdown tables")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--streamed", type=int, metavar="N",
+                   help="instead: k-NN over N train rows streamed from a temporary Zarr array (e.g. 1280000)")
+    p.add_argument("--streamed-dim", type=int, default=768, help="feature width of --streamed")
+    p.add_argument("--streamed-dtype", choices=("float16", "float32"), default="float16",
+                   help="stored dtype of --streamed")
+    p.add_argument("--streamed-queries", type=int, default=1000, help="queries of --streamed")
+    p.add_argument("--streamed-repeats", type=int, default=1, help="runs per side of --streamed")
+    p.add_argument("--streamed-modes", nargs="+", choices=STREAM_MODES, default=list(STREAM_MODES),
+                   help="sides of --streamed")
+    p.add_argument("--tmp", default=tempfile.gettempdir(), help="where --streamed writes its array (removed after)")
     p.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--streamed-child", choices=STREAM_MODES, help=argparse.SUPPRESS)
+    p.add_argument("--store", help=argparse.SUPPRESS)
+    p.add_argument("--queries", help=argparse.SUPPRESS)
+    p.add_argument("--labels", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
         args.sizes = [20_000]
@@ -266,6 +502,14 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if args.probe:
         probe(args)
+        return
+    if args.streamed_child:
+        streamed_child(args)
+        return
+    if args.streamed:
+        started = time.perf_counter()
+        measure_streamed(args)
+        print(f"\ntotal wall time: {time.perf_counter() - started:.0f} s")
         return
     if args.child or _faiss() is None:
         measure(args)

@@ -27,30 +27,45 @@ __all__ = ["METRICS", "KNNClassifier", "check_metric_weights", "knn_class_weight
 #: Supported metrics and the weightings valid with each.
 METRICS = KNN_METRICS
 
-# Elements of one (query chunk x train tile) score matrix per device type (8 MiB of
-# float32 on a CPU, 2 GiB on a GPU): queries are scored in chunks that stay under it.
-_SCORE_BUDGET = {"cpu": 1 << 21, "cuda": 1 << 29}
-# Train rows of one score tile. Narrow tiles against wide query chunks: on one CPU thread
-# a 2048 x 1024 product ran as fast as one large GEMM, a 256 x 8192 one 15-20 % slower
-# (the wide operand is repacked for every few query rows).
-_TILE_ROWS = {"cpu": 1024, "cuda": 1 << 15}
+# Elements of one (query chunk x train tile) score matrix per device type (32 MiB of
+# float32 on a CPU, 2 GiB on a GPU): queries are scored in chunks of equal size that stay
+# under it (5,000 queries as 2 x 2,500 against 2,048-row tiles).
+_SCORE_BUDGET = {"cpu": 1 << 23, "cuda": 1 << 29}
+# Train rows of one score tile. BLAS packs both operands of every product again, so the
+# packing grows with 1 / tile rows + 1 / chunk rows: on one CPU thread (OpenBLAS, AMD
+# EPYC) 2,500 x 2,048 products of 5,000 x 20,000 ran at 0.99 of one large GEMM's time,
+# 2,500 x 1,024 at 1.04, 1,667 x 2,048 at 1.09, 256 x 8,192 15-20 % slower.
+_TILE_ROWS = {"cpu": 2048, "cuda": 1 << 15}
 # Train rows gathered before they are scored: the queries are normalised once per buffer
 # (not per block), so small streamed blocks cost what large ones do.
 _BUFFER_ROWS = {"cpu": 8192, "cuda": 1 << 17}
-# Groups of a score tile's columns whose maxima the threshold pass takes: group j holds the
-# columns j, j + 32, j + 64, ... A maximum over the middle dimension of a (rows, b / 32,
-# 32) view is a vectorised element-wise max of contiguous runs, 2.3x faster in torch than
-# one over runs of 32 adjacent columns; fewer than 32 groups take a slow path.
+# Groups of a score tile's columns whose maxima the threshold pass takes. On the numpy
+# path a group is a run of 32 adjacent columns (b / 32 groups of a b-wide tile): torch
+# takes their maxima about 10 % slower than those of strided groups, but the groups that
+# pass are then rows of a (rows * b / 32, 32) view, which np.take copies about 3x faster than
+# strided columns are gathered from a tile the product has left in memory, not in the
+# cache (on the AMD EPYC of the development machine: 0.4 ms against 1.1 ms a 2,048 x
+# 1,024 tile). On the torch path (and for deep searches) group j holds the columns j, j
+# + 32, j + 64, ...: a maximum over the middle dimension of a (rows, b / 32, 32) view is
+# a vectorised element-wise max of contiguous runs, 2.3x faster in torch than one over
+# runs of 32 adjacent columns; fewer than 32 groups take a slow path.
 _GROUPS = 32
 # A deep search (retrieval's top-R, R in the hundreds) lets about k / seen of a tile's scores
 # through: groups of 32 columns then nearly all hold one, and the tile is read twice. With
-# 256 groups (4 columns each at 1024-wide tiles) most groups stay below the threshold; at
-# k = 200 on 20,000 x 5,000 this cut the selection's time by more than half.
+# 256 groups (4 columns each at 1024-wide tiles, 8 at 2048) most groups stay below the
+# threshold; at k = 200 on 20,000 x 5,000 this cut the selection's time by more than half.
 _DEEP_K, _DEEP_GROUPS = 64, 256
-# The first tile of a search is this many tiles wide (on the numpy path; its scores take
-# that many times the score budget once).
+# The first tile of a search is this many tiles wide at most (on the numpy path: the whole
+# first buffer), and its query chunks are cut so that its scores stay within _FIRST_BUDGET
+# (32 MiB of float32: 1,000-query chunks against 8,192 train rows). Its k-th best sets the
+# first thresholds: at 20,000 x 5,000 (k = 20) a first tile of 8,192 train rows let 43
+# candidates per query through the whole search, one of 4,096 rows 60.
 _FIRST_TILE = 4
+_FIRST_BUDGET = 1 << 23
 _NO_INDEX = np.iinfo(np.int64).max
+# A query chunk's candidates are merged into its state (and its thresholds raised) when
+# they add up to this many times k per query on average.
+_MERGE_AT = 0.5
 
 
 def _check_k(k: Any) -> int:
@@ -82,6 +97,17 @@ def _blas_pools() -> ThreadpoolController:
     if _BLAS_POOLS is None:
         _BLAS_POOLS = ThreadpoolController().select(user_api="blas")
     return _BLAS_POOLS
+
+
+def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``torch.empty``, from numpy's allocator on a CPU: the search's large buffers then get huge pages."""
+    # numpy asks the kernel for transparent huge pages on arrays of 4 MiB and more (where
+    # the kernel leaves that to the program, as most do by default); torch does not. The
+    # buffers are new for every search, and a 16-32 MiB buffer in 4 KiB pages cost 4,000-
+    # 8,000 page faults on first touch: 1-2 % of a 5,000 x 20,000 search on one thread.
+    if device.type != "cpu":
+        return torch.empty(shape, dtype=dtype, device=device)
+    return torch.from_numpy(np.empty(shape, dtype=torch.empty(0, dtype=dtype).numpy().dtype))
 
 
 def _row_norms(block: torch.Tensor) -> torch.Tensor:
@@ -120,10 +146,20 @@ def _block_topk(S: torch.Tensor, k: int, index: torch.Tensor) -> tuple[torch.Ten
     return values, idx
 
 
-def _candidates(S: torch.Tensor, groups: torch.Tensor | None, thr: torch.Tensor) -> tuple[Any, Any, Any]:
+def _group_maxima(S: torch.Tensor, n_groups: int, runs: bool) -> torch.Tensor:
+    """The maxima of ``n_groups`` groups of S's columns per row: contiguous runs, or strided (see ``_candidates``)."""
+    a, b = S.shape
+    if runs:
+        return S.view(a, n_groups, b // n_groups).amax(2)
+    return S.view(a, b // n_groups, n_groups).amax(1)
+
+
+def _candidates(S: torch.Tensor, groups: torch.Tensor | None, thr: torch.Tensor,
+                runs: bool = False) -> tuple[Any, Any, Any]:
     """(row, column, score) of the scores of a contiguous S that reach their row's threshold, sorted by row."""
-    # ``groups[:, j]`` holds the maxima of S's columns j, j + g, j + 2g, ... (g groups; None
-    # for a tile narrower than the groups, which is read whole); only the groups whose
+    # ``groups[:, j]`` holds the maxima of group j of S's columns (None for a tile narrower
+    # than the groups, which is read whole): with ``runs`` the columns j w .. j w + w - 1
+    # (w = b / g), else the columns j, j + g, j + 2g, ... (g groups). Only the groups whose
     # maximum reaches the threshold are read again. numpy arrays where ``_numpy_path``,
     # else torch tensors.
     a, b = S.shape
@@ -135,6 +171,16 @@ def _candidates(S: torch.Tensor, groups: torch.Tensor | None, thr: torch.Tensor)
             return rows, flat - rows * b, S.ravel()[flat]
         n_groups = groups.shape[1]
         group = np.flatnonzero(groups.numpy() >= thr[:, None])
+        if runs:
+            # a group is a run of adjacent scores: the groups that pass are rows of an
+            # (a g, w) view, which np.take copies about 3x faster than indexing gathers strided
+            # columns from a tile no longer in the cache
+            w = b // n_groups
+            rows = group // n_groups
+            values = np.take(S.reshape(a * n_groups, w), group, axis=0)  # (groups passed, their columns)
+            hit = np.flatnonzero(values >= thr[rows, None])
+            which = hit // w
+            return rows[which], (group[which] - rows[which] * n_groups) * w + (hit - which * w), values.ravel()[hit]
         rows, first = np.divmod(group, n_groups)
         values = S.reshape(a, b // n_groups, n_groups)[rows, :, first]  # (groups passed, their columns)
         hit = np.flatnonzero(values >= thr[rows, None])
@@ -168,6 +214,10 @@ def _unpack(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     high = packed >> 32
     keys = (high ^ ((high >> 31) & 0x7FFFFFFF)).astype(np.int32).view(np.float32)
     return keys, 0xFFFFFFFF - (packed & 0xFFFFFFFF)
+
+
+# (-inf, train index 0) packed: below every real pair, the padding of a packed merge
+_PACKED_PAD = int(_pack(np.array([-np.inf], np.float32), np.zeros(1, np.int64))[0])
 
 
 class _State:
@@ -219,6 +269,19 @@ class _State:
             best_keys[tied], best_idx[tied] = tk[:, :k], ti[:, :k]
         self.keys[rows], self.idx[rows] = best_keys, best_idx
 
+    def merge_scattered(self, rows: slice, width: int, row: np.ndarray, slot: np.ndarray, keys: np.ndarray,
+                        idx: np.ndarray) -> None:
+        """``merge`` on the packed form, of candidates given as (row, slot in the row, score, train index) arrays."""
+        # the padded rows are formed packed: one (queries x (k + width)) int64 array, with no
+        # float and index arrays to pad, scatter and pack first
+        k = self.k
+        both = np.empty((rows.stop - rows.start, k + width), np.int64)
+        both[:, :k] = self.packed[rows]
+        both[:, k:] = _PACKED_PAD
+        both[row, k + slot] = _pack(keys, idx)
+        both.sort(axis=1)
+        self.packed[rows] = both[:, :-k - 1:-1]
+
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(scores, train indices), best first."""
         if self.packed is None:
@@ -250,7 +313,7 @@ class _Queries:
             self.scale = self.scale.to(dtype)
         self.cache = None
         if len(self.rows) * query.shape[1] * torch.finfo(dtype).bits // 8 <= QUERY_CACHE_BYTES:
-            self.cache = torch.empty((len(self.rows), query.shape[1]), dtype=dtype, device=device)
+            self.cache = _empty((len(self.rows), query.shape[1]), dtype, device)
             for Q, start in self._converted(None):
                 self.cache[start:start + Q.shape[0]] = Q
 
@@ -271,20 +334,23 @@ class _Queries:
 class _Search:
     """The running top-k of every query (``_State``), fed train rows through a bounded buffer."""
     # Candidates found in the tiles of a query chunk are collected and merged at once when
-    # they add up to k per query on average (early on: after every tile) or when the
-    # buffer is done.
+    # they add up to k / 2 per query on average (``_MERGE_AT``; early on: after every tile)
+    # or when the buffer is done.
 
     def __init__(self, queries: _Queries, k: int, d: int, normalize: bool):
         self.queries, self.k, self.normalize = queries, k, normalize
         device, dtype, m = queries.device, queries.dtype, len(queries.rows)
         self.device = device
         self.state = _State(m, k, dtype, device)
-        self.buffer = torch.empty((_per_device(_BUFFER_ROWS, device), d), dtype=dtype, device=device)
+        self.buffer = _empty((_per_device(_BUFFER_ROWS, device), d), dtype, device)
         self.index = torch.empty(self.buffer.shape[0], dtype=torch.int64, device=device)
         self.filled = 0
         # the threshold pass's column groups: a tile's width must be a whole number of them
         deep = k >= _DEEP_K and _per_device(_TILE_ROWS, device) % _DEEP_GROUPS == 0
         self.groups = _DEEP_GROUPS if deep else _GROUPS
+        # on the numpy path a shallow search's groups are runs of ``_GROUPS`` adjacent
+        # columns (b / 32 groups of a b-wide tile), strided otherwise (see _candidates)
+        self.runs = _numpy_path(device) and not deep
         self.seen = 0  # train rows merged into the state of every query
         self.scores = torch.empty(0, dtype=dtype, device=device)
 
@@ -341,12 +407,16 @@ class _Search:
         first = 0
         if self.seen == 0 and _numpy_path(self.device):
             # the first tile, which sets the thresholds, is wider: its k-th best is higher,
-            # and the tiles after it let about 1/_FIRST_TILE as many scores through
+            # and the tiles after it let about 1/_FIRST_TILE as many scores through; its
+            # query chunks are smaller, to keep its scores within _FIRST_BUDGET
             first = min(whole, _FIRST_TILE * cols)
+            rows = min(rows, max(1, _FIRST_BUDGET // max(first, 1)))
+        m = max(1, len(self.queries.rows))
+        rows = -(-m // -(-m // rows))  # chunks of equal size: 5,000 queries as 2 x 2,500, not 4,096 + 904
         tiles = ([(0, first)] if first else []) + [(j, min(cols, whole - j)) for j in range(first, whole, cols)]
         tiles += [(j, min(cols, n - j)) for j in range(whole, n, cols)]
         if self.scores.numel() < rows * max(cols, first):
-            self.scores = torch.empty(rows * max(cols, first), dtype=self.buffer.dtype, device=self.device)
+            self.scores = _empty((rows * max(cols, first),), self.buffer.dtype, self.device)
         for Q, start in self.queries.chunks(rows):
             chunk = _Chunk(self, start, Q.shape[0])
             for j, w in tiles:
@@ -382,8 +452,8 @@ class _Chunk:
         a, b = S.shape
         if self.merged >= self.k:  # every query holds k real neighbours: its k-th score is a threshold
             # tiles are whole multiples of the groups, or narrower than one of each
-            g = self.search.groups
-            groups = S.view(a, b // g, g).amax(1) if b >= g else None
+            g, runs = self.search.groups, self.search.runs
+            groups = _group_maxima(S, b // g if runs else g, runs) if b >= g else None
             if self.thr is None:  # it changes only when candidates are merged
                 self.thr = self.search.state.kth(self.rows)
             thr = self.thr
@@ -400,12 +470,12 @@ class _Chunk:
                 self.merged += b
                 self.thr = None
                 return
-            groups = S.view(a, b // n_groups, n_groups).amax(1)
+            groups = _group_maxima(S, n_groups, self.search.runs)
             if self.cpu:  # numpy's partition is 4x faster than torch.topk here
                 thr = torch.from_numpy(np.partition(groups.numpy(), -self.k, axis=1)[:, -self.k])
             else:
                 thr = torch.topk(groups, self.k, dim=1, sorted=False).values.amin(1)
-        rows, cols, values = _candidates(S, groups, thr)
+        rows, cols, values = _candidates(S, groups, thr, self.search.runs)
         # each candidate's slot in its query's row of the padded merge (rows come sorted)
         if self.cpu:
             counts = np.bincount(rows, minlength=a)
@@ -418,24 +488,28 @@ class _Chunk:
         self.filled += counts
         self.n_pending += len(rows)
         self.pending_rows += b
-        if self.merged < self.k or self.n_pending >= a * self.k:
+        if self.merged < self.k or self.n_pending >= a * self.k * _MERGE_AT:
             self.merge()
 
     def merge(self) -> None:
         """Merge the collected candidates, one padded row per query (padding sorts last)."""
         if self.parts:
             a, width = self.filled.shape[0], int(self.filled.max())
-            if self.cpu:
+            state = self.search.state
+            if self.cpu and state.packed is not None:
+                state.merge_scattered(self.rows, width, *(np.concatenate(t) for t in zip(*self.parts)))
+            elif self.cpu:
                 rows, slot, values, idx = (np.concatenate(t) for t in zip(*self.parts))
                 K = np.full((a, width), -np.inf, dtype=values.dtype)
                 I = np.full((a, width), _NO_INDEX, dtype=np.int64)
                 K[rows, slot], I[rows, slot] = values, idx
+                state.merge(self.rows, K, I)
             else:
                 rows, slot, values, idx = (torch.cat(t) for t in zip(*self.parts))
                 K = torch.full((a, width), -torch.inf, dtype=values.dtype, device=values.device)
                 I = torch.full((a, width), _NO_INDEX, dtype=torch.int64, device=values.device)
                 K[rows, slot], I[rows, slot] = values, idx
-            self.search.state.merge(self.rows, K, I)
+                state.merge(self.rows, K, I)
             self.parts, self.n_pending, self.thr = [], 0, None
             self.filled[:] = 0
         self.merged += self.pending_rows

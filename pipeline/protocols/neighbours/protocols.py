@@ -51,7 +51,7 @@ def knn_memory(c: CellShape, s: Mapping[str, Any]) -> int:
                 # a streamed train block and the buffer its rows are normalised into (float32)
                 block=feature_rows(STREAM_BLOCK_ROWS, c, copies=2),
                 queries=min(QUERY_CACHE_BYTES, work(c.n_test * c.dim)),  # the normalised queries, when kept
-                # a score tile (a search's first one 4x the CPU budget) and the selection's temporaries
+                # a score tile (32 MiB on a CPU, the search's first one too) and the selection's temporaries
                 scores=work(_SCORE_CHUNK, copies=3), runtime=RUNTIME)
 
 

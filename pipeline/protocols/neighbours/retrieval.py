@@ -25,7 +25,7 @@ RECALL_AT = (1, 5)
 RETRIEVAL_METRICS = ("map_at_r", *(f"recall_at_{k}" for k in RECALL_AT))
 _CHUNK = 1024  # queries whose (chunk x depth) relevance arrays are formed at once
 _SCORE_CHUNK = 1 << 22  # elements of the search's score tile, as k-NN's
-_MERGE_ROWS = 2048  # queries of one of the search's chunks (its score budget over a 1,024-row tile)
+_MERGE_ROWS = 4096  # queries of one of the search's chunks at most (its score budget over a 2,048-row tile)
 
 
 def class_counts(y_train: np.ndarray, y_test: np.ndarray) -> np.ndarray:
