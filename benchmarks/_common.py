@@ -107,3 +107,26 @@ def print_tables(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any
 
 def verdict(ratio: float, goal: float) -> str:
     return f"met (>= {goal:g}x)" if ratio >= goal else f"MISSED (< {goal:g}x)"
+
+
+def proc_status_bytes(field: str) -> int:
+    """VmRSS (current) or VmHWM (peak) of this process from /proc/self/status, in bytes.
+
+    Not ru_maxrss: Linux keeps that across execve, so a subprocess would inherit the
+    parent's peak. VmHWM belongs to the new address space and can be reset.
+    """
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0); False where that is not allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False

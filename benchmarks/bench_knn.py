@@ -77,7 +77,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from benchmarks._common import limit_threads, machine_line, median, print_tables  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    limit_threads, machine_line, median, print_tables, proc_status_bytes, reset_peak_rss,
+)
 
 K = 20
 TEMPERATURE = 0.07
@@ -295,25 +297,6 @@ class Synthetic:
         return np.maximum(z @ self.W + self.b + 0.1 * noise, 0.0), y
 
 
-def _status_bytes(field: str) -> int:
-    """VmRSS or VmHWM of this process (/proc/self/status), in bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
-def _reset_peak() -> bool:
-    """Reset VmHWM to the current RSS (Linux >= 4.0); False where that is not allowed."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def streamed_child(args) -> None:
     """Child: one side of the streamed comparison in this fresh process; prints a JSON line."""
     import tracemalloc
@@ -345,8 +328,8 @@ def streamed_child(args) -> None:
     topk_blocks(queries[:2], [(np.ones((K + 1, queries.shape[1]), np.float32), 0)], K)
     if faiss is not None:
         faiss.knn(np.ones((2, 4), np.float32), np.ones((K + 1, 4), np.float32), K, metric=faiss.METRIC_INNER_PRODUCT)
-    peak_reset = _reset_peak()
-    rss_before = _status_bytes("VmRSS")
+    peak_reset = reset_peak_rss()
+    rss_before = proc_status_bytes("VmRSS")
     tracemalloc.start()
     started = time.perf_counter()
     scores = idx = None
@@ -375,7 +358,7 @@ def streamed_child(args) -> None:
     seconds = time.perf_counter() - started
     _, traced = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    peak = _status_bytes("VmHWM")
+    peak = proc_status_bytes("VmHWM")
     if idx is not None:
         np.save(args.out, idx)
     print(json.dumps({"mode": args.streamed_child, "seconds": seconds, "rss_growth": peak - rss_before,

@@ -70,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from benchmarks._common import (  # noqa: E402
+    proc_status_bytes, reset_peak_rss,
     limit_threads, machine_line, median, pair_ratios, print_tables, timed, verdict,
 )
 
@@ -235,29 +236,6 @@ def bench_knn(data, repeats: int) -> dict:
     }
 
 
-def _proc_status_bytes(field: str) -> int:
-    """VmRSS (current) or VmHWM (peak) of this process from /proc/self/status, in bytes.
-
-    Not ru_maxrss: Linux keeps that across execve, so a subprocess would inherit the
-    parent's peak. VmHWM belongs to the new address space and can be reset.
-    """
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
-def _reset_peak_rss() -> bool:
-    """Reset VmHWM to the current RSS (Linux >= 4.0); False where that is not allowed."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def knn_memory_child(args) -> None:
     """One k-NN evaluation in this (fresh) process; prints a JSON line with its peaks."""
     import tracemalloc
@@ -274,8 +252,8 @@ def knn_memory_child(args) -> None:
     train.to_dask(rows_per_block=train.status.chunk_rows)[:1].compute(scheduler="synchronous")
     train.read(slice(0, 1))
     topk_blocks(queries[:2], [(np.ones((K_NEIGHBORS + 1, queries.shape[1]), np.float32), 0)], K_NEIGHBORS)
-    peak_reset = _reset_peak_rss()
-    rss_before = _proc_status_bytes("VmRSS")
+    peak_reset = reset_peak_rss()
+    rss_before = proc_status_bytes("VmRSS")
     tracemalloc.start()
     started = time.perf_counter()
     if args.knn_memory_child == "blocked":
@@ -298,7 +276,7 @@ def knn_memory_child(args) -> None:
     seconds = time.perf_counter() - started
     _, traced_peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    peak_after = _proc_status_bytes("VmHWM")
+    peak_after = proc_status_bytes("VmHWM")
     np.save(args.out, idx)
     print(json.dumps({"mode": args.knn_memory_child, "traced_peak": traced_peak, "rss_before": rss_before,
                       "peak_after": peak_after, "peak_reset": peak_reset,
