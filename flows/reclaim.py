@@ -37,8 +37,8 @@ def hold_run_lease(store):
     run_id = flow_run.id
     if not run_id:
         return None
-    lease = store.lease(run_lease_key(str(run_id)))
-    lease.acquire(wait=False)  # the run's own key: no one else takes it
+    # The serve's pid is noted before the lease is taken: a lease seen held then always has
+    # its run's note, so the line of a serve killed at any moment after can name it.
     record = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "serve_pid": os.getppid()})
     try:
         from prefect.client.orchestration import get_client
@@ -47,6 +47,8 @@ def hold_run_lease(store):
             client.update_flow_run(run_id, infrastructure_pid=record)  # for the reclaim line (and the UI)
     except Exception as exc:  # noqa: BLE001  only the line's detail: the lease is what is judged
         log.debug("infrastructure_pid not set: %s", exc)
+    lease = store.lease(run_lease_key(str(run_id)))
+    lease.acquire(wait=False)  # the run's own key: no one else takes it
     return lease
 
 
