@@ -3,10 +3,10 @@
 The history: resnet18 trained on the demo's source task (``flows.demo_sources``, as
 ``make demo`` does) for three seeds, a checkpoint saved at nine steps each (27 checkpoints,
 three series). Three of them are loss spikes (``SPIKES``: Gaussian noise added to the weights, 1 to 1.5
-times each tensor's RMS; seed 2 at steps 26 and 40, seed 1 at step 50: on ``textures``,
-the nearest to the source task, 1.5 times costs the logistic probe about 20 points), the
-rest smooth progress. Each is extracted and evaluated in full (the jobs of ``repeval run``, one
-process, no Prefect) on the demo's datasets (``digits``: 1,797 images; ``textures``: 1,200)
+times each tensor's RMS; seed 2 at steps 26 and 40, seed 1 at step 50: on the texture sets, the nearest to the
+source task, 1.5 times cost the logistic probe 4 to 12 points against the previous
+checkpoint in the run of benchmarks/RESULTS.md), the rest smooth progress. Each is
+extracted and evaluated in full (the jobs of ``repeval run``, one process, no Prefect) on the demo's datasets (``digits``: 1,797 images; ``textures``: 1,200)
 and two more generated ones (``textures-2x``: other texture images, 2,000 of them, half of
 them test images; ``textures-3k``: 5,000, of them 3,000 test images), with the settings
 ``linear`` (logistic), ``knn20`` and ``ridge``. That full pass of each checkpoint, timed, is
