@@ -28,9 +28,9 @@ WARNING_CODES: dict[str, tuple[str, str]] = {
     "short_grid": (CAUTION, "the hyperparameter was chosen from a two-value grid, always at an edge, and the "
                             "criterion differs between the two: a wider grid could move the choice"),
     "plateau": (CAUTION, "many grid values tie for the best validation score: the split cannot tell them apart"),
-    "selection_fragile": (UNRELIABLE, "validation rows the fits cannot decide within their precision could move "
-                                      "the choice of C to a model that predicts otherwise: the score could move "
-                                      "with rounding, not with the weights"),
+    "selection_fragile": (UNRELIABLE, "the validation comparison that chose C is closer than the features' "
+                                      "rounding (a few float32 ulps) can move it, or validation cannot inform C "
+                                      "at all: the score could move with rounding, not with the weights"),
     "tie_decided": (UNRELIABLE, "more than one test prediction is decided by ties within rounding (neighbours "
                                 "equally similar at the k-NN cut, or equal class weights): the score could "
                                 "move with the features' last bits"),

@@ -10,7 +10,8 @@ run on those threads too). Its stored features must differ from the first run's,
 the perturbation is seen to reach the numbers the figures come from.
 
 Compared exactly: the source accuracies (the training is bitwise the same whatever the
-caller's threads, tests/jobs/test_source_training.py), every logistic cell's choice of C,
+caller's threads, tests/jobs/test_source_training.py), every logistic cell's choice of C
+that its record says withstands far more noise than separates the two runs' features,
 and every cell's test predictions up to one test image (the probes' own standard, see
 benchmarks/bench_stability.py). Compared within a tolerance derived from that: each
 correlation figure against the range it takes when every encoder's score on every dataset
@@ -45,6 +46,12 @@ TRAINED = ("seed0-resnet18-step0002", "seed0-resnet18-step0008", "seed1-resnet18
 ROUNDING_DECIDES = {"selection_fragile", "tie_decided"}
 #: How far each weight of the second run moves, in float32 ulps.
 ULPS = 4
+#: How far the two runs' features may differ, relative (asserted below): another extraction
+#: moves every row of a channel alike, so a logistic cell whose choice of C withstands less
+#: than this much of such noise (its ``selection_coherent_margin_ulps``, per standard
+#: deviation) may choose another C from the second run's features.
+FEATURES_RTOL = 1e-3
+HELD_ULPS = FEATURES_RTOL / float(np.finfo(np.float32).eps)
 
 
 def _start(folder, threads: str) -> subprocess.Popen:
@@ -156,25 +163,31 @@ def test_a_demo_from_weights_a_few_ulps_away_prints_the_same_figures(tmp_path, p
     a, c = (FeatureStore(str(folder / "store"), read_only=True).features(
         TRAINED[1], "textures", "test", "pre_logits").read() for folder in (fresh, moved))
     assert not np.array_equal(a, c)
-    np.testing.assert_allclose(a, c, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(a, c, rtol=FEATURES_RTOL, atol=1e-4)
     assert figures_a["source_accuracy"] == figures_c["source_accuracy"]
     # what must not move, cell by cell: the choice of C, and the test predictions up to one image;
     # a cell whose record says rounding decides it (selection_fragile, tie_decided) may move, by
-    # the images it names
+    # the images it names, and a logistic choice closer than HELD_ULPS of coherent noise may move
     cells_a, cells_c = _cells(fresh), _cells(moved)
     assert set(cells_a) == set(cells_c) and len(cells_a) >= 10
-    n_test, allowed = {}, {}
+    n_test, allowed, held = {}, {}, []
     for key, (rec_a, pred_a) in cells_a.items():
         rec_c, pred_c = cells_c[key]
         assert pred_a is not None and pred_a.shape == pred_c.shape, key
         n_test[key[1]] = n = len(pred_a)
         said = {w["code"] for rec in (rec_a, rec_c) for w in rec.get("warnings", [])} & ROUNDING_DECIDES
+        if any(rec["diagnostics"].get("selection_coherent_margin_ulps", np.inf) < HELD_ULPS for rec in (rec_a, rec_c)):
+            said.add("selection_fragile")  # close enough for another extraction to move it
         allowed[key] = 1 if not said else n if "selection_fragile" in said else max(
             1, *(rec["diagnostics"].get("tie_decided", 0) for rec in (rec_a, rec_c)))
         if rec_a["protocol"] == "logistic" and not said:
             assert rec_a["diagnostics"]["C"] == rec_c["diagnostics"]["C"], key
+            held.append(key)
         assert int(np.sum(pred_a != pred_c)) <= allowed[key], (key, int(np.sum(pred_a != pred_c)), said)
         assert abs(rec_a["metrics"]["score"] - rec_c["metrics"]["score"]) <= allowed[key] / n + 1e-12, key
+    # most logistic choices hold far beyond what another extraction moves: they were compared
+    logistic = [key for key, (rec, _) in cells_a.items() if rec["protocol"] == "logistic"]
+    assert len(held) >= len(logistic) / 2, (len(held), len(logistic))
     # each figure within the range one test image per cell can move it
     assert set(figures_a["correlation"]) == set(figures_c["correlation"])
     by_id = {rec["cell_id"]: allowed[key] for key, (rec, _) in cells_a.items()}

@@ -130,23 +130,13 @@ def dense_data(task: str, n_train: int = 12, n_test: int = 6, grid: int = 4, siz
     return DenseData(task, X_train, y_train, X_test, y_test, 3)
 
 
-def one_se_choice(scores, n_val: int, considered, log_loss, log_loss_se) -> int:
-    """The logistic ``stable`` rule written out. Among the positions ``considered``: those whose
-    validation count is at least the best count c minus one binomial standard error,
-    sqrt(n p (1 - p)) rows at p = (c + 1) / (n + 2); of those, the smallest grid position (strongest
-    penalty) whose validation log-loss is at most their lowest plus its standard error, or plus
-    ln 2 / n_val when that is larger."""
-    scores = np.asarray(scores, dtype=float)
+def log_loss_choice(considered, log_loss, n_val: int) -> int:
+    """The logistic ``stable`` rule written out: among the positions ``considered``, the
+    smallest grid position (strongest penalty) whose validation log-loss is at most their
+    lowest plus ln 2 / n_val (one validation row moved from certain to a coin flip)."""
     considered = np.flatnonzero(considered)
-    best = scores[considered].max()
-    counts = np.round(scores * n_val)
-    c = round(best * n_val)
-    p = (c + 1) / (n_val + 2)
-    floor = c - (n_val * p * (1 - p)) ** 0.5
-    members = [j for j in considered if counts[j] >= floor - 1e-9]
-    lowest = min(members, key=lambda j: log_loss[j])
-    noise = max(log_loss_se[lowest], np.log(2) / n_val)
-    return int(next(j for j in members if log_loss[j] <= log_loss[lowest] + noise))
+    lowest = min(log_loss[j] for j in considered)
+    return int(next(j for j in considered if log_loss[j] <= lowest + np.log(2) / n_val))
 
 
 def seed_walk_choice(scores) -> int:

@@ -13,7 +13,7 @@ from sklearn.model_selection import StratifiedShuffleSplit
 
 from pipeline.errors import ConfigError, DataValidationError
 from pipeline.protocols.linear.logistic import DEFAULT_CS, LogisticProbe
-from tests.helpers.protocols import one_se_choice, seed_walk_choice
+from tests.helpers.protocols import log_loss_choice, seed_walk_choice
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -109,8 +109,7 @@ def test_grid_selects_on_validation_split_then_refits_on_all_train():
     assert probe.val_scores_.shape == (7,) and probe.grid_n_iter_.shape == (7,)
     # the strongest penalty within one standard error of the best, among the exact fits
     assert probe.selection_moves_ == []
-    assert probe.C_ == Cs[one_se_choice(probe.val_scores_, probe.n_val_, probe.refined_, probe.val_log_loss_,
-                                        probe.val_log_loss_se_)]
+    assert probe.C_ == Cs[log_loss_choice(probe.refined_, probe.val_log_loss_, probe.n_val_)]
     assert probe.C_ in probe.selection_set_ and probe.refined_[list(Cs).index(probe.C_)]
     # each validation score is that of a cold fit on the train part, scored on the val part:
     # exactly where the fit was taken to its optimum (its log-loss too), within a row or so on the path
@@ -140,8 +139,7 @@ def test_default_grid_runs_and_a_plateau_gives_its_strongest_penalty():
     X, y = _data(n=200, d=5, k=3, seed=6, spread=2.0)  # easy: accuracy plateaus
     probe = LogisticProbe(Cs="default").fit(X, y)
     assert probe.val_scores_.shape == (45,)
-    chosen = one_se_choice(probe.val_scores_, probe.n_val_, probe.refined_, probe.val_log_loss_,
-                           probe.val_log_loss_se_)
+    chosen = log_loss_choice(probe.refined_, probe.val_log_loss_, probe.n_val_)
     assert probe.C_ == probe.Cs_[chosen] and probe.converged_
     best = probe.val_scores_[probe.refined_].max()
     assert probe.val_scores_[chosen] >= best - np.sqrt(best * (1 - best) / probe.n_val_) - 1e-12
@@ -219,7 +217,7 @@ def test_dataset_validation_split_selects_c_then_refits_on_both():
     scores = [np.mean(LogisticProbe(C=C, tol=1e-8).fit(X[~mask], y[~mask]).predict(X[mask]) == y[mask])
               for C in Cs]
     np.testing.assert_allclose(probe.val_scores_[probe.refined_], np.array(scores)[probe.refined_])
-    best = one_se_choice(scores, int(mask.sum()), probe.refined_, probe.val_log_loss_, probe.val_log_loss_se_)
+    best = log_loss_choice(probe.refined_, probe.val_log_loss_, int(mask.sum()))
     assert probe.C_ == Cs[best]
     refit = LogisticProbe(C=Cs[best], tol=1e-8).fit(X, y)
     np.testing.assert_allclose(probe.coef_, refit.coef_, atol=1e-5)
@@ -338,8 +336,8 @@ def test_the_registry_default_refine_rtol_is_the_solvers():
 
 def test_the_default_selection_chooses_the_same_c_from_features_a_few_ulps_away():
     # the validation curve of warm-started fits stopped at tol follows the path on a flat
-    # loss; the stable selection decides on fits taken to their optimum, by counts and a
-    # continuous log-loss
+    # loss; the stable selection decides on fits taken to their optimum, by their continuous
+    # log-loss, and measures how far it is from moving
     rng = np.random.default_rng(7)
     centres = rng.normal(size=(4, 256))
     y = np.repeat(np.arange(4), 40)
@@ -353,64 +351,119 @@ def test_the_default_selection_chooses_the_same_c_from_features_a_few_ulps_away(
     assert len({fit.C_ for fit in fits}) == 1
     predicted = fits[0].predict(X_test)
     for other in fits[1:]:
-        np.testing.assert_array_equal(other.val_scores_[other.refined_], fits[0].val_scores_[fits[0].refined_])
+        both = other.refined_ & fits[0].refined_
+        assert both[list(fits[0].Cs_).index(fits[0].C_)]
+        np.testing.assert_array_equal(other.val_scores_[both], fits[0].val_scores_[both])
+        np.testing.assert_allclose(other.val_log_loss_[both], fits[0].val_log_loss_[both], rtol=1e-3)
         assert np.sum(other.predict(X_test) != predicted) <= 1
         assert other.selection_alternatives_ == fits[0].selection_alternatives_ == []
+        assert other.selection_fragile_ is None and other.selection_margin_ > 1000
     with pytest.raises(ConfigError, match="refine_grid"):
         LogisticProbe(refine_grid="yes").fit(X, y)
 
 
-def test_stable_choice_reads_counts_then_the_log_loss():
+def test_stable_choice_is_the_strongest_penalty_within_a_row_of_the_lowest_log_loss():
     from pipeline.protocols.linear.logistic_selection import stable_choice
 
-    n_val = 100
-    scores = np.array([0.80, 0.88, 0.90, 0.91, 0.90, 0.85])
+    n_val = 100  # one row to a coin flip: ln 2 / 100 = 0.00693
+    log_loss = np.array([[0.60, 0.01], [0.310, 0.02], [0.306, 0.02], [0.300, 0.02], [0.33, 0.02], [0.50, 0.02]])
     exact = np.ones(6, dtype=bool)
-    # one standard error at 0.91: sqrt(100 * 0.91 * 0.09) = 2.86 rows: 89 and up are within it
-    log_loss = np.array([[0.60, 0.01], [0.40, 0.02], [0.31, 0.02], [0.30, 0.02], [0.33, 0.02], [0.50, 0.02]])
-    chosen, members = stable_choice(scores, exact, n_val, log_loss)
-    assert members.tolist() == [2, 3, 4]
-    assert chosen == 2  # the strongest penalty within 0.30 + 0.02 of the lowest log-loss
-    # values not fitted to their optimum are never chosen nor counted as the best
-    chosen, members = stable_choice(scores, np.array([1, 0, 1, 0, 1, 1], dtype=bool), n_val, log_loss)
-    assert members.tolist() == [2, 4] and chosen == 2
-    # a nearly certain split: the log-loss noise is at least ln 2 / n (one row to a coin flip)
-    flat = np.array([[1e-2, 1e-4], [5e-3, 1e-4], [2e-3, 1e-5], [1e-3, 1e-5]])
-    chosen, _ = stable_choice(np.ones(4), np.ones(4, dtype=bool), n_val, flat)
-    assert chosen == 1  # 5e-3 <= 1e-3 + ln 2 / 100, 1e-2 is not
-    # a fit stopped short of its optimum counts rows it has not decided: 95 of 100, 90 of them
-    # decided. It joins the set, but the bar is the best decided count (91: 89 and up)
-    scores = np.array([0.80, 0.88, 0.90, 0.91, 0.90, 0.95])
-    log_loss[5] = [0.45, 0.02]
-    sure = scores.copy()
-    sure[5] = 0.90
-    chosen, members = stable_choice(scores, exact, n_val, log_loss, sure)
-    assert members.tolist() == [2, 3, 4, 5] and chosen == 2
-    # counted as decided, it alone would set the bar (95 - 2.2 rows) and be chosen by itself
-    chosen, members = stable_choice(scores, exact, n_val, log_loss)
-    assert members.tolist() == [5] and chosen == 5
+    chosen, members, lowest = stable_choice(log_loss, exact, n_val)
+    assert (chosen, members.tolist(), lowest) == (2, [2, 3], 3)
+    # values not fitted to their optimum are neither chosen nor the lowest
+    chosen, members, lowest = stable_choice(log_loss, np.array([1, 1, 0, 0, 1, 1], dtype=bool), n_val)
+    assert (chosen, members.tolist(), lowest) == (1, [1], 1)
+    # separable rows: the log-loss falls towards 0 with C; the strongest value within a row of it
+    flat = np.array([[1e-1, 0], [5e-3, 0], [2e-3, 0], [1e-3, 0]])
+    assert stable_choice(flat, np.ones(4, dtype=bool), n_val)[0] == 1
 
 
-def test_undecided_rows_that_could_move_the_choice_are_named():
-    from pipeline.protocols.linear.logistic_selection import _alternatives
+def test_separable_rows_stop_the_exact_fits_once_the_choice_is_settled():
+    # the validation log-loss falls towards 0 with C; once the chosen value is within a row's
+    # worth of 0, no weaker fit can move it (the lowest is >= 0): those fits are not made
+    X, y = _data(n=300, d=5, k=3, seed=6, spread=3.0)
+    probe = LogisticProbe(Cs="default").fit(X, y)
+    chosen = list(probe.Cs_).index(probe.C_)
+    assert probe.val_log_loss_[chosen] <= np.log(2) / probe.n_val_ < probe.val_log_loss_[chosen - 1]
+    assert not probe.refined_[-5:].any() and probe.selection_fragile_ is None
 
-    n_val, labels = 10, np.zeros(10, dtype=np.int64)
-    grid = np.array([0.1, 1.0, 10.0])
-    predictions = {0: np.r_[np.zeros(6), np.ones(4)].astype(int), 1: np.r_[np.zeros(9), 1].astype(int),
-                   2: np.r_[np.zeros(8), np.ones(2)].astype(int)}  # 6, 9 and 8 of 10 right
-    scores = np.array([0.6, 0.9, 0.8])
-    log_loss = np.array([[0.9, 0.1], [0.2, 0.05], [0.3, 0.05]])
-    exact = np.ones(3, dtype=bool)
-    none = {p: np.zeros(10, dtype=bool) for p in range(3)}
-    assert _alternatives(scores, exact, n_val, 1, log_loss, none, predictions, labels, grid) == []
-    # three right rows of the chosen fit undecided: all three going wrong leave it 6 of 10, below
-    # the floor (8 - sqrt(10 * 0.8 * 0.2) = 6.7), and the choice would be C = 10, which predicts
-    # one validation row otherwise
-    undecided = dict(none)
-    undecided[1] = np.r_[np.zeros(6), 1, 1, 1, 0].astype(bool)
-    assert _alternatives(scores, exact, n_val, 1, log_loss, undecided, predictions, labels, grid) == [(10.0, 1)]
-    # with the bar set by what each fit has decided (C = 1 has decided 6 of its 9 right rows),
-    # the same alternative is found: those three going wrong leave C = 10 alone in the set
-    sure = np.array([0.6, 0.6, 0.8])
-    assert _alternatives(scores, exact, n_val, 1, log_loss, undecided, predictions, labels, grid,
-                         sure) == [(10.0, 1)]
+
+def test_feature_response_is_the_change_a_refit_shows():
+    # the first-order change of the validation log-loss under a relative change of every
+    # feature (through the train rows' optimum and the validation rows directly), against
+    # refits on the perturbed features, by central differences
+    from pipeline.protocols.blocks import FeatureRows
+    from pipeline.protocols.linear.lbfgs import Preconditioner
+    from pipeline.protocols.linear.linear_loss import LinearLoss, gram_matrix
+    from pipeline.protocols.linear.logistic_sensitivity import adjoint, feature_response
+
+    X, y = _data(n=240, d=6, k=3, seed=11, spread=0.8)
+    va = np.flatnonzero(np.arange(240) % 4 == 0)
+    tr = np.setdiff1d(np.arange(240), va)
+    C, device = 0.5, torch.device("cpu")
+    U = np.random.default_rng(3).uniform(-1, 1, X.shape)
+
+    def val_loss(features):
+        fit = LogisticProbe(C=C, tol=1e-12, refine_rtol=1e-15).fit(features[tr], y[tr])
+        z = features[va] @ fit.coef_.T + fit.intercept_
+        top = z.max(axis=1)
+        return float(np.mean(np.log(np.exp(z - top[:, None]).sum(axis=1)) + top - z[np.arange(len(va)), y[va]]))
+
+    base = LogisticProbe(C=C, tol=1e-12, refine_rtol=1e-15).fit(X[tr], y[tr])
+    theta = torch.from_numpy(np.hstack([base.coef_, base.intercept_[:, None]]))
+    train, val = FeatureRows.of(X[tr]), FeatureRows.of(X[va])
+    _, _, curvature = LinearLoss(train, torch.from_numpy(y[tr]), 3, device).evaluate(theta, fast=False)
+    lam = adjoint(train, y[tr], val, y[va], theta, 1.0 / (C * len(tr)), curvature,
+                  Preconditioner(gram_matrix(train, device)), device)
+    predicted = 0.0
+    for part, start, ax in feature_response(train, y[tr], val, y[va], {0: (theta, lam)}, device):
+        rows = (tr if part == "train" else va)[start:start + len(ax[0])]
+        predicted += float(np.sum(ax[0].numpy() * U[rows]))
+    eps = 1e-6
+    measured = (val_loss(X * (1 + eps * U)) - val_loss(X * (1 - eps * U))) / (2 * eps)
+    assert abs(predicted) > 1e-3  # a change to measure
+    assert predicted == pytest.approx(measured, rel=1e-3)
+
+
+def test_a_fragile_choice_is_said(monkeypatch):
+    import pipeline.protocols.linear.logistic_selection as selection
+
+    X, y = _data(n=300, d=8, k=3, seed=2, spread=0.5)
+    probe = LogisticProbe(Cs="default").fit(X, y)
+    assert probe.selection_fragile_ is None and probe.selection_margin_ >= selection.FRAGILE_ULPS
+    assert np.isfinite(probe.selection_margin_) and np.isfinite(probe.selection_coherent_margin_)
+    # the same fits, judged against a noise floor above their margin, say so, and where C could go
+    monkeypatch.setattr(selection, "FRAGILE_ULPS", 10 * probe.selection_margin_)
+    fragile = LogisticProbe(Cs="default").fit(X, y)
+    assert fragile.C_ == probe.C_ and fragile.selection_fragile_.startswith(f"{probe.selection_margin_:.3g} float32")
+    (other, rows), = fragile.selection_alternatives_
+    assert other != probe.C_ and other in fragile.Cs_[fragile.refined_] and 0 <= rows <= fragile.n_val_
+
+
+def test_features_validation_cannot_read_choose_by_accuracy_and_say_so():
+    # features independent of the labels: no C's validation log-loss is below the class
+    # prior's by a row's worth, so the log-loss rule's strongest member would be a nearly
+    # uniform fit. The choice falls to validation accuracy (the best count among the exact
+    # fits, the lowest log-loss on ties) and the cell is fragile: rounding can move it
+    from pipeline.protocols.linear.logistic_selection import resolution
+
+    rng = np.random.default_rng(5)
+    X = np.abs(rng.normal(size=(200, 32))).astype(np.float32)
+    y = np.repeat(np.arange(4), 50)
+    probe = LogisticProbe(Cs="default").fit(X, y)
+    exact = np.flatnonzero(probe.refined_)
+    # balanced classes: the prior's log-loss is ln 4
+    assert probe.val_log_loss_[exact].min() > np.log(4) - resolution(probe.n_val_)
+    assert "validation cannot inform C" in probe.selection_fragile_
+    chosen = list(probe.Cs_).index(probe.C_)
+    best = probe.val_scores_[exact].max()
+    tied = exact[probe.val_scores_[exact] == best]
+    assert chosen == tied[np.argmin(probe.val_log_loss_[tied])]
+
+
+def test_the_class_prior_log_loss_is_the_train_frequencies_on_validation():
+    from pipeline.protocols.linear.logistic_selection import prior_log_loss
+
+    train, val = np.array([0, 0, 0, 1]), np.array([0, 1, 1])
+    assert prior_log_loss(train, val) == pytest.approx(-(np.log(0.75) + 2 * np.log(0.25)) / 3)
+    assert prior_log_loss(train, np.array([2])) == np.inf

@@ -90,8 +90,9 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         path; ``stable`` refines the values near the top in any case).
     selection : {"stable", "seed"}
         How C is chosen. ``stable``: the path from the strongest penalty down, the values
-        near its top taken on to their optimum until their validation predictions and
-        log-loss are decided, then ``stable_choice``'s one-standard-error rules.
+        the rule reads taken on to their optimum, then the strongest penalty whose
+        validation log-loss is within one standard error (at least ln 2 / n_val) of the
+        lowest; its margin against the features' rounding is measured.
         ``seed``: Ericsson et al.'s walk from the weakest penalty up, warm-started, a
         value kept only when its validation score is strictly higher.
     random_state : int, RandomState or None
@@ -126,8 +127,17 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
         moves to the weaker penalties and the seed's rule picks among them. Empty
         normally.
     selection_set_, refined_, selection_alternatives_
-        The walk's ``selection_set``, ``refined`` and ``alternatives``
-        (``logistic_selection.Walk``).
+        The walk's ``selection_set`` (the values within the noise of the lowest validation
+        log-loss), ``refined`` (the values fitted to their optimum) and ``alternatives``
+        (where a fragile choice could go, with the validation rows predicted otherwise).
+    selection_margin_, selection_coherent_margin_ : float
+        ``stable``: how many float32 ulps of relative noise in every feature (independent
+        per value; shared by every row of a feature) the choice withstands, per standard
+        deviation of its first-order change (inf: nothing to compare, or ``seed``).
+    selection_fragile_ : str or None
+        Why the choice could move with the features' rounding (``selection_margin_`` under
+        ``logistic_selection.FRAGILE_ULPS``, or the exact fits' budget spent); None when it
+        holds.
     val_log_loss_, val_log_loss_se_ : numpy.ndarray
         Mean validation log-loss per grid value and its standard error (refined values).
     selection_fit_ : numpy.ndarray of shape (K, d + 1) or None
@@ -262,6 +272,8 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
             self.val_log_loss_ = self.val_log_loss_se_ = np.array([])
             self.selection_fit_ = None
             self.selection_alternatives_ = []
+            self.selection_margin_ = self.selection_coherent_margin_ = float("inf")
+            self.selection_fragile_ = None
         else:
             if val_index is None:
                 tr, va = self._split(labels, multilabel)
@@ -278,14 +290,16 @@ class LogisticProbe(RowsPredictMixin, ClassifierMixin, BaseEstimator):
             # multi-label scores are mean average precisions, not counts: the seed's path
             seed = self.selection == "seed" or multilabel
             walk = (seed_walk if seed else stable_walk)(GridWalk(
-                loss, state, memory, precond, mask, grid, len(tr), val_rows, val_labels, device, self.tol,
-                self.max_iter, self._solve, self._val_score))
+                loss, state, memory, precond, mask, grid, len(tr), val_rows, val_labels, train_rows, labels[tr],
+                device, self.tol, self.max_iter, self._solve, self._val_score))
             statuses += walk.statuses
             self.Cs_, self.val_scores_ = grid, np.array(walk.scores)
             self.grid_n_iter_ = np.array(walk.iterations)
             self.selection_set_, self.refined_ = walk.selection_set, walk.refined
             self.val_log_loss_, self.val_log_loss_se_ = walk.log_loss[:, 0], walk.log_loss[:, 1]
             self.selection_alternatives_ = walk.alternatives
+            self.selection_margin_, self.selection_coherent_margin_ = walk.margin, walk.coherent_margin
+            self.selection_fragile_ = walk.fragile
             j, theta, reg_from = walk.position, walk.theta, walk.reg
             C = float(grid[j])
             # the chosen value's fit on the train part, at its optimum (``stable``): what a

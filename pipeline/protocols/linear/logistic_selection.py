@@ -3,10 +3,11 @@
 ``seed_walk`` is Ericsson et al.'s: the grid walked from the weakest penalty up, each fit
 warm-started from the last and stopped at ``tol``, a value kept only when its validation
 accuracy is strictly higher. ``stable_walk`` is the default: the path from the strongest
-penalty down, then the values near its top fitted again in float64 and taken closer to their
-optimum while what they could still change matters to ``stable_choice`` (the undecided
-validation rows of ``decided``, the log-loss doubt; ``unsure`` names them), within a budget;
-``alternatives`` says what the rows left undecided could still move the choice to.
+penalty down, then the values its rule reads taken on to their optimum in float64, and
+``stable_choice``: the strongest penalty within one validation row's worth of the lowest
+validation log-loss.
+How far the features' rounding could move that choice is measured (``logistic_sensitivity``)
+and said: ``Walk.margin``, in float32 ulps; under ``FRAGILE_ULPS`` the choice is fragile.
 """
 
 from __future__ import annotations
@@ -21,25 +22,30 @@ import torch
 from pipeline.protocols.blocks import FeatureRows
 from pipeline.protocols.linear.lbfgs import LBFGSMemory, Preconditioner, SolverState, minimize
 from pipeline.protocols.linear.linear_loss import linear_score_blocks
+from pipeline.protocols.linear.logistic_checks import refine_to_optimum
+from pipeline.protocols.linear.logistic_sensitivity import adjoint, noise_spread
 
-__all__ = ["GridWalk", "Walk", "count_noise", "decided", "log_loss_threshold", "seed_walk", "stable_choice",
+__all__ = ["FRAGILE_ULPS", "FEATURE_ULPS", "GridWalk", "Walk", "prior_log_loss", "seed_walk", "stable_choice",
            "stable_walk", "weaker_choice"]
 
-#: ``stable``: how many times a grid fit's gradient tolerance is cut tenfold while what it could
-#: still change matters to the choice.
-_TIGHTEN = 12
-#: ``stable``: the iterations the fits near the top may take beyond the path in all, in
-#: ``max_iter``s, and one fit at a time once they are all at tol (a share of ``max_iter``): a
-#: flat, ill-conditioned curve (random-init features) would otherwise take max_iter per fit.
-#: On the demo's 36 linear cells one ``max_iter`` left half of them with validation rows
-#: undecided (``selection_fragile``); four decided every one, for about a third more time.
-_REFINE_BUDGET, _REFINE_STEP = 4, 0.1
-#: ``stable``: how many float32 ulps of each feature a validation row's prediction must
-#: withstand to count as decided by the features (another machine's kernels leave stored
-#: features a few ulps apart; a row whose two best logits are closer than that is decided by
-#: rounding, whatever the fit's precision).
+#: How many float32 ulps of each stored feature a choice must withstand: another machine's
+#: kernels leave stored features a few ulps apart.
 FEATURE_ULPS = 4
-#: ``stable``: the refined fits' curvature pairs are kept (the chosen one's start the refit on
+#: A choice is fragile when its margin is under this many ulps: ``FEATURE_ULPS`` four times
+#: over, since the margin is measured per standard deviation of a first-order estimate
+#: (four standard deviations: a flip under ``FEATURE_ULPS`` of noise about once in 10^4).
+FRAGILE_ULPS = 4 * FEATURE_ULPS
+#: ``stable``: a value's fit is taken on to its optimum while the solver's model predicts a
+#: decrease above this share of the objective: its validation log-loss is then fixed far
+#: below the noise of any comparison the rule makes.
+_EXACT_RTOL = 1e-9
+#: ``stable``: the first exact fits stop sooner; a comparison their doubt leaves close is
+#: taken on to ``_EXACT_RTOL``.
+_FIRST_RTOL = 1e-6
+#: ``stable``: the iterations the exact fits may take in all, in ``max_iter``s; a budget
+#: spent before the rule's values are known is said (the choice is fragile), not hidden.
+_REFINE_BUDGET = 6
+#: ``stable``: the exact fits' curvature pairs are kept (the chosen one's start the refit on
 #: all rows) while all of them together stay under this many bytes.
 _MEMORY_BYTES = 64 << 20
 
@@ -58,6 +64,8 @@ class GridWalk:
     n_train: int
     val_rows: FeatureRows
     val_labels: np.ndarray
+    train_rows: FeatureRows
+    train_labels: np.ndarray
     device: Any
     tol: float
     max_iter: int
@@ -85,6 +93,9 @@ class Walk:
     log_loss: np.ndarray
     alternatives: list = field(default_factory=list)
     exact: bool = False
+    margin: float = float("inf")
+    coherent_margin: float = float("inf")
+    fragile: str | None = None
 
 
 def seed_walk(g: GridWalk) -> Walk:
@@ -110,87 +121,197 @@ def seed_walk(g: GridWalk) -> Walk:
 
 
 def stable_walk(g: GridWalk) -> Walk:
-    """The path from the strongest penalty down (cheap warm starts), then every value near its
-    top fitted again in float64 and taken closer to its optimum while that matters to
-    ``stable_choice``, which then chooses."""
+    """The path from the strongest penalty down (cheap warm starts, float32), then the values
+    ``stable_choice`` reads taken on to their optimum in float64: from the path's lowest
+    validation log-loss towards weaker penalties while the log-loss still falls, then towards
+    stronger ones until it is above the rule's threshold; then the choice and its margin."""
     grid, state, memory, n_val = g.grid, g.state, g.memory, len(g.val_labels)
-    scores, iters, status_at, kept = [], [], {}, {}
-    reg_from, best = 0.0, -np.inf
+    scores, iters, status_at = [], [], {}
+    path_loss = np.full(grid.size, np.inf)
+    reg_from, start, start_theta = 0.0, 0, None
     for position in range(grid.size):
         reg = g.reg(position)
         memory.shift_penalty(reg - reg_from, g.mask)
         reg_from = reg
         state, it, status_at[position] = g.solve(g.loss, state, memory, g.precond, reg, False)
         iters.append(it)
-        scores.append(g.val_score(g.val_rows, g.val_labels, state.theta, g.device) if it or not scores
-                      else scores[-1])
-        best = max(best, scores[-1])
-        if scores[-1] >= best - _band(best, n_val):
-            kept[position] = state.theta.clone()  # a candidate so far (the band only rises)
+        if it or not scores:
+            accuracy, mean, *_ = _validation(g, state.theta, torch.float32)
+        scores.append(accuracy)
+        path_loss[position] = mean
+        if start_theta is None or mean < path_loss[start]:
+            start, start_theta = position, state.theta.clone()
     refined = np.zeros(grid.size, dtype=bool)
-    predictions, undecided, rounding = {}, {}, {}
-    log_loss, doubt = np.full((grid.size, 2), np.inf), np.zeros(grid.size)
-    gradient, memories, held = {}, {}, [0]
-    # what the refinement may spend in all: the fits near the top of a flat, ill-conditioned
-    # curve can each take max_iter; what is still undecided then is said, not hidden
-    budget = [_REFINE_BUDGET * g.max_iter]
+    log_loss = np.full((grid.size, 2), np.inf)
+    doubt = np.zeros(grid.size)
+    kept, curvature, memories, predictions, exact_to = {}, {}, {}, {}, {}
+    held, budget = [0], [_REFINE_BUDGET * g.max_iter]
+    exhausted = []
 
-    def refine(position: int, tol: float, first: bool) -> None:
+    def exact(position: int, theta: torch.Tensor, rtol: float) -> None:
         reg = g.reg(position)
-        own, spent = LBFGSMemory(), 0
-        start = kept[position]
-        cap = min(g.max_iter if first else max(1, int(_REFINE_STEP * g.max_iter)), budget[0])
-        if first:  # float32 products to tol (half the cost), as the path
-            quick = SolverState.at(g.loss, start, reg, fast=True)
-            spent, _ = minimize(g.loss, quick, own, g.precond, tol, cap)
-            start = quick.theta
-        exact = SolverState.at(g.loss, start, reg, fast=False)
-        more, status = minimize(g.loss, exact, own, g.precond, tol, max(cap - spent, 0))
-        if first or status == "converged":
-            status_at[position] = status
+        own = LBFGSMemory()
+        if position in memories:
+            own.restore(memories[position])
+        cap = min(g.max_iter, budget[0])
+        spent = 0
+        if position not in kept:  # float32 products to tol first: half the cost
+            quick = SolverState.at(g.loss, theta, reg, fast=True)
+            spent, _ = minimize(g.loss, quick, own, g.precond, g.tol, cap)
+            theta = quick.theta
+        fit = SolverState.at(g.loss, theta, reg, fast=False)
+        more, status = minimize(g.loss, fit, own, g.precond, g.tol, max(cap - spent, 0))
+        if status == "converged":
+            more += refine_to_optimum(g.loss, fit, own, g.precond, max(budget[0] - spent - more, 0), rtol)
         budget[0] -= spent + more
+        if budget[0] <= 0:
+            exhausted.append(float(grid[position]))
         iters[position] += spent + more
-        kept[position] = exact.theta
+        status_at[position] = status
+        kept[position], curvature[position], exact_to[position] = fit.theta, fit.curvature, rtol
         size = own.buf.numel() * 8 if own.buf is not None else 0
         if size and (position in memories or held[0] + size <= _MEMORY_BYTES):
             held[0] += 0 if position in memories else size
-            memories[position] = own.snapshot()  # its curvature pairs start the refit's steps
-        (predictions[position], undecided[position], *log_loss[position], doubt[position],
-         rounding[position]) = decided(g.val_rows, g.val_labels, exact, own, g.precond, g.device)
-        scores[position] = float(np.mean(predictions[position] == g.val_labels))
+            memories[position] = own.snapshot()  # its curvature pairs go on with it, or start the refit's steps
+        scores[position], mean, spread, predictions[position], _ = _validation(g, fit.theta, torch.float64)
+        log_loss[position] = mean, spread
+        # how far the log-loss could still move on the way to the optimum: the quasi-Newton step
+        # left, doubled (the solver's own estimate of its distance)
+        step = own.direction(fit.g, g.precond) if len(own) else -g.precond(fit.g)
+        ahead = _validation(g, fit.theta + 2.0 * step, torch.float64)[1]
+        doubt[position] = abs(ahead - mean) + 64 * np.finfo(np.float64).eps * abs(mean)
         refined[position] = True
-        gradient[position] = float(exact.g.abs().max())
 
-    for position in [p for p in kept if scores[p] >= best - _band(best, n_val)]:
-        refine(position, g.tol, first=True)
-    # Then the fits whose undecided rows or log-loss could still change the choice are taken
-    # closer to their optimum, their gradient tolerance cut tenfold at a time: a strong
-    # penalty's logits are tiny, so its predictions need a fit precise to their scale, not
-    # the objective's; a weak penalty's path iterate stops far from its optimum.
-    # A row the features' last bits decide is left to ``_alternatives``: no fit can settle it.
-    # The rounds stop when one settles nothing (a stalled, ill-conditioned fit would spend the
-    # whole budget on the same rows).
-    open_before = None
-    for _ in range(_TIGHTEN):
-        settle = {p: undecided[p] & ~rounding[p] for p in undecided}
-        unsure = _unsure(np.asarray(scores), refined, n_val, log_loss, doubt, settle, predictions, g.val_labels)
-        unsure = [p for p in unsure if status_at[p] == "converged"]
-        still_open = sum(int(settle[p].sum()) for p in settle) + float(np.sum(doubt))
-        if not unsure or budget[0] <= 0 or (open_before is not None and still_open >= open_before):
+    exact(start, start_theta, _FIRST_RTOL)
+    strongest = weakest = start
+    settled = False  # the lowest log-loss known: the weaker values' were seen to rise
+    while budget[0] > 0:
+        # towards stronger penalties until a value is above the threshold and the path's
+        # stronger values (near their optimum: strong penalties converge fast) are too
+        while strongest > 0 and budget[0] > 0:
+            _, _, lowest = stable_choice(log_loss, refined, n_val)
+            threshold = log_loss[lowest, 0] + resolution(n_val)
+            if log_loss[strongest, 0] > threshold and not np.any(path_loss[:strongest] <= threshold):
+                break
+            exact(strongest - 1, kept[strongest], _FIRST_RTOL)
+            strongest -= 1
+        # towards weaker ones while the log-loss falls (or the path says a lower one lies beyond).
+        # On separable rows it falls towards 0 to the grid's end; but a chosen value within the
+        # resolution of 0 stays in the set whatever the lowest (>= 0) turns out to be, and the
+        # stronger values above the threshold stay above a lower one: the weakest fits, the
+        # most costly, are then not needed.
+        chosen, _, lowest = stable_choice(log_loss, refined, n_val)
+        if settled or log_loss[chosen, 0] <= resolution(n_val):
             break
-        open_before = still_open
-        for position in unsure:
-            if budget[0] > 0:
-                refine(position, gradient[position] / 10.0, first=False)
-    # what neither the fit nor the features' last bits decide: refining could only settle the first
-    open_rows = {p: undecided[p] | rounding[p] for p in undecided}
-    sure = _sure_scores(np.asarray(scores), open_rows, predictions, g.val_labels)
-    chosen, members = stable_choice(np.asarray(scores), refined, n_val, log_loss, sure)
-    found = _alternatives(np.asarray(scores), refined, n_val, chosen, log_loss, open_rows, predictions,
-                          g.val_labels, grid, sure)
-    statuses = [(float(grid[p]), status_at[p]) for p in sorted(status_at)]
-    return Walk(chosen, kept[chosen], memories.get(chosen, LBFGSMemory().snapshot()), g.reg(chosen), scores, iters,
-                statuses, grid[members], refined, log_loss, found, exact=True)
+        if weakest + 1 == grid.size:
+            settled = True
+            break
+        exact(weakest + 1, kept[weakest], _FIRST_RTOL)
+        weakest += 1
+        lowest_loss = float(np.min(log_loss[refined, 0]))
+        settled = log_loss[weakest, 0] >= log_loss[weakest - 1, 0] and not np.any(path_loss[weakest + 1:] < lowest_loss)
+    # The comparisons that decide the choice are then checked against the fits' own doubt and
+    # the features' rounding; where the doubt is what leaves them close, the fits on either
+    # side are taken on to their optimum and the rule asked again.
+    prior = prior_log_loss(g.train_labels, g.val_labels)
+    _, members, lowest = stable_choice(log_loss, refined, n_val)
+    if log_loss[lowest, 0] > prior - resolution(n_val):
+        # The log-loss is no lower than the class prior's by one row's worth: no fit reads
+        # anything from the features that validation can see, and its strongest member (nearly
+        # uniform probabilities) may predict one class once refitted. Accuracy is the only
+        # criterion left: the best count among the exact fits, the lowest log-loss on ties. On
+        # such a flat curve rounding can move that choice, which is said.
+        exact_at = np.flatnonzero(refined)
+        best = np.max(np.asarray(scores)[exact_at])
+        tied = exact_at[np.asarray(scores)[exact_at] == best]
+        chosen = int(tied[np.argmin(log_loss[tied, 0])])
+        walk = Walk(chosen, kept[chosen], memories.get(chosen, LBFGSMemory().snapshot()), g.reg(chosen), scores,
+                    iters, [(float(grid[p]), status_at[p]) for p in sorted(status_at)], grid[members], refined,
+                    log_loss, exact=True)
+        walk.fragile = (f"the lowest validation log-loss ({log_loss[lowest, 0]:.4g}) is not below the class "
+                        f"prior's ({prior:.4g}) by ln 2 / n_val: validation cannot inform C, chosen by validation "
+                        f"accuracy, which rounding can move on so flat a curve")
+        return walk
+    for _ in range(3):
+        chosen, members, lowest = stable_choice(log_loss, refined, n_val)
+        walk = Walk(chosen, kept[chosen], memories.get(chosen, LBFGSMemory().snapshot()), g.reg(chosen), scores,
+                    iters, [(float(grid[p]), status_at[p]) for p in sorted(status_at)], grid[members], refined,
+                    log_loss, exact=True)
+        loose = _margin(g, walk, kept, curvature, predictions, lowest, doubt, settled)
+        loose = [p for p in loose if exact_to[p] > _EXACT_RTOL]
+        if walk.fragile is None or not loose or budget[0] <= 0:
+            break
+        for p in loose:
+            exact(p, kept[p], _EXACT_RTOL)
+    if exhausted:
+        walk.fragile = (f"the exact fits spent their budget of {_REFINE_BUDGET * g.max_iter} iterations at "
+                        f"C = {exhausted[0]:.3g} before the rule's values were known")
+    return walk
+
+
+def _validation(g: GridWalk, theta: torch.Tensor, dtype: torch.dtype) -> tuple[float, float, float, np.ndarray,
+                                                                               np.ndarray]:
+    """Accuracy, mean log-loss, its standard error, the predictions and the per-row log-losses
+    of theta on the validation rows."""
+    theta_np = theta.cpu().numpy()
+    predicted, losses = [], []
+    for z, start in linear_score_blocks(g.val_rows, theta_np[:, :-1], theta_np[:, -1], g.device, dtype):
+        z = z.to(torch.float64)
+        own = torch.from_numpy(g.val_labels[start:start + len(z)]).to(z.device)
+        predicted.append(torch.argmax(z, dim=1).cpu().numpy())
+        losses.append((torch.logsumexp(z, dim=1) - z.gather(1, own[:, None])[:, 0]).cpu().numpy())
+    predicted, losses = np.concatenate(predicted), np.concatenate(losses)
+    spread = float(losses.std(ddof=1)) / np.sqrt(losses.size) if losses.size > 1 else 0.0
+    return float(np.mean(predicted == g.val_labels)), float(losses.mean()), spread, predicted, losses
+
+
+def _margin(g: GridWalk, walk: Walk, kept: dict, curvature: dict, predictions: dict, lowest: int,
+            doubt: np.ndarray, settled: bool) -> list[int]:
+    """How many ulps of feature noise the choice withstands: the comparisons that decided it
+    (the chosen value within the threshold, the next stronger penalty above it), each less
+    the fits' doubts, against the first-order spread of its two sides' difference
+    (``logistic_sensitivity``). ``settled`` False: the lowest is not known, the threshold
+    only bounded below by ``resolution`` (the chosen value is compared with that bound).
+    Sets ``walk.margin`` (and ``fragile``); returns the positions whose doubt took a
+    comparison under ``FRAGILE_ULPS``."""
+    chosen, loss, n_val = walk.position, walk.log_loss[:, 0], len(g.val_labels)
+    threshold = loss[lowest] + resolution(n_val)
+    sides = []  # (position, its distance from the threshold, the position the threshold moves with)
+    if not settled:
+        sides.append((chosen, resolution(n_val) - loss[chosen], None))
+    elif chosen != lowest:  # (the lowest against its own threshold is no comparison)
+        sides.append((chosen, threshold - loss[chosen], lowest))
+    if chosen > 0 and walk.refined[chosen - 1]:
+        sides.append((chosen - 1, loss[chosen - 1] - threshold, lowest))
+    if not sides:
+        return []
+    fits = {}
+    for p in {p for p, _, _ in sides} | {q for _, _, q in sides if q is not None}:
+        lam = adjoint(g.train_rows, g.train_labels, g.val_rows, g.val_labels, kept[p], g.reg(p), curvature[p],
+                      g.precond, g.device)
+        fits[p] = (kept[p], lam)
+    spreads = noise_spread(g.train_rows, g.train_labels, g.val_rows, g.val_labels, fits,
+                           [(p, q) for p, _, q in sides], g.device)
+    margins, loose = [], []
+    for (p, gap, q), (rows, columns) in zip(sides, spreads):
+        certain = gap - doubt[p] - (doubt[q] if q is not None else 0.0)
+        margins.append((certain / max(rows, 1e-300), certain / max(columns, 1e-300), p))
+        if certain < FRAGILE_ULPS * rows <= gap:
+            loose += [p] + ([q] if q is not None else [])
+    walk.margin = float(min(m[0] for m in margins))
+    walk.coherent_margin = float(min(m[1] for m in margins))
+    if walk.margin >= FRAGILE_ULPS:
+        return []
+    # the chosen value leaving the set hands the choice to the next value in it; the stronger
+    # neighbour entering it takes the choice
+    members = np.flatnonzero(np.isin(g.grid, walk.selection_set))
+    later = members[members > chosen]
+    other = chosen - 1 if min(margins)[2] != chosen else (int(later[0]) if later.size else lowest)
+    if other != chosen and other in predictions:
+        walk.alternatives = [(float(g.grid[other]), int(np.sum(predictions[other] != predictions[chosen])))]
+    walk.fragile = (f"{max(walk.margin, 0.0):.3g} float32 ulps of noise in the features could move the choice "
+                    f"(fragile under {FRAGILE_ULPS})")
+    return sorted(set(loose))
 
 
 def weaker_choice(walk: Walk, grid: np.ndarray, seed: bool, j: int) -> int:
@@ -207,164 +328,36 @@ def weaker_choice(walk: Walk, grid: np.ndarray, seed: bool, j: int) -> int:
     return int(weaker[np.flatnonzero(scores[weaker] == scores[weaker].max())[0]])
 
 
-def _band(best: float, n_val: int) -> float:
-    # which path values are fitted again: two standard errors of the best score and two rows,
-    # generous beside the one standard error that selects
-    return 2.0 * count_noise(round(best * n_val), n_val) / n_val + 2.0 / n_val
+def stable_choice(log_loss: np.ndarray, exact: np.ndarray, n_val: int) -> tuple[int, np.ndarray, int]:
+    """The ``stable`` selection among the values fitted to their optimum: the strongest
+    penalty whose validation log-loss is within ``resolution(n_val)`` of the lowest.
 
-
-def decided(rows: FeatureRows, labels: np.ndarray, state: SolverState, memory: LBFGSMemory,
-            precond: Preconditioner, device: Any) -> tuple[np.ndarray, np.ndarray, float, float, float, np.ndarray]:
-    """A fit's predictions on ``rows`` (float64); which of them its remaining distance to the
-    optimum could still change (the quasi-Newton step left, the solver's estimate of that
-    distance, doubled, against each row's margin between its two largest logits); the rows'
-    mean log-loss, its standard error, and how far that step could move it; and which
-    predictions ``FEATURE_ULPS`` float32 ulps of each feature could change (the margin against
-    ulps x sum_i |x_i| (|w_top,i| + |w_second,i|))."""
-    step = memory.direction(state.g, precond) if len(memory) else -precond(state.g)
-    theta = state.theta.cpu().numpy()
-    ahead = theta + 2.0 * step.cpu().numpy()
-    predicted, margins, moves, losses, losses_ahead, reach = [], [], [], [], [], []
-    here = linear_score_blocks(rows, theta[:, :-1], theta[:, -1], device)
-    there = linear_score_blocks(rows, ahead[:, :-1], ahead[:, -1], device)
-    # sum_i |x_i| |w_ci| per row and class: how far a relative change of each feature moves a logit
-    spread_of = linear_score_blocks(rows.with_map(_absolute(rows.row_map)), np.abs(theta[:, :-1]),
-                                    np.zeros(theta.shape[0]), device)
-    for (z, start), (z2, _), (a, _) in zip(here, there, spread_of):
-        top = torch.topk(z, min(2, z.shape[1]), dim=1)
-        predicted.append(top.indices[:, 0].cpu().numpy())
-        margins.append((top.values[:, 0] - top.values[:, -1]).cpu().numpy())
-        reach.append(a.gather(1, top.indices).sum(dim=1).cpu().numpy())
-        moves.append((z2 - z).abs().max(dim=1).values.cpu().numpy())
-        own = torch.from_numpy(labels[start:start + len(z)]).to(z.device)
-        losses.append((torch.logsumexp(z, dim=1) - z.gather(1, own[:, None])[:, 0]).cpu().numpy())
-        losses_ahead.append((torch.logsumexp(z2, dim=1) - z2.gather(1, own[:, None])[:, 0]).cpu().numpy())
-    margins, moves, losses = np.concatenate(margins), np.concatenate(moves), np.concatenate(losses)
-    rounding = margins <= FEATURE_ULPS * np.finfo(np.float32).eps * np.concatenate(reach)
-    # rounding of the float64 logits themselves: a few ulps of their size
-    floor = 64 * np.finfo(np.float64).eps * max(float(np.max(np.abs(margins), initial=0.0)), 1.0)
-    spread = float(losses.std(ddof=1)) / np.sqrt(losses.size) if losses.size > 1 else 0.0
-    mean = float(losses.mean())
-    doubt = abs(float(np.concatenate(losses_ahead).mean()) - mean) + 64 * np.finfo(np.float64).eps * abs(mean)
-    return np.concatenate(predicted), margins <= 2.0 * moves + floor, mean, spread, doubt, rounding
-
-
-def _absolute(row_map: Callable[[Any, int], Any] | None) -> Callable[[Any, int], Any]:
-    # the rows as the fit sees them (after its preprocessing), in absolute value
-    def absolute(block: Any, start: int) -> Any:
-        return abs(row_map(block, start) if row_map is not None else block)
-    return absolute
-
-
-def stable_choice(scores: np.ndarray, exact: np.ndarray, n_val: int, log_loss: np.ndarray,
-                  sure: np.ndarray | None = None) -> tuple[int, np.ndarray]:
-    """The ``stable`` selection among the values fitted to their optimum."""
-    # First the values whose validation accuracy is within one standard error of the best
-    # (``count_noise``: the validation split's own resolution), read as counts. Among them, the strongest penalty whose validation log-loss is within the
-    # noise of their lowest (``log_loss_threshold``). Accuracy stays the criterion the seed selects by; the
-    # log-loss, continuous in C, breaks the plateaus of a small split where accuracy ties (so
-    # no float order decides, and the probabilities stay calibrated: the strongest penalty of
-    # a plateau alone would give nearly uniform ones); both steps are "one standard error"
-    # rules, so among equals the best-conditioned fit is taken.
+    Returns (chosen, the values within that resolution, the lowest)."""
+    # The log-loss is continuous in the features and in C and has no plateaus where accuracy
+    # ties: a comparison with the threshold flips only where the two are closer than the
+    # features' rounding can move them, which ``_margin`` measures. Among values one
+    # validation row's worth apart, the best-conditioned fit (the strongest penalty) is
+    # taken: on separable rows the log-loss falls towards 0 with C, and its lowest would be
+    # the grid's weakest penalty. (A one-standard-error band was tried: on weakly separable
+    # features the validation log-loss's standard error is wide and its strongest member
+    # cost up to 6 points of accuracy.)
     positions = np.flatnonzero(exact)
-    best = float((scores if sure is None else np.minimum(sure, scores))[positions].max())
-    # counts, so that the threshold is not moved by how a score was summed
-    counts = np.rint(scores * n_val)
-    floor = np.rint(best * n_val) - count_noise(round(best * n_val), n_val)
-    members = positions[counts[positions] >= floor - 1e-9]
-    lowest = members[np.argmin(log_loss[members, 0])]
-    near = members[log_loss[members, 0] <= log_loss_threshold(log_loss[lowest], n_val)]
-    return int(near[0]), members
+    lowest = int(positions[np.argmin(log_loss[positions, 0])])
+    members = positions[log_loss[positions, 0] <= log_loss[lowest, 0] + resolution(n_val)]
+    return int(members[0]), members, lowest
 
 
-def _sure_scores(scores: np.ndarray, undecided: dict, predictions: dict, labels: np.ndarray) -> np.ndarray:
-    # the validation accuracy each refined fit has decided: its undecided rows counted wrong
-    sure = scores.copy()
-    for position, rows in undecided.items():
-        sure[position] = float(np.mean((predictions[position] == labels) & ~rows))
-    return sure
+def prior_log_loss(train_labels: np.ndarray, val_labels: np.ndarray) -> float:
+    """The mean validation log-loss of the class prior (the train part's class frequencies):
+    what a fit that reads nothing from the features scores; inf where a validation class has
+    no train row."""
+    classes, counts = np.unique(train_labels, return_counts=True)
+    share = dict(zip(classes.tolist(), (counts / counts.sum()).tolist()))
+    p = np.array([share.get(y, 0.0) for y in np.asarray(val_labels).tolist()])
+    return float(-np.mean(np.log(p))) if np.all(p > 0) else float("inf")
 
 
-def count_noise(correct: int, n_val: int) -> float:
-    """One standard error of a count of ``correct`` rows of ``n_val``, in rows:
-    sqrt(n p (1 - p)) at p = (correct + 1) / (n + 2), so that a split all right (or all wrong)
-    still has a row's worth of noise, not none."""
-    p = (correct + 1.0) / (n_val + 2.0)
-    return float(np.sqrt(n_val * p * (1.0 - p)))
-
-
-def log_loss_threshold(lowest: np.ndarray, n_val: int) -> float:
-    """The highest validation log-loss within the noise of the lowest: one standard error,
-    and at least ln 2 / n, one validation row moved from certain to a coin flip (the rows'
-    own spread understates the noise when every row is nearly certain, as on separable
-    data, where the log-loss falls towards 0 with C)."""
-    return float(lowest[0] + max(lowest[1], np.log(2.0) / n_val))
-
-
-def _unsure(scores: np.ndarray, exact: np.ndarray, n_val: int, log_loss: np.ndarray, doubt: np.ndarray,
-            undecided: dict, predictions: dict, labels: np.ndarray) -> list[int]:
-    """The fits to take closer to their optimum before ``stable_choice``'s answer holds."""
-    # Counts first: a fit's undecided validation rows (see ``decided``) give its
-    # count a range; while some fit could fall on either side of the one-standard-error floor,
-    # that fit and those that could be the best are returned. Then the log-losses: none when no
-    # log-loss, within its doubt, can fall on the other side of the rule's threshold (itself
-    # known only within the doubts of the fits that could be the lowest); else those near the
-    # threshold and those that could be the lowest.
-    positions = np.flatnonzero(exact)
-    correct = {p: predictions[p] == labels for p in positions}
-    low = {p: int(np.sum(correct[p] & ~undecided[p])) for p in positions}
-    high = {p: int(np.sum(correct[p] | undecided[p])) for p in positions}
-    best_low, best_high = max(low.values()), max(high.values())
-
-    def floor(best: int) -> float:
-        return best - count_noise(best, n_val)
-
-    floors = [floor(b) for b in range(best_low, best_high + 1)]
-    # only a fit whose log-loss could come within the noise of the lowest can be chosen (or set
-    # the threshold): its membership matters, and then the fits that could set the floor
-    loss = log_loss[:, 0]
-    reach = min(log_loss_threshold(log_loss[p], n_val) + doubt[p] for p in positions)
-    either = [p for p in positions if loss[p] - doubt[p] <= reach
-              and high[p] >= min(floors) - 1e-9 and low[p] < max(floors) - 1e-9]
-    if either:
-        return sorted(set(either) | {p for p in positions if high[p] >= best_low and high[p] > low[p]})
-
-    chosen, members = stable_choice(scores, exact, n_val, log_loss,
-                                    _sure_scores(scores, undecided, predictions, labels))
-    lowest = members[np.argmin(loss[members])]
-    could_be_lowest = [p for p in members if loss[p] - doubt[p] <= loss[lowest] + doubt[lowest]]
-    noise = {p: log_loss_threshold(log_loss[p], n_val) - loss[p] for p in could_be_lowest}
-    low_t = min(loss[p] - doubt[p] + noise[p] for p in could_be_lowest)
-    high_t = max(loss[p] + doubt[p] + noise[p] for p in could_be_lowest)
-    near = [p for p in members if p <= chosen and loss[p] - doubt[p] <= high_t and loss[p] + doubt[p] >= low_t]
-    if near == [chosen] and loss[chosen] + doubt[chosen] <= low_t:  # below every threshold it could be
-        near = []
-    if not near:
-        return []
-    tiny = 1e-12 * max(abs(high_t), 1.0)  # as decided as float64 makes it
-    return [p for p in sorted(set(near) | set(could_be_lowest)) if doubt[p] > tiny]
-
-
-def _alternatives(scores: np.ndarray, exact: np.ndarray, n_val: int, chosen: int, log_loss: np.ndarray,
-                  undecided: dict, predictions: dict, labels: np.ndarray,
-                  grid: np.ndarray, sure: np.ndarray | None = None) -> list[tuple[float, int]]:
-    """The other choices ``stable_choice`` could make if the validation rows each fit has not
-    decided (see ``decided``) went the other way, each with the number of
-    validation rows on which its predictions differ from the chosen fit's."""
-    out: dict[int, int] = {}
-    for position, rows in undecided.items():
-        if not rows.any():
-            continue
-        # the worst cases: every undecided row of this fit right, or every one wrong
-        wrong = predictions[position][rows] != labels[rows]
-        for change in (int(wrong.sum()), -int((~wrong).sum())):
-            moved = scores.copy()
-            moved[position] += change / n_val
-            # the fit then has every row decided: what it counts, it may also set the bar with
-            moved_sure = None if sure is None else sure.copy()
-            if moved_sure is not None:
-                moved_sure[position] = moved[position]
-            other, _ = stable_choice(moved, exact, n_val, log_loss, moved_sure)
-            if other != chosen and other not in out:
-                out[other] = int(np.sum(predictions[other] != predictions[chosen]))
-    return [(float(grid[p]), n) for p, n in sorted(out.items())]
+def resolution(n_val: int) -> float:
+    """What one validation row moved from certain to a coin flip adds to the mean
+    log-loss: ln 2 / n_val."""
+    return float(np.log(2.0) / n_val)

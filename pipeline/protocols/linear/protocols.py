@@ -84,7 +84,16 @@ def logistic_memory(c: CellShape, s: Mapping[str, Any]) -> int:
 def logistic_terms(c: CellShape, s: Mapping[str, Any]) -> int:
     """What the logistic probe holds beside its features: solver state O(K d), indices, blocks."""
     fits = 2 if s.get("Cs") is not None else 1  # a grid adds the calibration refit
-    return peak(lbfgs=fits * parameters(c.n_classes * (c.dim + 1), lbfgs_copies(_HISTORY), itemsize=8),
+    size = c.n_classes * (c.dim + 1)
+    lbfgs = fits * parameters(size, lbfgs_copies(_HISTORY), itemsize=8)
+    if s.get("Cs") is not None and s.get("selection", "stable") == "stable":
+        # while the stable selection's exact fits run, the path's pairs and the exact fit's own
+        # (4 per pair in all), its work vectors, the fits it keeps (the values its rule reads,
+        # rarely more than 12, and the CG solve's 4 vectors for the margin) and their kept
+        # curvature pairs (up to 64 MiB) are held; the refits come after, so the larger counts
+        walk = parameters(size, 4 * _HISTORY + 16 + 12 + 4, itemsize=8) + (64 << 20)
+        lbfgs = max(lbfgs, walk)
+    return peak(lbfgs=lbfgs,
                 preconditioner=matrix(c.dim + 1, c.dim + 1, copies=4),
                 positions=indices(c.n_train + c.n_val, arrays=4),  # targets, train/validation positions
                 row_scales=matrix(c.n_train + c.n_val, 1, itemsize=F8 + 4),  # l2: 1/||h|| and its row index
@@ -107,9 +116,11 @@ LOGISTIC_SELECTIONS = ("stable", "seed")
 
 
 @register_protocol(
-    # 3: the stable selection by default (exact fits near the top, the strongest penalty within
-    # one standard error), the final fit to its optimum, map11_devkit with MATLAB's thresholds
-    "logistic", version=3,
+    # 3: the stable selection by default, the final fit to its optimum, map11_devkit with
+    # MATLAB's thresholds; 4: the stable rule by the validation log-loss (the strongest
+    # penalty within ln 2 / n of the lowest), its margin against rounding measured; 5: where
+    # no validation log-loss beats the class prior's, C by accuracy, said fragile
+    "logistic", version=5,
     defaults={"transform": "l2", "Cs": "default", "C": 1.0, "val_fraction": 0.2, "tol": 1e-4,
               "max_iter": 1000, "seed": 0, "calibration_bins": 15, "refine_rtol": REFINE_RTOL,
               "refine_grid": False, "selection": "stable"},
@@ -155,6 +166,9 @@ def _logistic(data: EvalData, s: Mapping[str, Any]) -> ProtocolResult:
         diagnostics["grid_n_iter"] = [int(i) for i in probe.grid_n_iter_]
         diagnostics["selection"] = s["selection"] if not data.multilabel else "seed"
         diagnostics["selection_set"] = [float(c) for c in probe.selection_set_]
+        if np.isfinite(probe.selection_margin_):  # how far the features' rounding is from moving C
+            diagnostics["selection_margin_ulps"] = float(probe.selection_margin_)
+            diagnostics["selection_coherent_margin_ulps"] = float(probe.selection_coherent_margin_)
         warnings = _selection_warnings(probe)
         if probe.selection_moves_:
             diagnostics["selection_moves"] = [{"from_C": a, "to_C": b, "why": why}
@@ -203,12 +217,10 @@ def _selection_warnings(probe: Any) -> list[dict[str, str]]:
     stable = bool(probe.refined_.any())  # its rule chooses within a plateau: the set is recorded instead
     out = grid_warnings("C", probe.Cs_, probe.val_scores_, chosen, criterion="validation score", setting="Cs",
                         plateau=not stable)
-    if probe.selection_alternatives_:
-        shown = ", ".join(f"C = {c:.3g} ({n} validation rows predicted otherwise)"
-                          for c, n in probe.selection_alternatives_[:3])
-        out.append(fit_warning("selection_fragile", f"validation rows the fits cannot decide within their "
-                                                    f"precision could move the choice from C = {probe.C_:.3g} to "
-                                                    f"{shown}"))
+    if probe.selection_fragile_:
+        shown = "".join(f"; it could go to C = {c:.3g} ({n} validation rows predicted otherwise)"
+                        for c, n in probe.selection_alternatives_[:3])
+        out.append(fit_warning("selection_fragile", f"C = {probe.C_:.3g}: {probe.selection_fragile_}{shown}"))
     for left, taken, why in probe.selection_moves_:
         out.append(fit_warning("selection_moved", f"the refit on all rows at C = {left:.3g} collapsed ({why}); "
                                                   f"C = {taken:.3g} taken, the best of the weaker penalties"))
