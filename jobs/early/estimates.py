@@ -17,7 +17,8 @@ from jobs.early.subsets import Subset
 from jobs.evaluation.cell import Cell
 from pipeline.analysis.compare import benjamini_hochberg, compare_predictions
 from pipeline.analysis.early import (
-    Estimate, HistoryModel, PairedHistoryModel, detectable_difference, early_verdict, line_trial, stratified_estimate,
+    Estimate, HistoryModel, PairedHistoryModel, detectable_difference, early_verdict, line_trial, stratified_change,
+    stratified_estimate,
 )
 from pipeline.errors import RepevalError
 from pipeline.plain import to_plain
@@ -127,10 +128,15 @@ def _estimate(cell: Cell, result: Mapping[str, Any], subset: Subset, store: Feat
         if beyond is None:
             trial = line_trial(model.leave_one_out(), [plain(b) for _, b in pairs], model.full_after, bounded)
             if trial.kept:
-                return (model.predict(score, float(results[reference]["score"]), exact[reference]),
-                        f"{reference}'s exact figure plus the change of early score, calibrated on {len(pairs)} "
-                        f"earlier consecutive checkpoints ({trial.line()})", sorted({m for p in pairs for m in p}))
-            beyond = trial.line()
+                est = model.predict(score, float(results[reference]["score"]), exact[reference])
+                beyond = _against_early_change(est, exact[reference], result, results[reference], subset, labels,
+                                               cell.test_split, early.level)
+                if beyond is None:
+                    return (est, f"{reference}'s exact figure plus the change of early score, calibrated on "
+                            f"{len(pairs)} earlier consecutive checkpoints ({trial.line()})",
+                            sorted({m for p in pairs for m in p}))
+            else:
+                beyond = trial.line()
         declined.append(beyond)
     elif len(results) >= early.min_history:
         names = sorted(results)
@@ -152,6 +158,31 @@ def _estimate(cell: Cell, result: Mapping[str, Any], subset: Subset, store: Feat
         return None, f"no estimate: {short} (anchor rows are no random sample)", []
     est = _stratified(result, subset, labels, cell.test_split, early.level)
     return est, f"the readout fitted on the early rows, over the whole test split; {short}", []
+
+
+def _against_early_change(est: Estimate, reference_exact: float, result: Mapping[str, Any],
+                          reference: Mapping[str, Any], subset: Subset, labels: np.ndarray | None, test: str,
+                          level: float) -> str | None:
+    """Why a paired line's estimate contradicts the early rows' own evidence, or None: the
+    change it implies (its value minus the reference's exact figure) lies outside the early
+    rows' paired interval for the change. The history's line shrinks every change towards
+    the history's typical step; a loss spike's early change, far larger, is what the early
+    rows measure directly."""
+    if labels is None or result.get("predictions") is None or reference.get("predictions") is None:
+        return None
+    rows = labels[subset.rows[test]]
+    classes, counts = np.unique(labels, return_counts=True)
+    right = [(np.asarray(r["predictions"]) == rows).astype(int) for r in (result, reference)]
+    change, low, high = stratified_change(*right, rows, dict(zip(classes.tolist(), counts.tolist())), level,
+                                          mean_per_class=result.get("metric") == "mean_per_class")
+    implied = est.value - reference_exact
+    # rows where the two agree everywhere leave a zero-width interval: one early row's worth
+    # of change is what such a sample cannot rule out
+    slack = max(0.0, 1.0 / rows.size - (high - low) / 2)
+    if low - slack <= implied <= high + slack:
+        return None
+    return (f"the history's line implies a change of {100 * implied:+.1f} points, outside the early rows' own "
+            f"{level:.0%} interval for it ({100 * low:+.1f} to {100 * high:+.1f}, measured {100 * change:+.1f})")
 
 
 def _stratified(result: Mapping[str, Any], subset: Subset, labels: np.ndarray, test: str, level: float) -> Estimate:
