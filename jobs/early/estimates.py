@@ -156,8 +156,32 @@ def _estimate(cell: Cell, result: Mapping[str, Any], subset: Subset, store: Feat
         return None, f"no estimate: {short}, and its scores are not per-image predictions", []
     if subset.method != "stratified":
         return None, f"no estimate: {short} (anchor rows are no random sample)", []
+    if reference is not None and reference in results:
+        est = _change_estimate(exact[reference], result, results[reference], subset, labels, cell.test_split,
+                               early.level, bounded)
+        if est is not None:
+            return est, (f"{reference}'s exact figure plus the early rows' own change since it "
+                         f"({100 * (est.value - exact[reference]):+.1f} points); {short}"), [reference]
     est = _stratified(result, subset, labels, cell.test_split, early.level)
     return est, f"the readout fitted on the early rows, over the whole test split; {short}", []
+
+
+def _early_change(result: Mapping[str, Any], reference: Mapping[str, Any], subset: Subset,
+                  labels: np.ndarray | None, test: str, level: float) -> tuple[float, float, float] | None:
+    """The early rows' own estimate of the change since ``reference`` (the same rows, both
+    early fits): (change, low, high), or None without per-image predictions of both on a
+    stratified sample. Never narrower than one early row's worth either way: two fits that
+    agree on every early row leave a zero-width interval, which such a sample cannot
+    claim."""
+    if labels is None or result.get("predictions") is None or reference.get("predictions") is None:
+        return None
+    rows = labels[subset.rows[test]]
+    classes, counts = np.unique(labels, return_counts=True)
+    right = [(np.asarray(r["predictions"]) == rows).astype(int) for r in (result, reference)]
+    change, low, high = stratified_change(*right, rows, dict(zip(classes.tolist(), counts.tolist())), level,
+                                          mean_per_class=result.get("metric") == "mean_per_class")
+    half = max((high - low) / 2, 1.0 / rows.size)
+    return change, change - half, change + half
 
 
 def _against_early_change(est: Estimate, reference_exact: float, result: Mapping[str, Any],
@@ -168,21 +192,35 @@ def _against_early_change(est: Estimate, reference_exact: float, result: Mapping
     rows' paired interval for the change. The history's line shrinks every change towards
     the history's typical step; a loss spike's early change, far larger, is what the early
     rows measure directly."""
-    if labels is None or result.get("predictions") is None or reference.get("predictions") is None:
+    measured = _early_change(result, reference, subset, labels, test, level)
+    if measured is None:
         return None
-    rows = labels[subset.rows[test]]
-    classes, counts = np.unique(labels, return_counts=True)
-    right = [(np.asarray(r["predictions"]) == rows).astype(int) for r in (result, reference)]
-    change, low, high = stratified_change(*right, rows, dict(zip(classes.tolist(), counts.tolist())), level,
-                                          mean_per_class=result.get("metric") == "mean_per_class")
+    change, low, high = measured
     implied = est.value - reference_exact
-    # rows where the two agree everywhere leave a zero-width interval: one early row's worth
-    # of change is what such a sample cannot rule out
-    slack = max(0.0, 1.0 / rows.size - (high - low) / 2)
-    if low - slack <= implied <= high + slack:
+    if low <= implied <= high:
         return None
     return (f"the history's line implies a change of {100 * implied:+.1f} points, outside the early rows' own "
             f"{level:.0%} interval for it ({100 * low:+.1f} to {100 * high:+.1f}, measured {100 * change:+.1f})")
+
+
+def _change_estimate(reference_exact: float, result: Mapping[str, Any], reference: Mapping[str, Any],
+                     subset: Subset, labels: np.ndarray | None, test: str, level: float,
+                     bounded: bool) -> Estimate | None:
+    """The previous checkpoint's exact figure plus the early rows' own change since it, with
+    that change's sampling interval: an estimate of the full figure without a history line,
+    unlike the plain early-row estimate (which is of the early fit, usually below the full
+    one: the smaller train set's cost cancels in the change)."""
+    measured = _early_change(result, reference, subset, labels, test, level)
+    if measured is None:
+        return None
+    change, low, high = (reference_exact + v for v in measured)
+    if bounded:
+        change, low, high = (min(max(v, 0.0), 1.0) for v in (change, low, high))
+    return Estimate(change, low, high, level, "change", int(subset.rows[test].size), _CHANGE_COVERS)
+
+
+_CHANGE_COVERS = ("the full figure, if the full fits changed since the previous checkpoint as the early fits did "
+                  "(sampling of the early test rows only)")
 
 
 def _stratified(result: Mapping[str, Any], subset: Subset, labels: np.ndarray, test: str, level: float) -> Estimate:

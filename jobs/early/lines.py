@@ -38,9 +38,9 @@ def early_ranks(estimates: Iterable[Mapping[str, Any]], records: Iterable[Mappin
     encoders with exact figures on the same datasets and the other new encoders' estimates
     (each setting's score is the mean over its datasets of the encoder's best layer, as the
     leaderboard's), and from its interval's ends the best and worst rank it allows."""
-    # Only calibrated estimates (``paired``, ``history``) rank: they are of the full figures.
-    # A sampling estimate is of the readout fitted on the early rows, which usually scores
-    # below the full one, so a setting with one gives no rank.
+    # Only estimates of the full figures (``paired``, ``history``, ``change``) rank. A sampling
+    # estimate is of the readout fitted on the early rows, which usually scores below the
+    # full one, so a setting with one gives no rank.
     exact: dict[tuple[str, str], dict[str, dict[str, float]]] = {}  # (setting, model) -> dataset -> layer score
     for rec in records:
         score = headline_value(rec)
@@ -56,19 +56,19 @@ def early_ranks(estimates: Iterable[Mapping[str, Any]], records: Iterable[Mappin
             sampled.add((rec["model"], rec["setting"]))
         mine.setdefault((rec["model"], rec["setting"]), {}).setdefault(rec["dataset"], []).append(
             (e["value"], e["low"], e["high"]))
-    calibrated = {k: v for k, v in mine.items() if k not in sampled}
+    of_full = {k: v for k, v in mine.items() if k not in sampled}
 
     def setting_score(by_dataset: Mapping[str, list], datasets: list[str], i: int) -> float:
         best = [max(by_dataset[d]) for d in datasets]  # the best layer by its estimate
         return sum(b[i] for b in best) / len(best)
 
     out = []
-    for (model, setting), by_dataset in sorted(calibrated.items()):
+    for (model, setting), by_dataset in sorted(of_full.items()):
         datasets = sorted(by_dataset)
         value, low, high = (setting_score(by_dataset, datasets, i) for i in range(3))
         others = [sum(max(layers.values()) for layers in (scores[d] for d in datasets)) / len(datasets)
                   for (s, m), scores in exact.items() if s == setting and m != model and all(d in scores for d in datasets)]
-        others += [setting_score(theirs, datasets, 0) for (m, s), theirs in calibrated.items()
+        others += [setting_score(theirs, datasets, 0) for (m, s), theirs in of_full.items()
                    if s == setting and m != model and all(d in theirs for d in datasets)]
         out.append({"model": model, "setting": setting, "datasets": datasets, "estimate": value,
                     "rank": 1 + sum(o > value for o in others), "best_rank": 1 + sum(o > high for o in others),

@@ -26,7 +26,7 @@ from jobs.evaluation.evaluate import Cell, evaluate_cell
 from jobs.extraction.extract import extract
 from jobs.extraction.import_features import import_features
 from jobs.report.results import results_frame
-from pipeline.analysis.early import stratified_estimate
+from pipeline.analysis.early import stratified_change, stratified_estimate
 from pipeline.datasets import make_dataset
 from pipeline.encoders import EncoderSpec
 from storage_schema import FeatureStore
@@ -177,21 +177,45 @@ def test_a_line_no_better_than_the_plain_estimate_on_its_history_is_set_aside(hi
         correct = (np.asarray(res["predictions"]) == labels[rows]).astype(int)
         rec["metrics"]["score"] = stratified_estimate(correct, labels[rows], population, cfg.early.level).value
     est, _, _ = _estimate(store, cfg, "s13", records=records)
-    assert est["estimate"]["method"] == "sampling" and est["history"] == []
+    # without the line: the previous checkpoint's exact figure plus the early rows' own change
+    assert est["estimate"]["method"] == "change" and [h["model"] for h in est["history"]] == ["s12"]
     assert "paired line set aside: leave-one-out error" in est["how"] and "vs plain 0.0 points" in est["how"], \
         est["how"]
 
 
-def test_too_little_history_gives_a_sampling_estimate_of_the_early_fit(history):
+def test_too_little_history_gives_the_previous_figure_plus_the_early_rows_own_change(history):
     store, cfg, _ = history
     few = copy.deepcopy(cfg)
     few.early = EarlyConfig(fraction=0.2, min_history=40)
     est, subset, result = _estimate(store, few, "s13")
-    assert est["estimate"]["method"] == "sampling" and "early rows" in est["how"]
-    # its interval is of the early fit over the whole test split: the previous checkpoint's own
-    assert est["verdicts"][0]["against_what"] == "early fit over the whole test split"
+    assert est["estimate"]["method"] == "change" and "s12's exact figure plus the early rows' own change" in est["how"]
+    # the change: the stratified mean of per-row differences of being right, s13 against s12 on
+    # the same early rows, added to s12's exact figure
+    labels = store.labels("blobs", "test").read()
+    rows = labels[subset.rows["test"]]
     prev = early_result(store, _cell("s12"), subset, "store")
-    assert est["verdicts"][0]["against_value"] == prev["full_split_score"]
+    population = dict(zip(*(v.tolist() for v in np.unique(labels, return_counts=True))))
+    change, low, high = stratified_change((np.asarray(result["predictions"]) == rows).astype(int),
+                                          (np.asarray(prev["predictions"]) == rows).astype(int), rows, population, 0.9)
+    s12 = next(r for r in Ledger(store) if r["model"] == "s12")["metrics"]["score"]
+    half = max((high - low) / 2, 1 / rows.size)
+    e = est["estimate"]
+    assert e["value"] == pytest.approx(min(max(s12 + change, 0), 1))
+    assert (e["low"], e["high"]) == pytest.approx((max(s12 + change - half, 0), min(s12 + change + half, 1)))
+    # it is of the full figure: compared with the previous checkpoint's exact one, by the early rows' test
+    assert est["verdicts"][0]["against_what"] == "exact" and est["verdicts"][0]["against_value"] == s12
+
+
+def test_without_a_previous_exact_figure_a_sampling_estimate_of_the_early_fit(history):
+    store, cfg, _ = history
+    est, subset, result = _estimate(store, cfg, "s13", records=[])
+    assert est["estimate"]["method"] == "sampling" and "early rows" in est["how"] and est["verdicts"] == []
+    labels = store.labels("blobs", "test").read()
+    rows = subset.rows["test"]
+    population = dict(zip(*(v.tolist() for v in np.unique(labels, return_counts=True))))
+    plain = stratified_estimate((np.asarray(result["predictions"]) == labels[rows]).astype(int), labels[rows],
+                                population, 0.9)
+    assert est["estimate"]["value"] == pytest.approx(plain.value)
 
 
 def test_an_unreliable_record_gives_no_early_verdict(history):

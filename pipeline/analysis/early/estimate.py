@@ -35,9 +35,12 @@ class Estimate:
     level : float
         Its nominal coverage.
     method : str
-        ``history`` (calibrated on earlier encoders) or ``sampling`` (sampling theory).
+        ``paired`` or ``history`` (calibrated on earlier encoders), ``change`` (the previous
+        checkpoint's exact figure plus the early rows' own change since it) or ``sampling``
+        (the early fit over the whole test split; sampling theory).
     n : int
-        Earlier encoders (``history``) or early test rows (``sampling``) behind it.
+        Earlier encoders (``paired``, ``history``) or early test rows (``change``,
+        ``sampling``) behind it.
     covers : str
         What the interval is an interval for, in words.
     """

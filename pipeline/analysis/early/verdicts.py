@@ -48,8 +48,8 @@ def early_verdict(estimate: Estimate, against: float, *, difference: float | Non
 
     The paired test on the early rows is the direct evidence: where it is significant it
     decides a calibrated estimate's verdict (a line fitted on the history never overturns
-    it), and where it leans against a calibrated interval's side there is no verdict. A
-    sampling estimate needs both its interval and that test.
+    it), and where it leans against a calibrated interval's side there is no verdict. An
+    uncalibrated estimate (``change``, ``sampling``) needs both its interval and that test.
 
     Parameters
     ----------
