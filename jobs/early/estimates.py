@@ -117,6 +117,10 @@ def _estimate(cell: Cell, result: Mapping[str, Any], subset: Subset, store: Feat
     def plain(model: str) -> Estimate:
         return _plain_of(results[model], subset, labels, cell.test_split, early.level)
 
+    # the early rows' own change since the previous checkpoint: a line must agree with it, and
+    # without a line it is the estimate
+    measured = _early_change(result, results[reference], subset, labels, cell.test_split, early.level) if (
+        reference is not None and reference in results) else None
     declined = []
     if uncalibrated:
         declined.append(uncalibrated)
@@ -129,8 +133,7 @@ def _estimate(cell: Cell, result: Mapping[str, Any], subset: Subset, store: Feat
             trial = line_trial(model.leave_one_out(), [plain(b) for _, b in pairs], model.full_after, bounded)
             if trial.kept:
                 est = model.predict(score, float(results[reference]["score"]), exact[reference])
-                beyond = _against_early_change(est, exact[reference], result, results[reference], subset, labels,
-                                               cell.test_split, early.level)
+                beyond = _against_early_change(est, exact[reference], measured, early.level)
                 if beyond is None:
                     return (est, f"{reference}'s exact figure plus the change of early score, calibrated on "
                             f"{len(pairs)} earlier consecutive checkpoints ({trial.line()})",
@@ -156,12 +159,10 @@ def _estimate(cell: Cell, result: Mapping[str, Any], subset: Subset, store: Feat
         return None, f"no estimate: {short}, and its scores are not per-image predictions", []
     if subset.method != "stratified":
         return None, f"no estimate: {short} (anchor rows are no random sample)", []
-    if reference is not None and reference in results:
-        est = _change_estimate(exact[reference], result, results[reference], subset, labels, cell.test_split,
-                               early.level, bounded)
-        if est is not None:
-            return est, (f"{reference}'s exact figure plus the early rows' own change since it "
-                         f"({100 * (est.value - exact[reference]):+.1f} points); {short}"), [reference]
+    if measured is not None:
+        est = _change_estimate(exact[reference], measured, len(subset.rows[cell.test_split]), early.level, bounded)
+        return est, (f"{reference}'s exact figure plus the early rows' own change since it "
+                     f"({100 * measured[0]:+.1f} points); {short}"), [reference]
     est = _stratified(result, subset, labels, cell.test_split, early.level)
     return est, f"the readout fitted on the early rows, over the whole test split; {short}", []
 
@@ -184,15 +185,13 @@ def _early_change(result: Mapping[str, Any], reference: Mapping[str, Any], subse
     return change, change - half, change + half
 
 
-def _against_early_change(est: Estimate, reference_exact: float, result: Mapping[str, Any],
-                          reference: Mapping[str, Any], subset: Subset, labels: np.ndarray | None, test: str,
+def _against_early_change(est: Estimate, reference_exact: float, measured: tuple[float, float, float] | None,
                           level: float) -> str | None:
     """Why a paired line's estimate contradicts the early rows' own evidence, or None: the
     change it implies (its value minus the reference's exact figure) lies outside the early
     rows' paired interval for the change. The history's line shrinks every change towards
     the history's typical step; a loss spike's early change, far larger, is what the early
-    rows measure directly."""
-    measured = _early_change(result, reference, subset, labels, test, level)
+    rows measure directly (``measured``: ``_early_change``)."""
     if measured is None:
         return None
     change, low, high = measured
@@ -203,20 +202,16 @@ def _against_early_change(est: Estimate, reference_exact: float, result: Mapping
             f"{level:.0%} interval for it ({100 * low:+.1f} to {100 * high:+.1f}, measured {100 * change:+.1f})")
 
 
-def _change_estimate(reference_exact: float, result: Mapping[str, Any], reference: Mapping[str, Any],
-                     subset: Subset, labels: np.ndarray | None, test: str, level: float,
-                     bounded: bool) -> Estimate | None:
+def _change_estimate(reference_exact: float, measured: tuple[float, float, float], n_rows: int, level: float,
+                     bounded: bool) -> Estimate:
     """The previous checkpoint's exact figure plus the early rows' own change since it, with
     that change's sampling interval: an estimate of the full figure without a history line,
     unlike the plain early-row estimate (which is of the early fit, usually below the full
-    one: the smaller train set's cost cancels in the change)."""
-    measured = _early_change(result, reference, subset, labels, test, level)
-    if measured is None:
-        return None
-    change, low, high = (reference_exact + v for v in measured)
+    one: the smaller train set's cost cancels in the change); ``measured``: ``_early_change``."""
+    value, low, high = (reference_exact + v for v in measured)
     if bounded:
-        change, low, high = (min(max(v, 0.0), 1.0) for v in (change, low, high))
-    return Estimate(change, low, high, level, "change", int(subset.rows[test].size), _CHANGE_COVERS)
+        value, low, high = (min(max(v, 0.0), 1.0) for v in (value, low, high))
+    return Estimate(value, low, high, level, "change", int(n_rows), _CHANGE_COVERS)
 
 
 _CHANGE_COVERS = ("the full figure, if the full fits changed since the previous checkpoint as the early fits did "

@@ -272,7 +272,7 @@ def test_a_line_contradicted_by_the_early_rows_falls_back_to_their_own_interval(
     # the paired line's implied change (its estimate minus the previous checkpoint's exact
     # figure) against the early rows' own paired interval for the change: a loss spike's
     # early drop, which the line would shrink towards the history's typical step
-    from jobs.early.estimates import _against_early_change
+    from jobs.early.estimates import _against_early_change, _early_change
     from pipeline.analysis.early import Estimate
 
     store, cfg, _ = history
@@ -282,15 +282,16 @@ def test_a_line_contradicted_by_the_early_rows_falls_back_to_their_own_interval(
     ref = {"predictions": rows.copy()}  # the previous checkpoint right on every early row
     spiked = {"predictions": np.where(np.arange(rows.size) % 2 == 0, (rows + 1) % 3, rows)}  # wrong on half
     line = Estimate(0.92, 0.88, 0.95, 0.9, "paired", 11, "")
-    why = _against_early_change(line, 0.90, spiked, ref, subset, labels, "test", 0.9)
+    why = _against_early_change(line, 0.90, _early_change(spiked, ref, subset, labels, "test", 0.9), 0.9)
     assert why.startswith("the history's line implies a change of +2.0 points, outside the early rows' own 90% "
                           "interval") and "measured -50.0" in why, why
     drop = Estimate(0.42, 0.3, 0.5, 0.9, "paired", 11, "")
-    assert _against_early_change(drop, 0.90, spiked, ref, subset, labels, "test", 0.9) is None
+    assert _against_early_change(drop, 0.90, _early_change(spiked, ref, subset, labels, "test", 0.9), 0.9) is None
     # identical early predictions: one early row's worth of change is not a contradiction
     small = Estimate(0.90 + 0.9 / rows.size, 0.8, 0.95, 0.9, "paired", 11, "")
-    assert _against_early_change(small, 0.90, ref, ref, subset, labels, "test", 0.9) is None
+    assert _against_early_change(small, 0.90, _early_change(ref, ref, subset, labels, "test", 0.9), 0.9) is None
     more = Estimate(0.90 + 2.0 / rows.size, 0.8, 0.95, 0.9, "paired", 11, "")
-    assert _against_early_change(more, 0.90, ref, ref, subset, labels, "test", 0.9) is not None
+    assert _against_early_change(more, 0.90, _early_change(ref, ref, subset, labels, "test", 0.9), 0.9) is not None
     # without per-image predictions there is nothing to compare
-    assert _against_early_change(line, 0.90, {"predictions": None}, ref, subset, labels, "test", 0.9) is None
+    assert _early_change({"predictions": None}, ref, subset, labels, "test", 0.9) is None
+    assert _against_early_change(line, 0.90, None, 0.9) is None
