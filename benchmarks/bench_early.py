@@ -403,7 +403,8 @@ def run(out: Path, quick: bool, held_out: int, rows: str) -> dict:
             rows_out.append({
                 "model": name, "setting": est["setting"], "dataset": est["dataset"], "status": est.get("status"),
                 "spiked": checkpoints[name]["spiked"],
-                "method": e.get("method"), "value": e.get("value"), "low": e.get("low"), "high": e.get("high"),
+                "method": e.get("method"), "how": est.get("how") or est.get("reason"),
+                "value": e.get("value"), "low": e.get("low"), "high": e.get("high"),
                 "exact": exact[(est["setting"], est["dataset"])], "rankme": mine,
                 "verdicts": [(v["verdict"], verdicts.get((est["setting"], est["dataset"], v["against"])))
                              for v in est.get("verdicts") or []],
@@ -411,7 +412,7 @@ def run(out: Path, quick: bool, held_out: int, rows: str) -> dict:
                                      verdicts.get((est["setting"], est["dataset"], v["against"])))
                                     for v in est.get("verdicts") or []],
                 "comparisons": [{"kind": v["kind"], "against": v["against"], "against_value": v["against_value"],
-                                 "early": v["verdict"], "early_p": v.get("p_adjusted"),
+                                 "early": v["verdict"], "early_reason": v.get("reason"), "early_p": v.get("p_adjusted"),
                                  "early_difference": v.get("difference"), "detectable": v.get("detectable"),
                                  "exact": verdicts.get((est["setting"], est["dataset"], v["against"]))}
                                 for v in est.get("verdicts") or []]})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -105,8 +106,9 @@ def _estimate(cell: Cell, result: Mapping[str, Any], subset: Subset, store: Feat
               ) -> tuple[Estimate | None, str, list[str]]:
     """(estimate, why this method or why none, the earlier encoders it rests on). A history
     line is used only within the range it was fitted on, while its setting's intervals hold
-    (``uncalibrated``: why not), and where it beat the plain early-row estimate on its own
-    history, leave-one-out; else the early rows' own sampling interval, saying so."""
+    (``uncalibrated``: why not), and where it beat, on its own history and leave-one-out, the
+    estimate made without it; else that estimate (the reference's exact figure plus the early
+    rows' own change, or the early rows' own sampling interval), saying so."""
     early = cfg.early
     score = float(result["score"])
     exact = {m: float(record_score(history[m])) for m in results}
@@ -117,8 +119,16 @@ def _estimate(cell: Cell, result: Mapping[str, Any], subset: Subset, store: Feat
     def plain(model: str) -> Estimate:
         return _plain_of(results[model], subset, labels, cell.test_split, early.level)
 
-    # the early rows' own change since the previous checkpoint: a line must agree with it, and
-    # without a line it is the estimate
+    def without_line(older: str, newer: str) -> Estimate:
+        # what an earlier pair's newer checkpoint would have been estimated as without the
+        # line: its predecessor's exact figure plus the early rows' change, as below
+        change = _early_change(results[newer], results[older], subset, labels, cell.test_split, early.level)
+        if change is None:
+            return plain(newer)
+        return _change_estimate(exact[older], change, len(subset.rows[cell.test_split]), early.level, bounded)
+
+    # the early rows' own change since the reference: a line must agree with it (and its
+    # interval reach it on its side), and without a line it is the estimate
     measured = _early_change(result, results[reference], subset, labels, cell.test_split, early.level) if (
         reference is not None and reference in results) else None
     declined = []
@@ -130,13 +140,15 @@ def _estimate(cell: Cell, result: Mapping[str, Any], subset: Subset, store: Feat
                                        early.level, early.min_history)
         beyond = model.outside(score, float(results[reference]["score"]))
         if beyond is None:
-            trial = line_trial(model.leave_one_out(), [plain(b) for _, b in pairs], model.full_after, bounded)
+            trial = line_trial(model.leave_one_out(), [without_line(a, b) for a, b in pairs], model.full_after,
+                               bounded)
             if trial.kept:
                 est = model.predict(score, float(results[reference]["score"]), exact[reference])
                 beyond = _against_early_change(est, exact[reference], measured, early.level)
                 if beyond is None:
+                    est, held = _holding_early_change(est, exact[reference], measured, bounded)
                     return (est, f"{reference}'s exact figure plus the change of early score, calibrated on "
-                            f"{len(pairs)} earlier consecutive checkpoints ({trial.line()})",
+                            f"{len(pairs)} earlier consecutive checkpoints ({trial.line()}){held}",
                             sorted({m for p in pairs for m in p}))
             else:
                 beyond = trial.line()
@@ -202,6 +214,33 @@ def _against_early_change(est: Estimate, reference_exact: float, measured: tuple
             f"{level:.0%} interval for it ({100 * low:+.1f} to {100 * high:+.1f}, measured {100 * change:+.1f})")
 
 
+def _holding_early_change(est: Estimate, reference_exact: float, measured: tuple[float, float, float] | None,
+                          bounded: bool) -> tuple[Estimate, str]:
+    """A line's estimate with its interval reaching, on the side the early rows point to,
+    as far as their own interval for the change does (from the reference's exact figure),
+    and what it says of that. A line fitted on steady progress shrinks every change towards
+    the history's typical gain; a loss spike the early rows barely see (a few dozen test
+    rows) is not like the history, and its line interval, narrow, can exclude a drop the
+    early rows leave open. The line's point stays (it was the better one on the history);
+    its interval may narrow the early rows' on the line's own side, never shut out theirs."""
+    if measured is None:
+        return est, ""
+    change, low, high = (reference_exact + v for v in measured)
+    if bounded:
+        low, high = max(low, 0.0), min(high, 1.0)
+    if change < est.value and low < est.low:
+        widened = dataclasses.replace(est, low=low, covers=est.covers + _HOLDS_EARLY_CHANGE)
+    elif change > est.value and high > est.high:
+        widened = dataclasses.replace(est, high=high, covers=est.covers + _HOLDS_EARLY_CHANGE)
+    else:
+        return est, ""
+    return widened, (f"; its interval reaches the early rows' own for the change on their side "
+                     f"({100 * measured[1]:+.1f} to {100 * measured[2]:+.1f} points, measured {100 * measured[0]:+.1f})")
+
+
+_HOLDS_EARLY_CHANGE = ", or as far as the early rows' own change since it leaves open on the side they point to"
+
+
 def _change_estimate(reference_exact: float, measured: tuple[float, float, float], n_rows: int, level: float,
                      bounded: bool) -> Estimate:
     """The previous checkpoint's exact figure plus the early rows' own change since it, with
@@ -258,6 +297,39 @@ def _against(cfg: BenchmarkConfig, model: str, history: Mapping[str, Mapping[str
     return out
 
 
+def _reference(cfg: BenchmarkConfig, model: str, history: Mapping[str, Mapping[str, Any]],
+               results: Mapping[str, Mapping[str, Any]], result: Mapping[str, Any],
+               alpha: float = 0.05) -> str | None:
+    """The earlier checkpoint of the series the estimate starts from, of those with an exact
+    figure and an early result: the latest, unless another one predicts as the new
+    checkpoint does on significantly more early test rows (then the one that agrees most;
+    ties: the later step). After a loss spike the next checkpoint, trained on from the
+    unspiked weights, is far from the spike and near the checkpoint before it: a change
+    measured from the spike would be a recovery of tens of points, which early fits on a
+    tenth of the rows understate and a history line shrinks.
+
+    Significantly: a sign test on the rows where exactly one of the two agrees with the new
+    checkpoint, one-sided at ``alpha`` shared among the candidates (on a few dozen early rows
+    one checkpoint or the next is nearer by chance)."""
+    members, step = _series_of(cfg, model)
+    before = [e for e, s in members if step is not None and s < step and e in history and e in results]
+    if not before:
+        return None
+    latest = before[-1]
+    mine = result.get("predictions")
+    if mine is None or any(results[e].get("predictions") is None for e in before):
+        return latest
+    mine = np.asarray(mine)
+    agrees = {e: np.asarray(results[e]["predictions"]) == mine for e in before}
+    nearest = max(reversed(before), key=lambda e: int(np.count_nonzero(agrees[e])))
+    only_nearest = int(np.count_nonzero(agrees[nearest] & ~agrees[latest]))
+    only_latest = int(np.count_nonzero(agrees[latest] & ~agrees[nearest]))
+    if nearest == latest or only_nearest <= only_latest:
+        return latest
+    z = (only_nearest - only_latest) / np.sqrt(only_nearest + only_latest)
+    return nearest if z >= NormalDist().inv_cdf(1 - alpha / (len(before) - 1)) else latest
+
+
 def estimate_encoder(store: FeatureStore, cfg: BenchmarkConfig, cells: list[Cell], subsets: Mapping[str, Subset],
                      results: Mapping[CellKey, Mapping[str, Any]], records: list[Mapping[str, Any]],
                      off: Mapping[tuple[str, str], str] | None = None, *, alpha: float = 0.05,
@@ -292,7 +364,7 @@ def estimate_encoder(store: FeatureStore, cfg: BenchmarkConfig, cells: list[Cell
         history = cell_history(records, cell, result, subset.labels[cell.test_split])
         against = _against(cfg, cell.model, history, lower)
         hist_results = _history_results(store, cell, subset, history)
-        reference = next((e for kind, e in against if kind == "previous"), None)
+        reference = _reference(cfg, cell.model, history, hist_results, result)
         try:
             est, how, rests_on = _estimate(cell, result, subset, store, cfg, history, hist_results, reference, bounded,
                                            uncalibrated.get((cell.protocol, result["config_hash"])))

@@ -163,10 +163,10 @@ def test_an_estimate_from_the_history_with_early_verdicts_and_nothing_in_the_led
     assert len(frame) == before and "early" not in " ".join(frame.columns)
 
 
-def test_a_line_no_better_than_the_plain_estimate_on_its_history_is_set_aside(history):
+def test_a_line_no_better_than_the_estimate_without_it_on_its_history_is_set_aside(history):
     store, cfg, _ = history
     kept, subset, _ = _estimate(store, cfg, "s13")
-    assert "leave-one-out error" in kept["how"] and "vs plain" in kept["how"], kept["how"]
+    assert "leave-one-out error" in kept["how"] and "vs change" in kept["how"], kept["how"]
     # every earlier exact figure made equal to its plain estimate: no line can do better
     labels = store.labels("blobs", "test").read()
     rows = subset.rows["test"]
@@ -179,7 +179,7 @@ def test_a_line_no_better_than_the_plain_estimate_on_its_history_is_set_aside(hi
     est, _, _ = _estimate(store, cfg, "s13", records=records)
     # without the line: the previous checkpoint's exact figure plus the early rows' own change
     assert est["estimate"]["method"] == "change" and [h["model"] for h in est["history"]] == ["s12"]
-    assert "paired line set aside: leave-one-out error" in est["how"] and "vs plain 0.0 points" in est["how"], \
+    assert "paired line set aside: leave-one-out error" in est["how"] and "vs change 0.0 points" in est["how"], \
         est["how"]
 
 
@@ -295,3 +295,58 @@ def test_a_line_contradicted_by_the_early_rows_falls_back_to_their_own_interval(
     # without per-image predictions there is nothing to compare
     assert _early_change({"predictions": None}, ref, subset, labels, "test", 0.9) is None
     assert _against_early_change(line, 0.90, None, 0.9) is None
+
+
+def test_after_a_loss_spike_the_estimate_starts_from_the_checkpoint_significantly_nearest_in_its_predictions(history):
+    # the checkpoint after a spike is trained on from the unspiked weights: measured from the
+    # spike, its change would be a recovery the early fits understate; the checkpoint before
+    # the spike predicts as it does
+    from jobs.early.estimates import _reference
+
+    store, cfg, _ = history
+    subset = current_subset(store, cfg.datasets[0], cfg.early)
+    rows = store.labels("blobs", "test").read()[subset.rows["test"]]
+    n = rows.size
+
+    def differing(k):  # predictions that differ from the new checkpoint's on the first k early rows
+        return {"predictions": np.where(np.arange(n) < k, (rows + 1) % 3, rows)}
+
+    earlier = {f"s{s:02d}": differing(n // 2) for s in range(1, 13)}
+    new = {"predictions": rows.copy()}
+    before = {m: {} for m in earlier}  # each has an exact record
+    assert _reference(cfg, "s13", before, earlier, new) == "s12"  # all alike: the latest
+    spiked = {**earlier, "s12": differing(n * 3 // 4), "s11": differing(n // 10)}
+    assert _reference(cfg, "s13", before, spiked, new) == "s11"
+    # nearer by a few rows only, as chance makes one or the other on a few dozen rows: the latest
+    close = {**earlier, "s12": differing(3), "s11": differing(1)}
+    assert _reference(cfg, "s13", before, close, new) == "s12"
+    # the sign test on the rows where only one of the two agrees with the new checkpoint,
+    # alpha 0.05 shared among the 11 others: z >= 2.61 (40 early rows here)
+    assert n == 40
+    assert _reference(cfg, "s13", before, {**earlier, "s12": differing(7), "s11": differing(0)}, new) == "s11"  # 2.65
+    assert _reference(cfg, "s13", before, {**earlier, "s12": differing(6), "s11": differing(0)}, new) == "s12"  # 2.45
+    # without per-image predictions (a retrieval score): the latest; without an exact record: not a candidate
+    assert _reference(cfg, "s13", before, {**spiked, "s11": {"predictions": None}}, new) == "s12"
+    assert _reference(cfg, "s13", {m: {} for m in earlier if m != "s11"}, spiked, new) == "s10"  # the latest nearest
+    assert _reference(cfg, "s01", before, earlier, new) is None
+
+
+def test_a_line_interval_reaches_the_early_rows_own_change_on_the_side_they_point_to():
+    # a loss spike the early rows barely see: the line (steady progress) says +2 points, the
+    # early rows -5 with a wide interval; the line's interval must not shut out the drop they
+    # leave open, and keeps its own narrower side
+    from jobs.early.estimates import _holding_early_change
+    from pipeline.analysis.early import Estimate
+
+    line = Estimate(0.60, 0.55, 0.65, 0.9, "paired", 18, "the full figure")
+    drop, why = _holding_early_change(line, 0.58, (-0.05, -0.17, 0.07), bounded=True)
+    assert (drop.value, drop.low, drop.high) == (0.60, pytest.approx(0.41), 0.65) and drop.method == "paired"
+    assert "reaches the early rows' own for the change on their side (-17.0 to +7.0 points, measured -5.0)" in why
+    assert drop.covers.startswith("the full figure, or as far as the early rows' own change")
+    gain, _ = _holding_early_change(line, 0.58, (0.10, 0.02, 0.18), bounded=True)
+    assert (gain.low, gain.high) == (0.55, pytest.approx(0.76))
+    # the early rows' interval inside the line's on their side: nothing to reach
+    assert _holding_early_change(line, 0.58, (0.01, -0.02, 0.04), bounded=True) == (line, "")
+    assert _holding_early_change(line, 0.58, None, bounded=True) == (line, "")
+    # fractions stay within [0, 1]
+    assert _holding_early_change(line, 0.58, (0.5, 0.4, 0.6), bounded=True)[0].high == 1.0

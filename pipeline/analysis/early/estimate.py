@@ -590,6 +590,9 @@ class LineTrial:
         The line's nominal coverage.
     bounded : bool
         Fractions in [0, 1] (errors said in points).
+    alternative : str
+        What the line is measured against, in a word: ``plain`` (the early rows' own
+        estimate) or ``change`` (the previous exact figure plus the early rows' change).
     """
 
     method: str
@@ -599,6 +602,7 @@ class LineTrial:
     plain_covered: tuple[bool, ...]
     level: float
     bounded: bool = True
+    alternative: str = "plain"
 
     @property
     def error(self) -> float:
@@ -629,7 +633,8 @@ class LineTrial:
         -------
         str
         """
-        text = f"leave-one-out error {self._amount(self.error)} vs plain {self._amount(self.plain_error)}"
+        text = (f"leave-one-out error {self._amount(self.error)} vs {self.alternative} "
+                f"{self._amount(self.plain_error)}")
         if self.covered:
             text += f", its intervals held {sum(self.covered)} of {len(self.covered)}"
             if self.undercovered:
@@ -649,7 +654,9 @@ def line_trial(line: Sequence[Estimate], plain: Sequence[Estimate], exact: objec
         Per checkpoint, the line's prediction from the others (``leave_one_out`` of a
         :class:`HistoryModel` or :class:`PairedHistoryModel`).
     plain : sequence of Estimate
-        Per checkpoint, in the same order, the plain estimate from its early rows alone.
+        Per checkpoint, in the same order, what the line must beat: the plain estimate from
+        its early rows alone, or (``method='change'``) its predecessor's exact figure plus
+        the early rows' change, where that is the estimate used without a line.
     exact : array-like
         Per checkpoint, its exact figure.
     bounded : bool
@@ -666,5 +673,6 @@ def line_trial(line: Sequence[Estimate], plain: Sequence[Estimate], exact: objec
     errors = tuple(abs(e.value - t) for e, t in zip(line, truth))
     plain_errors = tuple(abs(e.value - t) for e, t in zip(plain, truth))
     held = lambda ests: tuple(e.contains(t) for e, t in zip(ests, truth) if e.has_interval)  # noqa: E731
+    alternative = "change" if plain[0].method == "change" else "plain"
     return LineTrial(line[0].method, tuple(map(float, errors)), tuple(map(float, plain_errors)), held(line),
-                     held(plain), line[0].level, bool(bounded))
+                     held(plain), line[0].level, bool(bounded), alternative)
