@@ -197,8 +197,17 @@ def test_too_little_history_gives_the_previous_figure_plus_the_early_rows_own_ch
     population = dict(zip(*(v.tolist() for v in np.unique(labels, return_counts=True))))
     change, low, high = stratified_change((np.asarray(result["predictions"]) == rows).astype(int),
                                           (np.asarray(prev["predictions"]) == rows).astype(int), rows, population, 0.9)
-    s12 = next(r for r in Ledger(store) if r["model"] == "s12")["metrics"]["score"]
+    exact = {r["model"]: r["metrics"]["score"] for r in Ledger(store)}
     half = max((high - low) / 2, 1 / rows.size)
+    # at least as wide as the history's own misses of the change: the 11 earlier pairs' full
+    # change minus their early rows' change, the ceil(12 * 0.9) = 11th smallest size
+    right = {m: (np.asarray(early_result(store, _cell(m), subset, "store")["predictions"]) == rows).astype(int)
+             for m in (f"s{i:02d}" for i in range(1, 13))}
+    missed = [(exact[f"s{i + 1:02d}"] - exact[f"s{i:02d}"])
+              - stratified_change(right[f"s{i + 1:02d}"], right[f"s{i:02d}"], rows, population, 0.9)[0]
+              for i in range(1, 12)]
+    half = max(half, max(abs(m) for m in missed))
+    s12 = exact["s12"]
     e = est["estimate"]
     assert e["value"] == pytest.approx(min(max(s12 + change, 0), 1))
     assert (e["low"], e["high"]) == pytest.approx((max(s12 + change - half, 0), min(s12 + change + half, 1)))
@@ -350,3 +359,18 @@ def test_a_line_interval_reaches_the_early_rows_own_change_on_the_side_they_poin
     assert _holding_early_change(line, 0.58, None, bounded=True) == (line, "")
     # fractions stay within [0, 1]
     assert _holding_early_change(line, 0.58, (0.5, 0.4, 0.6), bounded=True)[0].high == 1.0
+
+
+def test_the_early_rows_change_is_at_least_as_wide_as_the_history_missed_it():
+    # split conformal: of n earlier pairs' misses (full change minus early change), the
+    # ceil((n + 1) * level)-th smallest size is the least half-width either way
+    from jobs.early.estimates import _with_history_misses
+
+    missed = [0.01, -0.02, 0.03, -0.04, 0.05, -0.06, 0.07, -0.08, 0.09, -0.10]  # n = 10: the 10th smallest
+    assert _with_history_misses((-0.05, -0.09, -0.01), missed, 0.9) == pytest.approx((-0.05, -0.15, 0.05))
+    assert _with_history_misses((-0.05, -0.09, -0.01), missed, 0.8) == pytest.approx((-0.05, -0.14, 0.04))  # 9th
+    # a sampling interval already wider on one side keeps that side
+    assert _with_history_misses((-0.05, -0.30, -0.01), missed, 0.9) == pytest.approx((-0.05, -0.30, 0.05))
+    # too few pairs for the quantile (ceil(10 * 0.9) = 9 > 8), or none: the sampling interval stands
+    assert _with_history_misses((-0.05, -0.09, -0.01), missed[:8], 0.9) == (-0.05, -0.09, -0.01)
+    assert _with_history_misses((-0.05, -0.09, -0.01), [], 0.9) == (-0.05, -0.09, -0.01)
