@@ -30,6 +30,10 @@ def estimate_line(rec: Mapping[str, Any]) -> str:
     for v in rec.get("verdicts") or []:
         what = "" if v.get("against_what", "exact") == "exact" else f"{v['against_what']} "
         text += f"; vs {v['kind']} {v['against']} ({what}{figure(v.get('against_value'))}): {v['verdict']}"
+        if v.get("reason"):  # what decided it, and where the exact test may not tell the two apart
+            text += f" ({v['reason']})"
+    if rec.get("unreliable") and not rec.get("verdicts"):  # else each verdict's reason says it
+        text += f"; its early fit is unreliable: {' | '.join(rec['unreliable'])}"
     return text
 
 

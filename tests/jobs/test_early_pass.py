@@ -374,3 +374,23 @@ def test_the_early_rows_change_is_at_least_as_wide_as_the_history_missed_it():
     # too few pairs for the quantile (ceil(10 * 0.9) = 9 > 8), or none: the sampling interval stands
     assert _with_history_misses((-0.05, -0.09, -0.01), missed[:8], 0.9) == (-0.05, -0.09, -0.01)
     assert _with_history_misses((-0.05, -0.09, -0.01), [], 0.9) == (-0.05, -0.09, -0.01)
+
+
+def test_every_early_verdict_is_said_with_its_reason_on_the_terminal_and_in_the_report():
+    from jobs.early.lines import estimate_line
+    from jobs.report.sections.early import _verdicts
+
+    reason = "interval 0.3492..0.5168 below 0.623, paired test on the early rows p = 0.0094"
+    rec = {"model": "s13", "setting": "knn5", "dataset": "blobs", "layer": "pre_logits", "status": "estimated",
+           "estimate": {"value": 0.43, "low": 0.35, "high": 0.52, "level": 0.9, "method": "change"},
+           "how": "s12's exact figure plus the early rows' own change since it (-19.0 points)",
+           "unreliable": [], "verdicts": [{"kind": "previous", "against": "s12", "against_value": 0.623,
+                                           "against_what": "exact", "verdict": "worse", "reason": reason}]}
+    line = estimate_line(rec)
+    assert line.endswith(f"; vs previous s12 (62.3 %): worse ({reason})"), line
+    cell = str(_verdicts(rec))
+    assert "<b>worse</b>" in cell and f"<small> ({reason})</small>" in cell  # in view, not only on hover
+    # an early fit with a warning and no comparison to carry it: said on the estimate's line
+    alone = {**rec, "verdicts": [], "unreliable": ["at_chance: score 0.22 is at or below chance (0.25)"]}
+    assert estimate_line(alone).endswith("; its early fit is unreliable: at_chance: score 0.22 is at or below "
+                                         "chance (0.25)")

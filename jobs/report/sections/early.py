@@ -27,9 +27,11 @@ def _verdicts(rec: dict[str, Any]) -> Markup | str:
     verdicts = rec.get("verdicts") or []
     if not verdicts:
         return "-"
-    # each verdict's reason (its interval against the figure, what backs it) where the pointer rests
-    return Markup("; ".join(el("span", f"{v['kind']} {v['against']}: {v['verdict']}", title=v.get("reason"))
-                            for v in verdicts))
+    # each verdict with its reason (its interval against the figure, what backs it, when the
+    # exact test may not tell the two apart) in the cell, and where the pointer rests
+    return Markup("<br>".join(el("span", f"{v['kind']} {v['against']}: ", el("b", v["verdict"]),
+                                 el("small", f" ({v['reason']})") if v.get("reason") else "", title=v.get("reason"))
+                              for v in verdicts))
 
 
 def _check(rec: dict[str, Any]) -> list[Any]:
