@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from collections.abc import Iterable, Mapping
 from statistics import NormalDist
 from typing import Any
@@ -19,8 +18,8 @@ from jobs.early.subsets import Subset
 from jobs.evaluation.cell import Cell
 from pipeline.analysis.compare import benjamini_hochberg, compare_predictions
 from pipeline.analysis.early import (
-    Estimate, HistoryModel, PairedHistoryModel, detectable_difference, early_verdict, line_trial, stratified_change,
-    stratified_estimate,
+    Estimate, HistoryModel, PairedHistoryModel, conformal_half_width, detectable_difference, early_verdict, line_trial,
+    stratified_change, stratified_estimate,
 )
 from pipeline.errors import RepevalError
 from pipeline.plain import to_plain
@@ -217,13 +216,11 @@ def _with_history_misses(measured: tuple[float, float, float], missed: list[floa
     the two early fits also rest on a tenth of the train rows, which the full fits do not,
     and a change of the features (a loss spike most of all) moves a fit on few rows unlike
     a fit on all of them. The half-width is the split-conformal quantile of the misses'
-    sizes (the ceil((n + 1) level)-th smallest of n), which covers at ``level`` a new pair
-    exchangeable with the history's; with too few pairs for it, the sampling interval
-    stands."""
-    k = math.ceil((len(missed) + 1) * level)
-    if not missed or k > len(missed):
+    sizes (``conformal_half_width``), which covers at ``level`` a new pair exchangeable
+    with the history's; with too few pairs for it, the sampling interval stands."""
+    q = conformal_half_width(missed, level)
+    if q is None:
         return measured
-    q = float(np.sort(np.abs(missed))[k - 1])
     change, low, high = measured
     return change, min(low, change - q), max(high, change + q)
 

@@ -374,6 +374,8 @@ def test_the_early_rows_change_is_at_least_as_wide_as_the_history_missed_it():
     # too few pairs for the quantile (ceil(10 * 0.9) = 9 > 8), or none: the sampling interval stands
     assert _with_history_misses((-0.05, -0.09, -0.01), missed[:8], 0.9) == (-0.05, -0.09, -0.01)
     assert _with_history_misses((-0.05, -0.09, -0.01), [], 0.9) == (-0.05, -0.09, -0.01)
+    # n = 9 at 0.9: the 9th smallest (0.9 * 10 is 9 here, not the float's 9.000000000000002)
+    assert _with_history_misses((-0.05, -0.09, -0.01), missed[:9], 0.9) == pytest.approx((-0.05, -0.14, 0.04))
 
 
 def test_every_early_verdict_is_said_with_its_reason_on_the_terminal_and_in_the_report():

@@ -2,7 +2,8 @@
 
 from pipeline.analysis.early.coverage import CoverageState, coverage_state, gross_miss
 from pipeline.analysis.early.estimate import (
-    MIN_HISTORY, Estimate, HistoryModel, LineTrial, PairedHistoryModel, jackknife_plus, line_trial, min_history,
+    MIN_HISTORY, Estimate, HistoryModel, LineTrial, PairedHistoryModel, conformal_half_width, jackknife_plus, line_trial,
+    min_history,
     stratified_change, stratified_estimate, weighted_accuracy,
 )
 from pipeline.analysis.early.subsets import anchor_rows, allocate, stratified_rows
@@ -10,7 +11,7 @@ from pipeline.analysis.early.verdicts import CALIBRATED, EARLY_VERDICTS, detecta
 
 __all__ = [
     "CALIBRATED", "EARLY_VERDICTS", "MIN_HISTORY", "CoverageState", "Estimate", "HistoryModel", "LineTrial",
-    "PairedHistoryModel", "allocate", "anchor_rows", "coverage_state", "detectable_difference", "early_verdict",
+    "PairedHistoryModel", "allocate", "anchor_rows", "conformal_half_width", "coverage_state", "detectable_difference", "early_verdict",
     "gross_miss", "jackknife_plus", "line_trial", "min_history", "stratified_change", "stratified_estimate",
     "stratified_rows",
     "weighted_accuracy",

@@ -12,7 +12,8 @@ from pipeline.analysis.early.coverage import coverage_state
 from pipeline.errors import DataValidationError
 
 __all__ = ["LOGIT_EPS", "MIN_HISTORY", "Estimate", "HistoryModel", "LineTrial", "PairedHistoryModel", "jackknife_plus",
-           "line_trial", "min_history", "stratified_change", "stratified_estimate", "weighted_accuracy"]
+           "conformal_half_width", "line_trial", "min_history", "stratified_change", "stratified_estimate",
+           "weighted_accuracy"]
 
 #: Earlier encoders a history-backed estimate needs by default: jackknife+ at 90 % needs 9
 #: (``min_history(0.9)``), one more keeps a leave-one-out fit from resting on 8 points.
@@ -94,6 +95,28 @@ def min_history(level: float) -> int:
     while _rank_high(level, n) > n or _rank_low(level, n) < 1:
         n += 1
     return n
+
+
+def conformal_half_width(misses: object, level: float) -> float | None:
+    """The split-conformal half-width of earlier misses: of ``n`` misses, the
+    ``ceil((n + 1) * level)``-th smallest size, which a new miss exchangeable with them
+    exceeds with probability at most ``1 - level``.
+
+    Parameters
+    ----------
+    misses : array-like
+        (n,) earlier misses (signed; their sizes are used).
+    level : float
+        Nominal coverage.
+
+    Returns
+    -------
+    float or None
+        None where ``n`` is too small for a finite half-width at ``level``.
+    """
+    sizes = np.sort(np.abs(np.asarray(misses, dtype=np.float64).ravel()))
+    k = _rank_high(_check_level(level), sizes.size)
+    return float(sizes[k - 1]) if 1 <= k <= sizes.size else None
 
 
 # The order statistics of jackknife+ (a tolerance, so that 0.9 * 10 is 9, not 9.000000000000002)
